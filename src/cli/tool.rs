@@ -1,0 +1,233 @@
+//! `runner tool …`: the tools without a model. `list` shows them; `call` runs one call
+//! through the whole pipeline (validation, permission gate, sandbox, truncation); `script`
+//! runs a sequence of calls as one session.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::exit;
+use crate::permission::{AskPolicy, PolicyGate};
+use crate::sandbox::{BackendKind, Sandbox, local};
+use crate::tool::registry::Outcome;
+use crate::tool::truncate::Truncator;
+use crate::tool::{CallResult, Registry, Session, ToolContext};
+
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// Every tool with its description and parameter schema.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One call, as its own session (files it touches count as read at its start).
+    Call {
+        /// The tool id, e.g. `read`.
+        name: String,
+        /// The arguments as a JSON object, e.g. '{"filePath": "src/main.rs"}'.
+        args: String,
+        #[command(flatten)]
+        common: CommonArgs,
+        /// Print one JSON object {tool, title, output, metadata, attachments, error}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A JSON-lines file of calls `{"tool": …, "args": {…}}` run as one session; prints one
+    /// result object per line. `-` reads standard input.
+    Script {
+        file: PathBuf,
+        #[command(flatten)]
+        common: CommonArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// The worktree the tools work in.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// The isolation backend.
+    #[arg(long, value_enum, default_value = "none")]
+    sandbox: BackendKind,
+    /// How to answer permission asks when nobody can be asked.
+    #[arg(long, value_enum, default_value = "allow")]
+    ask: AskPolicy,
+}
+
+pub async fn run(cmd: ToolCommand) -> u8 {
+    match cmd {
+        ToolCommand::List { json } => list(json),
+        ToolCommand::Call {
+            name,
+            args,
+            common,
+            json,
+        } => {
+            let ctx = match start(&common, Session::single_call("cli")).await {
+                Ok(ctx) => ctx,
+                Err(code) => return code,
+            };
+            let result = Registry::builtin().call_raw(&name, &args, &ctx).await;
+            print_result(&result, json);
+            exit_code(&result)
+        }
+        ToolCommand::Script { file, common } => script(&file, &common).await,
+    }
+}
+
+fn list(json: bool) -> u8 {
+    let registry = Registry::builtin();
+    if json {
+        let tools: Vec<Value> = registry
+            .tools()
+            .map(|t| json!({ "id": t.id(), "description": t.description(), "parameters": t.parameters() }))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tools).unwrap_or_default()
+        );
+    } else {
+        for t in registry.tools() {
+            let first = t.description().lines().next().unwrap_or_default();
+            println!("{:<12} {first}", t.id());
+        }
+    }
+    exit::OK
+}
+
+async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8> {
+    let root = &common.root;
+    if !root.is_dir() {
+        eprintln!("runner: --root {} is not a directory", root.display());
+        return Err(exit::USAGE);
+    }
+    let truncator = Truncator::new(Truncator::default_dir());
+    if let Err(e) = truncator.prepare() {
+        eprintln!(
+            "runner: cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",
+            truncator.dir().display()
+        );
+        return Err(exit::FAILED);
+    }
+    let sandbox = match open_sandbox(common.sandbox, root, truncator.dir()).await {
+        Ok(s) => s,
+        Err(message) => {
+            eprintln!("runner: {message}");
+            return Err(exit::FAILED);
+        }
+    };
+    Ok(ToolContext::new(
+        Arc::new(sandbox),
+        Arc::new(session),
+        Arc::new(PolicyGate::new(common.ask)),
+        Arc::new(truncator),
+    ))
+}
+
+async fn open_sandbox(
+    kind: BackendKind,
+    root: &Path,
+    output_dir: &Path,
+) -> Result<Sandbox, String> {
+    match kind {
+        BackendKind::None => {
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find the runner executable: {e}"))?;
+            local::spawn_child(&exe, root, &[output_dir.to_path_buf()])
+                .await
+                .map_err(|e| format!("cannot start the sandbox: {e}"))
+        }
+    }
+}
+
+fn print_result(result: &CallResult, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(result).unwrap_or_default());
+        return;
+    }
+    if let Some(error) = &result.error {
+        eprintln!("{error}");
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", result.output);
+    for a in &result.attachments {
+        let _ = writeln!(
+            out,
+            "[attachment {} {} ({} bytes of data URL)]",
+            a.filename,
+            a.mime,
+            a.url.len()
+        );
+    }
+}
+
+fn exit_code(result: &CallResult) -> u8 {
+    match result.outcome {
+        Outcome::Ok => exit::OK,
+        Outcome::Denied => exit::DENIED,
+        Outcome::Failed | Outcome::Cancelled => exit::FAILED,
+    }
+}
+
+async fn script(file: &Path, common: &CommonArgs) -> u8 {
+    let lines: Vec<String> = {
+        let reader: Box<dyn BufRead> = if file == Path::new("-") {
+            Box::new(std::io::stdin().lock())
+        } else {
+            match std::fs::File::open(file) {
+                Ok(f) => Box::new(std::io::BufReader::new(f)),
+                Err(e) => {
+                    eprintln!("runner: cannot open script {}: {e}", file.display());
+                    return exit::USAGE;
+                }
+            }
+        };
+        match reader.lines().collect() {
+            Ok(lines) => lines,
+            Err(e) => {
+                eprintln!("runner: cannot read script {}: {e}", file.display());
+                return exit::USAGE;
+            }
+        }
+    };
+    let ctx = match start(common, Session::new("script")).await {
+        Ok(ctx) => ctx,
+        Err(code) => return code,
+    };
+    let registry = Registry::builtin();
+    let mut first_failure = exit::OK;
+    for (n, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let result = match serde_json::from_str::<Value>(line) {
+            Ok(Value::Object(call)) => {
+                let name = call.get("tool").and_then(Value::as_str).unwrap_or_default();
+                match call.get("args") {
+                    Some(Value::String(raw)) => registry.call_raw(name, raw, &ctx).await,
+                    Some(args) => registry.call(name, args.clone(), &ctx).await,
+                    None => registry.call(name, json!({}), &ctx).await,
+                }
+            }
+            _ => {
+                let error = format!(
+                    "line {}: expected a JSON object {{\"tool\": …, \"args\": {{…}}}}",
+                    n + 1
+                );
+                registry
+                    .call("invalid", json!({ "tool": "", "error": error }), &ctx)
+                    .await
+            }
+        };
+        println!("{}", serde_json::to_string(&result).unwrap_or_default());
+        let code = exit_code(&result);
+        if first_failure == exit::OK && code != exit::OK {
+            first_failure = code;
+        }
+    }
+    first_failure
+}

@@ -1,0 +1,6 @@
+//! `runner`: a sandboxed agent runner. See `ARCHITECTURE.md` for the shape of the whole.
+
+pub mod cli;
+pub mod permission;
+pub mod sandbox;
+pub mod tool;

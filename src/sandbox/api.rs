@@ -1,0 +1,437 @@
+//! The sandbox protocol: the requests the controller sends and the responses the in-sandbox
+//! server returns.
+//!
+//! These types are the one seam between the host and whatever isolation boundary runs the
+//! server, so both sides import them from here and nothing is duplicated. Everything is plain
+//! data (serde), framed as length-prefixed JSON (see [`write_frame`]). Byte payloads travel as
+//! base64 so that binary files and non-UTF-8 command output survive the trip unchanged.
+//!
+//! Paths are absolute paths *as seen inside the sandbox*. The server resolves each of them
+//! beneath its allowed roots itself; the client never assumes a path is safe.
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Upper bound for one frame. A frame this large is a bug or an attack, not a message.
+pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
+
+/// A request with the id its responses will carry. Ids let several requests be in flight at
+/// once over one pipe (a long `exec` must not block a `read`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestFrame {
+    pub id: u64,
+    pub request: Request,
+}
+
+/// A response to the request with the same id. Most requests get exactly one response;
+/// `exec` gets any number of [`Response::Output`] chunks followed by one [`Response::Exit`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResponseFrame {
+    pub id: u64,
+    pub response: Response,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Exec(ExecRequest),
+    /// Kill the process group of a running `exec` (the request with id `target`).
+    Cancel {
+        target: u64,
+    },
+    Read(ReadRequest),
+    Write(WriteRequest),
+    Stat {
+        path: PathBuf,
+    },
+    /// The entries of one directory.
+    List {
+        path: PathBuf,
+    },
+    Glob(GlobRequest),
+    Grep(GrepRequest),
+    /// All files beneath a directory, for the `list` tool's tree.
+    Tree(TreeRequest),
+    Remove {
+        path: PathBuf,
+    },
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// Shell source, run with `bash -c` (or `sh -c` where the image has no bash).
+    pub command: String,
+    pub cwd: PathBuf,
+    /// The complete environment of the command: nothing of the server's own is inherited.
+    pub env: Vec<(String, String)>,
+    pub timeout_ms: u64,
+    #[serde(default, with = "bytes_b64_opt")]
+    pub stdin: Option<Vec<u8>>,
+    /// Bytes of output kept in total; beyond it the head and tail are kept and the middle is
+    /// counted in [`ExecStatus::dropped_bytes`].
+    pub output_limit: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadRequest {
+    pub path: PathBuf,
+    /// Byte offset to start at, so that big files can be read in pieces.
+    #[serde(default)]
+    pub offset: u64,
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WriteRequest {
+    pub path: PathBuf,
+    #[serde(with = "bytes_b64")]
+    pub data: Vec<u8>,
+    /// Refuse with [`ErrorKind::Stale`] unless the file still has this stamp; `Some(None)`
+    /// (serialised as `"absent"`) demands that the file does not exist yet.
+    #[serde(default)]
+    pub precondition: Option<WritePrecondition>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritePrecondition {
+    Unchanged(FileStamp),
+    Absent,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GlobRequest {
+    pub root: PathBuf,
+    pub pattern: String,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GrepRequest {
+    pub root: PathBuf,
+    pub pattern: String,
+    pub include: Option<String>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TreeRequest {
+    pub root: PathBuf,
+    pub ignore: Vec<String>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    Output(ExecOutput),
+    Exit(ExecStatus),
+    Read(ReadResponse),
+    Written(WriteResponse),
+    Stat(Stat),
+    List { entries: Vec<DirEntry> },
+    Glob(GlobOutcome),
+    Grep(GrepOutcome),
+    Tree(TreeOutcome),
+    Done,
+    Error(ApiError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecOutput {
+    pub stream: OutputStream,
+    #[serde(with = "bytes_b64")]
+    pub data: Vec<u8>,
+    /// True for the chunk that carries the kept tail after output was dropped.
+    #[serde(default)]
+    pub tail: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecStatus {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub dropped_bytes: u64,
+}
+
+/// Identifies one version of a file. The inode is part of it because atomic writes replace
+/// the inode, which catches a rewrite that kept the size and landed in the same mtime tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileStamp {
+    pub mtime_ns: i64,
+    pub size: u64,
+    pub ino: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadResponse {
+    #[serde(with = "bytes_b64")]
+    pub data: Vec<u8>,
+    /// The whole file's size, so a caller reading in pieces knows when it is done.
+    pub size: u64,
+    pub stamp: FileStamp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WriteResponse {
+    pub stamp: FileStamp,
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    File,
+    Dir,
+    /// A symlink whose target could not be resolved beneath the roots (dangling or escaping).
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stat {
+    /// The path after resolving symlinks beneath the roots.
+    pub real_path: PathBuf,
+    pub kind: FileKind,
+    pub stamp: FileStamp,
+    pub mode: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    /// The kind after following a symlink beneath the roots.
+    pub kind: FileKind,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileHit {
+    pub path: PathBuf,
+    pub mtime_ns: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GlobOutcome {
+    /// Newest first.
+    pub files: Vec<FileHit>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GrepMatch {
+    pub path: PathBuf,
+    pub line_number: u64,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GrepOutcome {
+    /// Grouped by file, files newest first, lines ascending within a file.
+    pub matches: Vec<GrepMatch>,
+    pub total_matches: usize,
+    pub truncated: bool,
+    /// Some paths could not be read and were skipped.
+    pub partial: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TreeOutcome {
+    /// Relative to the requested root, sorted.
+    pub files: Vec<PathBuf>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    NotFound,
+    IsDirectory,
+    NotADirectory,
+    /// The path is not beneath any root the sandbox was given.
+    OutsideRoots,
+    /// The path lies beneath a root, but a symlink on the way points out of it.
+    SymlinkEscape,
+    /// A write precondition failed: the file changed since it was read.
+    Stale,
+    /// The file exists although the write demanded that it did not.
+    AlreadyExists,
+    ReadOnly,
+    PermissionDenied,
+    InvalidArgument,
+    InvalidPattern,
+    Io,
+}
+
+/// An error with the path it is about and a message meant for a human or a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub path: Option<PathBuf>,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            message: message.into(),
+            path: None,
+        }
+    }
+
+    pub fn at(kind: ErrorKind, path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            message: message.into(),
+            path: Some(path.into()),
+        }
+    }
+}
+
+/// Writes one frame: a 4-byte big-endian length, then that many bytes of JSON.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
+    let json = serde_json::to_vec(message).map_err(io::Error::other)?;
+    encode_len(json.len())
+        .and_then(|len| out.write_all(&len))
+        .and_then(|()| out.write_all(&json))
+        .and_then(|()| out.flush())
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream (the peer closed between frames).
+pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut body = vec![0u8; decode_len(len)?];
+    input.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
+}
+
+pub fn encode_len(len: usize) -> io::Result<[u8; 4]> {
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"),
+        ));
+    }
+    Ok((len as u32).to_be_bytes())
+}
+
+pub fn decode_len(len: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame header announces {len} bytes, over the {MAX_FRAME_BYTES}-byte limit"),
+        ));
+    }
+    Ok(len)
+}
+
+mod bytes_b64 {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+mod bytes_b64_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => super::bytes_b64::serialize(b, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapper(#[serde(with = "super::bytes_b64")] Vec<u8>);
+        Ok(Option::<Wrapper>::deserialize(d)?.map(|Wrapper(b)| b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_binary_payloads() {
+        let frame = RequestFrame {
+            id: 7,
+            request: Request::Write(WriteRequest {
+                path: "/w/a.bin".into(),
+                data: vec![0, 159, 255, b'\n'],
+                precondition: Some(WritePrecondition::Absent),
+            }),
+        };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &frame).unwrap();
+        let back: RequestFrame = read_frame(&mut buf.as_slice()).unwrap().unwrap();
+        assert_eq!(back.id, 7);
+        match back.request {
+            Request::Write(w) => {
+                assert_eq!(w.data, vec![0, 159, 255, b'\n']);
+                assert_eq!(w.precondition, Some(WritePrecondition::Absent));
+            }
+            other => panic!("wrong request: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn clean_eof_between_frames_is_none_but_a_cut_frame_is_an_error() {
+        let mut empty: &[u8] = &[];
+        assert!(read_frame::<RequestFrame>(&mut empty).unwrap().is_none());
+
+        let mut buf = Vec::new();
+        write_frame(
+            &mut buf,
+            &ResponseFrame {
+                id: 1,
+                response: Response::Done,
+            },
+        )
+        .unwrap();
+        buf.truncate(buf.len() - 2);
+        assert!(read_frame::<ResponseFrame>(&mut buf.as_slice()).is_err());
+    }
+
+    #[test]
+    fn oversized_frame_header_is_refused_before_allocating() {
+        let mut input: &[u8] = &[0xff, 0xff, 0xff, 0xff];
+        let err = read_frame::<RequestFrame>(&mut input).unwrap_err();
+        assert!(err.to_string().contains("over the"), "{err}");
+    }
+}

@@ -1,0 +1,392 @@
+//! The controller's side of the sandbox protocol.
+//!
+//! One client owns one connection to a server. Requests carry ids so that many can be in
+//! flight at once; a reader task routes each response frame to the request that is waiting
+//! for it. If the server dies, every waiting request fails with a message that says so
+//! (and what the server last printed), instead of hanging.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::sandbox::api::{
+    ApiError, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest, GrepOutcome,
+    GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response, ResponseFrame, Stat,
+    TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse, decode_len,
+    encode_len,
+};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SandboxError {
+    /// The server answered with an error about the request (missing file, escape, …).
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The connection to the server is gone.
+    #[error(
+        "the sandbox server is gone ({0}); the tool call did not complete. Start a new session; if this repeats, run `runner sandbox doctor`"
+    )]
+    Disconnected(String),
+    #[error("sandbox protocol error: {0}")]
+    Protocol(String),
+}
+
+type Pending = Mutex<HashMap<u64, mpsc::UnboundedSender<Response>>>;
+
+struct Shared {
+    writer: tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
+    pending: Pending,
+    next_id: AtomicU64,
+    /// Why the connection ended, once it has.
+    closed: Mutex<Option<String>>,
+    /// Extra context for disconnect messages (e.g. the server's stderr tail).
+    diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+#[derive(Clone)]
+pub struct SandboxClient {
+    shared: Arc<Shared>,
+}
+
+impl SandboxClient {
+    /// Starts the response router on the current tokio runtime.
+    pub fn new(
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        writer: impl AsyncWrite + Send + Unpin + 'static,
+        diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            writer: tokio::sync::Mutex::new(Box::new(writer)),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            closed: Mutex::new(None),
+            diagnostics,
+        });
+        tokio::spawn(route_responses(reader, shared.clone()));
+        SandboxClient { shared }
+    }
+
+    fn closed_reason(&self) -> Option<String> {
+        self.shared
+            .closed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn start(
+        &self,
+        request: Request,
+    ) -> Result<(u64, mpsc::UnboundedReceiver<Response>), SandboxError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        {
+            let mut pending = self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // Checked under the lock the router takes to fail everyone, so no request can
+            // slip in after the last one was failed and then wait forever.
+            if let Some(reason) = self.closed_reason() {
+                return Err(SandboxError::Disconnected(reason));
+            }
+            pending.insert(id, tx);
+        }
+        let json = serde_json::to_vec(&RequestFrame { id, request })
+            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        let len = encode_len(json.len()).map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        let mut writer = self.shared.writer.lock().await;
+        let written = async {
+            writer.write_all(&len).await?;
+            writer.write_all(&json).await?;
+            writer.flush().await
+        }
+        .await;
+        if let Err(e) = written {
+            self.forget(id);
+            return Err(SandboxError::Disconnected(
+                self.closed_reason()
+                    .unwrap_or_else(|| format!("cannot send a request: {e}")),
+            ));
+        }
+        Ok((id, rx))
+    }
+
+    fn forget(&self, id: u64) {
+        self.shared
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// Sends a request that has exactly one response.
+    pub async fn call(&self, request: Request) -> Result<Response, SandboxError> {
+        let (id, mut rx) = self.start(request).await?;
+        let response = rx.recv().await;
+        self.forget(id);
+        match response {
+            Some(Response::Error(e)) => Err(SandboxError::Api(e)),
+            Some(r) => Ok(r),
+            None => Err(self.disconnected()),
+        }
+    }
+
+    fn disconnected(&self) -> SandboxError {
+        SandboxError::Disconnected(
+            self.closed_reason()
+                .unwrap_or_else(|| "the connection closed".to_string()),
+        )
+    }
+
+    pub async fn read(
+        &self,
+        path: &Path,
+        offset: u64,
+        max_bytes: u64,
+    ) -> Result<ReadResponse, SandboxError> {
+        let req = Request::Read(ReadRequest {
+            path: path.to_path_buf(),
+            offset,
+            max_bytes,
+        });
+        match self.call(req).await? {
+            Response::Read(r) => Ok(r),
+            other => Err(unexpected("read", &other)),
+        }
+    }
+
+    /// Reads a whole file, refusing files over `limit` bytes with a message that says so.
+    pub async fn read_all(&self, path: &Path, limit: u64) -> Result<ReadResponse, SandboxError> {
+        let mut first = self.read(path, 0, limit.saturating_add(1)).await?;
+        if first.data.len() as u64 > limit || first.size > limit {
+            return Err(SandboxError::Api(ApiError::at(
+                crate::sandbox::api::ErrorKind::InvalidArgument,
+                path,
+                format!(
+                    "{} is {} bytes, over the {limit}-byte limit for this operation; use bash (sed, head, split) to work on it in parts",
+                    path.display(),
+                    first.size
+                ),
+            )));
+        }
+        first.data.truncate(first.size as usize);
+        Ok(first)
+    }
+
+    pub async fn write(
+        &self,
+        path: &Path,
+        data: Vec<u8>,
+        precondition: Option<WritePrecondition>,
+    ) -> Result<WriteResponse, SandboxError> {
+        let req = Request::Write(WriteRequest {
+            path: path.to_path_buf(),
+            data,
+            precondition,
+        });
+        match self.call(req).await? {
+            Response::Written(r) => Ok(r),
+            other => Err(unexpected("write", &other)),
+        }
+    }
+
+    pub async fn stat(&self, path: &Path) -> Result<Stat, SandboxError> {
+        match self
+            .call(Request::Stat {
+                path: path.to_path_buf(),
+            })
+            .await?
+        {
+            Response::Stat(s) => Ok(s),
+            other => Err(unexpected("stat", &other)),
+        }
+    }
+
+    pub async fn list(&self, path: &Path) -> Result<Vec<DirEntry>, SandboxError> {
+        match self
+            .call(Request::List {
+                path: path.to_path_buf(),
+            })
+            .await?
+        {
+            Response::List { entries } => Ok(entries),
+            other => Err(unexpected("list", &other)),
+        }
+    }
+
+    pub async fn remove(&self, path: &Path) -> Result<(), SandboxError> {
+        match self
+            .call(Request::Remove {
+                path: path.to_path_buf(),
+            })
+            .await?
+        {
+            Response::Done => Ok(()),
+            other => Err(unexpected("remove", &other)),
+        }
+    }
+
+    pub async fn rename(&self, from: &Path, to: &Path) -> Result<(), SandboxError> {
+        let req = Request::Rename {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+        };
+        match self.call(req).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("rename", &other)),
+        }
+    }
+
+    pub async fn glob(
+        &self,
+        root: PathBuf,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<GlobOutcome, SandboxError> {
+        let req = Request::Glob(GlobRequest {
+            root,
+            pattern: pattern.to_string(),
+            limit,
+        });
+        match self.call(req).await? {
+            Response::Glob(g) => Ok(g),
+            other => Err(unexpected("glob", &other)),
+        }
+    }
+
+    pub async fn grep(
+        &self,
+        root: PathBuf,
+        pattern: &str,
+        include: Option<&str>,
+        limit: usize,
+    ) -> Result<GrepOutcome, SandboxError> {
+        let req = Request::Grep(GrepRequest {
+            root,
+            pattern: pattern.to_string(),
+            include: include.map(str::to_string),
+            limit,
+        });
+        match self.call(req).await? {
+            Response::Grep(g) => Ok(g),
+            other => Err(unexpected("grep", &other)),
+        }
+    }
+
+    pub async fn tree(
+        &self,
+        root: PathBuf,
+        ignore: Vec<String>,
+        limit: usize,
+    ) -> Result<TreeOutcome, SandboxError> {
+        match self
+            .call(Request::Tree(TreeRequest {
+                root,
+                ignore,
+                limit,
+            }))
+            .await?
+        {
+            Response::Tree(t) => Ok(t),
+            other => Err(unexpected("tree", &other)),
+        }
+    }
+
+    /// Starts a command; its output and exit arrive through the returned [`Execution`].
+    pub async fn exec(&self, request: ExecRequest) -> Result<Execution, SandboxError> {
+        let (id, rx) = self.start(Request::Exec(request)).await?;
+        Ok(Execution {
+            id,
+            rx,
+            client: self.clone(),
+        })
+    }
+}
+
+fn unexpected(op: &str, response: &Response) -> SandboxError {
+    SandboxError::Protocol(format!("unexpected response to {op}: {response:?}"))
+}
+
+/// What a running command reports.
+#[derive(Debug)]
+pub enum ExecEvent {
+    Output(crate::sandbox::api::ExecOutput),
+    Exit(ExecStatus),
+}
+
+pub struct Execution {
+    id: u64,
+    rx: mpsc::UnboundedReceiver<Response>,
+    client: SandboxClient,
+}
+
+impl Execution {
+    /// The next event; an error if the server died or refused the command.
+    pub async fn next(&mut self) -> Result<ExecEvent, SandboxError> {
+        match self.rx.recv().await {
+            Some(Response::Output(o)) => Ok(ExecEvent::Output(o)),
+            Some(Response::Exit(s)) => {
+                self.client.forget(self.id);
+                Ok(ExecEvent::Exit(s))
+            }
+            Some(Response::Error(e)) => {
+                self.client.forget(self.id);
+                Err(SandboxError::Api(e))
+            }
+            Some(other) => Err(unexpected("exec", &other)),
+            None => Err(self.client.disconnected()),
+        }
+    }
+
+    /// Asks the server to kill the command's process group; its exit still arrives.
+    pub async fn cancel(&self) -> Result<(), SandboxError> {
+        self.client
+            .call(Request::Cancel { target: self.id })
+            .await
+            .map(|_| ())
+    }
+}
+
+async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>) {
+    let reason = loop {
+        let mut len = [0u8; 4];
+        if let Err(e) = reader.read_exact(&mut len).await {
+            break if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                "the server closed the connection".to_string()
+            } else {
+                format!("reading from the server failed: {e}")
+            };
+        }
+        let body_len = match decode_len(len) {
+            Ok(n) => n,
+            Err(e) => break e.to_string(),
+        };
+        let mut body = vec![0u8; body_len];
+        if let Err(e) = reader.read_exact(&mut body).await {
+            break format!("the server's answer was cut off: {e}");
+        }
+        let frame: ResponseFrame = match serde_json::from_slice(&body) {
+            Ok(f) => f,
+            Err(e) => break format!("the server sent an unreadable frame: {e}"),
+        };
+        let pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = pending.get(&frame.id) {
+            let _ = tx.send(frame.response);
+        }
+    };
+    let detail = (shared.diagnostics)();
+    let reason = if detail.is_empty() {
+        reason
+    } else {
+        format!("{reason}; {detail}")
+    };
+    let mut pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+    *shared.closed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    // Dropping the senders wakes every waiter with `None`, which reports the reason.
+    pending.clear();
+}

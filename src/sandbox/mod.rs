@@ -1,0 +1,55 @@
+//! The isolation boundary: the protocol, the client, the in-sandbox server and the backends
+//! that start it.
+//!
+//! Backends differ only in how the server is started; every tool talks to the same
+//! [`SandboxClient`], so tool code runs unchanged on every backend.
+
+pub mod api;
+pub mod client;
+pub mod local;
+pub mod server;
+
+use std::path::{Path, PathBuf};
+
+pub use client::{SandboxClient, SandboxError};
+
+/// Which wall the tools run behind.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// No isolation: the server is a plain child process; only the permission rules and the
+    /// server's own path resolution stand between the agent and the machine.
+    None,
+}
+
+/// A started sandbox: the client plus whatever keeps the server alive.
+pub struct Sandbox {
+    pub client: SandboxClient,
+    /// The worktree as seen inside the sandbox.
+    pub worktree: PathBuf,
+    pub backend: BackendKind,
+    /// The environment commands run with: an allow-list, never the host's whole environment.
+    pub env: Vec<(String, String)>,
+    _keepalive: local::Keepalive,
+}
+
+impl Sandbox {
+    pub fn worktree(&self) -> &Path {
+        &self.worktree
+    }
+}
+
+/// Host variables a command may see. Everything else (API keys, tokens, cloud credentials)
+/// stays on the host.
+pub const ENV_ALLOW_LIST: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "SHELL",
+];
+
+pub fn allowed_env() -> Vec<(String, String)> {
+    ENV_ALLOW_LIST
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}

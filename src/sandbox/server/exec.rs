@@ -1,0 +1,344 @@
+//! Running commands: each in its own process group, with its output streamed and capped.
+//!
+//! The group matters because a shell command is rarely one process: `make` forks compilers,
+//! `npm test` forks node. Killing only the shell on timeout would leave the rest running (and
+//! holding the output pipes open, so the call would never return). So every command gets a
+//! fresh group and timeouts, cancels and the end of a call kill the whole group, inside the
+//! sandbox where the processes live.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::sandbox::api::{ExecOutput, ExecRequest, ExecStatus, OutputStream, Response};
+
+/// After the shell exits, how long its background children may keep the pipes open before
+/// the group is killed. Long enough to collect output still in flight, short enough that a
+/// forgotten `sleep 1000 &` does not hold the call.
+const DRAIN_GRACE: Duration = Duration::from_millis(250);
+
+/// Running commands by request id, so that `cancel` can find their process group.
+#[derive(Default)]
+pub struct Running {
+    groups: Mutex<HashMap<u64, (i32, Arc<AtomicBool>)>>,
+}
+
+impl Running {
+    /// Kills the group of a running command; false if it already ended.
+    pub fn cancel(&self, id: u64) -> bool {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        match groups.get(&id) {
+            Some((pgid, cancelled)) => {
+                cancelled.store(true, Ordering::SeqCst);
+                kill_group(*pgid);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Kills every running group: the controller went away, nobody will read the results.
+    pub fn kill_all(&self) {
+        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+        for (pgid, _) in groups.values() {
+            kill_group(*pgid);
+        }
+    }
+}
+
+fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Keeps the first half of the allowed output as it streams and a rolling window of the
+/// last half, counting what falls in between.
+struct Capture {
+    head_left: u64,
+    tail: std::collections::VecDeque<(OutputStream, u8)>,
+    tail_cap: usize,
+    dropped: u64,
+}
+
+impl Capture {
+    fn new(limit: u64) -> Self {
+        let head = limit / 2;
+        Capture {
+            head_left: head,
+            tail: Default::default(),
+            tail_cap: (limit - head) as usize,
+            dropped: 0,
+        }
+    }
+
+    /// Returns the part of `data` to stream now; the rest goes to the tail window.
+    fn push<'a>(&mut self, stream: OutputStream, data: &'a [u8]) -> &'a [u8] {
+        let now = (data.len() as u64).min(self.head_left) as usize;
+        self.head_left -= now as u64;
+        for &b in &data[now..] {
+            if self.tail.len() == self.tail_cap {
+                if self.tail_cap == 0 {
+                    self.dropped += 1;
+                    continue;
+                }
+                self.tail.pop_front();
+                self.dropped += 1;
+            }
+            self.tail.push_back((stream, b));
+        }
+        &data[..now]
+    }
+
+    /// The kept tail as chunks per stream, in order.
+    fn take_tail(&mut self) -> Vec<(OutputStream, Vec<u8>)> {
+        let mut chunks: Vec<(OutputStream, Vec<u8>)> = Vec::new();
+        for (stream, b) in self.tail.drain(..) {
+            match chunks.last_mut() {
+                Some((s, bytes)) if *s == stream => bytes.push(b),
+                _ => chunks.push((stream, vec![b])),
+            }
+        }
+        chunks
+    }
+}
+
+/// Runs one command to completion, sending output chunks and then the exit status through
+/// `send`. Never panics on the command's behaviour; spawn failures become an error response.
+pub fn run(
+    id: u64,
+    req: &ExecRequest,
+    cwd: &Path,
+    running: &Running,
+    send: &(dyn Fn(Response) + Sync),
+) -> Result<(), String> {
+    let shell = if Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    let mut cmd = Command::new(shell);
+    cmd.arg("-c")
+        .arg(&req.command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(req.env.iter().map(|(k, v)| (k, v)))
+        .stdin(if req.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {shell} in {}: {e}", cwd.display()))?;
+    let pgid = child.id() as i32;
+    let cancelled = Arc::new(AtomicBool::new(false));
+    running
+        .groups
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id, (pgid, cancelled.clone()));
+
+    if let (Some(mut stdin), Some(data)) = (child.stdin.take(), req.stdin.clone()) {
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(&data);
+        });
+    }
+
+    let capture = Mutex::new(Capture::new(req.output_limit));
+    let (eof_tx, eof_rx) = mpsc::channel::<()>();
+    let (exit_tx, exit_rx) = mpsc::channel();
+    let status = std::thread::scope(|scope| {
+        let pipes: [(OutputStream, Option<Box<dyn Read + Send>>); 2] = [
+            (
+                OutputStream::Stdout,
+                child.stdout.take().map(|p| Box::new(p) as _),
+            ),
+            (
+                OutputStream::Stderr,
+                child.stderr.take().map(|p| Box::new(p) as _),
+            ),
+        ];
+        for (stream, pipe) in pipes {
+            let Some(mut pipe) = pipe else { continue };
+            let capture = &capture;
+            let eof_tx = eof_tx.clone();
+            scope.spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match pipe.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            let mut cap = capture.lock().unwrap_or_else(|p| p.into_inner());
+                            let now = cap.push(stream, &buf[..n]);
+                            if !now.is_empty() {
+                                send(Response::Output(ExecOutput {
+                                    stream,
+                                    data: now.to_vec(),
+                                    tail: false,
+                                }));
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+                let _ = eof_tx.send(());
+            });
+        }
+        drop(eof_tx);
+
+        scope.spawn(move || {
+            let _ = exit_tx.send(child.wait());
+        });
+        let mut timed_out = false;
+        let wait = match exit_rx.recv_timeout(Duration::from_millis(req.timeout_ms)) {
+            Ok(status) => status,
+            Err(_) => {
+                timed_out = true;
+                kill_group(pgid);
+                exit_rx
+                    .recv()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("waiter lost")))
+            }
+        };
+        // The shell is gone; give its leftovers a moment to flush, then end the group so the
+        // pipes close and no stray process outlives the call.
+        let mut open = 2;
+        let deadline = std::time::Instant::now() + DRAIN_GRACE;
+        while open > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match eof_rx.recv_timeout(left) {
+                Ok(()) => open -= 1,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    kill_group(pgid);
+                    while open > 0 && eof_rx.recv().is_ok() {
+                        open -= 1;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        kill_group(pgid);
+        (wait, timed_out)
+    });
+
+    running
+        .groups
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+    let (wait, timed_out) = status;
+    let mut cap = capture.into_inner().unwrap_or_else(|p| p.into_inner());
+    for (stream, data) in cap.take_tail() {
+        send(Response::Output(ExecOutput {
+            stream,
+            data,
+            tail: true,
+        }));
+    }
+    let status = wait.map_err(|e| format!("lost track of the command: {e}"))?;
+    send(Response::Exit(ExecStatus {
+        code: status.code(),
+        signal: status.signal(),
+        timed_out,
+        cancelled: cancelled.load(Ordering::SeqCst),
+        dropped_bytes: cap.dropped,
+    }));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_collect(command: &str, timeout_ms: u64, limit: u64) -> (Vec<u8>, ExecStatus) {
+        let req = ExecRequest {
+            command: command.into(),
+            cwd: "/".into(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            timeout_ms,
+            stdin: None,
+            output_limit: limit,
+        };
+        let out = Mutex::new((Vec::new(), None));
+        run(1, &req, Path::new("/tmp"), &Running::default(), &|r| {
+            let mut o = out.lock().unwrap();
+            match r {
+                Response::Output(c) => o.0.extend(c.data),
+                Response::Exit(s) => o.1 = Some(s),
+                other => panic!("unexpected {other:?}"),
+            }
+        })
+        .unwrap();
+        let (bytes, status) = out.into_inner().unwrap();
+        (bytes, status.expect("no exit status"))
+    }
+
+    #[test]
+    fn exit_code_and_both_streams_are_kept() {
+        let (out, st) = run_collect("echo out; echo err >&2; exit 3", 10_000, 1 << 20);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("out\n") && text.contains("err\n"), "{text}");
+        assert_eq!(st.code, Some(3));
+        assert!(!st.timed_out);
+    }
+
+    #[test]
+    fn timeout_kills_the_whole_group_including_children_that_ignore_term() {
+        let start = std::time::Instant::now();
+        let (_, st) = run_collect(
+            "trap '' TERM; (trap '' TERM; sleep 30) & sleep 30",
+            300,
+            1024,
+        );
+        assert!(st.timed_out);
+        assert_eq!(st.signal, Some(libc::SIGKILL));
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn background_children_do_not_hold_the_call() {
+        let start = std::time::Instant::now();
+        let (out, st) = run_collect("sleep 30 & echo started", 10_000, 1024);
+        assert_eq!(String::from_utf8(out).unwrap(), "started\n");
+        assert_eq!(st.code, Some(0));
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn huge_output_keeps_head_and_tail_and_counts_the_rest() {
+        let (out, st) = run_collect("seq 1 100000", 10_000, 1000);
+        assert_eq!(out.len(), 1000);
+        assert!(out.starts_with(b"1\n2\n3\n"));
+        assert!(out.ends_with(b"99999\n100000\n"));
+        let full: usize = (1..=100000).map(|n: u32| n.to_string().len() + 1).sum();
+        assert_eq!(st.dropped_bytes as usize, full - 1000);
+    }
+
+    #[test]
+    fn environment_is_exactly_what_was_given() {
+        // SAFETY: tests in this module do not read this variable concurrently.
+        unsafe { std::env::set_var("RUNNER_TEST_SECRET", "sk-live") };
+        let (out, _) = run_collect("env", 10_000, 1 << 16);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("sk-live"), "{text}");
+        assert!(text.contains("PATH=/usr/bin:/bin"));
+    }
+}

@@ -1,0 +1,127 @@
+//! The in-sandbox server: `runner` itself, serving the sandbox API over a pair of byte
+//! streams (its stdin/stdout when started as a child).
+//!
+//! It runs inside the isolation boundary, so it is deliberately small and imports nothing of
+//! the agent, the LLM code or the tools: only the API types. Plain threads, no async runtime:
+//! each request gets a thread, which is what lets a long `exec` run beside quick reads.
+
+mod exec;
+mod files;
+pub mod roots;
+pub mod search;
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+use rustix::fs::OFlags;
+
+use crate::sandbox::api::{
+    ApiError, ErrorKind, Request, RequestFrame, Response, ResponseFrame, read_frame, write_frame,
+};
+pub use roots::RootSpec;
+use roots::Roots;
+
+/// Serves requests until the input ends, then kills whatever is still running: if the
+/// controller is gone, nobody is left to see those commands' results.
+pub fn serve(
+    roots: &[RootSpec],
+    mut input: impl Read,
+    output: impl Write + Send + 'static,
+) -> std::io::Result<()> {
+    let roots = Arc::new(Roots::new(roots)?);
+    let output: Arc<Mutex<Box<dyn Write + Send>>> = Arc::new(Mutex::new(Box::new(output)));
+    let running = Arc::new(exec::Running::default());
+    let result = loop {
+        let frame: RequestFrame = match read_frame(&mut input) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        if let Request::Cancel { target } = frame.request {
+            running.cancel(target);
+            send(&output, frame.id, Response::Done);
+            continue;
+        }
+        let (roots, output, running) = (roots.clone(), output.clone(), running.clone());
+        std::thread::spawn(move || {
+            let id = frame.id;
+            let reply = |r: Response| send(&output, id, r);
+            if let Some(response) = handle(&roots, &running, id, frame.request, &reply) {
+                reply(response);
+            }
+        });
+    };
+    running.kill_all();
+    result
+}
+
+fn send(output: &Mutex<Box<dyn Write + Send>>, id: u64, response: Response) {
+    let mut out = output.lock().unwrap_or_else(|p| p.into_inner());
+    // A failed write means the controller is gone; the input side will see EOF and stop.
+    let _ = write_frame(&mut *out, &ResponseFrame { id, response });
+}
+
+/// Handles one request; `None` when the handler already sent its responses itself (exec).
+fn handle(
+    roots: &Roots,
+    running: &exec::Running,
+    id: u64,
+    request: Request,
+    reply: &(dyn Fn(Response) + Sync),
+) -> Option<Response> {
+    let result = match request {
+        Request::Exec(req) => {
+            let cwd = match roots
+                .open(&req.cwd, OFlags::PATH | OFlags::DIRECTORY)
+                .and_then(|(fd, _)| roots.path_of(&fd))
+            {
+                Ok(cwd) => cwd,
+                Err(e) => return Some(Response::Error(e)),
+            };
+            return match exec::run(id, &req, &cwd, running, reply) {
+                Ok(()) => None,
+                Err(message) => Some(Response::Error(ApiError::new(ErrorKind::Io, message))),
+            };
+        }
+        Request::Cancel { .. } => Ok(Response::Done),
+        Request::Read(req) => files::read(roots, &req).map(Response::Read),
+        Request::Write(req) => files::write(roots, &req).map(Response::Written),
+        Request::Stat { path } => files::stat(roots, &path).map(Response::Stat),
+        Request::List { path } => {
+            files::list(roots, &path).map(|entries| Response::List { entries })
+        }
+        Request::Remove { path } => files::remove(roots, &path).map(|()| Response::Done),
+        Request::Rename { from, to } => files::rename(roots, &from, &to).map(|()| Response::Done),
+        Request::Glob(req) => search_root(roots, &req.root)
+            .and_then(|root| search::glob(&root, &req.pattern, req.limit).map_err(search_error))
+            .map(Response::Glob),
+        Request::Grep(req) => search_root(roots, &req.root)
+            .and_then(|root| {
+                search::grep(&root, &req.pattern, req.include.as_deref(), req.limit)
+                    .map_err(search_error)
+            })
+            .map(Response::Grep),
+        Request::Tree(req) => search_root(roots, &req.root)
+            .and_then(|root| search::list(&root, &req.ignore, req.limit).map_err(search_error))
+            .map(Response::Tree),
+    };
+    Some(result.unwrap_or_else(Response::Error))
+}
+
+/// Searches start from the directory's real path: the walker never follows links, so once
+/// the start is known to be beneath a root, everything it visits is too.
+fn search_root(roots: &Roots, path: &std::path::Path) -> Result<std::path::PathBuf, ApiError> {
+    let (fd, _) = roots.open(path, OFlags::PATH | OFlags::DIRECTORY)?;
+    roots.path_of(&fd)
+}
+
+fn search_error(e: search::SearchError) -> ApiError {
+    use search::SearchError as S;
+    let kind = match &e {
+        S::InvalidRegex { .. } | S::InvalidGlob { .. } => ErrorKind::InvalidPattern,
+        S::NotADirectory(_) => ErrorKind::NotADirectory,
+        S::NotFound(_) => ErrorKind::NotFound,
+        S::Io { .. } => ErrorKind::Io,
+    };
+    ApiError::new(kind, e.to_string())
+}

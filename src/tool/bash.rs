@@ -1,0 +1,191 @@
+//! `bash`: run a shell command inside the sandbox, streaming its output as it arrives.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Progress, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient, truncate};
+use crate::permission::PermissionRequest;
+use crate::sandbox::api::{ExecRequest, ExecStatus};
+use crate::sandbox::client::ExecEvent;
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 2 * 60 * 1000;
+/// What the server keeps of one command's output (head and tail); the model sees far less
+/// after truncation, but the saved full output keeps this much.
+const CAPTURE_LIMIT: u64 = 16 * 1024 * 1024;
+/// How much of the live output a progress report carries.
+const PROGRESS_PREVIEW: usize = 30 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct BashParams {
+    /// The command to execute
+    pub command: String,
+    /// Optional timeout in milliseconds
+    #[serde(default, deserialize_with = "lenient::opt_i64")]
+    #[schemars(with = "Option<u64>")]
+    pub timeout: Option<i64>,
+    /// The working directory to run the command in. Defaults to the worktree. Use this instead of 'cd' commands.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Clear, concise description of what this command does in 5-10 words.
+    pub description: String,
+}
+
+pub struct BashTool;
+
+impl Tool for BashTool {
+    type Params = BashParams;
+
+    fn id(&self) -> &'static str {
+        "bash"
+    }
+
+    fn description(&self) -> &'static str {
+        include_str!("bash.txt")
+    }
+
+    /// Errors and summaries come last in command output, so keep the end.
+    fn truncation(&self) -> truncate::Direction {
+        truncate::Direction::Tail
+    }
+
+    async fn execute(&self, params: BashParams, ctx: &ToolContext) -> ToolResult {
+        let timeout_ms = match params.timeout {
+            None => DEFAULT_TIMEOUT_MS,
+            Some(t) if t > 0 => t as u64,
+            Some(t) => {
+                return Err(ToolError::Failed(format!(
+                    "Invalid timeout value: {t}. Timeout must be a positive number."
+                )));
+            }
+        };
+        let cwd = match params.workdir.as_deref() {
+            Some(dir) if !dir.trim().is_empty() => ctx.resolve(dir)?,
+            _ => ctx.worktree().to_path_buf(),
+        };
+        ctx.ask_external(&cwd, true).await?;
+        let command = params.command.trim().to_string();
+        if command.is_empty() {
+            return Err(ToolError::Failed("command is required".into()));
+        }
+        // Until the tree-sitter analysis lands, the whole command is one pattern and its first
+        // word the remembered prefix.
+        let head = command.split_whitespace().next().unwrap_or_default();
+        ctx.ask(PermissionRequest::new(
+            "bash",
+            vec![command.clone()],
+            vec![format!("{head} *")],
+        ))
+        .await?;
+
+        let mut execution = ctx
+            .sandbox
+            .client
+            .exec(ExecRequest {
+                command: params.command.clone(),
+                cwd: cwd.clone(),
+                env: ctx.sandbox.env.clone(),
+                timeout_ms,
+                stdin: None,
+                output_limit: CAPTURE_LIMIT,
+            })
+            .await?;
+
+        let mut output: Vec<u8> = Vec::new();
+        let mut tail_started = false;
+        let mut cancel_sent = false;
+        // The server enforces the timeout; this guard only covers a server that stopped
+        // answering without closing the connection, so a call can never hang for good.
+        let guard = tokio::time::sleep(Duration::from_millis(timeout_ms) + Duration::from_secs(30));
+        tokio::pin!(guard);
+        let status: ExecStatus = loop {
+            let event = tokio::select! {
+                event = execution.next() => event?,
+                _ = ctx.cancel.cancelled(), if !cancel_sent => {
+                    cancel_sent = true;
+                    execution.cancel().await?;
+                    continue;
+                }
+                _ = &mut guard => {
+                    return Err(ToolError::Failed(format!(
+                        "the sandbox did not end the command {} s after its timeout; it may still be running. Check the sandbox with `runner sandbox doctor`",
+                        30
+                    )));
+                }
+            };
+            match event {
+                ExecEvent::Output(chunk) => {
+                    if chunk.tail && !tail_started {
+                        tail_started = true;
+                        output.extend_from_slice(b"\n...[output dropped here]...\n");
+                    }
+                    output.extend_from_slice(&chunk.data);
+                    let text = String::from_utf8_lossy(&output);
+                    let preview = tail_chars(&text, PROGRESS_PREVIEW);
+                    (ctx.progress)(Progress {
+                        tool: "bash",
+                        metadata: crate::meta! { "output" => preview, "description" => params.description },
+                    });
+                }
+                ExecEvent::Exit(status) => break status,
+            }
+        };
+
+        let mut text = String::from_utf8_lossy(&output).into_owned();
+        if status.dropped_bytes > 0 {
+            text = text.replacen(
+                "...[output dropped here]...",
+                &format!("...[{} bytes of output dropped]...", status.dropped_bytes),
+                1,
+            );
+        }
+        let mut notes = Vec::new();
+        if status.timed_out {
+            notes.push(format!(
+                "bash tool terminated command after exceeding timeout {timeout_ms} ms"
+            ));
+        }
+        if status.cancelled {
+            notes.push("User aborted the command".to_string());
+        }
+        if !notes.is_empty() {
+            text.push_str(&format!(
+                "\n\n<bash_metadata>\n{}\n</bash_metadata>",
+                notes.join("\n")
+            ));
+        }
+        let preview = tail_chars(&text, PROGRESS_PREVIEW);
+        let mut metadata = crate::meta! {
+            "output" => preview,
+            "exit" => status.code,
+            "description" => params.description,
+        };
+        if let Some(signal) = status.signal {
+            metadata.insert("signal".into(), signal.into());
+        }
+        if status.timed_out {
+            metadata.insert("timedOut".into(), true.into());
+        }
+        if status.cancelled {
+            metadata.insert("cancelled".into(), true.into());
+        }
+        Ok(ToolOutput {
+            title: params.description.clone(),
+            output: text,
+            metadata,
+            attachments: Vec::new(),
+        })
+    }
+}
+
+fn tail_chars(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let mut cut = text.len() - max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("…{}", &text[cut..])
+}

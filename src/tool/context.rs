@@ -1,0 +1,142 @@
+//! What a tool call runs with: the sandbox, the session, the permission gate, progress and
+//! cancellation.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::ToolError;
+use super::filetime::FileTimes;
+use super::truncate::Truncator;
+use crate::permission::{PermissionGate, PermissionRequest};
+use crate::sandbox::Sandbox;
+use crate::sandbox::server::roots::normalize;
+
+/// State that lives as long as a conversation: which files were read (and in which
+/// version), and a lock per file so that concurrent edits of one file are serialised.
+pub struct Session {
+    pub id: String,
+    pub file_times: FileTimes,
+    locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Session {
+    /// A session in which a file must be read before it is overwritten.
+    pub fn new(id: impl Into<String>) -> Self {
+        Session {
+            id: id.into(),
+            file_times: FileTimes::new(false),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A one-call session: every file counts as read at its start, since there was no
+    /// earlier call in which to read it.
+    pub fn single_call(id: impl Into<String>) -> Self {
+        Session {
+            file_times: FileTimes::new(true),
+            ..Session::new(id)
+        }
+    }
+
+    /// Holds the per-file lock for the duration of a read-modify-write.
+    pub async fn lock_file(&self, path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(path.to_path_buf())
+            .or_default()
+            .clone();
+        lock.lock_owned().await
+    }
+}
+
+/// Live progress of a running call (bash streams its output through this).
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub tool: &'static str,
+    pub metadata: Map<String, Value>,
+}
+
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct ToolContext {
+    pub sandbox: Arc<Sandbox>,
+    pub session: Arc<Session>,
+    pub gate: Arc<dyn PermissionGate>,
+    pub truncator: Arc<Truncator>,
+    pub progress: ProgressSink,
+    pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    pub fn new(
+        sandbox: Arc<Sandbox>,
+        session: Arc<Session>,
+        gate: Arc<dyn PermissionGate>,
+        truncator: Arc<Truncator>,
+    ) -> Self {
+        ToolContext {
+            sandbox,
+            session,
+            gate,
+            truncator,
+            progress: Arc::new(|_| {}),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    pub fn worktree(&self) -> &Path {
+        self.sandbox.worktree()
+    }
+
+    pub async fn ask(&self, request: PermissionRequest) -> Result<(), ToolError> {
+        Ok(self.gate.ask(&request).await?)
+    }
+
+    /// A path from the model, made absolute against the worktree and normalised.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
+        let joined = self.worktree().join(path);
+        normalize(&joined)
+            .ok_or_else(|| ToolError::Failed(format!("{path} climbs above the file system root")))
+    }
+
+    /// The worktree-relative form with forward slashes, as permission patterns and titles
+    /// use it; paths outside the worktree stay absolute.
+    pub fn relative(&self, path: &Path) -> String {
+        match path.strip_prefix(self.worktree()) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+            Ok(rel) => rel.to_string_lossy().replace('\\', "/"),
+            Err(_) => path.to_string_lossy().into_owned(),
+        }
+    }
+
+    pub fn is_inside_worktree(&self, path: &Path) -> bool {
+        path.starts_with(self.worktree())
+    }
+
+    /// OpenCode's `assertExternalDirectory`: a path outside the worktree asks
+    /// `external_directory` for its directory (the path itself when it is one).
+    pub async fn ask_external(&self, path: &Path, is_dir: bool) -> Result<(), ToolError> {
+        if self.is_inside_worktree(path) {
+            return Ok(());
+        }
+        let dir = if is_dir {
+            path
+        } else {
+            path.parent().unwrap_or(path)
+        };
+        let pattern = format!("{}/*", dir.to_string_lossy().trim_end_matches('/'));
+        self.ask(PermissionRequest::new(
+            "external_directory",
+            vec![pattern.clone()],
+            vec![pattern],
+        ))
+        .await
+    }
+}

@@ -1,0 +1,82 @@
+//! `glob`: files by name pattern, newest first.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
+use crate::permission::PermissionRequest;
+use crate::sandbox::api::FileKind;
+
+pub const LIMIT: usize = 100;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct GlobParams {
+    /// The glob pattern to match files against
+    pub pattern: String,
+    /// The directory to search in. Defaults to the worktree. Must be a directory if given.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+pub struct GlobTool;
+
+impl Tool for GlobTool {
+    type Params = GlobParams;
+
+    fn id(&self) -> &'static str {
+        "glob"
+    }
+
+    fn description(&self) -> &'static str {
+        include_str!("glob.txt")
+    }
+
+    async fn execute(&self, params: GlobParams, ctx: &ToolContext) -> ToolResult {
+        if params.pattern.trim().is_empty() {
+            return Err(ToolError::Failed("pattern is required".into()));
+        }
+        ctx.ask(PermissionRequest::new(
+            "glob",
+            vec![params.pattern.clone()],
+            vec!["*".into()],
+        ))
+        .await?;
+        let root = match params.path.as_deref() {
+            Some(p) if !p.trim().is_empty() => ctx.resolve(p)?,
+            _ => ctx.worktree().to_path_buf(),
+        };
+        ctx.ask_external(&root, true).await?;
+        if ctx.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
+            return Err(ToolError::Failed(format!(
+                "glob path must be a directory: {}",
+                root.display()
+            )));
+        }
+        let found = ctx
+            .sandbox
+            .client
+            .glob(root.clone(), &params.pattern, LIMIT)
+            .await?;
+        let mut output = if found.files.is_empty() {
+            "No files found".to_string()
+        } else {
+            found
+                .files
+                .iter()
+                .map(|f| f.path.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        if found.truncated {
+            output.push_str(&format!(
+                "\n\n(Results are truncated: showing first {LIMIT} results. Consider using a more specific path or pattern.)"
+            ));
+        }
+        Ok(ToolOutput {
+            title: ctx.relative(&root),
+            output,
+            metadata: crate::meta! { "count" => found.files.len(), "truncated" => found.truncated },
+            attachments: Vec::new(),
+        })
+    }
+}

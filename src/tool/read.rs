@@ -1,0 +1,430 @@
+//! `read`: a file's lines with their numbers, a directory's entries, or an image/PDF as an
+//! attachment. Large files are read in pieces through the sandbox, so reading the last
+//! lines of a huge log never loads all of it at once.
+
+use std::path::Path;
+
+use base64::Engine;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Attachment, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
+use crate::permission::PermissionRequest;
+use crate::sandbox::SandboxError;
+use crate::sandbox::api::{ErrorKind, FileKind};
+
+pub const DEFAULT_LIMIT: u64 = 2000;
+pub const MAX_LINE_CHARS: usize = 2000;
+pub const MAX_BYTES: usize = 50 * 1024;
+const CHUNK: u64 = 1024 * 1024;
+const MAX_ATTACHMENT: u64 = 20 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadParams {
+    /// The absolute path to the file or directory to read
+    pub file_path: String,
+    /// The line number to start reading from (1-indexed)
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    #[schemars(with = "Option<u64>")]
+    pub offset: Option<u64>,
+    /// The maximum number of lines to read (defaults to 2000)
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    #[schemars(with = "Option<u64>")]
+    pub limit: Option<u64>,
+}
+
+pub struct ReadTool;
+
+impl Tool for ReadTool {
+    type Params = ReadParams;
+
+    fn id(&self) -> &'static str {
+        "read"
+    }
+
+    fn description(&self) -> &'static str {
+        include_str!("read.txt")
+    }
+
+    async fn execute(&self, params: ReadParams, ctx: &ToolContext) -> ToolResult {
+        let offset = params.offset.unwrap_or(1);
+        if offset < 1 {
+            return Err(ToolError::Failed(
+                "offset must be greater than or equal to 1".into(),
+            ));
+        }
+        let limit = params.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        let path = ctx.resolve(&params.file_path)?;
+        let stat = match ctx.sandbox.client.stat(&path).await {
+            Ok(s) => Some(s),
+            Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        let is_dir = stat.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
+        ctx.ask_external(&path, is_dir).await?;
+        let rel = ctx.relative(&path);
+        ctx.ask(PermissionRequest::new(
+            "read",
+            vec![rel.clone()],
+            vec!["*".into()],
+        ))
+        .await?;
+
+        let Some(stat) = stat else {
+            return Err(ToolError::Failed(not_found_message(ctx, &path).await));
+        };
+        match stat.kind {
+            FileKind::Dir => read_dir(ctx, &path, &rel, offset, limit).await,
+            FileKind::File => read_file(ctx, &path, &rel, offset, limit).await,
+            _ => Err(ToolError::Failed(format!(
+                "{} is not a regular file",
+                path.display()
+            ))),
+        }
+    }
+}
+
+async fn not_found_message(ctx: &ToolContext, path: &Path) -> String {
+    let (Some(dir), Some(base)) = (path.parent(), path.file_name()) else {
+        return format!("File not found: {}", path.display());
+    };
+    let base = base.to_string_lossy().to_lowercase();
+    let suggestions: Vec<String> = match ctx.sandbox.client.list(dir).await {
+        Ok(entries) => entries
+            .iter()
+            .filter(|e| {
+                let name = e.name.to_lowercase();
+                name.contains(&base) || base.contains(&name)
+            })
+            .take(3)
+            .map(|e| dir.join(&e.name).to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if suggestions.is_empty() {
+        format!("File not found: {}", path.display())
+    } else {
+        format!(
+            "File not found: {}\n\nDid you mean one of these?\n{}",
+            path.display(),
+            suggestions.join("\n")
+        )
+    }
+}
+
+async fn read_dir(
+    ctx: &ToolContext,
+    path: &Path,
+    rel: &str,
+    offset: u64,
+    limit: u64,
+) -> ToolResult {
+    let mut entries: Vec<String> = ctx
+        .sandbox
+        .client
+        .list(path)
+        .await?
+        .into_iter()
+        .map(|e| {
+            if e.kind == FileKind::Dir {
+                format!("{}/", e.name)
+            } else {
+                e.name
+            }
+        })
+        .collect();
+    // Close to localeCompare: case-insensitive first, so `README` sits beside `readme.txt`.
+    entries.sort_by(|a, b| a.to_lowercase().cmp(&b.to_lowercase()).then(a.cmp(b)));
+    let start = ((offset - 1) as usize).min(entries.len());
+    let end = start.saturating_add(limit as usize).min(entries.len());
+    let shown = &entries[start..end];
+    let truncated = end < entries.len();
+    let footer = if truncated {
+        format!(
+            "(Showing {} of {} entries. Use 'offset' parameter to read beyond entry {})",
+            shown.len(),
+            entries.len(),
+            offset as usize + shown.len() - 1
+        )
+    } else {
+        format!("({} entries)", entries.len())
+    };
+    let output = format!(
+        "<path>{}</path>\n<type>directory</type>\n<entries>\n{}\n\n{footer}\n</entries>",
+        path.display(),
+        shown.join("\n")
+    );
+    Ok(ToolOutput {
+        title: rel.to_string(),
+        output,
+        metadata: crate::meta! {
+            "preview" => shown.iter().take(20).cloned().collect::<Vec<_>>().join("\n"),
+            "truncated" => truncated,
+        },
+        attachments: Vec::new(),
+    })
+}
+
+/// Extensions that are binary whatever their bytes look like (OpenCode's list).
+const BINARY_EXTENSIONS: &[&str] = &[
+    "zip", "tar", "gz", "exe", "dll", "so", "class", "jar", "war", "7z", "doc", "docx", "xls",
+    "xlsx", "ppt", "pptx", "odt", "ods", "odp", "bin", "dat", "obj", "o", "a", "lib", "wasm",
+    "pyc", "pyo",
+];
+
+/// A NUL byte, or more than 30% control characters in the first 4 KiB, means binary.
+pub fn looks_binary(path: &Path, head: &[u8]) -> bool {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_lowercase());
+    if ext
+        .as_deref()
+        .is_some_and(|e| BINARY_EXTENSIONS.contains(&e))
+    {
+        return true;
+    }
+    let sample = &head[..head.len().min(4096)];
+    if sample.is_empty() {
+        return false;
+    }
+    if sample.contains(&0) {
+        return true;
+    }
+    let odd = sample
+        .iter()
+        .filter(|&&b| b < 9 || (14..32).contains(&b))
+        .count();
+    odd * 10 > sample.len() * 3
+}
+
+/// The media type of the formats models can look at, from their magic numbers.
+pub fn attachment_mime(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else if head.starts_with(b"%PDF-") {
+        Some("application/pdf")
+    } else {
+        None
+    }
+}
+
+async fn read_file(
+    ctx: &ToolContext,
+    path: &Path,
+    rel: &str,
+    offset: u64,
+    limit: u64,
+) -> ToolResult {
+    let client = &ctx.sandbox.client;
+    let first = client.read(path, 0, CHUNK).await?;
+    let stamp = first.stamp;
+
+    if let Some(mime) = attachment_mime(&first.data) {
+        if first.size > MAX_ATTACHMENT {
+            return Err(ToolError::Failed(format!(
+                "{} is {} bytes, over the {MAX_ATTACHMENT}-byte limit for attachments",
+                path.display(),
+                first.size
+            )));
+        }
+        let whole = client.read_all(path, MAX_ATTACHMENT).await?;
+        let kind = if mime == "application/pdf" {
+            "PDF"
+        } else {
+            "Image"
+        };
+        let data = base64::engine::general_purpose::STANDARD.encode(&whole.data);
+        return Ok(ToolOutput {
+            title: rel.to_string(),
+            output: format!("{kind} read successfully"),
+            metadata: crate::meta! { "preview" => format!("{kind} read successfully"), "truncated" => false },
+            attachments: vec![Attachment {
+                mime: mime.to_string(),
+                url: format!("data:{mime};base64,{data}"),
+                filename: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            }],
+        });
+    }
+    if looks_binary(path, &first.data) {
+        return Err(ToolError::Failed(format!(
+            "Cannot read binary file: {}",
+            path.display()
+        )));
+    }
+
+    let mut lines = LineCollector::new(offset, limit);
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = first;
+    let mut pos = 0u64;
+    loop {
+        pos += chunk.data.len() as u64;
+        let at_end = chunk.data.is_empty() || pos >= chunk.size;
+        pending.extend_from_slice(&chunk.data);
+        let mut start = 0;
+        while let Some(nl) = memchr(&pending[start..]) {
+            lines.push(&pending[start..start + nl]);
+            start += nl + 1;
+        }
+        pending.drain(..start);
+        if at_end || lines.capped_by_bytes {
+            break;
+        }
+        chunk = client.read(path, pos, CHUNK).await?;
+    }
+    if !pending.is_empty() && !lines.capped_by_bytes {
+        lines.push(&pending);
+    }
+    ctx.session.file_times.record(path, stamp);
+
+    let total = lines.total;
+    if total < offset && !(total == 0 && offset == 1) {
+        return Err(ToolError::Failed(format!(
+            "Offset {offset} is out of range for this file ({total} lines)"
+        )));
+    }
+    let shown = lines.kept.len() as u64;
+    let last = (offset + shown).saturating_sub(1);
+    let has_more = shown > 0 && last < total;
+    let (footer, truncated) = if lines.capped_by_bytes {
+        (
+            format!(
+                "(Output capped at 50 KB. Showing lines {offset}-{last}. Use offset={} to continue.)",
+                last + 1
+            ),
+            true,
+        )
+    } else if has_more {
+        (
+            format!(
+                "(Showing lines {offset}-{last} of {total}. Use offset={} to continue.)",
+                last + 1
+            ),
+            true,
+        )
+    } else {
+        (format!("(End of file - total {total} lines)"), false)
+    };
+    let numbered: Vec<String> = lines
+        .kept
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{}: {l}", offset + i as u64))
+        .collect();
+    let output = format!(
+        "<path>{}</path>\n<type>file</type>\n<content>\n{}\n\n{footer}\n</content>",
+        path.display(),
+        numbered.join("\n")
+    );
+    Ok(ToolOutput {
+        title: rel.to_string(),
+        output,
+        metadata: crate::meta! {
+            "preview" => lines.kept.iter().take(20).cloned().collect::<Vec<_>>().join("\n"),
+            "truncated" => truncated,
+        },
+        attachments: Vec::new(),
+    })
+}
+
+fn memchr(haystack: &[u8]) -> Option<usize> {
+    haystack.iter().position(|&b| b == b'\n')
+}
+
+/// Counts every line and keeps the requested window, cut at 2000 lines / 50 KiB.
+struct LineCollector {
+    offset: u64,
+    limit: u64,
+    total: u64,
+    kept: Vec<String>,
+    bytes: usize,
+    capped_by_bytes: bool,
+}
+
+impl LineCollector {
+    fn new(offset: u64, limit: u64) -> Self {
+        LineCollector {
+            offset,
+            limit,
+            total: 0,
+            kept: Vec::new(),
+            bytes: 0,
+            capped_by_bytes: false,
+        }
+    }
+
+    fn push(&mut self, raw: &[u8]) {
+        self.total += 1;
+        if self.total < self.offset || self.kept.len() as u64 >= self.limit || self.capped_by_bytes
+        {
+            return;
+        }
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let text = String::from_utf8_lossy(raw);
+        let line = match text.char_indices().nth(MAX_LINE_CHARS) {
+            Some((cut, _)) => format!(
+                "{}... (line truncated to {MAX_LINE_CHARS} chars)",
+                &text[..cut]
+            ),
+            None => text.into_owned(),
+        };
+        let cost = line.len() + usize::from(!self.kept.is_empty());
+        if self.bytes + cost > MAX_BYTES {
+            self.capped_by_bytes = true;
+            // The line that did not fit is not shown, so it does not count as read.
+            self.total -= 1;
+            return;
+        }
+        self.bytes += cost;
+        self.kept.push(line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_detection_by_extension_nul_and_control_ratio() {
+        assert!(looks_binary(Path::new("a.pyc"), b"text"));
+        assert!(looks_binary(Path::new("a.txt"), b"abc\0def"));
+        assert!(looks_binary(Path::new("a.txt"), &[1, 2, 3, b'a', 4, 5]));
+        assert!(!looks_binary(Path::new("a.txt"), b"plain\ttext\r\n"));
+        assert!(!looks_binary(Path::new("a.txt"), b""));
+        assert!(!looks_binary(
+            Path::new("a.txt"),
+            "héllo wörld ✓".as_bytes()
+        ));
+    }
+
+    #[test]
+    fn attachments_are_recognised_by_content() {
+        assert_eq!(attachment_mime(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
+        assert_eq!(attachment_mime(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
+        assert_eq!(attachment_mime(b"%PDF-1.7"), Some("application/pdf"));
+        assert_eq!(attachment_mime(b"<svg xmlns="), None);
+    }
+
+    #[test]
+    fn collector_cuts_long_lines_and_caps_bytes() {
+        let mut c = LineCollector::new(1, 10);
+        c.push("x".repeat(2500).as_bytes());
+        assert!(c.kept[0].ends_with("... (line truncated to 2000 chars)"));
+        assert_eq!(c.kept[0].chars().filter(|&ch| ch == 'x').count(), 2000);
+
+        let mut c = LineCollector::new(1, 100_000);
+        for _ in 0..100 {
+            c.push("y".repeat(1000).as_bytes());
+        }
+        assert!(c.capped_by_bytes);
+        assert_eq!(c.kept.len(), 51);
+        assert_eq!(c.total, 51);
+    }
+}

@@ -1,0 +1,200 @@
+//! The registry of tools and the one path every call takes through it:
+//! name lookup → argument parsing and validation → the tool (which asks the permission gate)
+//! → output truncation.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{Attachment, DynTool, ToolContext, ToolError, ToolOutput, truncate::Truncator};
+
+/// How a call ended, for exit codes and harnesses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok,
+    /// The tool ran but could not do what was asked (or the call was malformed).
+    Failed,
+    /// A rule denied the call or the asked party refused it.
+    Denied,
+    Cancelled,
+}
+
+/// The result of one call, as `runner tool call --json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallResult {
+    pub tool: String,
+    pub title: String,
+    pub output: String,
+    pub metadata: Map<String, Value>,
+    pub attachments: Vec<Attachment>,
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub outcome: Outcome,
+}
+
+#[derive(Clone)]
+pub struct Registry {
+    tools: Vec<Arc<dyn DynTool>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl Registry {
+    /// Every built-in tool, in the order models are shown them.
+    pub fn builtin() -> Self {
+        let tools: Vec<Arc<dyn DynTool>> = vec![
+            Arc::new(super::bash::BashTool),
+            Arc::new(super::read::ReadTool),
+            Arc::new(super::write::WriteTool),
+            // Arc::new(super::edit::EditTool),
+            // Arc::new(super::multiedit::MultiEditTool),
+            Arc::new(super::apply_patch::ApplyPatchTool),
+            Arc::new(super::glob::GlobTool),
+            Arc::new(super::grep::GrepTool),
+            Arc::new(super::list::ListTool),
+            Arc::new(super::invalid::InvalidTool),
+        ];
+        Registry { tools }
+    }
+
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn DynTool>> {
+        self.tools.iter()
+    }
+
+    /// Exact id first; a name that differs only in case is repaired, as OpenCode does.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool>> {
+        self.tools.iter().find(|t| t.id() == name).or_else(|| {
+            self.tools
+                .iter()
+                .find(|t| t.id().eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// A call whose arguments arrive as raw text from the model.
+    pub async fn call_raw(&self, name: &str, raw_args: &str, ctx: &ToolContext) -> CallResult {
+        let trimmed = raw_args.trim();
+        let parsed = if trimmed.is_empty() {
+            Ok(Value::Object(Map::new()))
+        } else {
+            serde_json::from_str::<Value>(trimmed)
+        };
+        match parsed {
+            Ok(args) => self.call(name, args, ctx).await,
+            Err(e) => {
+                self.call_invalid(
+                    name,
+                    format!("the arguments are not valid JSON ({e}); send a JSON object"),
+                    ctx,
+                )
+                .await
+            }
+        }
+    }
+
+    pub async fn call(&self, name: &str, args: Value, ctx: &ToolContext) -> CallResult {
+        let Some(tool) = self.get(name).cloned() else {
+            let available: Vec<&str> = self
+                .tools
+                .iter()
+                .map(|t| t.id())
+                .filter(|id| *id != "invalid")
+                .collect();
+            let error = format!(
+                "Unknown tool '{name}'. Available tools: {}",
+                available.join(", ")
+            );
+            return self.call_invalid(name, error, ctx).await;
+        };
+        if !args.is_object() {
+            let error = format!("the arguments must be a JSON object, got {args}");
+            return self.call_invalid(name, error, ctx).await;
+        }
+        let result = tool.call(args, ctx).await;
+        finish(tool.as_ref(), result, &ctx.truncator)
+    }
+
+    /// Routes a call that cannot run to the `invalid` tool, whose output explains the
+    /// problem to the model. The call still counts as failed.
+    async fn call_invalid(&self, name: &str, error: String, ctx: &ToolContext) -> CallResult {
+        let invalid = super::invalid::InvalidTool;
+        let args = serde_json::json!({ "tool": name, "error": error });
+        let mut result = finish(
+            &invalid,
+            DynTool::call(&invalid, args, ctx).await,
+            &ctx.truncator,
+        );
+        result.error = Some(result.output.clone());
+        result.outcome = Outcome::Failed;
+        result
+    }
+}
+
+fn finish(
+    tool: &dyn DynTool,
+    result: Result<ToolOutput, ToolError>,
+    truncator: &Truncator,
+) -> CallResult {
+    let id = tool.id().to_string();
+    match result {
+        Ok(mut out) => {
+            // Tools that cut their own output (read, grep, …) say so in `truncated`.
+            if !out.metadata.contains_key("truncated") {
+                match truncator.truncate(&out.output, tool.truncation()) {
+                    Ok(t) => {
+                        out.output = t.content;
+                        out.metadata
+                            .insert("truncated".into(), Value::Bool(t.output_path.is_some()));
+                        if let Some(path) = t.output_path {
+                            out.metadata.insert(
+                                "outputPath".into(),
+                                Value::String(path.to_string_lossy().into_owned()),
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        // Better a long answer than a lost one: keep the output whole.
+                        out.metadata.insert("truncated".into(), Value::Bool(false));
+                        out.metadata.insert(
+                            "truncationError".into(),
+                            Value::String(format!(
+                                "cannot save the full output to {}: {e}",
+                                truncator.dir().display()
+                            )),
+                        );
+                    }
+                }
+            }
+            CallResult {
+                tool: id,
+                title: out.title,
+                output: out.output,
+                metadata: out.metadata,
+                attachments: out.attachments,
+                error: None,
+                outcome: Outcome::Ok,
+            }
+        }
+        Err(e) => {
+            let outcome = match &e {
+                ToolError::Permission(_) => Outcome::Denied,
+                ToolError::Cancelled => Outcome::Cancelled,
+                _ => Outcome::Failed,
+            };
+            CallResult {
+                tool: id,
+                title: String::new(),
+                output: String::new(),
+                metadata: Map::new(),
+                attachments: Vec::new(),
+                error: Some(e.to_string()),
+                outcome,
+            }
+        }
+    }
+}

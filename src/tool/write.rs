@@ -1,0 +1,104 @@
+//! `write`: replace a file's whole content, atomically, only over the version the model read.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
+use crate::permission::PermissionRequest;
+use crate::sandbox::SandboxError;
+use crate::sandbox::api::{ErrorKind, FileKind, WritePrecondition};
+
+/// Existing files bigger than this are not loaded for the diff; they can still be replaced.
+const DIFF_LIMIT: u64 = 8 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteParams {
+    /// The absolute path to the file to write (must be absolute, not relative)
+    pub file_path: String,
+    /// The content to write to the file
+    pub content: String,
+}
+
+pub struct WriteTool;
+
+impl Tool for WriteTool {
+    type Params = WriteParams;
+
+    fn id(&self) -> &'static str {
+        "write"
+    }
+
+    fn description(&self) -> &'static str {
+        include_str!("write.txt")
+    }
+
+    async fn execute(&self, params: WriteParams, ctx: &ToolContext) -> ToolResult {
+        let path = ctx.resolve(&params.file_path)?;
+        ctx.ask_external(&path, false).await?;
+        let _guard = ctx.session.lock_file(&path).await;
+        let client = &ctx.sandbox.client;
+
+        let existing = match client.stat(&path).await {
+            Ok(stat) => Some(stat),
+            Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        let (before, precondition) = match &existing {
+            Some(stat) if stat.kind == FileKind::Dir => {
+                return Err(ToolError::Failed(format!(
+                    "Path is a directory, not a file: {}",
+                    path.display()
+                )));
+            }
+            Some(stat) => {
+                ctx.session
+                    .file_times
+                    .check(&path, stat.stamp)
+                    .map_err(ToolError::Failed)?;
+                let before = if stat.stamp.size <= DIFF_LIMIT {
+                    let old = client.read_all(&path, DIFF_LIMIT).await?;
+                    String::from_utf8_lossy(&old.data).into_owned()
+                } else {
+                    String::new()
+                };
+                (before, WritePrecondition::Unchanged(stat.stamp))
+            }
+            None => (String::new(), WritePrecondition::Absent),
+        };
+
+        let rel = ctx.relative(&path);
+        let patch = diff::unified(&rel, &before, &params.content);
+        ctx.ask(
+            PermissionRequest::new("edit", vec![rel.clone()], vec!["*".into()])
+                .with_metadata(serde_json::json!({ "filepath": path, "diff": patch })),
+        )
+        .await?;
+
+        let written = client
+            .write(&path, params.content.into_bytes(), Some(precondition))
+            .await
+            .map_err(|e| match e {
+                SandboxError::Api(api)
+                    if matches!(api.kind, ErrorKind::Stale | ErrorKind::AlreadyExists) =>
+                {
+                    ToolError::Failed(format!(
+                        "{} changed while this call was running. Read it again, then retry.",
+                        path.display()
+                    ))
+                }
+                other => other.into(),
+            })?;
+        ctx.session.file_times.record(&path, written.stamp);
+        Ok(ToolOutput {
+            title: rel,
+            output: "Wrote file successfully.".into(),
+            metadata: crate::meta! {
+                "filepath" => path,
+                "exists" => existing.is_some(),
+                "diff" => patch,
+            },
+            attachments: Vec::new(),
+        })
+    }
+}
