@@ -12,12 +12,12 @@ pub mod truncate;
 
 mod apply_patch;
 mod bash;
-// mod edit;
+pub mod edit;
 mod glob;
 mod grep;
 mod invalid;
 mod list;
-// mod multiedit;
+mod multiedit;
 pub mod patch;
 mod read;
 mod write;

@@ -361,6 +361,9 @@ impl LineCollector {
     }
 
     fn push(&mut self, raw: &[u8]) {
+        if self.capped_by_bytes {
+            return;
+        }
         self.total += 1;
         if self.total < self.offset || self.kept.len() as u64 >= self.limit || self.capped_by_bytes
         {

@@ -1,0 +1,210 @@
+//! `edit`: replace a string in a file, finding it even when the model's copy differs in
+//! whitespace, indentation or escaping (OpenCode's cascade of replacers), but never
+//! replacing text that is not recognisably the block the model meant.
+//!
+//! The core ([`edit_file`]) is shared with `multiedit`: all edits are applied to the text in
+//! memory and the file is written once, atomically, only over the version the model read.
+
+pub mod replace;
+pub mod replacers;
+pub mod text;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
+use crate::permission::PermissionRequest;
+use crate::sandbox::SandboxError;
+use crate::sandbox::api::{ErrorKind, FileKind, WritePrecondition};
+use replace::ReplaceError;
+
+/// Files bigger than this are not edited in memory; use bash tools on them.
+const MAX_FILE: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EditParams {
+    /// The absolute path to the file to modify
+    pub file_path: String,
+    /// The text to replace
+    pub old_string: String,
+    /// The text to replace it with (must be different from oldString)
+    pub new_string: String,
+    /// Replace all occurrences of oldString (default false)
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+}
+
+pub struct EditTool;
+
+impl Tool for EditTool {
+    type Params = EditParams;
+
+    fn id(&self) -> &'static str {
+        "edit"
+    }
+
+    fn description(&self) -> &'static str {
+        include_str!("edit.txt")
+    }
+
+    async fn execute(&self, params: EditParams, ctx: &ToolContext) -> ToolResult {
+        let edit = Edit {
+            old: params.old_string,
+            new: params.new_string,
+            replace_all: params.replace_all.unwrap_or(false),
+        };
+        edit_file(ctx, &params.file_path, std::slice::from_ref(&edit)).await
+    }
+}
+
+/// One replacement, as `edit` and each entry of `multiedit` describe it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Edit {
+    /// The text to replace
+    #[serde(rename = "oldString")]
+    pub old: String,
+    /// The text to replace it with (must be different from oldString)
+    #[serde(rename = "newString")]
+    pub new: String,
+    /// Replace all occurrences of oldString (default false)
+    #[serde(default, rename = "replaceAll")]
+    pub replace_all: bool,
+}
+
+/// Applies `edits` in order to one file and writes it once. If any edit fails, the file is
+/// not touched and the error names the edit.
+pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> ToolResult {
+    let numbered = |i: usize, msg: String| {
+        if edits.len() > 1 {
+            format!("Edit {} of {}: {msg}", i + 1, edits.len())
+        } else {
+            msg
+        }
+    };
+    // Checked before touching the file, as OpenCode does, so the model learns at once.
+    for (i, e) in edits.iter().enumerate() {
+        if e.old == e.new {
+            return Err(ToolError::Failed(numbered(
+                i,
+                ReplaceError::Identical.to_string(),
+            )));
+        }
+    }
+    let path = ctx.resolve(file_path)?;
+    ctx.ask_external(&path, false).await?;
+    let _guard = ctx.session.lock_file(&path).await;
+    let client = &ctx.sandbox.client;
+
+    let stat = match client.stat(&path).await {
+        Ok(s) => Some(s),
+        Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    let (original, precondition) = match &stat {
+        Some(s) if s.kind == FileKind::Dir => {
+            return Err(ToolError::Failed(format!(
+                "Path is a directory, not a file: {}",
+                path.display()
+            )));
+        }
+        Some(s) => {
+            ctx.session
+                .file_times
+                .check(&path, s.stamp)
+                .map_err(ToolError::Failed)?;
+            let read = client.read_all(&path, MAX_FILE).await?;
+            if read.stamp != s.stamp {
+                return Err(ToolError::Failed(format!(
+                    "File {} changed while it was being edited. Read it again, then retry.",
+                    path.display()
+                )));
+            }
+            let text = String::from_utf8(read.data).map_err(|_| {
+                ToolError::Failed(format!(
+                    "{} is not UTF-8 text; edit works on text files. Use bash to change binary files.",
+                    path.display()
+                ))
+            })?;
+            (Some(text), WritePrecondition::Unchanged(s.stamp))
+        }
+        None => (None, WritePrecondition::Absent),
+    };
+
+    let (had_bom, body) = match &original {
+        Some(text) => {
+            let (bom, rest) = text::split_bom(text);
+            (bom, rest.to_string())
+        }
+        None => (false, String::new()),
+    };
+    let ending = text::detect_line_ending(&body);
+    let mut current = body.clone();
+    for (i, e) in edits.iter().enumerate() {
+        let old = text::convert_line_endings(&e.old, ending);
+        let new = text::convert_line_endings(&e.new, ending);
+        if old.is_empty() {
+            // An empty oldString creates the file; on an existing file with content it would
+            // silently discard that content, so it is refused.
+            if !current.is_empty() {
+                return Err(ToolError::Failed(numbered(
+                    i,
+                    ReplaceError::EmptyOld.to_string(),
+                )));
+            }
+            current = new;
+            continue;
+        }
+        if original.is_none() && i == 0 {
+            return Err(ToolError::Failed(format!(
+                "File {} not found",
+                path.display()
+            )));
+        }
+        current = replace::replace(&current, &old, &new, e.replace_all)
+            .map_err(|err| ToolError::Failed(numbered(i, err.to_string())))?;
+    }
+
+    let rel = ctx.relative(&path);
+    let patch = text::trim_diff(&diff::unified(&rel, &body, &current));
+    let (additions, deletions) = diff::count_changes(&body, &current);
+    ctx.ask(
+        PermissionRequest::new("edit", vec![rel.clone()], vec!["*".into()])
+            .with_metadata(serde_json::json!({ "filepath": path, "diff": patch })),
+    )
+    .await?;
+
+    let mut bytes = Vec::with_capacity(current.len() + 3);
+    if had_bom {
+        bytes.extend_from_slice("\u{feff}".as_bytes());
+    }
+    bytes.extend_from_slice(current.as_bytes());
+    let written = client
+        .write(&path, bytes, Some(precondition))
+        .await
+        .map_err(|e| match e {
+            SandboxError::Api(api)
+                if matches!(api.kind, ErrorKind::Stale | ErrorKind::AlreadyExists) =>
+            {
+                ToolError::Failed(format!(
+                    "File {} changed while it was being edited. Read it again, then retry.",
+                    path.display()
+                ))
+            }
+            other => other.into(),
+        })?;
+    ctx.session.file_times.record(&path, written.stamp);
+
+    Ok(ToolOutput {
+        title: rel.clone(),
+        output: "Edit applied successfully.".into(),
+        metadata: crate::meta! {
+            "diff" => patch,
+            "filediff" => serde_json::json!({ "file": path, "additions": additions, "deletions": deletions }),
+            "additions" => additions,
+            "deletions" => deletions,
+        },
+        attachments: Vec::new(),
+    })
+}

@@ -1,0 +1,292 @@
+//! Shared fixture for the integration tests: a temporary worktree (plus a directory outside
+//! it, and the directory truncated outputs are saved to), a [`ToolContext`] wired to a real
+//! sandbox server (in-process thread or child process, same wire protocol), a recording
+//! permission gate, and insta settings that hide the temporary paths.
+//!
+//! Each test binary compiles this module separately and uses only part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use runner::permission::{AskPolicy, PermissionRequest, PolicyGate};
+use runner::tool::registry::Outcome;
+use runner::tool::truncate::Truncator;
+use runner::tool::{CallResult, Registry, Session, ToolContext};
+use serde_json::Value;
+
+/// Where the sandbox server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A thread of the test process (`local::in_process`).
+    InProcess,
+    /// The real `runner sandbox-server` binary as a child (`local::spawn_child`).
+    Child,
+}
+
+/// How a fixture is set up; `Options::default()` is in-process, a strict session (read
+/// before write) and a gate that allows everything.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub backend: Backend,
+    /// `Session::single_call` instead of `Session::new`: files count as read at the start.
+    pub single_call: bool,
+    pub policy: AskPolicy,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            backend: Backend::InProcess,
+            single_call: false,
+            policy: AskPolicy::Allow,
+        }
+    }
+}
+
+/// Layout under one temp dir: `wt/` (the worktree), `outside/` (a sibling the tools must
+/// not reach), `out/` (saved full outputs, mounted read-only in the sandbox like the CLI
+/// does).
+pub struct Fixture {
+    pub tmp: tempfile::TempDir,
+    pub wt: PathBuf,
+    pub outside: PathBuf,
+    pub out: PathBuf,
+    pub gate: Arc<PolicyGate>,
+    pub ctx: ToolContext,
+    pub registry: Registry,
+}
+
+pub async fn fixture() -> Fixture {
+    fixture_with(Options::default()).await
+}
+
+pub async fn fixture_with(opts: Options) -> Fixture {
+    let tmp = tempfile::Builder::new()
+        .prefix("runner-test-")
+        .tempdir()
+        .expect("temp dir");
+    // The canonical form, so that the worktree the sandbox reports and the one the tests
+    // build paths from are the same string.
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical temp dir");
+    let wt = base.join("wt");
+    let outside = base.join("outside");
+    let out = base.join("out");
+    for d in [&wt, &outside, &out] {
+        std::fs::create_dir_all(d).expect("fixture dirs");
+    }
+    let read_only = [out.clone()];
+    let sandbox = match opts.backend {
+        Backend::InProcess => runner::sandbox::local::in_process(&wt, &read_only).await,
+        Backend::Child => {
+            runner::sandbox::local::spawn_child(
+                Path::new(env!("CARGO_BIN_EXE_runner")),
+                &wt,
+                &read_only,
+            )
+            .await
+        }
+    }
+    .expect("sandbox starts");
+    let session = if opts.single_call {
+        Session::single_call("t")
+    } else {
+        Session::new("t")
+    };
+    let gate = Arc::new(PolicyGate::new(opts.policy));
+    let ctx = ToolContext::new(
+        Arc::new(sandbox),
+        Arc::new(session),
+        gate.clone(),
+        Arc::new(Truncator::new(out.clone())),
+    );
+    Fixture {
+        tmp,
+        wt,
+        outside,
+        out,
+        gate,
+        ctx,
+        registry: Registry::builtin(),
+    }
+}
+
+impl Fixture {
+    /// Runs one call through the registry (validation → tool → truncation).
+    pub async fn call(&self, tool: &str, args: Value) -> CallResult {
+        self.registry.call(tool, args, &self.ctx).await
+    }
+
+    /// Runs one call whose arguments are raw model text.
+    pub async fn call_raw(&self, tool: &str, raw: &str) -> CallResult {
+        self.registry.call_raw(tool, raw, &self.ctx).await
+    }
+
+    /// A call that must succeed; returns its result.
+    pub async fn ok(&self, tool: &str, args: Value) -> CallResult {
+        let r = self.call(tool, args.clone()).await;
+        assert_eq!(
+            r.outcome,
+            Outcome::Ok,
+            "{tool} {args} should succeed, got error {:?}",
+            r.error
+        );
+        assert!(r.error.is_none());
+        r
+    }
+
+    /// A call that must fail (not be denied); returns its error text.
+    pub async fn err(&self, tool: &str, args: Value) -> String {
+        let r = self.call(tool, args.clone()).await;
+        assert_eq!(
+            r.outcome,
+            Outcome::Failed,
+            "{tool} {args} should fail, got output {:?}",
+            r.output
+        );
+        r.error.expect("a failed call carries an error")
+    }
+
+    /// Absolute path of a worktree-relative path.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.wt.join(rel)
+    }
+
+    /// `path(rel)` as a string, for tool arguments.
+    pub fn abs(&self, rel: &str) -> String {
+        self.path(rel).to_string_lossy().into_owned()
+    }
+
+    /// Writes a worktree file, creating its parents.
+    pub fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        write_file(&self.path(rel), content.as_ref())
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).expect("worktree file")
+    }
+
+    /// Every permission ask so far, as (permission, patterns, always).
+    pub fn asks(&self) -> Vec<(String, Vec<String>, Vec<String>)> {
+        self.gate.asked().into_iter().map(ask_tuple).collect()
+    }
+
+    pub fn raw_asks(&self) -> Vec<PermissionRequest> {
+        self.gate.asked()
+    }
+
+    /// insta settings whose filters replace the worktree path with `[WT]`, saved outputs
+    /// with `[OUT]` and the rest of the temp dir with `[TMP]`. Bind them with
+    /// `let _s = f.insta().bind_to_scope();` before asserting snapshots.
+    pub fn insta(&self) -> insta::Settings {
+        let mut s = insta::Settings::clone_current();
+        for (re, replacement) in path_filters(&self.wt, &self.out) {
+            s.add_filter(&re, replacement);
+        }
+        s
+    }
+}
+
+pub fn ask_tuple(r: PermissionRequest) -> (String, Vec<String>, Vec<String>) {
+    (r.permission, r.patterns, r.always)
+}
+
+/// Builds an expected ask tuple from string slices.
+pub fn ask(
+    permission: &str,
+    patterns: &[&str],
+    always: &[&str],
+) -> (String, Vec<String>, Vec<String>) {
+    (
+        permission.to_string(),
+        patterns.iter().map(|s| s.to_string()).collect(),
+        always.iter().map(|s| s.to_string()).collect(),
+    )
+}
+
+pub fn write_file(path: &Path, content: &[u8]) -> PathBuf {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("parent dirs");
+    }
+    std::fs::write(path, content).expect("write file");
+    path.to_path_buf()
+}
+
+/// Regex filters (pattern, replacement), most specific first: a saved output file becomes
+/// `[OUT]`, the output dir `[OUT_DIR]`, the worktree `[WT]`, and the temp dir holding them
+/// `[TMP]`.
+pub fn path_filters(wt: &Path, out: &Path) -> Vec<(String, &'static str)> {
+    let base = wt.parent().expect("worktree has a parent");
+    vec![
+        (
+            format!("{}/tool_[0-9]+_[0-9]+_[0-9]+", regex_escape(out)),
+            "[OUT]",
+        ),
+        (regex_escape(out), "[OUT_DIR]"),
+        (regex_escape(wt), "[WT]"),
+        (regex_escape(base), "[TMP]"),
+    ]
+}
+
+/// Applies [`path_filters`] to a string, for assertions outside insta.
+pub fn redact(text: &str, wt: &Path, out: &Path) -> String {
+    let mut s = text.to_string();
+    let out_s = out.to_string_lossy();
+    // Saved output file names carry a timestamp and pid; replace them by hand here.
+    while let Some(i) = s.find(&format!("{out_s}/tool_")) {
+        let rest = &s[i + out_s.len() + "/tool_".len()..];
+        let len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+            .unwrap_or(rest.len());
+        s.replace_range(i..i + out_s.len() + "/tool_".len() + len, "[OUT]");
+    }
+    s = s.replace(&*out_s, "[OUT_DIR]");
+    s = s.replace(&*wt.to_string_lossy(), "[WT]");
+    if let Some(base) = wt.parent() {
+        s = s.replace(&*base.to_string_lossy(), "[TMP]");
+    }
+    s
+}
+
+fn regex_escape(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Every regular file under `root`, as (relative path with `/`, bytes), sorted. Symlinks
+/// are reported as `-> target` so that a test notices one appearing.
+pub fn snapshot_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    if root.exists() {
+        walk(root, root, &mut out);
+    }
+    out.sort();
+    out
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).expect("read_dir") {
+        let entry = entry.expect("dir entry");
+        let path = entry.path();
+        let ft = entry.file_type().expect("file type");
+        let rel = path
+            .strip_prefix(root)
+            .expect("under root")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if ft.is_symlink() {
+            let target = std::fs::read_link(&path).expect("read_link");
+            out.push((rel, format!("-> {}", target.display()).into_bytes()));
+        } else if ft.is_dir() {
+            walk(root, &path, out);
+        } else {
+            out.push((rel, std::fs::read(&path).expect("read file")));
+        }
+    }
+}
