@@ -395,3 +395,43 @@ async fn inner_links_write_to_their_target() {
     })
     .await;
 }
+
+/// Not a symlink, but the same wall: `..` out of the worktree is outside, and the
+/// read-only root holding saved outputs cannot be written even though it can be read.
+#[tokio::test]
+async fn dotdot_paths_and_the_read_only_root_are_refused() {
+    each_backend(|f, before| async move {
+        for t in ["../outside/secret.txt", "sub/../../outside/new.txt"] {
+            let r = f.call("read", json!({ "filePath": t })).await;
+            assert_refused(&f, &r, &before, &format!("read {t}"));
+            let r = f
+                .call("write", json!({ "filePath": t, "content": "pwned" }))
+                .await;
+            assert_refused(&f, &r, &before, &format!("write {t}"));
+            let r = f
+                .call("apply_patch", patch(&format!("*** Add File: {t}\n+pwned")))
+                .await;
+            assert_refused(&f, &r, &before, &format!("add {t}"));
+        }
+        let saved = f.out.join("tool_1_1_1");
+        std::fs::write(&saved, "saved output\n").unwrap();
+        let r = f
+            .ok("read", json!({ "filePath": saved.to_string_lossy() }))
+            .await;
+        assert!(r.output.contains("1: saved output"), "{}", r.output);
+        let r = f
+            .call(
+                "write",
+                json!({ "filePath": saved.to_string_lossy(), "content": "tampered" }),
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Failed);
+        assert!(
+            r.error.as_deref().unwrap().contains("read-only"),
+            "{:?}",
+            r.error
+        );
+        assert_eq!(std::fs::read_to_string(&saved).unwrap(), "saved output\n");
+    })
+    .await;
+}

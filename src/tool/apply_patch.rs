@@ -60,9 +60,9 @@ impl Tool for ApplyPatchTool {
             for p in std::iter::once(path).chain(move_path) {
                 let resolved = ctx.resolve(p)?;
                 ctx.ask_external(&resolved, false).await?;
-                if !before.contains_key(&resolved) {
-                    let state = read_before(ctx, &resolved).await?;
-                    before.insert(resolved, state);
+                if let std::collections::hash_map::Entry::Vacant(slot) = before.entry(resolved) {
+                    let state = read_before(ctx, slot.key()).await?;
+                    slot.insert(state);
                 }
             }
         }
