@@ -112,6 +112,57 @@ async fn read_caps_output_at_50_kb() {
     insta::assert_snapshot!("read_50kb_cap", r.output);
 }
 
+/// Files bigger than the 1 MiB read chunk: line numbers and totals stay exact across
+/// chunk boundaries, including a line and a multi-byte character that straddle one.
+#[tokio::test]
+async fn read_large_file_across_chunks() {
+    let f = fixture().await;
+    let mut text = String::new();
+    let mut n = 0;
+    while text.len() < 1024 * 1024 - 200 {
+        n += 1;
+        text.push_str(&format!("line {n}\n"));
+    }
+    // Pad so that "é" (2 bytes) starts one byte before the 1 MiB boundary.
+    let pad = 1024 * 1024 - 1 - text.len() - "straddle ".len();
+    n += 1;
+    text.push_str(&format!("straddle {}é end\n", "-".repeat(pad)));
+    assert_eq!(text.as_bytes()[1024 * 1024 - 1], "é".as_bytes()[0]);
+    let straddle_line = n;
+    while n < 150_000 {
+        n += 1;
+        text.push_str(&format!("line {n}\n"));
+    }
+    f.write("big.log", &text);
+
+    let r = f
+        .ok(
+            "read",
+            json!({ "filePath": "big.log", "offset": straddle_line, "limit": 2 }),
+        )
+        .await;
+    assert!(
+        r.output.contains(&format!("{straddle_line}: straddle ")),
+        "{}",
+        &r.output[..200.min(r.output.len())]
+    );
+    assert!(r.output.contains("é end\n"), "the character was split");
+    assert!(r.output.contains(&format!(
+        "(Showing lines {straddle_line}-{} of 150000. Use offset={} to continue.)",
+        straddle_line + 1,
+        straddle_line + 2
+    )));
+
+    let r = f
+        .ok("read", json!({ "filePath": "big.log", "offset": 149_999 }))
+        .await;
+    assert!(
+        r.output
+            .contains("149999: line 149999\n150000: line 150000\n")
+    );
+    assert!(r.output.contains("(End of file - total 150000 lines)"));
+}
+
 /// A directory lists its entries sorted case-insensitively, sub-directories with a `/`.
 #[tokio::test]
 async fn read_directory_lists_entries() {
@@ -302,6 +353,32 @@ async fn bash_timeout_is_reported() {
     assert_eq!(r.metadata["timedOut"], json!(true));
 }
 
+/// Cancelling the call kills the command at once; the output so far is kept and the
+/// model is told the user aborted it.
+#[tokio::test]
+async fn bash_cancel_kills_the_command() {
+    let f = fixture().await;
+    let cancel = f.ctx.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancel.cancel();
+    });
+    let started = std::time::Instant::now();
+    let r = f
+        .ok(
+            "bash",
+            json!({ "command": "echo before; sleep 30; echo after", "description": "Wait" }),
+        )
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(10), "not killed");
+    assert_eq!(
+        r.output,
+        "before\n\n\n<bash_metadata>\nUser aborted the command\n</bash_metadata>"
+    );
+    assert_eq!(r.metadata["cancelled"], json!(true));
+    assert_eq!(r.metadata["exit"], Value::Null);
+}
+
 /// Long output keeps its tail (where errors are) and the full text is saved to
 /// `outputPath`, which the read tool can then open (it asks `external_directory` for it).
 #[tokio::test]
@@ -385,6 +462,22 @@ async fn glob_truncates_at_100() {
     insta::assert_snapshot!("glob_truncated_footer", footer.join("\n"));
 }
 
+/// Exactly 100 matches is not a truncated result.
+#[tokio::test]
+async fn glob_exactly_100_is_not_truncated() {
+    let f = fixture().await;
+    for i in 0..100 {
+        f.write(&format!("many/f{i:03}.txt"), "x");
+    }
+    let r = f
+        .ok("glob", json!({ "pattern": "*.txt", "path": "many" }))
+        .await;
+    assert_eq!(r.output.lines().count(), 100);
+    assert!(!r.output.contains("truncated"));
+    assert_eq!(r.metadata["truncated"], json!(false));
+    assert_eq!(r.metadata["count"], json!(100));
+}
+
 // ---------------------------------------------------------------------------------------
 // grep
 // ---------------------------------------------------------------------------------------
@@ -431,6 +524,26 @@ async fn grep_no_match_and_invalid_regex() {
     let err = f.err("grep", json!({ "pattern": "fn new(" })).await;
     let _s = f.insta().bind_to_scope();
     insta::assert_snapshot!("grep_invalid_regex", err);
+}
+
+/// Past 100 matches the header and footer say how many were hidden; exactly 100 is whole.
+#[tokio::test]
+async fn grep_truncates_at_100_matches() {
+    let f = fixture().await;
+    f.write("hits.txt", "hit\n".repeat(105));
+    let r = f.ok("grep", json!({ "pattern": "hit" })).await;
+    assert_eq!(r.output.matches("  Line ").count(), 100);
+    assert_eq!(r.metadata["matches"], json!(105));
+    assert_eq!(r.metadata["truncated"], json!(true));
+    let lines: Vec<&str> = r.output.lines().collect();
+    let ends = format!("{}\n...\n{}", lines[0], lines[lines.len() - 1]);
+    insta::assert_snapshot!("grep_truncated_header_footer", ends);
+
+    f.write("hits.txt", "hit\n".repeat(100));
+    let r = f.ok("grep", json!({ "pattern": "hit" })).await;
+    assert_eq!(r.output.lines().next(), Some("Found 100 matches"));
+    assert!(!r.output.contains("truncated"));
+    assert_eq!(r.metadata["truncated"], json!(false));
 }
 
 // ---------------------------------------------------------------------------------------

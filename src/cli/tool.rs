@@ -218,9 +218,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
                     "line {}: expected a JSON object {{\"tool\": …, \"args\": {{…}}}}",
                     n + 1
                 );
-                registry
-                    .call("invalid", json!({ "tool": "", "error": error }), &ctx)
-                    .await
+                registry.call_invalid("", error, &ctx).await
             }
         };
         println!("{}", serde_json::to_string(&result).unwrap_or_default());

@@ -59,7 +59,11 @@ impl Tool for ReadTool {
         let stat = match ctx.sandbox.client.stat(&path).await {
             Ok(s) => Some(s),
             Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // Outside the worktree the rules get their say before the sandbox refuses.
+                ctx.ask_external(&path, false).await?;
+                return Err(e.into());
+            }
         };
         let is_dir = stat.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
         ctx.ask_external(&path, is_dir).await?;

@@ -121,7 +121,7 @@ impl Registry {
 
     /// Routes a call that cannot run to the `invalid` tool, whose output explains the
     /// problem to the model. The call still counts as failed.
-    async fn call_invalid(&self, name: &str, error: String, ctx: &ToolContext) -> CallResult {
+    pub async fn call_invalid(&self, name: &str, error: String, ctx: &ToolContext) -> CallResult {
         let invalid = super::invalid::InvalidTool;
         let args = serde_json::json!({ "tool": name, "error": error });
         let mut result = finish(

@@ -228,26 +228,6 @@ pub fn path_filters(wt: &Path, out: &Path) -> Vec<(String, &'static str)> {
     ]
 }
 
-/// Applies [`path_filters`] to a string, for assertions outside insta.
-pub fn redact(text: &str, wt: &Path, out: &Path) -> String {
-    let mut s = text.to_string();
-    let out_s = out.to_string_lossy();
-    // Saved output file names carry a timestamp and pid; replace them by hand here.
-    while let Some(i) = s.find(&format!("{out_s}/tool_")) {
-        let rest = &s[i + out_s.len() + "/tool_".len()..];
-        let len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '_'))
-            .unwrap_or(rest.len());
-        s.replace_range(i..i + out_s.len() + "/tool_".len() + len, "[OUT]");
-    }
-    s = s.replace(&*out_s, "[OUT_DIR]");
-    s = s.replace(&*wt.to_string_lossy(), "[WT]");
-    if let Some(base) = wt.parent() {
-        s = s.replace(&*base.to_string_lossy(), "[TMP]");
-    }
-    s
-}
-
 fn regex_escape(path: &Path) -> String {
     let mut out = String::new();
     for c in path.to_string_lossy().chars() {

@@ -92,26 +92,36 @@ fn handle(
         }
         Request::Remove { path } => files::remove(roots, &path).map(|()| Response::Done),
         Request::Rename { from, to } => files::rename(roots, &from, &to).map(|()| Response::Done),
-        Request::Glob(req) => search_root(roots, &req.root)
+        Request::Glob(req) => search_root(roots, &req.root, true)
             .and_then(|root| search::glob(&root, &req.pattern, req.limit).map_err(search_error))
             .map(Response::Glob),
-        Request::Grep(req) => search_root(roots, &req.root)
+        Request::Grep(req) => search_root(roots, &req.root, false)
             .and_then(|root| {
                 search::grep(&root, &req.pattern, req.include.as_deref(), req.limit)
                     .map_err(search_error)
             })
             .map(Response::Grep),
-        Request::Tree(req) => search_root(roots, &req.root)
+        Request::Tree(req) => search_root(roots, &req.root, true)
             .and_then(|root| search::list(&root, &req.ignore, req.limit).map_err(search_error))
             .map(Response::Tree),
     };
     Some(result.unwrap_or_else(Response::Error))
 }
 
-/// Searches start from the directory's real path: the walker never follows links, so once
-/// the start is known to be beneath a root, everything it visits is too.
-fn search_root(roots: &Roots, path: &std::path::Path) -> Result<std::path::PathBuf, ApiError> {
-    let (fd, _) = roots.open(path, OFlags::PATH | OFlags::DIRECTORY)?;
+/// Searches start from the real path of their start: the walker never follows links, so
+/// once the start is known to be beneath a root, everything it visits is too. grep may
+/// start at a single file.
+fn search_root(
+    roots: &Roots,
+    path: &std::path::Path,
+    dir_only: bool,
+) -> Result<std::path::PathBuf, ApiError> {
+    let flags = if dir_only {
+        OFlags::PATH | OFlags::DIRECTORY
+    } else {
+        OFlags::PATH
+    };
+    let (fd, _) = roots.open(path, flags)?;
     roots.path_of(&fd)
 }
 

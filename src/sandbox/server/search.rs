@@ -209,7 +209,7 @@ pub fn grep(
             pattern: regex.to_owned(),
             message: e.to_string(),
         })?;
-    check_root(root)?;
+    check_root_or_file(root)?;
 
     let mut walker = walk_builder(root);
     if let Some(include) = include {
@@ -330,6 +330,14 @@ pub fn list(
 // ---------------------------------------------------------------------------
 // Shared helpers
 // ---------------------------------------------------------------------------
+
+/// grep, like rg, also searches a single file given as its path.
+fn check_root_or_file(root: &Path) -> Result<(), SearchError> {
+    match std::fs::metadata(root) {
+        Ok(md) if md.is_file() => Ok(()),
+        _ => check_root(root),
+    }
+}
 
 /// Distinguishes "no such path" from "not a directory" up front so the model
 /// gets an actionable error instead of an empty result.
@@ -872,6 +880,18 @@ mod tests {
         assert!(out.truncated);
     }
 
+    fn regex_escape(s: &str) -> String {
+        s.chars()
+            .flat_map(|c| {
+                if c.is_alphanumeric() {
+                    vec![c]
+                } else {
+                    vec!['\\', c]
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn glob_invalid_pattern_and_bad_roots() {
         let dir = repo();
@@ -886,9 +906,20 @@ mod tests {
         assert!(err.to_string().contains("does not exist"));
 
         let file = root.join("visible.txt");
-        let err = grep(&file, "x", None, 10).unwrap_err();
-        assert_eq!(err, SearchError::NotADirectory(file));
+        let err = glob(&file, "*", 10).unwrap_err();
+        assert_eq!(err, SearchError::NotADirectory(file.clone()));
         assert!(err.to_string().contains("must be a directory"));
+
+        // grep, like rg, searches a single file given as its path, and only that file.
+        let text = std::fs::read_to_string(&file).unwrap();
+        let word = text.split_whitespace().next().unwrap();
+        let out = grep(&file, &regex_escape(word), None, 100).unwrap();
+        assert!(out.total_matches > 0);
+        assert!(
+            out.matches.iter().all(|m| m.path == file),
+            "{:?}",
+            out.matches
+        );
     }
 
     #[test]

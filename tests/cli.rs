@@ -1,0 +1,499 @@
+//! The `runner tool …` command line, run as the real binary: what harnesses and humans
+//! script against. Exit codes, the `--json` shape, the tool schemas, sessions in scripts
+//! (read-before-write), and that the bash tool does not inherit the runner's secrets.
+//!
+//! `XDG_DATA_HOME` points into the test's temp dir so saved outputs never land in the
+//! real home directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+struct Cli {
+    _tmp: tempfile::TempDir,
+    wt: PathBuf,
+    data: PathBuf,
+}
+
+impl Cli {
+    fn new() -> Cli {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let wt = base.join("wt");
+        let data = base.join("data");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        Cli {
+            _tmp: tmp,
+            wt,
+            data,
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
+        c.current_dir(&self.wt).env("XDG_DATA_HOME", &self.data);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("runner runs")
+    }
+
+    /// `tool call NAME ARGS --root WT [extra…]`.
+    fn call(&self, name: &str, args: Value, extra: &[&str]) -> Output {
+        let args = args.to_string();
+        let root = self.wt.to_string_lossy().into_owned();
+        let mut argv = vec!["tool", "call", name, &args, "--root", &root];
+        argv.extend_from_slice(extra);
+        self.run(&argv)
+    }
+
+    /// `tool call … --json`, parsed.
+    fn call_json(&self, name: &str, args: Value, extra: &[&str]) -> (i32, Value) {
+        let mut extra = extra.to_vec();
+        extra.push("--json");
+        let out = self.call(name, args, &extra);
+        (code(&out), single_json(&out))
+    }
+
+    /// `tool script FILE --root WT` with the given calls, one JSON object per line.
+    fn script(&self, calls: &[Value]) -> (i32, Vec<Value>) {
+        let file = self.wt.parent().unwrap().join("script.jsonl");
+        let text: String = calls.iter().map(|c| format!("{c}\n")).collect();
+        std::fs::write(&file, text).unwrap();
+        let root = self.wt.to_string_lossy().into_owned();
+        let out = self.run(&["tool", "script", &file.to_string_lossy(), "--root", &root]);
+        let results = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        (code(&out), results)
+    }
+
+    fn write(&self, rel: &str, content: &str) -> PathBuf {
+        let p = self.wt.join(rel);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.wt.join(rel)).unwrap()
+    }
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn single_json(out: &Output) -> Value {
+    let text = stdout(out);
+    let mut lines = text.lines();
+    let v = serde_json::from_str(lines.next().expect("one line of JSON"))
+        .unwrap_or_else(|e| panic!("{e}: {text} / {}", stderr(out)));
+    assert_eq!(lines.next(), None, "exactly one line: {text}");
+    v
+}
+
+fn call(tool: &str, args: Value) -> Value {
+    json!({ "tool": tool, "args": args })
+}
+
+// ---------------------------------------------------------------------------------------
+// tool list
+// ---------------------------------------------------------------------------------------
+
+/// Every tool is listed with an object JSON Schema whose `required` matches OpenCode's
+/// parameters (e.g. read: `filePath` required, `offset`/`limit` optional).
+#[test]
+fn tool_list_json_has_a_schema_per_tool() {
+    let cli = Cli::new();
+    let out = cli.run(&["tool", "list", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let tools: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let ids: Vec<&str> = tools.iter().map(|t| t["id"].as_str().unwrap()).collect();
+    for id in [
+        "bash",
+        "read",
+        "write",
+        "apply_patch",
+        "glob",
+        "grep",
+        "list",
+        "invalid",
+    ] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    for t in &tools {
+        let p = &t["parameters"];
+        assert_eq!(p["type"], "object", "{}: {p}", t["id"]);
+        assert!(p["properties"].is_object(), "{}: {p}", t["id"]);
+        assert!(
+            !t["description"].as_str().unwrap().trim().is_empty(),
+            "{} has no description",
+            t["id"]
+        );
+        // A schema only the runner understands is useless to a model API.
+        assert!(p.get("$schema").is_none() && p.get("title").is_none());
+    }
+    let schema = |id: &str| {
+        tools
+            .iter()
+            .find(|t| t["id"] == id)
+            .map(|t| t["parameters"].clone())
+            .unwrap()
+    };
+    let required = |id: &str| -> Vec<String> {
+        let mut r: Vec<String> = schema(id)["required"]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+            .unwrap_or_default();
+        r.sort();
+        r
+    };
+
+    let read = schema("read");
+    assert_eq!(required("read"), ["filePath"]);
+    for optional in ["offset", "limit"] {
+        let prop = &read["properties"][optional];
+        assert!(prop.is_object(), "read.{optional} missing: {read}");
+        assert!(
+            prop.to_string().contains("integer"),
+            "read.{optional} is not an integer: {prop}"
+        );
+    }
+    assert_eq!(required("write"), ["content", "filePath"]);
+    assert_eq!(required("bash"), ["command", "description"]);
+    assert!(schema("bash")["properties"]["timeout"].is_object());
+    assert!(schema("bash")["properties"]["workdir"].is_object());
+    assert_eq!(required("apply_patch"), ["patchText"]);
+    assert_eq!(required("glob"), ["pattern"]);
+    assert_eq!(required("grep"), ["pattern"]);
+    assert!(required("list").is_empty());
+
+    let plain = cli.run(&["tool", "list"]);
+    assert_eq!(code(&plain), 0);
+    let lines: Vec<String> = stdout(&plain).lines().map(String::from).collect();
+    assert_eq!(lines.len(), tools.len());
+    for (line, id) in lines.iter().zip(&ids) {
+        assert!(line.starts_with(id), "{line} does not start with {id}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// tool call: exit codes and --json
+// ---------------------------------------------------------------------------------------
+
+/// 0 when the tool succeeded: the output is printed as is.
+#[test]
+fn call_exit_0_prints_the_output() {
+    let cli = Cli::new();
+    cli.write("a.txt", "hello\n");
+    let out = cli.call("read", json!({ "filePath": "a.txt" }), &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("1: hello"), "{}", stdout(&out));
+}
+
+/// 1 when the tool ran and failed (the error goes to stderr), or the call was malformed.
+#[test]
+fn call_exit_1_when_the_tool_fails() {
+    let cli = Cli::new();
+    let out = cli.call("read", json!({ "filePath": "missing.txt" }), &[]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("File not found"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+
+    let out = cli.call("no_such_tool", json!({}), &[]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("Unknown tool 'no_such_tool'"));
+
+    let root = cli.wt.to_string_lossy().into_owned();
+    let out = cli.run(&["tool", "call", "read", "{not json", "--root", &root]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("not valid JSON"), "{}", stderr(&out));
+}
+
+/// 2 for usage errors: missing arguments, an unknown flag value, a root that is not a
+/// directory.
+#[test]
+fn call_exit_2_on_usage_errors() {
+    let cli = Cli::new();
+    assert_eq!(code(&cli.run(&["tool", "call", "read"])), 2);
+    let out = cli.call("read", json!({ "filePath": "a" }), &["--ask", "maybe"]);
+    assert_eq!(code(&out), 2);
+    let missing = cli.wt.join("nope");
+    let out = cli.run(&[
+        "tool",
+        "call",
+        "read",
+        "{}",
+        "--root",
+        &missing.to_string_lossy(),
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("is not a directory"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// 3 when the ask is refused; nothing is written.
+#[test]
+fn call_exit_3_when_denied() {
+    let cli = Cli::new();
+    let out = cli.call(
+        "write",
+        json!({ "filePath": "new.txt", "content": "x" }),
+        &["--ask", "deny"],
+    );
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("rejected permission"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!cli.wt.join("new.txt").exists());
+
+    let (code, v) = cli.call_json(
+        "bash",
+        json!({ "command": "touch made", "description": "d" }),
+        &["--ask", "deny"],
+    );
+    assert_eq!(code, 3);
+    assert!(v["error"].as_str().unwrap().contains("rejected"));
+    assert!(!cli.wt.join("made").exists());
+}
+
+/// `--json` prints one object with exactly these keys, on success and on failure.
+#[test]
+fn call_json_shape() {
+    let cli = Cli::new();
+    cli.write("a.txt", "hello\n");
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let expected = [
+        "attachments",
+        "error",
+        "metadata",
+        "output",
+        "title",
+        "tool",
+    ];
+
+    let (code, v) = cli.call_json("read", json!({ "filePath": "a.txt" }), &[]);
+    assert_eq!(code, 0);
+    assert_eq!(keys(&v), expected);
+    assert_eq!(v["tool"], "read");
+    assert_eq!(v["title"], "a.txt");
+    assert_eq!(v["error"], Value::Null);
+    assert_eq!(v["attachments"], json!([]));
+    assert!(v["output"].as_str().unwrap().contains("1: hello"));
+    assert_eq!(v["metadata"]["truncated"], false);
+
+    let (code, v) = cli.call_json("read", json!({ "filePath": "nope.txt" }), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(keys(&v), expected);
+    assert_eq!(v["output"], "");
+    assert!(v["error"].as_str().unwrap().starts_with("File not found"));
+}
+
+/// The command's exit status is data (`metadata.exit`); the call itself succeeded.
+#[test]
+fn bash_exit_status_is_in_metadata() {
+    let cli = Cli::new();
+    let (code, v) = cli.call_json(
+        "bash",
+        json!({ "command": "echo hi; exit 5", "description": "Exit five" }),
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(v["metadata"]["exit"], 5);
+    assert_eq!(v["output"], "hi\n");
+    assert_eq!(v["title"], "Exit five");
+}
+
+/// A truncated output is saved under `XDG_DATA_HOME`, and a later call can read it back
+/// (the directory is mounted read-only in the sandbox).
+#[test]
+fn truncated_output_is_saved_under_xdg_data_home_and_readable() {
+    let cli = Cli::new();
+    let (code, v) = cli.call_json(
+        "bash",
+        json!({ "command": "seq 1 3000", "description": "Count" }),
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(v["metadata"]["truncated"], true);
+    let saved = v["metadata"]["outputPath"].as_str().unwrap();
+    assert!(
+        Path::new(saved).starts_with(cli.data.join("runner/tool-output")),
+        "{saved}"
+    );
+    let full: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(std::fs::read_to_string(saved).unwrap(), full);
+
+    let (code, v) = cli.call_json("read", json!({ "filePath": saved, "offset": 3000 }), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["output"].as_str().unwrap().contains("3000: 3000"));
+}
+
+// ---------------------------------------------------------------------------------------
+// sessions: read before write
+// ---------------------------------------------------------------------------------------
+
+/// A single `tool call` is its own session: the file on disk counts as read.
+#[test]
+fn single_call_write_to_an_existing_file_succeeds() {
+    let cli = Cli::new();
+    cli.write("f.txt", "old\n");
+    let (code, v) = cli.call_json(
+        "write",
+        json!({ "filePath": "f.txt", "content": "new\n" }),
+        &[],
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["metadata"]["exists"], true);
+    assert_eq!(cli.read("f.txt"), "new\n");
+}
+
+/// In a script (one session) a write to an existing file needs a read first, and a file
+/// changed on disk after the read must be read again.
+#[test]
+fn script_enforces_read_before_write() {
+    let cli = Cli::new();
+    cli.write("f.txt", "v1\n");
+    let write = |content: &str| call("write", json!({ "filePath": "f.txt", "content": content }));
+    let (code, results) = cli.script(&[
+        write("blind\n"),
+        call("read", json!({ "filePath": "f.txt" })),
+        write("v2\n"),
+        call(
+            "bash",
+            json!({ "command": "echo x >> f.txt", "description": "Append" }),
+        ),
+        write("v3\n"),
+        call("read", json!({ "filePath": "f.txt" })),
+        write("v4\n"),
+    ]);
+    assert_eq!(results.len(), 7, "{results:?}");
+    let err = |i: usize| results[i]["error"].as_str().unwrap_or_default().to_string();
+    assert!(err(0).contains("You must read file"), "{}", err(0));
+    assert_eq!(results[1]["error"], Value::Null);
+    assert_eq!(results[2]["error"], Value::Null, "{}", err(2));
+    assert_eq!(results[3]["metadata"]["exit"], 0);
+    assert!(
+        err(4).contains("modified since it was last read"),
+        "{}",
+        err(4)
+    );
+    assert!(results[5]["output"].as_str().unwrap().contains("2: x"));
+    assert_eq!(results[6]["error"], Value::Null, "{}", err(6));
+    assert_eq!(cli.read("f.txt"), "v4\n");
+    // The script's status is its first failure's.
+    assert_eq!(code, 1);
+}
+
+/// Runs a script whose first line is not a call and whose second writes `n.txt`.
+fn script_with_a_bad_line(cli: &Cli) -> (i32, Vec<Value>) {
+    let file = cli.wt.parent().unwrap().join("bad.jsonl");
+    std::fs::write(
+        &file,
+        "not json\n\n{\"tool\":\"write\",\"args\":{\"filePath\":\"n.txt\",\"content\":\"ok\"}}\n",
+    )
+    .unwrap();
+    let root = cli.wt.to_string_lossy().into_owned();
+    let out = cli.run(&["tool", "script", &file.to_string_lossy(), "--root", &root]);
+    let results = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (code(&out), results)
+}
+
+/// A script line that is not a call becomes an `invalid` result naming the line, and the
+/// other lines still run.
+#[test]
+fn script_reports_bad_lines_and_continues() {
+    let cli = Cli::new();
+    let (_, results) = script_with_a_bad_line(&cli);
+    assert_eq!(results.len(), 2, "the blank line is skipped");
+    assert_eq!(results[0]["tool"], "invalid");
+    assert!(
+        results[0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("line 1: expected a JSON object")
+    );
+    assert_eq!(results[1]["error"], Value::Null);
+    assert_eq!(cli.read("n.txt"), "ok");
+}
+
+/// A malformed line is a failed call: its result carries an error and the script exits 1,
+/// like an unknown tool or non-JSON arguments do.
+#[test]
+fn script_bad_line_counts_as_a_failure() {
+    let cli = Cli::new();
+    let (code, results) = script_with_a_bad_line(&cli);
+    assert!(
+        results[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("line 1")),
+        "{}",
+        results[0]
+    );
+    assert_eq!(code, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// environment
+// ---------------------------------------------------------------------------------------
+
+/// The runner's own environment (API keys, tokens) does not reach commands; the
+/// allow-listed variables do.
+#[test]
+fn bash_does_not_see_the_runners_secrets() {
+    let cli = Cli::new();
+    let out = cli
+        .command()
+        .env("OPENAI_API_KEY", "sk-test-secret")
+        .env("AWS_SECRET_ACCESS_KEY", "aws-test-secret")
+        .env("LANG", "C.UTF-8")
+        .args([
+            "tool",
+            "call",
+            "bash",
+            &json!({ "command": "env; echo \"key=${OPENAI_API_KEY:-unset}\"", "description": "Env" })
+                .to_string(),
+            "--root",
+            &cli.wt.to_string_lossy(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = single_json(&out);
+    let output = v["output"].as_str().unwrap();
+    assert!(output.contains("key=unset"), "{output}");
+    for secret in [
+        "sk-test-secret",
+        "OPENAI_API_KEY",
+        "aws-test-secret",
+        "XDG_DATA_HOME",
+    ] {
+        assert!(!output.contains(secret), "{secret} leaked:\n{output}");
+    }
+    assert!(output.contains("LANG=C.UTF-8"), "{output}");
+}
