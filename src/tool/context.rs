@@ -12,8 +12,9 @@ use super::ToolError;
 use super::filetime::FileTimes;
 use super::truncate::Truncator;
 use crate::permission::{PermissionGate, PermissionRequest};
-use crate::sandbox::Sandbox;
+use crate::sandbox::api::{ErrorKind, FileStamp, Stat, WritePrecondition};
 use crate::sandbox::server::roots::normalize;
+use crate::sandbox::{Sandbox, SandboxError};
 
 /// State that lives as long as a conversation: which files were read (and in which
 /// version), and a lock per file so that concurrent edits of one file are serialised.
@@ -93,6 +94,45 @@ impl ToolContext {
 
     pub fn worktree(&self) -> &Path {
         self.sandbox.worktree()
+    }
+
+    /// The file's stat, or `None` when nothing exists at the path.
+    pub async fn stat_if_exists(&self, path: &Path) -> Result<Option<Stat>, SandboxError> {
+        match self.sandbox.client.stat(path).await {
+            Ok(stat) => Ok(Some(stat)),
+            Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes over exactly the version `precondition` names; a file that changed in between
+    /// (another process, a formatter) is refused with a message telling the model to re-read.
+    pub async fn write_checked(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+        precondition: WritePrecondition,
+    ) -> Result<FileStamp, ToolError> {
+        match self
+            .sandbox
+            .client
+            .write(path, bytes, Some(precondition))
+            .await
+        {
+            Ok(written) => {
+                self.session.file_times.record(path, written.stamp);
+                Ok(written.stamp)
+            }
+            Err(SandboxError::Api(api))
+                if matches!(api.kind, ErrorKind::Stale | ErrorKind::AlreadyExists) =>
+            {
+                Err(ToolError::Failed(format!(
+                    "File {} changed while this call was running. Read it again, then retry.",
+                    path.display()
+                )))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub async fn ask(&self, request: PermissionRequest) -> Result<(), ToolError> {

@@ -10,8 +10,7 @@ use serde::Deserialize;
 
 use super::{Attachment, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
 use crate::permission::PermissionRequest;
-use crate::sandbox::SandboxError;
-use crate::sandbox::api::{ErrorKind, FileKind};
+use crate::sandbox::api::FileKind;
 
 pub const DEFAULT_LIMIT: u64 = 2000;
 pub const MAX_LINE_CHARS: usize = 2000;
@@ -56,9 +55,8 @@ impl Tool for ReadTool {
         }
         let limit = params.limit.unwrap_or(DEFAULT_LIMIT).max(1);
         let path = ctx.resolve(&params.file_path)?;
-        let stat = match ctx.sandbox.client.stat(&path).await {
-            Ok(s) => Some(s),
-            Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
+        let stat = match ctx.stat_if_exists(&path).await {
+            Ok(s) => s,
             Err(e) => {
                 // Outside the worktree the rules get their say before the sandbox refuses.
                 ctx.ask_external(&path, false).await?;

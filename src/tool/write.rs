@@ -5,8 +5,7 @@ use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use crate::permission::PermissionRequest;
-use crate::sandbox::SandboxError;
-use crate::sandbox::api::{ErrorKind, FileKind, WritePrecondition};
+use crate::sandbox::api::{FileKind, WritePrecondition};
 
 /// Existing files bigger than this are not loaded for the diff; they can still be replaced.
 const DIFF_LIMIT: u64 = 8 * 1024 * 1024;
@@ -39,11 +38,7 @@ impl Tool for WriteTool {
         let _guard = ctx.session.lock_file(&path).await;
         let client = &ctx.sandbox.client;
 
-        let existing = match client.stat(&path).await {
-            Ok(stat) => Some(stat),
-            Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
-            Err(e) => return Err(e.into()),
-        };
+        let existing = ctx.stat_if_exists(&path).await?;
         let (before, precondition) = match &existing {
             Some(stat) if stat.kind == FileKind::Dir => {
                 return Err(ToolError::Failed(format!(
@@ -75,21 +70,8 @@ impl Tool for WriteTool {
         )
         .await?;
 
-        let written = client
-            .write(&path, params.content.into_bytes(), Some(precondition))
-            .await
-            .map_err(|e| match e {
-                SandboxError::Api(api)
-                    if matches!(api.kind, ErrorKind::Stale | ErrorKind::AlreadyExists) =>
-                {
-                    ToolError::Failed(format!(
-                        "{} changed while this call was running. Read it again, then retry.",
-                        path.display()
-                    ))
-                }
-                other => other.into(),
-            })?;
-        ctx.session.file_times.record(&path, written.stamp);
+        ctx.write_checked(&path, params.content.into_bytes(), precondition)
+            .await?;
         Ok(ToolOutput {
             title: rel,
             output: "Wrote file successfully.".into(),

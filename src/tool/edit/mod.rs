@@ -14,8 +14,7 @@ use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use crate::permission::PermissionRequest;
-use crate::sandbox::SandboxError;
-use crate::sandbox::api::{ErrorKind, FileKind, WritePrecondition};
+use crate::sandbox::api::{FileKind, WritePrecondition};
 use replace::ReplaceError;
 
 /// Files bigger than this are not edited in memory; use bash tools on them.
@@ -97,11 +96,7 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
     let _guard = ctx.session.lock_file(&path).await;
     let client = &ctx.sandbox.client;
 
-    let stat = match client.stat(&path).await {
-        Ok(s) => Some(s),
-        Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => None,
-        Err(e) => return Err(e.into()),
-    };
+    let stat = ctx.stat_if_exists(&path).await?;
     let (original, precondition) = match &stat {
         Some(s) if s.kind == FileKind::Dir => {
             return Err(ToolError::Failed(format!(
@@ -180,21 +175,7 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
         bytes.extend_from_slice("\u{feff}".as_bytes());
     }
     bytes.extend_from_slice(current.as_bytes());
-    let written = client
-        .write(&path, bytes, Some(precondition))
-        .await
-        .map_err(|e| match e {
-            SandboxError::Api(api)
-                if matches!(api.kind, ErrorKind::Stale | ErrorKind::AlreadyExists) =>
-            {
-                ToolError::Failed(format!(
-                    "File {} changed while it was being edited. Read it again, then retry.",
-                    path.display()
-                ))
-            }
-            other => other.into(),
-        })?;
-    ctx.session.file_times.record(&path, written.stamp);
+    ctx.write_checked(&path, bytes, precondition).await?;
 
     Ok(ToolOutput {
         title: rel.clone(),
