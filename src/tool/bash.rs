@@ -121,8 +121,9 @@ impl Tool for BashTool {
                         output.extend_from_slice(b"\n...[output dropped here]...\n");
                     }
                     output.extend_from_slice(&chunk.data);
-                    let text = String::from_utf8_lossy(&output);
-                    let preview = tail_chars(&text, PROGRESS_PREVIEW);
+                    // Only the end is decoded: decoding all output on every chunk would be
+                    // quadratic in the output size.
+                    let preview = tail_preview(&output, PROGRESS_PREVIEW);
                     (ctx.progress)(Progress {
                         tool: "bash",
                         metadata: crate::meta! { "output" => preview, "description" => params.description },
@@ -155,7 +156,7 @@ impl Tool for BashTool {
                 notes.join("\n")
             ));
         }
-        let preview = tail_chars(&text, PROGRESS_PREVIEW);
+        let preview = tail_preview(text.as_bytes(), PROGRESS_PREVIEW);
         let mut metadata = crate::meta! {
             "output" => preview,
             "exit" => status.code,
@@ -179,13 +180,32 @@ impl Tool for BashTool {
     }
 }
 
-fn tail_chars(text: &str, max_bytes: usize) -> String {
-    if text.len() <= max_bytes {
-        return text.to_string();
+/// The last `max_bytes` of output as text, starting on a character boundary, marked with
+/// `…` when something before it was left out.
+fn tail_preview(bytes: &[u8], max_bytes: usize) -> String {
+    if bytes.len() <= max_bytes {
+        return String::from_utf8_lossy(bytes).into_owned();
     }
-    let mut cut = text.len() - max_bytes;
-    while !text.is_char_boundary(cut) {
-        cut += 1;
+    let mut start = bytes.len() - max_bytes;
+    // Skip at most three continuation bytes: the rest of a character cut in half.
+    for _ in 0..3 {
+        if bytes.get(start).is_some_and(|b| b & 0xC0 == 0x80) {
+            start += 1;
+        }
     }
-    format!("…{}", &text[cut..])
+    format!("…{}", String::from_utf8_lossy(&bytes[start..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_preview;
+
+    #[test]
+    fn preview_keeps_the_end_and_never_splits_a_character() {
+        assert_eq!(tail_preview(b"short", 10), "short");
+        // "é" is two bytes; cutting 3 bytes from the end lands inside it.
+        let text = "aé!!".as_bytes();
+        assert_eq!(tail_preview(text, 3), "…!!");
+        assert_eq!(tail_preview("日本".as_bytes(), 4), "…本");
+    }
 }

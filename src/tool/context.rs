@@ -12,7 +12,7 @@ use super::ToolError;
 use super::filetime::FileTimes;
 use super::truncate::Truncator;
 use crate::permission::{PermissionGate, PermissionRequest};
-use crate::sandbox::api::{ErrorKind, FileStamp, Stat, WritePrecondition};
+use crate::sandbox::api::{ErrorKind, FileKind, FileStamp, Stat, WritePrecondition};
 use crate::sandbox::server::roots::normalize;
 use crate::sandbox::{Sandbox, SandboxError};
 
@@ -103,6 +103,26 @@ impl ToolContext {
             Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The version of a file about to be overwritten (`None` if there is none yet). A
+    /// directory is refused, and so is a file the model has not read in this version: that
+    /// is what keeps write and edit from destroying changes the model never saw.
+    pub async fn stat_for_overwrite(&self, path: &Path) -> Result<Option<Stat>, ToolError> {
+        let Some(stat) = self.stat_if_exists(path).await? else {
+            return Ok(None);
+        };
+        if stat.kind == FileKind::Dir {
+            return Err(ToolError::Failed(format!(
+                "Path is a directory, not a file: {}",
+                path.display()
+            )));
+        }
+        self.session
+            .file_times
+            .check(path, stat.stamp)
+            .map_err(ToolError::Failed)?;
+        Ok(Some(stat))
     }
 
     /// Writes over exactly the version `precondition` names; a file that changed in between

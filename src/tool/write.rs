@@ -3,9 +3,9 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
+use super::{Tool, ToolContext, ToolOutput, ToolResult, diff};
 use crate::permission::PermissionRequest;
-use crate::sandbox::api::{FileKind, WritePrecondition};
+use crate::sandbox::api::WritePrecondition;
 
 /// Existing files bigger than this are not loaded for the diff; they can still be replaced.
 const DIFF_LIMIT: u64 = 8 * 1024 * 1024;
@@ -38,19 +38,9 @@ impl Tool for WriteTool {
         let _guard = ctx.session.lock_file(&path).await;
         let client = &ctx.sandbox.client;
 
-        let existing = ctx.stat_if_exists(&path).await?;
+        let existing = ctx.stat_for_overwrite(&path).await?;
         let (before, precondition) = match &existing {
-            Some(stat) if stat.kind == FileKind::Dir => {
-                return Err(ToolError::Failed(format!(
-                    "Path is a directory, not a file: {}",
-                    path.display()
-                )));
-            }
             Some(stat) => {
-                ctx.session
-                    .file_times
-                    .check(&path, stat.stamp)
-                    .map_err(ToolError::Failed)?;
                 let before = if stat.stamp.size <= DIFF_LIMIT {
                     let old = client.read_all(&path, DIFF_LIMIT).await?;
                     String::from_utf8_lossy(&old.data).into_owned()

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use crate::permission::PermissionRequest;
-use crate::sandbox::api::{FileKind, WritePrecondition};
+use crate::sandbox::api::WritePrecondition;
 use replace::ReplaceError;
 
 /// Files bigger than this are not edited in memory; use bash tools on them.
@@ -96,19 +96,9 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
     let _guard = ctx.session.lock_file(&path).await;
     let client = &ctx.sandbox.client;
 
-    let stat = ctx.stat_if_exists(&path).await?;
+    let stat = ctx.stat_for_overwrite(&path).await?;
     let (original, precondition) = match &stat {
-        Some(s) if s.kind == FileKind::Dir => {
-            return Err(ToolError::Failed(format!(
-                "Path is a directory, not a file: {}",
-                path.display()
-            )));
-        }
         Some(s) => {
-            ctx.session
-                .file_times
-                .check(&path, s.stamp)
-                .map_err(ToolError::Failed)?;
             let read = client.read_all(&path, MAX_FILE).await?;
             if read.stamp != s.stamp {
                 return Err(ToolError::Failed(format!(

@@ -152,6 +152,19 @@ fn split_drop_trailing_empty(find: &str) -> Vec<&str> {
     lines
 }
 
+/// The trimmed `find` lines for the anchor replacers (BlockAnchor, ContextAware), or `None`
+/// when `find` has fewer than 3 lines (counted before dropping a trailing empty one), too
+/// few for a first and last anchor with something between them.
+fn anchored_lines(find: &str) -> Option<Vec<&str>> {
+    find.split('\n').nth(2)?;
+    Some(
+        split_drop_trailing_empty(find)
+            .into_iter()
+            .map(js_trim)
+            .collect(),
+    )
+}
+
 /// `next[i]` = smallest `j >= i` with `lines[j] == target`, or `lines.len()`.
 /// One backward pass; replaces OpenCode's per-anchor forward scan.
 fn next_index_of(lines: &[&str], target: &str) -> Vec<usize> {
@@ -289,13 +302,9 @@ fn middle_similarity(
 /// With several anchor pairs, the most similar one (first on ties) is the
 /// only candidate.
 pub fn block_anchor<'a>(hay: &Haystack<'a>, find: &str) -> Vec<&'a str> {
-    if find.split('\n').nth(2).is_none() {
+    let Some(search) = anchored_lines(find) else {
         return Vec::new();
-    }
-    let search: Vec<&str> = split_drop_trailing_empty(find)
-        .into_iter()
-        .map(js_trim)
-        .collect();
+    };
     let size = search.len();
     let (first, last) = (search[0], search[size - 1]);
     // Math.max(1, Math.floor(size * 0.25))
@@ -584,13 +593,9 @@ pub fn trimmed_boundary<'a>(hay: &Haystack<'a>, find: &str) -> Vec<&'a str> {
 /// equal-line-count requirement and by replace()'s disproportion check,
 /// which every candidate of every replacer must pass.
 pub fn context_aware<'a>(hay: &Haystack<'a>, find: &str) -> Vec<&'a str> {
-    if find.split('\n').nth(2).is_none() {
+    let Some(search) = anchored_lines(find) else {
         return Vec::new();
-    }
-    let search: Vec<&str> = split_drop_trailing_empty(find)
-        .into_iter()
-        .map(js_trim)
-        .collect();
+    };
     let size = search.len();
     let (first, last) = (search[0], search[size - 1]);
     let trimmed = hay.trimmed();
