@@ -1,18 +1,106 @@
-//! `runner sandbox-server`: the in-sandbox end of the sandbox protocol.
+//! `runner sandbox-server`: the in-sandbox end of the sandbox protocol. With `--confine
+//! landlock` it first walls itself in (see `sandbox::confine`); with `--shell` it then runs
+//! an interactive shell instead of serving, for `runner sandbox shell`.
 
-use clap::Args;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 
+use clap::{Args, ValueEnum};
+
+use crate::sandbox::confine::{self, Confinement};
 use crate::sandbox::server::{self, RootSpec};
+use crate::sandbox::spec::{Limits, Network};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ConfineKind {
+    Landlock,
+}
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// A directory the server may reach: `PATH` (read-write) or `PATH:ro`. The first is the worktree.
     #[arg(long = "root", required = true)]
     roots: Vec<RootSpec>,
+    /// Confine this process (and so every command) before serving.
+    #[arg(long, value_enum)]
+    confine: Option<ConfineKind>,
+    /// The private temp directory (read-write inside the confinement).
+    #[arg(long, requires = "confine")]
+    tmp: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "none")]
+    network: Network,
+    #[arg(long)]
+    memory: Option<u64>,
+    #[arg(long)]
+    pids: Option<u64>,
+    #[arg(long = "tmp-size")]
+    tmp_size: Option<u64>,
+    /// A path beneath a root that stays read-only.
+    #[arg(long = "protect")]
+    protect: Vec<PathBuf>,
+    /// A cgroup directory to join before confining.
+    #[arg(long = "cgroup")]
+    cgroups: Vec<PathBuf>,
+    /// After confining, run an interactive shell in the worktree instead of serving.
+    #[arg(long)]
+    shell: bool,
 }
 
 pub fn run(args: ServerArgs) -> u8 {
-    match server::serve(&args.roots, std::io::stdin().lock(), std::io::stdout()) {
+    if let Some(ConfineKind::Landlock) = args.confine {
+        let Some(tmp) = args.tmp.clone() else {
+            eprintln!("runner sandbox-server: --confine landlock needs --tmp");
+            return super::exit::USAGE;
+        };
+        for dir in &args.cgroups {
+            if let Err(e) = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()) {
+                eprintln!("runner sandbox-server: cannot join cgroup {}: {e}", dir.display());
+                return super::exit::FAILED;
+            }
+        }
+        let defaults = Limits::default();
+        let confinement = Confinement {
+            writable: args
+                .roots
+                .iter()
+                .filter(|r| r.writable)
+                .map(|r| r.path.clone())
+                .chain([tmp.clone()])
+                .collect(),
+            readable: args
+                .roots
+                .iter()
+                .filter(|r| !r.writable)
+                .map(|r| r.path.clone())
+                .collect(),
+            tmp,
+            protected: args.protect.clone(),
+            network: args.network,
+            memory_bytes: args.memory.unwrap_or(defaults.memory_bytes),
+            pids: args.pids.unwrap_or(defaults.pids),
+            tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
+        };
+        if let Err(e) = confine::apply(&confinement) {
+            eprintln!("runner sandbox-server: {e}");
+            return super::exit::FAILED;
+        }
+    }
+    if args.shell {
+        let worktree = &args.roots[0].path;
+        let shell = if std::path::Path::new("/bin/bash").exists() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        };
+        // The caller passes the sandbox's environment to this process for the shell.
+        let e = std::process::Command::new(shell)
+            .arg("-i")
+            .current_dir(worktree)
+            .exec();
+        eprintln!("runner sandbox-server: cannot start {shell}: {e}");
+        return super::exit::FAILED;
+    }
+    match server::serve_stdio(&args.roots) {
         Ok(()) => super::exit::OK,
         Err(e) => {
             eprintln!("runner sandbox-server: {e}");

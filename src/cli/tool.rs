@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use super::exit;
 use crate::permission::{AskPolicy, PolicyGate};
-use crate::sandbox::{BackendKind, Sandbox, local};
+use crate::sandbox::spec::{Network, SandboxSpec};
+use crate::sandbox::{BackendKind, Sandbox};
 use crate::tool::registry::Outcome;
 use crate::tool::truncate::Truncator;
 use crate::tool::{CallResult, Registry, Session, ToolContext};
@@ -49,9 +50,8 @@ pub struct CommonArgs {
     /// The worktree the tools work in.
     #[arg(long, default_value = ".")]
     root: PathBuf,
-    /// The isolation backend.
-    #[arg(long, value_enum, default_value = "none")]
-    sandbox: BackendKind,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// How to answer permission asks when nobody can be asked.
     #[arg(long, value_enum, default_value = "allow")]
     ask: AskPolicy,
@@ -112,7 +112,7 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
         );
         return Err(exit::FAILED);
     }
-    let sandbox = match open_sandbox(common.sandbox, root, truncator.dir()).await {
+    let sandbox = match open_sandbox(&common.sandbox, root, truncator.dir()).await {
         Ok(s) => s,
         Err(message) => {
             eprintln!("runner: {message}");
@@ -127,20 +127,40 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
     ))
 }
 
-async fn open_sandbox(
-    kind: BackendKind,
+/// The sandbox options every command that runs tools shares.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// The isolation backend.
+    #[arg(long = "sandbox", value_enum, default_value = "none")]
+    pub backend: BackendKind,
+    /// The image the docker backend runs (see `runner image build`).
+    #[arg(long, default_value = crate::sandbox::spec::DEFAULT_IMAGE)]
+    pub image: String,
+    /// Whether commands may reach the network.
+    #[arg(long, value_enum, default_value = "none")]
+    pub network: Network,
+}
+
+impl SandboxArgs {
+    pub fn spec(&self, root: &Path) -> Result<SandboxSpec, String> {
+        let mut spec = SandboxSpec::new(self.backend, root)
+            .map_err(|e| format!("cannot find the runner executable: {e}"))?;
+        spec.network = self.network;
+        spec.docker.image = self.image.clone();
+        Ok(spec)
+    }
+}
+
+pub async fn open_sandbox(
+    args: &SandboxArgs,
     root: &Path,
     output_dir: &Path,
 ) -> Result<Sandbox, String> {
-    match kind {
-        BackendKind::None => {
-            let exe = std::env::current_exe()
-                .map_err(|e| format!("cannot find the runner executable: {e}"))?;
-            local::spawn_child(&exe, root, &[output_dir.to_path_buf()])
-                .await
-                .map_err(|e| format!("cannot start the sandbox: {e}"))
-        }
-    }
+    let mut spec = args.spec(root)?;
+    spec.read_only.push(output_dir.to_path_buf());
+    crate::sandbox::open(&spec)
+        .await
+        .map_err(|e| format!("cannot start the {} sandbox: {e}", args.backend.name()))
 }
 
 fn print_result(result: &CallResult, json: bool) {

@@ -11,10 +11,52 @@ use super::server::RootSpec;
 use super::{BackendKind, Sandbox, SandboxClient, SandboxError};
 
 /// Owns what keeps a server alive; dropping it ends the server (the child is killed, the
-/// thread sees its input close).
-pub enum Keepalive {
-    Child(#[allow(dead_code)] tokio::process::Child),
-    Thread,
+/// thread sees its input close), then drops the backend's guards (temp directories,
+/// cgroups, containers) in order.
+pub struct Keepalive {
+    pub(super) child: Option<tokio::process::Child>,
+    pub(super) guards: Vec<Box<dyn Send + Sync>>,
+}
+
+impl Drop for Keepalive {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            stop_server(child);
+        }
+        // Guards go after the server, most recent first.
+        while let Some(g) = self.guards.pop() {
+            drop(g);
+        }
+    }
+}
+
+/// Asks the server to stop (SIGTERM: it kills its commands' process groups, then exits) and
+/// SIGKILLs it if it has not gone within a second. A pidfd names the process, so the late
+/// kill can never hit a recycled pid.
+fn stop_server(child: &mut tokio::process::Child) {
+    let Some(pid) = child.id() else {
+        return; // already reaped
+    };
+    // SAFETY: pidfd_open/pidfd_send_signal/poll on a descriptor we own; no memory shared.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
+        if pidfd < 0 {
+            let _ = child.start_kill();
+            return;
+        }
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGTERM, std::ptr::null::<u8>(), 0);
+        std::thread::spawn(move || {
+            let mut pfd = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, 1000) == 0 {
+                libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGKILL, std::ptr::null::<u8>(), 0);
+            }
+            libc::close(pidfd);
+        });
+    }
 }
 
 /// Starts `server_exe sandbox-server --root WORKTREE [--root EXTRA:ro …]` as a child and
@@ -27,19 +69,43 @@ pub async fn spawn_child(
 ) -> Result<Sandbox, SandboxError> {
     let worktree = absolute(worktree)?;
     let mut command = tokio::process::Command::new(server_exe);
-    command.arg("sandbox-server").arg("--root").arg(&worktree);
+    command.arg("sandbox-server").args(root_args(&worktree, read_only)?);
+    spawn_server(command, server_exe, worktree, BackendKind::None, super::allowed_env(), Vec::new()).await
+}
+
+/// `--root WORKTREE --root EXTRA:ro …`
+pub(super) fn root_args(
+    worktree: &Path,
+    read_only: &[PathBuf],
+) -> Result<Vec<std::ffi::OsString>, SandboxError> {
+    let mut args = vec!["--root".into(), worktree.as_os_str().to_owned()];
     for dir in read_only {
         let mut spec = absolute(dir)?.into_os_string();
         spec.push(":ro");
-        command.arg("--root").arg(spec);
+        args.push("--root".into());
+        args.push(spec);
     }
+    Ok(args)
+}
+
+/// Runs a prepared server command as a child speaking the protocol on its stdio; shared by
+/// the backends that start the server as a host process.
+pub(super) async fn spawn_server(
+    mut command: tokio::process::Command,
+    server_exe: &Path,
+    worktree: PathBuf,
+    backend: BackendKind,
+    env: Vec<(String, String)>,
+    guards: Vec<Box<dyn Send + Sync>>,
+) -> Result<Sandbox, SandboxError> {
     let mut child = command
         // The server needs nothing from the host environment, so it gets none of it.
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        // Keepalive stops the server gracefully; an outright kill would orphan its commands.
+        .kill_on_drop(false)
         .spawn()
         .map_err(|e| {
             SandboxError::Disconnected(format!(
@@ -47,13 +113,26 @@ pub async fn spawn_child(
                 server_exe.display()
             ))
         })?;
-    let (Some(stdin), Some(stdout), Some(mut stderr)) =
+    let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         return Err(SandboxError::Protocol(
             "the server's stdio was not captured".into(),
         ));
     };
+    let diagnostics = stderr_tail(stderr);
+    let client = SandboxClient::new(stdout, stdin, diagnostics);
+    let keepalive = Keepalive {
+        child: Some(child),
+        guards,
+    };
+    finish(client, worktree, backend, env, keepalive).await
+}
+
+/// Keeps the last 4 KiB of what the server writes to stderr, to explain a failure.
+pub(super) fn stderr_tail(
+    mut stderr: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+) -> Arc<dyn Fn() -> String + Send + Sync> {
     let stderr_tail = Arc::new(Mutex::new(String::new()));
     let tail = stderr_tail.clone();
     tokio::spawn(async move {
@@ -62,27 +141,29 @@ pub async fn spawn_child(
             if n == 0 {
                 break;
             }
-            let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
-            t.push_str(&String::from_utf8_lossy(&buf[..n]));
-            if t.len() > 4096 {
-                let cut = t.len() - 4096;
-                let cut = (cut..t.len())
-                    .find(|&i| t.is_char_boundary(i))
-                    .unwrap_or(t.len());
-                t.drain(..cut);
-            }
+            push_tail(&tail, &buf[..n]);
         }
     });
-    let diagnostics = Arc::new(move || {
+    Arc::new(move || {
         let t = stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
         if t.trim().is_empty() {
             String::new()
         } else {
             format!("server said: {}", t.trim())
         }
-    });
-    let client = SandboxClient::new(stdout, stdin, diagnostics);
-    finish(client, worktree, Keepalive::Child(child)).await
+    })
+}
+
+pub(super) fn push_tail(tail: &Mutex<String>, bytes: &[u8]) {
+    let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+    t.push_str(&String::from_utf8_lossy(bytes));
+    if t.len() > 4096 {
+        let cut = t.len() - 4096;
+        let cut = (cut..t.len())
+            .find(|&i| t.is_char_boundary(i))
+            .unwrap_or(t.len());
+        t.drain(..cut);
+    }
 }
 
 /// Serves from a thread of this process over a Unix socket pair: the same frames, no exec.
@@ -117,12 +198,18 @@ pub async fn in_process(worktree: &Path, read_only: &[PathBuf]) -> Result<Sandbo
     let (reader, writer) = stream.into_split();
     let diagnostics = Arc::new(move || error.lock().unwrap_or_else(|p| p.into_inner()).clone());
     let client = SandboxClient::new(reader, writer, diagnostics);
-    finish(client, worktree, Keepalive::Thread).await
+    let keepalive = Keepalive {
+        child: None,
+        guards: Vec::new(),
+    };
+    finish(client, worktree, BackendKind::None, super::allowed_env(), keepalive).await
 }
 
-async fn finish(
+pub(super) async fn finish(
     client: SandboxClient,
     worktree: PathBuf,
+    backend: BackendKind,
+    env: Vec<(String, String)>,
     keepalive: Keepalive,
 ) -> Result<Sandbox, SandboxError> {
     // The first round trip proves the server is up and can see the worktree.
@@ -130,13 +217,13 @@ async fn finish(
     Ok(Sandbox {
         client,
         worktree,
-        backend: BackendKind::None,
-        env: super::allowed_env(),
+        backend,
+        env,
         _keepalive: keepalive,
     })
 }
 
-fn absolute(path: &Path) -> Result<PathBuf, SandboxError> {
+pub(super) fn absolute(path: &Path) -> Result<PathBuf, SandboxError> {
     std::path::absolute(path)
         .ok()
         .and_then(|p| super::server::roots::normalize(&p))

@@ -6,8 +6,12 @@
 
 pub mod api;
 pub mod client;
+pub mod confine;
+pub mod docker;
+pub mod landlock;
 pub mod local;
 pub mod server;
+pub mod spec;
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +26,31 @@ pub enum BackendKind {
     /// No isolation: the server is a plain child process; only the permission rules and the
     /// server's own path resolution stand between the agent and the machine.
     None,
+    /// The server confines itself with landlock and seccomp before serving: the worktree
+    /// read-write, system directories read-only, a private temp directory, no network.
+    Landlock,
+    /// The server runs in a hardened container that sees only the worktree.
+    Docker,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::None => "none",
+            BackendKind::Landlock => "landlock",
+            BackendKind::Docker => "docker",
+        }
+    }
+}
+
+/// Starts the sandbox a spec asks for. Fails, never falls back: if the wall cannot be
+/// built, nothing runs.
+pub async fn open(spec: &spec::SandboxSpec) -> Result<Sandbox, SandboxError> {
+    match spec.backend {
+        BackendKind::None => local::spawn_child(&spec.server_exe, &spec.worktree, &spec.read_only).await,
+        BackendKind::Landlock => landlock::open(spec).await,
+        BackendKind::Docker => docker::open(spec).await,
+    }
 }
 
 /// A started sandbox: the client plus whatever keeps the server alive.

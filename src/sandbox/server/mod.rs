@@ -25,12 +25,28 @@ use roots::Roots;
 /// controller is gone, nobody is left to see those commands' results.
 pub fn serve(
     roots: &[RootSpec],
+    input: impl Read,
+    output: impl Write + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with(roots, input, output, Arc::new(exec::Running::default()))
+}
+
+/// The server as a process of its own (`runner sandbox-server`): stdin/stdout, and the
+/// termination signals handled.
+pub fn serve_stdio(roots: &[RootSpec]) -> std::io::Result<()> {
+    let running = Arc::new(exec::Running::default());
+    exit_on_signal(running.clone());
+    serve_with(roots, std::io::stdin().lock(), std::io::stdout(), running)
+}
+
+fn serve_with(
+    roots: &[RootSpec],
     mut input: impl Read,
     output: impl Write + Send + 'static,
+    running: Arc<exec::Running>,
 ) -> std::io::Result<()> {
     let roots = Arc::new(Roots::new(roots)?);
     let output: Arc<Mutex<Box<dyn Write + Send>>> = Arc::new(Mutex::new(Box::new(output)));
-    let running = Arc::new(exec::Running::default());
     let result = loop {
         let frame: RequestFrame = match read_frame(&mut input) {
             Ok(Some(frame)) => frame,
@@ -53,6 +69,33 @@ pub fn serve(
     };
     running.kill_all();
     result
+}
+
+/// SIGTERM, SIGINT and SIGHUP end the server the way the end of its input does: by killing
+/// every command's process group first. Otherwise a Ctrl-C (which reaches the server too,
+/// being in the terminal's process group) or the controller's close would leave commands
+/// running, reparented and unowned. The signals are blocked and waited for on one thread,
+/// so no handler runs in the middle of another thread's work.
+fn exit_on_signal(running: Arc<exec::Running>) {
+    // SAFETY: signal-set manipulation on local values; pthread_sigmask on this thread, which
+    // every thread spawned from now on inherits (commands get a clean mask from std).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return;
+        }
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            if libc::sigwait(&set, &mut sig) == 0 {
+                running.kill_all();
+                std::process::exit(128 + sig);
+            }
+        });
+    }
 }
 
 fn send(output: &Mutex<Box<dyn Write + Send>>, id: u64, response: Response) {

@@ -1,0 +1,67 @@
+//! Self-confinement of the in-sandbox server for the `landlock` backend.
+//!
+//! The server applies every restriction to itself, on its single thread, before it serves
+//! its first request: landlock rules and seccomp filters are inherited by every process it
+//! starts and can never be lifted, so the server and every command share one wall. Order
+//! matters: mounts first (they need privileges the later steps take away), then limits, then
+//! capabilities, then landlock, then seccomp (which forbids the syscalls the earlier steps
+//! used).
+//!
+//! Nothing here falls back: a step that cannot be applied is an error, and the server exits
+//! before serving anything.
+
+mod landlock;
+mod process;
+mod seccomp;
+
+use std::path::PathBuf;
+
+use crate::sandbox::spec::Network;
+
+pub use landlock::{LandlockSupport, probe as probe_landlock};
+
+/// What the server must confine itself to. Built from `runner sandbox-server --confine`
+/// flags, so the host-side backend and the server agree through the command line only.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    /// Directories readable and writable: the worktree and the private temp directory.
+    pub writable: Vec<PathBuf>,
+    /// Further directories readable (saved tool output).
+    pub readable: Vec<PathBuf>,
+    /// The private temp directory, which gets a size-limited tmpfs when a mount namespace
+    /// is available.
+    pub tmp: PathBuf,
+    /// Existing paths under the writable ones that must stay read-only (`.git/hooks`).
+    pub protected: Vec<PathBuf>,
+    pub network: Network,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub tmp_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot confine the sandbox: {step}: {message}")]
+pub struct ConfineError {
+    pub step: &'static str,
+    pub message: String,
+}
+
+impl ConfineError {
+    fn new(step: &'static str, message: impl std::fmt::Display) -> ConfineError {
+        ConfineError {
+            step,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Applies the whole confinement to the calling (single-threaded) process.
+pub fn apply(c: &Confinement) -> Result<(), ConfineError> {
+    process::die_with_parent()?;
+    process::private_mounts(c)?;
+    process::set_limits(c)?;
+    process::drop_capabilities()?;
+    landlock::restrict(c)?;
+    seccomp::install(c.network)?;
+    Ok(())
+}

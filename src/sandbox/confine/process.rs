@@ -1,0 +1,259 @@
+//! The process-level parts of confinement: parent-death signal, a private mount namespace
+//! (read-only protected paths, a size-limited tmpfs), resource limits and capabilities.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::{ConfineError, Confinement};
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// If the controller dies without closing our input (SIGKILL of a frozen process), the
+/// server must not outlive it.
+pub fn die_with_parent() -> Result<(), ConfineError> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+        return Err(ConfineError::new("parent-death signal", errno()));
+    }
+    Ok(())
+}
+
+/// Landlock cannot make a path beneath a writable tree read-only (its rules only add
+/// rights), so `.git/hooks` is protected with a read-only bind mount in a mount namespace of
+/// our own. The same namespace gives the private temp directory a tmpfs with a size limit.
+/// As root the namespace needs no user namespace; otherwise an unprivileged user namespace
+/// maps us to ourselves.
+pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
+    // SAFETY: plain syscalls.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let flags = if uid == 0 {
+        libc::CLONE_NEWNS
+    } else {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    };
+    // SAFETY: unshare takes only flags; we are single-threaded here.
+    if unsafe { libc::unshare(flags) } != 0 {
+        let e = errno();
+        if c.protected.is_empty() {
+            // Nothing depends on the namespace but the tmpfs size, which then falls back to
+            // the per-file limit (`sandbox doctor` reports it).
+            return Ok(());
+        }
+        return Err(ConfineError::new(
+            "mount namespace",
+            format!(
+                "{e}; it is needed to keep {} read-only. Allow unprivileged user namespaces \
+                 (sysctl kernel.unprivileged_userns_clone=1, or the AppArmor userns policy), \
+                 or use --sandbox docker",
+                c.protected
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    if uid != 0 {
+        let write = |file: &str, data: String| {
+            std::fs::write(file, data).map_err(|e| ConfineError::new("user namespace", e))
+        };
+        write("/proc/self/setgroups", "deny".into())?;
+        write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    }
+    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
+        .map_err(|e| ConfineError::new("make mounts private", e))?;
+    for path in &c.protected {
+        protect(path).map_err(|e| {
+            ConfineError::new("protect path", format!("{}: {e}", path.display()))
+        })?;
+    }
+    let options = format!("size={},mode=0700", c.tmp_bytes);
+    mount(
+        Some("tmpfs"),
+        &c.tmp,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&options),
+    )
+    .map_err(|e| ConfineError::new("temp directory", format!("{}: {e}", c.tmp.display())))?;
+    Ok(())
+}
+
+fn protect(path: &Path) -> std::io::Result<()> {
+    mount(Some(path.as_os_str().to_str().unwrap_or_default()), path, None, libc::MS_BIND | libc::MS_REC, None)?;
+    // A remount must keep the flags the original mount has locked (nosuid, nodev, noexec
+    // under a user namespace), or the kernel refuses it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let c_path = cstring(path)?;
+    // SAFETY: valid C string and out-pointer.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+        return Err(errno());
+    }
+    let mut keep = 0;
+    for (vfs, ms) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if st.f_flag & vfs != 0 {
+            keep |= ms;
+        }
+    }
+    mount(
+        None,
+        path,
+        None,
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+        None,
+    )
+}
+
+fn cstring(path: &Path) -> std::io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))
+}
+
+fn mount(
+    source: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> std::io::Result<()> {
+    let to_c = |s: &str| {
+        CString::new(s)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in argument"))
+    };
+    let source = source.map(to_c).transpose()?;
+    let fstype = fstype.map(to_c).transpose()?;
+    let data = data.map(to_c).transpose()?;
+    let target = cstring(target)?;
+    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: all pointers are valid C strings or null.
+    let rc = unsafe {
+        libc::mount(
+            ptr(&source),
+            target.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data).cast(),
+        )
+    };
+    if rc != 0 { Err(errno()) } else { Ok(()) }
+}
+
+/// Per-process limits. They back up the cgroup limits the host sets where it can (as root):
+/// RLIMIT_AS stops a single memory bomb, RLIMIT_FSIZE a single file filling the disk, and
+/// RLIMIT_NPROC a fork bomb of a non-root user (the kernel never applies it to root, which
+/// is why the host puts root's sandboxes in a pids cgroup).
+pub fn set_limits(c: &Confinement) -> Result<(), ConfineError> {
+    let set = |resource, value: u64, name: &'static str| {
+        let lim = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        // SAFETY: valid pointer to an rlimit.
+        if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+            return Err(ConfineError::new(name, errno()));
+        }
+        Ok(())
+    };
+    set(libc::RLIMIT_AS, c.memory_bytes, "memory limit (RLIMIT_AS)")?;
+    set(libc::RLIMIT_FSIZE, c.tmp_bytes, "file size limit (RLIMIT_FSIZE)")?;
+    set(libc::RLIMIT_CORE, 0, "core dump limit")?;
+    // SAFETY: plain syscall.
+    let uid = unsafe { libc::getuid() };
+    if uid != 0 {
+        // RLIMIT_NPROC counts every task of the user, sandboxed or not, so the limit is the
+        // user's current count plus the sandbox's allowance.
+        let limit = tasks_of(uid).saturating_add(c.pids);
+        set(libc::RLIMIT_NPROC, limit, "process limit (RLIMIT_NPROC)")?;
+    }
+    Ok(())
+}
+
+fn tasks_of(uid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut total = 0u64;
+    for entry in entries.flatten() {
+        if !entry.file_name().as_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(u64::from(uid)) {
+            total += field("Threads:").unwrap_or(1);
+        }
+    }
+    total
+}
+
+/// Drops every capability, from the bounding set too, so that root inside the sandbox is an
+/// ordinary user: no CAP_SYS_ADMIN, no CAP_DAC_OVERRIDE, nothing regained on exec.
+pub fn drop_capabilities() -> Result<(), ConfineError> {
+    // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
+    unsafe {
+        for cap in 0..64 {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                let e = errno();
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    break;
+                }
+                // EPERM: we lack CAP_SETPCAP, so the bounding set holds nothing we could use.
+                if e.raw_os_error() != Some(libc::EPERM) {
+                    return Err(ConfineError::new("drop capabilities", e));
+                }
+            }
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: header and a two-element data array, as capset(2) requires for version 3.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(ConfineError::new("drop capabilities", errno()));
+    }
+    Ok(())
+}

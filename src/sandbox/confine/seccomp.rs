@@ -1,0 +1,149 @@
+//! The seccomp filter: syscalls a coding agent's commands never need and that open a way
+//! out (debugging other processes, mounting, new namespaces, kernel modules, BPF, keyrings,
+//! io_uring, which can open sockets without `socket()`), plus network sockets when the
+//! network is off. Denied calls fail with EPERM rather than killing the process, so tools
+//! report a clear error.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule,
+};
+
+use super::ConfineError;
+use crate::sandbox::spec::Network;
+
+const DENIED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsmount,
+    libc::SYS_fsconfig,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_userfaultfd,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+];
+
+/// Namespace flags `clone` may not carry.
+const NAMESPACE_FLAGS: &[libc::c_int] = &[
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWCGROUP,
+    0x80, // CLONE_NEWTIME
+];
+
+/// Socket families that stay open without network: Unix sockets (local IPC, used by many
+/// build tools) only.
+const NETWORK_FAMILIES: &[libc::c_int] = &[
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+    libc::AF_PACKET,
+    libc::AF_VSOCK,
+    libc::AF_BLUETOOTH,
+    libc::AF_ALG,
+];
+
+fn error(e: impl std::fmt::Display) -> ConfineError {
+    ConfineError::new("seccomp", e)
+}
+
+fn arch() -> Result<seccompiler::TargetArch, ConfineError> {
+    std::env::consts::ARCH.try_into().map_err(error)
+}
+
+fn arg_has(index: u8, value: u64, masked: bool) -> Result<SeccompRule, ConfineError> {
+    let op = if masked {
+        SeccompCmpOp::MaskedEq(value)
+    } else {
+        SeccompCmpOp::Eq
+    };
+    let cond = SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(error)?;
+    SeccompRule::new(vec![cond]).map_err(error)
+}
+
+/// The EPERM filter.
+pub fn deny_filter(network: Network) -> Result<BpfProgram, ConfineError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for &nr in DENIED {
+        rules.insert(nr, Vec::new());
+    }
+    let clone_rules = NAMESPACE_FLAGS
+        .iter()
+        .map(|&f| arg_has(0, f as u64, true))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+    if network == Network::None {
+        let socket_rules = NETWORK_FAMILIES
+            .iter()
+            .map(|&f| arg_has(0, f as u64, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(libc::SYS_socket, socket_rules.clone());
+        rules.insert(libc::SYS_socketpair, socket_rules);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(error)?;
+    filter.try_into().map_err(error)
+}
+
+/// `clone3` passes its flags in memory, where a filter cannot look, so it is refused with
+/// ENOSYS: the C library then falls back to `clone`, whose flags the other filter checks.
+pub fn clone3_filter() -> Result<BpfProgram, ConfineError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(libc::SYS_clone3, Vec::new());
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch()?,
+    )
+    .map_err(error)?;
+    filter.try_into().map_err(error)
+}
+
+pub fn install(network: Network) -> Result<(), ConfineError> {
+    let deny = deny_filter(network)?;
+    let clone3 = clone3_filter()?;
+    seccompiler::apply_filter(&deny).map_err(error)?;
+    seccompiler::apply_filter(&clone3).map_err(error)?;
+    Ok(())
+}

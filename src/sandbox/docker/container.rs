@@ -1,0 +1,283 @@
+//! One hardened container per sandbox, with the server as its main process.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::SERVER_PATH;
+use crate::sandbox::local::{self, Keepalive};
+use crate::sandbox::spec::{Network, SandboxSpec};
+use crate::sandbox::{BackendKind, Sandbox, SandboxError};
+
+/// Every container runner makes carries these labels, so that leftovers can be found and
+/// attributed: `runner=1`, the run id, the owning process and the creation time.
+pub const LABEL: &str = "runner";
+pub const LABEL_RUN: &str = "runner.run-id";
+pub const LABEL_OWNER: &str = "runner.owner-pid";
+pub const LABEL_CREATED: &str = "runner.created";
+
+/// Docker watches an attached stdin for a detach sequence and, on seeing it, cuts the
+/// stream. Five ctrl-q bytes in a row cannot occur in our frames (JSON has no raw control
+/// bytes; a length prefix has four bytes, followed by `{`), so this one never fires.
+const DETACH_KEYS: &str = "ctrl-q,ctrl-q,ctrl-q,ctrl-q,ctrl-q";
+
+fn docker_error(what: &str, e: bollard::errors::Error) -> SandboxError {
+    SandboxError::Disconnected(format!("docker: {what}: {e}"))
+}
+
+/// The environment of commands in the container: the image's system, nothing of the host
+/// but the terminal type and what the profile allows.
+fn container_env(spec: &SandboxSpec) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "PATH".to_string(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        ),
+        ("HOME".into(), "/tmp".into()),
+        ("TMPDIR".into(), "/tmp".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+    ];
+    for key in ["TERM", "TZ"]
+        .iter()
+        .map(|k| k.to_string())
+        .chain(spec.env_allow.iter().cloned())
+    {
+        if let Ok(v) = std::env::var(&key)
+            && !env.iter().any(|(k, _)| *k == key)
+        {
+            env.push((key, v));
+        }
+    }
+    env
+}
+
+fn unique_id() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{n}-{nanos:08x}", std::process::id())
+}
+
+/// The container's configuration. Every wall is here, in one place.
+pub fn container_body(
+    spec: &SandboxSpec,
+    worktree: &Path,
+    inside: &Path,
+    run_id: &str,
+    cmd: Vec<String>,
+) -> ContainerCreateBody {
+    let mut binds = vec![
+        format!("{}:{}:rw", worktree.display(), inside.display()),
+        format!("{}:{SERVER_PATH}:ro", spec.server_exe.display()),
+    ];
+    for dir in &spec.read_only {
+        binds.push(format!("{}:{}:ro", dir.display(), dir.display()));
+    }
+    for rel in &spec.protected {
+        let host = worktree.join(rel);
+        // Only existing paths can be mounted, and only the worktree's own.
+        if let Ok(real) = std::fs::canonicalize(&host)
+            && let Ok(rest) = real.strip_prefix(worktree)
+        {
+            binds.push(format!(
+                "{}:{}:ro",
+                real.display(),
+                inside.join(rest).display()
+            ));
+        }
+    }
+    let limits = &spec.limits;
+    let host_config = HostConfig {
+        binds: Some(binds),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            format!("rw,exec,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
+        )])),
+        network_mode: Some(
+            match spec.network {
+                Network::None => "none",
+                Network::Host => "host",
+            }
+            .into(),
+        ),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        readonly_rootfs: Some(true),
+        memory: Some(limits.memory_bytes as i64),
+        memory_swap: Some(limits.memory_bytes as i64),
+        nano_cpus: Some((limits.cpus * 1e9) as i64),
+        pids_limit: Some(limits.pids as i64),
+        init: Some(true),
+        auto_remove: Some(true),
+        ..Default::default()
+    };
+    // SAFETY: plain syscalls.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    ContainerCreateBody {
+        image: Some(spec.docker.image.clone()),
+        entrypoint: Some(vec![SERVER_PATH.to_string()]),
+        cmd: Some(cmd),
+        user: Some(format!("{uid}:{gid}")),
+        working_dir: Some(inside.display().to_string()),
+        env: Some(
+            container_env(spec)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        ),
+        labels: Some(HashMap::from([
+            (LABEL.to_string(), "1".to_string()),
+            (LABEL_RUN.to_string(), run_id.to_string()),
+            (LABEL_OWNER.to_string(), std::process::id().to_string()),
+            (LABEL_CREATED.to_string(), created.to_string()),
+        ])),
+        network_disabled: Some(spec.network == Network::None),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        host_config: Some(host_config),
+        ..Default::default()
+    }
+}
+
+/// Removes the container when the sandbox closes. The server also exits (and the engine
+/// removes its container) as soon as our end of its stdin closes, which covers a controller
+/// that is killed outright; this guard covers a server that does not exit.
+struct ContainerGuard {
+    docker: Docker,
+    id: String,
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        // Drop cannot await; a thread with its own small runtime does the removal and the
+        // caller waits for it, so that "closed" means "gone".
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(remove(&docker, &id));
+        });
+        let _ = handle.join();
+    }
+}
+
+pub async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+    let _ = docker.remove_container(id, Some(opts)).await;
+}
+
+pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
+    let worktree = local::absolute(&spec.worktree)?;
+    let worktree = std::fs::canonicalize(&worktree).unwrap_or(worktree);
+    let inside: PathBuf = spec.docker.mount_at.clone().unwrap_or_else(|| worktree.clone());
+    let run_id = unique_id();
+    let mut cmd = vec!["sandbox-server".to_string()];
+    cmd.extend(
+        local::root_args(&inside, &spec.read_only)?
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    let body = container_body(spec, &worktree, &inside, &run_id, cmd);
+    let name = format!("runner-{run_id}");
+    let created = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            body,
+        )
+        .await
+        .map_err(|e| match &e {
+            bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => {
+                SandboxError::Disconnected(format!(
+                    "docker: the sandbox image {} is missing: build it with `runner image build`, \
+                     or name another image in the profile ({e})",
+                    spec.docker.image
+                ))
+            }
+            _ => docker_error("cannot create the sandbox container", e),
+        })?;
+    let guard = ContainerGuard {
+        docker: docker.clone(),
+        id: created.id.clone(),
+    };
+    // Attach before start, so not one byte of the server's output is missed.
+    let attach = docker
+        .attach_container(
+            &created.id,
+            Some(
+                AttachContainerOptionsBuilder::new()
+                    .stdin(true)
+                    .stdout(true)
+                    .stderr(true)
+                    .stream(true)
+                    .detach_keys(DETACH_KEYS)
+                    .build(),
+            ),
+        )
+        .await
+        .map_err(|e| docker_error("cannot attach to the sandbox container", e))?;
+    docker
+        .start_container(&created.id, None)
+        .await
+        .map_err(|e| docker_error("cannot start the sandbox container", e))?;
+
+    let (mut to_client, from_server) = tokio::io::duplex(1 << 20);
+    let stderr_tail = Arc::new(Mutex::new(String::new()));
+    let tail = stderr_tail.clone();
+    let mut output = attach.output;
+    tokio::spawn(async move {
+        while let Some(item) = output.next().await {
+            match item {
+                Ok(LogOutput::StdOut { message }) => {
+                    if to_client.write_all(&message).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(LogOutput::StdErr { message }) => local::push_tail(&tail, &message),
+                Ok(_) => {}
+                Err(e) => {
+                    local::push_tail(&tail, format!("(attach stream: {e})").as_bytes());
+                    break;
+                }
+            }
+        }
+    });
+    let diagnostics = Arc::new(move || {
+        let t = stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        if t.trim().is_empty() {
+            String::new()
+        } else {
+            format!("server said: {}", t.trim())
+        }
+    });
+    let client = crate::sandbox::SandboxClient::new(from_server, attach.input, diagnostics);
+    let keepalive = Keepalive {
+        child: None,
+        guards: vec![Box::new(guard)],
+    };
+    local::finish(client, inside, BackendKind::Docker, container_env(spec), keepalive).await
+}

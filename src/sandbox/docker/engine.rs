@@ -1,0 +1,22 @@
+//! Reaching the Docker engine, with errors that say how to make it answer.
+
+use bollard::Docker;
+
+/// Connects (DOCKER_HOST or the local socket), negotiates the API version down to what the
+/// engine speaks (20.10 speaks 1.41), and checks that it answers.
+pub async fn connect() -> Result<Docker, String> {
+    let docker = Docker::connect_with_defaults().map_err(|e| {
+        format!("cannot reach the Docker engine: {e}. Start it (`dockerd &` or `systemctl start docker`) or set DOCKER_HOST")
+    })?;
+    let docker = docker.negotiate_version().await.map_err(|e| {
+        format!(
+            "the Docker engine does not answer: {e}. Is dockerd running? Start it with `dockerd &` \
+             (Debian: `apt-get install docker.io`), or point DOCKER_HOST at a running engine"
+        )
+    })?;
+    docker
+        .ping()
+        .await
+        .map_err(|e| format!("the Docker engine does not answer ping: {e}"))?;
+    Ok(docker)
+}

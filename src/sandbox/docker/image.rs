@@ -1,0 +1,218 @@
+//! Building sandbox images without assuming a registry: the Dockerfile and its package list
+//! are compiled into runner; the base is pulled if a registry answers, and otherwise built
+//! from Debian packages with `mmdebstrap` and imported (`docker import`).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuilder};
+use futures_util::StreamExt;
+
+/// The built-in image recipes: name → (Dockerfile, package list).
+pub const RECIPES: &[(&str, &str, &str)] = &[(
+    "default",
+    include_str!("../../../images/default/Dockerfile"),
+    include_str!("../../../images/default/packages.txt"),
+)];
+
+/// The base `runner image build` starts from unless told otherwise. It is a local name: no
+/// registry has it, so it is always made with mmdebstrap unless it already exists.
+pub const DEFAULT_BASE: &str = "runner-base:bookworm";
+pub const DEFAULT_SUITE: &str = "bookworm";
+
+#[derive(Debug, Clone)]
+pub struct BuildRequest {
+    pub recipe: String,
+    pub tag: String,
+    pub base: String,
+    pub suite: String,
+    /// Rebuild the base even if it exists.
+    pub fresh_base: bool,
+}
+
+pub fn packages(list: &str) -> Vec<&str> {
+    list.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+pub async fn exists(docker: &Docker, name: &str) -> bool {
+    docker.inspect_image(name).await.is_ok()
+}
+
+/// Builds `req.tag`; `log` gets progress lines.
+pub async fn build(
+    docker: &Docker,
+    req: &BuildRequest,
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), String> {
+    let Some((_, dockerfile, package_list)) =
+        RECIPES.iter().find(|(name, _, _)| *name == req.recipe)
+    else {
+        let known: Vec<&str> = RECIPES.iter().map(|(n, _, _)| *n).collect();
+        return Err(format!(
+            "no image recipe named {:?}; known: {}",
+            req.recipe,
+            known.join(", ")
+        ));
+    };
+    if req.fresh_base || !exists(docker, &req.base).await {
+        if !req.fresh_base && try_pull(docker, &req.base, log).await {
+            log(&format!("pulled {}", req.base));
+        } else {
+            build_base(docker, &req.base, &req.suite, &packages(package_list), log).await?;
+        }
+    } else {
+        log(&format!("base {} exists", req.base));
+    }
+    let context = context_tar(dockerfile, package_list).map_err(|e| format!("cannot pack the build context: {e}"))?;
+    let opts = BuildImageOptionsBuilder::new()
+        .dockerfile("Dockerfile")
+        .t(&req.tag)
+        .rm(true)
+        .forcerm(true)
+        .buildargs(&HashMap::from([("BASE", req.base.as_str())]))
+        .labels(&HashMap::from([("runner.image", req.recipe.as_str())]))
+        .build();
+    let mut stream = docker.build_image(opts, None, Some(bollard::body_full(context.into())));
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(line) = info.stream {
+                    let line = line.trim_end();
+                    if !line.is_empty() {
+                        log(line);
+                    }
+                }
+            }
+            Err(e) => return Err(format!("building {} failed: {e}", req.tag)),
+        }
+    }
+    if !exists(docker, &req.tag).await {
+        return Err(format!("the build ended but {} does not exist", req.tag));
+    }
+    Ok(())
+}
+
+fn context_tar(dockerfile: &str, packages: &str) -> std::io::Result<Vec<u8>> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, body) in [("Dockerfile", dockerfile), ("packages.txt", packages)] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, body.as_bytes())?;
+    }
+    tar.into_inner()
+}
+
+/// A pull that gives up quickly: on a machine without a registry it fails at once or hangs
+/// on DNS, and either way the local build is the answer.
+async fn try_pull(docker: &Docker, image: &str, log: &mut (dyn FnMut(&str) + Send)) -> bool {
+    let (repo, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
+    let opts = CreateImageOptionsBuilder::new()
+        .from_image(repo)
+        .tag(tag)
+        .build();
+    let pull = async {
+        let mut stream = docker.create_image(Some(opts), None, None);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                log(&format!("cannot pull {image}: {e}"));
+                return false;
+            }
+        }
+        true
+    };
+    tokio::time::timeout(Duration::from_secs(20), pull)
+        .await
+        .unwrap_or(false)
+}
+
+/// `mmdebstrap --variant=minbase --include=PACKAGES SUITE out.tar` with the host's apt
+/// sources, then `docker import` of the tar as `name`.
+pub async fn build_base(
+    docker: &Docker,
+    name: &str,
+    suite: &str,
+    packages: &[&str],
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), String> {
+    if which("mmdebstrap").is_none() {
+        return Err(format!(
+            "the base image {name} is missing and cannot be pulled, and mmdebstrap is not \
+             installed to build it: `apt-get install mmdebstrap`, or pass --base with an image \
+             the engine has"
+        ));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("runner-base-")
+        .tempdir()
+        .map_err(|e| format!("cannot make a temp directory for the base image: {e}"))?;
+    let out = dir.path().join("rootfs.tar");
+    let mut cmd = tokio::process::Command::new("mmdebstrap");
+    cmd.arg("--variant=minbase")
+        .arg(format!("--include={}", packages.join(",")))
+        .arg("--quiet")
+        .arg(suite)
+        .arg(&out);
+    // The host's own apt sources reach a mirror when nothing else does.
+    for sources in host_sources() {
+        cmd.arg(sources);
+    }
+    log(&format!("building base {name} with mmdebstrap ({suite}, {} packages)", packages.len()));
+    let status = cmd
+        .status()
+        .await
+        .map_err(|e| format!("cannot run mmdebstrap: {e}"))?;
+    if !status.success() {
+        return Err(format!("mmdebstrap failed ({status}); its output is above"));
+    }
+    let (repo, tag) = name.rsplit_once(':').unwrap_or((name, "latest"));
+    let file = tokio::fs::File::open(&out)
+        .await
+        .map_err(|e| format!("cannot open {}: {e}", out.display()))?;
+    let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
+    let opts = CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag)
+        .build();
+    let mut stream = docker.create_image(Some(opts), Some(body), None);
+    while let Some(item) = stream.next().await {
+        item.map_err(|e| format!("docker import of the base failed: {e}"))?;
+    }
+    log(&format!("imported base {name}"));
+    Ok(())
+}
+
+fn host_sources() -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let list = Path::new("/etc/apt/sources.list");
+    if std::fs::metadata(list).is_ok_and(|m| m.len() > 0) {
+        out.push(list.to_path_buf());
+    }
+    if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut files: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == "sources" || e == "list")
+            })
+            .collect();
+        files.sort();
+        out.extend(files);
+    }
+    out
+}
+
+pub fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}

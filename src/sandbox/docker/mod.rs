@@ -1,0 +1,34 @@
+//! The `docker` backend: the server runs as the main process of a hardened container that
+//! sees only the worktree, and the controller speaks the protocol over the container's
+//! attached stdin/stdout.
+
+pub mod cleanup;
+mod container;
+pub mod engine;
+pub mod image;
+
+use std::path::PathBuf;
+
+use super::spec::SandboxSpec;
+use super::{Sandbox, SandboxError};
+
+pub use container::{LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container};
+
+/// Where the server binary is mounted in every container.
+pub const SERVER_PATH: &str = "/opt/runner/runner";
+
+pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
+    let docker = engine::connect().await.map_err(SandboxError::Disconnected)?;
+    // Leftovers of runs that died without cleaning up go first, so they never pile up.
+    let _ = cleanup::remove_orphans(&docker).await;
+    open_container(&docker, spec).await
+}
+
+/// The host path a container path of the worktree stands for.
+pub fn host_path(spec: &SandboxSpec, in_container: &std::path::Path) -> Option<PathBuf> {
+    let inside = spec.docker.mount_at.as_ref().unwrap_or(&spec.worktree);
+    in_container
+        .strip_prefix(inside)
+        .ok()
+        .map(|rest| spec.worktree.join(rest))
+}

@@ -1,0 +1,103 @@
+//! What a sandbox is asked to be: the backend, the directories it sees, its limits, its
+//! network and the environment commands get. Profiles fill this in; every backend reads the
+//! same struct, so "the same limits in both backends" is one value, not two code paths.
+
+use std::path::{Path, PathBuf};
+
+use super::BackendKind;
+
+/// Whether commands may reach a network.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// No sockets but Unix ones (landlock: seccomp + landlock TCP rules; docker:
+    /// `network_mode=none`).
+    #[default]
+    None,
+    /// The host's network, unfiltered.
+    Host,
+}
+
+/// Resource limits. Each backend enforces what it can; `runner sandbox doctor` says which it
+/// cannot.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Limits {
+    pub memory_bytes: u64,
+    pub cpus: f64,
+    pub pids: u64,
+    pub tmp_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 4 << 30,
+            cpus: 2.0,
+            pids: 1024,
+            tmp_bytes: 1 << 30,
+        }
+    }
+}
+
+/// The default sandbox image, built by `runner image build`.
+pub const DEFAULT_IMAGE: &str = "runner-sandbox:bookworm";
+
+/// Paths inside the worktree that sandboxed commands may read but never change: a planted
+/// git hook or an `core.fsmonitor` line in `.git/config` would run on the host later, outside
+/// every wall.
+pub const DEFAULT_PROTECTED: &[&str] = &[".git/hooks", ".git/config"];
+
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub backend: BackendKind,
+    /// The worktree on the host; read-write.
+    pub worktree: PathBuf,
+    /// Further host directories the tools may read (e.g. saved full tool outputs).
+    pub read_only: Vec<PathBuf>,
+    pub limits: Limits,
+    pub network: Network,
+    /// Host variables passed to commands besides the fixed allow-list.
+    pub env_allow: Vec<String>,
+    /// Worktree-relative paths mounted read-only.
+    pub protected: Vec<PathBuf>,
+    /// The `runner` executable that serves inside the sandbox. It must be static for the
+    /// docker backend (every runner build is).
+    pub server_exe: PathBuf,
+    pub docker: DockerSpec,
+}
+
+#[derive(Debug, Clone)]
+pub struct DockerSpec {
+    pub image: String,
+    /// Where the worktree appears in the container; `None` keeps the host path, so paths in
+    /// tool output and in the model's context mean the same thing on both sides.
+    pub mount_at: Option<PathBuf>,
+}
+
+impl Default for DockerSpec {
+    fn default() -> Self {
+        DockerSpec {
+            image: DEFAULT_IMAGE.to_string(),
+            mount_at: None,
+        }
+    }
+}
+
+impl SandboxSpec {
+    /// A spec with the defaults for `backend`, served by this very executable.
+    pub fn new(backend: BackendKind, worktree: &Path) -> std::io::Result<SandboxSpec> {
+        Ok(SandboxSpec {
+            backend,
+            worktree: worktree.to_path_buf(),
+            read_only: Vec::new(),
+            limits: Limits::default(),
+            network: Network::None,
+            env_allow: Vec::new(),
+            protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
+            server_exe: std::env::current_exe()?,
+            docker: DockerSpec::default(),
+        })
+    }
+}
