@@ -1,5 +1,7 @@
 //! The command line: one file per subcommand.
 
+mod image;
+mod sandbox;
 mod sandbox_server;
 mod tool;
 
@@ -34,6 +36,12 @@ enum Command {
     /// List the tools, or call them directly (one call, or a script of calls).
     #[command(subcommand)]
     Tool(tool::ToolCommand),
+    /// Check, enter or clean up sandboxes.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
+    /// Build sandbox images.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
     /// Serve the sandbox API on stdin/stdout (started by the runner inside the sandbox).
     #[command(hide = true)]
     SandboxServer(sandbox_server::ServerArgs),
@@ -43,16 +51,53 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::SandboxServer(args) => sandbox_server::run(args),
-        Command::Tool(cmd) => match tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(rt) => rt.block_on(tool::run(cmd)),
-            Err(e) => {
-                eprintln!("runner: cannot start the async runtime: {e}");
-                exit::FAILED
-            }
-        },
+        Command::Tool(cmd) => block_on(tool::run(cmd)),
+        // The shell's Ctrl-C belongs to the shell, not to runner.
+        Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. }) => block_on_plain(sandbox::run(cmd)),
+        Command::Sandbox(cmd) => block_on(sandbox::run(cmd)),
+        Command::Image(cmd) => block_on(image::run(cmd)),
     };
     ExitCode::from(code)
+}
+
+/// Runs a command to completion, or until Ctrl-C / SIGTERM / SIGHUP: then the command's
+/// future is dropped, which closes its sandbox (containers removed, servers stopped, their
+/// commands killed) before the process exits.
+fn block_on(command: impl std::future::Future<Output = u8>) -> u8 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runner: cannot start the async runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return command.await;
+        };
+        tokio::select! {
+            code = command => code,
+            _ = term.recv() => { eprintln!("runner: terminated; sandbox closed"); 128 + 15 }
+            _ = int.recv() => { eprintln!("runner: interrupted; sandbox closed"); 128 + 2 }
+            _ = hup.recv() => 128 + 1,
+        }
+    })
+}
+
+fn block_on_plain(command: impl std::future::Future<Output = u8>) -> u8 {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(command),
+        Err(e) => {
+            eprintln!("runner: cannot start the async runtime: {e}");
+            exit::FAILED
+        }
+    }
 }

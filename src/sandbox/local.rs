@@ -219,6 +219,7 @@ pub(super) async fn finish(
         worktree,
         backend,
         env,
+        container_id: None,
         _keepalive: keepalive,
     })
 }

@@ -61,6 +61,8 @@ pub struct Sandbox {
     pub backend: BackendKind,
     /// The environment commands run with: an allow-list, never the host's whole environment.
     pub env: Vec<(String, String)>,
+    /// The container the server runs in (docker backend), e.g. for `docker exec`.
+    pub container_id: Option<String>,
     _keepalive: local::Keepalive,
 }
 

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use crate::sandbox::spec::Network;
 
 pub use landlock::{LandlockSupport, probe as probe_landlock};
+pub use seccomp::deny_filter as seccomp_program;
 
 /// What the server must confine itself to. Built from `runner sandbox-server --confine`
 /// flags, so the host-side backend and the server agree through the command line only.

@@ -279,5 +279,8 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         child: None,
         guards: vec![Box::new(guard)],
     };
-    local::finish(client, inside, BackendKind::Docker, container_env(spec), keepalive).await
+    let mut sandbox =
+        local::finish(client, inside, BackendKind::Docker, container_env(spec), keepalive).await?;
+    sandbox.container_id = Some(created.id);
+    Ok(sandbox)
 }

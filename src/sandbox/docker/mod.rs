@@ -6,12 +6,14 @@ pub mod cleanup;
 mod container;
 pub mod engine;
 pub mod image;
+mod shell;
 
 use std::path::PathBuf;
 
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxError};
 
+pub use shell::shell;
 pub use container::{LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container};
 
 /// Where the server binary is mounted in every container.

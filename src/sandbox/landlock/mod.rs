@@ -29,7 +29,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         SandboxError::Disconnected(format!("cannot prepare the landlock sandbox: {what}: {e}"))
     };
     let tmp = tempfile::Builder::new()
-        .prefix("runner-sandbox-")
+        .prefix(&format!("runner-sandbox-{}-", std::process::id()))
         .tempdir()
         .map_err(|e| io("private temp directory", e))?;
     let tmp_path = tmp.path().to_path_buf();
