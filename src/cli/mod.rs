@@ -53,7 +53,9 @@ pub fn main() -> ExitCode {
         Command::SandboxServer(args) => sandbox_server::run(args),
         Command::Tool(cmd) => block_on(tool::run(cmd)),
         // The shell's Ctrl-C belongs to the shell, not to runner.
-        Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. }) => block_on_plain(sandbox::run(cmd)),
+        Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. }) => {
+            block_on_plain(sandbox::run(cmd))
+        }
         Command::Sandbox(cmd) => block_on(sandbox::run(cmd)),
         Command::Image(cmd) => block_on(image::run(cmd)),
     };
@@ -93,7 +95,10 @@ fn block_on(command: impl std::future::Future<Output = u8>) -> u8 {
 }
 
 fn block_on_plain(command: impl std::future::Future<Output = u8>) -> u8 {
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt.block_on(command),
         Err(e) => {
             eprintln!("runner: cannot start the async runtime: {e}");

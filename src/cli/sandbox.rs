@@ -70,7 +70,11 @@ async fn doctor(image_name: &str) -> u8 {
     }
     match seccomp_probe() {
         Ok(()) => r.ok("seccomp", "filters apply; an AF_INET socket is refused"),
-        Err(e) => r.fail("seccomp", e, "use a kernel built with CONFIG_SECCOMP_FILTER"),
+        Err(e) => r.fail(
+            "seccomp",
+            e,
+            "use a kernel built with CONFIG_SECCOMP_FILTER",
+        ),
     }
     // SAFETY: plain syscall.
     let root = unsafe { libc::geteuid() } == 0;
@@ -81,9 +85,15 @@ async fn doctor(image_name: &str) -> u8 {
             .map(|s| s.trim() != "0")
             .unwrap_or(true);
     if root {
-        r.ok("mount namespace", "running as root: .git/hooks read-only, tmpfs size limit");
+        r.ok(
+            "mount namespace",
+            "running as root: .git/hooks read-only, tmpfs size limit",
+        );
     } else if userns {
-        r.ok("user namespaces", "allowed: .git/hooks read-only, tmpfs size limit");
+        r.ok(
+            "user namespaces",
+            "allowed: .git/hooks read-only, tmpfs size limit",
+        );
     } else {
         r.fail(
             "user namespaces",
@@ -98,12 +108,18 @@ async fn doctor(image_name: &str) -> u8 {
             if cg.enforces_pids {
                 r.ok("pids limit", "cgroup pids.max per sandbox");
             } else {
-                r.warn("pids limit", "no pids cgroup: RLIMIT_NPROC only (never applies to root)");
+                r.warn(
+                    "pids limit",
+                    "no pids cgroup: RLIMIT_NPROC only (never applies to root)",
+                );
             }
             if cg.enforces_memory {
                 r.ok("memory limit", "cgroup memory limit per sandbox");
             } else {
-                r.warn("memory limit", "no memory cgroup: RLIMIT_AS per process only");
+                r.warn(
+                    "memory limit",
+                    "no memory cgroup: RLIMIT_AS per process only",
+                );
             }
             drop(cg);
             cgroup::destroy(&dirs);
@@ -117,7 +133,10 @@ async fn doctor(image_name: &str) -> u8 {
         }
     }
     if !root && !userns {
-        r.warn("temp space", "per-file limit only (RLIMIT_FSIZE), no tmpfs size limit");
+        r.warn(
+            "temp space",
+            "per-file limit only (RLIMIT_FSIZE), no tmpfs size limit",
+        );
     }
 
     println!("docker backend");
@@ -144,8 +163,12 @@ async fn doctor(image_name: &str) -> u8 {
                     "cgroups",
                     format!(
                         "cgroup {} with the {} driver; memory, CPU and pids limits enforced",
-                        info.cgroup_version.map(|v| v.to_string()).unwrap_or_default(),
-                        info.cgroup_driver.map(|v| v.to_string()).unwrap_or_default()
+                        info.cgroup_version
+                            .map(|v| v.to_string())
+                            .unwrap_or_default(),
+                        info.cgroup_driver
+                            .map(|v| v.to_string())
+                            .unwrap_or_default()
                     ),
                 );
                 r.ok(

@@ -53,8 +53,12 @@ pub fn run(args: ServerArgs) -> u8 {
             return super::exit::USAGE;
         };
         for dir in &args.cgroups {
-            if let Err(e) = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()) {
-                eprintln!("runner sandbox-server: cannot join cgroup {}: {e}", dir.display());
+            if let Err(e) = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+            {
+                eprintln!(
+                    "runner sandbox-server: cannot join cgroup {}: {e}",
+                    dir.display()
+                );
                 return super::exit::FAILED;
             }
         }

@@ -44,7 +44,13 @@ fn stop_server(child: &mut tokio::process::Child) {
             let _ = child.start_kill();
             return;
         }
-        libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGTERM, std::ptr::null::<u8>(), 0);
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            libc::SIGTERM,
+            std::ptr::null::<u8>(),
+            0,
+        );
         std::thread::spawn(move || {
             let mut pfd = libc::pollfd {
                 fd: pidfd,
@@ -52,7 +58,13 @@ fn stop_server(child: &mut tokio::process::Child) {
                 revents: 0,
             };
             if libc::poll(&mut pfd, 1, 1000) == 0 {
-                libc::syscall(libc::SYS_pidfd_send_signal, pidfd, libc::SIGKILL, std::ptr::null::<u8>(), 0);
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd,
+                    libc::SIGKILL,
+                    std::ptr::null::<u8>(),
+                    0,
+                );
             }
             libc::close(pidfd);
         });
@@ -69,8 +81,18 @@ pub async fn spawn_child(
 ) -> Result<Sandbox, SandboxError> {
     let worktree = absolute(worktree)?;
     let mut command = tokio::process::Command::new(server_exe);
-    command.arg("sandbox-server").args(root_args(&worktree, read_only)?);
-    spawn_server(command, server_exe, worktree, BackendKind::None, super::allowed_env(), Vec::new()).await
+    command
+        .arg("sandbox-server")
+        .args(root_args(&worktree, read_only)?);
+    spawn_server(
+        command,
+        server_exe,
+        worktree,
+        BackendKind::None,
+        super::allowed_env(),
+        Vec::new(),
+    )
+    .await
 }
 
 /// `--root WORKTREE --root EXTRA:ro …`
@@ -202,7 +224,14 @@ pub async fn in_process(worktree: &Path, read_only: &[PathBuf]) -> Result<Sandbo
         child: None,
         guards: Vec::new(),
     };
-    finish(client, worktree, BackendKind::None, super::allowed_env(), keepalive).await
+    finish(
+        client,
+        worktree,
+        BackendKind::None,
+        super::allowed_env(),
+        keepalive,
+    )
+    .await
 }
 
 pub(super) async fn finish(

@@ -47,7 +47,9 @@ impl BackendKind {
 /// built, nothing runs.
 pub async fn open(spec: &spec::SandboxSpec) -> Result<Sandbox, SandboxError> {
     match spec.backend {
-        BackendKind::None => local::spawn_child(&spec.server_exe, &spec.worktree, &spec.read_only).await,
+        BackendKind::None => {
+            local::spawn_child(&spec.server_exe, &spec.worktree, &spec.read_only).await
+        }
         BackendKind::Landlock => landlock::open(spec).await,
         BackendKind::Docker => docker::open(spec).await,
     }

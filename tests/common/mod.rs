@@ -6,6 +6,8 @@
 //! Each test binary compiles this module separately and uses only part of it.
 #![allow(dead_code)]
 
+pub mod engine;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,6 +24,32 @@ pub enum Backend {
     InProcess,
     /// The real `runner sandbox-server` binary as a child (`local::spawn_child`).
     Child,
+    /// The server confined by landlock + seccomp.
+    Landlock,
+    /// The server in a hardened container of the default image.
+    Docker,
+}
+
+/// Starts a sandbox of `backend` on `wt` the way the CLI does, with `read_only` mounted.
+pub async fn open_sandbox(
+    backend: Backend,
+    wt: &Path,
+    read_only: &[PathBuf],
+) -> Result<runner::sandbox::Sandbox, runner::sandbox::SandboxError> {
+    use runner::sandbox::BackendKind;
+    let kind = match backend {
+        Backend::InProcess => return runner::sandbox::local::in_process(wt, read_only).await,
+        Backend::Child => BackendKind::None,
+        Backend::Landlock => BackendKind::Landlock,
+        Backend::Docker => {
+            engine::docker();
+            BackendKind::Docker
+        }
+    };
+    let mut spec = runner::sandbox::spec::SandboxSpec::new(kind, wt).expect("spec");
+    spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+    spec.read_only = read_only.to_vec();
+    runner::sandbox::open(&spec).await
 }
 
 /// How a fixture is set up; `Options::default()` is in-process, a strict session (read
@@ -76,18 +104,9 @@ pub async fn fixture_with(opts: Options) -> Fixture {
         std::fs::create_dir_all(d).expect("fixture dirs");
     }
     let read_only = [out.clone()];
-    let sandbox = match opts.backend {
-        Backend::InProcess => runner::sandbox::local::in_process(&wt, &read_only).await,
-        Backend::Child => {
-            runner::sandbox::local::spawn_child(
-                Path::new(env!("CARGO_BIN_EXE_runner")),
-                &wt,
-                &read_only,
-            )
-            .await
-        }
-    }
-    .expect("sandbox starts");
+    let sandbox = open_sandbox(opts.backend, &wt, &read_only)
+        .await
+        .expect("sandbox starts");
     let session = if opts.single_call {
         Session::single_call("t")
     } else {

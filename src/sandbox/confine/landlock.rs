@@ -130,7 +130,9 @@ pub fn restrict(c: &Confinement) -> Result<(), ConfineError> {
 
 fn describe(status: LandlockStatus) -> String {
     match status {
-        LandlockStatus::NotEnabled => "landlock is built in but not enabled: add `landlock` to the lsm= boot parameter".into(),
+        LandlockStatus::NotEnabled => {
+            "landlock is built in but not enabled: add `landlock` to the lsm= boot parameter".into()
+        }
         LandlockStatus::NotImplemented => "the kernel has no landlock".into(),
         LandlockStatus::Available { effective_abi, .. } => {
             format!("kernel landlock ABI {}", effective_abi as i32)

@@ -64,12 +64,17 @@ pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
         write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
         write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     }
-    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
-        .map_err(|e| ConfineError::new("make mounts private", e))?;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(|e| ConfineError::new("make mounts private", e))?;
     for path in &c.protected {
-        protect(path).map_err(|e| {
-            ConfineError::new("protect path", format!("{}: {e}", path.display()))
-        })?;
+        protect(path)
+            .map_err(|e| ConfineError::new("protect path", format!("{}: {e}", path.display())))?;
     }
     let options = format!("size={},mode=0700", c.tmp_bytes);
     mount(
@@ -84,7 +89,13 @@ pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
 }
 
 fn protect(path: &Path) -> std::io::Result<()> {
-    mount(Some(path.as_os_str().to_str().unwrap_or_default()), path, None, libc::MS_BIND | libc::MS_REC, None)?;
+    mount(
+        Some(path.as_os_str().to_str().unwrap_or_default()),
+        path,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
     // A remount must keep the flags the original mount has locked (nosuid, nodev, noexec
     // under a user namespace), or the kernel refuses it.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -166,7 +177,11 @@ pub fn set_limits(c: &Confinement) -> Result<(), ConfineError> {
         Ok(())
     };
     set(libc::RLIMIT_AS, c.memory_bytes, "memory limit (RLIMIT_AS)")?;
-    set(libc::RLIMIT_FSIZE, c.tmp_bytes, "file size limit (RLIMIT_FSIZE)")?;
+    set(
+        libc::RLIMIT_FSIZE,
+        c.tmp_bytes,
+        "file size limit (RLIMIT_FSIZE)",
+    )?;
     set(libc::RLIMIT_CORE, 0, "core dump limit")?;
     // SAFETY: plain syscall.
     let uid = unsafe { libc::getuid() };

@@ -31,7 +31,9 @@ pub async fn list(docker: &Docker) -> Result<Vec<(String, Option<i32>)>, bollard
 
 fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// Removes containers whose owning runner process no longer exists; returns how many.

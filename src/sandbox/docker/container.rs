@@ -187,14 +187,21 @@ impl Drop for ContainerGuard {
 }
 
 pub async fn remove(docker: &Docker, id: &str) {
-    let opts = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+    let opts = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
     let _ = docker.remove_container(id, Some(opts)).await;
 }
 
 pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     let worktree = local::absolute(&spec.worktree)?;
     let worktree = std::fs::canonicalize(&worktree).unwrap_or(worktree);
-    let inside: PathBuf = spec.docker.mount_at.clone().unwrap_or_else(|| worktree.clone());
+    let inside: PathBuf = spec
+        .docker
+        .mount_at
+        .clone()
+        .unwrap_or_else(|| worktree.clone());
     let run_id = unique_id();
     let mut cmd = vec!["sandbox-server".to_string()];
     cmd.extend(
@@ -211,13 +218,13 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         )
         .await
         .map_err(|e| match &e {
-            bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => {
-                SandboxError::Disconnected(format!(
-                    "docker: the sandbox image {} is missing: build it with `runner image build`, \
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => SandboxError::Disconnected(format!(
+                "docker: the sandbox image {} is missing: build it with `runner image build`, \
                      or name another image in the profile ({e})",
-                    spec.docker.image
-                ))
-            }
+                spec.docker.image
+            )),
             _ => docker_error("cannot create the sandbox container", e),
         })?;
     let guard = ContainerGuard {
@@ -279,8 +286,14 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         child: None,
         guards: vec![Box::new(guard)],
     };
-    let mut sandbox =
-        local::finish(client, inside, BackendKind::Docker, container_env(spec), keepalive).await?;
+    let mut sandbox = local::finish(
+        client,
+        inside,
+        BackendKind::Docker,
+        container_env(spec),
+        keepalive,
+    )
+    .await?;
     sandbox.container_id = Some(created.id);
     Ok(sandbox)
 }

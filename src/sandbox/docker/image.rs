@@ -68,7 +68,8 @@ pub async fn build(
     } else {
         log(&format!("base {} exists", req.base));
     }
-    let context = context_tar(dockerfile, package_list).map_err(|e| format!("cannot pack the build context: {e}"))?;
+    let context = context_tar(dockerfile, package_list)
+        .map_err(|e| format!("cannot pack the build context: {e}"))?;
     let opts = BuildImageOptionsBuilder::new()
         .dockerfile("Dockerfile")
         .t(&req.tag)
@@ -163,7 +164,10 @@ pub async fn build_base(
     for sources in host_sources() {
         cmd.arg(sources);
     }
-    log(&format!("building base {name} with mmdebstrap ({suite}, {} packages)", packages.len()));
+    log(&format!(
+        "building base {name} with mmdebstrap ({suite}, {} packages)",
+        packages.len()
+    ));
     let status = cmd
         .status()
         .await
@@ -199,10 +203,7 @@ fn host_sources() -> Vec<std::path::PathBuf> {
         let mut files: Vec<_> = entries
             .flatten()
             .map(|e| e.path())
-            .filter(|p| {
-                p.extension()
-                    .is_some_and(|e| e == "sources" || e == "list")
-            })
+            .filter(|p| p.extension().is_some_and(|e| e == "sources" || e == "list"))
             .collect();
         files.sort();
         out.extend(files);

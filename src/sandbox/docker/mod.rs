@@ -13,14 +13,16 @@ use std::path::PathBuf;
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxError};
 
-pub use shell::shell;
 pub use container::{LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container};
+pub use shell::shell;
 
 /// Where the server binary is mounted in every container.
 pub const SERVER_PATH: &str = "/opt/runner/runner";
 
 pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
-    let docker = engine::connect().await.map_err(SandboxError::Disconnected)?;
+    let docker = engine::connect()
+        .await
+        .map_err(SandboxError::Disconnected)?;
     // Leftovers of runs that died without cleaning up go first, so they never pile up.
     let _ = cleanup::remove_orphans(&docker).await;
     open_container(&docker, spec).await

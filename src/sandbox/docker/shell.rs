@@ -47,7 +47,11 @@ pub async fn shell(spec: &SandboxSpec) -> Result<u8, String> {
         .await
         .map_err(|e| e.to_string())?;
     let id = sandbox.container_id.clone().unwrap_or_default();
-    let mut env: Vec<String> = sandbox.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut env: Vec<String> = sandbox
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     env.push(format!(
         "TERM={}",
         std::env::var("TERM").unwrap_or_else(|_| "xterm".into())
@@ -57,7 +61,11 @@ pub async fn shell(spec: &SandboxSpec) -> Result<u8, String> {
         .create_exec(
             &id,
             CreateExecOptions {
-                cmd: Some(vec!["/bin/sh".to_string(), "-c".into(), "if [ -x /bin/bash ]; then exec /bin/bash -i; else exec /bin/sh -i; fi".into()]),
+                cmd: Some(vec![
+                    "/bin/sh".to_string(),
+                    "-c".into(),
+                    "if [ -x /bin/bash ]; then exec /bin/bash -i; else exec /bin/sh -i; fi".into(),
+                ]),
                 attach_stdin: Some(true),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
@@ -80,7 +88,11 @@ pub async fn shell(spec: &SandboxSpec) -> Result<u8, String> {
         )
         .await
         .map_err(|e| format!("docker: cannot start the shell: {e}"))?;
-    let StartExecResults::Attached { mut output, mut input } = started else {
+    let StartExecResults::Attached {
+        mut output,
+        mut input,
+    } = started
+    else {
         return Err("docker: the shell started detached".into());
     };
     let _raw = RawMode::enter();

@@ -75,8 +75,10 @@ pub fn create(limits: &Limits) -> Option<SandboxCgroup> {
         }
         let dir = mount.join(own_path).join(&name);
         let ok = match controller.as_str() {
-            "pids" => std::fs::create_dir(&dir).is_ok()
-                && write(&dir.join("pids.max"), &limits.pids.to_string()).is_ok(),
+            "pids" => {
+                std::fs::create_dir(&dir).is_ok()
+                    && write(&dir.join("pids.max"), &limits.pids.to_string()).is_ok()
+            }
             "memory" => {
                 std::fs::create_dir(&dir).is_ok()
                     && write(
@@ -111,10 +113,12 @@ pub fn create(limits: &Limits) -> Option<SandboxCgroup> {
     {
         let parent = base.join(own_path);
         let dir = parent.join(&name);
-        let subtree = std::fs::read_to_string(parent.join("cgroup.subtree_control"))
-            .unwrap_or_default();
+        let subtree =
+            std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap_or_default();
         if std::fs::create_dir(&dir).is_ok() {
-            if subtree.contains("pids") && write(&dir.join("pids.max"), &limits.pids.to_string()).is_ok() {
+            if subtree.contains("pids")
+                && write(&dir.join("pids.max"), &limits.pids.to_string()).is_ok()
+            {
                 cg.enforces_pids = true;
             }
             if subtree.contains("memory")
@@ -181,7 +185,9 @@ pub fn leftovers() -> Vec<PathBuf> {
         let parent = if controller == "unified" {
             Path::new("/sys/fs/cgroup").join(&own_path)
         } else {
-            Path::new("/sys/fs/cgroup").join(&controller).join(&own_path)
+            Path::new("/sys/fs/cgroup")
+                .join(&controller)
+                .join(&own_path)
         };
         let Ok(entries) = std::fs::read_dir(&parent) else {
             continue;

@@ -13,7 +13,9 @@ use super::{BackendKind, Sandbox, SandboxError, local};
 
 /// Variables commands see besides those the profile adds: never the host's HOME (its dot
 /// files are outside the wall anyway) and never credentials.
-const BASE_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME"];
+const BASE_ENV: &[&str] = &[
+    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
+];
 
 /// The command-line flags that make `runner sandbox-server` confine itself; shared with
 /// `sandbox shell`, which starts the same server in shell mode.
@@ -111,10 +113,7 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     let mut command = tokio::process::Command::new(&spec.server_exe);
     command.args(&prepared.args);
     // Guards drop in reverse: the cgroup (killing stragglers) before the temp directory.
-    let guards: Vec<Box<dyn Send + Sync>> = vec![
-        Box::new(prepared.tmp),
-        Box::new(prepared.cgroup),
-    ];
+    let guards: Vec<Box<dyn Send + Sync>> = vec![Box::new(prepared.tmp), Box::new(prepared.cgroup)];
     local::spawn_server(
         command,
         &spec.server_exe,

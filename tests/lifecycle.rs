@@ -1,0 +1,276 @@
+//! Lifecycle of sandboxes: what is left behind when runner dies, is interrupted, or runs a
+//! command that ignores SIGTERM. Real engine, real kernel, real `runner` processes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
+use runner::sandbox::BackendKind;
+use runner::sandbox::docker::{LABEL, LABEL_OWNER};
+use runner::sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
+
+fn worktree() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix("runner-life-")
+        .tempdir()
+        .expect("temp dir");
+    let wt = std::fs::canonicalize(tmp.path()).expect("canonical");
+    (tmp, wt)
+}
+
+async fn docker() -> Docker {
+    common::engine::docker();
+    Docker::connect_with_defaults()
+        .expect("connect")
+        .negotiate_version()
+        .await
+        .expect("engine answers")
+}
+
+/// Runner containers owned by `pid`.
+async fn containers_of(docker: &Docker, pid: u32) -> Vec<String> {
+    let filters = HashMap::from([("label", vec![LABEL])]);
+    let opts = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(opts))
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)) == Some(&pid.to_string()))
+        .filter_map(|c| c.id)
+        .collect()
+}
+
+/// Processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) && !cmdline.contains("runner tool call") {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn spawn_runner(backend: &str, wt: &Path, command: &str) -> Child {
+    let args = serde_json::json!({ "command": command, "description": "long", "timeout": 600000 });
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args([
+            "tool",
+            "call",
+            "bash",
+            &args.to_string(),
+            "--sandbox",
+            backend,
+            "--root",
+        ])
+        .arg(wt)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn runner")
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !f().await {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn marker() -> String {
+    // A sleep duration no other process on the machine is using.
+    format!(
+        "{}",
+        100_000 + (std::process::id() % 50_000) * 7 + rand_bits() % 7
+    )
+}
+
+fn rand_bits() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(start.elapsed() < timeout, "runner did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_runner_leaves_nothing_after_the_next_start() {
+    let docker = docker().await;
+    let (_tmp, wt) = worktree();
+    let mark = marker();
+    let mut child = spawn_runner("docker", &wt, &format!("sleep {mark}"));
+    let pid = child.id();
+    wait_until("the container", Duration::from_secs(30), async || {
+        !containers_of(&docker, pid).await.is_empty()
+    })
+    .await;
+    signal(&child, libc::SIGKILL);
+    wait_exit(&mut child, Duration::from_secs(10));
+
+    // A container whose owner died without any cleanup at all (planted, because a killed
+    // runner's own container usually goes by itself when its stdin closes).
+    let body = ContainerCreateBody {
+        image: Some(DEFAULT_IMAGE.into()),
+        cmd: Some(vec!["sleep".into(), "1000".into()]),
+        labels: Some(HashMap::from([
+            (LABEL.to_string(), "1".to_string()),
+            (LABEL_OWNER.to_string(), pid.to_string()),
+        ])),
+        ..Default::default()
+    };
+    let planted = docker
+        .create_container(Some(CreateContainerOptionsBuilder::new().build()), body)
+        .await
+        .expect("plant a leftover container")
+        .id;
+    docker
+        .start_container(&planted, None)
+        .await
+        .expect("start it");
+    assert!(containers_of(&docker, pid).await.contains(&planted));
+
+    // The next start removes every container whose owner is gone.
+    let mut spec = SandboxSpec::new(BackendKind::Docker, &wt).expect("spec");
+    spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+    let sandbox = runner::sandbox::open(&spec).await.expect("next start");
+    assert_eq!(containers_of(&docker, pid).await, Vec::<String>::new());
+    assert!(
+        processes_with(&format!("sleep {mark}")).is_empty(),
+        "the killed runner's command still runs"
+    );
+    drop(sandbox);
+}
+
+async fn interrupt_leaves_nothing(backend: &str) {
+    let docker = if backend == "docker" {
+        Some(docker().await)
+    } else {
+        None
+    };
+    let (_tmp, wt) = worktree();
+    let mark = marker();
+    let mut child = spawn_runner(backend, &wt, &format!("sleep {mark} & sleep {mark}; wait"));
+    let pid = child.id();
+    let pattern = format!("sleep {mark}");
+    wait_until("the command", Duration::from_secs(30), async || {
+        processes_with(&pattern).len() >= 2
+    })
+    .await;
+    signal(&child, libc::SIGINT);
+    let status = wait_exit(&mut child, Duration::from_secs(15));
+    assert_eq!(status.code(), Some(130), "Ctrl-C exits with 130");
+    wait_until(
+        "the command's processes to go",
+        Duration::from_secs(5),
+        async || processes_with(&pattern).is_empty(),
+    )
+    .await;
+    if let Some(docker) = docker {
+        assert_eq!(containers_of(&docker, pid).await, Vec::<String>::new());
+    }
+    // The landlock sandbox's private temp directory goes too.
+    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .expect("tmp")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("runner-sandbox-{pid}-"))
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "temp directories left: {leftovers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_during_a_long_command_leaves_no_container_and_no_process_docker() {
+    interrupt_leaves_nothing("docker").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_during_a_long_command_leaves_no_process_landlock() {
+    interrupt_leaves_nothing("landlock").await;
+}
+
+async fn sigterm_ignorer_dies_at_timeout(kind: BackendKind) {
+    if kind == BackendKind::Docker {
+        common::engine::docker();
+    }
+    let (_tmp, wt) = worktree();
+    let mut spec = SandboxSpec::new(kind, &wt).expect("spec");
+    spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+    let sandbox = runner::sandbox::open(&spec).await.expect("open");
+    let mark = marker();
+    let start = Instant::now();
+    let mut ex = sandbox
+        .client
+        .exec(runner::sandbox::api::ExecRequest {
+            command: format!("trap '' TERM INT; (trap '' TERM; sleep {mark}) & sleep {mark}"),
+            cwd: sandbox.worktree.clone(),
+            env: sandbox.env.clone(),
+            timeout_ms: 1000,
+            stdin: None,
+            output_limit: 1 << 16,
+        })
+        .await
+        .expect("exec");
+    let status = loop {
+        match ex.next().await.expect("event") {
+            runner::sandbox::client::ExecEvent::Exit(s) => break s,
+            runner::sandbox::client::ExecEvent::Output(_) => {}
+        }
+    };
+    assert!(status.timed_out, "{status:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
+    wait_until("the ignorers to die", Duration::from_secs(3), async || {
+        processes_with(&format!("sleep {mark}")).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigterm_ignorer_is_killed_at_its_timeout_landlock() {
+    sigterm_ignorer_dies_at_timeout(BackendKind::Landlock).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigterm_ignorer_is_killed_at_its_timeout_docker() {
+    sigterm_ignorer_dies_at_timeout(BackendKind::Docker).await;
+}
