@@ -24,7 +24,12 @@ const SECRET: &str = "TOP-SECRET-7c1f9a";
 const FILE_LINKS: &[&str] = &["abs_file", "rel_file", "proc_file"];
 /// Links to the outside directory (which holds `secret.txt`).
 const DIR_LINKS: &[&str] = &["abs_dir", "rel_dir", "proc_dir"];
-const BACKENDS: [Backend; 2] = [Backend::InProcess, Backend::Child];
+const BACKENDS: [Backend; 4] = [
+    Backend::InProcess,
+    Backend::Child,
+    Backend::Landlock,
+    Backend::Docker,
+];
 
 /// A worktree with escaping links, inner links, and a secret outside. Every session counts
 /// files as read (single call), so only the symlink guard can stop a write.

@@ -33,20 +33,45 @@ fn lock(name: &str) -> std::fs::File {
     f
 }
 
+/// Installs a Debian package when `file` is missing (the tests set up what they need on a
+/// fresh machine, as root; elsewhere they say what to install).
+pub fn ensure_package(package: &str, file: &str) {
+    if Path::new(file).exists() {
+        return;
+    }
+    let _l = lock("runner-test-apt.lock");
+    if Path::new(file).exists() {
+        return;
+    }
+    // SAFETY: plain syscall.
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "{file} is missing: apt-get install -y {package} (the tests need it and never skip)"
+    );
+    let apt = |args: &[&str]| {
+        std::process::Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    let installed = apt(&["install", "-y", "-qq", package])
+        || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", package]));
+    assert!(
+        installed && Path::new(file).exists(),
+        "apt-get install {package} failed; install it by hand"
+    );
+}
+
 fn start_engine() {
     let _l = lock("runner-test-dockerd.lock");
     if engine_answers() {
         return;
     }
-    let dockerd = ["/usr/sbin/dockerd", "/usr/bin/dockerd"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "no Docker engine answers on {SOCKET} and dockerd is not installed: \
-                 apt-get install -y docker.io (the docker tests never skip)"
-            )
-        });
+    ensure_package("docker.io", "/usr/sbin/dockerd");
+    let dockerd = "/usr/sbin/dockerd";
     let log = std::fs::File::create(std::env::temp_dir().join("runner-test-dockerd.log"))
         .expect("dockerd log");
     let mut cmd = std::process::Command::new(dockerd);
@@ -81,6 +106,7 @@ fn ensure_image() {
     if get(&format!("/images/{IMAGE}/json")) == Some(200) {
         return;
     }
+    ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
         .args(["image", "build"])
         .status()
