@@ -81,9 +81,7 @@ fn script() -> Vec<(&'static str, Value)> {
 /// Keeps what the model sees and what decides the outcome; drops timings.
 fn comparable(r: &runner::tool::CallResult, filters: &[(regex::Regex, &str)]) -> Value {
     let mut meta = r.metadata.clone();
-    if let Value::Object(m) = &mut meta {
-        m.remove("outputPath");
-    }
+    meta.remove("outputPath");
     let v = json!({
         "tool": r.tool,
         "outcome": format!("{:?}", r.outcome),

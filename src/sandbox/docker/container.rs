@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
 };
@@ -79,12 +79,20 @@ pub fn container_body(
     run_id: &str,
     cmd: Vec<String>,
 ) -> ContainerCreateBody {
-    let mut binds = vec![
-        format!("{}:{}:rw", worktree.display(), inside.display()),
-        format!("{}:{SERVER_PATH}:ro", spec.server_exe.display()),
+    // Mounts, not `-v` strings: a path with a `:` or `,` stays one path.
+    let bind = |source: &Path, target: &Path, read_only: bool| Mount {
+        source: Some(source.display().to_string()),
+        target: Some(target.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        ..Default::default()
+    };
+    let mut mounts = vec![
+        bind(worktree, inside, false),
+        bind(&spec.server_exe, Path::new(SERVER_PATH), true),
     ];
     for dir in &spec.read_only {
-        binds.push(format!("{}:{}:ro", dir.display(), dir.display()));
+        mounts.push(bind(dir, dir, true));
     }
     for rel in &spec.protected {
         let host = worktree.join(rel);
@@ -92,16 +100,12 @@ pub fn container_body(
         if let Ok(real) = std::fs::canonicalize(&host)
             && let Ok(rest) = real.strip_prefix(worktree)
         {
-            binds.push(format!(
-                "{}:{}:ro",
-                real.display(),
-                inside.join(rest).display()
-            ));
+            mounts.push(bind(&real, &inside.join(rest), true));
         }
     }
     let limits = &spec.limits;
     let host_config = HostConfig {
-        binds: Some(binds),
+        mounts: Some(mounts),
         tmpfs: Some(HashMap::from([(
             "/tmp".to_string(),
             format!("rw,exec,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
