@@ -256,8 +256,7 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
                 }
             };
             let mut command = std::process::Command::new(&spec.server_exe);
-            let _guards;
-            if args.backend == BackendKind::Landlock {
+            let _guards = if args.backend == BackendKind::Landlock {
                 let prepared = match crate::sandbox::landlock::prepare(&spec, &worktree) {
                     Ok(p) => p,
                     Err(e) => {
@@ -266,15 +265,15 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
                     }
                 };
                 command.args(&prepared.args).env_clear().envs(prepared.env);
-                _guards = (Some(prepared.tmp), prepared.cgroup);
+                (Some(prepared.tmp), prepared.cgroup)
             } else {
                 command
                     .args(["sandbox-server", "--root"])
                     .arg(&worktree)
                     .env_clear()
                     .envs(crate::sandbox::allowed_env());
-                _guards = (None, None);
-            }
+                (None, None)
+            };
             command.arg("--shell");
             // Ctrl-C goes to the shell; runner waits it out.
             // SAFETY: only async-signal-safe calls between fork and exec.

@@ -65,6 +65,8 @@ pub fn ensure_package(package: &str, file: &str) {
     );
 }
 
+// dockerd must outlive this test process (it serves the next ones), so it is never waited for.
+#[allow(clippy::zombie_processes)]
 fn start_engine() {
     let _l = lock("runner-test-dockerd.lock");
     if engine_answers() {
