@@ -1,6 +1,7 @@
 //! `runner`: a sandboxed agent runner. See `ARCHITECTURE.md` for the shape of the whole.
 
 pub mod cli;
+pub mod config;
 pub mod permission;
 pub mod sandbox;
 pub mod tool;

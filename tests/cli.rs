@@ -497,3 +497,56 @@ fn bash_does_not_see_the_runners_secrets() {
     }
     assert!(output.contains("LANG=C.UTF-8"), "{output}");
 }
+
+/// A profile picks the wall; a flag overrides the profile; a bad profile is a clear error.
+#[test]
+fn profiles_choose_the_sandbox_and_flags_override_them() {
+    let cli = Cli::new();
+    let probe = json!({
+        "command": "grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; ls /root >/dev/null 2>&1 && echo home-visible || echo home-hidden",
+        "description": "probe"
+    });
+    let laptop = cli.call("bash", probe.clone(), &["--profile", "laptop"]);
+    assert!(laptop.status.success(), "{laptop:?}");
+    let out = stdout(&laptop);
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+    assert!(out.contains("home-hidden"), "{out}");
+
+    let none = cli.call(
+        "bash",
+        probe.clone(),
+        &["--profile", "laptop", "--sandbox", "none"],
+    );
+    let out = stdout(&none);
+    assert!(out.contains("NoNewPrivs:\t0"), "{out}");
+
+    let mine = cli.wt.join("mine.toml");
+    std::fs::write(&mine, "[sandbox]\nbackend = \"landlock\"\n").unwrap();
+    let own = cli.call(
+        "bash",
+        probe.clone(),
+        &["--profile", mine.to_str().unwrap()],
+    );
+    assert!(stdout(&own).contains("NoNewPrivs:\t1"), "{own:?}");
+
+    let bad = cli.call("bash", probe.clone(), &["--profile", "no-such"]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("no profile named \"no-such\"") && err.contains("laptop"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &mine,
+        "[sandbox]\nbackend = \"landlock\"\nnetwrok = \"host\"\n",
+    )
+    .unwrap();
+    let typo = cli.call("bash", probe, &["--profile", mine.to_str().unwrap()]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&typo.stderr).contains("netwrok"),
+        "{typo:?}"
+    );
+}

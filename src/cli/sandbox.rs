@@ -246,7 +246,7 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    match args.backend {
+    match spec.backend {
         BackendKind::None | BackendKind::Landlock => {
             let worktree = match std::fs::canonicalize(root) {
                 Ok(p) => p,
@@ -256,7 +256,7 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
                 }
             };
             let mut command = std::process::Command::new(&spec.server_exe);
-            let _guards = if args.backend == BackendKind::Landlock {
+            let _guards = if spec.backend == BackendKind::Landlock {
                 let prepared = match crate::sandbox::landlock::prepare(&spec, &worktree) {
                     Ok(p) => p,
                     Err(e) => {

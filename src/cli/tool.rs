@@ -127,26 +127,41 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
     ))
 }
 
-/// The sandbox options every command that runs tools shares.
+/// The sandbox options every command that runs tools shares. The profile sets the
+/// sandbox; each flag given overrides the profile's value.
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
-    /// The isolation backend.
-    #[arg(long = "sandbox", value_enum, default_value = "none")]
-    pub backend: BackendKind,
-    /// The image the docker backend runs (see `runner image build`).
-    #[arg(long, default_value = crate::sandbox::spec::DEFAULT_IMAGE)]
-    pub image: String,
-    /// Whether commands may reach the network.
-    #[arg(long, value_enum, default_value = "none")]
-    pub network: Network,
+    /// A profile name (built-in: default, readonly, untrusted, laptop, eval; or the user's
+    /// own in $XDG_CONFIG_HOME/runner/profiles/) or a path to a profile TOML file.
+    #[arg(long, default_value = "default")]
+    pub profile: String,
+    /// The isolation backend (default: the profile's).
+    #[arg(long = "sandbox", value_enum)]
+    pub backend: Option<BackendKind>,
+    /// The image the docker backend runs (default: the profile's, else
+    /// runner-sandbox:bookworm; see `runner image build`).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Whether commands may reach the network (default: the profile's, else none).
+    #[arg(long, value_enum)]
+    pub network: Option<Network>,
 }
 
 impl SandboxArgs {
     pub fn spec(&self, root: &Path) -> Result<SandboxSpec, String> {
-        let mut spec = SandboxSpec::new(self.backend, root)
+        let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
+        let mut spec = SandboxSpec::new(BackendKind::None, root)
             .map_err(|e| format!("cannot find the runner executable: {e}"))?;
-        spec.network = self.network;
-        spec.docker.image = self.image.clone();
+        profile.sandbox.apply(&mut spec);
+        if let Some(b) = self.backend {
+            spec.backend = b;
+        }
+        if let Some(n) = self.network {
+            spec.network = n;
+        }
+        if let Some(i) = &self.image {
+            spec.docker.image = i.clone();
+        }
         Ok(spec)
     }
 }
@@ -160,7 +175,7 @@ pub async fn open_sandbox(
     spec.read_only.push(output_dir.to_path_buf());
     crate::sandbox::open(&spec)
         .await
-        .map_err(|e| format!("cannot start the {} sandbox: {e}", args.backend.name()))
+        .map_err(|e| format!("cannot start the {} sandbox: {e}", spec.backend.name()))
 }
 
 fn print_result(result: &CallResult, json: bool) {

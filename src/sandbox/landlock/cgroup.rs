@@ -172,9 +172,9 @@ pub fn destroy(dirs: &[PathBuf]) {
 
 impl Drop for SandboxCgroup {
     fn drop(&mut self) {
-        let dirs = std::mem::take(&mut self.dirs);
-        // Removal waits for processes to die; a thread keeps that wait off the caller.
-        std::thread::spawn(move || destroy(&dirs));
+        // Synchronous: a process about to exit must not leave its cgroups behind. Killing
+        // everything inside makes the wait short (the dying processes' exit only).
+        destroy(&self.dirs);
     }
 }
 

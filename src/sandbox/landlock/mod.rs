@@ -35,6 +35,8 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         .tempdir()
         .map_err(|e| io("private temp directory", e))?;
     let tmp_path = tmp.path().to_path_buf();
+    // Cgroups of runs that died without cleaning up go first, so they never pile up.
+    cgroup::destroy(&cgroup::leftovers());
     let cgroup = cgroup::create(&spec.limits);
     let mut args: Vec<OsString> = vec!["sandbox-server".into()];
     args.extend(local::root_args(worktree, &spec.read_only)?);

@@ -1,0 +1,3 @@
+//! Configuration files: today the profiles (see `profiles/README.md`).
+
+pub mod profile;

@@ -1,0 +1,253 @@
+//! Profiles: named bundles of settings, built in (compiled from `profiles/*.toml`) or the
+//! user's own (`$XDG_CONFIG_HOME/runner/profiles/NAME.toml`), or any file by path.
+//! Unknown keys are errors, so a typo never silently loosens a sandbox.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::sandbox::BackendKind;
+use crate::sandbox::spec::{Network, SandboxSpec};
+
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("default", include_str!("../../profiles/default.toml")),
+    ("readonly", include_str!("../../profiles/readonly.toml")),
+    ("untrusted", include_str!("../../profiles/untrusted.toml")),
+    ("laptop", include_str!("../../profiles/laptop.toml")),
+    ("eval", include_str!("../../profiles/eval.toml")),
+];
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub sandbox: SandboxSection,
+    /// Where it came from, for messages.
+    #[serde(skip)]
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    pub backend: Option<BackendKind>,
+    pub image: Option<String>,
+    pub network: Option<Network>,
+    pub memory: Option<Size>,
+    pub cpus: Option<f64>,
+    pub pids: Option<u64>,
+    pub tmp: Option<Size>,
+    pub env: Option<Vec<String>>,
+    pub protected: Option<Vec<PathBuf>>,
+}
+
+/// A byte size: a number of bytes or a string such as `"512MiB"`, `"4GiB"`, `"1G"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(b) => Ok(Size(b)),
+            Raw::Text(t) => parse_size(&t).map(Size).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size (try \"512MiB\" or \"4GiB\")"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} in {text:?}")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("no profile named {name:?}; built in: {}, or a file in {}", BUILT_IN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "), user_dir().display())]
+    NotFound { name: String },
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("profile {source_name} is invalid: {message}")]
+    Invalid {
+        source_name: String,
+        message: String,
+    },
+}
+
+/// `$XDG_CONFIG_HOME/runner/profiles` (default `~/.config/runner/profiles`).
+pub fn user_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| PathBuf::from(".config"));
+    base.join("runner").join("profiles")
+}
+
+pub fn parse(text: &str, source: &str) -> Result<Profile, ProfileError> {
+    let mut p: Profile = toml::from_str(text).map_err(|e| ProfileError::Invalid {
+        source_name: source.to_string(),
+        message: e.to_string(),
+    })?;
+    p.source = source.to_string();
+    Ok(p)
+}
+
+/// A name (the user's profile of that name, else the built-in) or a path to a TOML file.
+pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path)
+            .map_err(|source| ProfileError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+            .and_then(|text| parse(&text, &path.display().to_string()))
+    };
+    if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
+        return read(Path::new(name_or_path));
+    }
+    let user = user_dir().join(format!("{name_or_path}.toml"));
+    if user.is_file() {
+        return read(&user);
+    }
+    BUILT_IN
+        .iter()
+        .find(|(n, _)| *n == name_or_path)
+        .ok_or_else(|| ProfileError::NotFound {
+            name: name_or_path.to_string(),
+        })
+        .and_then(|(n, text)| parse(text, &format!("built-in profile {n}")))
+}
+
+impl SandboxSection {
+    /// Applies the profile's sandbox part to a spec (unset keys keep the spec's values).
+    pub fn apply(&self, spec: &mut SandboxSpec) {
+        if let Some(b) = self.backend {
+            spec.backend = b;
+        }
+        if let Some(i) = &self.image {
+            spec.docker.image = i.clone();
+        }
+        if let Some(n) = self.network {
+            spec.network = n;
+        }
+        if let Some(Size(m)) = self.memory {
+            spec.limits.memory_bytes = m;
+        }
+        if let Some(c) = self.cpus {
+            spec.limits.cpus = c;
+        }
+        if let Some(p) = self.pids {
+            spec.limits.pids = p;
+        }
+        if let Some(Size(t)) = self.tmp {
+            spec.limits.tmp_bytes = t;
+        }
+        if let Some(e) = &self.env {
+            spec.env_allow = e.clone();
+        }
+        if let Some(p) = &self.protected {
+            spec.protected = p.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_parses_and_says_its_backend() {
+        let want = [
+            ("default", BackendKind::None),
+            ("readonly", BackendKind::Landlock),
+            ("untrusted", BackendKind::Docker),
+            ("laptop", BackendKind::Landlock),
+            ("eval", BackendKind::Docker),
+        ];
+        for (name, backend) in want {
+            let p = load(name).unwrap();
+            assert_eq!(p.sandbox.backend, Some(backend), "{name}");
+            assert_ne!(p.sandbox.network, Some(Network::Host), "{name}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("100").unwrap(), 100);
+        assert!(parse_size("4 parsecs").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_and_values_are_errors() {
+        let e = parse("[sandbox]\nbackend = \"docker\"\nnetwrok = \"host\"\n", "t").unwrap_err();
+        assert!(e.to_string().contains("netwrok"), "{e}");
+        let e = parse("[sandbox]\nbackend = \"chroot\"\n", "t").unwrap_err();
+        assert!(e.to_string().contains("chroot"), "{e}");
+        let e = parse("[sandbox]\nmemory = \"4 parsecs\"\n", "t").unwrap_err();
+        assert!(e.to_string().contains("parsecs"), "{e}");
+    }
+
+    #[test]
+    fn apply_overrides_only_what_is_set() {
+        let p = parse(
+            "[sandbox]\nbackend = \"landlock\"\nmemory = \"256MiB\"\npids = 64\nenv = [\"CARGO_HOME\"]\n",
+            "t",
+        )
+        .unwrap();
+        let mut spec = SandboxSpec::new(BackendKind::None, Path::new("/w")).unwrap();
+        let before = spec.clone();
+        p.sandbox.apply(&mut spec);
+        assert_eq!(spec.backend, BackendKind::Landlock);
+        assert_eq!(spec.limits.memory_bytes, 256 << 20);
+        assert_eq!(spec.limits.pids, 64);
+        assert_eq!(spec.limits.cpus, before.limits.cpus);
+        assert_eq!(spec.limits.tmp_bytes, before.limits.tmp_bytes);
+        assert_eq!(spec.network, Network::None);
+        assert_eq!(spec.env_allow, vec!["CARGO_HOME".to_string()]);
+        assert_eq!(spec.protected, before.protected);
+    }
+
+    #[test]
+    fn a_path_loads_a_file_and_a_missing_name_lists_the_built_ins() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("mine.toml");
+        std::fs::write(
+            &f,
+            "description = \"x\"\n[sandbox]\nbackend = \"docker\"\nimage = \"my:img\"\n",
+        )
+        .unwrap();
+        let p = load(f.to_str().unwrap()).unwrap();
+        assert_eq!(p.sandbox.image.as_deref(), Some("my:img"));
+        let e = load("no-such-profile").unwrap_err().to_string();
+        assert!(e.contains("untrusted") && e.contains("laptop"), "{e}");
+    }
+}
