@@ -84,7 +84,7 @@ pub fn run(args: ServerArgs) -> u8 {
             pids: args.pids.unwrap_or(defaults.pids),
             tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
         };
-        if let Err(e) = confine::apply(&confinement) {
+        if let Err(e) = confine::apply(&confinement, args.shell) {
             eprintln!("runner sandbox-server: {e}");
             return super::exit::FAILED;
         }

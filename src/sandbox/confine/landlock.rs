@@ -36,7 +36,10 @@ const ETC_SECRETS: &[&str] = &[
     "security/opasswd",
 ];
 
-/// Devices a shell expects to read and write.
+/// Devices a shell expects to read and write. No terminals: `/dev/pts/N` would reach the
+/// user's terminals (writing to them, or injecting input where TIOCSTI is allowed), and
+/// `/dev/tty` is harmless only because the server has no controlling terminal (see
+/// `process::leave_terminal`).
 const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
@@ -44,8 +47,6 @@ const DEVICES: &[&str] = &[
     "/dev/random",
     "/dev/urandom",
     "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
 ];
 
 fn etc_entries() -> Vec<PathBuf> {

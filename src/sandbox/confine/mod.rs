@@ -56,9 +56,14 @@ impl ConfineError {
     }
 }
 
-/// Applies the whole confinement to the calling (single-threaded) process.
-pub fn apply(c: &Confinement) -> Result<(), ConfineError> {
+/// Applies the whole confinement to the calling (single-threaded) process. `interactive`
+/// keeps the controlling terminal (for `runner sandbox shell`, where the terminal is the
+/// user's on purpose).
+pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     process::die_with_parent()?;
+    if !interactive {
+        process::leave_terminal()?;
+    }
     process::private_mounts(c)?;
     process::set_limits(c)?;
     process::drop_capabilities()?;

@@ -21,6 +21,18 @@ pub fn die_with_parent() -> Result<(), ConfineError> {
     Ok(())
 }
 
+/// A new session without a controlling terminal: a command that opens `/dev/tty` then gets
+/// nothing, instead of the terminal runner was started from, where it could type into the
+/// user's shell with TIOCSTI after runner exits (bubblewrap's CVE-2017-5226).
+pub fn leave_terminal() -> Result<(), ConfineError> {
+    // SAFETY: plain syscall. It fails only for a process-group leader, which the server,
+    // started as a child of runner, is not.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(ConfineError::new("new session", errno()));
+    }
+    Ok(())
+}
+
 /// Landlock cannot make a path beneath a writable tree read-only (its rules only add
 /// rights), so `.git/hooks` is protected with a read-only bind mount in a mount namespace of
 /// our own. The same namespace gives the private temp directory a tmpfs with a size limit.
