@@ -1,0 +1,98 @@
+//! Escape attacks against the `landlock` backend: the server confined by landlock, seccomp,
+//! dropped capabilities, a private mount namespace and a cgroup, on this host.
+//!
+//! The attack table lives in `common/escape.rs` (shared with the docker suite); each group
+//! below runs its whole table and lists every attack that got through. Attacks that are
+//! known holes are skipped by the groups and each has an ignored test of its own that fails
+//! until the hole is closed: run them with `cargo test --test escape_landlock -- --ignored`.
+
+mod common;
+
+use common::Backend;
+use common::escape::{self, Group};
+
+const BACKEND: Backend = Backend::Landlock;
+
+/// Attacks that currently succeed against this backend (see the `hole_*` tests).
+const HOLES: &[&str] = &[
+    "net.unix_socket_outside",
+    "net.docker_socket",
+    "git.commondir_redirect",
+    "git.replace_git_dir",
+    "env.host_process_cmdlines",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn filesystem() {
+    escape::run_group(BACKEND, Group::Filesystem, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proc() {
+    escape::run_group(BACKEND, Group::Proc, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env() {
+    escape::run_group(BACKEND, Group::Env, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn network() {
+    escape::run_group(BACKEND, Group::Network, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn privileges() {
+    escape::run_group(BACKEND, Group::Privileges, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn git() {
+    escape::run_group(BACKEND, Group::Git, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signals() {
+    escape::run_group(BACKEND, Group::Signals, HOLES).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits() {
+    escape::run_limits(BACKEND).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn positive_controls() {
+    escape::run_controls(BACKEND).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "HOLE: landlock does not restrict connect() to pathname Unix sockets; a command reaches any host socket it can traverse to (here one outside the worktree)"]
+async fn hole_unix_socket_outside() {
+    escape::run_hole(BACKEND, "net.unix_socket_outside").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "HOLE: the sandbox can connect to /var/run/docker.sock (and containerd's socket) and drive the Docker engine: root on the host"]
+async fn hole_docker_socket() {
+    escape::run_hole(BACKEND, "net.docker_socket").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "HOLE: writing .git/commondir makes host git take config and hooks from a directory the sandbox controls"]
+async fn hole_git_commondir() {
+    escape::run_hole(BACKEND, "git.commondir_redirect").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "HOLE: .git itself can be renamed (the read-only mounts move with it) and replaced with a repository holding new hooks"]
+async fn hole_git_replace_dir() {
+    escape::run_hole(BACKEND, "git.replace_git_dir").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "HOLE (information leak): /proc is readable whole, so a command reads the command line of every host process (tokens passed as arguments)"]
+async fn hole_host_process_cmdlines() {
+    escape::run_hole(BACKEND, "env.host_process_cmdlines").await;
+}
