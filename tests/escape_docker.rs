@@ -17,13 +17,7 @@ use common::escape::{self, Group};
 const BACKEND: Backend = Backend::Docker;
 
 /// Attacks that currently succeed against this backend (see the `hole_*` tests).
-const HOLES: &[&str] = &[
-    "git.commondir_redirect",
-    "git.replace_git_dir",
-    "net.vsock",
-    "priv.ptrace_sibling",
-    "priv.io_uring",
-];
+const HOLES: &[&str] = &[];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn filesystem() {
@@ -68,36 +62,6 @@ async fn limits() {
 #[tokio::test(flavor = "multi_thread")]
 async fn positive_controls() {
     escape::run_controls(BACKEND).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE: writing .git/commondir makes host git take config and hooks from a directory the sandbox controls"]
-async fn hole_git_commondir() {
-    escape::run_hole(BACKEND, "git.commondir_redirect").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE: .git itself can be renamed (the read-only bind mounts move with it) and replaced with a repository holding new hooks"]
-async fn hole_git_replace_dir() {
-    escape::run_hole(BACKEND, "git.replace_git_dir").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE: AF_VSOCK sockets can be created (Docker 20.10's default seccomp profile allows them); vsock is not network-namespaced, so network=none does not cut the path to the hypervisor"]
-async fn hole_vsock() {
-    escape::run_hole(BACKEND, "net.vsock").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE (hardening): ptrace is allowed inside the container (PTRACE_ATTACH of a sibling, PTRACE_TRACEME succeed); landlock forbids it"]
-async fn hole_ptrace_inside() {
-    escape::run_hole(BACKEND, "priv.ptrace_sibling").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE (hardening): io_uring_setup succeeds inside the container (Docker 20.10's default seccomp profile allows io_uring); landlock forbids it"]
-async fn hole_io_uring() {
-    escape::run_hole(BACKEND, "priv.io_uring").await;
 }
 
 /// An image holding only a static busybox: no libc, no bash. The static server must serve

@@ -223,8 +223,9 @@ fn disk(r: &mut Report, what: &str, dir: &Path) {
 /// Applies the filter on a throwaway thread and checks that it bites.
 fn seccomp_probe() -> Result<(), String> {
     std::thread::spawn(|| {
-        let prog = crate::sandbox::confine::seccomp_program(crate::sandbox::spec::Network::None)
-            .map_err(|e| e.to_string())?;
+        let prog =
+            crate::sandbox::confine::seccomp_program(crate::sandbox::spec::Network::None, true)
+                .map_err(|e| e.to_string())?;
         seccompiler::apply_filter(&prog).map_err(|e| e.to_string())?;
         // SAFETY: plain syscall; the descriptor, if any, is closed at once.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
@@ -265,14 +266,14 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
                     }
                 };
                 command.args(&prepared.args).env_clear().envs(prepared.env);
-                (Some(prepared.tmp), prepared.cgroup)
+                (Some(prepared.tmp), prepared.cgroup, Some(prepared.sweep))
             } else {
                 command
                     .args(["sandbox-server", "--root"])
                     .arg(&worktree)
                     .env_clear()
                     .envs(crate::sandbox::allowed_env());
-                (None, None)
+                (None, None, None)
             };
             command.arg("--shell");
             // Ctrl-C goes to the shell; runner waits it out.

@@ -38,6 +38,17 @@ pub struct ServerArgs {
     /// A path beneath a root that stays read-only.
     #[arg(long = "protect")]
     protect: Vec<PathBuf>,
+    /// A directory to pin as a mount point of its own (the worktree's `.git`), so that it
+    /// cannot be renamed away.
+    #[arg(long = "pin")]
+    pin: Vec<PathBuf>,
+    /// A path that must not exist after a command; removed if a command creates it.
+    #[arg(long = "forbid")]
+    forbid: Vec<PathBuf>,
+    /// Without `--confine`: only install the seccomp filter (inside a container, on top of
+    /// the engine's own profile).
+    #[arg(long)]
+    seccomp: bool,
     /// A cgroup directory to join before confining.
     #[arg(long = "cgroup")]
     cgroups: Vec<PathBuf>,
@@ -79,12 +90,19 @@ pub fn run(args: ServerArgs) -> u8 {
                 .collect(),
             tmp,
             protected: args.protect.clone(),
+            pinned: args.pin.clone(),
             network: args.network,
             memory_bytes: args.memory.unwrap_or(defaults.memory_bytes),
             pids: args.pids.unwrap_or(defaults.pids),
             tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
         };
         if let Err(e) = confine::apply(&confinement, args.shell) {
+            eprintln!("runner sandbox-server: {e}");
+            return super::exit::FAILED;
+        }
+    }
+    if args.seccomp && args.confine.is_none() {
+        if let Err(e) = confine::seccomp_only(args.network) {
             eprintln!("runner sandbox-server: {e}");
             return super::exit::FAILED;
         }
@@ -104,7 +122,7 @@ pub fn run(args: ServerArgs) -> u8 {
         eprintln!("runner sandbox-server: cannot start {shell}: {e}");
         return super::exit::FAILED;
     }
-    match server::serve_stdio(&args.roots) {
+    match server::serve_stdio(&args.roots, args.forbid.clone()) {
         Ok(()) => super::exit::OK,
         Err(e) => {
             eprintln!("runner sandbox-server: {e}");

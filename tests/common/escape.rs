@@ -2111,9 +2111,12 @@ fn git(lab: &Lab) -> Vec<Attack> {
                 "mkdir -p .git/evil/hooks && cp -r .git/objects .git/refs .git/evil/ && \
                  printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n' > .git/evil/config && \
                  {hook} > .git/evil/hooks/pre-commit && chmod +x .git/evil/hooks/pre-commit && \
-                 echo evil > .git/commondir && git rev-parse --git-path hooks && echo {ESCAPED}"
+                 echo evil > .git/commondir && git rev-parse --git-path hooks"
             ),
         )
+        // Writing the file inside is allowed (no mount can stop a new file); the wall is
+        // that it is swept before control returns, so host git never follows it.
+        .expect(Expect::Any)
         .absent(lab.wt.join(".git/commondir")),
         Attack::new(
             "git.replace_git_dir",
@@ -2423,7 +2426,7 @@ pub fn controls(lab: &Lab) -> Vec<Attack> {
     let wt = lab.wt.clone();
     let wt2 = lab.wt.clone();
     let wt3 = lab.wt.clone();
-    vec![
+    let mut controls = vec![
         Attack::control(
             "ok.write_worktree_file",
             "printf 'hello from the sandbox\\n' > made-inside.txt && cat made-inside.txt",
@@ -2496,12 +2499,24 @@ pub fn controls(lab: &Lab) -> Vec<Attack> {
             .require("python3")
             .require("gcc"),
         Attack::control(
-            "ok.unix_sockets_inside",
+            "ok.socketpair",
             lab.py(
                 r#"
 a, b = socket.socketpair()
 a.sendall(b"pair-ok")
 print(b.recv(16).decode())
+"#,
+            ),
+        )
+        .require("pair-ok"),
+    ];
+    // Landlock blocks every socket(AF_UNIX) on purpose (it cannot govern connect() to a
+    // pathname socket; see net.unix_socket_outside); in a container they stay usable.
+    if lab.backend == Backend::Docker {
+        controls.push(
+            Attack::control(
+                "ok.unix_sockets_inside",
+                lab.py(r#"
 path = T + "/ipc.sock"
 srv = socket.socket(socket.AF_UNIX)
 srv.bind(path)
@@ -2510,11 +2525,12 @@ cli = unix_connect(path)
 conn, _ = srv.accept()
 cli.sendall(b"ipc-ok")
 print(conn.recv(16).decode())
-"#,
-            ),
-        )
-        .require("pair-ok\nipc-ok"),
-    ]
+"#),
+            )
+            .require("ipc-ok"),
+        );
+    }
+    controls
 }
 
 pub async fn run_controls(backend: Backend) {

@@ -34,6 +34,8 @@ pub struct Confinement {
     pub tmp: PathBuf,
     /// Existing paths under the writable ones that must stay read-only (`.git/hooks`).
     pub protected: Vec<PathBuf>,
+    /// Directories bound onto themselves, so they cannot be renamed (`.git`).
+    pub pinned: Vec<PathBuf>,
     pub network: Network,
     pub memory_bytes: u64,
     pub pids: u64,
@@ -68,6 +70,15 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     process::set_limits(c)?;
     process::drop_capabilities()?;
     landlock::restrict(c)?;
-    seccomp::install(c.network)?;
+    // Landlock (ABI 7) does not govern connect() to a pathname Unix socket, so the Docker
+    // socket, an ssh-agent or a D-Bus session would be one connect away: no Unix socket
+    // can be created at all (socketpair still works).
+    seccomp::install(c.network, true)?;
     Ok(())
+}
+
+/// The seccomp part alone, for the server inside a container: it adds what the engine's
+/// default profile allows and we do not (ptrace, io_uring, vsock, namespaces, …).
+pub fn seccomp_only(network: Network) -> Result<(), ConfineError> {
+    seccomp::install(network, false)
 }

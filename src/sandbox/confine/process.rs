@@ -49,7 +49,7 @@ pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
     // SAFETY: unshare takes only flags; we are single-threaded here.
     if unsafe { libc::unshare(flags) } != 0 {
         let e = errno();
-        if c.protected.is_empty() {
+        if c.protected.is_empty() && c.pinned.is_empty() {
             // Nothing depends on the namespace but the tmpfs size, which then falls back to
             // the per-file limit (`sandbox doctor` reports it).
             return Ok(());
@@ -84,6 +84,12 @@ pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
         None,
     )
     .map_err(|e| ConfineError::new("make mounts private", e))?;
+    // A mount point cannot be renamed or removed: `.git` stays where host git looks for it.
+    for dir in &c.pinned {
+        let source = dir.to_str().unwrap_or_default();
+        mount(Some(source), dir, None, libc::MS_BIND | libc::MS_REC, None)
+            .map_err(|e| ConfineError::new("pin directory", format!("{}: {e}", dir.display())))?;
+    }
     for path in &c.protected {
         protect(path)
             .map_err(|e| ConfineError::new("protect path", format!("{}: {e}", path.display())))?;

@@ -97,7 +97,7 @@ fn arg_has(index: u8, value: u64, masked: bool) -> Result<SeccompRule, ConfineEr
 }
 
 /// The EPERM filter.
-pub fn deny_filter(network: Network) -> Result<BpfProgram, ConfineError> {
+pub fn deny_filter(network: Network, block_unix: bool) -> Result<BpfProgram, ConfineError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for &nr in DENIED {
         rules.insert(nr, Vec::new());
@@ -107,14 +107,24 @@ pub fn deny_filter(network: Network) -> Result<BpfProgram, ConfineError> {
         .map(|&f| arg_has(0, f as u64, true))
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
+    let mut families: Vec<libc::c_int> = Vec::new();
     if network == Network::None {
-        let socket_rules = NETWORK_FAMILIES
-            .iter()
-            .map(|&f| arg_has(0, f as u64, false))
-            .collect::<Result<Vec<_>, _>>()?;
-        rules.insert(libc::SYS_socket, socket_rules.clone());
-        rules.insert(libc::SYS_socketpair, socket_rules);
+        families.extend(NETWORK_FAMILIES);
     }
+    // vsock reaches the hypervisor whatever the network namespace says.
+    if !families.contains(&libc::AF_VSOCK) {
+        families.push(libc::AF_VSOCK);
+    }
+    let socket_rules = families
+        .iter()
+        .map(|&f| arg_has(0, f as u64, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_socketpair, socket_rules.clone());
+    let mut socket_only = socket_rules;
+    if block_unix {
+        socket_only.push(arg_has(0, libc::AF_UNIX as u64, false)?);
+    }
+    rules.insert(libc::SYS_socket, socket_only);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -140,8 +150,8 @@ pub fn clone3_filter() -> Result<BpfProgram, ConfineError> {
     filter.try_into().map_err(error)
 }
 
-pub fn install(network: Network) -> Result<(), ConfineError> {
-    let deny = deny_filter(network)?;
+pub fn install(network: Network, block_unix: bool) -> Result<(), ConfineError> {
+    let deny = deny_filter(network, block_unix)?;
     let clone3 = clone3_filter()?;
     seccompiler::apply_filter(&deny).map_err(error)?;
     seccompiler::apply_filter(&clone3).map_err(error)?;

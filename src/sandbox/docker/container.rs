@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::SERVER_PATH;
 use crate::sandbox::local::{self, Keepalive};
-use crate::sandbox::spec::{Network, SandboxSpec};
+use crate::sandbox::spec::{GitGuard, Network, SandboxSpec, SweepOnClose};
 use crate::sandbox::{BackendKind, Sandbox, SandboxError};
 
 /// Every container runner makes carries these labels, so that leftovers can be found and
@@ -91,6 +91,12 @@ pub fn container_body(
         bind(worktree, inside, false),
         bind(&spec.server_exe, Path::new(SERVER_PATH), true),
     ];
+    // `.git` as a mount point of its own cannot be renamed away and replaced.
+    if let Some(dir) = &GitGuard::for_worktree(worktree).pin
+        && let Ok(rest) = dir.strip_prefix(worktree)
+    {
+        mounts.push(bind(dir, &inside.join(rest), false));
+    }
     for dir in &spec.read_only {
         mounts.push(bind(dir, dir, true));
     }
@@ -207,12 +213,27 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         .clone()
         .unwrap_or_else(|| worktree.clone());
     let run_id = unique_id();
-    let mut cmd = vec!["sandbox-server".to_string()];
+    let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
     cmd.extend(
         local::root_args(&inside, &spec.read_only)?
             .into_iter()
             .map(|a| a.to_string_lossy().into_owned()),
     );
+    cmd.push("--network".into());
+    cmd.push(
+        match spec.network {
+            Network::None => "none",
+            Network::Host => "host",
+        }
+        .into(),
+    );
+    let git = GitGuard::for_worktree(&worktree);
+    for path in &git.forbid {
+        if let Ok(rest) = path.strip_prefix(&worktree) {
+            cmd.push("--forbid".into());
+            cmd.push(inside.join(rest).display().to_string());
+        }
+    }
     let body = container_body(spec, &worktree, &inside, &run_id, cmd);
     let name = format!("runner-{run_id}");
     let created = docker
@@ -286,9 +307,10 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         }
     });
     let client = crate::sandbox::SandboxClient::new(from_server, attach.input, diagnostics);
+    // Reverse order: the container goes first, then the sweep finds nothing can replant.
     let keepalive = Keepalive {
         child: None,
-        guards: vec![Box::new(guard)],
+        guards: vec![Box::new(SweepOnClose(git.forbid)), Box::new(guard)],
     };
     let mut sandbox = local::finish(
         client,

@@ -8,7 +8,7 @@ pub mod cgroup;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::spec::{Network, SandboxSpec};
+use super::spec::{GitGuard, Network, SandboxSpec, SweepOnClose};
 use super::{BackendKind, Sandbox, SandboxError, local};
 
 /// Variables commands see besides those the profile adds: never the host's HOME (its dot
@@ -24,6 +24,7 @@ pub struct Prepared {
     pub env: Vec<(String, String)>,
     pub tmp: tempfile::TempDir,
     pub cgroup: Option<cgroup::SandboxCgroup>,
+    pub sweep: SweepOnClose,
 }
 
 pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxError> {
@@ -67,6 +68,13 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
             flag("protect", real.into());
         }
     }
+    let git = GitGuard::for_worktree(worktree);
+    if let Some(dir) = &git.pin {
+        flag("pin", dir.clone().into());
+    }
+    for path in &git.forbid {
+        flag("forbid", path.clone().into());
+    }
     if let Some(cg) = &cgroup {
         for dir in &cg.dirs {
             flag("cgroup", dir.clone().into());
@@ -98,6 +106,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         env,
         tmp,
         cgroup,
+        sweep: SweepOnClose(git.forbid),
     })
 }
 

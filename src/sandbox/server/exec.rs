@@ -27,9 +27,44 @@ const DRAIN_GRACE: Duration = Duration::from_millis(250);
 #[derive(Default)]
 pub struct Running {
     groups: Mutex<HashMap<u64, (i32, Arc<AtomicBool>)>>,
+    /// Paths that must not exist after a command (they did not when the sandbox started):
+    /// `.git/commondir` would make host git take its config and hooks from a directory the
+    /// sandbox controls, and no mount can stop a file from being created.
+    forbidden: Vec<std::path::PathBuf>,
 }
 
 impl Running {
+    pub fn with_forbidden(forbidden: Vec<std::path::PathBuf>) -> Running {
+        Running {
+            groups: Mutex::default(),
+            forbidden,
+        }
+    }
+
+    /// Removes whatever a command planted at a forbidden path; says what it removed.
+    fn sweep(&self) -> Option<String> {
+        let mut removed = Vec::new();
+        for path in &self.forbidden {
+            let Ok(meta) = std::fs::symlink_metadata(path) else {
+                continue;
+            };
+            let gone = if meta.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+            if gone.is_ok() {
+                removed.push(path.display().to_string());
+            }
+        }
+        (!removed.is_empty()).then(|| {
+            format!(
+                "\n[runner: removed {} — it would let host git run code the sandbox wrote]\n",
+                removed.join(", ")
+            )
+        })
+    }
+
     /// Kills the group of a running command; false if it already ended.
     pub fn cancel(&self, id: u64) -> bool {
         let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
@@ -246,6 +281,13 @@ pub fn run(
         send(Response::Output(ExecOutput {
             stream,
             data,
+            tail: true,
+        }));
+    }
+    if let Some(note) = running.sweep() {
+        send(Response::Output(ExecOutput {
+            stream: OutputStream::Stderr,
+            data: note.into_bytes(),
             tail: true,
         }));
     }

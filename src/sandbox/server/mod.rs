@@ -33,8 +33,8 @@ pub fn serve(
 
 /// The server as a process of its own (`runner sandbox-server`): stdin/stdout, and the
 /// termination signals handled.
-pub fn serve_stdio(roots: &[RootSpec]) -> std::io::Result<()> {
-    let running = Arc::new(exec::Running::default());
+pub fn serve_stdio(roots: &[RootSpec], forbidden: Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    let running = Arc::new(exec::Running::with_forbidden(forbidden));
     exit_on_signal(running.clone());
     serve_with(roots, std::io::stdin().lock(), std::io::stdout(), running)
 }
