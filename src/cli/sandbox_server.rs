@@ -101,11 +101,12 @@ pub fn run(args: ServerArgs) -> u8 {
             return super::exit::FAILED;
         }
     }
-    if args.seccomp && args.confine.is_none() {
-        if let Err(e) = confine::seccomp_only(args.network) {
-            eprintln!("runner sandbox-server: {e}");
-            return super::exit::FAILED;
-        }
+    if args.seccomp
+        && args.confine.is_none()
+        && let Err(e) = confine::seccomp_only(args.network)
+    {
+        eprintln!("runner sandbox-server: {e}");
+        return super::exit::FAILED;
     }
     if args.shell {
         let worktree = &args.roots[0].path;
