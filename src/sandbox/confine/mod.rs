@@ -66,7 +66,9 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     if !interactive {
         process::leave_terminal()?;
     }
-    process::private_mounts(c)?;
+    if process::private_mounts(c)? {
+        process::enter_pid_namespace()?;
+    }
     process::set_limits(c)?;
     process::drop_capabilities()?;
     landlock::restrict(c)?;

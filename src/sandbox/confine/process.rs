@@ -38,7 +38,11 @@ pub fn leave_terminal() -> Result<(), ConfineError> {
 /// our own. The same namespace gives the private temp directory a tmpfs with a size limit.
 /// As root the namespace needs no user namespace; otherwise an unprivileged user namespace
 /// maps us to ourselves.
-pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
+///
+/// A new PID namespace comes with it where the kernel allows one: then the sandbox's
+/// `/proc` shows only its own processes, not the host's command lines. Returns whether it
+/// was made; [`enter_pid_namespace`] must then follow.
+pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
     // SAFETY: plain syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let flags = if uid == 0 {
@@ -47,12 +51,13 @@ pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS
     };
     // SAFETY: unshare takes only flags; we are single-threaded here.
-    if unsafe { libc::unshare(flags) } != 0 {
+    let with_pids = unsafe { libc::unshare(flags | libc::CLONE_NEWPID) } == 0;
+    if !with_pids && unsafe { libc::unshare(flags) } != 0 {
         let e = errno();
         if c.protected.is_empty() && c.pinned.is_empty() {
             // Nothing depends on the namespace but the tmpfs size, which then falls back to
             // the per-file limit (`sandbox doctor` reports it).
-            return Ok(());
+            return Ok(false);
         }
         return Err(ConfineError::new(
             "mount namespace",
@@ -103,7 +108,78 @@ pub fn private_mounts(c: &Confinement) -> Result<(), ConfineError> {
         Some(&options),
     )
     .map_err(|e| ConfineError::new("temp directory", format!("{}: {e}", c.tmp.display())))?;
-    Ok(())
+    Ok(with_pids)
+}
+
+/// After `unshare(CLONE_NEWPID)` only children enter the new namespace, so this forks
+/// twice: the calling process stays outside as the supervisor the host knows (it forwards
+/// termination signals and exits with the server's status), its child is the namespace's
+/// init (it mounts the namespace's own `/proc`, reaps orphans, forwards signals), and the
+/// grandchild returns from here to be the server. All three die with their parent.
+pub fn enter_pid_namespace() -> Result<(), ConfineError> {
+    // SAFETY: fork in a single-threaded process; each side only makes syscalls afterwards.
+    let init = unsafe { libc::fork() };
+    if init < 0 {
+        return Err(ConfineError::new("pid namespace", errno()));
+    }
+    if init > 0 {
+        supervise(init, false);
+    }
+    die_with_parent()?;
+    mount(
+        Some("proc"),
+        Path::new("/proc"),
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )
+    .map_err(|e| ConfineError::new("mount /proc", e))?;
+    // SAFETY: as above.
+    let server = unsafe { libc::fork() };
+    if server < 0 {
+        return Err(ConfineError::new("pid namespace", errno()));
+    }
+    if server > 0 {
+        supervise(server, true);
+    }
+    die_with_parent()
+}
+
+/// Waits for `child`, forwarding SIGTERM, SIGINT and SIGHUP to it; as init, also reaps
+/// every orphan. Exits with the child's status.
+fn supervise(child: libc::pid_t, reap_all: bool) -> ! {
+    // SAFETY: signal-mask calls on local sets; waitpid/kill on our own children.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        loop {
+            // A child may have ended before the mask was set: look before waiting.
+            loop {
+                let mut status = 0;
+                let target = if reap_all { -1 } else { child };
+                let pid = libc::waitpid(target, &mut status, libc::WNOHANG);
+                if pid <= 0 {
+                    break;
+                }
+                if pid == child {
+                    let code = if libc::WIFEXITED(status) {
+                        libc::WEXITSTATUS(status)
+                    } else {
+                        128 + libc::WTERMSIG(status)
+                    };
+                    libc::_exit(code);
+                }
+            }
+            let mut sig = 0;
+            if libc::sigwait(&set, &mut sig) == 0 && sig != libc::SIGCHLD {
+                libc::kill(child, sig);
+            }
+        }
+    }
 }
 
 fn protect(path: &Path) -> std::io::Result<()> {
