@@ -97,7 +97,7 @@ async fn doctor(image_name: &str) -> u8 {
     } else {
         r.fail(
             "user namespaces",
-            "unprivileged user namespaces are off, so .git/hooks cannot be kept read-only",
+            "unprivileged user namespaces are off, so .git/hooks cannot be kept read-only (and /proc shows the host's processes)",
             "sysctl -w kernel.unprivileged_userns_clone=1 (or allow runner in AppArmor), or use --sandbox docker",
         );
     }
