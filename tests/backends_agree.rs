@@ -54,9 +54,14 @@ fn script() -> Vec<(&'static str, Value)> {
         ("grep", json!({ "pattern": "(" })),
         ("list", json!({})),
         ("list", json!({ "path": "src" })),
+        // One stream per call: how stdout and stderr interleave is up to the scheduler.
         (
             "bash",
-            json!({ "command": "printf 'a\\nb\\n'; echo err >&2; exit 3", "description": "exit" }),
+            json!({ "command": "printf 'a\\nb\\n'; exit 3", "description": "exit" }),
+        ),
+        (
+            "bash",
+            json!({ "command": "echo err >&2; exit 4", "description": "stderr" }),
         ),
         (
             "bash",
