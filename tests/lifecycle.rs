@@ -275,36 +275,6 @@ async fn a_sigterm_ignorer_is_killed_at_its_timeout_docker() {
     sigterm_ignorer_dies_at_timeout(BackendKind::Docker).await;
 }
 
-/// `runner sandbox cleanup` removes every runner container, even one whose owner lives.
-#[tokio::test(flavor = "multi_thread")]
-async fn sandbox_cleanup_removes_every_runner_container() {
-    let docker = docker().await;
-    let me = std::process::id();
-    let body = ContainerCreateBody {
-        image: Some(DEFAULT_IMAGE.into()),
-        cmd: Some(vec!["sleep".into(), "1000".into()]),
-        labels: Some(HashMap::from([
-            (LABEL.to_string(), "1".to_string()),
-            (LABEL_OWNER.to_string(), me.to_string()),
-        ])),
-        ..Default::default()
-    };
-    let planted = docker
-        .create_container(Some(CreateContainerOptionsBuilder::new().build()), body)
-        .await
-        .expect("plant a container")
-        .id;
-    assert!(containers_of(&docker, me).await.contains(&planted));
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["sandbox", "cleanup"])
-        .output()
-        .expect("run cleanup");
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("container(s)"), "{text}");
-    assert_eq!(containers_of(&docker, me).await, Vec::<String>::new());
-}
-
 /// `runner sandbox doctor` on this machine: every check passes and each names what it found.
 #[test]
 fn sandbox_doctor_reports_what_the_machine_enforces() {
