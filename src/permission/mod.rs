@@ -7,6 +7,9 @@
 //! ask with one fixed policy and records what it was asked, so the asks themselves are
 //! already exact and testable.
 
+pub mod rules;
+pub mod wildcard;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
