@@ -7,6 +7,7 @@
 //! ask with one fixed policy and records what it was asked, so the asks themselves are
 //! already exact and testable.
 
+pub mod arity;
 pub mod rules;
 pub mod wildcard;
 
