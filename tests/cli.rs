@@ -530,6 +530,34 @@ fn profiles_choose_the_sandbox_and_flags_override_them() {
     );
     assert!(stdout(&own).contains("NoNewPrivs:\t1"), "{own:?}");
 
+    // A profile's environment additions reach commands on every backend; others never do.
+    let echo = json!({ "command": "echo \"[$RUNNER_PROFILE_VAR]\"", "description": "env" });
+    for backend in ["none", "landlock"] {
+        std::fs::write(
+            &mine,
+            format!("[sandbox]\nbackend = \"{backend}\"\nenv = [\"RUNNER_PROFILE_VAR\"]\n"),
+        )
+        .unwrap();
+        let with = cli
+            .command()
+            .args(["tool", "call", "bash", &echo.to_string(), "--root"])
+            .arg(&cli.wt)
+            .args(["--profile", mine.to_str().unwrap()])
+            .env("RUNNER_PROFILE_VAR", "passed")
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&with).trim(), "[passed]", "{backend}: {with:?}");
+        let without = cli
+            .command()
+            .args(["tool", "call", "bash", &echo.to_string(), "--root"])
+            .arg(&cli.wt)
+            .args(["--sandbox", backend])
+            .env("RUNNER_PROFILE_VAR", "passed")
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&without).trim(), "[]", "{backend}: {without:?}");
+    }
+
     let bad = cli.call("bash", probe.clone(), &["--profile", "no-such"]);
     assert_eq!(bad.status.code(), Some(1));
     let err = String::from_utf8_lossy(&bad.stderr);

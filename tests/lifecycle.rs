@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
 use runner::sandbox::BackendKind;
 use runner::sandbox::docker::{LABEL, LABEL_OWNER};
 use runner::sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
@@ -22,32 +21,6 @@ fn worktree() -> (tempfile::TempDir, PathBuf) {
         .expect("temp dir");
     let wt = std::fs::canonicalize(tmp.path()).expect("canonical");
     (tmp, wt)
-}
-
-async fn docker() -> Docker {
-    common::engine::docker();
-    Docker::connect_with_defaults()
-        .expect("connect")
-        .negotiate_version()
-        .await
-        .expect("engine answers")
-}
-
-/// Runner containers owned by `pid`.
-async fn containers_of(docker: &Docker, pid: u32) -> Vec<String> {
-    let filters = HashMap::from([("label", vec![LABEL])]);
-    let opts = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    docker
-        .list_containers(Some(opts))
-        .await
-        .expect("list")
-        .into_iter()
-        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)) == Some(&pid.to_string()))
-        .filter_map(|c| c.id)
-        .collect()
 }
 
 /// Processes whose command line contains `marker`.
@@ -96,19 +69,13 @@ async fn wait_until(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> b
     }
 }
 
+/// A sleep duration no other process on the machine uses: distinct per test process and,
+/// through a counter, per test within it (tests run in parallel; a shared marker would let
+/// one test see another's processes and signal its runner too early).
 fn marker() -> String {
-    // A sleep duration no other process on the machine is using.
-    format!(
-        "{}",
-        100_000 + (std::process::id() % 50_000) * 7 + rand_bits() % 7
-    )
-}
-
-fn rand_bits() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0)
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}", 1_000_000 + (std::process::id() % 100_000) * 100 + n)
 }
 
 fn signal(child: &Child, sig: i32) {
@@ -129,13 +96,13 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_runner_leaves_nothing_after_the_next_start() {
-    let docker = docker().await;
+    let docker = common::engine::client().await;
     let (_tmp, wt) = worktree();
     let mark = marker();
     let mut child = spawn_runner("docker", &wt, &format!("sleep {mark}"));
     let pid = child.id();
     wait_until("the container", Duration::from_secs(30), async || {
-        !containers_of(&docker, pid).await.is_empty()
+        !common::engine::containers_of(&docker, pid).await.is_empty()
     })
     .await;
     signal(&child, libc::SIGKILL);
@@ -161,13 +128,20 @@ async fn killed_runner_leaves_nothing_after_the_next_start() {
         .start_container(&planted, None)
         .await
         .expect("start it");
-    assert!(containers_of(&docker, pid).await.contains(&planted));
+    assert!(
+        common::engine::containers_of(&docker, pid)
+            .await
+            .contains(&planted)
+    );
 
     // The next start removes every container whose owner is gone.
     let mut spec = SandboxSpec::new(BackendKind::Docker, &wt).expect("spec");
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
     let sandbox = runner::sandbox::open(&spec).await.expect("next start");
-    assert_eq!(containers_of(&docker, pid).await, Vec::<String>::new());
+    assert_eq!(
+        common::engine::containers_of(&docker, pid).await,
+        Vec::<String>::new()
+    );
     assert!(
         processes_with(&format!("sleep {mark}")).is_empty(),
         "the killed runner's command still runs"
@@ -177,7 +151,7 @@ async fn killed_runner_leaves_nothing_after_the_next_start() {
 
 async fn interrupt_leaves_nothing(backend: &str) {
     let docker = if backend == "docker" {
-        Some(docker().await)
+        Some(common::engine::client().await)
     } else {
         None
     };
@@ -192,7 +166,11 @@ async fn interrupt_leaves_nothing(backend: &str) {
     .await;
     signal(&child, libc::SIGINT);
     let status = wait_exit(&mut child, Duration::from_secs(15));
-    assert_eq!(status.code(), Some(130), "Ctrl-C exits with 130");
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "Ctrl-C exits with 130 ({status:?})"
+    );
     wait_until(
         "the command's processes to go",
         Duration::from_secs(5),
@@ -200,7 +178,10 @@ async fn interrupt_leaves_nothing(backend: &str) {
     )
     .await;
     if let Some(docker) = docker {
-        assert_eq!(containers_of(&docker, pid).await, Vec::<String>::new());
+        assert_eq!(
+            common::engine::containers_of(&docker, pid).await,
+            Vec::<String>::new()
+        );
     }
     // The landlock sandbox's private temp directory goes too.
     let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
@@ -209,7 +190,7 @@ async fn interrupt_leaves_nothing(backend: &str) {
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(&format!("runner-sandbox-{pid}-"))
+                .starts_with(&format!("{}{pid}-", runner::sandbox::landlock::TMP_PREFIX))
         })
         .collect();
     assert!(leftovers.is_empty(), "temp directories left: {leftovers:?}");

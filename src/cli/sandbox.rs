@@ -319,21 +319,10 @@ async fn cleanup_all() -> u8 {
     let cgroups = cgroup::leftovers();
     cgroup::destroy(&cgroups);
     println!("removed {} cgroup(s)", cgroups.len());
-    let mut dirs = 0;
-    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(rest) = name.strip_prefix("runner-sandbox-") else {
-                continue;
-            };
-            let owner: Option<i32> = rest.split('-').next().and_then(|p| p.parse().ok());
-            // SAFETY: signal 0 only checks that the process exists.
-            let alive = owner.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0);
-            if !alive && std::fs::remove_dir_all(e.path()).is_ok() {
-                dirs += 1;
-            }
-        }
-    }
+    let dirs = crate::sandbox::landlock::leftover_tmp_dirs()
+        .into_iter()
+        .filter(|d| std::fs::remove_dir_all(d).is_ok())
+        .count();
     println!("removed {dirs} temp director(ies)");
     code
 }

@@ -166,8 +166,13 @@ pub(super) fn stderr_tail(
             push_tail(&tail, &buf[..n]);
         }
     });
+    tail_diagnostics(stderr_tail)
+}
+
+/// What the client adds to a disconnection error: the last words of the server.
+pub(super) fn tail_diagnostics(tail: Arc<Mutex<String>>) -> Arc<dyn Fn() -> String + Send + Sync> {
     Arc::new(move || {
-        let t = stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        let t = tail.lock().unwrap_or_else(|p| p.into_inner());
         if t.trim().is_empty() {
             String::new()
         } else {

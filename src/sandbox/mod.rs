@@ -10,8 +10,10 @@ pub mod confine;
 pub mod docker;
 pub mod landlock;
 pub mod local;
+pub mod owner;
 pub mod server;
 pub mod spec;
+pub mod worktree_guard;
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +50,17 @@ impl BackendKind {
 pub async fn open(spec: &spec::SandboxSpec) -> Result<Sandbox, SandboxError> {
     match spec.backend {
         BackendKind::None => {
-            local::spawn_child(&spec.server_exe, &spec.worktree, &spec.read_only).await
+            let mut sandbox =
+                local::spawn_child(&spec.server_exe, &spec.worktree, &spec.read_only).await?;
+            // The profile's additions to the allow-list hold here too.
+            for key in &spec.env_allow {
+                if !sandbox.env.iter().any(|(have, _)| have == key)
+                    && let Ok(value) = std::env::var(key)
+                {
+                    sandbox.env.push((key.clone(), value));
+                }
+            }
+            Ok(sandbox)
         }
         BackendKind::Landlock => landlock::open(spec).await,
         BackendKind::Docker => docker::open(spec).await,

@@ -28,6 +28,16 @@ pub enum Network {
     Host,
 }
 
+impl Network {
+    /// The name the command line (and the engine's `network_mode`) uses.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Host => "host",
+        }
+    }
+}
+
 /// Resource limits. Each backend enforces what it can; `runner sandbox doctor` says which it
 /// cannot.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -107,55 +117,5 @@ impl SandboxSpec {
             server_exe: std::env::current_exe()?,
             docker: DockerSpec::default(),
         })
-    }
-}
-
-/// How a worktree's `.git` is kept from turning against the host, beyond the read-only
-/// `protected` paths: the directory is pinned as a mount point (so it cannot be renamed away
-/// and replaced by one with new hooks), and files that would redirect host git elsewhere
-/// are swept after every command and when the sandbox closes.
-#[derive(Debug, Clone, Default)]
-pub struct GitGuard {
-    /// The real `.git` directory, if the worktree has one.
-    pub pin: Option<PathBuf>,
-    /// Absolute host paths that must not exist after a command.
-    pub forbid: Vec<PathBuf>,
-}
-
-impl GitGuard {
-    pub fn for_worktree(worktree: &Path) -> GitGuard {
-        let dot_git = worktree.join(".git");
-        let Ok(real) = std::fs::canonicalize(&dot_git) else {
-            return GitGuard::default();
-        };
-        if !real.is_dir() || !real.starts_with(worktree) {
-            return GitGuard::default();
-        }
-        let forbid = ["commondir"]
-            .iter()
-            .map(|f| real.join(f))
-            .filter(|p| std::fs::symlink_metadata(p).is_err())
-            .collect();
-        GitGuard {
-            pin: Some(real),
-            forbid,
-        }
-    }
-}
-
-/// Removes what the sandbox planted at forbidden paths once nothing in it runs any more.
-pub struct SweepOnClose(pub Vec<PathBuf>);
-
-impl Drop for SweepOnClose {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            if let Ok(meta) = std::fs::symlink_metadata(path) {
-                let _ = if meta.is_dir() {
-                    std::fs::remove_dir_all(path)
-                } else {
-                    std::fs::remove_file(path)
-                };
-            }
-        }
     }
 }

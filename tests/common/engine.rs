@@ -126,3 +126,31 @@ pub fn docker() {
         ensure_image();
     });
 }
+
+/// A client of the engine, for tests that look at containers directly.
+pub async fn client() -> bollard::Docker {
+    docker();
+    bollard::Docker::connect_with_defaults()
+        .expect("connect")
+        .negotiate_version()
+        .await
+        .expect("engine answers")
+}
+
+/// Ids of runner's containers whose owner label is `pid`.
+pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
+    use runner::sandbox::docker::{LABEL, LABEL_OWNER};
+    let filters = std::collections::HashMap::from([("label", vec![LABEL])]);
+    let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(opts))
+        .await
+        .expect("list")
+        .into_iter()
+        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)) == Some(&pid.to_string()))
+        .filter_map(|c| c.id)
+        .collect()
+}

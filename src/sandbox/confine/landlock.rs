@@ -17,7 +17,7 @@ use crate::sandbox::spec::Network;
 const TARGET_ABI: ABI = ABI::V6;
 
 /// System directories the sandbox may read and execute from.
-const SYSTEM_DIRS: &[&str] = &[
+pub const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
 ];
 

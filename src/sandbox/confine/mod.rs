@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use crate::sandbox::spec::Network;
 
-pub use landlock::{LandlockSupport, probe as probe_landlock};
+pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
 pub use seccomp::deny_filter as seccomp_program;
 
 /// What the server must confine itself to. Built from `runner sandbox-server --confine`

@@ -91,8 +91,7 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
     .map_err(|e| ConfineError::new("make mounts private", e))?;
     // A mount point cannot be renamed or removed: `.git` stays where host git looks for it.
     for dir in &c.pinned {
-        let source = dir.to_str().unwrap_or_default();
-        mount(Some(source), dir, None, libc::MS_BIND | libc::MS_REC, None)
+        bind_onto_itself(dir)
             .map_err(|e| ConfineError::new("pin directory", format!("{}: {e}", dir.display())))?;
     }
     for path in &c.protected {
@@ -101,7 +100,7 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
     }
     let options = format!("size={},mode=0700", c.tmp_bytes);
     mount(
-        Some("tmpfs"),
+        Some("tmpfs".as_ref()),
         &c.tmp,
         Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV,
@@ -127,7 +126,7 @@ pub fn enter_pid_namespace() -> Result<(), ConfineError> {
     }
     die_with_parent()?;
     mount(
-        Some("proc"),
+        Some("proc".as_ref()),
         Path::new("/proc"),
         Some("proc"),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
@@ -182,14 +181,18 @@ fn supervise(child: libc::pid_t, reap_all: bool) -> ! {
     }
 }
 
-fn protect(path: &Path) -> std::io::Result<()> {
+fn bind_onto_itself(path: &Path) -> std::io::Result<()> {
     mount(
-        Some(path.as_os_str().to_str().unwrap_or_default()),
+        Some(path.as_os_str()),
         path,
         None,
         libc::MS_BIND | libc::MS_REC,
         None,
-    )?;
+    )
+}
+
+fn protect(path: &Path) -> std::io::Result<()> {
+    bind_onto_itself(path)?;
     // A remount must keep the flags the original mount has locked (nosuid, nodev, noexec
     // under a user namespace), or the kernel refuses it.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -226,7 +229,7 @@ fn cstring(path: &Path) -> std::io::Result<CString> {
 }
 
 fn mount(
-    source: Option<&str>,
+    source: Option<&std::ffi::OsStr>,
     target: &Path,
     fstype: Option<&str>,
     flags: libc::c_ulong,
@@ -236,7 +239,7 @@ fn mount(
         CString::new(s)
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in argument"))
     };
-    let source = source.map(to_c).transpose()?;
+    let source = source.map(|s| cstring(Path::new(s))).transpose()?;
     let fstype = fstype.map(to_c).transpose()?;
     let data = data.map(to_c).transpose()?;
     let target = cstring(target)?;

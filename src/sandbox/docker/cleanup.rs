@@ -7,6 +7,7 @@ use bollard::Docker;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
 use super::container::{LABEL, LABEL_OWNER, remove};
+use crate::sandbox::owner;
 
 /// Runner's containers: (id, owner pid).
 pub async fn list(docker: &Docker) -> Result<Vec<(String, Option<i32>)>, bollard::errors::Error> {
@@ -29,18 +30,11 @@ pub async fn list(docker: &Docker) -> Result<Vec<(String, Option<i32>)>, bollard
         .collect())
 }
 
-fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0
-            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
-}
-
 /// Removes containers whose owning runner process no longer exists; returns how many.
 pub async fn remove_orphans(docker: &Docker) -> Result<usize, bollard::errors::Error> {
     let mut removed = 0;
     for (id, owner) in list(docker).await? {
-        if owner.is_some_and(alive) {
+        if owner.is_some_and(owner::alive) {
             continue;
         }
         remove(docker, &id).await;

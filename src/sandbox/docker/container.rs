@@ -16,7 +16,8 @@ use tokio::io::AsyncWriteExt;
 
 use super::SERVER_PATH;
 use crate::sandbox::local::{self, Keepalive};
-use crate::sandbox::spec::{GitGuard, Network, SandboxSpec, SweepOnClose};
+use crate::sandbox::spec::{Network, SandboxSpec};
+use crate::sandbox::worktree_guard::{SweepOnClose, WorktreeGuard};
 use crate::sandbox::{BackendKind, Sandbox, SandboxError};
 
 /// Every container runner makes carries these labels, so that leftovers can be found and
@@ -76,6 +77,7 @@ pub fn container_body(
     spec: &SandboxSpec,
     worktree: &Path,
     inside: &Path,
+    guard: &WorktreeGuard,
     run_id: &str,
     cmd: Vec<String>,
 ) -> ContainerCreateBody {
@@ -91,23 +93,16 @@ pub fn container_body(
         bind(worktree, inside, false),
         bind(&spec.server_exe, Path::new(SERVER_PATH), true),
     ];
-    // `.git` as a mount point of its own cannot be renamed away and replaced.
-    if let Some(dir) = &GitGuard::for_worktree(worktree).pin
-        && let Ok(rest) = dir.strip_prefix(worktree)
-    {
-        mounts.push(bind(dir, &inside.join(rest), false));
-    }
     for dir in &spec.read_only {
         mounts.push(bind(dir, dir, true));
     }
-    for rel in &spec.protected {
-        let host = worktree.join(rel);
-        // Only existing paths can be mounted, and only the worktree's own.
-        if let Ok(real) = std::fs::canonicalize(&host)
-            && let Ok(rest) = real.strip_prefix(worktree)
-        {
-            mounts.push(bind(&real, &inside.join(rest), true));
-        }
+    // `.git` as a mount point of its own cannot be renamed away and replaced.
+    let seen = guard.moved(worktree, inside);
+    if let (Some(host), Some(target)) = (&guard.pin, &seen.pin) {
+        mounts.push(bind(host, target, false));
+    }
+    for (host, target) in guard.read_only.iter().zip(&seen.read_only) {
+        mounts.push(bind(host, target, true));
     }
     let limits = &spec.limits;
     let host_config = HostConfig {
@@ -116,13 +111,7 @@ pub fn container_body(
             "/tmp".to_string(),
             format!("rw,exec,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
         )])),
-        network_mode: Some(
-            match spec.network {
-                Network::None => "none",
-                Network::Host => "host",
-            }
-            .into(),
-        ),
+        network_mode: Some(spec.network.as_arg().into()),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         readonly_rootfs: Some(true),
@@ -220,21 +209,13 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
             .map(|a| a.to_string_lossy().into_owned()),
     );
     cmd.push("--network".into());
-    cmd.push(
-        match spec.network {
-            Network::None => "none",
-            Network::Host => "host",
-        }
-        .into(),
-    );
-    let git = GitGuard::for_worktree(&worktree);
-    for path in &git.forbid {
-        if let Ok(rest) = path.strip_prefix(&worktree) {
-            cmd.push("--forbid".into());
-            cmd.push(inside.join(rest).display().to_string());
-        }
+    cmd.push(spec.network.as_arg().into());
+    let guard = WorktreeGuard::new(&worktree, &spec.protected);
+    for path in guard.moved(&worktree, &inside).forbid {
+        cmd.push("--forbid".into());
+        cmd.push(path.display().to_string());
     }
-    let body = container_body(spec, &worktree, &inside, &run_id, cmd);
+    let body = container_body(spec, &worktree, &inside, &guard, &run_id, cmd);
     let name = format!("runner-{run_id}");
     let created = docker
         .create_container(
@@ -252,7 +233,7 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
             )),
             _ => docker_error("cannot create the sandbox container", e),
         })?;
-    let guard = ContainerGuard {
+    let container = ContainerGuard {
         docker: docker.clone(),
         id: created.id.clone(),
     };
@@ -298,19 +279,15 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
             }
         }
     });
-    let diagnostics = Arc::new(move || {
-        let t = stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
-        if t.trim().is_empty() {
-            String::new()
-        } else {
-            format!("server said: {}", t.trim())
-        }
-    });
-    let client = crate::sandbox::SandboxClient::new(from_server, attach.input, diagnostics);
+    let client = crate::sandbox::SandboxClient::new(
+        from_server,
+        attach.input,
+        local::tail_diagnostics(stderr_tail),
+    );
     // Reverse order: the container goes first, then the sweep finds nothing can replant.
     let keepalive = Keepalive {
         child: None,
-        guards: vec![Box::new(SweepOnClose(git.forbid)), Box::new(guard)],
+        guards: vec![Box::new(SweepOnClose(guard.forbid)), Box::new(container)],
     };
     let mut sandbox = local::finish(
         client,

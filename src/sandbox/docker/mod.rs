@@ -8,8 +8,6 @@ pub mod engine;
 pub mod image;
 mod shell;
 
-use std::path::PathBuf;
-
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxError};
 
@@ -26,13 +24,4 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     // Leftovers of runs that died without cleaning up go first, so they never pile up.
     let _ = cleanup::remove_orphans(&docker).await;
     open_container(&docker, spec).await
-}
-
-/// The host path a container path of the worktree stands for.
-pub fn host_path(spec: &SandboxSpec, in_container: &std::path::Path) -> Option<PathBuf> {
-    let inside = spec.docker.mount_at.as_ref().unwrap_or(&spec.worktree);
-    in_container
-        .strip_prefix(inside)
-        .ok()
-        .map(|rest| spec.worktree.join(rest))
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::sandbox::owner;
 use crate::sandbox::spec::Limits;
 
 /// Every cgroup runner makes is named `runner-<pid>-<n>`, so cleanup can find them.
@@ -178,7 +179,8 @@ impl Drop for SandboxCgroup {
     }
 }
 
-/// Leftover runner cgroups of processes that are gone (for `sandbox cleanup`).
+/// Leftover runner cgroups of processes that are gone (for `sandbox cleanup`, and swept at
+/// every landlock start).
 pub fn leftovers() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (controller, own_path) in own_cgroups() {
@@ -189,19 +191,9 @@ pub fn leftovers() -> Vec<PathBuf> {
                 .join(&controller)
                 .join(&own_path)
         };
-        let Ok(entries) = std::fs::read_dir(&parent) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(rest) = name.strip_prefix(PREFIX) else {
-                continue;
-            };
-            let owner: Option<i32> = rest.split('-').next().and_then(|p| p.parse().ok());
-            // SAFETY: signal 0 only checks that the process exists.
-            let alive = owner.is_some_and(|p| unsafe { libc::kill(p, 0) } == 0);
-            if !alive && !out.contains(&e.path()) {
-                out.push(e.path());
+        for dir in owner::orphans_in(&parent, PREFIX) {
+            if !out.contains(&dir) {
+                out.push(dir);
             }
         }
     }

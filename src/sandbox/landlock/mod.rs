@@ -8,14 +8,17 @@ pub mod cgroup;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::spec::{GitGuard, Network, SandboxSpec, SweepOnClose};
+use super::spec::SandboxSpec;
+use super::worktree_guard::{SweepOnClose, WorktreeGuard};
 use super::{BackendKind, Sandbox, SandboxError, local};
 
-/// Variables commands see besides those the profile adds: never the host's HOME (its dot
-/// files are outside the wall anyway) and never credentials.
-const BASE_ENV: &[&str] = &[
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME",
-];
+/// Private temp directories are `runner-sandbox-<owner pid>-…` in the system temp dir.
+pub const TMP_PREFIX: &str = "runner-sandbox-";
+
+/// Private temp directories of runs that are gone (a SIGKILLed runner cannot remove its own).
+pub fn leftover_tmp_dirs() -> Vec<PathBuf> {
+    super::owner::orphans_in(&std::env::temp_dir(), TMP_PREFIX)
+}
 
 /// The command-line flags that make `runner sandbox-server` confine itself; shared with
 /// `sandbox shell`, which starts the same server in shell mode.
@@ -32,7 +35,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         SandboxError::Disconnected(format!("cannot prepare the landlock sandbox: {what}: {e}"))
     };
     let tmp = tempfile::Builder::new()
-        .prefix(&format!("runner-sandbox-{}-", std::process::id()))
+        .prefix(&format!("{TMP_PREFIX}{}-", std::process::id()))
         .tempdir()
         .map_err(|e| io("private temp directory", e))?;
     let tmp_path = tmp.path().to_path_buf();
@@ -47,32 +50,18 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
     };
     flag("confine", "landlock".into());
     flag("tmp", tmp_path.clone().into());
-    flag(
-        "network",
-        match spec.network {
-            Network::None => "none",
-            Network::Host => "host",
-        }
-        .into(),
-    );
+    flag("network", spec.network.as_arg().into());
     flag("memory", spec.limits.memory_bytes.to_string().into());
     flag("pids", spec.limits.pids.to_string().into());
     flag("tmp-size", spec.limits.tmp_bytes.to_string().into());
-    for rel in &spec.protected {
-        let path = worktree.join(rel);
-        // Only what exists can be mounted over; a resolved path outside the worktree is
-        // not ours to protect (and not writable in the sandbox anyway).
-        if let Ok(real) = std::fs::canonicalize(&path)
-            && real.starts_with(worktree)
-        {
-            flag("protect", real.into());
-        }
+    let guard = WorktreeGuard::new(worktree, &spec.protected);
+    for path in &guard.read_only {
+        flag("protect", path.clone().into());
     }
-    let git = GitGuard::for_worktree(worktree);
-    if let Some(dir) = &git.pin {
+    if let Some(dir) = &guard.pin {
         flag("pin", dir.clone().into());
     }
-    for path in &git.forbid {
+    for path in &guard.forbid {
         flag("forbid", path.clone().into());
     }
     if let Some(cg) = &cgroup {
@@ -81,15 +70,17 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         }
     }
     let tmp_str = tmp_path.to_string_lossy().into_owned();
-    let mut env: Vec<(String, String)> = BASE_ENV
+    // The common allow-list and the profile's additions, but not the host's HOME (its dot
+    // files are outside the wall; the private temp directory stands in) and not PATH as is:
+    // entries the sandbox cannot read (a version manager's shims in the home directory)
+    // would only turn "command not found" into "permission denied".
+    let mut env: Vec<(String, String)> = super::ENV_ALLOW_LIST
         .iter()
+        .filter(|k| !matches!(**k, "HOME" | "PATH"))
         .map(|k| k.to_string())
         .chain(spec.env_allow.iter().cloned())
         .filter_map(|k| std::env::var(&k).ok().map(|v| (k, v)))
         .collect();
-    // PATH entries the sandbox cannot read (a version manager's shims in the home
-    // directory) would only turn "command not found" into "permission denied".
-    env.retain(|(k, _)| k != "PATH");
     let host_path = std::env::var("PATH").unwrap_or_default();
     let mut path: Vec<&str> = host_path
         .split(':')
@@ -106,12 +97,12 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         env,
         tmp,
         cgroup,
-        sweep: SweepOnClose(git.forbid),
+        sweep: SweepOnClose(guard.forbid),
     })
 }
 
 fn readable_in_sandbox(dir: &Path, worktree: &Path) -> bool {
-    ["/usr", "/bin", "/sbin", "/lib", "/lib64"]
+    super::confine::SYSTEM_DIRS
         .iter()
         .any(|sys| dir.starts_with(sys))
         || dir.starts_with(worktree)

@@ -43,20 +43,12 @@ impl Running {
 
     /// Removes whatever a command planted at a forbidden path; says what it removed.
     fn sweep(&self) -> Option<String> {
-        let mut removed = Vec::new();
-        for path in &self.forbidden {
-            let Ok(meta) = std::fs::symlink_metadata(path) else {
-                continue;
-            };
-            let gone = if meta.is_dir() {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
-            if gone.is_ok() {
-                removed.push(path.display().to_string());
-            }
-        }
+        let removed: Vec<String> = self
+            .forbidden
+            .iter()
+            .filter(|p| super::remove_planted(p))
+            .map(|p| p.display().to_string())
+            .collect();
         (!removed.is_empty()).then(|| {
             format!(
                 "\n[runner: removed {} — it would let host git run code the sandbox wrote]\n",

@@ -98,6 +98,19 @@ fn exit_on_signal(running: Arc<exec::Running>) {
     }
 }
 
+/// Removes whatever is at `path` (file, link or directory tree) without following links;
+/// true if something was removed.
+pub fn remove_planted(path: &std::path::Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if meta.is_dir() {
+        std::fs::remove_dir_all(path).is_ok()
+    } else {
+        std::fs::remove_file(path).is_ok()
+    }
+}
+
 fn send(output: &Mutex<Box<dyn Write + Send>>, id: u64, response: Response) {
     let mut out = output.lock().unwrap_or_else(|p| p.into_inner());
     // A failed write means the controller is gone; the input side will see EOF and stop.

@@ -1,0 +1,67 @@
+//! What a run leaves outside itself (containers, cgroups, temp directories) names the
+//! process that owns it, so that leftovers of dead runs can be told from live ones.
+
+use std::path::{Path, PathBuf};
+
+/// Whether process `pid` exists (EPERM means it does, just not ours to signal).
+pub fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// The owner named in `PREFIX<pid>-…`.
+pub fn owner_in_name(name: &str, prefix: &str) -> Option<i32> {
+    name.strip_prefix(prefix)?.split('-').next()?.parse().ok()
+}
+
+/// Entries of `dir` named `PREFIX<pid>-…` whose owner is gone.
+pub fn orphans_in(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            owner_in_name(&e.file_name().to_string_lossy(), prefix).is_some_and(|p| !alive(p))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_liveness() {
+        assert_eq!(owner_in_name("runner-123-0", "runner-"), Some(123));
+        assert_eq!(
+            owner_in_name("runner-sandbox-77-Xy", "runner-sandbox-"),
+            Some(77)
+        );
+        assert_eq!(owner_in_name("runner-x-0", "runner-"), None);
+        assert_eq!(owner_in_name("other-1-0", "runner-"), None);
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(0));
+        assert!(!alive(i32::MAX));
+    }
+
+    #[test]
+    fn orphans_are_the_entries_of_dead_owners() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        for name in [
+            format!("runner-{me}-0"),
+            format!("runner-{}-1", i32::MAX),
+            "unrelated".into(),
+        ] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        assert_eq!(
+            orphans_in(dir.path(), "runner-"),
+            vec![dir.path().join(format!("runner-{}-1", i32::MAX))]
+        );
+    }
+}
