@@ -24,9 +24,30 @@ pub struct Profile {
     pub description: String,
     #[serde(default)]
     pub sandbox: SandboxSection,
+    /// Permission rules in OpenCode's shape (see `permission::config`), merged after the
+    /// built-in defaults and before the user's config. Kept as a value so that the file's
+    /// key order, which is precedence, survives.
+    pub permission: Option<serde_json::Value>,
+    /// How asks are answered under this profile when no `--ask` flag is given.
+    pub ask: Option<AskMode>,
+    /// Whether the project's `.runner/config.toml` may allow things. A profile for code you
+    /// do not trust says no: the repository's asks and denies still apply, its allows don't.
+    pub project_allows: Option<bool>,
     /// Where it came from, for messages.
     #[serde(skip)]
     pub source: String,
+}
+
+/// Who answers an ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AskMode {
+    /// The person at the terminal; without one, the ask is refused at once.
+    Prompt,
+    /// Every ask is approved once (nothing is remembered).
+    Allow,
+    /// Every ask is refused: for runs where nobody is watching, such as evaluations.
+    Deny,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -100,12 +121,7 @@ pub enum ProfileError {
 
 /// `$XDG_CONFIG_HOME/runner/profiles` (default `~/.config/runner/profiles`).
 pub fn user_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .unwrap_or_else(|| PathBuf::from(".config"));
-    base.join("runner").join("profiles")
+    super::config_dir().join("profiles")
 }
 
 pub fn parse(text: &str, source: &str) -> Result<Profile, ProfileError> {

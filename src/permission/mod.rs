@@ -2,13 +2,18 @@
 //!
 //! Tools describe what they are about to do as a [`PermissionRequest`] (OpenCode's
 //! permission name, concrete patterns, and the patterns an "always" reply would remember)
-//! and await the gate's answer. The rule engine (allow / ask / deny rules, approvals,
-//! profiles) plugs in behind [`PermissionGate`]; until it lands, [`PolicyGate`] answers every
-//! ask with one fixed policy and records what it was asked, so the asks themselves are
-//! already exact and testable.
+//! and await the gate's answer. The real gate is [`gate::RuleGate`]: OpenCode's allow / ask /
+//! deny rules ([`rules`], [`wildcard`]) stacked from defaults, profile and config files
+//! ([`config`]), with approvals and an [`gate::Asker`] for what the rules leave open. Bash
+//! commands are turned into asks by [`bash_scan`]. [`PolicyGate`] answers every ask with one
+//! fixed policy and records what it was asked: tests and benchmarks use it to pin the asks
+//! themselves.
 
 pub mod arity;
+pub mod config;
+pub mod gate;
 pub mod rules;
+pub mod terminal;
 pub mod wildcard;
 
 use std::future::Future;
@@ -20,6 +25,9 @@ use serde::Serialize;
 /// One ask, as OpenCode's `ctx.ask` carries it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PermissionRequest {
+    /// The tool that asks, for the person deciding (set by the registry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
     pub permission: String,
     pub patterns: Vec<String>,
     pub always: Vec<String>,
@@ -30,6 +38,7 @@ pub struct PermissionRequest {
 impl PermissionRequest {
     pub fn new(permission: &str, patterns: Vec<String>, always: Vec<String>) -> Self {
         PermissionRequest {
+            tool: None,
             permission: permission.to_string(),
             patterns,
             always,
@@ -45,15 +54,66 @@ impl PermissionRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PermissionError {
-    /// A rule says no.
-    #[error("permission denied by a rule: {permission} {patterns:?}")]
+    /// A rule says no. `rule` is the one that decided; `relevant` every configured rule for
+    /// the permission, so the model (and the person reading the log) can see why.
+    #[error("{}", denied_message(permission, pattern, rule, relevant))]
     Denied {
         permission: String,
-        patterns: Vec<String>,
+        pattern: String,
+        rule: Option<rules::Rule>,
+        relevant: Vec<rules::Rule>,
     },
     /// The asked party said no, optionally telling the model what to do instead.
     #[error("{}", rejected_message(feedback))]
     Rejected { feedback: Option<String> },
+    /// The call needed approval and nobody could give it (no terminal, `--ask deny`, a
+    /// profile that answers every ask with deny).
+    #[error(
+        "This call needs permission ({permission}: {}) and it was refused because {reason}. Do not retry it; do the task another way or tell the user what permission is needed.",
+        patterns.join(", ")
+    )]
+    Unanswered {
+        permission: String,
+        patterns: Vec<String>,
+        reason: String,
+    },
+}
+
+fn denied_message(
+    permission: &str,
+    pattern: &str,
+    rule: &Option<rules::Rule>,
+    relevant: &[rules::Rule],
+) -> String {
+    let show = |r: &rules::Rule| {
+        format!(
+            "{} {:?} = {} ({} #{})",
+            r.permission,
+            r.pattern,
+            serde_json::to_value(r.action)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            r.source.origin,
+            r.source.position
+        )
+    };
+    let mut text = format!(
+        "The user has specified a rule which prevents you from using this specific tool call: {permission} {pattern:?} is denied"
+    );
+    if let Some(rule) = rule {
+        text.push_str(&format!(" by {}", show(rule)));
+    }
+    // The last rules are the ones that win; a long config shows its tail.
+    const SHOWN: usize = 12;
+    let skip = relevant.len().saturating_sub(SHOWN);
+    text.push_str(". Relevant rules, later ones win: ");
+    if skip > 0 {
+        text.push_str(&format!("({skip} earlier not shown) "));
+    }
+    let shown: Vec<String> = relevant[skip..].iter().map(show).collect();
+    text.push_str(&shown.join("; "));
+    text
 }
 
 fn rejected_message(feedback: &Option<String>) -> String {
@@ -69,6 +129,12 @@ pub type AskFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PermissionError>
 
 pub trait PermissionGate: Send + Sync {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a>;
+
+    /// The rule that hides a tool of this permission from the model (its last rule is a
+    /// `"*"` deny), if any.
+    fn disabled(&self, _permission: &str) -> Option<rules::Rule> {
+        None
+    }
 }
 
 /// How to answer asks when nobody can be asked.

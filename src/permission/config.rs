@@ -1,0 +1,517 @@
+//! Where rules come from and in which order they stack.
+//!
+//! Precedence is order (evaluation is last match wins), so the loader's one job is to put
+//! every layer's rules in the right place and keep each file's own key order: built-in
+//! defaults, the profile, the user's config, the project's config, `--config`, the session.
+//! Approvals are not configuration; the gate keeps them apart (see [`super::gate`]).
+//!
+//! A config's `permission` value has OpenCode's shape, in TOML or JSON:
+//! a bare action (`permission = "ask"`, meaning `{"*": "ask"}`), or a table whose keys are
+//! permission names (wildcards allowed) mapping to an action or to a `{pattern: action}`
+//! table. An OpenCode `opencode.json` is read as it is, including its legacy `tools`
+//! booleans, so an OpenCode user's rules work unchanged.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::rules::{Action, Rule};
+use super::wildcard;
+
+/// A config file that could not be used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {origin} is not valid {format}: {message}")]
+    Syntax {
+        origin: String,
+        format: &'static str,
+        message: String,
+    },
+    #[error("config {origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+/// OpenCode's defaults (`agent.ts`), in its order: everything allowed except `doom_loop`
+/// and `external_directory` (ask), `question` (deny), and `.env` files for reading (ask, with
+/// `*.env.example` allowed). `output_dir` is where long tool outputs are saved; the model
+/// is told to read them there, so reading it is pre-approved as OpenCode does.
+pub fn defaults(output_dir: Option<&Path>) -> Vec<Rule> {
+    let mut spec: Vec<(&str, String, Action)> = vec![
+        ("*", "*".into(), Action::Allow),
+        ("doom_loop", "*".into(), Action::Ask),
+        ("external_directory", "*".into(), Action::Ask),
+    ];
+    if let Some(dir) = output_dir {
+        let dir = dir.to_string_lossy();
+        spec.push((
+            "external_directory",
+            format!("{}/*", dir.trim_end_matches('/')),
+            Action::Allow,
+        ));
+    }
+    spec.extend([
+        ("question", "*".into(), Action::Deny),
+        ("read", "*".into(), Action::Allow),
+        ("read", "*.env".into(), Action::Ask),
+        ("read", "*.env.*".into(), Action::Ask),
+        ("read", "*.env.example".into(), Action::Allow),
+    ]);
+    spec.into_iter()
+        .enumerate()
+        .map(|(i, (p, pat, a))| Rule::new(p, &pat, a, DEFAULTS_ORIGIN, i + 1))
+        .collect()
+}
+
+pub const DEFAULTS_ORIGIN: &str = "built-in defaults";
+
+/// The rules of one `permission` value. Patterns get `~` and `$HOME` expanded, as
+/// OpenCode's loader does, so `"~/notes/*"` means the same in every file.
+pub fn rules_from_value(value: &Value, origin: &str, home: &str) -> Result<Vec<Rule>, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        origin: origin.to_string(),
+        message,
+    };
+    let mut out = Vec::new();
+    let mut push = |permission: &str, pattern: &str, action: Action| {
+        let position = out.len() + 1;
+        out.push(Rule::new(
+            permission,
+            &wildcard::expand_home(pattern, home),
+            action,
+            origin,
+            position,
+        ));
+    };
+    match value {
+        Value::String(_) => push("*", "*", action_of(value).map_err(invalid)?),
+        Value::Object(map) => {
+            for (permission, v) in map {
+                match v {
+                    Value::Object(patterns) => {
+                        for (pattern, a) in patterns {
+                            let action = action_of(a).map_err(|m| {
+                                invalid(format!("permission.{permission}.{pattern:?}: {m}"))
+                            })?;
+                            push(permission, pattern, action);
+                        }
+                    }
+                    other => {
+                        let action = action_of(other)
+                            .map_err(|m| invalid(format!("permission.{permission}: {m}")))?;
+                        push(permission, "*", action);
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(invalid(format!(
+                "permission must be an action (\"allow\", \"ask\", \"deny\") or a table, got {other}"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+fn action_of(value: &Value) -> Result<Action, String> {
+    match value.as_str() {
+        Some("allow") => Ok(Action::Allow),
+        Some("ask") => Ok(Action::Ask),
+        Some("deny") => Ok(Action::Deny),
+        _ => Err(format!(
+            "expected \"allow\", \"ask\" or \"deny\" (or a table of pattern = action), got {value}"
+        )),
+    }
+}
+
+/// Reads a config file: runner's TOML (`permission` is its only key so far, and any other is
+/// refused so that a typo cannot silently drop rules), or an OpenCode JSON config, of which
+/// only `permission` and the legacy `tools` map matter here. A missing `permission` means no
+/// rules.
+pub fn load_file(path: &Path, home: &str) -> Result<Vec<Rule>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let origin = path.display().to_string();
+    let is_json = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("json" | "jsonc")
+    );
+    if is_json {
+        parse_opencode_json(&text, &origin, home)
+    } else {
+        parse_toml(&text, &origin, home)
+    }
+}
+
+pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, ConfigError> {
+    let doc: Map<String, Value> = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+        origin: origin.to_string(),
+        format: "TOML",
+        message: e.to_string(),
+    })?;
+    if let Some(key) = doc.keys().find(|k| *k != "permission") {
+        return Err(ConfigError::Invalid {
+            origin: origin.to_string(),
+            message: format!("unknown key {key:?}; a runner config holds a `permission` table"),
+        });
+    }
+    match doc.get("permission") {
+        Some(p) => rules_from_value(p, origin, home),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// OpenCode's `opencode.json`: `tools: {name: bool}` becomes rules placed before
+/// `permission` (its `mergeDeep(tools, permission)`), with `write`, `edit`, `patch` and
+/// `multiedit` all meaning the `edit` permission.
+pub fn parse_opencode_json(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, ConfigError> {
+    let doc: Value =
+        serde_json::from_str(&strip_json_comments(text)).map_err(|e| ConfigError::Syntax {
+            origin: origin.to_string(),
+            format: "JSON",
+            message: e.to_string(),
+        })?;
+    let Value::Object(doc) = doc else {
+        return Err(ConfigError::Invalid {
+            origin: origin.to_string(),
+            message: "the top level must be an object".into(),
+        });
+    };
+    let mut permission = Map::new();
+    if let Some(tools) = doc.get("tools").and_then(Value::as_object) {
+        for (name, enabled) in tools {
+            let Some(enabled) = enabled.as_bool() else {
+                continue;
+            };
+            let key = match name.as_str() {
+                "write" | "edit" | "patch" | "multiedit" => "edit",
+                other => other,
+            };
+            permission.insert(
+                key.to_string(),
+                Value::String(if enabled { "allow" } else { "deny" }.into()),
+            );
+        }
+    }
+    match doc.get("permission") {
+        None => {}
+        Some(Value::Object(p)) => {
+            for (k, v) in p {
+                // A later key replaces the same key from `tools` but keeps its place, as a
+                // deep merge of two objects does.
+                permission.insert(k.clone(), v.clone());
+            }
+        }
+        Some(bare) => {
+            // A bare action applies to everything after the tools map.
+            let mut rules = rules_from_value(&Value::Object(permission), origin, home)?;
+            let mut tail = rules_from_value(bare, origin, home)?;
+            for r in &mut tail {
+                r.source.position += rules.len();
+            }
+            rules.extend(tail);
+            return Ok(rules);
+        }
+    }
+    rules_from_value(&Value::Object(permission), origin, home)
+}
+
+/// OpenCode reads its config as JSONC; comments are dropped (outside strings) so such a
+/// file parses unchanged.
+fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut prev = ' ';
+                for c in chars.by_ref() {
+                    if prev == '*' && c == '/' {
+                        break;
+                    }
+                    prev = c;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `$XDG_CONFIG_HOME/runner/config.toml` (default `~/.config/runner/config.toml`).
+pub fn user_config_path() -> PathBuf {
+    crate::config::config_dir().join("config.toml")
+}
+
+/// `.runner/config.toml` in the worktree.
+pub fn project_config_path(worktree: &Path) -> PathBuf {
+    worktree.join(".runner").join("config.toml")
+}
+
+/// The inputs of [`merge`], one per layer, lowest precedence first.
+#[derive(Debug, Default)]
+pub struct Layers {
+    pub defaults: Vec<Rule>,
+    pub profile: Vec<Rule>,
+    pub user: Vec<Rule>,
+    pub project: Vec<Rule>,
+    /// `--config FILE`.
+    pub explicit: Vec<Rule>,
+    pub session: Vec<Rule>,
+}
+
+/// The configured ruleset: the layers concatenated in precedence order. Nothing is sorted or
+/// deduplicated: a later rule beats an earlier one because evaluation takes the last match.
+pub fn merge(layers: Layers) -> Vec<Rule> {
+    let Layers {
+        defaults,
+        profile,
+        user,
+        project,
+        explicit,
+        session,
+    } = layers;
+    [defaults, profile, user, project, explicit, session].concat()
+}
+
+/// Drops the `allow` rules of a project config when the profile does not trust the
+/// repository to loosen its own rules (an untrusted checkout could otherwise ship
+/// `"*" = "allow"`). Its asks and denies still apply. Returns how many were dropped.
+pub fn without_allows(rules: &mut Vec<Rule>) -> usize {
+    let before = rules.len();
+    rules.retain(|r| r.action != Action::Allow);
+    before - rules.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::permission::rules::evaluate;
+    use Action::*;
+
+    fn triples(rules: &[Rule]) -> Vec<(String, String, Action, usize)> {
+        rules
+            .iter()
+            .map(|r| {
+                (
+                    r.permission.clone(),
+                    r.pattern.clone(),
+                    r.action,
+                    r.source.position,
+                )
+            })
+            .collect()
+    }
+
+    fn t(p: &str, pat: &str, a: Action, pos: usize) -> (String, String, Action, usize) {
+        (p.into(), pat.into(), a, pos)
+    }
+
+    #[test]
+    fn toml_keeps_key_order_because_order_is_precedence() {
+        let text = r#"
+[permission]
+bash = "allow"
+"*" = "deny"
+edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
+
+[permission.read]
+"z*" = "deny"
+"a*" = "allow"
+"#;
+        let rules = parse_toml(text, "c.toml", "/home/u").unwrap();
+        assert_eq!(
+            triples(&rules),
+            vec![
+                t("bash", "*", Allow, 1),
+                t("*", "*", Deny, 2),
+                t("edit", "*", Ask, 3),
+                t("edit", "src/*", Allow, 4),
+                t("edit", "/home/u/notes/*", Deny, 5),
+                t("read", "z*", Deny, 6),
+                t("read", "a*", Allow, 7),
+            ]
+        );
+        // `{bash = "allow", "*" = "deny"}` denies bash: the later key wins, as in OpenCode.
+        assert_eq!(evaluate("bash", &["ls"], &rules, &[]).action, Deny);
+        assert!(rules.iter().all(|r| r.source.origin == "c.toml"));
+    }
+
+    #[test]
+    fn a_bare_action_means_everything() {
+        let rules = parse_toml("permission = \"ask\"\n", "c", "/h").unwrap();
+        assert_eq!(triples(&rules), vec![t("*", "*", Ask, 1)]);
+    }
+
+    #[test]
+    fn bad_configs_say_where_and_what() {
+        let cases: &[(&str, &str)] = &[
+            ("[permission]\nbash = \"yes\"\n", "permission.bash"),
+            ("[permission.bash]\n\"git *\" = 1\n", "\"git *\""),
+            ("permission = 3\n", "must be an action"),
+            (
+                "[permision]\nbash = \"allow\"\n",
+                "unknown key \"permision\"",
+            ),
+            ("[permission\n", "not valid TOML"),
+        ];
+        for (text, want) in cases {
+            let e = parse_toml(text, "/x/config.toml", "/h")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(e.contains("/x/config.toml"), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_opencode_json_reads_unchanged_with_comments_and_legacy_tools() {
+        let text = r#"{
+  // OpenCode accepts comments
+  "$schema": "https://opencode.ai/config.json",
+  "model": "anthropic/claude",
+  "tools": { "write": false, "webfetch": true },
+  "permission": {
+    "bash": { "*": "ask", "git status*": "allow", "rm *": "deny" }, /* inline */
+    "edit": "ask",
+    "external_directory": { "~/scratch/*": "allow" }
+  }
+}"#;
+        let rules = parse_opencode_json(text, "opencode.json", "/home/u").unwrap();
+        assert_eq!(
+            triples(&rules),
+            vec![
+                // `write: false` is the edit key, and the later `edit` replaces it in place.
+                t("edit", "*", Ask, 1),
+                t("webfetch", "*", Allow, 2),
+                t("bash", "*", Ask, 3),
+                t("bash", "git status*", Allow, 4),
+                t("bash", "rm *", Deny, 5),
+                t("external_directory", "/home/u/scratch/*", Allow, 6),
+            ]
+        );
+        let bare = parse_opencode_json(
+            r#"{"tools": {"bash": false}, "permission": "ask"}"#,
+            "o",
+            "/h",
+        )
+        .unwrap();
+        assert_eq!(
+            triples(&bare),
+            vec![t("bash", "*", Deny, 1), t("*", "*", Ask, 2)]
+        );
+        let e = parse_opencode_json("{\"permission\": {\"bash\": \"maybe\"}}", "o.json", "/h")
+            .unwrap_err();
+        assert!(e.to_string().contains("o.json") && e.to_string().contains("maybe"));
+    }
+
+    #[test]
+    fn comment_stripping_leaves_strings_alone() {
+        let text = r#"{"a": "http://x/*y*/", "b": "q\"//"} // tail"#;
+        let v: Value = serde_json::from_str(&strip_json_comments(text)).unwrap();
+        assert_eq!(v["a"], "http://x/*y*/");
+        assert_eq!(v["b"], "q\"//");
+    }
+
+    /// Each layer says something different about the same subject; the winner must be the
+    /// latest layer present, and removing a layer hands the decision to the one before.
+    #[test]
+    fn merge_order_is_defaults_profile_user_project_explicit_session() {
+        let layer = |name: &str, action: Action| vec![Rule::new("bash", "rm *", action, name, 1)];
+        let names = ["profile", "user", "project", "explicit", "session"];
+        let actions = [Deny, Allow, Deny, Allow, Deny];
+        for present in 0..=names.len() {
+            let mut layers = Layers {
+                defaults: defaults(None),
+                ..Layers::default()
+            };
+            let slots = [
+                &mut layers.profile,
+                &mut layers.user,
+                &mut layers.project,
+                &mut layers.explicit,
+                &mut layers.session,
+            ];
+            for (i, slot) in slots.into_iter().enumerate().take(present) {
+                *slot = layer(names[i], actions[i]);
+            }
+            let merged = merge(layers);
+            let d = evaluate("bash", &["rm x"], &merged, &[]);
+            if present == 0 {
+                assert_eq!(d.action, Allow);
+                assert_eq!(d.rule.unwrap().source.origin, DEFAULTS_ORIGIN);
+            } else {
+                assert_eq!(d.action, actions[present - 1], "{present} layers");
+                assert_eq!(d.rule.unwrap().source.origin, names[present - 1]);
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_are_opencodes() {
+        let d = defaults(Some(Path::new("/data/runner/tool-output/")));
+        let cases: &[(&str, &str, Action)] = &[
+            ("bash", "rm -rf /", Allow),
+            ("edit", "src/main.rs", Allow),
+            ("doom_loop", "bash", Ask),
+            ("external_directory", "/etc/*", Ask),
+            ("external_directory", "/data/runner/tool-output/*", Allow),
+            ("question", "*", Deny),
+            ("read", ".env", Ask),
+            ("read", "sub/.env.local", Ask),
+            ("read", ".env.production", Ask),
+            ("read", ".env.development.local", Ask),
+            ("read", ".env.example", Allow),
+            ("read", ".envrc", Allow),
+            ("read", "src/environment.ts", Allow),
+            ("webfetch", "https://x", Allow),
+        ];
+        for (p, s, want) in cases {
+            assert_eq!(evaluate(p, &[s], &d, &[]).action, *want, "{p} {s}");
+        }
+    }
+
+    #[test]
+    fn an_untrusted_project_can_tighten_but_not_loosen() {
+        let mut rules = parse_toml(
+            "[permission]\n\"*\" = \"allow\"\nbash = { \"curl *\" = \"deny\", \"make *\" = \"ask\" }\n",
+            "p",
+            "/h",
+        )
+        .unwrap();
+        assert_eq!(without_allows(&mut rules), 1);
+        assert_eq!(
+            triples(&rules),
+            vec![t("bash", "curl *", Deny, 2), t("bash", "make *", Ask, 3)]
+        );
+    }
+}

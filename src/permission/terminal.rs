@@ -1,0 +1,297 @@
+//! Asking the person at the terminal.
+//!
+//! The prompt goes to stderr (stdout carries tool results, which scripts parse) and shows
+//! what a person needs to decide: the tool, the permission, the concrete command or path,
+//! what "always" would remember, and for edits the diff. One key answers: `o` once, `a`
+//! always, `r` reject. Any other text typed and ended with Enter rejects the call and hands
+//! the text to the model as feedback, which is how a person says "not that, do this".
+//!
+//! Prompts are taken one at a time even when calls ask concurrently; an ask settled by
+//! another reply's cascade while it waits for its turn is never shown.
+
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+
+use super::gate::{Ask, Asker, Reply, ReplyFuture};
+
+/// Reads answers from standard input, which must be a terminal (the CLI checks), and
+/// writes prompts to stderr.
+pub struct TerminalAsker {
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Default for TerminalAsker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TerminalAsker {
+    pub fn new() -> Self {
+        TerminalAsker {
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+}
+
+impl Asker for TerminalAsker {
+    fn ask<'a>(&'a self, ask: &'a Ask) -> ReplyFuture<'a> {
+        Box::pin(async move {
+            let _turn = self.turn.lock().await;
+            let prompt = render(ask);
+            tokio::task::spawn_blocking(move || {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(prompt.as_bytes());
+                let _ = err.flush();
+                drop(err);
+                let _keys = SingleKeys::enable();
+                let mut input = StdinKeys;
+                read_answer(&mut input, &mut std::io::stderr())
+            })
+            .await
+            .map_err(|e| format!("the terminal prompt failed: {e}"))?
+        })
+    }
+}
+
+/// What the person sees for one ask.
+pub fn render(ask: &Ask) -> String {
+    let r = &ask.request;
+    let mut out = String::from("\n");
+    let tool = r.tool.as_deref().unwrap_or("a tool");
+    out.push_str(&format!(
+        "Permission needed: {tool} asks for `{}`\n",
+        r.permission
+    ));
+    for p in &r.patterns {
+        if p.contains('\n') {
+            out.push_str("  ┌\n");
+            for line in p.lines() {
+                out.push_str(&format!("  │ {line}\n"));
+            }
+            out.push_str("  └\n");
+        } else {
+            out.push_str(&format!("  {p}\n"));
+        }
+    }
+    if let Some(diff) = r.metadata.get("diff").and_then(|d| d.as_str())
+        && !diff.is_empty()
+    {
+        const SHOWN: usize = 60;
+        let lines: Vec<&str> = diff.lines().collect();
+        for line in lines.iter().take(SHOWN) {
+            out.push_str(&format!("  {line}\n"));
+        }
+        if lines.len() > SHOWN {
+            out.push_str(&format!("  … {} more diff lines\n", lines.len() - SHOWN));
+        }
+    }
+    if !r.always.is_empty() {
+        out.push_str(&format!(
+            "  \"always\" would allow from now on: {}\n",
+            r.always.join(", ")
+        ));
+    }
+    out.push_str("[o]nce  [a]lways  [r]eject  (or type feedback + Enter to reject with it): ");
+    out
+}
+
+/// Where answer bytes come from; a trait so the key logic is testable without a terminal.
+pub trait Keys {
+    /// The next byte, or `None` at end of input.
+    fn next_byte(&mut self) -> Option<u8>;
+    /// The rest of the current line (after the canonical mode is back, on a terminal).
+    fn rest_of_line(&mut self) -> Option<String>;
+}
+
+struct StdinKeys;
+
+impl Keys for StdinKeys {
+    fn next_byte(&mut self) -> Option<u8> {
+        let mut b = [0u8; 1];
+        loop {
+            // SAFETY: reading one byte into a valid buffer from fd 0.
+            let n = unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+            if n == 1 {
+                return Some(b[0]);
+            }
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return None;
+        }
+    }
+
+    fn rest_of_line(&mut self) -> Option<String> {
+        SingleKeys::restore_now();
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    }
+}
+
+/// Turns one answer into a reply. Enter alone asks again (an accidental Enter must not
+/// decide anything); end of input is an error, not a silent yes or no.
+pub fn read_answer(keys: &mut dyn Keys, echo: &mut dyn Write) -> Result<Reply, String> {
+    loop {
+        let Some(byte) = keys.next_byte() else {
+            return Err("the terminal closed before an answer".into());
+        };
+        let reply = match byte {
+            b'o' | b'O' | b'y' | b'Y' => Reply::Once,
+            b'a' | b'A' => Reply::Always,
+            b'r' | b'R' | b'n' | b'N' | 0x1b => Reply::Reject { feedback: None },
+            b'\n' | b'\r' | b' ' | b'\t' => continue,
+            first => {
+                let mut bytes = vec![first];
+                // A multi-byte character's first byte: take its continuation bytes too.
+                let width = utf8_width(first);
+                for _ in 1..width {
+                    bytes.extend(keys.next_byte());
+                }
+                let rest = keys.rest_of_line().unwrap_or_default();
+                let feedback = format!("{}{}", String::from_utf8_lossy(&bytes), rest)
+                    .trim()
+                    .to_string();
+                return Ok(Reply::Reject {
+                    feedback: (!feedback.is_empty()).then_some(feedback),
+                });
+            }
+        };
+        let _ = writeln!(echo);
+        return Ok(reply);
+    }
+}
+
+fn utf8_width(first: u8) -> usize {
+    match first {
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => 1,
+    }
+}
+
+/// Non-canonical input with echo, so one key answers without Enter; restored on drop.
+struct SingleKeys;
+
+static SAVED: Mutex<Option<libc::termios>> = Mutex::new(None);
+
+impl SingleKeys {
+    fn enable() -> SingleKeys {
+        // SAFETY: tcgetattr/tcsetattr on fd 0 with a valid termios.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut t) == 0 {
+                *SAVED.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+                t.c_lflag &= !libc::ICANON;
+                t.c_cc[libc::VMIN] = 1;
+                t.c_cc[libc::VTIME] = 0;
+                libc::tcsetattr(0, libc::TCSANOW, &t);
+            }
+        }
+        SingleKeys
+    }
+
+    fn restore_now() {
+        if let Some(t) = SAVED.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            // SAFETY: restoring the attributes saved above.
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) };
+        }
+    }
+}
+
+impl Drop for SingleKeys {
+    fn drop(&mut self) {
+        SingleKeys::restore_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::permission::PermissionRequest;
+
+    struct Scripted {
+        bytes: std::collections::VecDeque<u8>,
+    }
+
+    impl Keys for Scripted {
+        fn next_byte(&mut self) -> Option<u8> {
+            self.bytes.pop_front()
+        }
+        fn rest_of_line(&mut self) -> Option<String> {
+            let mut line = Vec::new();
+            while let Some(b) = self.bytes.pop_front() {
+                if b == b'\n' {
+                    break;
+                }
+                line.push(b);
+            }
+            Some(String::from_utf8_lossy(&line).into_owned())
+        }
+    }
+
+    fn answer(input: &str) -> Result<Reply, String> {
+        let mut keys = Scripted {
+            bytes: input.bytes().collect(),
+        };
+        read_answer(&mut keys, &mut Vec::new())
+    }
+
+    #[test]
+    fn single_keys_and_typed_feedback() {
+        let fb = |s: &str| Reply::Reject {
+            feedback: Some(s.to_string()),
+        };
+        let cases: Vec<(&str, Result<Reply, String>)> = vec![
+            ("o", Ok(Reply::Once)),
+            ("y", Ok(Reply::Once)),
+            ("a", Ok(Reply::Always)),
+            ("A", Ok(Reply::Always)),
+            ("r", Ok(Reply::Reject { feedback: None })),
+            ("\x1b", Ok(Reply::Reject { feedback: None })),
+            ("\n\na", Ok(Reply::Always)),
+            (
+                "use cargo nextest instead\n",
+                Ok(fb("use cargo nextest instead")),
+            ),
+            ("ça va pas\n", Ok(fb("ça va pas"))),
+            ("", Err("the terminal closed before an answer".into())),
+            ("\n\n", Err("the terminal closed before an answer".into())),
+        ];
+        for (input, want) in cases {
+            assert_eq!(answer(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn the_prompt_shows_tool_command_always_and_diff() {
+        let mut request =
+            PermissionRequest::new("edit", vec!["src/lib.rs".into()], vec!["*".into()])
+                .with_metadata(serde_json::json!({"diff": "--- a\n+++ b\n-old\n+new\n"}));
+        request.tool = Some("edit".into());
+        let text = render(&Ask { id: 1, request });
+        for want in [
+            "edit asks for `edit`",
+            "src/lib.rs",
+            "-old",
+            "+new",
+            "from now on: *",
+            "[o]nce",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        let heredoc = PermissionRequest::new("bash", vec!["cat > f <<EOF\nhi\nEOF".into()], vec![]);
+        let text = render(&Ask {
+            id: 2,
+            request: heredoc,
+        });
+        assert!(
+            text.contains("│ hi") && !text.contains("from now on"),
+            "{text}"
+        );
+    }
+}
