@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use super::rules::{self, Action, Rule, Source};
-use super::{AskFuture, PermissionError, PermissionGate, PermissionRequest};
+use super::{AskFuture, Denial, PermissionError, PermissionGate, PermissionRequest};
 
 /// A person's answer to one ask.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,7 +230,7 @@ impl RuleGate {
     }
 
     fn denied(&self, request: &PermissionRequest, verdict: Verdict) -> PermissionError {
-        PermissionError::Denied {
+        PermissionError::Denied(Box::new(Denial {
             permission: request.permission.clone(),
             pattern: verdict.pattern.unwrap_or_default(),
             rule: verdict.rule,
@@ -238,7 +238,7 @@ impl RuleGate {
                 .into_iter()
                 .cloned()
                 .collect(),
-        }
+        }))
     }
 
     /// Answers a pending ask. Unknown ids (already answered, cancelled, cascaded) are an
@@ -506,7 +506,7 @@ mod tests {
         outcome(h).await.unwrap();
         g.ask(&req("bash", &["rm bar"], &[])).await.unwrap();
         let e = g.ask(&req("bash", &["rm -rf /"], &[])).await.unwrap_err();
-        assert!(matches!(e, PermissionError::Denied { .. }), "{e}");
+        assert!(matches!(e, PermissionError::Denied(_)), "{e}");
     }
 
     #[tokio::test]

@@ -56,13 +56,8 @@ impl PermissionRequest {
 pub enum PermissionError {
     /// A rule says no. `rule` is the one that decided; `relevant` every configured rule for
     /// the permission, so the model (and the person reading the log) can see why.
-    #[error("{}", denied_message(permission, pattern, rule, relevant))]
-    Denied {
-        permission: String,
-        pattern: String,
-        rule: Option<rules::Rule>,
-        relevant: Vec<rules::Rule>,
-    },
+    #[error("{}", denied_message(.0))]
+    Denied(Box<Denial>),
     /// The asked party said no, optionally telling the model what to do instead.
     #[error("{}", rejected_message(feedback))]
     Rejected { feedback: Option<String> },
@@ -79,12 +74,23 @@ pub enum PermissionError {
     },
 }
 
-fn denied_message(
-    permission: &str,
-    pattern: &str,
-    rule: &Option<rules::Rule>,
-    relevant: &[rules::Rule],
-) -> String {
+/// What a denial carries: the subject, the deciding rule, and every configured rule for the
+/// permission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub permission: String,
+    pub pattern: String,
+    pub rule: Option<rules::Rule>,
+    pub relevant: Vec<rules::Rule>,
+}
+
+fn denied_message(denial: &Denial) -> String {
+    let Denial {
+        permission,
+        pattern,
+        rule,
+        relevant,
+    } = denial;
     let show = |r: &rules::Rule| {
         format!(
             "{} {:?} = {} ({} #{})",
