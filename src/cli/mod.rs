@@ -1,6 +1,8 @@
 //! The command line: one file per subcommand.
 
 mod image;
+mod permission;
+mod profile;
 mod sandbox;
 mod sandbox_server;
 mod tool;
@@ -39,6 +41,12 @@ enum Command {
     /// Check, enter or clean up sandboxes.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// What the permission rules say about a tool call or a subject, without running it.
+    #[command(subcommand)]
+    Permission(permission::PermissionCommand),
+    /// List profiles, or show one with its merged permission rules.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
     /// Build sandbox images.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -58,6 +66,8 @@ pub fn main() -> ExitCode {
         }
         Command::Sandbox(cmd) => block_on(sandbox::run(cmd)),
         Command::Image(cmd) => block_on(image::run(cmd)),
+        Command::Permission(cmd) => block_on(permission::run(cmd)),
+        Command::Profile(cmd) => profile::run(cmd),
     };
     ExitCode::from(code)
 }

@@ -10,7 +10,9 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::exit;
-use crate::permission::{AskPolicy, PolicyGate};
+use super::permission::{RuleArgs, asker, load_rules};
+use crate::config::profile::AskMode;
+use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::sandbox::spec::{Network, SandboxSpec};
 use crate::sandbox::{BackendKind, Sandbox};
 use crate::tool::registry::Outcome;
@@ -19,10 +21,19 @@ use crate::tool::{CallResult, Registry, Session, ToolContext};
 
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
-    /// Every tool with its description and parameter schema.
+    /// The tools a model is offered under the profile's rules (a tool whose permission is
+    /// `"*"` deny is hidden), with description and parameter schema.
     List {
         #[arg(long)]
         json: bool,
+        /// A profile name or a path to a profile TOML file.
+        #[arg(long, default_value = "default")]
+        profile: String,
+        #[command(flatten)]
+        rules: RuleArgs,
+        /// The worktree whose `.runner/config.toml` counts.
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
     },
     /// One call, as its own session (files it touches count as read at its start).
     Call {
@@ -52,14 +63,22 @@ pub struct CommonArgs {
     root: PathBuf,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
-    /// How to answer permission asks when nobody can be asked.
-    #[arg(long, value_enum, default_value = "allow")]
-    ask: AskPolicy,
+    #[command(flatten)]
+    pub rules: RuleArgs,
+    /// Who answers what the rules leave open: prompt (the terminal; refused at once without
+    /// one), allow (approve each once), deny. Default: the profile's, else prompt.
+    #[arg(long, value_enum)]
+    ask: Option<AskMode>,
 }
 
 pub async fn run(cmd: ToolCommand) -> u8 {
     match cmd {
-        ToolCommand::List { json } => list(json),
+        ToolCommand::List {
+            json,
+            profile,
+            rules,
+            root,
+        } => list(json, &profile, &rules, &root),
         ToolCommand::Call {
             name,
             args,
@@ -78,11 +97,27 @@ pub async fn run(cmd: ToolCommand) -> u8 {
     }
 }
 
-fn list(json: bool) -> u8 {
+fn list(json: bool, profile: &str, rule_args: &RuleArgs, root: &Path) -> u8 {
+    let profile = match crate::config::profile::load(profile) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::USAGE;
+        }
+    };
+    let root = super::permission::absolute_root(root);
+    let rules = match load_rules(&profile, &root, rule_args, None) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::USAGE;
+        }
+    };
+    let gate = RuleGate::new(&root, rules, Arc::new(PolicyAsker::allow()));
     let registry = Registry::builtin();
     if json {
         let tools: Vec<Value> = registry
-            .tools()
+            .visible(&gate)
             .map(|t| json!({ "id": t.id(), "description": t.description(), "parameters": t.parameters() }))
             .collect();
         println!(
@@ -90,7 +125,7 @@ fn list(json: bool) -> u8 {
             serde_json::to_string_pretty(&tools).unwrap_or_default()
         );
     } else {
-        for t in registry.tools() {
+        for t in registry.visible(&gate) {
             let first = t.description().lines().next().unwrap_or_default();
             println!("{:<12} {first}", t.id());
         }
@@ -112,6 +147,21 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
         );
         return Err(exit::FAILED);
     }
+    // Rules first: a broken config stops the command before any sandbox starts.
+    let profile = crate::config::profile::load(&common.sandbox.profile).map_err(|e| {
+        eprintln!("runner: {e}");
+        exit::USAGE
+    })?;
+    let rules = load_rules(
+        &profile,
+        &super::permission::absolute_root(root),
+        &common.rules,
+        Some(truncator.dir()),
+    )
+    .map_err(|e| {
+        eprintln!("runner: {e}");
+        exit::USAGE
+    })?;
     let sandbox = match open_sandbox(&common.sandbox, root, truncator.dir()).await {
         Ok(s) => s,
         Err(message) => {
@@ -119,10 +169,11 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
             return Err(exit::FAILED);
         }
     };
+    let gate = RuleGate::new(sandbox.worktree(), rules, asker(common.ask, &profile));
     Ok(ToolContext::new(
         Arc::new(sandbox),
         Arc::new(session),
-        Arc::new(PolicyGate::new(common.ask)),
+        Arc::new(gate),
         Arc::new(truncator),
     ))
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::rules::{Action, Rule};
+use crate::config::profile::Profile;
 use super::wildcard;
 
 /// A config file that could not be used. Every variant names the file.
@@ -301,6 +302,64 @@ pub fn merge(layers: Layers) -> Vec<Rule> {
         session,
     } = layers;
     [defaults, profile, user, project, explicit, session].concat()
+}
+
+/// Everything a command that evaluates permissions needs to build its layers.
+pub struct Sources<'a> {
+    pub profile: &'a Profile,
+    pub worktree: &'a Path,
+    /// `--config FILE`.
+    pub explicit: Option<&'a Path>,
+    /// Where saved tool output lives (pre-approved for reading, see [`defaults`]).
+    pub output_dir: Option<&'a Path>,
+    pub session: Vec<Rule>,
+}
+
+/// The layers from their files, plus notes for the person running runner (such as allows a
+/// profile ignored). A file that is absent is no layer; a file that is present but broken is
+/// an error, never silently skipped.
+pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let mut notes = Vec::new();
+    let profile = match &sources.profile.permission {
+        Some(value) => rules_from_value(value, &sources.profile.source, &home)?,
+        None => Vec::new(),
+    };
+    let optional = |path: PathBuf| -> Result<Vec<Rule>, ConfigError> {
+        if path.is_file() {
+            load_file(&path, &home)
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let user = optional(user_config_path())?;
+    let project_path = project_config_path(sources.worktree);
+    let mut project = optional(project_path.clone())?;
+    if sources.profile.project_allows == Some(false) {
+        let dropped = without_allows(&mut project);
+        if dropped > 0 {
+            notes.push(format!(
+                "ignored {dropped} allow rule(s) in {}: {} does not let a repository loosen its own rules",
+                project_path.display(),
+                sources.profile.source
+            ));
+        }
+    }
+    let explicit = match sources.explicit {
+        Some(path) => load_file(path, &home)?,
+        None => Vec::new(),
+    };
+    Ok((
+        Layers {
+            defaults: defaults(sources.output_dir),
+            profile,
+            user,
+            project,
+            explicit,
+            session: sources.session,
+        },
+        notes,
+    ))
 }
 
 /// Drops the `allow` rules of a project config when the profile does not trust the

@@ -207,6 +207,7 @@ impl RuleGate {
 
     fn verdict_with(&self, request: &PermissionRequest, approved: &[Rule]) -> Verdict {
         let mut first_ask: Option<Verdict> = None;
+        let mut allowed: Option<Verdict> = None;
         for pattern in &request.patterns {
             let spellings = self.spellings(&request.permission, pattern);
             let subjects: Vec<&str> = spellings.iter().map(String::as_str).collect();
@@ -219,10 +220,11 @@ impl RuleGate {
             match d.action {
                 Action::Deny => return verdict(),
                 Action::Ask if first_ask.is_none() => first_ask = Some(verdict()),
+                Action::Allow if allowed.is_none() => allowed = Some(verdict()),
                 _ => {}
             }
         }
-        first_ask.unwrap_or(Verdict {
+        first_ask.or(allowed).unwrap_or(Verdict {
             action: Action::Allow,
             pattern: None,
             rule: None,

@@ -10,8 +10,10 @@
 //! themselves.
 
 pub mod arity;
+pub mod bash_scan;
 pub mod config;
 pub mod gate;
+pub mod paths;
 pub mod rules;
 pub mod terminal;
 pub mod wildcard;
@@ -96,10 +98,7 @@ fn denied_message(denial: &Denial) -> String {
             "{} {:?} = {} ({} #{})",
             r.permission,
             r.pattern,
-            serde_json::to_value(r.action)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            r.action,
             r.source.origin,
             r.source.position
         )

@@ -23,6 +23,22 @@ pub enum Action {
     Deny,
 }
 
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Ask => "ask",
+            Action::Deny => "deny",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Where a rule came from, so that a decision can be explained ("denied by rule 3 of
 /// ~/.config/runner/config.toml").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

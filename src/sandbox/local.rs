@@ -258,7 +258,7 @@ pub(super) async fn finish(
     })
 }
 
-pub(super) fn absolute(path: &Path) -> Result<PathBuf, SandboxError> {
+pub fn absolute(path: &Path) -> Result<PathBuf, SandboxError> {
     std::path::absolute(path)
         .ok()
         .and_then(|p| super::server::roots::normalize(&p))

@@ -28,6 +28,23 @@ pub struct ApplyPatchParams {
 
 pub struct ApplyPatchTool;
 
+fn parse(params: &ApplyPatchParams) -> Result<Vec<Hunk>, ToolError> {
+    if params.patch_text.trim().is_empty() {
+        return Err(ToolError::Failed("patchText is required".into()));
+    }
+    parse_patch(&params.patch_text).map_err(|e| ToolError::Failed(e.tool_message()))
+}
+
+/// The file a hunk changes and, for a move, where it goes.
+fn hunk_paths(hunk: &Hunk) -> (&String, Option<&String>) {
+    match hunk {
+        Hunk::Add { path, .. } | Hunk::Delete { path } => (path, None),
+        Hunk::Update {
+            path, move_path, ..
+        } => (path, move_path.as_ref()),
+    }
+}
+
 /// What was on disk before the patch, per resolved path.
 type Before = HashMap<PathBuf, Result<(String, FileStamp), ReadFailure>>;
 
@@ -42,24 +59,46 @@ impl Tool for ApplyPatchTool {
         include_str!("apply_patch.txt")
     }
 
-    async fn execute(&self, params: ApplyPatchParams, ctx: &ToolContext) -> ToolResult {
-        if params.patch_text.trim().is_empty() {
-            return Err(ToolError::Failed("patchText is required".into()));
+    /// Every file's directory when outside the worktree (move targets too), then one `edit`
+    /// ask naming every file the patch touches (the source path of a move).
+    async fn permissions(
+        &self,
+        params: &ApplyPatchParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        let hunks = parse(params)?;
+        let mut asks = Vec::new();
+        let mut patterns: Vec<String> = Vec::new();
+        for hunk in &hunks {
+            let (path, move_path) = hunk_paths(hunk);
+            for p in std::iter::once(path).chain(move_path) {
+                let resolved = ctx.resolve(p)?;
+                if let Some(ask) = ctx.external_request(&resolved, false) {
+                    if !asks.contains(&ask) {
+                        asks.push(ask);
+                    }
+                }
+            }
+            let rel = ctx.relative(&ctx.resolve(path)?);
+            if !patterns.contains(&rel) {
+                patterns.push(rel);
+            }
         }
-        let hunks =
-            parse_patch(&params.patch_text).map_err(|e| ToolError::Failed(e.tool_message()))?;
+        asks.push(PermissionRequest::new("edit", patterns, vec!["*".into()]));
+        Ok(asks)
+    }
+
+    async fn execute(&self, params: ApplyPatchParams, ctx: &ToolContext) -> ToolResult {
+        let hunks = parse(&params)?;
+        let mut asks = self.permissions(&params, ctx).await?;
+        let edit_ask = asks.pop();
+        ctx.ask_all(asks).await?;
 
         let mut before: Before = HashMap::new();
         for hunk in &hunks {
-            let (path, move_path) = match hunk {
-                Hunk::Add { path, .. } | Hunk::Delete { path } => (path, None),
-                Hunk::Update {
-                    path, move_path, ..
-                } => (path, move_path.as_ref()),
-            };
+            let (path, move_path) = hunk_paths(hunk);
             for p in std::iter::once(path).chain(move_path) {
                 let resolved = ctx.resolve(p)?;
-                ctx.ask_external(&resolved, false).await?;
                 if let std::collections::hash_map::Entry::Vacant(slot) = before.entry(resolved) {
                     let state = read_before(ctx, slot.key()).await?;
                     slot.insert(state);
@@ -136,12 +175,12 @@ impl Tool for ApplyPatchTool {
             }
             summary.push(line);
         }
-        ctx.ask(
-            PermissionRequest::new("edit", patterns.clone(), vec!["*".into()]).with_metadata(
+        if let Some(ask) = edit_ask {
+            ctx.ask(ask.with_metadata(
                 json!({ "filepath": patterns.join(", "), "diff": combined, "files": files }),
-            ),
-        )
-        .await?;
+            ))
+            .await?;
+        }
 
         let mut guards = Vec::new();
         let mut locked: Vec<&PathBuf> = before.keys().collect();

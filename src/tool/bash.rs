@@ -1,5 +1,6 @@
 //! `bash`: run a shell command inside the sandbox, streaming its output as it arrives.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -7,6 +8,7 @@ use serde::Deserialize;
 
 use super::{Progress, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient, truncate};
 use crate::permission::PermissionRequest;
+use crate::permission::bash_scan::{self, ScanContext};
 use crate::sandbox::api::{ExecRequest, ExecStatus};
 use crate::sandbox::client::ExecEvent;
 
@@ -34,6 +36,14 @@ pub struct BashParams {
 
 pub struct BashTool;
 
+/// Where the command runs: `workdir` against the worktree, else the worktree.
+fn workdir(params: &BashParams, ctx: &ToolContext) -> Result<PathBuf, ToolError> {
+    match params.workdir.as_deref() {
+        Some(dir) if !dir.trim().is_empty() => ctx.resolve(dir),
+        _ => Ok(ctx.worktree().to_path_buf()),
+    }
+}
+
 impl Tool for BashTool {
     type Params = BashParams;
 
@@ -50,6 +60,54 @@ impl Tool for BashTool {
         truncate::Direction::Tail
     }
 
+    /// From the command's syntax tree ([`bash_scan`]): first the directories outside the
+    /// worktree it may touch (the workdir included), then the `.env` files it reads (the
+    /// same `read` rules the read tool answers to), then one `bash` pattern per command.
+    async fn permissions(
+        &self,
+        params: &BashParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        let cwd = workdir(params, ctx)?;
+        let home = ctx
+            .sandbox
+            .env
+            .iter()
+            .find(|(k, _)| k == "HOME")
+            .map(|(_, v)| PathBuf::from(v))
+            .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+        let scan = bash_scan::scan(
+            params.command.trim(),
+            &ScanContext {
+                cwd: &cwd,
+                worktree: ctx.worktree(),
+                home: home.as_deref(),
+            },
+        );
+        let mut asks = Vec::new();
+        let mut external: Vec<String> = ctx
+            .external_request(&cwd, true)
+            .map(|r| r.patterns)
+            .unwrap_or_default();
+        for dir in scan.external {
+            if !external.contains(&dir) {
+                external.push(dir);
+            }
+        }
+        if !external.is_empty() {
+            // "Anywhere" is never remembered: approving one unknown place is not approving all.
+            let always = external.iter().filter(|p| *p != "*").cloned().collect();
+            asks.push(PermissionRequest::new("external_directory", external, always));
+        }
+        if !scan.reads.is_empty() {
+            asks.push(PermissionRequest::new("read", scan.reads.clone(), scan.reads));
+        }
+        if !scan.patterns.is_empty() {
+            asks.push(PermissionRequest::new("bash", scan.patterns, scan.always));
+        }
+        Ok(asks)
+    }
+
     async fn execute(&self, params: BashParams, ctx: &ToolContext) -> ToolResult {
         let timeout_ms = match params.timeout {
             None => DEFAULT_TIMEOUT_MS,
@@ -60,24 +118,11 @@ impl Tool for BashTool {
                 )));
             }
         };
-        let cwd = match params.workdir.as_deref() {
-            Some(dir) if !dir.trim().is_empty() => ctx.resolve(dir)?,
-            _ => ctx.worktree().to_path_buf(),
-        };
-        ctx.ask_external(&cwd, true).await?;
-        let command = params.command.trim().to_string();
-        if command.is_empty() {
+        if params.command.trim().is_empty() {
             return Err(ToolError::Failed("command is required".into()));
         }
-        // Until the tree-sitter analysis lands, the whole command is one pattern and its first
-        // word the remembered prefix.
-        let head = command.split_whitespace().next().unwrap_or_default();
-        ctx.ask(PermissionRequest::new(
-            "bash",
-            vec![command.clone()],
-            vec![format!("{head} *")],
-        ))
-        .await?;
+        ctx.ask_all(self.permissions(&params, ctx).await?).await?;
+        let cwd = workdir(&params, ctx)?;
 
         let mut execution = ctx
             .sandbox

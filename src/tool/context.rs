@@ -22,6 +22,8 @@ pub struct Session {
     pub id: String,
     pub file_times: FileTimes,
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// The last calls, for the doom-loop guard.
+    recent_calls: Mutex<Vec<(String, Value)>>,
 }
 
 impl Session {
@@ -31,6 +33,7 @@ impl Session {
             id: id.into(),
             file_times: FileTimes::new(false),
             locks: Mutex::new(HashMap::new()),
+            recent_calls: Mutex::new(Vec::new()),
         }
     }
 
@@ -41,6 +44,18 @@ impl Session {
             file_times: FileTimes::new(true),
             ..Session::new(id)
         }
+    }
+
+    /// Records a call; true when it is the third identical one in a row (OpenCode's
+    /// `DOOM_LOOP_THRESHOLD`), which is when a model repeating itself should be asked about.
+    pub fn record_call(&self, tool: &str, args: &Value) -> bool {
+        const THRESHOLD: usize = 3;
+        let mut recent = self.recent_calls.lock().unwrap_or_else(|p| p.into_inner());
+        recent.push((tool.to_string(), args.clone()));
+        if recent.len() > THRESHOLD {
+            recent.remove(0);
+        }
+        recent.len() == THRESHOLD && recent.iter().all(|(t, a)| t == tool && a == args)
     }
 
     /// Holds the per-file lock for the duration of a read-modify-write.
@@ -73,6 +88,8 @@ pub struct ToolContext {
     pub truncator: Arc<Truncator>,
     pub progress: ProgressSink,
     pub cancel: CancellationToken,
+    /// The tool this context is running, for the person an ask reaches.
+    pub tool: Option<&'static str>,
 }
 
 impl ToolContext {
@@ -89,6 +106,15 @@ impl ToolContext {
             truncator,
             progress: Arc::new(|_| {}),
             cancel: CancellationToken::new(),
+            tool: None,
+        }
+    }
+
+    /// This context for one call of `tool`, so that its asks say who is asking.
+    pub fn for_tool(&self, tool: &'static str) -> ToolContext {
+        ToolContext {
+            tool: Some(tool),
+            ..self.clone()
         }
     }
 
@@ -155,7 +181,10 @@ impl ToolContext {
         }
     }
 
-    pub async fn ask(&self, request: PermissionRequest) -> Result<(), ToolError> {
+    pub async fn ask(&self, mut request: PermissionRequest) -> Result<(), ToolError> {
+        if request.tool.is_none() {
+            request.tool = self.tool.map(str::to_string);
+        }
         Ok(self.gate.ask(&request).await?)
     }
 
@@ -180,23 +209,40 @@ impl ToolContext {
         path.starts_with(self.worktree())
     }
 
-    /// OpenCode's `assertExternalDirectory`: a path outside the worktree asks
-    /// `external_directory` for its directory (the path itself when it is one).
-    pub async fn ask_external(&self, path: &Path, is_dir: bool) -> Result<(), ToolError> {
-        if self.is_inside_worktree(path) {
-            return Ok(());
+    /// Asks each request in order; the first refusal ends the call.
+    pub async fn ask_all(&self, requests: Vec<PermissionRequest>) -> Result<(), ToolError> {
+        for request in requests {
+            self.ask(request).await?;
         }
-        let dir = if is_dir {
-            path
+        Ok(())
+    }
+
+    /// OpenCode's `assertExternalDirectory`, made to see through symlinks: a path outside
+    /// the worktree, lexically or once the links that exist are followed, needs an
+    /// `external_directory` ask for its directory (the path itself when it is one). OpenCode
+    /// checks only lexically, so `link/secret` with `link -> /etc` looked inside.
+    pub fn external_request(&self, path: &Path, is_dir: bool) -> Option<PermissionRequest> {
+        let outside = if !self.is_inside_worktree(path) {
+            path.to_path_buf()
         } else {
-            path.parent().unwrap_or(path)
+            let real = crate::permission::paths::resolve_existing(path);
+            if crate::permission::paths::is_within(&real, self.worktree()) {
+                return None;
+            }
+            real
         };
-        let pattern = format!("{}/*", dir.to_string_lossy().trim_end_matches('/'));
-        self.ask(PermissionRequest::new(
-            "external_directory",
-            vec![pattern.clone()],
-            vec![pattern],
-        ))
-        .await
+        let dir = if is_dir {
+            outside.as_path()
+        } else {
+            outside.parent().unwrap_or(&outside)
+        };
+        let pattern = crate::permission::paths::dir_pattern(dir);
+        Some(
+            PermissionRequest::new("external_directory", vec![pattern.clone()], vec![pattern])
+                .with_metadata(serde_json::json!({
+                    "filepath": path,
+                    "parentDir": dir,
+                })),
+        )
     }
 }

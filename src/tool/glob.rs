@@ -1,5 +1,7 @@
 //! `glob`: files by name pattern, newest first.
 
+use std::path::PathBuf;
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -31,21 +33,27 @@ impl Tool for GlobTool {
         include_str!("glob.txt")
     }
 
+    /// Its own permission first, then the directory (OpenCode's order).
+    async fn permissions(
+        &self,
+        params: &GlobParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        let mut asks = vec![PermissionRequest::new(
+            "glob",
+            vec![params.pattern.clone()],
+            vec!["*".into()],
+        )];
+        asks.extend(ctx.external_request(&search_root(params.path.as_deref(), ctx)?, true));
+        Ok(asks)
+    }
+
     async fn execute(&self, params: GlobParams, ctx: &ToolContext) -> ToolResult {
         if params.pattern.trim().is_empty() {
             return Err(ToolError::Failed("pattern is required".into()));
         }
-        ctx.ask(PermissionRequest::new(
-            "glob",
-            vec![params.pattern.clone()],
-            vec!["*".into()],
-        ))
-        .await?;
-        let root = match params.path.as_deref() {
-            Some(p) if !p.trim().is_empty() => ctx.resolve(p)?,
-            _ => ctx.worktree().to_path_buf(),
-        };
-        ctx.ask_external(&root, true).await?;
+        ctx.ask_all(self.permissions(&params, ctx).await?).await?;
+        let root = search_root(params.path.as_deref(), ctx)?;
         if ctx.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
             return Err(ToolError::Failed(format!(
                 "glob path must be a directory: {}",
@@ -78,5 +86,13 @@ impl Tool for GlobTool {
             metadata: crate::meta! { "count" => found.files.len(), "truncated" => found.truncated },
             attachments: Vec::new(),
         })
+    }
+}
+
+/// The directory a search starts in: `path` against the worktree, else the worktree.
+pub(super) fn search_root(path: Option<&str>, ctx: &ToolContext) -> Result<PathBuf, ToolError> {
+    match path {
+        Some(p) if !p.trim().is_empty() => ctx.resolve(p),
+        _ => Ok(ctx.worktree().to_path_buf()),
     }
 }

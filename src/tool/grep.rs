@@ -36,21 +36,28 @@ impl Tool for GrepTool {
         include_str!("grep.txt")
     }
 
+    /// Its own permission first, then the directory (OpenCode's order).
+    async fn permissions(
+        &self,
+        params: &GrepParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        let mut asks = vec![PermissionRequest::new(
+            "grep",
+            vec![params.pattern.clone()],
+            vec!["*".into()],
+        )];
+        let root = super::glob::search_root(params.path.as_deref(), ctx)?;
+        asks.extend(ctx.external_request(&root, true));
+        Ok(asks)
+    }
+
     async fn execute(&self, params: GrepParams, ctx: &ToolContext) -> ToolResult {
         if params.pattern.is_empty() {
             return Err(ToolError::Failed("pattern is required".into()));
         }
-        ctx.ask(PermissionRequest::new(
-            "grep",
-            vec![params.pattern.clone()],
-            vec!["*".into()],
-        ))
-        .await?;
-        let root = match params.path.as_deref() {
-            Some(p) if !p.trim().is_empty() => ctx.resolve(p)?,
-            _ => ctx.worktree().to_path_buf(),
-        };
-        ctx.ask_external(&root, true).await?;
+        ctx.ask_all(self.permissions(&params, ctx).await?).await?;
+        let root = super::glob::search_root(params.path.as_deref(), ctx)?;
         let include = params.include.as_deref().filter(|i| !i.trim().is_empty());
         let found = ctx
             .sandbox

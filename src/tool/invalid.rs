@@ -5,6 +5,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::permission::PermissionRequest;
 use super::{Tool, ToolContext, ToolOutput, ToolResult};
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -26,6 +27,15 @@ impl Tool for InvalidTool {
 
     fn description(&self) -> &'static str {
         include_str!("invalid.txt")
+    }
+
+    /// It only explains an error to the model; there is nothing to allow.
+    async fn permissions(
+        &self,
+        _params: &InvalidParams,
+        _ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, super::ToolError> {
+        Ok(Vec::new())
     }
 
     async fn execute(&self, params: InvalidParams, _ctx: &ToolContext) -> ToolResult {

@@ -35,18 +35,25 @@ impl Tool for ListTool {
         include_str!("list.txt")
     }
 
-    async fn execute(&self, params: ListParams, ctx: &ToolContext) -> ToolResult {
-        let root = match params.path.as_deref() {
-            Some(p) if !p.trim().is_empty() => ctx.resolve(p)?,
-            _ => ctx.worktree().to_path_buf(),
-        };
-        ctx.ask_external(&root, true).await?;
-        ctx.ask(PermissionRequest::new(
+    /// The directory first, then its own permission (OpenCode's order).
+    async fn permissions(
+        &self,
+        params: &ListParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        let root = super::glob::search_root(params.path.as_deref(), ctx)?;
+        let mut asks: Vec<PermissionRequest> = ctx.external_request(&root, true).into_iter().collect();
+        asks.push(PermissionRequest::new(
             "list",
             vec![root.to_string_lossy().into_owned()],
             vec!["*".into()],
-        ))
-        .await?;
+        ));
+        Ok(asks)
+    }
+
+    async fn execute(&self, params: ListParams, ctx: &ToolContext) -> ToolResult {
+        ctx.ask_all(self.permissions(&params, ctx).await?).await?;
+        let root = super::glob::search_root(params.path.as_deref(), ctx)?;
         if ctx.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
             return Err(ToolError::Failed(format!(
                 "{} is not a directory",

@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 pub use context::{Progress, Session, ToolContext};
 pub use registry::{CallResult, Registry};
 
-use crate::permission::PermissionError;
+use crate::permission::{PermissionError, PermissionRequest};
 use crate::sandbox::SandboxError;
 
 /// What a successful call returns to the model (and to the CLI's `--json`).
@@ -100,6 +100,16 @@ pub trait Tool: Send + Sync + 'static {
         truncate::Direction::Head
     }
 
+    /// What a call with these parameters asks the permission gate, in the order it asks,
+    /// without doing anything (only reads that locate the target, such as a stat). `execute`
+    /// asks exactly these, so `runner permission check` shows the truth; the diff that edits
+    /// attach for the person deciding is metadata only and is added when it exists.
+    fn permissions(
+        &self,
+        params: &Self::Params,
+        ctx: &ToolContext,
+    ) -> impl Future<Output = Result<Vec<PermissionRequest>, ToolError>> + Send;
+
     fn execute(
         &self,
         params: Self::Params,
@@ -108,6 +118,8 @@ pub trait Tool: Send + Sync + 'static {
 }
 
 pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolResult> + Send + 'a>>;
+pub type PermissionsFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<PermissionRequest>, ToolError>> + Send + 'a>>;
 
 /// The object-safe face of [`Tool`] that the registry stores: it takes raw JSON and does the
 /// validation itself.
@@ -117,6 +129,7 @@ pub trait DynTool: Send + Sync {
     fn parameters(&self) -> Value;
     fn truncation(&self) -> truncate::Direction;
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> ToolFuture<'a>;
+    fn permissions<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> PermissionsFuture<'a>;
 }
 
 impl<T: Tool> DynTool for T {
@@ -143,14 +156,24 @@ impl<T: Tool> DynTool for T {
 
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
         Box::pin(async move {
-            let params: T::Params =
-                serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments {
-                    tool: Tool::id(self).to_string(),
-                    message: e.to_string(),
-                })?;
+            let params = parse_params::<T>(self, args)?;
             self.execute(params, ctx).await
         })
     }
+
+    fn permissions<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> PermissionsFuture<'a> {
+        Box::pin(async move {
+            let params = parse_params::<T>(self, args)?;
+            Tool::permissions(self, &params, ctx).await
+        })
+    }
+}
+
+fn parse_params<T: Tool>(tool: &T, args: Value) -> Result<T::Params, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments {
+        tool: Tool::id(tool).to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// Numbers from models sometimes arrive as strings (`"offset": "20"`); OpenCode coerces

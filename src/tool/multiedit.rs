@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use super::edit::{Edit, edit_file};
 use super::{Tool, ToolContext, ToolError, ToolResult};
+use crate::permission::PermissionRequest;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -30,6 +31,14 @@ impl Tool for MultiEditTool {
 
     fn description(&self) -> &'static str {
         include_str!("multiedit.txt")
+    }
+
+    async fn permissions(
+        &self,
+        params: &MultiEditParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        super::edit::file_edit_asks(&params.file_path, ctx)
     }
 
     async fn execute(&self, params: MultiEditParams, ctx: &ToolContext) -> ToolResult {

@@ -2,7 +2,7 @@
 //! attachment. Large files are read in pieces through the sandbox, so reading the last
 //! lines of a huge log never loads all of it at once.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use schemars::JsonSchema;
@@ -10,7 +10,8 @@ use serde::Deserialize;
 
 use super::{Attachment, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
 use crate::permission::PermissionRequest;
-use crate::sandbox::api::FileKind;
+use crate::sandbox::SandboxError;
+use crate::sandbox::api::{FileKind, Stat};
 
 pub const DEFAULT_LIMIT: u64 = 2000;
 pub const MAX_LINE_CHARS: usize = 2000;
@@ -46,6 +47,16 @@ impl Tool for ReadTool {
         include_str!("read.txt")
     }
 
+    /// The directory first (the path itself when it is a directory), then `read` for the
+    /// worktree-relative path.
+    async fn permissions(
+        &self,
+        params: &ReadParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        Ok(asks(&locate(params, ctx).await?, ctx))
+    }
+
     async fn execute(&self, params: ReadParams, ctx: &ToolContext) -> ToolResult {
         let offset = params.offset.unwrap_or(1);
         if offset < 1 {
@@ -54,24 +65,12 @@ impl Tool for ReadTool {
             ));
         }
         let limit = params.limit.unwrap_or(DEFAULT_LIMIT).max(1);
-        let path = ctx.resolve(&params.file_path)?;
-        let stat = match ctx.stat_if_exists(&path).await {
-            Ok(s) => s,
-            Err(e) => {
-                // Outside the worktree the rules get their say before the sandbox refuses.
-                ctx.ask_external(&path, false).await?;
-                return Err(e.into());
-            }
-        };
-        let is_dir = stat.as_ref().is_some_and(|s| s.kind == FileKind::Dir);
-        ctx.ask_external(&path, is_dir).await?;
+        let target = locate(&params, ctx).await?;
+        // Outside the worktree the rules get their say before the sandbox refuses.
+        ctx.ask_all(asks(&target, ctx)).await?;
+        let Target { path, stat } = target;
+        let stat = stat?;
         let rel = ctx.relative(&path);
-        ctx.ask(PermissionRequest::new(
-            "read",
-            vec![rel.clone()],
-            vec!["*".into()],
-        ))
-        .await?;
 
         let Some(stat) = stat else {
             return Err(ToolError::Failed(not_found_message(ctx, &path).await));
@@ -85,6 +84,31 @@ impl Tool for ReadTool {
             ))),
         }
     }
+}
+
+/// The path a read names and what is there (a stat failure is kept, not raised: the rules
+/// are asked before the sandbox's refusal is reported).
+struct Target {
+    path: PathBuf,
+    stat: Result<Option<Stat>, SandboxError>,
+}
+
+async fn locate(params: &ReadParams, ctx: &ToolContext) -> Result<Target, ToolError> {
+    let path = ctx.resolve(&params.file_path)?;
+    let stat = ctx.stat_if_exists(&path).await;
+    Ok(Target { path, stat })
+}
+
+fn asks(target: &Target, ctx: &ToolContext) -> Vec<PermissionRequest> {
+    let is_dir = matches!(&target.stat, Ok(Some(s)) if s.kind == FileKind::Dir);
+    let mut asks: Vec<PermissionRequest> =
+        ctx.external_request(&target.path, is_dir).into_iter().collect();
+    asks.push(PermissionRequest::new(
+        "read",
+        vec![ctx.relative(&target.path)],
+        vec!["*".into()],
+    ));
+    asks
 }
 
 async fn not_found_message(ctx: &ToolContext, path: &Path) -> String {

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{Attachment, DynTool, ToolContext, ToolError, ToolOutput, truncate::Truncator};
+use crate::permission::{PermissionGate, PermissionRequest};
 
 /// How a call ended, for exit codes and harnesses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -115,8 +116,64 @@ impl Registry {
             let error = format!("the arguments must be a JSON object, got {args}");
             return self.call_invalid(name, error, ctx).await;
         }
+        let ctx = &ctx.for_tool(tool.id());
+        if let Some(rule) = ctx.gate.disabled(permission_key(tool.id())) {
+            let error = ToolError::Failed(format!(
+                "The {} tool is not available: the rule {} {:?} = deny ({} #{}) turns it off. Do the task with the other tools.",
+                tool.id(),
+                rule.permission,
+                rule.pattern,
+                rule.source.origin,
+                rule.source.position
+            ));
+            let mut result = finish(tool.as_ref(), Err(error), &ctx.truncator);
+            result.outcome = Outcome::Denied;
+            return result;
+        }
+        // OpenCode's doom-loop guard: the third identical call in a row asks whether the
+        // model should go on repeating itself.
+        if ctx.session.record_call(tool.id(), &args) {
+            let ask = PermissionRequest::new(
+                "doom_loop",
+                vec![tool.id().to_string()],
+                vec![tool.id().to_string()],
+            )
+            .with_metadata(serde_json::json!({ "tool": tool.id(), "input": args }));
+            if let Err(e) = ctx.ask(ask).await {
+                return finish(tool.as_ref(), Err(e), &ctx.truncator);
+            }
+        }
         let result = tool.call(args, ctx).await;
         finish(tool.as_ref(), result, &ctx.truncator)
+    }
+
+    /// What a call would ask the permission gate, in order, without running it (see
+    /// [`super::Tool::permissions`]). Errors are the tool's own: unknown tool, bad arguments.
+    pub async fn permissions(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, String> {
+        let tool = self
+            .get(name)
+            .ok_or_else(|| format!("unknown tool {name:?}"))?;
+        let ctx = ctx.for_tool(tool.id());
+        let mut asks = tool.permissions(args, &ctx).await.map_err(|e| e.to_string())?;
+        for ask in &mut asks {
+            ask.tool = Some(tool.id().to_string());
+        }
+        Ok(asks)
+    }
+
+    /// The tools the model is offered: those whose permission the rules do not turn off.
+    pub fn visible<'a>(
+        &'a self,
+        gate: &'a dyn PermissionGate,
+    ) -> impl Iterator<Item = &'a Arc<dyn DynTool>> + 'a {
+        self.tools
+            .iter()
+            .filter(move |t| gate.disabled(permission_key(t.id())).is_none())
     }
 
     /// Routes a call that cannot run to the `invalid` tool, whose output explains the
@@ -132,6 +189,14 @@ impl Registry {
         result.error = Some(result.output.clone());
         result.outcome = Outcome::Failed;
         result
+    }
+}
+
+/// The permission a tool answers to: the file-changing tools share `edit`, as in OpenCode.
+pub fn permission_key(tool: &str) -> &str {
+    match tool {
+        "write" | "edit" | "multiedit" | "apply_patch" | "patch" => "edit",
+        other => other,
     }
 }
 

@@ -3,7 +3,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Tool, ToolContext, ToolOutput, ToolResult, diff};
+use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use crate::permission::PermissionRequest;
 use crate::sandbox::api::WritePrecondition;
 
@@ -32,9 +32,21 @@ impl Tool for WriteTool {
         include_str!("write.txt")
     }
 
+    /// The directory, then `edit` for the worktree-relative path (the diff is attached when
+    /// the call runs).
+    async fn permissions(
+        &self,
+        params: &WriteParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        super::edit::file_edit_asks(&params.file_path, ctx)
+    }
+
     async fn execute(&self, params: WriteParams, ctx: &ToolContext) -> ToolResult {
+        let mut asks = self.permissions(&params, ctx).await?;
+        let edit_ask = asks.pop();
+        ctx.ask_all(asks).await?;
         let path = ctx.resolve(&params.file_path)?;
-        ctx.ask_external(&path, false).await?;
         let _guard = ctx.session.lock_file(&path).await;
         let client = &ctx.sandbox.client;
 
@@ -54,11 +66,10 @@ impl Tool for WriteTool {
 
         let rel = ctx.relative(&path);
         let patch = diff::unified(&rel, &before, &params.content);
-        ctx.ask(
-            PermissionRequest::new("edit", vec![rel.clone()], vec!["*".into()])
-                .with_metadata(serde_json::json!({ "filepath": path, "diff": patch })),
-        )
-        .await?;
+        if let Some(ask) = edit_ask {
+            ctx.ask(ask.with_metadata(serde_json::json!({ "filepath": path, "diff": patch })))
+                .await?;
+        }
 
         ctx.write_checked(&path, params.content.into_bytes(), precondition)
             .await?;

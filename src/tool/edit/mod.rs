@@ -47,6 +47,14 @@ impl Tool for EditTool {
         include_str!("edit.txt")
     }
 
+    async fn permissions(
+        &self,
+        params: &EditParams,
+        ctx: &ToolContext,
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
+        file_edit_asks(&params.file_path, ctx)
+    }
+
     async fn execute(&self, params: EditParams, ctx: &ToolContext) -> ToolResult {
         let edit = Edit {
             old: params.old_string,
@@ -72,6 +80,20 @@ pub struct Edit {
     pub replace_all: bool,
 }
 
+/// What changing one file asks, shared by write, edit and multiedit: its directory when it
+/// is outside the worktree, then `edit` for the worktree-relative path (last, so callers can
+/// attach the diff to it once they have one).
+pub fn file_edit_asks(file_path: &str, ctx: &ToolContext) -> Result<Vec<PermissionRequest>, ToolError> {
+    let path = ctx.resolve(file_path)?;
+    let mut asks: Vec<PermissionRequest> = ctx.external_request(&path, false).into_iter().collect();
+    asks.push(PermissionRequest::new(
+        "edit",
+        vec![ctx.relative(&path)],
+        vec!["*".into()],
+    ));
+    Ok(asks)
+}
+
 /// Applies `edits` in order to one file and writes it once. If any edit fails, the file is
 /// not touched and the error names the edit.
 pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> ToolResult {
@@ -91,8 +113,10 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
             )));
         }
     }
+    let mut asks = file_edit_asks(file_path, ctx)?;
+    let edit_ask = asks.pop();
+    ctx.ask_all(asks).await?;
     let path = ctx.resolve(file_path)?;
-    ctx.ask_external(&path, false).await?;
     let _guard = ctx.session.lock_file(&path).await;
     let client = &ctx.sandbox.client;
 
@@ -154,11 +178,10 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
     let rel = ctx.relative(&path);
     let patch = text::trim_diff(&diff::unified(&rel, &body, &current));
     let (additions, deletions) = diff::count_changes(&body, &current);
-    ctx.ask(
-        PermissionRequest::new("edit", vec![rel.clone()], vec!["*".into()])
-            .with_metadata(serde_json::json!({ "filepath": path, "diff": patch })),
-    )
-    .await?;
+    if let Some(ask) = edit_ask {
+        ctx.ask(ask.with_metadata(serde_json::json!({ "filepath": path, "diff": patch })))
+            .await?;
+    }
 
     let mut bytes = Vec::with_capacity(current.len() + 3);
     if had_bom {

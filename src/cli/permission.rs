@@ -1,0 +1,259 @@
+//! `runner permission …`: what the rules say, without running anything. Also the one place
+//! the CLI turns a profile, config files and `--ask` into a gate, so every command that
+//! runs tools judges them the same way.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::exit;
+use crate::config::profile::{self, AskMode, Profile};
+use crate::permission::config::{self as rule_config, Sources};
+use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
+use crate::permission::rules::{Action, Rule};
+use crate::permission::terminal::TerminalAsker;
+use crate::sandbox::BackendKind;
+use crate::sandbox::spec::SandboxSpec;
+use crate::tool::truncate::Truncator;
+use crate::tool::{Registry, Session, ToolContext};
+
+/// The options that decide which rules apply.
+#[derive(Debug, Args, Clone)]
+pub struct RuleArgs {
+    /// A runner TOML config or an OpenCode JSON config (opencode.json), merged after the
+    /// user's config and the project's `.runner/config.toml`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PermissionCommand {
+    /// A tool call's permission analysis, without running it: prints
+    /// {decision, asks: [{permission, patterns, always, decision}]}.
+    Check {
+        /// The tool id, e.g. `bash`.
+        tool: String,
+        /// The arguments as a JSON object.
+        args: String,
+        #[command(flatten)]
+        scope: Scope,
+    },
+    /// The action for one permission and subject, and the rule that decided it.
+    Eval {
+        /// A permission name: bash, edit, read, external_directory, …
+        permission: String,
+        /// The subject: a command, a path, a `<dir>/*` pattern, …
+        pattern: String,
+        #[command(flatten)]
+        scope: Scope,
+        /// Print {action, rule: {permission, pattern, action, source}} (rule null when no
+        /// rule matched).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct Scope {
+    /// A profile name or a path to a profile TOML file.
+    #[arg(long, default_value = "default")]
+    profile: String,
+    #[command(flatten)]
+    rules: RuleArgs,
+    /// The worktree (its `.runner/config.toml` is the project config).
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+}
+
+pub async fn run(cmd: PermissionCommand) -> u8 {
+    match cmd {
+        PermissionCommand::Check { tool, args, scope } => check(&tool, &args, &scope).await,
+        PermissionCommand::Eval {
+            permission,
+            pattern,
+            scope,
+            json,
+        } => eval(&permission, &pattern, &scope, json),
+    }
+}
+
+/// The configured ruleset for a profile and worktree; notes (ignored project allows) go to
+/// stderr.
+pub fn load_rules(
+    profile: &Profile,
+    root: &Path,
+    rules: &RuleArgs,
+    output_dir: Option<&Path>,
+) -> Result<Vec<Rule>, String> {
+    let (layers, notes) = rule_config::load(Sources {
+        profile,
+        worktree: root,
+        explicit: rules.config.as_deref(),
+        output_dir,
+        session: Vec::new(),
+    })
+    .map_err(|e| e.to_string())?;
+    for note in notes {
+        eprintln!("runner: {note}");
+    }
+    Ok(rule_config::merge(layers))
+}
+
+/// Who answers asks: `--ask`, else the profile's `ask`, else the terminal. Without a
+/// terminal an ask is refused at once with a message that says how to allow it.
+pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
+    let (mode, from) = match (flag, profile.ask) {
+        (Some(m), _) => (m, "--ask deny refuses every ask".to_string()),
+        (None, Some(m)) => (m, format!("{} answers every ask with deny", profile.source)),
+        (None, None) => (AskMode::Prompt, String::new()),
+    };
+    match mode {
+        AskMode::Allow => Arc::new(PolicyAsker::allow()),
+        AskMode::Deny => Arc::new(PolicyAsker::deny(from)),
+        AskMode::Prompt if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() => {
+            Arc::new(TerminalAsker::new())
+        }
+        AskMode::Prompt => Arc::new(PolicyAsker::deny(
+            "there is no terminal to ask on (runner was started without one and without --ask; pass --ask allow, or add an allow rule to the config)",
+        )),
+    }
+}
+
+/// What an ask amounts to under a profile that answers asks itself.
+fn effective(action: Action, profile: &Profile) -> Action {
+    match (action, profile.ask) {
+        (Action::Ask, Some(AskMode::Deny)) => Action::Deny,
+        (other, _) => other,
+    }
+}
+
+fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
+    let profile = profile::load(&scope.profile).map_err(|e| {
+        eprintln!("runner: {e}");
+        exit::USAGE
+    })?;
+    if !scope.root.is_dir() {
+        eprintln!("runner: --root {} is not a directory", scope.root.display());
+        return Err(exit::USAGE);
+    }
+    let root = absolute_root(&scope.root);
+    let output = Truncator::default_dir();
+    let rules = load_rules(&profile, &root, &scope.rules, Some(&output)).map_err(|e| {
+        eprintln!("runner: {e}");
+        exit::USAGE
+    })?;
+    Ok((profile, rules, root))
+}
+
+async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
+    let (profile, rules, root) = match load_scope(scope) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let args: serde_json::Value = match serde_json::from_str(args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("runner: the arguments are not valid JSON: {e}");
+            return exit::USAGE;
+        }
+    };
+    // The analysis only locates targets (stat, symlinks), so the in-process server is
+    // enough whatever sandbox the profile names: nothing runs.
+    let sandbox = match SandboxSpec::new(BackendKind::None, &root) {
+        Ok(spec) => match crate::sandbox::open(&spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("runner: cannot open the worktree {}: {e}", root.display());
+                return exit::FAILED;
+            }
+        },
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::FAILED;
+        }
+    };
+    let gate = Arc::new(RuleGate::new(
+        sandbox.worktree(),
+        rules,
+        Arc::new(PolicyAsker::deny("permission check never asks")),
+    ));
+    let ctx = ToolContext::new(
+        Arc::new(sandbox),
+        Arc::new(Session::single_call("check")),
+        gate.clone(),
+        Arc::new(Truncator::new(Truncator::default_dir())),
+    );
+    let asks = match Registry::builtin().permissions(tool, args, &ctx).await {
+        Ok(asks) => asks,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut overall = Action::Allow;
+    let mut entries = Vec::new();
+    for ask in &asks {
+        let verdict = gate.verdict(ask);
+        let decision = effective(verdict.action, &profile);
+        overall = match (overall, decision) {
+            (Action::Deny, _) | (_, Action::Deny) => Action::Deny,
+            (Action::Ask, _) | (_, Action::Ask) => Action::Ask,
+            _ => Action::Allow,
+        };
+        entries.push(json!({
+            "permission": ask.permission,
+            "patterns": ask.patterns,
+            "always": ask.always,
+            "decision": decision,
+            "rule": verdict.rule,
+        }));
+    }
+    let out = json!({ "decision": overall, "asks": entries });
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    exit::OK
+}
+
+fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
+    let (profile, rules, root) = match load_scope(scope) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let gate = RuleGate::new(&root, rules, Arc::new(PolicyAsker::allow()));
+    let request = crate::permission::PermissionRequest::new(
+        permission,
+        vec![pattern.to_string()],
+        Vec::new(),
+    );
+    let verdict = gate.verdict(&request);
+    let action = effective(verdict.action, &profile);
+    if as_json {
+        let out = json!({ "action": action, "rule": verdict.rule });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return exit::OK;
+    }
+    match &verdict.rule {
+        Some(r) => println!(
+            "{}  by {} {:?} = {} ({} #{})",
+            action,
+            r.permission,
+            r.pattern,
+            r.action,
+            r.source.origin,
+            r.source.position
+        ),
+        None => println!("{}  (no rule matched; the default is ask)", action),
+    }
+    if action != verdict.action {
+        println!("      {} answers every ask with deny", profile.source);
+    }
+    exit::OK
+}
+
+/// The worktree as the sandbox names it (absolute, normalised), so rules and asks agree on
+/// spellings.
+pub fn absolute_root(root: &Path) -> PathBuf {
+    crate::sandbox::local::absolute(root).unwrap_or_else(|_| root.to_path_buf())
+}

@@ -1,0 +1,102 @@
+//! Where a path really leads, for the `external_directory` check.
+//!
+//! A lexical check is not enough: `link/x` with `link -> /etc` is "inside" by its spelling.
+//! The file tools cannot be fooled that way (the sandbox server resolves beneath its roots),
+//! but the rules are asked first and must name the directory the call really reaches, and
+//! bash commands are not resolved by anyone else before they run.
+
+use std::path::{Component, Path, PathBuf};
+
+/// `path` with every symlink that exists followed: the longest existing prefix is
+/// canonicalised and the rest appended, with `..` in the rest applied lexically (those
+/// components do not exist yet, so nothing can redirect them).
+pub fn resolve_existing(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&existing) {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                if part == ".." {
+                    out.pop();
+                } else if part != "." {
+                    out.push(part);
+                }
+            }
+            return out;
+        }
+        match (existing.components().next_back(), existing.parent()) {
+            (Some(last), Some(parent)) => {
+                rest.push(last.as_os_str().to_os_string());
+                existing = parent.to_path_buf();
+            }
+            // Nothing exists, not even the root: the lexical form is all there is.
+            _ => return lexical(path),
+        }
+    }
+}
+
+/// `.` and `..` applied without touching the file system.
+pub fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether `path` (already resolved) is the worktree or beneath it. The worktree is compared
+/// in its own resolved form too, so a worktree reached through a symlink still contains its
+/// files.
+pub fn is_within(path: &Path, worktree: &Path) -> bool {
+    path.starts_with(worktree)
+        || std::fs::canonicalize(worktree).is_ok_and(|real| path.starts_with(real))
+}
+
+/// The `external_directory` pattern for a directory: `<dir>/*`.
+pub fn dir_pattern(dir: &Path) -> String {
+    let text = dir.to_string_lossy();
+    format!("{}/*", text.trim_end_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follows_links_that_exist_and_keeps_the_rest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let wt = root.join("wt");
+        let outside = root.join("outside");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, wt.join("link")).unwrap();
+        std::os::unix::fs::symlink(wt.join("sub"), wt.join("inner")).unwrap();
+
+        let cases: &[(&str, PathBuf, bool)] = &[
+            ("link/secret", outside.join("secret"), false),
+            ("link/a/../b", outside.join("b"), false),
+            ("plain/new.txt", wt.join("plain/new.txt"), true),
+            ("inner/x", wt.join("sub/x"), true),
+            ("../outside/x", outside.join("x"), false),
+        ];
+        for (rel, want, inside) in cases {
+            let got = resolve_existing(&wt.join(rel));
+            assert_eq!(&got, want, "{rel}");
+            assert_eq!(is_within(&got, &wt), *inside, "{rel}");
+        }
+        // The worktree named through a symlink still contains its own files.
+        let alias = root.join("alias");
+        std::os::unix::fs::symlink(&wt, &alias).unwrap();
+        assert!(is_within(&resolve_existing(&alias.join("f")), &alias));
+        assert_eq!(dir_pattern(Path::new("/etc/")), "/etc/*");
+        assert_eq!(dir_pattern(Path::new("/")), "/*");
+    }
+}
