@@ -33,7 +33,10 @@ impl Cli {
 
     fn command(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
-        c.current_dir(&self.wt).env("XDG_DATA_HOME", &self.data);
+        // The user's own config and profiles must not leak into what the tests see.
+        c.current_dir(&self.wt)
+            .env("XDG_DATA_HOME", &self.data)
+            .env("XDG_CONFIG_HOME", self.data.join("config"));
         c
     }
 
@@ -247,18 +250,21 @@ fn call_exit_2_on_usage_errors() {
     );
 }
 
-/// 3 when the ask is refused; nothing is written.
+/// 3 when a rule asks and the ask is refused; nothing is written.
 #[test]
 fn call_exit_3_when_denied() {
     let cli = Cli::new();
+    let config = cli.wt.parent().unwrap().join("asks.toml");
+    std::fs::write(&config, "[permission]\nedit = \"ask\"\nbash = \"ask\"\n").unwrap();
+    let config = config.to_string_lossy().into_owned();
     let out = cli.call(
         "write",
         json!({ "filePath": "new.txt", "content": "x" }),
-        &["--ask", "deny"],
+        &["--ask", "deny", "--config", &config],
     );
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("rejected permission"),
+        stderr(&out).contains("refused because --ask deny refuses every ask"),
         "{}",
         stderr(&out)
     );
@@ -267,10 +273,13 @@ fn call_exit_3_when_denied() {
     let (code, v) = cli.call_json(
         "bash",
         json!({ "command": "touch made", "description": "d" }),
-        &["--ask", "deny"],
+        &["--ask", "deny", "--config", &config],
     );
     assert_eq!(code, 3);
-    assert!(v["error"].as_str().unwrap().contains("rejected"));
+    assert!(
+        v["error"].as_str().unwrap().contains("bash: touch made"),
+        "{v}"
+    );
     assert!(!cli.wt.join("made").exists());
 }
 
@@ -559,7 +568,7 @@ fn profiles_choose_the_sandbox_and_flags_override_them() {
     }
 
     let bad = cli.call("bash", probe.clone(), &["--profile", "no-such"]);
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(
         err.contains("no profile named \"no-such\"") && err.contains("laptop"),
@@ -572,7 +581,7 @@ fn profiles_choose_the_sandbox_and_flags_override_them() {
     )
     .unwrap();
     let typo = cli.call("bash", probe, &["--profile", mine.to_str().unwrap()]);
-    assert_eq!(typo.status.code(), Some(1));
+    assert_eq!(typo.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&typo.stderr).contains("netwrok"),
         "{typo:?}"

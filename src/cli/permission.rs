@@ -237,12 +237,7 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
     match &verdict.rule {
         Some(r) => println!(
             "{}  by {} {:?} = {} ({} #{})",
-            action,
-            r.permission,
-            r.pattern,
-            r.action,
-            r.source.origin,
-            r.source.position
+            action, r.permission, r.pattern, r.action, r.source.origin, r.source.position
         ),
         None => println!("{}  (no rule matched; the default is ask)", action),
     }

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::rules::{Action, Rule};
-use crate::config::profile::Profile;
 use super::wildcard;
+use crate::config::profile::Profile;
 
 /// A config file that could not be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -39,33 +39,42 @@ pub enum ConfigError {
 
 /// OpenCode's defaults (`agent.ts`), in its order: everything allowed except `doom_loop`
 /// and `external_directory` (ask), `question` (deny), and `.env` files for reading (ask, with
-/// `*.env.example` allowed). `output_dir` is where long tool outputs are saved; the model
-/// is told to read them there, so reading it is pre-approved as OpenCode does.
-pub fn defaults(output_dir: Option<&Path>) -> Vec<Rule> {
-    let mut spec: Vec<(&str, String, Action)> = vec![
-        ("*", "*".into(), Action::Allow),
-        ("doom_loop", "*".into(), Action::Ask),
-        ("external_directory", "*".into(), Action::Ask),
+/// `*.env.example` allowed).
+pub fn defaults() -> Vec<Rule> {
+    let spec: [(&str, &str, Action); 8] = [
+        ("*", "*", Action::Allow),
+        ("doom_loop", "*", Action::Ask),
+        ("external_directory", "*", Action::Ask),
+        ("question", "*", Action::Deny),
+        ("read", "*", Action::Allow),
+        ("read", "*.env", Action::Ask),
+        ("read", "*.env.*", Action::Ask),
+        ("read", "*.env.example", Action::Allow),
     ];
-    if let Some(dir) = output_dir {
-        let dir = dir.to_string_lossy();
-        spec.push((
-            "external_directory",
-            format!("{}/*", dir.trim_end_matches('/')),
-            Action::Allow,
-        ));
-    }
-    spec.extend([
-        ("question", "*".into(), Action::Deny),
-        ("read", "*".into(), Action::Allow),
-        ("read", "*.env".into(), Action::Ask),
-        ("read", "*.env.*".into(), Action::Ask),
-        ("read", "*.env.example".into(), Action::Allow),
-    ]);
     spec.into_iter()
         .enumerate()
-        .map(|(i, (p, pat, a))| Rule::new(p, &pat, a, DEFAULTS_ORIGIN, i + 1))
+        .map(|(i, (p, pat, a))| Rule::new(p, pat, a, DEFAULTS_ORIGIN, i + 1))
         .collect()
+}
+
+/// Long tool outputs are saved in `output_dir` and the model is told to read them there, so
+/// that directory is allowed after every layer (a profile's blanket `external_directory`
+/// deny must not hide them), unless some layer denies exactly it — OpenCode's rule for its
+/// `Truncate.GLOB`.
+fn output_rule(output_dir: &Path, configured: &[Rule]) -> Option<Rule> {
+    let pattern = super::paths::dir_pattern(output_dir);
+    let denied = configured.iter().any(|r| {
+        r.permission == "external_directory" && r.pattern == pattern && r.action == Action::Deny
+    });
+    (!denied).then(|| {
+        Rule::new(
+            "external_directory",
+            &pattern,
+            Action::Allow,
+            "saved tool output",
+            1,
+        )
+    })
 }
 
 pub const DEFAULTS_ORIGIN: &str = "built-in defaults";
@@ -288,6 +297,8 @@ pub struct Layers {
     /// `--config FILE`.
     pub explicit: Vec<Rule>,
     pub session: Vec<Rule>,
+    /// Where saved tool output lives (see [`output_rule`]).
+    pub output_dir: Option<PathBuf>,
 }
 
 /// The configured ruleset: the layers concatenated in precedence order. Nothing is sorted or
@@ -300,8 +311,13 @@ pub fn merge(layers: Layers) -> Vec<Rule> {
         project,
         explicit,
         session,
+        output_dir,
     } = layers;
-    [defaults, profile, user, project, explicit, session].concat()
+    let mut rules = [defaults, profile, user, project, explicit, session].concat();
+    if let Some(rule) = output_dir.and_then(|dir| output_rule(&dir, &rules)) {
+        rules.push(rule);
+    }
+    rules
 }
 
 /// Everything a command that evaluates permissions needs to build its layers.
@@ -351,12 +367,13 @@ pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
     };
     Ok((
         Layers {
-            defaults: defaults(sources.output_dir),
+            defaults: defaults(),
             profile,
             user,
             project,
             explicit,
             session: sources.session,
+            output_dir: sources.output_dir.map(Path::to_path_buf),
         },
         notes,
     ))
@@ -510,7 +527,7 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
         let actions = [Deny, Allow, Deny, Allow, Deny];
         for present in 0..=names.len() {
             let mut layers = Layers {
-                defaults: defaults(None),
+                defaults: defaults(),
                 ..Layers::default()
             };
             let slots = [
@@ -537,7 +554,11 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
 
     #[test]
     fn defaults_are_opencodes() {
-        let d = defaults(Some(Path::new("/data/runner/tool-output/")));
+        let d = merge(Layers {
+            defaults: defaults(),
+            output_dir: Some(PathBuf::from("/data/runner/tool-output/")),
+            ..Layers::default()
+        });
         let cases: &[(&str, &str, Action)] = &[
             ("bash", "rm -rf /", Allow),
             ("edit", "src/main.rs", Allow),
@@ -557,6 +578,43 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
         for (p, s, want) in cases {
             assert_eq!(evaluate(p, &[s], &d, &[]).action, *want, "{p} {s}");
         }
+    }
+
+    #[test]
+    fn saved_output_stays_readable_under_a_blanket_deny_unless_denied_by_name() {
+        let out = PathBuf::from("/data/out");
+        let deny_all = vec![Rule::new("external_directory", "*", Deny, "profile", 1)];
+        let rules = merge(Layers {
+            defaults: defaults(),
+            profile: deny_all.clone(),
+            output_dir: Some(out.clone()),
+            ..Layers::default()
+        });
+        assert_eq!(
+            evaluate("external_directory", &["/data/out/*"], &rules, &[]).action,
+            Allow
+        );
+        assert_eq!(
+            evaluate("external_directory", &["/etc/*"], &rules, &[]).action,
+            Deny
+        );
+        let rules = merge(Layers {
+            defaults: defaults(),
+            profile: deny_all,
+            user: vec![Rule::new(
+                "external_directory",
+                "/data/out/*",
+                Deny,
+                "user",
+                1,
+            )],
+            output_dir: Some(out),
+            ..Layers::default()
+        });
+        assert_eq!(
+            evaluate("external_directory", &["/data/out/*"], &rules, &[]).action,
+            Deny
+        );
     }
 
     #[test]

@@ -96,11 +96,7 @@ fn denied_message(denial: &Denial) -> String {
     let show = |r: &rules::Rule| {
         format!(
             "{} {:?} = {} ({} #{})",
-            r.permission,
-            r.pattern,
-            r.action,
-            r.source.origin,
-            r.source.position
+            r.permission, r.pattern, r.action, r.source.origin, r.source.position
         )
     };
     let mut text = format!(

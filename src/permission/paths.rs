@@ -7,33 +7,55 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// `path` with every symlink that exists followed: the longest existing prefix is
-/// canonicalised and the rest appended, with `..` in the rest applied lexically (those
-/// components do not exist yet, so nothing can redirect them).
+/// `path` with every symlink on it followed, as the kernel would when the call runs: a
+/// component at a time, a link's target spliced in before the rest, `..` applied to what
+/// has been resolved so far. Dangling links are followed too (`out -> /etc/new` is where a
+/// write to `out` would land). Once a component does not exist, the rest is lexical.
 pub fn resolve_existing(path: &Path) -> PathBuf {
-    let mut existing = path.to_path_buf();
-    let mut rest: Vec<std::ffi::OsString> = Vec::new();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(&existing) {
-            let mut out = real;
-            for part in rest.iter().rev() {
-                if part == ".." {
-                    out.pop();
-                } else if part != "." {
-                    out.push(part);
-                }
-            }
-            return out;
+    // Linux gives up after 40 links; so do we, keeping what was resolved.
+    const MAX_LINKS: usize = 40;
+    let mut pending: Vec<std::ffi::OsString> = path
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_os_string())
+        .collect();
+    let mut out = PathBuf::from("/");
+    let mut links = 0;
+    let mut exists = true;
+    while let Some(part) = pending.pop() {
+        if part == "/" || part == "." {
+            continue;
         }
-        match (existing.components().next_back(), existing.parent()) {
-            (Some(last), Some(parent)) => {
-                rest.push(last.as_os_str().to_os_string());
-                existing = parent.to_path_buf();
+        if part == ".." {
+            out.pop();
+            continue;
+        }
+        out.push(&part);
+        if !exists {
+            continue;
+        }
+        match std::fs::symlink_metadata(&out) {
+            Ok(meta) if meta.file_type().is_symlink() && links < MAX_LINKS => {
+                links += 1;
+                let Ok(target) = std::fs::read_link(&out) else {
+                    continue;
+                };
+                out.pop();
+                if target.is_absolute() {
+                    out = PathBuf::from("/");
+                }
+                pending.extend(
+                    target
+                        .components()
+                        .rev()
+                        .map(|c| c.as_os_str().to_os_string()),
+                );
             }
-            // Nothing exists, not even the root: the lexical form is all there is.
-            _ => return lexical(path),
+            Ok(_) => {}
+            Err(_) => exists = false,
         }
     }
+    out
 }
 
 /// `.` and `..` applied without touching the file system.

@@ -97,10 +97,18 @@ impl Tool for BashTool {
         if !external.is_empty() {
             // "Anywhere" is never remembered: approving one unknown place is not approving all.
             let always = external.iter().filter(|p| *p != "*").cloned().collect();
-            asks.push(PermissionRequest::new("external_directory", external, always));
+            asks.push(PermissionRequest::new(
+                "external_directory",
+                external,
+                always,
+            ));
         }
         if !scan.reads.is_empty() {
-            asks.push(PermissionRequest::new("read", scan.reads.clone(), scan.reads));
+            asks.push(PermissionRequest::new(
+                "read",
+                scan.reads.clone(),
+                scan.reads,
+            ));
         }
         if !scan.patterns.is_empty() {
             asks.push(PermissionRequest::new("bash", scan.patterns, scan.always));

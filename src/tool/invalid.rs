@@ -5,8 +5,8 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::permission::PermissionRequest;
 use super::{Tool, ToolContext, ToolOutput, ToolResult};
+use crate::permission::PermissionRequest;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct InvalidParams {

@@ -42,7 +42,8 @@ impl Tool for ListTool {
         ctx: &ToolContext,
     ) -> Result<Vec<PermissionRequest>, ToolError> {
         let root = super::glob::search_root(params.path.as_deref(), ctx)?;
-        let mut asks: Vec<PermissionRequest> = ctx.external_request(&root, true).into_iter().collect();
+        let mut asks: Vec<PermissionRequest> =
+            ctx.external_request(&root, true).into_iter().collect();
         asks.push(PermissionRequest::new(
             "list",
             vec![root.to_string_lossy().into_owned()],

@@ -101,8 +101,10 @@ async fn locate(params: &ReadParams, ctx: &ToolContext) -> Result<Target, ToolEr
 
 fn asks(target: &Target, ctx: &ToolContext) -> Vec<PermissionRequest> {
     let is_dir = matches!(&target.stat, Ok(Some(s)) if s.kind == FileKind::Dir);
-    let mut asks: Vec<PermissionRequest> =
-        ctx.external_request(&target.path, is_dir).into_iter().collect();
+    let mut asks: Vec<PermissionRequest> = ctx
+        .external_request(&target.path, is_dir)
+        .into_iter()
+        .collect();
     asks.push(PermissionRequest::new(
         "read",
         vec![ctx.relative(&target.path)],

@@ -159,7 +159,10 @@ impl Registry {
             .get(name)
             .ok_or_else(|| format!("unknown tool {name:?}"))?;
         let ctx = ctx.for_tool(tool.id());
-        let mut asks = tool.permissions(args, &ctx).await.map_err(|e| e.to_string())?;
+        let mut asks = tool
+            .permissions(args, &ctx)
+            .await
+            .map_err(|e| e.to_string())?;
         for ask in &mut asks {
             ask.tool = Some(tool.id().to_string());
         }

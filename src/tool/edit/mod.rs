@@ -83,7 +83,10 @@ pub struct Edit {
 /// What changing one file asks, shared by write, edit and multiedit: its directory when it
 /// is outside the worktree, then `edit` for the worktree-relative path (last, so callers can
 /// attach the diff to it once they have one).
-pub fn file_edit_asks(file_path: &str, ctx: &ToolContext) -> Result<Vec<PermissionRequest>, ToolError> {
+pub fn file_edit_asks(
+    file_path: &str,
+    ctx: &ToolContext,
+) -> Result<Vec<PermissionRequest>, ToolError> {
     let path = ctx.resolve(file_path)?;
     let mut asks: Vec<PermissionRequest> = ctx.external_request(&path, false).into_iter().collect();
     asks.push(PermissionRequest::new(
