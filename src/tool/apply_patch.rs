@@ -73,10 +73,10 @@ impl Tool for ApplyPatchTool {
             let (path, move_path) = hunk_paths(hunk);
             for p in std::iter::once(path).chain(move_path) {
                 let resolved = ctx.resolve(p)?;
-                if let Some(ask) = ctx.external_request(&resolved, false) {
-                    if !asks.contains(&ask) {
-                        asks.push(ask);
-                    }
+                if let Some(ask) = ctx.external_request(&resolved, false)
+                    && !asks.contains(&ask)
+                {
+                    asks.push(ask);
                 }
             }
             let rel = ctx.relative(&ctx.resolve(path)?);

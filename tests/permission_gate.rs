@@ -1,0 +1,358 @@
+//! Tools behind the real rule gate: what each tool asks, that the analysis `permission
+//! check` prints is exactly what a call asks, the `.env` rules through the read tool and
+//! through bash, external directories reached through symlinks, the doom-loop guard, and
+//! tools hidden by a `"*"` deny.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{Fixture, fixture};
+use runner::permission::PermissionRequest;
+use runner::permission::config::{self, Layers};
+use runner::permission::gate::{PolicyAsker, RuleGate};
+use runner::permission::rules::{Action, Rule};
+use runner::tool::ToolContext;
+use runner::tool::registry::Outcome;
+use serde_json::{Value, json};
+
+/// The fixture's context with a rule gate of OpenCode's defaults plus `extra`, where asks
+/// are refused (as without a terminal).
+fn ruled(f: &Fixture, extra: &[(&str, &str, Action)]) -> (ToolContext, Arc<RuleGate>) {
+    let rules = config::merge(Layers {
+        defaults: config::defaults(),
+        session: extra
+            .iter()
+            .enumerate()
+            .map(|(i, (p, pat, a))| Rule::new(p, pat, *a, "test", i + 1))
+            .collect(),
+        output_dir: Some(f.out.clone()),
+        ..Layers::default()
+    });
+    let gate = Arc::new(RuleGate::new(
+        &f.wt,
+        rules,
+        Arc::new(PolicyAsker::deny("nobody is watching")),
+    ));
+    let ctx = ToolContext {
+        gate: gate.clone(),
+        ..f.ctx.clone()
+    };
+    (ctx, gate)
+}
+
+fn strip(asks: Vec<PermissionRequest>) -> Vec<(String, Vec<String>, Vec<String>)> {
+    asks.into_iter().map(common::ask_tuple).collect()
+}
+
+/// Every tool's analysis, compared with what its execution really asked. A tool whose
+/// `execute` asked something its `permissions` did not list (or in another order) would
+/// make `runner permission check` lie.
+#[tokio::test]
+async fn the_analysis_is_what_execution_asks() {
+    let f = fixture().await;
+    f.write("src/a.rs", "fn a() {}\n");
+    f.write("notes.txt", "one\ntwo\n");
+    common::write_file(&f.outside.join("o.txt"), b"outside\n");
+    std::os::unix::fs::symlink(&f.outside, f.path("link")).unwrap();
+    let outside = f.outside.to_string_lossy().into_owned();
+    let calls: Vec<(&str, Value)> = vec![
+        ("read", json!({ "filePath": "src/a.rs" })),
+        ("read", json!({ "filePath": "src" })),
+        ("read", json!({ "filePath": format!("{outside}/o.txt") })),
+        ("read", json!({ "filePath": "link/o.txt" })),
+        ("write", json!({ "filePath": "new.txt", "content": "x" })),
+        (
+            "write",
+            json!({ "filePath": format!("{outside}/w.txt"), "content": "x" }),
+        ),
+        ("read", json!({ "filePath": "notes.txt" })),
+        (
+            "edit",
+            json!({ "filePath": "notes.txt", "oldString": "one", "newString": "uno" }),
+        ),
+        (
+            "multiedit",
+            json!({ "filePath": "notes.txt", "edits": [{ "oldString": "two", "newString": "dos" }] }),
+        ),
+        (
+            "apply_patch",
+            json!({ "patchText": "*** Begin Patch\n*** Add File: p.txt\n+p\n*** Update File: src/a.rs\n*** Move to: ../outside/moved.rs\n@@\n-fn a() {}\n+fn b() {}\n*** End Patch" }),
+        ),
+        ("glob", json!({ "pattern": "*.txt", "path": outside })),
+        ("grep", json!({ "pattern": "fn", "path": "src" })),
+        ("list", json!({ "path": outside })),
+        (
+            "bash",
+            json!({ "command": "cat .env; cd /tmp && ls x | wc -l", "description": "d" }),
+        ),
+        (
+            "bash",
+            json!({ "command": "ls", "workdir": outside, "description": "d" }),
+        ),
+    ];
+    for (tool, args) in calls {
+        let planned = f
+            .registry
+            .permissions(tool, args.clone(), &f.ctx)
+            .await
+            .unwrap_or_else(|e| panic!("{tool} {args}: {e}"));
+        let before = f.raw_asks().len();
+        let result = f.call(tool, args.clone()).await;
+        let asked: Vec<PermissionRequest> = f.raw_asks().into_iter().skip(before).collect();
+        assert!(!planned.is_empty(), "{tool} {args} asks nothing");
+        // A call that succeeds asked everything; one the sandbox refused (outside paths)
+        // stopped partway, after asking a prefix of the plan.
+        let planned = strip(planned);
+        let asked_t = strip(asked.clone());
+        if result.outcome == Outcome::Ok {
+            assert_eq!(planned, asked_t, "{tool} {args}");
+        } else {
+            assert!(
+                !asked_t.is_empty() && planned.starts_with(&asked_t),
+                "{tool} {args}: asked {asked_t:?}, planned {planned:?} (error {:?})",
+                result.error
+            );
+        }
+        assert!(
+            asked.iter().all(|a| a.tool.as_deref() == Some(tool)),
+            "{tool}: every ask names its tool"
+        );
+    }
+}
+
+#[tokio::test]
+async fn env_files_ask_through_the_read_tool_and_through_bash() {
+    let f = fixture().await;
+    let asking = [
+        ".env",
+        ".env.local",
+        ".env.production",
+        ".env.development.local",
+        "sub/.env",
+    ];
+    let free = [
+        ".env.example",
+        ".envrc",
+        "environment.ts",
+        "sub/.env.example",
+    ];
+    for name in asking.iter().chain(free.iter()) {
+        f.write(name, "SECRET=1\n");
+    }
+    let (ctx, _) = ruled(&f, &[]);
+    for name in asking {
+        let r = f
+            .registry
+            .call("read", json!({ "filePath": name }), &ctx)
+            .await;
+        assert_eq!(r.outcome, Outcome::Denied, "read {name}");
+        assert!(r.error.as_deref().unwrap().contains(name), "{r:?}");
+        for command in [
+            format!("cat {name}"),
+            format!("source {name}"),
+            format!(". ./{name}"),
+            format!("grep SECRET {name}"),
+            format!("wc -l < {name}"),
+        ] {
+            let r = f
+                .registry
+                .call(
+                    "bash",
+                    json!({ "command": command, "description": "d" }),
+                    &ctx,
+                )
+                .await;
+            assert_eq!(r.outcome, Outcome::Denied, "{command}: {:?}", r.output);
+            assert!(
+                r.error.as_deref().unwrap().contains("read"),
+                "{command}: {r:?}"
+            );
+        }
+    }
+    for name in free {
+        let r = f
+            .registry
+            .call("read", json!({ "filePath": name }), &ctx)
+            .await;
+        assert_eq!(r.outcome, Outcome::Ok, "read {name}: {:?}", r.error);
+        let r = f
+            .registry
+            .call(
+                "bash",
+                json!({ "command": format!("cat {name}"), "description": "d" }),
+                &ctx,
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Ok, "cat {name}: {:?}", r.error);
+        assert!(r.output.contains("SECRET=1"), "cat {name}");
+    }
+    // An allow rule for one file lets exactly that file through, in either spelling.
+    let (ctx, _) = ruled(&f, &[("read", &f.abs(".env.local"), Action::Allow)]);
+    let r = f
+        .registry
+        .call("read", json!({ "filePath": ".env.local" }), &ctx)
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{:?}", r.error);
+    let r = f
+        .registry
+        .call(
+            "bash",
+            json!({ "command": "cat .env.local", "description": "d" }),
+            &ctx,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Ok, "{:?}", r.error);
+    let r = f
+        .registry
+        .call("read", json!({ "filePath": ".env" }), &ctx)
+        .await;
+    assert_eq!(r.outcome, Outcome::Denied);
+}
+
+#[tokio::test]
+async fn a_symlink_out_of_the_worktree_asks_for_where_it_leads() {
+    let f = fixture().await;
+    common::write_file(&f.outside.join("secret.txt"), b"s\n");
+    std::os::unix::fs::symlink(&f.outside, f.path("link")).unwrap();
+    let want = format!("{}/*", f.outside.display());
+    for (tool, args) in [
+        ("read", json!({ "filePath": "link/secret.txt" })),
+        (
+            "write",
+            json!({ "filePath": "link/new.txt", "content": "x" }),
+        ),
+        ("list", json!({ "path": "link" })),
+        (
+            "bash",
+            json!({ "command": "cat link/secret.txt", "description": "d" }),
+        ),
+    ] {
+        let asks = f
+            .registry
+            .permissions(tool, args.clone(), &f.ctx)
+            .await
+            .unwrap();
+        let external = asks
+            .iter()
+            .find(|a| a.permission == "external_directory")
+            .unwrap_or_else(|| panic!("{tool} {args}: no external_directory ask in {asks:?}"));
+        assert_eq!(external.patterns, vec![want.clone()], "{tool}");
+        // With nobody to approve it, the call stops before anything happens.
+        let (ctx, _) = ruled(&f, &[]);
+        let r = f.registry.call(tool, args.clone(), &ctx).await;
+        assert_eq!(r.outcome, Outcome::Denied, "{tool} {args}");
+    }
+    assert!(!f.outside.join("new.txt").exists());
+}
+
+#[tokio::test]
+async fn the_third_identical_call_in_a_row_asks_doom_loop() {
+    let f = fixture().await;
+    f.write("a.txt", "a\n");
+    let read = json!({ "filePath": "a.txt" });
+    for _ in 0..2 {
+        f.ok("read", read.clone()).await;
+    }
+    assert!(f.asks().iter().all(|a| a.0 != "doom_loop"));
+    f.ok("read", read.clone()).await;
+    let doom: Vec<_> = f
+        .asks()
+        .into_iter()
+        .filter(|a| a.0 == "doom_loop")
+        .collect();
+    assert_eq!(doom, vec![common::ask("doom_loop", &["read"], &["read"])]);
+
+    // Under the defaults (doom_loop: ask) with nobody to answer, the third call stops; a
+    // different call in between resets the count.
+    let (ctx, _) = ruled(&f, &[]);
+    let g = json!({ "pattern": "a" });
+    let grep = |args: Value| {
+        let ctx = ctx.clone();
+        let registry = f.registry.clone();
+        async move { registry.call("grep", args, &ctx).await.outcome }
+    };
+    assert_eq!(grep(g.clone()).await, Outcome::Ok);
+    assert_eq!(grep(g.clone()).await, Outcome::Ok);
+    assert_eq!(grep(json!({ "pattern": "b" })).await, Outcome::Ok);
+    assert_eq!(grep(g.clone()).await, Outcome::Ok);
+    assert_eq!(grep(g.clone()).await, Outcome::Ok);
+    assert_eq!(grep(g.clone()).await, Outcome::Denied);
+    // `doom_loop: allow` turns the guard off.
+    let (ctx, _) = ruled(&f, &[("doom_loop", "*", Action::Allow)]);
+    for _ in 0..4 {
+        assert_eq!(
+            f.registry.call("grep", g.clone(), &ctx).await.outcome,
+            Outcome::Ok
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_star_deny_hides_the_tool_and_refuses_its_calls() {
+    let f = fixture().await;
+    let (ctx, gate) = ruled(
+        &f,
+        &[
+            ("edit", "*", Action::Deny),
+            ("bash", "*", Action::Deny),
+            ("bash", "git *", Action::Allow),
+        ],
+    );
+    let visible: Vec<&str> = f.registry.visible(gate.as_ref()).map(|t| t.id()).collect();
+    for hidden in ["write", "edit", "multiedit", "apply_patch"] {
+        assert!(!visible.contains(&hidden), "{hidden} in {visible:?}");
+    }
+    // A later specific allow keeps bash visible (OpenCode's rule).
+    for shown in ["bash", "read", "glob", "grep", "list"] {
+        assert!(visible.contains(&shown), "{shown} missing from {visible:?}");
+    }
+    let r = f
+        .registry
+        .call(
+            "write",
+            json!({ "filePath": "x.txt", "content": "x" }),
+            &ctx,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Denied);
+    let error = r.error.unwrap();
+    assert!(
+        error.contains("not available") && error.contains("test #1"),
+        "{error}"
+    );
+    assert!(!f.path("x.txt").exists());
+}
+
+#[tokio::test]
+async fn a_denied_command_names_the_rule_and_runs_nothing() {
+    let f = fixture().await;
+    f.write("keep.txt", "k\n");
+    let (ctx, _) = ruled(&f, &[("bash", "rm *", Action::Deny)]);
+    let r = f
+        .registry
+        .call(
+            "bash",
+            json!({ "command": "echo hi && rm keep.txt", "description": "d" }),
+            &ctx,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Denied);
+    let error = r.error.unwrap();
+    assert!(
+        error.contains("\"rm keep.txt\" is denied by bash \"rm *\" = deny (test #1)"),
+        "{error}"
+    );
+    assert!(f.path("keep.txt").exists());
+    // The subcommand inside a substitution is judged too.
+    let r = f
+        .registry
+        .call(
+            "bash",
+            json!({ "command": "echo $(rm keep.txt)", "description": "d" }),
+            &ctx,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Denied);
+    assert!(f.path("keep.txt").exists());
+}
