@@ -587,3 +587,420 @@ fn profiles_choose_the_sandbox_and_flags_override_them() {
         "{typo:?}"
     );
 }
+
+/// `permission check` and `permission eval` against a worktree with config files.
+impl Cli {
+    fn config_home(&self) -> PathBuf {
+        self.data.join("config")
+    }
+
+    fn check(&self, tool: &str, args: Value, extra: &[&str]) -> Value {
+        let args = args.to_string();
+        let root = self.wt.to_string_lossy().into_owned();
+        let mut argv = vec!["permission", "check", tool, &args, "--root", &root];
+        argv.extend_from_slice(extra);
+        let out = self.run(&argv);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+    }
+
+    fn eval(&self, permission: &str, pattern: &str, extra: &[&str]) -> Value {
+        let root = self.wt.to_string_lossy().into_owned();
+        let mut argv = vec![
+            "permission",
+            "eval",
+            permission,
+            pattern,
+            "--root",
+            &root,
+            "--json",
+        ];
+        argv.extend_from_slice(extra);
+        let out = self.run(&argv);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    }
+}
+
+/// (permission, decision) per ask, and the overall decision.
+fn decisions(v: &Value) -> (String, Vec<(String, String)>) {
+    let asks = v["asks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["permission"].as_str().unwrap().to_string(),
+                a["decision"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    (v["decision"].as_str().unwrap().to_string(), asks)
+}
+
+fn pair(p: &str, d: &str) -> (String, String) {
+    (p.to_string(), d.to_string())
+}
+
+#[test]
+fn permission_check_lists_each_ask_and_runs_nothing() {
+    let cli = Cli::new();
+    let bash = |command: &str| json!({ "command": command, "description": "d" });
+    let v = cli.check(
+        "bash",
+        bash("cat .env && rm -rf /tmp/runner-zz/x && touch made"),
+        &[],
+    );
+    assert_eq!(
+        decisions(&v),
+        (
+            "ask".into(),
+            vec![
+                pair("external_directory", "ask"),
+                pair("read", "ask"),
+                pair("bash", "allow"),
+            ]
+        )
+    );
+    assert_eq!(v["asks"][0]["patterns"], json!(["/tmp/runner-zz/*"]));
+    assert_eq!(v["asks"][1]["patterns"], json!([".env"]));
+    assert_eq!(
+        v["asks"][2]["patterns"],
+        json!(["cat .env", "rm -rf /tmp/runner-zz/x", "touch made"])
+    );
+    assert_eq!(v["asks"][2]["always"], json!(["cat *", "rm *", "touch *"]));
+    assert!(
+        !cli.wt.join("made").exists(),
+        "check must not run the command"
+    );
+
+    let config = cli.wt.parent().unwrap().join("deny.toml");
+    std::fs::write(&config, "[permission.bash]\n\"rm *\" = \"deny\"\n").unwrap();
+    let v = cli.check(
+        "bash",
+        bash("ls && rm x"),
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(decisions(&v), ("deny".into(), vec![pair("bash", "deny")]));
+    assert_eq!(v["asks"][0]["rule"]["pattern"], "rm *");
+
+    let v = cli.check("read", json!({ "filePath": ".env.example" }), &[]);
+    assert_eq!(decisions(&v), ("allow".into(), vec![pair("read", "allow")]));
+    let v = cli.check("read", json!({ "filePath": ".env.production" }), &[]);
+    assert_eq!(decisions(&v), ("ask".into(), vec![pair("read", "ask")]));
+    // eval: nobody watches, so an ask is a deny.
+    let v = cli.check(
+        "read",
+        json!({ "filePath": ".env" }),
+        &["--profile", "eval"],
+    );
+    assert_eq!(decisions(&v), ("deny".into(), vec![pair("read", "deny")]));
+    let v = cli.check(
+        "write",
+        json!({ "filePath": "/etc/x", "content": "" }),
+        &["--profile", "untrusted"],
+    );
+    assert_eq!(
+        decisions(&v),
+        (
+            "deny".into(),
+            vec![pair("external_directory", "deny"), pair("edit", "allow")]
+        )
+    );
+
+    let bad = cli.run(&["permission", "check", "bash", "{\"command\": 1}"]);
+    assert_eq!(code(&bad), 2);
+    assert!(
+        stderr(&bad).contains("invalid arguments"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+#[test]
+fn the_readonly_profile_allows_reading_commands_only() {
+    let cli = Cli::new();
+    let cases: &[(&str, &str)] = &[
+        ("ls -la", "allow"),
+        ("cat README.md | grep x | wc -l", "allow"),
+        ("git status", "allow"),
+        ("git log --oneline -5", "allow"),
+        ("rg TODO src", "allow"),
+        ("find . -name '*.rs'", "allow"),
+        ("ls > listing.txt", "deny"),
+        ("cat a >> b", "deny"),
+        ("echo x | tee out", "deny"),
+        ("rm -rf build", "deny"),
+        ("git commit -m x", "deny"),
+        ("git push", "deny"),
+        ("find . -name x -delete", "deny"),
+        ("find . -exec rm {} ;", "deny"),
+        ("sort -o out.txt in.txt", "deny"),
+        ("ls $(rm -rf x)", "deny"),
+        ("python3 -c 'print(1)'", "deny"),
+        ("sed -i s/a/b/ f", "deny"),
+    ];
+    for (command, want) in cases {
+        let v = cli.check(
+            "bash",
+            json!({ "command": command, "description": "d" }),
+            &["--profile", "readonly"],
+        );
+        assert_eq!(v["decision"], *want, "{command}: {v}");
+    }
+    for (tool, args) in [
+        ("write", json!({ "filePath": "a.txt", "content": "" })),
+        (
+            "edit",
+            json!({ "filePath": "a.txt", "oldString": "a", "newString": "b" }),
+        ),
+        (
+            "apply_patch",
+            json!({ "patchText": "*** Begin Patch\n*** Add File: n.txt\n+n\n*** End Patch" }),
+        ),
+    ] {
+        let v = cli.check(tool, args, &["--profile", "readonly"]);
+        assert_eq!(v["decision"], "deny", "{tool}: {v}");
+    }
+    let v = cli.check(
+        "read",
+        json!({ "filePath": "a.txt" }),
+        &["--profile", "readonly"],
+    );
+    assert_eq!(v["decision"], "allow");
+}
+
+/// User config, project config and `--config` stack in that order; each decision names the
+/// file and position of the rule that made it.
+#[test]
+fn config_layers_stack_and_eval_names_the_deciding_rule() {
+    let cli = Cli::new();
+    let user = cli.config_home().join("runner/config.toml");
+    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
+    std::fs::write(
+        &user,
+        "[permission.bash]\n\"git *\" = \"allow\"\n\"git push *\" = \"deny\"\n\"npm *\" = \"deny\"\n",
+    )
+    .unwrap();
+    let project = cli.wt.join(".runner/config.toml");
+    std::fs::create_dir_all(project.parent().unwrap()).unwrap();
+    std::fs::write(&project, "[permission.bash]\n\"npm test *\" = \"allow\"\n").unwrap();
+    let opencode = cli.wt.parent().unwrap().join("opencode.json");
+    std::fs::write(
+        &opencode,
+        "{\n  // an OpenCode config, read as it is\n  \"permission\": { \"bash\": { \"git push --dry-run*\": \"ask\" }, \"edit\": \"ask\" }\n}\n",
+    )
+    .unwrap();
+    let oc = ["--config", opencode.to_str().unwrap()];
+    let user_s = user.to_string_lossy().into_owned();
+    let project_s = project.to_string_lossy().into_owned();
+    let opencode_s = opencode.to_string_lossy().into_owned();
+    let cases: &[(&str, &str, &[&str], &str, Option<(&str, usize)>)] = &[
+        ("bash", "git status", &[], "allow", Some((&user_s, 1))),
+        (
+            "bash",
+            "git push origin main",
+            &[],
+            "deny",
+            Some((&user_s, 2)),
+        ),
+        ("bash", "npm install", &[], "deny", Some((&user_s, 3))),
+        (
+            "bash",
+            "npm test --watch",
+            &[],
+            "allow",
+            Some((&project_s, 1)),
+        ),
+        (
+            "bash",
+            "git push --dry-run",
+            &oc,
+            "ask",
+            Some((&opencode_s, 1)),
+        ),
+        ("edit", "src/a.rs", &oc, "ask", Some((&opencode_s, 2))),
+        (
+            "edit",
+            "src/a.rs",
+            &[],
+            "allow",
+            Some(("built-in defaults", 1)),
+        ),
+        ("read", ".env", &[], "ask", Some(("built-in defaults", 6))),
+        (
+            "webfetch",
+            "https://example.com",
+            &["--profile", "eval"],
+            "allow",
+            Some(("built-in defaults", 1)),
+        ),
+        (
+            "external_directory",
+            "/srv/*",
+            &["--profile", "eval"],
+            "deny",
+            Some(("built-in profile eval", 1)),
+        ),
+    ];
+    for (permission, pattern, extra, action, rule) in cases {
+        let v = cli.eval(permission, pattern, extra);
+        assert_eq!(v["action"], *action, "{permission} {pattern}: {v}");
+        match rule {
+            Some((origin, position)) => {
+                assert_eq!(v["rule"]["source"]["origin"], *origin, "{pattern}: {v}");
+                assert_eq!(v["rule"]["source"]["position"], *position, "{pattern}: {v}");
+            }
+            None => assert!(v["rule"].is_null()),
+        }
+    }
+    // Nothing matched: the default is ask, and no rule is named.
+    let bare = cli.wt.parent().unwrap().join("bare.toml");
+    std::fs::write(&bare, "[permission]\n\"*\" = \"ask\"\n").unwrap();
+    let v = cli.eval("bash", "ls", &["--config", bare.to_str().unwrap()]);
+    assert_eq!(v["action"], "ask");
+
+    // A broken config stops the command and names the file.
+    std::fs::write(&project, "[permission.bash]\n\"npm *\" = \"sure\"\n").unwrap();
+    let out = cli.call("read", json!({ "filePath": "x" }), &[]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains(&project_s) && stderr(&out).contains("sure"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn an_untrusted_repository_cannot_loosen_its_own_rules() {
+    let cli = Cli::new();
+    let project = cli.wt.join(".runner/config.toml");
+    std::fs::create_dir_all(project.parent().unwrap()).unwrap();
+    std::fs::write(
+        &project,
+        "[permission]\nexternal_directory = \"allow\"\n[permission.bash]\n\"curl *\" = \"deny\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cli.eval("external_directory", "/home/*", &[])["action"],
+        "allow"
+    );
+    let root = cli.wt.to_string_lossy().into_owned();
+    for profile in ["untrusted", "eval", "readonly"] {
+        let out = cli.run(&[
+            "permission",
+            "eval",
+            "external_directory",
+            "/home/*",
+            "--root",
+            &root,
+            "--profile",
+            profile,
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_ne!(v["action"], "allow", "{profile}: {v}");
+        assert!(
+            stderr(&out).contains("ignored 1 allow rule"),
+            "{profile}: {}",
+            stderr(&out)
+        );
+        // Its denies still count.
+        assert_eq!(
+            cli.eval("bash", "curl x", &["--profile", profile])["action"],
+            "deny"
+        );
+    }
+}
+
+#[test]
+fn without_a_terminal_an_ask_is_refused_at_once() {
+    let cli = Cli::new();
+    let config = cli.wt.parent().unwrap().join("asks.toml");
+    std::fs::write(&config, "[permission]\nbash = \"ask\"\n").unwrap();
+    let started = std::time::Instant::now();
+    let out = cli
+        .command()
+        .args([
+            "tool",
+            "call",
+            "bash",
+            "{\"command\": \"touch made\", \"description\": \"d\"}",
+            "--root",
+        ])
+        .arg(&cli.wt)
+        .args(["--config", config.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no terminal to ask on"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert!(!cli.wt.join("made").exists());
+    // --ask allow approves it, once.
+    let out = cli.call(
+        "bash",
+        json!({ "command": "touch made", "description": "d" }),
+        &["--config", config.to_str().unwrap(), "--ask", "allow"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(cli.wt.join("made").exists());
+}
+
+#[test]
+fn profiles_list_and_show_their_merged_rules() {
+    let cli = Cli::new();
+    let mine = cli.config_home().join("runner/profiles/mine.toml");
+    std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
+    std::fs::write(
+        &mine,
+        "description = \"my own\"\n[permission]\nwebfetch = \"deny\"\n",
+    )
+    .unwrap();
+    let list = stdout(&cli.run(&["profile", "list"]));
+    for name in ["default", "readonly", "untrusted", "laptop", "eval", "mine"] {
+        assert!(
+            list.lines().any(|l| l.starts_with(name)),
+            "{name} in {list}"
+        );
+    }
+    assert!(list.contains("my own"), "{list}");
+
+    let out = cli.run(&["profile", "show", "mine", "--json"]);
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rules: Vec<(String, String, String)> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["permission"].as_str().unwrap().to_string(),
+                r["pattern"].as_str().unwrap().to_string(),
+                r["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // OpenCode's defaults first, the profile's rule after them, saved output last.
+    assert_eq!(rules[0], ("*".into(), "*".into(), "allow".into()));
+    assert_eq!(rules[8], ("webfetch".into(), "*".into(), "deny".into()));
+    assert_eq!(rules.len(), 10, "{rules:?}");
+    let text = stdout(&cli.run(&["profile", "show", "eval"]));
+    assert!(text.contains("refused: an ask is a deny"), "{text}");
+    let out = cli.run(&["profile", "show", "nope"]);
+    assert_eq!(code(&out), 2);
+
+    // The tool list hides what a profile turns off.
+    let listed = stdout(&cli.run(&["tool", "list", "--profile", "readonly"]));
+    assert!(
+        !listed.contains("write") && !listed.contains("apply_patch"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("bash") && listed.contains("read"),
+        "{listed}"
+    );
+}
