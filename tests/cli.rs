@@ -770,6 +770,15 @@ fn the_readonly_profile_allows_reading_commands_only() {
     assert_eq!(v["decision"], "allow");
 }
 
+/// permission, subject, extra flags, expected action, deciding rule's (origin, position).
+type EvalCase<'a> = (
+    &'a str,
+    &'a str,
+    &'a [&'a str],
+    &'a str,
+    Option<(&'a str, usize)>,
+);
+
 /// User config, project config and `--config` stack in that order; each decision names the
 /// file and position of the rule that made it.
 #[test]
@@ -795,7 +804,7 @@ fn config_layers_stack_and_eval_names_the_deciding_rule() {
     let user_s = user.to_string_lossy().into_owned();
     let project_s = project.to_string_lossy().into_owned();
     let opencode_s = opencode.to_string_lossy().into_owned();
-    let cases: &[(&str, &str, &[&str], &str, Option<(&str, usize)>)] = &[
+    let cases: &[EvalCase] = &[
         ("bash", "git status", &[], "allow", Some((&user_s, 1))),
         (
             "bash",
