@@ -15,7 +15,9 @@
 //!
 //! The table is the one in v1.2.27 and v1.18.3 (136 entries). Forks carry variants with extra
 //! entries (`sudo`, `timeout`, `xargs`, ...); those are not in the upstream release table and
-//! are deliberately absent here, so `sudo rm -rf x` is remembered as `sudo *`, as upstream does.
+//! are deliberately absent here. Commands that run other commands (`sudo`, `bash -c`, `eval`,
+//! …) are not remembered by prefix at all: [`super::bash_scan`] gives them an exact
+//! always-pattern, so approving `sudo ls` forever does not approve `sudo rm -rf /`.
 
 /// Command prefix → arity, exactly as in OpenCode's `ARITY` record. Grouped by arity and
 /// sorted alphabetically within each group (arity 3 lists the single-word commands first,
