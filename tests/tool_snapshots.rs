@@ -311,7 +311,15 @@ async fn bash_stdout_stderr_and_exit_code() {
     insta::assert_snapshot!("bash_streams", r.output);
     assert_eq!(r.metadata["exit"], json!(3));
     assert_eq!(r.title, "Print to both streams");
-    assert_eq!(f.asks(), vec![ask("bash", &[command], &["echo *"])]);
+    // One pattern per command (the redirect belongs to its command), remembered by prefix.
+    assert_eq!(
+        f.asks(),
+        vec![ask(
+            "bash",
+            &["echo out", "sleep 0.2", "echo err >&2", "exit 3"],
+            &["echo *", "sleep *", "exit *"]
+        )]
+    );
 }
 
 /// The working directory defaults to the worktree and `workdir` changes it.
