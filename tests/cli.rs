@@ -1013,3 +1013,82 @@ fn profiles_list_and_show_their_merged_rules() {
         "{listed}"
     );
 }
+
+/// The prompt on a real terminal (a pty from util-linux's `script`): `a` approves the
+/// command's prefix for the rest of the session, so the second `echo` is not asked; `r`
+/// rejects; typed text goes back to the model as feedback.
+#[test]
+fn the_terminal_prompt_answers_with_single_keys_or_feedback() {
+    let cli = Cli::new();
+    let config = cli.wt.parent().unwrap().join("asks.toml");
+    std::fs::write(&config, "[permission]\nbash = \"ask\"\n").unwrap();
+    let script = cli.wt.parent().unwrap().join("calls.jsonl");
+    let on_a_terminal = |calls: &[&str], typed: &str| -> (i32, String) {
+        let lines: String = calls
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}\n",
+                    json!({ "tool": "bash", "args": { "command": c, "description": "d" } })
+                )
+            })
+            .collect();
+        std::fs::write(&script, lines).unwrap();
+        let inner = format!(
+            "{} tool script {} --root {} --config {}",
+            env!("CARGO_BIN_EXE_runner"),
+            script.display(),
+            cli.wt.display(),
+            config.display()
+        );
+        let mut child = Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .current_dir(&cli.wt)
+            .env("XDG_DATA_HOME", &cli.data)
+            .env("XDG_CONFIG_HOME", cli.config_home())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("util-linux script: {e}"));
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(typed.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            code(&out),
+            String::from_utf8_lossy(&out.stdout).replace('\r', ""),
+        )
+    };
+    let (status, screen) = on_a_terminal(&["echo one", "echo two", "ls"], "ar");
+    assert_eq!(status, 3, "{screen}");
+    assert_eq!(screen.matches("Permission needed").count(), 2, "{screen}");
+    assert!(
+        screen.contains("would allow from now on: echo *"),
+        "{screen}"
+    );
+    let results: Vec<Value> = screen
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 3, "{screen}");
+    assert_eq!(results[0]["output"], "one\n");
+    assert_eq!(results[1]["output"], "two\n");
+    assert!(
+        results[2]["error"].as_str().unwrap().contains("rejected"),
+        "{screen}"
+    );
+
+    let (status, screen) = on_a_terminal(&["touch made"], "use the build script instead\n");
+    assert_eq!(status, 3, "{screen}");
+    assert!(
+        screen.contains("with the following feedback: use the build script instead"),
+        "{screen}"
+    );
+    assert!(!cli.wt.join("made").exists());
+}

@@ -155,6 +155,7 @@ pub fn read_answer(keys: &mut dyn Keys, echo: &mut dyn Write) -> Result<Reply, S
                 let feedback = format!("{}{}", String::from_utf8_lossy(&bytes), rest)
                     .trim()
                     .to_string();
+                let _ = writeln!(echo);
                 return Ok(Reply::Reject {
                     feedback: (!feedback.is_empty()).then_some(feedback),
                 });
