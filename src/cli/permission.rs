@@ -56,6 +56,7 @@ pub enum PermissionCommand {
     },
 }
 
+/// Which rules apply: a profile, config files, and the worktree whose project config counts.
 #[derive(Debug, Args)]
 pub struct Scope {
     /// A profile name or a path to a profile TOML file.
@@ -130,7 +131,7 @@ fn effective(action: Action, profile: &Profile) -> Action {
     }
 }
 
-fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
+pub fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
     let profile = profile::load(&scope.profile).map_err(|e| {
         eprintln!("runner: {e}");
         exit::USAGE

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::exit;
-use super::permission::{RuleArgs, asker, load_rules};
+use super::permission::{RuleArgs, Scope, asker, load_rules, load_scope};
 use crate::config::profile::AskMode;
 use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::sandbox::spec::{Network, SandboxSpec};
@@ -26,14 +26,8 @@ pub enum ToolCommand {
     List {
         #[arg(long)]
         json: bool,
-        /// A profile name or a path to a profile TOML file.
-        #[arg(long, default_value = "default")]
-        profile: String,
         #[command(flatten)]
-        rules: RuleArgs,
-        /// The worktree whose `.runner/config.toml` counts.
-        #[arg(long, default_value = ".")]
-        root: PathBuf,
+        scope: Scope,
     },
     /// One call, as its own session (files it touches count as read at its start).
     Call {
@@ -73,12 +67,7 @@ pub struct CommonArgs {
 
 pub async fn run(cmd: ToolCommand) -> u8 {
     match cmd {
-        ToolCommand::List {
-            json,
-            profile,
-            rules,
-            root,
-        } => list(json, &profile, &rules, &root),
+        ToolCommand::List { json, scope } => list(json, &scope),
         ToolCommand::Call {
             name,
             args,
@@ -97,21 +86,10 @@ pub async fn run(cmd: ToolCommand) -> u8 {
     }
 }
 
-fn list(json: bool, profile: &str, rule_args: &RuleArgs, root: &Path) -> u8 {
-    let profile = match crate::config::profile::load(profile) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::USAGE;
-        }
-    };
-    let root = super::permission::absolute_root(root);
-    let rules = match load_rules(&profile, &root, rule_args, None) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::USAGE;
-        }
+fn list(json: bool, scope: &Scope) -> u8 {
+    let (_, rules, root) = match load_scope(scope) {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     let gate = RuleGate::new(&root, rules, Arc::new(PolicyAsker::allow()));
     let registry = Registry::builtin();
