@@ -28,6 +28,8 @@ pub fn resolve_existing(path: &Path) -> PathBuf {
         }
         if part == ".." {
             out.pop();
+            // Back on ground that may exist (`missing/../link`): links count again.
+            exists = std::fs::symlink_metadata(&out).is_ok();
             continue;
         }
         out.push(&part);
@@ -105,6 +107,7 @@ mod tests {
         let cases: &[(&str, PathBuf, bool)] = &[
             ("link/secret", outside.join("secret"), false),
             ("link/a/../b", outside.join("b"), false),
+            ("missing/../link/x", outside.join("x"), false),
             ("plain/new.txt", wt.join("plain/new.txt"), true),
             ("inner/x", wt.join("sub/x"), true),
             ("../outside/x", outside.join("x"), false),
