@@ -887,7 +887,7 @@ fn an_untrusted_repository_cannot_loosen_its_own_rules() {
     std::fs::create_dir_all(project.parent().unwrap()).unwrap();
     std::fs::write(
         &project,
-        "[permission]\nexternal_directory = \"allow\"\n[permission.bash]\n\"curl *\" = \"deny\"\n",
+        "[permission]\nexternal_directory = \"allow\"\nedit = \"ask\"\n[permission.bash]\n\"*\" = \"ask\"\n\"curl *\" = \"deny\"\n",
     )
     .unwrap();
     assert_eq!(
@@ -910,15 +910,25 @@ fn an_untrusted_repository_cannot_loosen_its_own_rules() {
         let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
         assert_ne!(v["action"], "allow", "{profile}: {v}");
         assert!(
-            stderr(&out).contains("ignored 1 allow rule"),
+            stderr(&out).contains("ignored 3 rule(s) that are not denies"),
             "{profile}: {}",
             stderr(&out)
         );
-        // Its denies still count.
+        // Its denies still count; its asks cannot reopen what the profile closed.
         assert_eq!(
             cli.eval("bash", "curl x", &["--profile", profile])["action"],
             "deny"
         );
+        if profile == "readonly" {
+            assert_eq!(
+                cli.eval("edit", "a.txt", &["--profile", profile])["action"],
+                "deny"
+            );
+            assert_eq!(
+                cli.eval("bash", "rm x", &["--profile", profile])["action"],
+                "deny"
+            );
+        }
     }
 }
 

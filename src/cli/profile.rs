@@ -119,7 +119,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
         }
     );
     if p.project_allows == Some(false) {
-        println!("  project  .runner/config.toml may add asks and denies, not allows");
+        println!("  project  .runner/config.toml may add denies only");
     }
     println!("rules (later wins):");
     for r in &rules {

@@ -30,8 +30,8 @@ pub struct Profile {
     pub permission: Option<serde_json::Value>,
     /// How asks are answered under this profile when no `--ask` flag is given.
     pub ask: Option<AskMode>,
-    /// Whether the project's `.runner/config.toml` may allow things. A profile for code you
-    /// do not trust says no: the repository's asks and denies still apply, its allows don't.
+    /// Whether the project's `.runner/config.toml` may loosen anything. A profile for code you
+    /// do not trust says no: the repository's denies still apply, its allows and asks don't.
     pub project_allows: Option<bool>,
     /// Where it came from, for messages.
     #[serde(skip)]

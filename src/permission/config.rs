@@ -352,10 +352,10 @@ pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
     let project_path = project_config_path(sources.worktree);
     let mut project = optional(project_path.clone())?;
     if sources.profile.project_allows == Some(false) {
-        let dropped = without_allows(&mut project);
+        let dropped = denies_only(&mut project);
         if dropped > 0 {
             notes.push(format!(
-                "ignored {dropped} allow rule(s) in {}: {} does not let a repository loosen its own rules",
+                "ignored {dropped} rule(s) that are not denies in {}: {} does not let a repository loosen its own rules",
                 project_path.display(),
                 sources.profile.source
             ));
@@ -379,12 +379,13 @@ pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
     ))
 }
 
-/// Drops the `allow` rules of a project config when the profile does not trust the
-/// repository to loosen its own rules (an untrusted checkout could otherwise ship
-/// `"*" = "allow"`). Its asks and denies still apply. Returns how many were dropped.
-pub fn without_allows(rules: &mut Vec<Rule>) -> usize {
+/// Keeps only the deny rules of a project config, for profiles that do not trust the
+/// repository to loosen its own rules: an untrusted checkout could otherwise ship
+/// `"*" = "allow"`, or turn a profile's deny back into an ask with `edit = "ask"` (later rules
+/// win). Returns how many were dropped.
+pub fn denies_only(rules: &mut Vec<Rule>) -> usize {
     let before = rules.len();
-    rules.retain(|r| r.action != Action::Allow);
+    rules.retain(|r| r.action == Action::Deny);
     before - rules.len()
 }
 
@@ -625,10 +626,9 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
             "/h",
         )
         .unwrap();
-        assert_eq!(without_allows(&mut rules), 1);
-        assert_eq!(
-            triples(&rules),
-            vec![t("bash", "curl *", Deny, 2), t("bash", "make *", Ask, 3)]
-        );
+        // The ask is dropped too: under a profile's `edit = "deny"` a project `edit = "ask"`
+        // would otherwise bring edits back.
+        assert_eq!(denies_only(&mut rules), 2);
+        assert_eq!(triples(&rules), vec![t("bash", "curl *", Deny, 2)]);
     }
 }

@@ -211,7 +211,21 @@ impl RuleGate {
         for pattern in &request.patterns {
             let spellings = self.spellings(&request.permission, pattern);
             let subjects: Vec<&str> = spellings.iter().map(String::as_str).collect();
-            let d = rules::evaluate(&request.permission, &subjects, &self.configured, approved);
+            let mut d = rules::evaluate(&request.permission, &subjects, &self.configured, approved);
+            if d.action != Action::Deny {
+                let others = request
+                    .deny_spellings
+                    .iter()
+                    .filter(|(p, _)| p == pattern)
+                    .flat_map(|(_, others)| others);
+                for other in others {
+                    let o = rules::evaluate(&request.permission, &[other], &self.configured, &[]);
+                    if o.action == Action::Deny {
+                        d = o;
+                        break;
+                    }
+                }
+            }
             let verdict = || Verdict {
                 action: d.action,
                 pattern: Some(pattern.clone()),
@@ -638,6 +652,33 @@ mod tests {
         for (p, s, want) in cases {
             assert_eq!(g.verdict(&req(p, &[s], &[])).action, *want, "{p} {s}");
         }
+    }
+
+    #[test]
+    fn other_spellings_can_deny_but_never_allow() {
+        let g = gate(
+            &[
+                ("bash", "*", ASK),
+                ("bash", "rm *", Deny),
+                ("bash", "ls *", Allow),
+            ],
+            Arc::new(PolicyAsker::allow()),
+        );
+        let with = |pattern: &str, others: &[&str]| {
+            let mut r = req("bash", &[pattern], &[]);
+            r.deny_spellings = vec![(
+                pattern.to_string(),
+                others.iter().map(|s| s.to_string()).collect(),
+            )];
+            g.verdict(&r)
+        };
+        let d = with("\\rm -rf x", &["rm -rf x"]);
+        assert_eq!(d.action, Deny);
+        assert_eq!(d.rule.unwrap().pattern, "rm *");
+        assert_eq!(with("sudo rm x", &["rm x"]).action, Deny);
+        // `sudo ls` is not `ls`: the inner form may deny, never allow.
+        assert_eq!(with("sudo ls", &["ls"]).action, ASK);
+        assert_eq!(with("ls", &["ls"]).action, Allow);
     }
 
     #[test]

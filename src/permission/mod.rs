@@ -35,6 +35,11 @@ pub struct PermissionRequest {
     pub always: Vec<String>,
     /// Context for a human deciding (e.g. the diff of an edit).
     pub metadata: serde_json::Value,
+    /// Other forms of a pattern (`\\rm -rf x` is also `rm -rf x`; `sudo rm x` also runs
+    /// `rm x`) that a deny rule must catch too. They never allow anything: an allow for
+    /// `rm *` must not let `sudo rm` through.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deny_spellings: Vec<(String, Vec<String>)>,
 }
 
 impl PermissionRequest {
@@ -45,6 +50,7 @@ impl PermissionRequest {
             patterns,
             always,
             metadata: serde_json::Value::Null,
+            deny_spellings: Vec::new(),
         }
     }
 
