@@ -187,6 +187,19 @@ async fn env_files_ask_through_the_read_tool_and_through_bash() {
         assert_eq!(r.outcome, Outcome::Ok, "cat {name}: {:?}", r.error);
         assert!(r.output.contains("SECRET=1"), "cat {name}");
     }
+    // A link to an env file asks like the file itself.
+    std::os::unix::fs::symlink(".env", f.path("notes")).unwrap();
+    let r = f
+        .registry
+        .call("read", json!({ "filePath": "notes" }), &ctx)
+        .await;
+    assert_eq!(r.outcome, Outcome::Denied, "{r:?}");
+    // The defaults ask (not deny): with someone to approve, the read goes through.
+    let (_, gate) = ruled(&f, &[]);
+    for name in asking {
+        let verdict = gate.verdict(&PermissionRequest::new("read", vec![name.into()], vec![]));
+        assert_eq!(verdict.action, Action::Ask, "{name}");
+    }
     // An allow rule for one file lets exactly that file through, in either spelling.
     let (ctx, _) = ruled(&f, &[("read", &f.abs(".env.local"), Action::Allow)]);
     let r = f

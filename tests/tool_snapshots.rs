@@ -619,8 +619,8 @@ async fn apply_patch_add_update_delete() {
     );
 }
 
-/// A move is reported as `M <destination>`; its ask names the source path, as OpenCode's
-/// does.
+/// A move is reported as `M <destination>`; its ask names the source and the destination
+/// (OpenCode names only the source, so a deny rule on the destination never fired).
 #[tokio::test]
 async fn apply_patch_move() {
     let f = fixture().await;
@@ -633,7 +633,10 @@ async fn apply_patch_move() {
     );
     assert_eq!(f.read("to/dest.txt"), "a\nc\n");
     assert!(!f.path("from.txt").exists());
-    assert_eq!(f.asks(), vec![ask("edit", &["from.txt"], &["*"])]);
+    assert_eq!(
+        f.asks(),
+        vec![ask("edit", &["from.txt", "to/dest.txt"], &["*"])]
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ impl Tool for ApplyPatchTool {
     }
 
     /// Every file's directory when outside the worktree (move targets too), then one `edit`
-    /// ask naming every file the patch touches (the source path of a move).
+    /// ask naming every file the patch touches, both ends of a move included (OpenCode names
+    /// only the source, so a deny on the target never fired).
     async fn permissions(
         &self,
         params: &ApplyPatchParams,
@@ -79,9 +80,12 @@ impl Tool for ApplyPatchTool {
                     asks.push(ask);
                 }
             }
-            let rel = ctx.relative(&ctx.resolve(path)?);
-            if !patterns.contains(&rel) {
-                patterns.push(rel);
+            // A move writes its target too: a rule denying edits there must see it.
+            for p in std::iter::once(path).chain(move_path) {
+                let rel = ctx.relative(&ctx.resolve(p)?);
+                if !patterns.contains(&rel) {
+                    patterns.push(rel);
+                }
             }
         }
         asks.push(PermissionRequest::new("edit", patterns, vec!["*".into()]));

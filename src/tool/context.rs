@@ -209,6 +209,20 @@ impl ToolContext {
         path.starts_with(self.worktree())
     }
 
+    /// The subjects a file rule judges: the worktree-relative path, and where it really leads
+    /// when a symlink redirects it (a committed `notes -> .env` must still ask like `.env`).
+    pub fn file_subjects(&self, path: &Path) -> Vec<String> {
+        let mut subjects = vec![self.relative(path)];
+        let real = crate::permission::paths::resolve_existing(path);
+        if real != path {
+            let real = self.relative(&real);
+            if !subjects.contains(&real) {
+                subjects.push(real);
+            }
+        }
+        subjects
+    }
+
     /// Asks each request in order; the first refusal ends the call.
     pub async fn ask_all(&self, requests: Vec<PermissionRequest>) -> Result<(), ToolError> {
         for request in requests {

@@ -107,7 +107,7 @@ fn asks(target: &Target, ctx: &ToolContext) -> Vec<PermissionRequest> {
         .collect();
     asks.push(PermissionRequest::new(
         "read",
-        vec![ctx.relative(&target.path)],
+        ctx.file_subjects(&target.path),
         vec!["*".into()],
     ));
     asks

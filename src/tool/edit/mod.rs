@@ -91,7 +91,7 @@ pub fn file_edit_asks(
     let mut asks: Vec<PermissionRequest> = ctx.external_request(&path, false).into_iter().collect();
     asks.push(PermissionRequest::new(
         "edit",
-        vec![ctx.relative(&path)],
+        ctx.file_subjects(&path),
         vec!["*".into()],
     ));
     Ok(asks)
