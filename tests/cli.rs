@@ -736,6 +736,18 @@ fn the_readonly_profile_allows_reading_commands_only() {
         ("find . -name x -delete", "deny"),
         ("find . -exec rm {} ;", "deny"),
         ("sort -o out.txt in.txt", "deny"),
+        ("sort -uo out.txt in.txt", "deny"),
+        ("uniq in.txt out.txt", "deny"),
+        ("xxd in out", "deny"),
+        ("tree -o out", "deny"),
+        ("printf -v x %s 1", "deny"),
+        ("git grep -Ovim -e x", "deny"),
+        ("rg --pre sh x", "deny"),
+        ("git log --output=f", "deny"),
+        ("\\rm x", "deny"),
+        ("FOO=1 ls", "deny"),
+        ("export X=1", "deny"),
+        ("x=1; echo $((x))", "deny"),
         ("ls $(rm -rf x)", "deny"),
         ("python3 -c 'print(1)'", "deny"),
         ("sed -i s/a/b/ f", "deny"),
@@ -1026,14 +1038,20 @@ fn profiles_list_and_show_their_merged_rules() {
 
 /// The prompt on a real terminal (a pty from util-linux's `script`): `a` approves the
 /// command's prefix for the rest of the session, so the second `echo` is not asked; `r`
-/// rejects; typed text goes back to the model as feedback.
+/// rejects; `f` and a line of text go back to the model as feedback. Each answer is typed
+/// only once its prompt is on the screen, as a person would (keys typed earlier are thrown
+/// away).
 #[test]
 fn the_terminal_prompt_answers_with_single_keys_or_feedback() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
     let cli = Cli::new();
     let config = cli.wt.parent().unwrap().join("asks.toml");
     std::fs::write(&config, "[permission]\nbash = \"ask\"\n").unwrap();
     let script = cli.wt.parent().unwrap().join("calls.jsonl");
-    let on_a_terminal = |calls: &[&str], typed: &str| -> (i32, String) {
+    let on_a_terminal = |calls: &[&str], answers: &[&str]| -> (i32, String) {
         let lines: String = calls
             .iter()
             .map(|c| {
@@ -1058,23 +1076,44 @@ fn the_terminal_prompt_answers_with_single_keys_or_feedback() {
             .env("XDG_CONFIG_HOME", cli.config_home())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("util-linux script: {e}"));
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(typed.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            code(&out),
-            String::from_utf8_lossy(&out.stdout).replace('\r', ""),
-        )
+        let screen = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let sink = screen.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let mut stdin = child.stdin.take().unwrap();
+        for (i, answer) in answers.iter().enumerate() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let shown = String::from_utf8_lossy(&screen.lock().unwrap())
+                    .matches("[f]eedback")
+                    .count();
+                if shown > i {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "prompt {} never appeared", i + 1);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stdin.write_all(answer.as_bytes()).unwrap();
+            stdin.flush().unwrap();
+        }
+        let status = child.wait().unwrap();
+        drop(stdin);
+        reader.join().unwrap();
+        let text = String::from_utf8_lossy(&screen.lock().unwrap()).replace('\r', "");
+        (status.code().unwrap_or(-1), text)
     };
-    let (status, screen) = on_a_terminal(&["echo one", "echo two", "ls"], "ar");
+    let (status, screen) = on_a_terminal(&["echo one", "echo two", "ls"], &["a", "r"]);
     assert_eq!(status, 3, "{screen}");
     assert_eq!(screen.matches("Permission needed").count(), 2, "{screen}");
     assert!(
@@ -1094,7 +1133,7 @@ fn the_terminal_prompt_answers_with_single_keys_or_feedback() {
         "{screen}"
     );
 
-    let (status, screen) = on_a_terminal(&["touch made"], "use the build script instead\n");
+    let (status, screen) = on_a_terminal(&["touch made"], &["fuse the build script instead\n"]);
     assert_eq!(status, 3, "{screen}");
     assert!(
         screen.contains("with the following feedback: use the build script instead"),

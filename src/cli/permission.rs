@@ -118,7 +118,7 @@ pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
             Arc::new(TerminalAsker::new())
         }
         AskMode::Prompt => Arc::new(PolicyAsker::deny(
-            "there is no terminal to ask on (runner was started without one and without --ask; pass --ask allow, or add an allow rule to the config)",
+            "there is no terminal to ask on and no --ask policy (the user can rerun with --ask allow, or add an allow rule to the config)",
         )),
     }
 }

@@ -72,7 +72,7 @@ pub enum PermissionError {
     /// The call needed approval and nobody could give it (no terminal, `--ask deny`, a
     /// profile that answers every ask with deny).
     #[error(
-        "This call needs permission ({permission}: {}) and it was refused because {reason}. Do not retry it; do the task another way or tell the user what permission is needed.",
+        "This call needs permission ({permission}: {}) and it was refused because {reason}. Do not retry the same call: do the task another way, or tell the user which permission it needs.",
         patterns.join(", ")
     )]
     Unanswered {
@@ -110,6 +110,21 @@ fn denied_message(denial: &Denial) -> String {
     );
     if let Some(rule) = rule {
         text.push_str(&format!(" by {}", show(rule)));
+        // A catch-all deny ("everything but this list") is only useful with the list.
+        if rule.pattern == "*" {
+            let allowed: Vec<&str> = relevant
+                .iter()
+                .filter(|r| r.action == rules::Action::Allow && r.pattern != "*")
+                .map(|r| r.pattern.as_str())
+                .collect();
+            if !allowed.is_empty() {
+                text.push_str(&format!(
+                    ". Allowed {permission} patterns (unless a later rule denies them): {}",
+                    allowed.join(", ")
+                ));
+                return text;
+            }
+        }
     }
     // The last rules are the ones that win; a long config shows its tail.
     const SHOWN: usize = 12;

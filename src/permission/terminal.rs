@@ -3,8 +3,11 @@
 //! The prompt goes to stderr (stdout carries tool results, which scripts parse) and shows
 //! what a person needs to decide: the tool, the permission, the concrete command or path,
 //! what "always" would remember, and for edits the diff. One key answers: `o` once, `a`
-//! always, `r` reject. Any other text typed and ended with Enter rejects the call and hands
-//! the text to the model as feedback, which is how a person says "not that, do this".
+//! always, `r` reject; `f` then a line of text rejects the call and hands the text to the
+//! model as feedback, which is how a person says "not that, do this". Feedback needs its own
+//! key so that typing "avoid that" can never mean `a`lways, and every other key is ignored.
+//! Keys typed before a prompt appeared are thrown away: an answer is only ever given to a
+//! question that was on the screen.
 //!
 //! Prompts are taken one at a time even when calls ask concurrently; an ask settled by
 //! another reply's cascade while it waits for its turn is never shown.
@@ -37,14 +40,18 @@ impl TerminalAsker {
 impl Asker for TerminalAsker {
     fn ask<'a>(&'a self, ask: &'a Ask) -> ReplyFuture<'a> {
         Box::pin(async move {
-            let _turn = self.turn.lock().await;
+            // The turn moves into the reader: if this ask is cancelled while the prompt is
+            // up, the next prompt still waits until that reader is done with the terminal.
+            let turn = self.turn.clone().lock_owned().await;
             let prompt = render(ask);
             tokio::task::spawn_blocking(move || {
+                let _turn = turn;
+                let _keys = SingleKeys::enable();
+                discard_typed_ahead();
                 let mut err = std::io::stderr().lock();
                 let _ = err.write_all(prompt.as_bytes());
                 let _ = err.flush();
                 drop(err);
-                let _keys = SingleKeys::enable();
                 let mut input = StdinKeys;
                 read_answer(&mut input, &mut std::io::stderr())
             })
@@ -92,7 +99,7 @@ pub fn render(ask: &Ask) -> String {
             r.always.join(", ")
         ));
     }
-    out.push_str("[o]nce  [a]lways  [r]eject  (or type feedback + Enter to reject with it): ");
+    out.push_str("[o]nce  [a]lways  [r]eject  [f]eedback (reject, telling the model why): ");
     out
 }
 
@@ -132,47 +139,54 @@ impl Keys for StdinKeys {
     }
 }
 
-/// Turns one answer into a reply. Enter alone asks again (an accidental Enter must not
-/// decide anything); end of input is an error, not a silent yes or no.
+/// Turns one answer into a reply. Only `o`, `a`, `r` and `f` mean anything; every other
+/// key (Enter, an arrow key's escape sequence, a stray letter) is ignored, so nothing is
+/// decided by accident. End of input is an error, not a silent yes or no.
 pub fn read_answer(keys: &mut dyn Keys, echo: &mut dyn Write) -> Result<Reply, String> {
     loop {
         let Some(byte) = keys.next_byte() else {
             return Err("the terminal closed before an answer".into());
         };
         let reply = match byte {
-            b'o' | b'O' | b'y' | b'Y' => Reply::Once,
+            b'o' | b'O' => Reply::Once,
             b'a' | b'A' => Reply::Always,
-            b'r' | b'R' | b'n' | b'N' | 0x1b => Reply::Reject { feedback: None },
-            b'\n' | b'\r' | b' ' | b'\t' => continue,
-            first => {
-                let mut bytes = vec![first];
-                // A multi-byte character's first byte: take its continuation bytes too.
-                let width = utf8_width(first);
-                for _ in 1..width {
-                    bytes.extend(keys.next_byte());
-                }
-                let rest = keys.rest_of_line().unwrap_or_default();
-                let feedback = format!("{}{}", String::from_utf8_lossy(&bytes), rest)
-                    .trim()
-                    .to_string();
-                let _ = writeln!(echo);
-                return Ok(Reply::Reject {
+            b'r' | b'R' => Reply::Reject { feedback: None },
+            b'f' | b'F' => {
+                let _ = write!(echo, "\nfeedback for the model: ");
+                let _ = echo.flush();
+                let feedback = keys.rest_of_line().unwrap_or_default().trim().to_string();
+                Reply::Reject {
                     feedback: (!feedback.is_empty()).then_some(feedback),
-                });
+                }
             }
+            0x1b => {
+                skip_escape_sequence(keys);
+                continue;
+            }
+            _ => continue,
         };
         let _ = writeln!(echo);
         return Ok(reply);
     }
 }
 
-fn utf8_width(first: u8) -> usize {
-    match first {
-        0xc0..=0xdf => 2,
-        0xe0..=0xef => 3,
-        0xf0..=0xf7 => 4,
-        _ => 1,
+/// An arrow or function key arrives as ESC `[` (or `O`) … final byte; its letters (`A` for
+/// up) must not be read as answers.
+fn skip_escape_sequence(keys: &mut dyn Keys) {
+    if !matches!(keys.next_byte(), Some(b'[' | b'O')) {
+        return;
     }
+    while let Some(b) = keys.next_byte() {
+        if (0x40..=0x7e).contains(&b) {
+            return;
+        }
+    }
+}
+
+/// Throws away keys pressed before the prompt was shown.
+fn discard_typed_ahead() {
+    // SAFETY: tcflush on fd 0; harmless if it is not a terminal.
+    unsafe { libc::tcflush(0, libc::TCIFLUSH) };
 }
 
 /// Non-canonical input with echo, so one key answers without Enter; restored on drop.
@@ -249,17 +263,20 @@ mod tests {
         };
         let cases: Vec<(&str, Result<Reply, String>)> = vec![
             ("o", Ok(Reply::Once)),
-            ("y", Ok(Reply::Once)),
             ("a", Ok(Reply::Always)),
             ("A", Ok(Reply::Always)),
             ("r", Ok(Reply::Reject { feedback: None })),
-            ("\x1b", Ok(Reply::Reject { feedback: None })),
             ("\n\na", Ok(Reply::Always)),
+            // An arrow key is ESC [ A: ignored, not a reject plus a stray `A`lways.
+            ("\x1b[Ao", Ok(Reply::Once)),
+            // Stray letters decide nothing; y and n are not answers.
+            ("ynxr", Ok(Reply::Reject { feedback: None })),
             (
-                "use cargo nextest instead\n",
+                "fuse cargo nextest instead\n",
                 Ok(fb("use cargo nextest instead")),
             ),
-            ("ça va pas\n", Ok(fb("ça va pas"))),
+            ("fça va pas\n", Ok(fb("ça va pas"))),
+            ("f\n", Ok(Reply::Reject { feedback: None })),
             ("", Err("the terminal closed before an answer".into())),
             ("\n\n", Err("the terminal closed before an answer".into())),
         ];
