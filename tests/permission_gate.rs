@@ -187,6 +187,24 @@ async fn env_files_ask_through_the_read_tool_and_through_bash() {
         assert_eq!(r.outcome, Outcome::Ok, "cat {name}: {:?}", r.error);
         assert!(r.output.contains("SECRET=1"), "cat {name}");
     }
+    // Globs and quoting that can reach an env file ask too.
+    for command in [
+        "cat .env*",
+        "cat .e{n,}v",
+        "cat sub/.env.*",
+        "cat '.env'",
+        "cat \\.env",
+    ] {
+        let r = f
+            .registry
+            .call(
+                "bash",
+                json!({ "command": command, "description": "d" }),
+                &ctx,
+            )
+            .await;
+        assert_eq!(r.outcome, Outcome::Denied, "{command}: {:?}", r.output);
+    }
     // A link to an env file asks like the file itself.
     std::os::unix::fs::symlink(".env", f.path("notes")).unwrap();
     let r = f

@@ -36,6 +36,25 @@ pub struct BashParams {
 
 pub struct BashTool;
 
+/// The read subjects, plus `<dir>/.env` beside each glob that may match an env file: the
+/// rules are wildcards over names, and `.env*` or `.e{n,}v` would slip past a `*.env` rule
+/// that the files they expand to do not.
+fn with_env_stand_ins(reads: &[String]) -> Vec<String> {
+    let mut out = reads.to_vec();
+    for read in reads {
+        if read.contains(['*', '?', '[', '{']) {
+            let stand_in = match read.rsplit_once('/') {
+                Some((dir, _)) => format!("{dir}/.env"),
+                None => ".env".to_string(),
+            };
+            if !out.contains(&stand_in) {
+                out.push(stand_in);
+            }
+        }
+    }
+    out
+}
+
 /// Where the command runs: `workdir` against the worktree, else the worktree.
 fn workdir(params: &BashParams, ctx: &ToolContext) -> Result<PathBuf, ToolError> {
     match params.workdir.as_deref() {
@@ -106,12 +125,14 @@ impl Tool for BashTool {
         if !scan.reads.is_empty() {
             asks.push(PermissionRequest::new(
                 "read",
-                scan.reads.clone(),
+                with_env_stand_ins(&scan.reads),
                 scan.reads,
             ));
         }
         if !scan.patterns.is_empty() {
-            asks.push(PermissionRequest::new("bash", scan.patterns, scan.always));
+            let mut ask = PermissionRequest::new("bash", scan.patterns, scan.always);
+            ask.deny_spellings = scan.deny_spellings;
+            asks.push(ask);
         }
         Ok(asks)
     }
