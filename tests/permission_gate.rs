@@ -277,6 +277,35 @@ async fn a_symlink_out_of_the_worktree_asks_for_where_it_leads() {
     assert!(!f.outside.join("new.txt").exists());
 }
 
+/// A worktree opened through a symlinked path still contains its own files: the real
+/// worktree is resolved once, and resolved paths are compared against it.
+#[tokio::test]
+async fn a_worktree_named_through_a_symlink_contains_its_files() {
+    let f = fixture().await;
+    f.write("sub/a.txt", "a\n");
+    let alias = f.wt.parent().unwrap().join("alias");
+    std::os::unix::fs::symlink(&f.wt, &alias).unwrap();
+    let sandbox = common::open_sandbox(common::Backend::InProcess, &alias, &[])
+        .await
+        .unwrap();
+    let ctx = ToolContext::new(
+        Arc::new(sandbox),
+        f.ctx.session.clone(),
+        f.ctx.gate.clone(),
+        f.ctx.truncator.clone(),
+    );
+    assert_eq!(ctx.real_worktree.as_path(), f.wt.as_path());
+    assert!(
+        ctx.external_request(&alias.join("sub/a.txt"), false)
+            .is_none()
+    );
+    let asks = strip(ctx.file_asks(&alias.join("sub/a.txt"), false, "read"));
+    assert_eq!(asks.len(), 1, "{asks:?}");
+    assert_eq!(asks[0].0, "read");
+    let outside = ctx.external_request(&f.outside.join("x"), false).unwrap();
+    assert_eq!(outside.patterns, vec![format!("{}/*", f.outside.display())]);
+}
+
 #[tokio::test]
 async fn the_third_identical_call_in_a_row_asks_doom_loop() {
     let f = fixture().await;

@@ -15,8 +15,6 @@ use crate::permission::config::{self as rule_config, Sources};
 use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
 use crate::permission::rules::{Action, Rule};
 use crate::permission::terminal::TerminalAsker;
-use crate::sandbox::BackendKind;
-use crate::sandbox::spec::SandboxSpec;
 use crate::tool::truncate::Truncator;
 use crate::tool::{Registry, Session, ToolContext};
 
@@ -81,26 +79,32 @@ pub async fn run(cmd: PermissionCommand) -> u8 {
     }
 }
 
-/// The configured ruleset for a profile and worktree; notes (ignored project allows) go to
-/// stderr.
-pub fn load_rules(
-    profile: &Profile,
+/// A profile and the ruleset it gives for a worktree (profile, user, project, `--config`
+/// layers). Problems are printed, and come back as the usage exit status: a broken config
+/// stops a command before anything starts. Notes (ignored project rules) go to stderr.
+pub fn profile_and_rules(
+    profile_name: &str,
     root: &Path,
     rules: &RuleArgs,
     output_dir: Option<&Path>,
-) -> Result<Vec<Rule>, String> {
+) -> Result<(Profile, Vec<Rule>), u8> {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("runner: {e}");
+        exit::USAGE
+    };
+    let profile = profile::load(profile_name).map_err(|e| fail(&e))?;
     let (layers, notes) = rule_config::load(Sources {
-        profile,
-        worktree: root,
+        profile: &profile,
+        worktree: &absolute_root(root),
         explicit: rules.config.as_deref(),
         output_dir,
         session: Vec::new(),
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| fail(&e))?;
     for note in notes {
         eprintln!("runner: {note}");
     }
-    Ok(rule_config::merge(layers))
+    Ok((profile, rule_config::merge(layers)))
 }
 
 /// Who answers asks: `--ask`, else the profile's `ask`, else the terminal. Without a
@@ -132,21 +136,17 @@ fn effective(action: Action, profile: &Profile) -> Action {
 }
 
 pub fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
-    let profile = profile::load(&scope.profile).map_err(|e| {
-        eprintln!("runner: {e}");
-        exit::USAGE
-    })?;
     if !scope.root.is_dir() {
         eprintln!("runner: --root {} is not a directory", scope.root.display());
         return Err(exit::USAGE);
     }
-    let root = absolute_root(&scope.root);
-    let output = Truncator::default_dir();
-    let rules = load_rules(&profile, &root, &scope.rules, Some(&output)).map_err(|e| {
-        eprintln!("runner: {e}");
-        exit::USAGE
-    })?;
-    Ok((profile, rules, root))
+    let (profile, rules) = profile_and_rules(
+        &scope.profile,
+        &scope.root,
+        &scope.rules,
+        Some(&Truncator::default_dir()),
+    )?;
+    Ok((profile, rules, absolute_root(&scope.root)))
 }
 
 async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
@@ -163,16 +163,10 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
     };
     // The analysis only locates targets (stat, symlinks), so the in-process server is
     // enough whatever sandbox the profile names: nothing runs.
-    let sandbox = match SandboxSpec::new(BackendKind::None, &root) {
-        Ok(spec) => match crate::sandbox::open(&spec).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("runner: cannot open the worktree {}: {e}", root.display());
-                return exit::FAILED;
-            }
-        },
+    let sandbox = match crate::sandbox::local::in_process(&root, &[]).await {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: cannot open the worktree {}: {e}", root.display());
             return exit::FAILED;
         }
     };

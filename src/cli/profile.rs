@@ -6,7 +6,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::exit;
-use super::permission::{RuleArgs, load_rules};
+use super::permission::{RuleArgs, profile_and_rules};
 use crate::config::profile::{self, AskMode};
 use crate::tool::truncate::Truncator;
 
@@ -72,20 +72,10 @@ fn list() -> u8 {
 }
 
 fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool) -> u8 {
-    let p = match profile::load(name) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::USAGE;
-        }
-    };
-    let root = super::permission::absolute_root(root);
-    let rules = match load_rules(&p, &root, rule_args, Some(&Truncator::default_dir())) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::USAGE;
-        }
+    let (p, rules) = match profile_and_rules(name, root, rule_args, Some(&Truncator::default_dir()))
+    {
+        Ok(x) => x,
+        Err(code) => return code,
     };
     let ask = p.ask.unwrap_or(AskMode::Prompt);
     if as_json {

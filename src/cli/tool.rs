@@ -10,8 +10,8 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::exit;
-use super::permission::{RuleArgs, Scope, asker, load_rules, load_scope};
-use crate::config::profile::AskMode;
+use super::permission::{RuleArgs, Scope, asker, load_scope, profile_and_rules};
+use crate::config::profile::{AskMode, Profile};
 use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::sandbox::spec::{Network, SandboxSpec};
 use crate::sandbox::{BackendKind, Sandbox};
@@ -126,21 +126,13 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
         return Err(exit::FAILED);
     }
     // Rules first: a broken config stops the command before any sandbox starts.
-    let profile = crate::config::profile::load(&common.sandbox.profile).map_err(|e| {
-        eprintln!("runner: {e}");
-        exit::USAGE
-    })?;
-    let rules = load_rules(
-        &profile,
-        &super::permission::absolute_root(root),
+    let (profile, rules) = profile_and_rules(
+        &common.sandbox.profile,
+        root,
         &common.rules,
         Some(truncator.dir()),
-    )
-    .map_err(|e| {
-        eprintln!("runner: {e}");
-        exit::USAGE
-    })?;
-    let sandbox = match open_sandbox(&common.sandbox, root, truncator.dir()).await {
+    )?;
+    let sandbox = match open_sandbox(&common.sandbox, &profile, root, truncator.dir()).await {
         Ok(s) => s,
         Err(message) => {
             eprintln!("runner: {message}");
@@ -179,6 +171,11 @@ pub struct SandboxArgs {
 impl SandboxArgs {
     pub fn spec(&self, root: &Path) -> Result<SandboxSpec, String> {
         let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
+        self.spec_for(&profile, root)
+    }
+
+    /// The spec from an already loaded profile, then the flags.
+    pub fn spec_for(&self, profile: &Profile, root: &Path) -> Result<SandboxSpec, String> {
         let mut spec = SandboxSpec::new(BackendKind::None, root)
             .map_err(|e| format!("cannot find the runner executable: {e}"))?;
         profile.sandbox.apply(&mut spec);
@@ -197,10 +194,11 @@ impl SandboxArgs {
 
 pub async fn open_sandbox(
     args: &SandboxArgs,
+    profile: &Profile,
     root: &Path,
     output_dir: &Path,
 ) -> Result<Sandbox, String> {
-    let mut spec = args.spec(root)?;
+    let mut spec = args.spec_for(profile, root)?;
     spec.read_only.push(output_dir.to_path_buf());
     crate::sandbox::open(&spec)
         .await

@@ -159,8 +159,9 @@ pub trait PermissionGate: Send + Sync {
     }
 }
 
-/// How to answer asks when nobody can be asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// How [`PolicyGate`] answers every ask (tests and benchmarks; the CLI uses
+/// [`gate::PolicyAsker`] behind the rule gate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AskPolicy {
     Allow,
     Deny,

@@ -90,6 +90,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The tool this context is running, for the person an ask reaches.
     pub tool: Option<&'static str>,
+    /// The worktree with its own symlinks resolved, found once: resolved paths are compared
+    /// against it (a worktree under `/tmp -> /private/tmp` still contains its files).
+    pub real_worktree: Arc<PathBuf>,
 }
 
 impl ToolContext {
@@ -99,6 +102,9 @@ impl ToolContext {
         gate: Arc<dyn PermissionGate>,
         truncator: Arc<Truncator>,
     ) -> Self {
+        let real_worktree = Arc::new(crate::permission::paths::resolve_existing(
+            sandbox.worktree(),
+        ));
         ToolContext {
             sandbox,
             session,
@@ -107,6 +113,7 @@ impl ToolContext {
             progress: Arc::new(|_| {}),
             cancel: CancellationToken::new(),
             tool: None,
+            real_worktree,
         }
     }
 
@@ -209,20 +216,6 @@ impl ToolContext {
         path.starts_with(self.worktree())
     }
 
-    /// The subjects a file rule judges: the worktree-relative path, and where it really leads
-    /// when a symlink redirects it (a committed `notes -> .env` must still ask like `.env`).
-    pub fn file_subjects(&self, path: &Path) -> Vec<String> {
-        let mut subjects = vec![self.relative(path)];
-        let real = crate::permission::paths::resolve_existing(path);
-        if real != path {
-            let real = self.relative(&real);
-            if !subjects.contains(&real) {
-                subjects.push(real);
-            }
-        }
-        subjects
-    }
-
     /// Asks each request in order; the first refusal ends the call.
     pub async fn ask_all(&self, requests: Vec<PermissionRequest>) -> Result<(), ToolError> {
         for request in requests {
@@ -231,24 +224,56 @@ impl ToolContext {
         Ok(())
     }
 
+    /// What a file tool asks for one path, resolving it once: `external_directory` for its
+    /// directory when it is outside the worktree (see [`Self::external_request`]), then
+    /// `permission` for the worktree-relative path and, when a symlink redirects it, for where
+    /// it really leads (a committed `notes -> .env` must still ask like `.env`).
+    pub fn file_asks(&self, path: &Path, is_dir: bool, permission: &str) -> Vec<PermissionRequest> {
+        let real = crate::permission::paths::resolve_existing(path);
+        let mut asks: Vec<PermissionRequest> =
+            self.external_for(path, &real, is_dir).into_iter().collect();
+        let mut subjects = vec![self.relative(path)];
+        if real != path {
+            let real = self.relative(&real);
+            if !subjects.contains(&real) {
+                subjects.push(real);
+            }
+        }
+        asks.push(PermissionRequest::new(
+            permission,
+            subjects,
+            vec!["*".into()],
+        ));
+        asks
+    }
+
     /// OpenCode's `assertExternalDirectory`, made to see through symlinks: a path outside
     /// the worktree, lexically or once the links that exist are followed, needs an
     /// `external_directory` ask for its directory (the path itself when it is one). OpenCode
     /// checks only lexically, so `link/secret` with `link -> /etc` looked inside.
     pub fn external_request(&self, path: &Path, is_dir: bool) -> Option<PermissionRequest> {
+        self.external_for(
+            path,
+            &crate::permission::paths::resolve_existing(path),
+            is_dir,
+        )
+    }
+
+    /// [`Self::external_request`] for a path already resolved to `real`.
+    fn external_for(&self, path: &Path, real: &Path, is_dir: bool) -> Option<PermissionRequest> {
         let outside = if !self.is_inside_worktree(path) {
-            path.to_path_buf()
+            path
+        } else if real.starts_with(self.worktree())
+            || real.starts_with(self.real_worktree.as_path())
+        {
+            return None;
         } else {
-            let real = crate::permission::paths::resolve_existing(path);
-            if crate::permission::paths::is_within(&real, self.worktree()) {
-                return None;
-            }
             real
         };
         let dir = if is_dir {
-            outside.as_path()
+            outside
         } else {
-            outside.parent().unwrap_or(&outside)
+            outside.parent().unwrap_or(outside)
         };
         let pattern = crate::permission::paths::dir_pattern(dir);
         Some(

@@ -101,16 +101,7 @@ async fn locate(params: &ReadParams, ctx: &ToolContext) -> Result<Target, ToolEr
 
 fn asks(target: &Target, ctx: &ToolContext) -> Vec<PermissionRequest> {
     let is_dir = matches!(&target.stat, Ok(Some(s)) if s.kind == FileKind::Dir);
-    let mut asks: Vec<PermissionRequest> = ctx
-        .external_request(&target.path, is_dir)
-        .into_iter()
-        .collect();
-    asks.push(PermissionRequest::new(
-        "read",
-        ctx.file_subjects(&target.path),
-        vec!["*".into()],
-    ));
-    asks
+    ctx.file_asks(&target.path, is_dir, "read")
 }
 
 async fn not_found_message(ctx: &ToolContext, path: &Path) -> String {

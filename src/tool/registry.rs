@@ -158,15 +158,7 @@ impl Registry {
         let tool = self
             .get(name)
             .ok_or_else(|| format!("unknown tool {name:?}"))?;
-        let ctx = ctx.for_tool(tool.id());
-        let mut asks = tool
-            .permissions(args, &ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        for ask in &mut asks {
-            ask.tool = Some(tool.id().to_string());
-        }
-        Ok(asks)
+        tool.permissions(args, ctx).await.map_err(|e| e.to_string())
     }
 
     /// The tools the model is offered: those whose permission the rules do not turn off.

@@ -87,14 +87,7 @@ pub fn file_edit_asks(
     file_path: &str,
     ctx: &ToolContext,
 ) -> Result<Vec<PermissionRequest>, ToolError> {
-    let path = ctx.resolve(file_path)?;
-    let mut asks: Vec<PermissionRequest> = ctx.external_request(&path, false).into_iter().collect();
-    asks.push(PermissionRequest::new(
-        "edit",
-        ctx.file_subjects(&path),
-        vec!["*".into()],
-    ));
-    Ok(asks)
+    Ok(ctx.file_asks(&ctx.resolve(file_path)?, false, "edit"))
 }
 
 /// Applies `edits` in order to one file and writes it once. If any edit fails, the file is
