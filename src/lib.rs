@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod http;
 pub mod permission;
 pub mod sandbox;
 pub mod tool;

@@ -93,7 +93,7 @@ pub trait Tool: Send + Sync + 'static {
     fn id(&self) -> &'static str;
 
     /// The model-facing description, kept in a text file beside the tool.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
 
     /// Which end of a long output to keep.
     fn truncation(&self) -> truncate::Direction {
@@ -125,7 +125,7 @@ pub type PermissionsFuture<'a> =
 /// validation itself.
 pub trait DynTool: Send + Sync {
     fn id(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     fn parameters(&self) -> Value;
     fn truncation(&self) -> truncate::Direction;
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> ToolFuture<'a>;
@@ -137,7 +137,7 @@ impl<T: Tool> DynTool for T {
         Tool::id(self)
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         Tool::description(self)
     }
 
