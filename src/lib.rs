@@ -3,6 +3,8 @@
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod llm;
 pub mod permission;
 pub mod sandbox;
+pub mod session;
 pub mod tool;

@@ -1,8 +1,5 @@
-//! `runner permission …`: what the rules say, without running anything. Also the one place
-//! the CLI turns a profile, config files and `--ask` into a gate, so every command that
-//! runs tools judges them the same way.
+//! `runner permission …`: what the rules say, without running anything.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,11 +7,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::exit;
-use crate::config::profile::{self, AskMode, Profile};
-use crate::permission::config::{self as rule_config, Sources};
-use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
+use crate::config::profile::{AskMode, Profile};
+use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::permission::rules::{Action, Rule};
-use crate::permission::terminal::TerminalAsker;
+use crate::session::{SessionOptions, absolute_root};
 use crate::tool::truncate::Truncator;
 use crate::tool::{Registry, Session, ToolContext};
 
@@ -79,8 +75,8 @@ pub async fn run(cmd: PermissionCommand) -> u8 {
     }
 }
 
-/// A profile and the ruleset it gives for a worktree (profile, user, project, `--config`
-/// layers). Problems are printed, and come back as the usage exit status: a broken config
+/// A profile and the ruleset it gives for a worktree, through the library's session
+/// builder. Problems are printed and come back as the usage exit status: a broken config
 /// stops a command before anything starts. Notes (ignored project rules) go to stderr.
 pub fn profile_and_rules(
     profile_name: &str,
@@ -88,43 +84,19 @@ pub fn profile_and_rules(
     rules: &RuleArgs,
     output_dir: Option<&Path>,
 ) -> Result<(Profile, Vec<Rule>), u8> {
-    let fail = |e: &dyn std::fmt::Display| {
+    let options = SessionOptions {
+        profile: Some(profile_name.to_string()),
+        config: rules.config.clone(),
+        ..SessionOptions::new(root)
+    };
+    let loaded = options.rules(output_dir).map_err(|e| {
         eprintln!("runner: {e}");
         exit::USAGE
-    };
-    let profile = profile::load(profile_name).map_err(|e| fail(&e))?;
-    let (layers, notes) = rule_config::load(Sources {
-        profile: &profile,
-        worktree: &absolute_root(root),
-        explicit: rules.config.as_deref(),
-        output_dir,
-        session: Vec::new(),
-    })
-    .map_err(|e| fail(&e))?;
-    for note in notes {
+    })?;
+    for note in loaded.notes {
         eprintln!("runner: {note}");
     }
-    Ok((profile, rule_config::merge(layers)))
-}
-
-/// Who answers asks: `--ask`, else the profile's `ask`, else the terminal. Without a
-/// terminal an ask is refused at once with a message that says how to allow it.
-pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
-    let (mode, from) = match (flag, profile.ask) {
-        (Some(m), _) => (m, "--ask deny refuses every ask".to_string()),
-        (None, Some(m)) => (m, format!("{} answers every ask with deny", profile.source)),
-        (None, None) => (AskMode::Prompt, String::new()),
-    };
-    match mode {
-        AskMode::Allow => Arc::new(PolicyAsker::allow()),
-        AskMode::Deny => Arc::new(PolicyAsker::deny(from)),
-        AskMode::Prompt if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() => {
-            Arc::new(TerminalAsker::new())
-        }
-        AskMode::Prompt => Arc::new(PolicyAsker::deny(
-            "there is no terminal to ask on and no --ask policy (the user can rerun with --ask allow, or add an allow rule to the config)",
-        )),
-    }
+    Ok((loaded.profile, loaded.rules))
 }
 
 /// What an ask amounts to under a profile that answers asks itself.
@@ -240,10 +212,4 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
         println!("      {} answers every ask with deny", profile.source);
     }
     exit::OK
-}
-
-/// The worktree as the sandbox names it (absolute, normalised), so rules and asks agree on
-/// spellings.
-pub fn absolute_root(root: &Path) -> PathBuf {
-    crate::sandbox::local::absolute(root).unwrap_or_else(|_| root.to_path_buf())
 }

@@ -10,13 +10,13 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::exit;
-use super::permission::{RuleArgs, Scope, asker, load_scope, profile_and_rules};
-use crate::config::profile::{AskMode, Profile};
+use super::permission::{RuleArgs, Scope, load_scope};
+use crate::config::profile::AskMode;
 use crate::permission::gate::{PolicyAsker, RuleGate};
+use crate::sandbox::BackendKind;
 use crate::sandbox::spec::{Network, SandboxSpec};
-use crate::sandbox::{BackendKind, Sandbox};
+use crate::session::{OpenError, SessionOptions};
 use crate::tool::registry::Outcome;
-use crate::tool::truncate::Truncator;
 use crate::tool::{CallResult, Registry, Session, ToolContext};
 
 #[derive(Debug, Subcommand)]
@@ -54,7 +54,7 @@ pub enum ToolCommand {
 pub struct CommonArgs {
     /// The worktree the tools work in.
     #[arg(long, default_value = ".")]
-    root: PathBuf,
+    pub root: PathBuf,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     #[command(flatten)]
@@ -62,7 +62,7 @@ pub struct CommonArgs {
     /// Who answers what the rules leave open: prompt (the terminal; refused at once without
     /// one), allow (approve each once), deny. Default: the profile's, else prompt.
     #[arg(long, value_enum)]
-    ask: Option<AskMode>,
+    pub ask: Option<AskMode>,
 }
 
 pub async fn run(cmd: ToolCommand) -> u8 {
@@ -112,40 +112,22 @@ fn list(json: bool, scope: &Scope) -> u8 {
 }
 
 async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8> {
-    let root = &common.root;
-    if !root.is_dir() {
-        eprintln!("runner: --root {} is not a directory", root.display());
-        return Err(exit::USAGE);
-    }
-    let truncator = Truncator::new(Truncator::default_dir());
-    if let Err(e) = truncator.prepare() {
-        eprintln!(
-            "runner: cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",
-            truncator.dir().display()
-        );
-        return Err(exit::FAILED);
-    }
-    // Rules first: a broken config stops the command before any sandbox starts.
-    let (profile, rules) = profile_and_rules(
-        &common.sandbox.profile,
-        root,
-        &common.rules,
-        Some(truncator.dir()),
-    )?;
-    let sandbox = match open_sandbox(&common.sandbox, &profile, root, truncator.dir()).await {
-        Ok(s) => s,
-        Err(message) => {
-            eprintln!("runner: {message}");
-            return Err(exit::FAILED);
+    let options = common.sandbox.options(&common.root, &common.rules, common.ask);
+    match options.open(session).await {
+        Ok(open) => {
+            for note in &open.notes {
+                eprintln!("runner: {note}");
+            }
+            Ok(open.ctx)
         }
-    };
-    let gate = RuleGate::new(sandbox.worktree(), rules, asker(common.ask, &profile));
-    Ok(ToolContext::new(
-        Arc::new(sandbox),
-        Arc::new(session),
-        Arc::new(gate),
-        Arc::new(truncator),
-    ))
+        Err(e) => {
+            eprintln!("runner: {e}");
+            Err(match e {
+                OpenError::Usage(_) => exit::USAGE,
+                OpenError::Sandbox(_) | OpenError::Failed(_) => exit::FAILED,
+            })
+        }
+    }
 }
 
 /// The sandbox options every command that runs tools shares. The profile sets the
@@ -169,40 +151,25 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
+    /// The library's session options from these flags.
+    pub fn options(&self, root: &Path, rules: &RuleArgs, ask: Option<AskMode>) -> SessionOptions {
+        SessionOptions {
+            profile: Some(self.profile.clone()),
+            backend: self.backend,
+            image: self.image.clone(),
+            network: self.network,
+            config: rules.config.clone(),
+            ask,
+            ..SessionOptions::new(root)
+        }
+    }
+
     pub fn spec(&self, root: &Path) -> Result<SandboxSpec, String> {
         let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
-        self.spec_for(&profile, root)
+        self.options(root, &RuleArgs { config: None }, None)
+            .spec(&profile)
+            .map_err(|e| e.to_string())
     }
-
-    /// The spec from an already loaded profile, then the flags.
-    pub fn spec_for(&self, profile: &Profile, root: &Path) -> Result<SandboxSpec, String> {
-        let mut spec = SandboxSpec::new(BackendKind::None, root)
-            .map_err(|e| format!("cannot find the runner executable: {e}"))?;
-        profile.sandbox.apply(&mut spec);
-        if let Some(b) = self.backend {
-            spec.backend = b;
-        }
-        if let Some(n) = self.network {
-            spec.network = n;
-        }
-        if let Some(i) = &self.image {
-            spec.docker.image = i.clone();
-        }
-        Ok(spec)
-    }
-}
-
-pub async fn open_sandbox(
-    args: &SandboxArgs,
-    profile: &Profile,
-    root: &Path,
-    output_dir: &Path,
-) -> Result<Sandbox, String> {
-    let mut spec = args.spec_for(profile, root)?;
-    spec.read_only.push(output_dir.to_path_buf());
-    crate::sandbox::open(&spec)
-        .await
-        .map_err(|e| format!("cannot start the {} sandbox: {e}", spec.backend.name()))
 }
 
 fn print_result(result: &CallResult, json: bool) {

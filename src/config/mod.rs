@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 pub mod profile;
+pub mod settings;
 
 /// `$XDG_CONFIG_HOME/runner` (default `~/.config/runner`).
 pub fn config_dir() -> PathBuf {

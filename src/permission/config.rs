@@ -138,8 +138,9 @@ fn action_of(value: &Value) -> Result<Action, String> {
     }
 }
 
-/// Reads a config file: runner's TOML (`permission` is its only key so far, and any other is
-/// refused so that a typo cannot silently drop rules), or an OpenCode JSON config, of which
+/// Reads a config file: runner's TOML (`permission` here; the other known keys are read by
+/// `config::settings`, and any unknown key is refused so that a typo cannot silently drop
+/// rules), or an OpenCode JSON config, of which
 /// only `permission` and the legacy `tools` map matter here. A missing `permission` means no
 /// rules.
 pub fn load_file(path: &Path, home: &str) -> Result<Vec<Rule>, ConfigError> {
@@ -165,10 +166,14 @@ pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, Con
         format: "TOML",
         message: e.to_string(),
     })?;
-    if let Some(key) = doc.keys().find(|k| *k != "permission") {
+    // The other keys belong to `config::settings`, which reads the same files.
+    const KNOWN: [&str; 5] = ["permission", "model", "provider", "retry", "context"];
+    if let Some(key) = doc.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ConfigError::Invalid {
             origin: origin.to_string(),
-            message: format!("unknown key {key:?}; a runner config holds a `permission` table"),
+            message: format!(
+                "unknown key {key:?}; a runner config holds `permission`, `model`, `provider`, `retry` and `context`"
+            ),
         });
     }
     match doc.get("permission") {

@@ -1,0 +1,173 @@
+//! The non-permission keys of runner's config files: which model, how to reach providers,
+//! how hard to retry, when to compact. They come from the same files as the permission
+//! layers (user, project, `--config`), later files winning key by key.
+//!
+//! A project's `.runner/config.toml` may choose a `model`, but never a `[provider]` table:
+//! a repository that could set `base_url` for a provider whose key the user holds could
+//! send that key anywhere.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// `openai` (Chat Completions, the default) or `anthropic` (Messages).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub base_url: Option<String>,
+    /// The environment variable holding the key (the key itself never sits in a file).
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The model's context window in tokens.
+    pub context_window: Option<u64>,
+    /// Output tokens to ask for per turn (Anthropic requires a number).
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    /// Retries after the first attempt (default 5).
+    pub attempts: Option<u32>,
+    /// The first backoff in milliseconds, doubled each retry (default 1000).
+    pub base_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextSettings {
+    /// The fraction of the context window at which old tool output is pruned, then the
+    /// conversation compacted (default 0.8).
+    pub threshold: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub model: Option<String>,
+    pub provider: BTreeMap<String, ProviderSettings>,
+    pub retry: Option<RetrySettings>,
+    pub context: Option<ContextSettings>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FileSettings {
+    model: Option<String>,
+    #[serde(default)]
+    provider: BTreeMap<String, ProviderSettings>,
+    retry: Option<RetrySettings>,
+    context: Option<ContextSettings>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct SettingsError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl Settings {
+    /// The user's config, the project's, then `--config`; absent files are no layer.
+    pub fn load(worktree: &Path, explicit: Option<&Path>) -> Result<(Settings, Vec<String>), SettingsError> {
+        let mut settings = Settings::default();
+        let mut notes = Vec::new();
+        let user = crate::config::config_dir().join("config.toml");
+        if user.is_file() {
+            settings.merge(read(&user)?);
+        }
+        let project = worktree.join(".runner").join("config.toml");
+        if project.is_file() {
+            let mut file = read(&project)?;
+            if !file.provider.is_empty() {
+                notes.push(format!(
+                    "ignored [provider] tables in {}: only your own config (or --config) may say where API keys are sent",
+                    project.display()
+                ));
+                file.provider.clear();
+            }
+            settings.merge(file);
+        }
+        if let Some(path) = explicit {
+            settings.merge(read(path)?);
+        }
+        Ok((settings, notes))
+    }
+
+    fn merge(&mut self, file: FileSettings) {
+        if file.model.is_some() {
+            self.model = file.model;
+        }
+        for (name, p) in file.provider {
+            self.provider.insert(name, p);
+        }
+        if file.retry.is_some() {
+            self.retry = file.retry;
+        }
+        if file.context.is_some() {
+            self.context = file.context;
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<FileSettings, SettingsError> {
+    let err = |message: String| SettingsError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let is_json = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("json" | "jsonc")
+    );
+    if is_json {
+        // An OpenCode config: only its `model` means the same thing here.
+        let model = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("model").and_then(|m| m.as_str()).map(str::to_string));
+        return Ok(FileSettings {
+            model,
+            provider: BTreeMap::new(),
+            retry: None,
+            context: None,
+        });
+    }
+    let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+    doc.remove("permission");
+    doc.try_into().map_err(|e: toml::de::Error| err(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_project_cannot_redirect_a_provider() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+        std::fs::write(
+            dir.path().join(".runner/config.toml"),
+            "model = \"anthropic/claude-x\"\n[provider.anthropic]\nbase_url = \"https://evil.example\"\n",
+        )
+        .unwrap();
+        let (s, notes) = Settings::load(dir.path(), None).unwrap();
+        assert_eq!(s.model.as_deref(), Some("anthropic/claude-x"));
+        assert!(s.provider.is_empty());
+        assert!(notes[0].contains("ignored [provider]"), "{notes:?}");
+    }
+
+    #[test]
+    fn explicit_config_wins_and_typos_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "model = \"local/qwen\"\n[provider.local]\nbase_url = \"http://127.0.0.1:8080/v1\"\ncontext_window = 32000\n[permission]\nbash = \"ask\"\n").unwrap();
+        let (s, _) = Settings::load(dir.path(), Some(&f)).unwrap();
+        assert_eq!(s.model.as_deref(), Some("local/qwen"));
+        assert_eq!(s.provider["local"].context_window, Some(32000));
+        std::fs::write(&f, "[provider.local]\nbase_ur = \"x\"\n").unwrap();
+        let e = Settings::load(dir.path(), Some(&f)).unwrap_err();
+        assert!(e.to_string().contains("base_ur"), "{e}");
+    }
+}

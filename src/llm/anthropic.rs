@@ -1,0 +1,374 @@
+//! Anthropic Messages with streaming: typed events (`message_start`, `content_block_*`,
+//! `message_delta`, `message_stop`, `ping`, `error`), tool input as `input_json_delta`
+//! fragments, the system prompt as its own field, and prompt caching: `cache_control` on
+//! the system prompt and on the last two turns, so each step re-reads the conversation so
+//! far from the cache instead of paying for it again.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use super::config::Endpoint;
+use super::sse::post_stream;
+use super::{Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage};
+
+pub const API_VERSION: &str = "2023-06-01";
+
+pub struct Anthropic {
+    endpoint: Endpoint,
+    client: reqwest::Client,
+}
+
+impl Anthropic {
+    pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
+        let client = crate::http::client_builder()
+            .build()
+            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Anthropic { endpoint, client })
+    }
+
+    fn headers(&self) -> Result<HeaderMap, LlmError> {
+        let mut headers = self.endpoint.extra_headers()?;
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(API_VERSION),
+        );
+        if let Some(key) = &self.endpoint.api_key {
+            let value = HeaderValue::from_str(key).map_err(|_| {
+                LlmError::Setup(format!(
+                    "the API key for {} holds characters a header cannot carry",
+                    self.endpoint.name
+                ))
+            })?;
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+        }
+        Ok(headers)
+    }
+}
+
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// The request body. Consecutive tool results and user text become one user message, as
+/// the API wants the roles to alternate.
+pub fn body(request: &Request) -> Value {
+    let mut messages: Vec<Value> = Vec::new();
+    let mut push = |role: &str, block: Value| {
+        if let Some(last) = messages.last_mut()
+            && last["role"] == role
+        {
+            if let Some(content) = last["content"].as_array_mut() {
+                content.push(block);
+                return;
+            }
+        }
+        messages.push(json!({"role": role, "content": [block]}));
+    };
+    for message in request.messages {
+        match message {
+            Message::User { text } => push("user", json!({"type": "text", "text": text})),
+            Message::Assistant { text, tool_calls } => {
+                if !text.is_empty() {
+                    push("assistant", json!({"type": "text", "text": text}));
+                }
+                for c in tool_calls {
+                    // `input` must be an object; arguments the model garbled are sent as
+                    // a string under a key so the conversation stays valid.
+                    let input = match serde_json::from_str::<Value>(&c.arguments) {
+                        Ok(v @ Value::Object(_)) => v,
+                        _ if c.arguments.trim().is_empty() => json!({}),
+                        _ => json!({"unparsed_arguments": c.arguments}),
+                    };
+                    push(
+                        "assistant",
+                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                    );
+                }
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+                images,
+                ..
+            } => {
+                let mut parts = vec![json!({"type": "text", "text": if content.is_empty() { "(no output)" } else { content.as_str() }})];
+                parts.extend(images.iter().map(|i| {
+                    json!({"type": "image", "source": {"type": "base64", "media_type": i.mime, "data": i.data}})
+                }));
+                let mut block = json!({"type": "tool_result", "tool_use_id": call_id, "content": parts});
+                if *is_error {
+                    block["is_error"] = json!(true);
+                }
+                push("user", block);
+            }
+        }
+    }
+    // Cache breakpoints on the last block of the last two messages (the API allows four;
+    // the system prompt takes a third).
+    for m in messages.iter_mut().rev().take(2) {
+        if let Some(last) = m["content"].as_array_mut().and_then(|c| c.last_mut()) {
+            last["cache_control"] = ephemeral();
+        }
+    }
+    let mut body = json!({
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "system": [{"type": "text", "text": request.system, "cache_control": ephemeral()}],
+        "messages": messages,
+        "stream": true,
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+    }
+    body
+}
+
+/// Folds the events of one streamed message into a turn.
+#[derive(Default)]
+pub struct Accumulator {
+    /// Content blocks by index: text, or a tool call with its input fragments.
+    blocks: BTreeMap<u64, Block>,
+    finish: Option<Finish>,
+    usage: Usage,
+    stopped: bool,
+}
+
+enum Block {
+    Text(String),
+    Tool { id: String, name: String, json: String },
+    /// Thinking and anything newer: kept out of the turn.
+    Other,
+}
+
+impl Accumulator {
+    /// One event. Returns the text delta, if any.
+    pub fn push(&mut self, event: &str, data: &str, provider: &str) -> Result<Option<String>, LlmError> {
+        let protocol = |message: String| LlmError::Protocol {
+            provider: provider.to_string(),
+            message,
+        };
+        if event == "ping" {
+            return Ok(None);
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| protocol(format!("event {event:?} is not JSON ({e})")))?;
+        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match event {
+            "message_start" => {
+                let u = &v["message"]["usage"];
+                self.usage.input = n(u, "input_tokens");
+                self.usage.cache_read = n(u, "cache_read_input_tokens");
+                self.usage.cache_write = n(u, "cache_creation_input_tokens");
+                self.usage.output = n(u, "output_tokens");
+            }
+            "content_block_start" => {
+                let b = &v["content_block"];
+                let block = match b["type"].as_str() {
+                    Some("text") => Block::Text(b["text"].as_str().unwrap_or_default().to_string()),
+                    Some("tool_use") => Block::Tool {
+                        id: b["id"].as_str().unwrap_or_default().to_string(),
+                        name: b["name"].as_str().unwrap_or_default().to_string(),
+                        json: String::new(),
+                    },
+                    _ => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let d = &v["delta"];
+                match (self.blocks.get_mut(&index), d["type"].as_str()) {
+                    (Some(Block::Text(t)), Some("text_delta")) => {
+                        let piece = d["text"].as_str().unwrap_or_default();
+                        t.push_str(piece);
+                        if !piece.is_empty() {
+                            return Ok(Some(piece.to_string()));
+                        }
+                    }
+                    (Some(Block::Tool { json, .. }), Some("input_json_delta")) => {
+                        json.push_str(d["partial_json"].as_str().unwrap_or_default());
+                    }
+                    (None, _) => {
+                        return Err(protocol(format!("a delta for block {index}, which never started")));
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {}
+            "message_delta" => {
+                if let Some(reason) = v["delta"]["stop_reason"].as_str() {
+                    self.finish = Some(match reason {
+                        "end_turn" | "stop_sequence" => Finish::Stop,
+                        "tool_use" => Finish::ToolCalls,
+                        "max_tokens" => Finish::Length,
+                        other => Finish::Other(other.to_string()),
+                    });
+                }
+                let u = &v["usage"];
+                if u.get("output_tokens").is_some() {
+                    self.usage.output = n(u, "output_tokens");
+                }
+                // Newer servers repeat the input counts here; keep the larger.
+                self.usage.input = self.usage.input.max(n(u, "input_tokens"));
+                self.usage.cache_read = self.usage.cache_read.max(n(u, "cache_read_input_tokens"));
+                self.usage.cache_write = self.usage.cache_write.max(n(u, "cache_creation_input_tokens"));
+            }
+            "message_stop" => self.stopped = true,
+            "error" => {
+                let e = &v["error"];
+                let kind = e["type"].as_str().unwrap_or("error");
+                let status = match kind {
+                    "overloaded_error" => 529,
+                    "rate_limit_error" => 429,
+                    "api_error" => 500,
+                    "invalid_request_error" => 400,
+                    "authentication_error" => 401,
+                    _ => 500,
+                };
+                return Err(LlmError::Status {
+                    provider: provider.to_string(),
+                    status,
+                    message: format!("{} ({kind})", e["message"].as_str().unwrap_or("unknown error")),
+                    retry_after: None,
+                });
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    pub fn finish(self, provider: &str) -> Result<Turn, LlmError> {
+        let (true, Some(finish)) = (self.stopped, self.finish) else {
+            return Err(LlmError::Transport {
+                provider: provider.to_string(),
+                message: "the stream ended before the message was complete".into(),
+            });
+        };
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        for block in self.blocks.into_values() {
+            match block {
+                Block::Text(t) => text.push_str(&t),
+                Block::Tool { id, name, json } => tool_calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments: if json.trim().is_empty() { "{}".into() } else { json },
+                }),
+                Block::Other => {}
+            }
+        }
+        Ok(Turn {
+            text,
+            tool_calls,
+            finish,
+            usage: self.usage,
+        })
+    }
+}
+
+impl Provider for Anthropic {
+    fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    fn turn<'a>(&'a self, request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
+        Box::pin(async move {
+            let url = format!("{}/v1/messages", self.endpoint.base_url.trim_end_matches('/'));
+            let headers = self.headers()?;
+            let mut events =
+                std::pin::pin!(post_stream(&self.client, self.name(), &url, headers, &body(request)).await?);
+            let mut acc = Accumulator::default();
+            while let Some(event) = events.next().await {
+                let event = event?;
+                if let Some(delta) = acc.push(&event.event, &event.data, self.name())? {
+                    text(&delta);
+                }
+                if acc.stopped {
+                    break;
+                }
+            }
+            acc.finish(self.name())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ToolSpec;
+
+    #[test]
+    fn tool_results_merge_into_one_user_turn_and_the_tail_is_cached() {
+        let messages = vec![
+            Message::User { text: "go".into() },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![
+                    ToolCall { id: "a".into(), name: "read".into(), arguments: r#"{"filePath":"x"}"#.into() },
+                    ToolCall { id: "b".into(), name: "read".into(), arguments: "{oops".into() },
+                ],
+            },
+            Message::Tool { call_id: "a".into(), name: "read".into(), content: "1".into(), is_error: false, images: vec![] },
+            Message::Tool { call_id: "b".into(), name: "read".into(), content: "bad".into(), is_error: true, images: vec![] },
+        ];
+        let tools = vec![ToolSpec { name: "read".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        let req = Request { model: "m", system: "sys", messages: &messages, tools: &tools, max_tokens: 100 };
+        let b = body(&req);
+        let msgs = b["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(msgs[1]["content"][1]["input"], json!({"unparsed_arguments": "{oops"}));
+        assert_eq!(msgs[2]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(msgs[2]["content"][1]["is_error"], json!(true));
+        assert_eq!(msgs[2]["content"][1]["cache_control"], ephemeral());
+        assert_eq!(msgs[1]["content"][1]["cache_control"], ephemeral());
+        assert!(msgs[0]["content"][0].get("cache_control").is_none());
+        assert_eq!(b["system"][0]["cache_control"], ephemeral());
+        assert_eq!(b["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn events_fold_into_a_turn() {
+        let mut acc = Accumulator::default();
+        let events = [
+            ("message_start", r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":90,"cache_creation_input_tokens":5,"output_tokens":1}}}"#),
+            ("content_block_start", r#"{"index":0,"content_block":{"type":"text","text":""}}"#),
+            ("ping", r#"{"type":"ping"}"#),
+            ("content_block_delta", r#"{"index":0,"delta":{"type":"text_delta","text":"Hi"}}"#),
+            ("content_block_stop", r#"{"index":0}"#),
+            ("content_block_start", r#"{"index":1,"content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}}}"#),
+            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"comm"}}"#),
+            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"and\":\"true\"}"}}"#),
+            ("content_block_stop", r#"{"index":1}"#),
+            ("message_delta", r#"{"delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":12}}"#),
+            ("message_stop", r#"{}"#),
+        ];
+        for (e, d) in events {
+            acc.push(e, d, "t").unwrap();
+        }
+        let turn = acc.finish("t").unwrap();
+        assert_eq!(turn.text, "Hi");
+        assert_eq!(turn.tool_calls[0].arguments, r#"{"command":"true"}"#);
+        assert_eq!(turn.finish, Finish::ToolCalls);
+        assert_eq!(turn.usage, Usage { input: 10, output: 12, cache_read: 90, cache_write: 5 });
+    }
+
+    #[test]
+    fn an_overloaded_event_is_retryable_and_a_missing_stop_is_a_cut() {
+        let mut acc = Accumulator::default();
+        let e = acc
+            .push("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, "t")
+            .unwrap_err();
+        assert!(e.is_retryable());
+        let mut acc = Accumulator::default();
+        acc.push("message_start", r#"{"message":{"usage":{}}}"#, "t").unwrap();
+        assert!(matches!(acc.finish("t"), Err(LlmError::Transport { .. })));
+    }
+}

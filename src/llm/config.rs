@@ -1,0 +1,191 @@
+//! From `provider/model` to a provider: built-in names (`openai`, `anthropic`, `replay`)
+//! configured from the environment as the providers' own SDKs name it, or `[provider.NAME]`
+//! tables for anything that speaks one of the two formats (Ollama, vLLM, llama.cpp,
+//! LiteLLM, OpenRouter). Keys are read here, on the host, and go no further than the
+//! request headers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::anthropic::Anthropic;
+use super::openai::OpenAi;
+use super::replay::Replay;
+use super::retry::{RetryPolicy, Retrying};
+use super::{LlmError, Provider};
+use crate::config::settings::{ProviderSettings, Settings};
+
+/// Where a provider's requests go. `Debug` leaves the key out, so no log can print it.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub name: String,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl Endpoint {
+    pub(crate) fn extra_headers(&self) -> Result<HeaderMap, LlmError> {
+        let mut map = HeaderMap::new();
+        for (k, v) in &self.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| LlmError::Setup(format!("provider {}: {k:?} is not a header name", self.name)))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|_| LlmError::Setup(format!("provider {}: the value of header {k} is not valid", self.name)))?;
+            map.insert(name, value);
+        }
+        Ok(map)
+    }
+}
+
+/// What the loop needs to know about the model besides its provider.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// `provider/model`, as the user wrote it.
+    pub spec: String,
+    pub provider: String,
+    pub model: String,
+    pub context_window: u64,
+    pub max_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    OpenAi,
+    Anthropic,
+    Replay,
+}
+
+/// Splits `provider/model` at the first slash: model names may hold slashes of their own
+/// (`openrouter/anthropic/claude-sonnet-4`).
+pub fn split(spec: &str) -> Result<(&str, &str), LlmError> {
+    match spec.split_once('/') {
+        Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok((p, m)),
+        _ => Err(LlmError::Setup(format!(
+            "model {spec:?} is not provider/model (for example anthropic/claude-sonnet-4-5, openai/gpt-5, replay/session.jsonl)"
+        ))),
+    }
+}
+
+/// Builds the provider for `spec`, wrapped in retries.
+pub fn resolve(
+    spec: &str,
+    settings: &Settings,
+    on_retry: super::retry::RetryNotice,
+) -> Result<(Arc<dyn Provider>, ModelInfo), LlmError> {
+    let (name, model) = split(spec)?;
+    let table = settings.provider.get(name).cloned().unwrap_or_default();
+    let kind = match (table.kind.as_deref(), name) {
+        (Some("openai"), _) => Kind::OpenAi,
+        (Some("anthropic"), _) => Kind::Anthropic,
+        (Some(other), _) => {
+            return Err(LlmError::Setup(format!(
+                "provider {name}: type {other:?} is not openai or anthropic"
+            )));
+        }
+        (None, "anthropic") => Kind::Anthropic,
+        (None, "replay") => Kind::Replay,
+        (None, "openai") => Kind::OpenAi,
+        (None, _) if table.base_url.is_some() => Kind::OpenAi,
+        (None, _) => {
+            return Err(LlmError::Setup(format!(
+                "unknown provider {name:?}: use openai, anthropic or replay, or describe it in a [provider.{name}] table with base_url (and type = \"anthropic\" if it speaks Anthropic's format)"
+            )));
+        }
+    };
+    let context_window = table.context_window.unwrap_or_else(|| default_window(kind, model));
+    let max_tokens = table.max_tokens.unwrap_or(16_384);
+    let info = ModelInfo {
+        spec: spec.to_string(),
+        provider: name.to_string(),
+        model: model.to_string(),
+        context_window,
+        max_tokens,
+    };
+    let provider: Arc<dyn Provider> = match kind {
+        Kind::Replay => Arc::new(Replay::open(&PathBuf::from(model))?),
+        Kind::OpenAi => Arc::new(OpenAi::new(endpoint(name, &table, "OPENAI", "https://api.openai.com/v1")?)?),
+        Kind::Anthropic => Arc::new(Anthropic::new(endpoint(name, &table, "ANTHROPIC", "https://api.anthropic.com")?)?),
+    };
+    if kind == Kind::Replay {
+        // A recording never fails in a way that a retry would fix.
+        return Ok((provider, info));
+    }
+    let policy = RetryPolicy::from_settings(settings.retry);
+    Ok((Arc::new(Retrying::new(provider, policy, on_retry)), info))
+}
+
+/// The endpoint from the table, else the SDKs' variables (`OPENAI_BASE_URL` includes `/v1`,
+/// `ANTHROPIC_BASE_URL` does not), else the public API.
+fn endpoint(name: &str, table: &ProviderSettings, prefix: &str, public: &str) -> Result<Endpoint, LlmError> {
+    let builtin = matches!(name, "openai" | "anthropic");
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let base_url = table
+        .base_url
+        .clone()
+        .or_else(|| if builtin { env(&format!("{prefix}_BASE_URL")) } else { None })
+        .unwrap_or_else(|| public.to_string());
+    let key_var = table
+        .api_key_env
+        .clone()
+        .unwrap_or_else(|| format!("{prefix}_API_KEY"));
+    let api_key = env(&key_var);
+    // A local server (Ollama, llama.cpp) needs no key; the public APIs always do.
+    if api_key.is_none() && base_url == public {
+        return Err(LlmError::Setup(format!(
+            "no API key for {name}: set {key_var} in the environment (it stays on the host; commands in the sandbox never see it)"
+        )));
+    }
+    Ok(Endpoint {
+        name: name.to_string(),
+        base_url,
+        api_key,
+        headers: table.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    })
+}
+
+fn default_window(kind: Kind, model: &str) -> u64 {
+    match kind {
+        Kind::Anthropic => 200_000,
+        _ if model.starts_with("gpt-4.1") => 1_000_000,
+        _ if model.starts_with("gpt-5") => 400_000,
+        _ => 128_000,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_specs_split_at_the_first_slash() {
+        assert_eq!(split("openrouter/anthropic/claude").unwrap(), ("openrouter", "anthropic/claude"));
+        assert!(split("gpt-5").is_err());
+        assert!(split("/x").is_err());
+    }
+
+    #[test]
+    fn a_named_provider_needs_a_table_and_keys_stay_out_of_debug() {
+        let settings = Settings::default();
+        let e = resolve("ollama/qwen", &settings, Arc::new(|_| {})).err().unwrap();
+        assert!(e.to_string().contains("[provider.ollama]"), "{e}");
+        let ep = Endpoint {
+            name: "x".into(),
+            base_url: "http://h".into(),
+            api_key: Some("sk-secret".into()),
+            headers: vec![],
+        };
+        assert!(!format!("{ep:?}").contains("sk-secret"));
+    }
+}

@@ -1,0 +1,289 @@
+//! OpenAI Chat Completions with streaming, the format OpenAI, Ollama, vLLM, llama.cpp's
+//! server, LiteLLM and OpenRouter all speak. Tool-call arguments arrive as fragments keyed
+//! by the call's `index`; usage comes in a last chunk when `stream_options.include_usage`
+//! asks for it.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+
+use super::config::Endpoint;
+use super::sse::post_stream;
+use super::{Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage};
+
+pub struct OpenAi {
+    endpoint: Endpoint,
+    client: reqwest::Client,
+}
+
+impl OpenAi {
+    pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
+        let client = crate::http::client_builder()
+            .build()
+            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
+        Ok(OpenAi { endpoint, client })
+    }
+
+    fn headers(&self) -> Result<HeaderMap, LlmError> {
+        let mut headers = self.endpoint.extra_headers()?;
+        if let Some(key) = &self.endpoint.api_key {
+            let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                LlmError::Setup(format!(
+                    "the API key for {} holds characters a header cannot carry",
+                    self.endpoint.name
+                ))
+            })?;
+            headers.insert(HeaderName::from_static("authorization"), value);
+        }
+        Ok(headers)
+    }
+}
+
+/// The request body: the system prompt as the first message, tools as functions.
+pub fn body(request: &Request) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": request.system})];
+    for message in request.messages {
+        match message {
+            Message::User { text } => messages.push(json!({"role": "user", "content": text})),
+            Message::Assistant { text, tool_calls } => {
+                let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+                if !tool_calls.is_empty() {
+                    m["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}})
+                        })
+                        .collect();
+                }
+                messages.push(m);
+            }
+            Message::Tool {
+                call_id,
+                content,
+                images,
+                ..
+            } => {
+                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
+                // A tool message carries only text; images follow as a user message.
+                if !images.is_empty() {
+                    let mut parts = vec![json!({"type": "text", "text": format!("Images returned by tool call {call_id}:")})];
+                    parts.extend(images.iter().map(|i| {
+                        json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime, i.data)}})
+                    }));
+                    messages.push(json!({"role": "user", "content": parts}));
+                }
+            }
+        }
+    }
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+    }
+    body
+}
+
+/// Folds the chunks of one streamed answer into a turn.
+#[derive(Default)]
+pub struct Accumulator {
+    text: String,
+    /// By `index`: id, name, argument fragments joined.
+    calls: BTreeMap<u64, (String, String, String)>,
+    finish: Option<Finish>,
+    usage: Usage,
+    done: bool,
+}
+
+impl Accumulator {
+    /// One `data:` payload. Returns the text delta, if any, for the terminal.
+    pub fn push(&mut self, data: &str, provider: &str) -> Result<Option<String>, LlmError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(None);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| LlmError::Protocol {
+            provider: provider.to_string(),
+            message: format!("a chunk is not JSON ({e}): {}", cut(data)),
+        })?;
+        if let Some(error) = chunk.get("error") {
+            // Some servers report a failure mid-stream as a chunk.
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown error")
+                .to_string();
+            let status = error.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
+            return Err(LlmError::Status {
+                provider: provider.to_string(),
+                status,
+                message,
+                retry_after: None,
+            });
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+            let prompt = n(usage, "prompt_tokens");
+            let cached = usage
+                .get("prompt_tokens_details")
+                .map(|d| n(d, "cached_tokens"))
+                .unwrap_or(0);
+            self.usage = Usage {
+                input: prompt.saturating_sub(cached),
+                output: n(usage, "completion_tokens"),
+                cache_read: cached,
+                cache_write: 0,
+            };
+        }
+        let mut delta_text = None;
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let delta = choice.get("delta").unwrap_or(&Value::Null);
+            if let Some(t) = delta.get("content").and_then(Value::as_str)
+                && !t.is_empty()
+            {
+                self.text.push_str(t);
+                delta_text.get_or_insert_with(String::new).push_str(t);
+            }
+            for call in delta
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let entry = self.calls.entry(index).or_default();
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    entry.0 = id.to_string();
+                }
+                let function = call.get("function").unwrap_or(&Value::Null);
+                if let Some(name) = function.get("name").and_then(Value::as_str) {
+                    entry.1.push_str(name);
+                }
+                if let Some(args) = function.get("arguments").and_then(Value::as_str) {
+                    entry.2.push_str(args);
+                }
+            }
+            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.finish = Some(match reason {
+                    "stop" => Finish::Stop,
+                    "tool_calls" | "function_call" => Finish::ToolCalls,
+                    "length" => Finish::Length,
+                    other => Finish::Other(other.to_string()),
+                });
+            }
+        }
+        Ok(delta_text)
+    }
+
+    /// The turn, once the stream has ended. A stream that stops before a finish reason
+    /// (or `[DONE]`) was cut, and the turn cannot be trusted.
+    pub fn finish(self, provider: &str) -> Result<Turn, LlmError> {
+        let Some(finish) = self.finish.or(if self.done { Some(Finish::Stop) } else { None }) else {
+            return Err(LlmError::Transport {
+                provider: provider.to_string(),
+                message: "the stream ended before the answer was complete".into(),
+            });
+        };
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .map(|(index, (id, name, arguments))| ToolCall {
+                id: if id.is_empty() { format!("call_{index}") } else { id },
+                name,
+                arguments,
+            })
+            .collect();
+        Ok(Turn {
+            text: self.text,
+            tool_calls,
+            finish,
+            usage: self.usage,
+        })
+    }
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+impl Provider for OpenAi {
+    fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    fn turn<'a>(&'a self, request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
+        Box::pin(async move {
+            let url = format!("{}/chat/completions", self.endpoint.base_url.trim_end_matches('/'));
+            let headers = self.headers()?;
+            let mut events =
+                std::pin::pin!(post_stream(&self.client, self.name(), &url, headers, &body(request)).await?);
+            let mut acc = Accumulator::default();
+            while let Some(event) = events.next().await {
+                let event = event?;
+                if let Some(delta) = acc.push(&event.data, self.name())? {
+                    text(&delta);
+                }
+                if acc.done {
+                    break;
+                }
+            }
+            acc.finish(self.name())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_join_per_index_and_usage_counts_cached_tokens() {
+        let mut acc = Accumulator::default();
+        let chunks = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Look"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read","arguments":"{\"fi"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"glob","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"lePath\":\"x\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":60}}}"#,
+            "[DONE]",
+        ];
+        for c in chunks {
+            acc.push(c, "t").unwrap();
+        }
+        let turn = acc.finish("t").unwrap();
+        assert_eq!(turn.text, "Look");
+        assert_eq!(turn.finish, Finish::ToolCalls);
+        assert_eq!(turn.tool_calls.len(), 2);
+        assert_eq!(turn.tool_calls[0].arguments, r#"{"filePath":"x"}"#);
+        assert_eq!(turn.tool_calls[1].name, "glob");
+        assert_eq!(turn.usage, Usage { input: 40, output: 7, cache_read: 60, cache_write: 0 });
+    }
+
+    #[test]
+    fn a_stream_without_an_end_is_a_cut_stream() {
+        let mut acc = Accumulator::default();
+        acc.push(r#"{"choices":[{"index":0,"delta":{"content":"half"}}]}"#, "t").unwrap();
+        let err = acc.finish("t").unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+    }
+}

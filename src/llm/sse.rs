@@ -1,0 +1,132 @@
+//! The HTTP half both streaming providers share: POST a JSON body, turn an error status
+//! into [`LlmError::Status`] with the provider's own message, and hand back the body as
+//! server-sent events (parsed by `eventsource-stream`).
+
+use std::time::Duration;
+
+use eventsource_stream::{Event, Eventsource};
+use futures_util::{Stream, StreamExt};
+use reqwest::header::HeaderMap;
+
+use super::LlmError;
+
+pub(crate) async fn post_stream(
+    client: &reqwest::Client,
+    provider: &str,
+    url: &str,
+    headers: HeaderMap,
+    body: &serde_json::Value,
+) -> Result<impl Stream<Item = Result<Event, LlmError>> + Send + use<>, LlmError> {
+    let transport = |e: reqwest::Error| LlmError::Transport {
+        provider: provider.to_string(),
+        message: describe(&e, url),
+    };
+    let response = client
+        .post(url)
+        .headers(headers)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(serde_json::to_vec(body).unwrap_or_default())
+        .send()
+        .await
+        .map_err(transport)?;
+    let status = response.status();
+    if !status.is_success() {
+        let retry_after = retry_after(response.headers());
+        let text = response.text().await.unwrap_or_default();
+        return Err(LlmError::Status {
+            provider: provider.to_string(),
+            status: status.as_u16(),
+            message: error_message(&text),
+            retry_after,
+        });
+    }
+    let provider = provider.to_string();
+    Ok(response.bytes_stream().eventsource().map(move |item| {
+        item.map_err(|e| LlmError::Transport {
+            provider: provider.clone(),
+            message: format!("the stream broke off: {e}"),
+        })
+    }))
+}
+
+/// reqwest's Display hides the cause ("error sending request"); the chain says what
+/// actually happened (connection refused, reset, DNS).
+fn describe(e: &reqwest::Error, url: &str) -> String {
+    let mut text = format!("request to {url} failed: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+/// Both providers wrap errors as `{"error": {"message": …}}`; anything else is shown raw
+/// (cut to a readable length), since a proxy in between may answer in HTML.
+fn error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+        let error = v.get("error").unwrap_or(&v);
+        if let Some(m) = error.get("message").and_then(|m| m.as_str()) {
+            let kind = error.get("type").and_then(|t| t.as_str());
+            return match kind {
+                Some(kind) => format!("{m} ({kind})"),
+                None => m.to_string(),
+            };
+        }
+        if let Some(m) = error.as_str() {
+            return m.to_string();
+        }
+    }
+    let body = body.trim();
+    if body.is_empty() {
+        return "(no message)".to_string();
+    }
+    let cut: String = body.chars().take(500).collect();
+    cut
+}
+
+/// `Retry-After` in seconds (HTTP-dates are rare from these APIs and treated as absent),
+/// or OpenAI's `retry-after-ms`.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    get("retry-after")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_messages_are_found_in_their_envelopes() {
+        assert_eq!(
+            error_message(r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#),
+            "Incorrect API key provided (invalid_request_error)"
+        );
+        assert_eq!(
+            error_message(
+                r#"{"type":"error","error":{"type":"not_found_error","message":"model: nope"}}"#
+            ),
+            "model: nope (not_found_error)"
+        );
+        assert_eq!(error_message("<html>bad gateway</html>"), "<html>bad gateway</html>");
+        assert_eq!(error_message(""), "(no message)");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", "150".parse().unwrap());
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&h), None);
+    }
+}

@@ -1,0 +1,194 @@
+//! Opening a session: from a worktree, a profile, config files and the command line's
+//! overrides to everything a tool call runs with (rules, gate, sandbox, registry). Every
+//! command that runs tools (`runner tool call`, `runner run`, `runner eval`) opens its
+//! sessions here, so they judge and confine calls the same way and the CLI only parses
+//! flags.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::profile::{self, AskMode, Profile};
+use crate::permission::config::{self as rule_config, Sources};
+use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
+use crate::permission::rules::Rule;
+use crate::permission::terminal::TerminalAsker;
+use crate::sandbox::spec::{Network, SandboxSpec};
+use crate::sandbox::{BackendKind, Sandbox};
+use crate::tool::truncate::Truncator;
+use crate::tool::{Session, ToolContext};
+
+/// What a session is asked to be. Every `Option` left `None` means "the profile's".
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    pub root: PathBuf,
+    /// A profile name or a path to a profile TOML file (default `default`).
+    pub profile: Option<String>,
+    pub backend: Option<BackendKind>,
+    pub image: Option<String>,
+    pub network: Option<Network>,
+    /// `--config FILE`.
+    pub config: Option<PathBuf>,
+    pub ask: Option<AskMode>,
+    /// Rules after every config layer (an agent's own restrictions).
+    pub session_rules: Vec<Rule>,
+}
+
+/// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
+/// `Sandbox` is the wall that could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Sandbox(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The rules half of a session: enough to judge calls without running anything.
+pub struct Rules {
+    pub profile: Profile,
+    pub rules: Vec<Rule>,
+    /// The worktree as the sandbox names it (absolute, normalised).
+    pub root: PathBuf,
+    /// Things the person running runner should know (project rules a profile ignored).
+    pub notes: Vec<String>,
+}
+
+impl SessionOptions {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        SessionOptions {
+            root: root.into(),
+            ..Default::default()
+        }
+    }
+
+    fn profile_name(&self) -> &str {
+        self.profile.as_deref().unwrap_or("default")
+    }
+
+    /// The profile and the merged ruleset (defaults, profile, user, project, `--config`,
+    /// session). A broken file stops here, before any sandbox starts.
+    pub fn rules(&self, output_dir: Option<&Path>) -> Result<Rules, OpenError> {
+        if !self.root.is_dir() {
+            return Err(OpenError::Usage(format!(
+                "--root {} is not a directory",
+                self.root.display()
+            )));
+        }
+        let usage = |e: &dyn std::fmt::Display| OpenError::Usage(e.to_string());
+        let profile = profile::load(self.profile_name()).map_err(|e| usage(&e))?;
+        let root = absolute_root(&self.root);
+        let (layers, notes) = rule_config::load(Sources {
+            profile: &profile,
+            worktree: &root,
+            explicit: self.config.as_deref(),
+            output_dir,
+            session: self.session_rules.clone(),
+        })
+        .map_err(|e| usage(&e))?;
+        Ok(Rules {
+            profile,
+            rules: rule_config::merge(layers),
+            root,
+            notes,
+        })
+    }
+
+    /// The sandbox spec: the profile's, then each override given.
+    pub fn spec(&self, profile: &Profile) -> Result<SandboxSpec, OpenError> {
+        let mut spec = SandboxSpec::new(BackendKind::None, &self.root)
+            .map_err(|e| OpenError::Failed(format!("cannot find the runner executable: {e}")))?;
+        profile.sandbox.apply(&mut spec);
+        if let Some(b) = self.backend {
+            spec.backend = b;
+        }
+        if let Some(n) = self.network {
+            spec.network = n;
+        }
+        if let Some(i) = &self.image {
+            spec.docker.image = i.clone();
+        }
+        Ok(spec)
+    }
+
+    /// Opens the session: rules, sandbox, gate, context. `session` carries the state that
+    /// lives as long as the conversation (files read, locks).
+    pub async fn open(&self, session: Session) -> Result<OpenSession, OpenError> {
+        let truncator = Truncator::new(Truncator::default_dir());
+        truncator.prepare().map_err(|e| {
+            OpenError::Failed(format!(
+                "cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",
+                truncator.dir().display()
+            ))
+        })?;
+        let rules = self.rules(Some(truncator.dir()))?;
+        let mut spec = self.spec(&rules.profile)?;
+        // The model is told where full outputs are saved; the sandbox must let it read them.
+        spec.read_only.push(truncator.dir().to_path_buf());
+        let sandbox = crate::sandbox::open(&spec).await.map_err(|e| {
+            OpenError::Sandbox(format!("cannot start the {} sandbox: {e}", spec.backend.name()))
+        })?;
+        let asker = asker(self.ask, &rules.profile);
+        let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());
+        let ctx = ToolContext::new(
+            Arc::new(sandbox),
+            Arc::new(session),
+            Arc::new(gate),
+            Arc::new(truncator),
+        );
+        Ok(OpenSession {
+            ctx,
+            profile: rules.profile,
+            rules: rules.rules,
+            notes: rules.notes,
+            spec,
+            asker,
+        })
+    }
+}
+
+/// An open session: the context every tool call gets, and what it was built from.
+pub struct OpenSession {
+    pub ctx: ToolContext,
+    pub profile: Profile,
+    /// The configured rules (the gate also holds approvals made since).
+    pub rules: Vec<Rule>,
+    pub notes: Vec<String>,
+    pub spec: SandboxSpec,
+    /// Who answers asks, for child sessions that need a gate of their own.
+    pub asker: Arc<dyn Asker>,
+}
+
+impl OpenSession {
+    pub fn sandbox(&self) -> &Arc<Sandbox> {
+        &self.ctx.sandbox
+    }
+}
+
+/// Who answers asks: `--ask`, else the profile's `ask`, else the terminal. Without a
+/// terminal an ask is refused at once with a message that says how to allow it.
+pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
+    let (mode, from) = match (flag, profile.ask) {
+        (Some(m), _) => (m, "--ask deny refuses every ask".to_string()),
+        (None, Some(m)) => (m, format!("{} answers every ask with deny", profile.source)),
+        (None, None) => (AskMode::Prompt, String::new()),
+    };
+    match mode {
+        AskMode::Allow => Arc::new(PolicyAsker::allow()),
+        AskMode::Deny => Arc::new(PolicyAsker::deny(from)),
+        AskMode::Prompt if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() => {
+            Arc::new(TerminalAsker::new())
+        }
+        AskMode::Prompt => Arc::new(PolicyAsker::deny(
+            "there is no terminal to ask on and no --ask policy (the user can rerun with --ask allow, or add an allow rule to the config)",
+        )),
+    }
+}
+
+/// The worktree as the sandbox names it (absolute, normalised), so rules and asks agree on
+/// spellings.
+pub fn absolute_root(root: &Path) -> PathBuf {
+    crate::sandbox::local::absolute(root).unwrap_or_else(|_| root.to_path_buf())
+}
