@@ -1,5 +1,6 @@
 //! `runner`: a sandboxed agent runner. See `ARCHITECTURE.md` for the shape of the whole.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod http;

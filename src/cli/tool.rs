@@ -198,7 +198,7 @@ fn exit_code(result: &CallResult) -> u8 {
     match result.outcome {
         Outcome::Ok => exit::OK,
         Outcome::Denied => exit::DENIED,
-        Outcome::Failed | Outcome::Cancelled => exit::FAILED,
+        Outcome::Failed | Outcome::Cancelled | Outcome::SandboxLost => exit::FAILED,
     }
 }
 

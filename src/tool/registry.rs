@@ -20,6 +20,8 @@ pub enum Outcome {
     /// A rule denied the call or the asked party refused it.
     Denied,
     Cancelled,
+    /// The sandbox itself failed (its server died): nothing more can run in it.
+    SandboxLost,
 }
 
 /// The result of one call, as `runner tool call --json` prints it.
@@ -62,6 +64,17 @@ impl Registry {
             Arc::new(super::invalid::InvalidTool),
         ];
         Registry { tools }
+    }
+
+    /// This registry with one more tool, placed before `invalid`.
+    pub fn with(mut self, tool: Arc<dyn DynTool>) -> Self {
+        let at = self
+            .tools
+            .iter()
+            .position(|t| t.id() == "invalid")
+            .unwrap_or(self.tools.len());
+        self.tools.insert(at, tool);
+        self
     }
 
     pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn DynTool>> {
@@ -244,6 +257,7 @@ fn finish(
             let outcome = match &e {
                 ToolError::Permission(_) => Outcome::Denied,
                 ToolError::Cancelled => Outcome::Cancelled,
+                ToolError::Sandbox(_) => Outcome::SandboxLost,
                 _ => Outcome::Failed,
             };
             CallResult {

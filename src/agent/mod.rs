@@ -1,0 +1,316 @@
+//! The agent loop, on the host: ask the model, run the tool calls it makes through the
+//! registry (the same path `runner tool call` takes: validation, permission gate, sandbox,
+//! truncation), feed the results back, until the model answers without tool calls.
+//!
+//! A [`Runtime`] is what a run and its subagents share (the model, the sandbox, the
+//! session file, the event sink); an [`Agent`] is one conversation in it. Subagents are
+//! child conversations over the same sandbox with a gate of their own that keeps the
+//! parent's denies.
+
+pub mod agents;
+pub mod compact;
+pub mod events;
+mod observe;
+pub mod prompt;
+pub mod record;
+mod run;
+mod task;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::llm::config::ModelInfo;
+use crate::llm::{Message, Provider, Usage};
+use crate::permission::gate::{Asker, RuleGate};
+use crate::permission::rules::{Action, Rule};
+use crate::sandbox::spec::SandboxSpec;
+use crate::tool::{Registry, Session, ToolContext};
+
+pub use agents::AgentDef;
+pub use events::{Event, EventSink};
+pub use record::Recorder;
+
+/// How a run ended. Each has its own exit status (README: "Exit status").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", content = "message", rename_all = "snake_case")]
+pub enum End {
+    /// The model answered without tool calls.
+    Finished,
+    MaxSteps,
+    ProviderError(String),
+    /// A person said no to an ask, or nobody could answer it.
+    Refused(String),
+    Interrupted,
+    SandboxError(String),
+}
+
+impl End {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            End::Finished => "finished",
+            End::MaxSteps => "max_steps",
+            End::ProviderError(_) => "provider_error",
+            End::Refused(_) => "refused",
+            End::Interrupted => "interrupted",
+            End::SandboxError(_) => "sandbox_error",
+        }
+    }
+
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            End::ProviderError(m) | End::Refused(m) | End::SandboxError(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The process exit status for this end.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            End::Finished => exit::FINISHED,
+            End::Refused(_) => exit::REFUSED,
+            End::ProviderError(_) => exit::PROVIDER,
+            End::MaxSteps => exit::MAX_STEPS,
+            End::SandboxError(_) => exit::SANDBOX,
+            End::Interrupted => exit::INTERRUPTED,
+        }
+    }
+}
+
+/// Exit statuses of `runner run`.
+pub mod exit {
+    pub const FINISHED: u8 = 0;
+    /// Something else went wrong (the session file could not be created, …).
+    pub const FAILED: u8 = 1;
+    /// Bad flags or config.
+    pub const USAGE: u8 = 2;
+    pub const REFUSED: u8 = 3;
+    pub const PROVIDER: u8 = 4;
+    pub const MAX_STEPS: u8 = 5;
+    pub const SANDBOX: u8 = 6;
+    /// 128 + SIGINT, as shells report an interrupted program.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// Knobs of the loop.
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    pub max_steps: u32,
+    pub continue_on_deny: bool,
+    /// Fraction of the context window at which pruning, then compaction, starts.
+    pub context_threshold: f64,
+    /// Tool calls of one step that run at once.
+    pub parallel: usize,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            max_steps: 100,
+            continue_on_deny: false,
+            context_threshold: 0.8,
+            parallel: 8,
+        }
+    }
+}
+
+/// What a run and its subagents share.
+pub struct Runtime {
+    pub provider: Arc<dyn Provider>,
+    pub model: ModelInfo,
+    pub events: Arc<dyn EventSink>,
+    pub recorder: Arc<Recorder>,
+    pub agents: Vec<AgentDef>,
+    pub options: LoopOptions,
+    pub spec: SandboxSpec,
+    /// The configured rules, before any agent's own.
+    pub rules: Vec<Rule>,
+    pub asker: Arc<dyn Asker>,
+    /// The context every agent's is derived from (sandbox, truncator, user channel).
+    pub base: ToolContext,
+    pub user_config: PathBuf,
+    refused: Arc<Mutex<Option<String>>>,
+    /// Subagents between their tasks, by task id.
+    children: tokio::sync::Mutex<HashMap<String, Agent>>,
+    /// Every session's rules and depth, so a child can be built from its parent's.
+    lineage: Mutex<HashMap<String, (Vec<Rule>, u32)>>,
+    started: Instant,
+}
+
+impl Runtime {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        model: ModelInfo,
+        events: Arc<dyn EventSink>,
+        recorder: Arc<Recorder>,
+        agents: Vec<AgentDef>,
+        options: LoopOptions,
+        spec: SandboxSpec,
+        rules: Vec<Rule>,
+        asker: Arc<dyn Asker>,
+        base: ToolContext,
+    ) -> Arc<Runtime> {
+        Arc::new(Runtime {
+            provider,
+            model,
+            events,
+            recorder,
+            agents,
+            options,
+            spec,
+            rules,
+            asker,
+            base,
+            user_config: crate::config::config_dir(),
+            refused: Arc::new(Mutex::new(None)),
+            children: tokio::sync::Mutex::new(HashMap::new()),
+            lineage: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        })
+    }
+
+    pub fn agent(&self, name: &str) -> Option<&AgentDef> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    fn remember(&self, session: &str, rules: Vec<Rule>, depth: u32) {
+        self.lineage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session.to_string(), (rules, depth));
+    }
+
+    fn rules_of(&self, session: &str) -> Vec<Rule> {
+        let lineage = self.lineage.lock().unwrap_or_else(|p| p.into_inner());
+        // An unknown session gets the configured rules: never more than those.
+        lineage.get(session).map(|l| l.0.clone()).unwrap_or_else(|| self.rules.clone())
+    }
+
+    fn depth_of(&self, session: &str) -> u32 {
+        let lineage = self.lineage.lock().unwrap_or_else(|p| p.into_inner());
+        lineage.get(session).map(|l| l.1).unwrap_or(0)
+    }
+
+    fn take_refusal(&self) -> Option<String> {
+        self.refused.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// One conversation: the root session or a subagent's.
+pub struct Agent {
+    rt: Arc<Runtime>,
+    pub id: String,
+    pub parent: Option<String>,
+    pub def: AgentDef,
+    ctx: ToolContext,
+    registry: Arc<Registry>,
+    /// The rules this agent's gate holds (a child starts from them).
+    rules: Vec<Rule>,
+    system: String,
+    pub messages: Vec<Message>,
+    pub steps: u32,
+    pub usage: Usage,
+    /// What the last turn filled of the context window.
+    last_context: u64,
+    /// Directories whose AGENTS.md the model has already been given.
+    instructions_seen: HashSet<PathBuf>,
+    files_changed: Vec<String>,
+    depth: u32,
+}
+
+/// What a turn of the conversation came to.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub end: End,
+    /// The model's last text.
+    pub answer: String,
+}
+
+impl Agent {
+    /// The root agent of a run. `id` names its session; `resume` is an earlier
+    /// conversation to continue.
+    pub async fn root(rt: &Arc<Runtime>, id: String, def: AgentDef, resume: Vec<Message>) -> Agent {
+        let mut rules = rt.rules.clone();
+        rules.extend(def.rules.iter().cloned());
+        rt.remember(&id, rules.clone(), 0);
+        let mut agent = Agent::new(rt, id, None, def, rules, 0).await;
+        agent.messages = resume;
+        agent
+    }
+
+    async fn new(
+        rt: &Arc<Runtime>,
+        id: String,
+        parent: Option<String>,
+        def: AgentDef,
+        rules: Vec<Rule>,
+        depth: u32,
+    ) -> Agent {
+        let base = &rt.base;
+        let gate = Arc::new(RuleGate::new(base.worktree(), rules.clone(), rt.asker.clone()));
+        let observed = Arc::new(observe::ObservedGate {
+            inner: gate,
+            session: id.clone(),
+            events: rt.events.clone(),
+            recorder: rt.recorder.clone(),
+            refused: rt.refused.clone(),
+        });
+        let mut ctx = base.clone();
+        ctx.gate = observed;
+        ctx.session = Arc::new(Session::new(id.clone()));
+        let registry = Arc::new(run::registry_for(rt, &ctx, depth).await);
+        let env = prompt::Environment {
+            worktree: base.worktree(),
+            spec: &rt.spec,
+            date: prompt::today(),
+        };
+        let system = prompt::build(&ctx, &env, &def, &rt.user_config).await;
+        rt.recorder.write(&record::Record::Session {
+            session: id.clone(),
+            parent: parent.clone(),
+            created_ms: record::now_ms(),
+            root: base.worktree().display().to_string(),
+            model: rt.model.spec.clone(),
+            agent: def.name.clone(),
+            sandbox: rt.spec.backend.name().to_string(),
+            prompt: None,
+        });
+        Agent {
+            rt: rt.clone(),
+            id,
+            parent,
+            def,
+            ctx,
+            registry,
+            rules,
+            system,
+            messages: Vec::new(),
+            steps: 0,
+            usage: Usage::default(),
+            last_context: 0,
+            instructions_seen: HashSet::new(),
+            files_changed: Vec::new(),
+            depth,
+        }
+    }
+
+    pub fn system_prompt(&self) -> &str {
+        &self.system
+    }
+
+    pub fn context(&self) -> &ToolContext {
+        &self.ctx
+    }
+
+    pub fn files_changed(&self) -> &[String] {
+        &self.files_changed
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.rt.started.elapsed().as_millis() as u64
+    }
+}

@@ -1,0 +1,71 @@
+//! A layer around the permission gate that reports each decision (events, session file)
+//! and remembers a refusal, which ends the run unless `--continue-on-deny`: a person who
+//! said no (or nobody there to say yes) is not something the model should work around.
+//! A rule's deny does not end it; the model reads the rule and may do the task another way.
+
+use std::sync::{Arc, Mutex};
+
+use crate::permission::gate::RuleGate;
+use crate::permission::rules::Action;
+use crate::permission::{AskFuture, PermissionError, PermissionGate, PermissionRequest};
+
+use super::events::{Event, EventSink};
+use super::record::{Record, Recorder};
+
+pub struct ObservedGate {
+    pub inner: Arc<RuleGate>,
+    pub session: String,
+    pub events: Arc<dyn EventSink>,
+    pub recorder: Arc<Recorder>,
+    /// Shared by a run and its subagents: the first refusal.
+    pub refused: Arc<Mutex<Option<String>>>,
+}
+
+impl PermissionGate for ObservedGate {
+    fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
+        Box::pin(async move {
+            // Plain allows by rule are the common case and not news.
+            let quiet = self.inner.verdict(request).action == Action::Allow;
+            let result = self.inner.ask(request).await;
+            if quiet && result.is_ok() {
+                return result;
+            }
+            let (decision, message) = match &result {
+                Ok(()) => ("allow", None),
+                Err(e @ PermissionError::Denied(_)) => ("deny", Some(e.to_string())),
+                Err(e @ PermissionError::Rejected { .. }) => ("reject", Some(e.to_string())),
+                Err(e @ PermissionError::Unanswered { .. }) => ("refused", Some(e.to_string())),
+            };
+            if matches!(decision, "reject" | "refused") {
+                let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+                if refused.is_none() {
+                    *refused = Some(format!(
+                        "{} {} was not approved: {}",
+                        request.permission,
+                        request.patterns.join(", "),
+                        message.clone().unwrap_or_default()
+                    ));
+                }
+            }
+            self.events.emit(&Event::Permission {
+                session: self.session.clone(),
+                tool: request.tool.clone(),
+                permission: request.permission.clone(),
+                patterns: request.patterns.clone(),
+                decision: decision.to_string(),
+                message,
+            });
+            self.recorder.write(&Record::Permission {
+                session: self.session.clone(),
+                permission: request.permission.clone(),
+                patterns: request.patterns.clone(),
+                decision: decision.to_string(),
+            });
+            result
+        })
+    }
+
+    fn disabled(&self, permission: &str) -> Option<crate::permission::rules::Rule> {
+        self.inner.disabled(permission)
+    }
+}
