@@ -177,7 +177,8 @@ async fn read_directory_lists_entries() {
     assert_eq!(f.asks(), vec![ask("read", &["proj"], &["*"])]);
 }
 
-/// A missing file fails with up to three similar names from its directory.
+/// A missing file fails with up to three similar names from its directory: names that
+/// contain the missing one or are contained in it, else names a typo away.
 #[tokio::test]
 async fn read_missing_file_suggests_similar_names() {
     let f = fixture().await;
@@ -191,6 +192,19 @@ async fn read_missing_file_suggests_similar_names() {
 
     let err = f.err("read", json!({ "filePath": "zzz.md" })).await;
     assert_eq!(err, format!("File not found: {}", f.abs("zzz.md")));
+
+    // No name contains the other: a name one typo away is suggested.
+    f.write("src/main.rs", "fn main() {}");
+    f.write("src/lib.rs", "");
+    let err = f.err("read", json!({ "filePath": "src/mian.rs" })).await;
+    assert_eq!(
+        err,
+        format!(
+            "File not found: {}\n\nDid you mean one of these?\n{}",
+            f.abs("src/mian.rs"),
+            f.abs("src/main.rs")
+        )
+    );
 }
 
 /// Binary content (by extension, or a NUL byte) is refused instead of dumped.

@@ -104,32 +104,97 @@ fn asks(target: &Target, ctx: &ToolContext) -> Vec<PermissionRequest> {
     ctx.file_asks(&target.path, is_dir, "read")
 }
 
+/// `File not found: {path}`, followed by OpenCode's "Did you mean one of these?" and up to
+/// three full paths from the same directory (see [`similar_names`]). The directory is
+/// listed through the sandbox; if that fails, the message has no suggestions.
 async fn not_found_message(ctx: &ToolContext, path: &Path) -> String {
+    let not_found = format!("File not found: {}", path.display());
     let (Some(dir), Some(base)) = (path.parent(), path.file_name()) else {
-        return format!("File not found: {}", path.display());
+        return not_found;
     };
-    let base = base.to_string_lossy().to_lowercase();
-    let suggestions: Vec<String> = match ctx.sandbox.client.list(dir).await {
-        Ok(entries) => entries
-            .iter()
-            .filter(|e| {
-                let name = e.name.to_lowercase();
-                name.contains(&base) || base.contains(&name)
-            })
-            .take(3)
-            .map(|e| dir.join(&e.name).to_string_lossy().into_owned())
-            .collect(),
-        Err(_) => Vec::new(),
+    let Ok(entries) = ctx.sandbox.client.list(dir).await else {
+        return not_found;
     };
+    let base = base.to_string_lossy();
+    let suggestions: Vec<String> = similar_names(&base, entries.iter().map(|e| e.name.as_str()))
+        .into_iter()
+        .map(|name| dir.join(name).to_string_lossy().into_owned())
+        .collect();
     if suggestions.is_empty() {
-        format!("File not found: {}", path.display())
+        not_found
     } else {
         format!(
-            "File not found: {}\n\nDid you mean one of these?\n{}",
-            path.display(),
+            "{not_found}\n\nDid you mean one of these?\n{}",
             suggestions.join("\n")
         )
     }
+}
+
+/// How many suggestions a not-found error lists (OpenCode's number).
+const MAX_SUGGESTIONS: usize = 3;
+
+/// The names (out of `names`, a directory listing) to suggest for a missing `base`, at most
+/// [`MAX_SUGGESTIONS`]. First OpenCode's rule, in listing order: one lowercase name contains
+/// the other (`config` → `config.json`). Then, if there is room, names a typo or two away
+/// (`mian.rs` → `main.rs`), closest first: at most two single-character edits (an insertion,
+/// a deletion, a substitution or the swap of two neighbours), and at most one per three
+/// characters of `base`, so short names do not suggest everything.
+fn similar_names<'n>(base: &str, names: impl IntoIterator<Item = &'n str>) -> Vec<&'n str> {
+    let base_lower = base.to_lowercase();
+    let base_chars: Vec<char> = base_lower.chars().collect();
+    let bound = (base_chars.len() / 3).min(2);
+    let mut containing = Vec::new();
+    let mut close: Vec<(usize, &str)> = Vec::new();
+    for name in names {
+        let lower = name.to_lowercase();
+        if lower.contains(&base_lower) || base_lower.contains(&lower) {
+            containing.push(name);
+        } else if bound > 0
+            && let Some(distance) = edit_distance_within(&base_chars, &lower, bound)
+        {
+            close.push((distance, name));
+        }
+    }
+    // Stable: equally close names keep the listing order.
+    close.sort_by_key(|&(distance, _)| distance);
+    containing
+        .into_iter()
+        .chain(close.into_iter().map(|(_, name)| name))
+        .take(MAX_SUGGESTIONS)
+        .collect()
+}
+
+/// The edit distance between `a` and `b` when it is at most `bound`, counting insertions,
+/// deletions, substitutions and swaps of adjacent characters as one edit each (optimal
+/// string alignment); `None` when it is larger. Gives up as soon as a whole row of the table
+/// exceeds `bound`, so a long listing of unrelated names costs little.
+fn edit_distance_within(a: &[char], b: &str, bound: usize) -> Option<usize> {
+    let b: Vec<char> = b.chars().collect();
+    if a.len().abs_diff(b.len()) > bound {
+        return None;
+    }
+    // Three rows of the table: two back (for swaps), the previous one and the current one.
+    let mut before: Vec<usize> = Vec::new();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut current = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (previous[j] + 1)
+                .min(current[j - 1] + 1)
+                .min(previous[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(before[j - 2] + 1);
+            }
+            current[j] = best;
+        }
+        if current.iter().all(|&d| d > bound) {
+            return None;
+        }
+        before = std::mem::replace(&mut previous, current);
+    }
+    let distance = previous[b.len()];
+    (distance <= bound).then_some(distance)
 }
 
 async fn read_dir(
@@ -432,6 +497,62 @@ mod tests {
         assert_eq!(attachment_mime(b"RIFF\0\0\0\0WEBPVP8 "), Some("image/webp"));
         assert_eq!(attachment_mime(b"%PDF-1.7"), Some("application/pdf"));
         assert_eq!(attachment_mime(b"<svg xmlns="), None);
+    }
+
+    #[test]
+    fn suggestions_follow_opencode_containment_first() {
+        let names = [
+            "Config.json",
+            "config.yaml",
+            "myconfig",
+            "unrelated.txt",
+            "c",
+        ];
+        // Either lowercase name may contain the other; listing order; at most three.
+        assert_eq!(
+            similar_names("config", names),
+            vec!["Config.json", "config.yaml", "myconfig"]
+        );
+        assert_eq!(
+            similar_names("CONFIG.YAML", names),
+            vec!["config.yaml", "c"]
+        );
+        assert!(similar_names("zzz.md", names).is_empty());
+    }
+
+    #[test]
+    fn suggestions_fall_back_to_names_a_typo_away() {
+        let names = ["lib.rs", "main.rs", "mod.rs", "maintenance.rs"];
+        // A swap of neighbours is one edit.
+        assert_eq!(similar_names("mian.rs", names), vec!["main.rs"]);
+        // Containment first, then the closest typos (equally close: listing order).
+        assert_eq!(
+            similar_names("readme", ["reader", "readme.md", "redme", "raedme", "rdm"]),
+            vec!["readme.md", "redme", "raedme"]
+        );
+        assert_eq!(
+            similar_names("main.rs", ["mian.rs", "mn.rs", "man.rs"]),
+            vec!["mian.rs", "man.rs", "mn.rs"]
+        );
+        // Short names only tolerate what their length allows.
+        assert!(similar_names("ab", ["xy", "ax"]).is_empty());
+        assert_eq!(similar_names("abc", ["abd", "xyz"]), vec!["abd"]);
+        // Never more than two edits, however long the name.
+        assert!(similar_names("application.rs", ["applicxyzon.rs"]).is_empty());
+    }
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        let chars = |s: &str| s.chars().collect::<Vec<char>>();
+        assert_eq!(edit_distance_within(&chars("main"), "main", 2), Some(0));
+        assert_eq!(edit_distance_within(&chars("mian"), "main", 2), Some(1));
+        assert_eq!(edit_distance_within(&chars("main"), "man", 2), Some(1));
+        assert_eq!(edit_distance_within(&chars("man"), "main", 2), Some(1));
+        assert_eq!(edit_distance_within(&chars("main"), "mojn", 2), Some(2));
+        assert_eq!(edit_distance_within(&chars("main"), "xyzw", 2), None);
+        assert_eq!(edit_distance_within(&chars("a"), "abcd", 2), None);
+        assert_eq!(edit_distance_within(&chars("é.rs"), "e.rs", 1), Some(1));
+        assert_eq!(edit_distance_within(&[], "ab", 2), Some(2));
     }
 
     #[test]

@@ -36,17 +36,26 @@ fn lock(name: &str) -> std::fs::File {
 /// Installs a Debian package when `file` is missing (the tests set up what they need on a
 /// fresh machine, as root; elsewhere they say what to install).
 pub fn ensure_package(package: &str, file: &str) {
-    if Path::new(file).exists() {
+    ensure_package_for(package, file, || Path::new(file).exists());
+}
+
+/// Installs a Debian package unless `ready` says what the test needs is there; `what` names
+/// that thing in the messages. As root, `apt-get install` (after `apt-get update` if the
+/// first try fails); otherwise, or if `ready` is still false afterwards, panics saying what
+/// to install: the tests never skip.
+pub fn ensure_package_for(package: &str, what: &str, ready: impl Fn() -> bool) {
+    if ready() {
         return;
     }
     let _l = lock("runner-test-apt.lock");
-    if Path::new(file).exists() {
+    if ready() {
         return;
     }
     // SAFETY: plain syscall.
     assert!(
         unsafe { libc::geteuid() } == 0,
-        "{file} is missing: apt-get install -y {package} (the tests need it and never skip)"
+        "{what} is missing and only root can install it: apt-get install -y {package} \
+         (the tests need it and never skip)"
     );
     let apt = |args: &[&str]| {
         std::process::Command::new("apt-get")
@@ -60,8 +69,12 @@ pub fn ensure_package(package: &str, file: &str) {
     let installed = apt(&["install", "-y", "-qq", package])
         || (apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", package]));
     assert!(
-        installed && Path::new(file).exists(),
-        "apt-get install {package} failed; install it by hand"
+        installed,
+        "apt-get install -y {package} failed (needed for {what}); install it by hand"
+    );
+    assert!(
+        ready(),
+        "{what} is still missing after apt-get install -y {package}"
     );
 }
 

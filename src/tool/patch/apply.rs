@@ -205,6 +205,12 @@ fn split_lines(content: &str) -> Vec<Line<'_>> {
 /// LF). A CRLF file therefore stays CRLF, and a mixed file is only
 /// normalised where it was edited.
 ///
+/// Context lines are written as the file has them, text and line ending,
+/// even when the patch spelled them differently and matched only fuzzily
+/// (trailing whitespace, indentation, typographic punctuation): only the
+/// `-` and `+` lines are meant to change. Removed lines are replaced by the
+/// `+` lines exactly as the patch writes them.
+///
 /// The result always ends with a line break (Codex and OpenCode both add
 /// one), except when every line was removed, which leaves an empty file.
 /// Unlike their join-based implementation, a blank last line is kept rather
@@ -234,10 +240,20 @@ pub fn derive_new_contents(
     let dominant = if crlf > lf { "\r\n" } else { "\n" };
 
     for replacement in replacements.iter().rev() {
-        let new_lines = replacement
+        let mut new_lines: Vec<Line<'_>> = replacement
             .new_lines
             .iter()
-            .map(|text| Line { text, ending: None });
+            .map(|text| Line { text, ending: None })
+            .collect();
+        // Replacements do not overlap and are applied bottom-up, so the
+        // matched lines are still the file's own here.
+        for &(old, new) in replacement.context {
+            if old < replacement.old_len
+                && let Some(slot) = new_lines.get_mut(new)
+            {
+                *slot = lines[replacement.start + old];
+            }
+        }
         lines.splice(
             replacement.start..replacement.start + replacement.old_len,
             new_lines,
@@ -256,6 +272,10 @@ struct Replacement<'c> {
     start: usize,
     old_len: usize,
     new_lines: &'c [String],
+    /// The chunk's context pairs; a pair whose old or new index falls
+    /// outside `old_len` or `new_lines` (dropped trailing blank lines) is
+    /// ignored.
+    context: &'c [(usize, usize)],
 }
 
 /// Finds where every chunk applies.
@@ -296,6 +316,7 @@ fn compute_replacements<'c>(
                 start: lines.len(),
                 old_len: 0,
                 new_lines: &chunk.new_lines,
+                context: &[],
             });
             continue;
         }
@@ -326,6 +347,7 @@ fn compute_replacements<'c>(
             start: found,
             old_len: old.len(),
             new_lines: new,
+            context: &chunk.context,
         });
         position = found + old.len();
     }
@@ -345,7 +367,21 @@ mod tests {
             change_context: ctx.map(str::to_string),
             old_lines: s(old),
             new_lines: s(new),
+            context: Vec::new(),
             is_end_of_file: eof,
+        }
+    }
+
+    /// A chunk as the parser builds it from prefixed lines (`' '`, `'-'`,
+    /// `'+'` then the text), context pairs included.
+    fn patch_chunk(lines: &[&str]) -> UpdateChunk {
+        let text = format!(
+            "*** Begin Patch\n*** Update File: f.txt\n@@\n{}\n*** End Patch",
+            lines.join("\n")
+        );
+        match super::super::parse_patch(&text).as_deref() {
+            Ok([Hunk::Update { chunks, .. }]) if chunks.len() == 1 => chunks[0].clone(),
+            other => panic!("unexpected parse: {other:?}"),
         }
     }
 
@@ -518,6 +554,83 @@ mod tests {
             &[chunk(None, &["x = 1;"], &["x = 2;"], false)],
         );
         assert_eq!(out, "x = 2;\n");
+    }
+
+    #[test]
+    fn context_lines_keep_trailing_whitespace() {
+        // The context lines match only once trailing blanks are ignored;
+        // they must come out as the file has them.
+        let original = "key = 1   \nvalue = 2\t \nend  \n";
+        let out = derive(
+            original,
+            &[patch_chunk(&[
+                " key = 1",
+                "-value = 2",
+                "+value = 3",
+                " end",
+            ])],
+        );
+        assert_eq!(out, "key = 1   \nvalue = 3\nend  \n");
+    }
+
+    #[test]
+    fn context_lines_keep_indentation() {
+        let original = "fn f() {\n\tlet a = 1;\n\tlet b = 2;\n}\n";
+        let out = derive(
+            original,
+            &[patch_chunk(&[
+                "     let a = 1;",
+                "-    let b = 2;",
+                "+\tlet b = 3;",
+                " }",
+            ])],
+        );
+        assert_eq!(out, "fn f() {\n\tlet a = 1;\n\tlet b = 3;\n}\n");
+    }
+
+    #[test]
+    fn context_lines_keep_typographic_punctuation() {
+        // Smart quotes, an em dash, an ellipsis and non-breaking spaces in
+        // the file; the patch types ASCII. Only the `+` line is the patch's.
+        let original =
+            "say(\u{201C}it\u{2019}s \u{2014} ok\u{2026}\u{201D})\nx\u{00A0}=\u{00A0}1\ny = 2\n";
+        let out = derive(
+            original,
+            &[patch_chunk(&[
+                " say(\"it's - ok...\")",
+                " x = 1",
+                "-y = 2",
+                "+y = \"3 - 4\"",
+            ])],
+        );
+        assert_eq!(
+            out,
+            "say(\u{201C}it\u{2019}s \u{2014} ok\u{2026}\u{201D})\nx\u{00A0}=\u{00A0}1\ny = \"3 - 4\"\n"
+        );
+    }
+
+    #[test]
+    fn context_lines_keep_their_own_line_ending() {
+        // A CRLF context line in a mostly-LF file stays CRLF; the new line
+        // gets the dominant LF.
+        let out = derive("a\r\nb\nc\nd\n", &[patch_chunk(&[" a", "+new", " b"])]);
+        assert_eq!(out, "a\r\nnew\nb\nc\nd\n");
+    }
+
+    #[test]
+    fn context_pairs_survive_the_trailing_blank_retry() {
+        // The trailing blank context line is not in the file and is
+        // dropped; the remaining context still comes from the file.
+        let out = derive("a  \nb\n", &[patch_chunk(&[" a", "-b", "+B", ""])]);
+        assert_eq!(out, "a  \nB\n");
+    }
+
+    #[test]
+    fn removed_then_re_added_line_takes_the_patch_text() {
+        // `-` then `+` with the same text is an edit, not context: the
+        // patch's spelling replaces the fuzzy-matched file line.
+        let out = derive("x = 1   \n", &[patch_chunk(&["-x = 1", "+x = 1"])]);
+        assert_eq!(out, "x = 1\n");
     }
 
     #[test]

@@ -72,6 +72,12 @@ pub struct UpdateChunk {
     pub old_lines: Vec<String>,
     /// Lines that replace them (context and `+` lines), without prefixes.
     pub new_lines: Vec<String>,
+    /// The context lines, as `(index in old_lines, index in new_lines)`
+    /// pairs in order. The planner writes a context line as the *file* spells
+    /// it: the match may have been fuzzy (trailing whitespace, indentation,
+    /// typographic punctuation), and only `-` and `+` lines are meant to
+    /// change. A new line not listed here is written as the patch has it.
+    pub context: Vec<(usize, usize)>,
     /// Set by `*** End of File`: `old_lines` should be the last lines of the
     /// file, so the end of the file is tried before scanning forward.
     pub is_end_of_file: bool,

@@ -23,8 +23,10 @@
 //!    * `@@ text` opens a chunk with context `text` (trimmed; none if empty).
 //!      A unified-diff range (`@@ -12,3 +12,4 @@ fn f`) is tolerated: the
 //!      numbers are dropped and only the trailing text is used as context.
-//!    * ` `, `-`, `+` lines go to old+new, old, new. Change lines before the
-//!      first `@@` open a chunk without context (Codex allows this).
+//!    * ` `, `-`, `+` lines go to old+new, old, new; a context line's place on
+//!      both sides is recorded so the planner can keep the file's text for it.
+//!      Change lines before the first `@@` open a chunk without context
+//!      (Codex allows this).
 //!    * **An empty line inside a chunk is an empty context line**, as in
 //!      Codex. Editors and models often strip the single space that should
 //!      prefix a blank context line; treating it as context makes such a
@@ -229,8 +231,7 @@ fn parse_chunks(body: &[&str], mut i: usize) -> (Vec<UpdateChunk>, usize) {
         let Some(prefix) = line.chars().next() else {
             // Empty line: a blank context line inside a chunk (see module docs).
             if let Some(chunk) = current.as_mut() {
-                chunk.old_lines.push(String::new());
-                chunk.new_lines.push(String::new());
+                push_context(chunk, String::new());
             }
             continue;
         };
@@ -238,11 +239,10 @@ fn parse_chunks(body: &[&str], mut i: usize) -> (Vec<UpdateChunk>, usize) {
         match prefix {
             ' ' | '-' | '+' => {
                 let chunk = current.get_or_insert_with(UpdateChunk::default);
-                if prefix != '+' {
-                    chunk.old_lines.push(text.to_string());
-                }
-                if prefix != '-' {
-                    chunk.new_lines.push(text.to_string());
+                match prefix {
+                    ' ' => push_context(chunk, text.to_string()),
+                    '-' => chunk.old_lines.push(text.to_string()),
+                    _ => chunk.new_lines.push(text.to_string()),
                 }
             }
             _ => {}
@@ -250,6 +250,16 @@ fn parse_chunks(body: &[&str], mut i: usize) -> (Vec<UpdateChunk>, usize) {
     }
     chunks.extend(current);
     (chunks, i)
+}
+
+/// Appends a context line: to both sides, and to the pairs that tell the
+/// planner to keep the file's own text for it.
+fn push_context(chunk: &mut UpdateChunk, text: String) {
+    chunk
+        .context
+        .push((chunk.old_lines.len(), chunk.new_lines.len()));
+    chunk.old_lines.push(text.clone());
+    chunk.new_lines.push(text);
 }
 
 /// The context of an `@@` line: the trimmed rest, without a unified-diff
@@ -301,8 +311,15 @@ mod tests {
             change_context: ctx.map(str::to_string),
             old_lines: s(old),
             new_lines: s(new),
+            context: Vec::new(),
             is_end_of_file: eof,
         }
+    }
+
+    /// `chunk` with its context pairs `(old index, new index)`.
+    fn with_context(mut chunk: UpdateChunk, pairs: &[(usize, usize)]) -> UpdateChunk {
+        chunk.context = pairs.to_vec();
+        chunk
     }
 
     fn parse(text: &str) -> Vec<Hunk> {
@@ -408,7 +425,7 @@ mod tests {
             chunks,
             &vec![
                 chunk(Some("class A"), &["a"], &["A"], false),
-                chunk(None, &["b", "c"], &["b", "C"], false),
+                with_context(chunk(None, &["b", "c"], &["b", "C"], false), &[(0, 0)]),
             ]
         );
     }
@@ -421,7 +438,10 @@ mod tests {
             vec![Hunk::Update {
                 path: "f".into(),
                 move_path: None,
-                chunks: vec![chunk(None, &["import foo"], &["import foo", "bar"], false)],
+                chunks: vec![with_context(
+                    chunk(None, &["import foo"], &["import foo", "bar"], false),
+                    &[(0, 0)]
+                )],
             }]
         );
     }
@@ -436,11 +456,14 @@ mod tests {
             vec![Hunk::Update {
                 path: "f".into(),
                 move_path: None,
-                chunks: vec![chunk(
-                    None,
-                    &["first", "second"],
-                    &["first", "second updated"],
-                    true
+                chunks: vec![with_context(
+                    chunk(
+                        None,
+                        &["first", "second"],
+                        &["first", "second updated"],
+                        true
+                    ),
+                    &[(0, 0)]
                 )],
             }]
         );
@@ -466,7 +489,10 @@ mod tests {
         };
         assert_eq!(
             chunks,
-            &vec![chunk(None, &["a", "", "b"], &["a", "", "c"], false)]
+            &vec![with_context(
+                chunk(None, &["a", "", "b"], &["a", "", "c"], false),
+                &[(0, 0), (1, 1)]
+            )]
         );
     }
 
@@ -681,6 +707,25 @@ mod tests {
     }
 
     #[test]
+    fn context_pairs_record_where_context_lines_sit() {
+        // Context lines interleaved with removals and additions: each pair
+        // points at the same line on both sides.
+        let hunks = parse(
+            "*** Begin Patch\n*** Update File: f\n@@\n a\n-b\n+B\n+B2\n c\n\n-d\n e\n*** End Patch",
+        );
+        let Hunk::Update { chunks, .. } = &hunks[0] else {
+            panic!("not an update")
+        };
+        let chunk = &chunks[0];
+        assert_eq!(chunk.old_lines, s(&["a", "b", "c", "", "d", "e"]));
+        assert_eq!(chunk.new_lines, s(&["a", "B", "B2", "c", "", "e"]));
+        assert_eq!(chunk.context, vec![(0, 0), (2, 3), (3, 4), (5, 5)]);
+        for &(old, new) in &chunk.context {
+            assert_eq!(chunk.old_lines[old], chunk.new_lines[new]);
+        }
+    }
+
+    #[test]
     fn context_line_starting_with_stars_after_space_is_context() {
         let hunks =
             parse("*** Begin Patch\n*** Update File: a.md\n@@\n ***bold***\n+x\n*** End Patch");
@@ -689,7 +734,10 @@ mod tests {
         };
         assert_eq!(
             chunks,
-            &vec![chunk(None, &["***bold***"], &["***bold***", "x"], false)]
+            &vec![with_context(
+                chunk(None, &["***bold***"], &["***bold***", "x"], false),
+                &[(0, 0)]
+            )]
         );
     }
 }
