@@ -112,7 +112,7 @@ pub fn builtin() -> Vec<AgentDef> {
 pub async fn all(ctx: &ToolContext, user_dir: &Path) -> (Vec<AgentDef>, Vec<String>) {
     let mut agents = builtin();
     let mut notes = Vec::new();
-    let mut add = |def: AgentDef, agents: &mut Vec<AgentDef>| {
+    let add = |def: AgentDef, agents: &mut Vec<AgentDef>| {
         match agents.iter_mut().find(|a| a.name == def.name) {
             Some(existing) => {
                 // A same-named file adds instructions and restrictions; it keeps the

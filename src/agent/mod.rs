@@ -14,6 +14,7 @@ mod observe;
 pub mod prompt;
 pub mod record;
 mod run;
+pub mod start;
 mod task;
 
 use std::collections::{HashMap, HashSet};
@@ -26,7 +27,7 @@ use serde::Serialize;
 use crate::llm::config::ModelInfo;
 use crate::llm::{Message, Provider, Usage};
 use crate::permission::gate::{Asker, RuleGate};
-use crate::permission::rules::{Action, Rule};
+use crate::permission::rules::Rule;
 use crate::sandbox::spec::SandboxSpec;
 use crate::tool::{Registry, Session, ToolContext};
 
@@ -208,8 +209,6 @@ pub struct Agent {
     pub def: AgentDef,
     ctx: ToolContext,
     registry: Arc<Registry>,
-    /// The rules this agent's gate holds (a child starts from them).
-    rules: Vec<Rule>,
     system: String,
     pub messages: Vec<Message>,
     pub steps: u32,
@@ -219,7 +218,6 @@ pub struct Agent {
     /// Directories whose AGENTS.md the model has already been given.
     instructions_seen: HashSet<PathBuf>,
     files_changed: Vec<String>,
-    depth: u32,
 }
 
 /// What a turn of the conversation came to.
@@ -251,7 +249,7 @@ impl Agent {
         depth: u32,
     ) -> Agent {
         let base = &rt.base;
-        let gate = Arc::new(RuleGate::new(base.worktree(), rules.clone(), rt.asker.clone()));
+        let gate = Arc::new(RuleGate::new(base.worktree(), rules, rt.asker.clone()));
         let observed = Arc::new(observe::ObservedGate {
             inner: gate,
             session: id.clone(),
@@ -286,7 +284,6 @@ impl Agent {
             def,
             ctx,
             registry,
-            rules,
             system,
             messages: Vec::new(),
             steps: 0,
@@ -294,7 +291,6 @@ impl Agent {
             last_context: 0,
             instructions_seen: HashSet::new(),
             files_changed: Vec::new(),
-            depth,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -424,17 +424,5 @@ fn changed_files(call: &ToolCall, ctx: &ToolContext) -> Vec<String> {
             })
             .unwrap_or_default(),
         _ => Vec::new(),
-    }
-}
-
-/// How long a duration reads on a terminal.
-pub fn short_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{:.1}s", d.as_secs_f64())
-    } else {
-        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
     }
 }

@@ -3,8 +3,10 @@
 mod image;
 mod permission;
 mod profile;
+mod run;
 mod sandbox;
 mod sandbox_server;
+mod sessions;
 mod tool;
 
 use std::process::ExitCode;
@@ -28,13 +30,22 @@ pub mod exit {
     version,
     about = "A sandboxed agent runner: OpenCode's tools behind a real isolation boundary"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// Without a subcommand, runner runs the agent (as `runner run`).
+    #[command(flatten)]
+    run: run::RunArgs,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the agent on a task (also what `runner [OPTIONS] [PROMPT]` does).
+    Run(run::RunArgs),
+    /// List, show or export recorded sessions.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
     /// List the tools, or call them directly (one call, or a script of calls).
     #[command(subcommand)]
     Tool(tool::ToolCommand),
@@ -58,16 +69,19 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::SandboxServer(args) => sandbox_server::run(args),
-        Command::Tool(cmd) => block_on(tool::run(cmd)),
+        None => block_on_plain(run::run(cli.run)),
+        Some(Command::Run(args)) => block_on_plain(run::run(args)),
+        Some(Command::Sessions(cmd)) => sessions::run(cmd),
+        Some(Command::SandboxServer(args)) => sandbox_server::run(args),
+        Some(Command::Tool(cmd)) => block_on(tool::run(cmd)),
         // The shell's Ctrl-C belongs to the shell, not to runner.
-        Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. }) => {
+        Some(Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. })) => {
             block_on_plain(sandbox::run(cmd))
         }
-        Command::Sandbox(cmd) => block_on(sandbox::run(cmd)),
-        Command::Image(cmd) => block_on(image::run(cmd)),
-        Command::Permission(cmd) => block_on(permission::run(cmd)),
-        Command::Profile(cmd) => profile::run(cmd),
+        Some(Command::Sandbox(cmd)) => block_on(sandbox::run(cmd)),
+        Some(Command::Image(cmd)) => block_on(image::run(cmd)),
+        Some(Command::Permission(cmd)) => block_on(permission::run(cmd)),
+        Some(Command::Profile(cmd)) => profile::run(cmd),
     };
     ExitCode::from(code)
 }

@@ -1,0 +1,254 @@
+//! From options to a running session: the sandbox and rules ([`SessionOptions`]), the
+//! model, the agent, the session file, and (for `--resume`/`--continue`) the conversation
+//! so far. `runner run` is this plus a terminal; tests and the eval harness call it
+//! directly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::events::{Event, EventSink};
+use super::record::{self, Loaded, Record, Recorder};
+use super::{Agent, End, LoopOptions, Outcome, Runtime, agents};
+use crate::config::settings::Settings;
+use crate::llm::config::resolve;
+use crate::llm::retry::Retry;
+use crate::session::{OpenError, OpenSession, SessionOptions};
+use crate::tool::Session;
+
+/// Which earlier session to continue.
+#[derive(Debug, Clone)]
+pub enum Resume {
+    Id(String),
+    /// The newest session of this worktree (`--continue`).
+    Last,
+}
+
+pub struct RunOptions {
+    pub session: SessionOptions,
+    /// `provider/model`; else the config's `model`, else the agent's.
+    pub model: Option<String>,
+    pub agent: String,
+    pub loop_options: LoopOptions,
+    pub resume: Option<Resume>,
+    pub events: Arc<dyn EventSink>,
+    pub sessions_dir: PathBuf,
+}
+
+impl RunOptions {
+    pub fn new(root: impl Into<PathBuf>, events: Arc<dyn EventSink>) -> Self {
+        RunOptions {
+            session: SessionOptions::new(root),
+            model: None,
+            agent: "build".into(),
+            loop_options: LoopOptions::default(),
+            resume: None,
+            events,
+            sessions_dir: record::sessions_dir(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Provider(String),
+    #[error("{0}")]
+    Sandbox(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl StartError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::Usage(_) => super::exit::USAGE,
+            StartError::Provider(_) => super::exit::PROVIDER,
+            StartError::Sandbox(_) => super::exit::SANDBOX,
+            StartError::Failed(_) => super::exit::FAILED,
+        }
+    }
+}
+
+/// A started run: the root agent, its runtime, and the open session that owns the sandbox
+/// (dropping the run closes it).
+pub struct Run {
+    pub rt: Arc<Runtime>,
+    pub agent: Agent,
+    pub open: OpenSession,
+    pub notes: Vec<String>,
+    /// The task a replay recording was made with, for a run started without a prompt.
+    pub recorded_prompt: Option<String>,
+}
+
+pub async fn start(options: RunOptions) -> Result<Run, StartError> {
+    let RunOptions {
+        session,
+        model,
+        agent,
+        loop_options,
+        resume,
+        events,
+        sessions_dir,
+    } = options;
+    let root = crate::session::absolute_root(&session.root);
+    let (settings, mut notes) = Settings::load(&root, session.config.as_deref())
+        .map_err(|e| StartError::Usage(e.to_string()))?;
+    // The conversation to continue, found before anything starts.
+    let resumed = match &resume {
+        None => None,
+        Some(r) => Some(find_resume(r, &sessions_dir, &root)?),
+    };
+    let id = match &resumed {
+        Some(l) => l.id(),
+        None => record::new_id(),
+    };
+    let model_spec = model.or(settings.model.clone());
+    let retry_events = events.clone();
+    let retry_session = id.clone();
+    let on_retry = Arc::new(move |r: Retry| {
+        retry_events.emit(&Event::Retry {
+            session: retry_session.clone(),
+            attempt: r.attempt,
+            of: r.of,
+            delay_ms: r.delay.as_millis() as u64,
+            error: r.error,
+        })
+    });
+    let open = session
+        .open(Session::new(id.clone()))
+        .await
+        .map_err(|e| match e {
+            OpenError::Usage(m) => StartError::Usage(m),
+            OpenError::Sandbox(m) => StartError::Sandbox(m),
+            OpenError::Failed(m) => StartError::Failed(m),
+        })?;
+    notes.extend(open.notes.iter().cloned());
+    let user_agents = crate::config::config_dir().join("agents");
+    let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
+    notes.extend(agent_notes);
+    let def = all
+        .iter()
+        .find(|a| a.name == agent && a.mode != agents::Mode::Subagent)
+        .cloned()
+        .ok_or_else(|| {
+            let names: Vec<&str> = all
+                .iter()
+                .filter(|a| a.mode != agents::Mode::Subagent)
+                .map(|a| a.name.as_str())
+                .collect();
+            StartError::Usage(format!("no agent {agent:?}; agents that can lead a session: {}", names.join(", ")))
+        })?;
+    let model_spec = model_spec.or(def.model.clone()).ok_or_else(|| {
+        StartError::Usage(
+            "no model: pass --model provider/model (e.g. anthropic/claude-sonnet-4-5, openai/gpt-5, replay/FILE) or set model = \"…\" in the config".into(),
+        )
+    })?;
+    let (provider, info) =
+        resolve(&model_spec, &settings, on_retry).map_err(|e| StartError::Provider(e.to_string()))?;
+    let recorded_prompt = match model_spec.split_once('/') {
+        Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
+            .ok()
+            .and_then(|r| r.prompt().map(str::to_string)),
+        _ => None,
+    };
+    let mut loop_options = loop_options;
+    if let Some(t) = settings.context.and_then(|c| c.threshold) {
+        loop_options.context_threshold = t.clamp(0.1, 1.0);
+    }
+    let recorder = Arc::new(
+        Recorder::create(sessions_dir.join(format!("{id}.jsonl"))).map_err(|e| {
+            StartError::Failed(format!(
+                "cannot create the session file in {}: {e}; set XDG_DATA_HOME to a writable directory",
+                sessions_dir.display()
+            ))
+        })?,
+    );
+    let rt = Runtime::new(
+        provider,
+        info,
+        events.clone(),
+        recorder,
+        all,
+        loop_options,
+        open.spec.clone(),
+        open.rules.clone(),
+        open.asker.clone(),
+        open.ctx.clone(),
+    );
+    let history = resumed.as_ref().map(Loaded::conversation).unwrap_or_default();
+    let agent = Agent::root(&rt, id.clone(), def, history).await;
+    events.emit(&Event::SessionStart {
+        session: id.clone(),
+        model: model_spec,
+        agent: agent.def.name.clone(),
+        sandbox: rt.spec.backend.name().to_string(),
+        root: root.display().to_string(),
+        resumed_from: resumed.map(|_| id),
+    });
+    Ok(Run {
+        rt,
+        agent,
+        open,
+        notes,
+        recorded_prompt,
+    })
+}
+
+fn find_resume(resume: &Resume, dir: &Path, root: &Path) -> Result<Loaded, StartError> {
+    let path = match resume {
+        Resume::Id(id) => record::find(dir, id).map_err(StartError::Usage)?,
+        Resume::Last => record::list(dir)
+            .into_iter()
+            .find(|p| {
+                Loaded::read(p).ok().is_some_and(|l| {
+                    matches!(l.header(), Some(Record::Session { root: r, .. }) if Path::new(r) == root)
+                })
+            })
+            .ok_or_else(|| {
+                StartError::Usage(format!(
+                    "no earlier session of {} in {} to continue",
+                    root.display(),
+                    dir.display()
+                ))
+            })?,
+    };
+    Loaded::read(&path).map_err(|e| StartError::Usage(format!("cannot read {}: {e}", path.display())))
+}
+
+impl Run {
+    /// One user message, run to its end.
+    pub async fn turn(&mut self, prompt: &str, cancel: CancellationToken) -> Outcome {
+        self.agent.run(prompt, cancel).await
+    }
+
+    /// Records the end and reports it; the sandbox closes when the run is dropped.
+    pub fn finish(&self, end: &End) {
+        let a = &self.agent;
+        let duration_ms = a.elapsed_ms();
+        self.rt.recorder.write(&Record::End {
+            session: a.id.clone(),
+            reason: end.reason().into(),
+            message: end.message().map(str::to_string),
+            steps: a.steps,
+            usage: a.usage,
+            duration_ms,
+        });
+        self.rt.events.emit(&Event::SessionEnd {
+            session: a.id.clone(),
+            reason: end.reason().into(),
+            message: end.message().map(str::to_string),
+            steps: a.steps,
+            usage: a.usage,
+            duration_ms,
+            files_changed: a.files_changed().to_vec(),
+        });
+    }
+
+    pub fn session_file(&self) -> &Path {
+        self.rt.recorder.path()
+    }
+}

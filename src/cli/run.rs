@@ -1,0 +1,320 @@
+//! `runner [run] [OPTIONS] [PROMPT]`: the agent. A prompt (or `-` for standard input) runs
+//! one task and exits; no prompt on a terminal starts a conversation, one line per turn in
+//! one session and one sandbox. Ctrl-C cancels the turn in flight (its commands die inside
+//! the sandbox); a second Ctrl-C, or Ctrl-D at the prompt, ends the session.
+
+use std::io::{BufRead, IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use tokio_util::sync::CancellationToken;
+
+use super::tool::SandboxArgs;
+use crate::agent::events::{Event, EventSink, JsonLines};
+use crate::agent::start::{Resume, RunOptions, start};
+use crate::agent::{End, LoopOptions, exit};
+use crate::config::profile::AskMode;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The task. `-` reads it from standard input. Without one, on a terminal, runner
+    /// starts a conversation.
+    pub prompt: Option<String>,
+    /// provider/model: anthropic/…, openai/…, replay/FILE, or a [provider.NAME] from the
+    /// config (default: the config's `model`).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// The worktree the agent works in.
+    #[arg(long, default_value = ".")]
+    pub root: PathBuf,
+    /// The agent: build (default), plan (edits only its plan under .runner/plans/), or one
+    /// of the user's own.
+    #[arg(long, default_value = "build")]
+    pub agent: String,
+    /// Model turns before the run stops.
+    #[arg(long, default_value_t = 100)]
+    pub max_steps: u32,
+    /// Who answers what the rules leave open: prompt (the terminal), allow, deny.
+    #[arg(long, value_enum)]
+    pub ask: Option<AskMode>,
+    /// A runner TOML config or an OpenCode JSON config, after the user's and the project's.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// One JSON event per line on stdout instead of the terminal view.
+    #[arg(long)]
+    pub json: bool,
+    /// Continue the session with this id (or a unique prefix) in a fresh sandbox.
+    #[arg(long, conflicts_with = "continue_last")]
+    pub resume: Option<String>,
+    /// Continue the last session of this worktree.
+    #[arg(long = "continue", short = 'c')]
+    pub continue_last: bool,
+    /// Keep going when an ask is refused (the model reads the refusal), instead of
+    /// stopping the run.
+    #[arg(long)]
+    pub continue_on_deny: bool,
+}
+
+pub async fn run(args: RunArgs) -> u8 {
+    let interactive_terminal = std::io::stdin().is_terminal();
+    let prompt = match args.prompt.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            if let Err(e) = std::io::stdin().read_to_string(&mut text) {
+                eprintln!("runner: cannot read the prompt from standard input: {e}");
+                return exit::USAGE;
+            }
+            Some(text)
+        }
+        other => other.map(str::to_string),
+    };
+    let is_replay = args.model.as_deref().is_some_and(|m| m.starts_with("replay/"));
+    if prompt.is_none() && !interactive_terminal && !is_replay {
+        eprintln!("runner: no prompt: give the task as an argument, or `-` to read it from standard input");
+        return exit::USAGE;
+    }
+    let view: Arc<dyn EventSink> = if args.json {
+        Arc::new(JsonLines::new(std::io::stdout()))
+    } else {
+        Arc::new(TerminalView::new())
+    };
+    let mut options = RunOptions::new(&args.root, view.clone());
+    options.session = args.sandbox.options(
+        &args.root,
+        &super::permission::RuleArgs {
+            config: args.config.clone(),
+        },
+        args.ask,
+    );
+    options.model = args.model.clone();
+    options.agent = args.agent.clone();
+    options.loop_options = LoopOptions {
+        max_steps: args.max_steps,
+        continue_on_deny: args.continue_on_deny,
+        ..LoopOptions::default()
+    };
+    options.resume = match (&args.resume, args.continue_last) {
+        (Some(id), _) => Some(Resume::Id(id.clone())),
+        (None, true) => Some(Resume::Last),
+        _ => None,
+    };
+    let mut run = match start(options).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return e.exit_code();
+        }
+    };
+    for note in &run.notes {
+        eprintln!("runner: {note}");
+    }
+    let signals = Signals::listen();
+    let end = match prompt.or(run.recorded_prompt.clone()) {
+        Some(prompt) => {
+            let cancel = signals.turn();
+            run.turn(&prompt, cancel).await.end
+        }
+        None => conversation(&mut run, &signals, args.json).await,
+    };
+    run.finish(&end);
+    if !args.json {
+        eprintln!("runner: session {} saved in {}", run.agent.id, run.session_file().display());
+    }
+    end.exit_code()
+}
+
+/// One line, one turn, until Ctrl-D (or a second Ctrl-C at the prompt). A turn that ends
+/// for any reason but a broken provider or sandbox leaves the conversation open.
+async fn conversation(run: &mut crate::agent::start::Run, signals: &Signals, json: bool) -> End {
+    let mut last = End::Finished;
+    loop {
+        if !json {
+            eprint!("\n{} ", paint("1;36", "›"));
+            let _ = std::io::stderr().flush();
+        }
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            match std::io::stdin().lock().read_line(&mut line) {
+                Ok(0) | Err(_) => None,
+                Ok(_) => Some(line),
+            }
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(line) = line else {
+            return last;
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let outcome = run.turn(line, signals.turn()).await;
+        last = outcome.end;
+        match &last {
+            End::ProviderError(m) | End::SandboxError(m) => {
+                eprintln!("runner: {m}");
+                return last;
+            }
+            End::Interrupted => eprintln!("\n{}", paint("33", "interrupted")),
+            End::MaxSteps => eprintln!("{}", paint("33", "step limit reached")),
+            End::Refused(m) => eprintln!("{}", paint("33", m)),
+            End::Finished => {}
+        }
+    }
+}
+
+/// Ctrl-C and SIGTERM cancel the turn in flight; a second Ctrl-C while nothing can be
+/// cancelled (or SIGTERM twice) exits at once, closing the sandbox on the way out.
+struct Signals {
+    current: Arc<Mutex<CancellationToken>>,
+}
+
+impl Signals {
+    fn listen() -> Signals {
+        let current = Arc::new(Mutex::new(CancellationToken::new()));
+        let shared = current.clone();
+        tokio::spawn(async move {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+                return;
+            };
+            loop {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                let token = shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if token.is_cancelled() {
+                    // The turn is already winding down and the user insists. The sandbox
+                    // backends reap what is left (containers by label, servers with
+                    // their parent).
+                    eprintln!("\nrunner: stopped");
+                    std::process::exit(exit::INTERRUPTED as i32);
+                }
+                token.cancel();
+            }
+        });
+        Signals { current }
+    }
+
+    /// A fresh token for the next turn.
+    fn turn(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = token.clone();
+        token
+    }
+}
+
+/// The terminal: the model's text as it streams, one line per finished tool call, retries
+/// and denials, and a summary at the end. Colour unless NO_COLOR or not a terminal.
+struct TerminalView {
+    /// Whether the last thing printed left the cursor mid-line.
+    mid_line: AtomicBool,
+}
+
+impl TerminalView {
+    fn new() -> Self {
+        TerminalView {
+            mid_line: AtomicBool::new(false),
+        }
+    }
+
+    fn line(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        if self.mid_line.swap(false, Ordering::Relaxed) {
+            let _ = writeln!(out);
+        }
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+}
+
+fn colour() -> bool {
+    std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
+}
+
+fn paint(code: &str, text: &str) -> String {
+    if colour() {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}
+
+pub fn short_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    }
+}
+
+impl EventSink for TerminalView {
+    fn emit(&self, event: &Event) {
+        match event {
+            Event::SessionStart { model, sandbox, agent, root, .. } => self.line(&paint(
+                "2",
+                &format!("runner · {model} · {agent} · sandbox {sandbox} · {root}"),
+            )),
+            Event::Text { delta, .. } => {
+                let mut out = std::io::stdout().lock();
+                let _ = write!(out, "{delta}");
+                let _ = out.flush();
+                self.mid_line.store(!delta.ends_with('\n'), Ordering::Relaxed);
+            }
+            Event::ToolStart { .. } | Event::StepEnd { .. } => {}
+            Event::ToolEnd { tool, title, outcome, duration_ms, error, .. } => {
+                let mark = if outcome == "ok" { paint("32", "✓") } else { paint("31", "✗") };
+                let what = if title.is_empty() { tool.clone() } else { format!("{tool} {title}") };
+                let mut text = format!("  {mark} {what} {}", paint("2", &short_duration(Duration::from_millis(*duration_ms))));
+                if let Some(e) = error {
+                    let first = e.lines().next().unwrap_or_default();
+                    let cut: String = first.chars().take(160).collect();
+                    text.push_str(&format!("\n    {}", paint("31", &cut)));
+                }
+                self.line(&text);
+            }
+            Event::Permission { decision, permission, patterns, .. } if decision != "allow" => {
+                self.line(&paint("33", &format!("  ! {permission} {}: {decision}", patterns.join(", "))));
+            }
+            Event::Permission { .. } => {}
+            Event::Retry { attempt, of, delay_ms, error, .. } => self.line(&paint(
+                "33",
+                &format!("  ↻ retry {attempt}/{of} in {}: {error}", short_duration(Duration::from_millis(*delay_ms))),
+            )),
+            Event::Context { action, tokens_before, window, .. } => self.line(&paint(
+                "2",
+                &format!("  ⋯ context {tokens_before}/{window} tokens: {action}"),
+            )),
+            Event::SessionEnd { reason, message, steps, usage, duration_ms, files_changed, .. } => {
+                if let Some(m) = message {
+                    self.line(&paint("31", &format!("runner: {m}")));
+                }
+                let files = if files_changed.is_empty() {
+                    "no files changed".to_string()
+                } else {
+                    format!("{} file(s) changed: {}", files_changed.len(), files_changed.join(", "))
+                };
+                self.line(&paint(
+                    "2",
+                    &format!(
+                        "── {reason} · {steps} steps · {} in / {} out / {} cached tokens · {} · {files}",
+                        usage.input + usage.cache_write,
+                        usage.output,
+                        usage.cache_read,
+                        short_duration(Duration::from_millis(*duration_ms))
+                    ),
+                ));
+            }
+        }
+    }
+}

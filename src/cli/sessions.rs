@@ -1,0 +1,155 @@
+//! `runner sessions …`: the recorded sessions. `list` (newest first), `show` (a readable
+//! transcript), `export` (the replay file `--model replay/FILE` plays back).
+
+use clap::Subcommand;
+use serde_json::json;
+
+use super::exit;
+use crate::agent::record::{self, Loaded, Record};
+use crate::llm::Message;
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Every recorded session, newest first.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// A session as a readable transcript.
+    Show { id: String },
+    /// A session's model turns as a replay file (to stdout).
+    Export { id: String },
+}
+
+pub fn run(cmd: SessionsCommand) -> u8 {
+    let dir = record::sessions_dir();
+    match cmd {
+        SessionsCommand::List { json } => {
+            let mut rows = Vec::new();
+            for path in record::list(&dir) {
+                let Ok(l) = Loaded::read(&path) else { continue };
+                let (root, model, agent, created) = match l.header() {
+                    Some(Record::Session { root, model, agent, created_ms, .. }) => {
+                        (root.clone(), model.clone(), agent.clone(), *created_ms)
+                    }
+                    _ => continue,
+                };
+                let id = l.id();
+                let end = l.records.iter().rev().find_map(|r| match r {
+                    Record::End { reason, session, steps, .. } if *session == id => Some((reason.clone(), *steps)),
+                    _ => None,
+                });
+                let prompt = l.records.iter().find_map(|r| match r {
+                    Record::Message { message: Message::User { text }, session } if *session == id => Some(text.clone()),
+                    _ => None,
+                });
+                rows.push(json!({
+                    "id": id, "root": root, "model": model, "agent": agent, "created_ms": created,
+                    "end": end.as_ref().map(|e| e.0.clone()), "steps": end.map(|e| e.1),
+                    "prompt": prompt,
+                }));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+            } else if rows.is_empty() {
+                println!("no sessions in {}", dir.display());
+            } else {
+                for r in rows {
+                    let prompt: String = r["prompt"].as_str().unwrap_or("").chars().take(60).collect();
+                    println!(
+                        "{}  {:<10} {:<28} {}  {}",
+                        r["id"].as_str().unwrap_or(""),
+                        r["end"].as_str().unwrap_or("(running or killed)"),
+                        r["model"].as_str().unwrap_or(""),
+                        r["root"].as_str().unwrap_or(""),
+                        prompt.replace('\n', " ")
+                    );
+                }
+            }
+            exit::OK
+        }
+        SessionsCommand::Show { id } => match load(&dir, &id) {
+            Ok(l) => {
+                print!("{}", transcript(&l));
+                exit::OK
+            }
+            Err(code) => code,
+        },
+        SessionsCommand::Export { id } => match load(&dir, &id) {
+            Ok(l) => {
+                print!("{}", l.export());
+                exit::OK
+            }
+            Err(code) => code,
+        },
+    }
+}
+
+fn load(dir: &std::path::Path, id: &str) -> Result<Loaded, u8> {
+    let path = record::find(dir, id).map_err(|e| {
+        eprintln!("runner: {e}");
+        exit::USAGE
+    })?;
+    Loaded::read(&path).map_err(|e| {
+        eprintln!("runner: cannot read {}: {e}", path.display());
+        exit::FAILED
+    })
+}
+
+/// The transcript: who said what, each tool call with its result, the end.
+pub fn transcript(l: &Loaded) -> String {
+    let mut out = String::new();
+    let cut = |s: &str, n: usize| -> String {
+        let lines: Vec<&str> = s.lines().collect();
+        if lines.len() <= n {
+            s.to_string()
+        } else {
+            format!("{}\n… ({} more lines)", lines[..n].join("\n"), lines.len() - n)
+        }
+    };
+    for r in &l.records {
+        match r {
+            Record::Session { session, parent, model, agent, sandbox, root, .. } => {
+                let who = match parent {
+                    Some(p) => format!("subagent {agent} {session} (of {p})"),
+                    None => format!("session {session}"),
+                };
+                out.push_str(&format!("=== {who} · {model} · sandbox {sandbox} · {root}\n"));
+            }
+            Record::Message { message: Message::User { text }, .. } => {
+                out.push_str(&format!("\n[user]\n{text}\n"));
+            }
+            Record::Message { message: Message::Tool { name, content, is_error, .. }, .. } => {
+                let tag = if *is_error { "error" } else { "result" };
+                out.push_str(&format!("[{name} {tag}]\n{}\n", cut(content, 20)));
+            }
+            Record::Message { .. } => {}
+            Record::Turn { turn, step, .. } => {
+                out.push_str(&format!("\n[assistant, step {step}]\n"));
+                if !turn.text.is_empty() {
+                    out.push_str(&format!("{}\n", turn.text));
+                }
+                for c in &turn.tool_calls {
+                    out.push_str(&format!("→ {} {}\n", c.name, c.arguments));
+                }
+            }
+            Record::Permission { permission, patterns, decision, .. } => {
+                out.push_str(&format!("[permission] {permission} {}: {decision}\n", patterns.join(", ")));
+            }
+            Record::Compaction { summary, .. } => {
+                out.push_str(&format!("\n[compacted; summary]\n{summary}\n"));
+            }
+            Record::End { reason, steps, usage, duration_ms, message, .. } => {
+                out.push_str(&format!(
+                    "\n=== end: {reason}{} · {steps} steps · {} in / {} out / {} cached tokens · {duration_ms} ms\n",
+                    message.as_ref().map(|m| format!(" ({m})")).unwrap_or_default(),
+                    usage.input + usage.cache_write,
+                    usage.output,
+                    usage.cache_read
+                ));
+            }
+            Record::Tool { .. } => {}
+        }
+    }
+    out
+}
