@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod engine;
+pub mod provider;
 pub mod escape;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,535 @@
+//! The agent end to end: the real `runner` binary against a scripted model behind a real
+//! HTTP server speaking each provider's streaming format, with tools running in the real
+//! sandboxes. Each test checks what a broken loop would get wrong: the files afterwards,
+//! the session file, the events, the exit status, and what the model was sent.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::provider::{Answer, Response, ScriptedModel, call, text};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-4f9a1c-never-in-the-sandbox";
+
+struct Harness {
+    _tmp: tempfile::TempDir,
+    wt: PathBuf,
+    data: PathBuf,
+    config: PathBuf,
+}
+
+impl Harness {
+    /// A worktree with a failing test: add.sh subtracts.
+    fn new() -> Harness {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let wt = base.join("wt");
+        let data = base.join("data");
+        let config = base.join("config");
+        for d in [&wt, &data, &config] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(wt.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
+        std::fs::write(
+            wt.join("test.sh"),
+            "if [ \"$(sh add.sh 2 3)\" = 5 ]; then echo PASS; else echo FAIL; exit 1; fi\n",
+        )
+        .unwrap();
+        Harness { _tmp: tmp, wt, data, config }
+    }
+
+    fn command(&self, model: &ScriptedModel) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
+        c.current_dir(&self.wt)
+            .env("XDG_DATA_HOME", &self.data)
+            .env("XDG_CONFIG_HOME", &self.config)
+            .env("OPENAI_API_KEY", KEY)
+            .env("OPENAI_BASE_URL", model.openai_base())
+            .env("ANTHROPIC_API_KEY", KEY)
+            .env("ANTHROPIC_BASE_URL", model.anthropic_base())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, model: &ScriptedModel, args: &[&str]) -> Output {
+        self.command(model).args(args).output().unwrap()
+    }
+
+    fn config_file(&self, text: &str) -> String {
+        let p = self.config.join("test.toml");
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    }
+
+    fn sessions(&self) -> Vec<PathBuf> {
+        let dir = self.data.join("runner/sessions");
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    fn session_records(&self) -> Vec<Value> {
+        let s = self.sessions();
+        assert_eq!(s.len(), 1, "one session file: {s:?}");
+        std::fs::read_to_string(&s[0])
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.wt.join(rel)).unwrap()
+    }
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == t).collect()
+}
+
+fn end_of(events: &[Value]) -> &Value {
+    events.iter().rev().find(|e| e["type"] == "session_end").expect("a session_end event")
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The tool results the model was sent in request `n` (OpenAI format).
+fn tool_results(model: &ScriptedModel, n: usize) -> Vec<String> {
+    let reqs = model.requests();
+    reqs[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The script of a model fixing the failing test: read, edit, run the test, answer.
+fn fixing_script() -> Vec<Response> {
+    vec![
+        Response::Stream(Answer {
+            text: "Let me look at the code and the test.".into(),
+            calls: vec![
+                ("read".into(), json!({"filePath": "add.sh"}).to_string()),
+                ("read".into(), json!({"filePath": "test.sh"}).to_string()),
+            ],
+            ..Default::default()
+        }),
+        Response::Stream(call(
+            "edit",
+            json!({"filePath": "add.sh", "oldString": "$1 - $2", "newString": "$1 + $2"}),
+        )),
+        Response::Stream(call("bash", json!({"command": "sh test.sh", "description": "Run the test"}))),
+        Response::Stream(text("Fixed: add.sh subtracted instead of adding; the test passes now.")),
+    ]
+}
+
+fn fixes_the_test(backend: &str, anthropic: bool) {
+    let h = Harness::new();
+    let model = ScriptedModel::start(fixing_script());
+    let spec = if anthropic { "anthropic/claude-test" } else { "openai/gpt-test" };
+    let out = h.run(&model, &["--sandbox", backend, "--model", spec, "--json", "fix the failing test"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(h.read("add.sh"), "echo $(($1 + $2))\n");
+    let ev = events(&out);
+    let end = end_of(&ev);
+    assert_eq!(end["reason"], "finished");
+    assert_eq!(end["steps"], 4);
+    assert_eq!(end["files_changed"], json!(["add.sh"]));
+    let ends = of_type(&ev, "tool_end");
+    assert_eq!(ends.len(), 4, "{ends:?}");
+    assert!(ends.iter().all(|e| e["outcome"] == "ok"), "{ends:?}");
+    // Text streamed in pieces and adds up to the model's words.
+    let streamed: String = of_type(&ev, "text").iter().map(|e| e["delta"].as_str().unwrap()).collect();
+    assert!(streamed.contains("Fixed: add.sh subtracted"), "{streamed}");
+    // The model was sent the test's output, from inside the sandbox.
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 4);
+    let last = reqs[3].body.to_string();
+    assert!(last.contains("PASS"), "the bash result reached the model: {last}");
+    if anthropic {
+        assert_eq!(reqs[0].path, "/v1/messages");
+        assert_eq!(reqs[0].headers["x-api-key"], KEY);
+        assert_eq!(reqs[0].headers["anthropic-version"], "2023-06-01");
+        assert_eq!(reqs[1].body["system"][0]["cache_control"]["type"], "ephemeral");
+        // Two reads answered in one user turn, each a tool_result.
+        let results = &reqs[1].body["messages"][2]["content"];
+        assert_eq!(results.as_array().unwrap().len(), 2, "{results}");
+        assert_eq!(results[0]["type"], "tool_result");
+        // Usage counts cache reads separately.
+        let usage = &end["usage"];
+        assert!(usage["cache_read"].as_u64().unwrap() > 0, "{usage}");
+    } else {
+        assert_eq!(reqs[0].path, "/v1/chat/completions");
+        assert_eq!(reqs[0].headers["authorization"], format!("Bearer {KEY}"));
+        assert_eq!(reqs[0].body["stream_options"]["include_usage"], true);
+        assert_eq!(tool_results(&model, 1).len(), 2);
+        assert!(tool_results(&model, 1)[0].contains("echo $(($1 - $2))"));
+        assert_eq!(end["usage"]["cache_read"], 800);
+    }
+    // The session file holds the whole run.
+    let records = h.session_records();
+    let kinds: Vec<&str> = records.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "turn").count(), 4);
+    assert_eq!(kinds.iter().filter(|k| **k == "tool").count(), 4);
+    assert_eq!(kinds.last(), Some(&"end"));
+    let file = std::fs::read_to_string(&h.sessions()[0]).unwrap();
+    assert!(!file.contains(KEY), "the key never enters the session file");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(KEY));
+}
+
+#[test]
+fn openai_fixes_the_test_without_a_sandbox() {
+    fixes_the_test("none", false);
+}
+
+#[test]
+fn anthropic_fixes_the_test_without_a_sandbox() {
+    fixes_the_test("none", true);
+}
+
+#[test]
+fn openai_fixes_the_test_behind_landlock() {
+    fixes_the_test("landlock", false);
+}
+
+#[test]
+fn anthropic_fixes_the_test_in_docker() {
+    common::engine::docker();
+    fixes_the_test("docker", true);
+}
+
+#[test]
+fn openai_fixes_the_test_in_docker() {
+    common::engine::docker();
+    fixes_the_test("docker", false);
+}
+
+/// The key is in runner's environment; no command in any backend sees it, and nothing the
+/// model is sent holds it.
+fn key_stays_on_the_host(backend: &str) {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": "env; cat /proc/self/environ | tr '\\0' '\\n'; echo done-$$", "description": "Show the environment"}),
+        )),
+        Response::Stream(text("done")),
+    ]);
+    // Reading /proc asks external_directory; allow it so the command runs in full.
+    let out = h.run(&model, &["--sandbox", backend, "--model", "openai/gpt-test", "--ask", "allow", "--json", "show env"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let result = tool_results(&model, 1).join("\n");
+    assert!(result.contains("done-"), "the command ran: {result}");
+    assert!(!result.contains(KEY), "the key leaked into the sandbox: {result}");
+    assert!(!result.contains("OPENAI_API_KEY"), "{result}");
+    let file = std::fs::read_to_string(&h.sessions()[0]).unwrap();
+    assert!(!file.contains(KEY));
+}
+
+#[test]
+fn key_is_invisible_without_a_sandbox() {
+    key_stays_on_the_host("none");
+}
+
+#[test]
+fn key_is_invisible_behind_landlock() {
+    key_stays_on_the_host("landlock");
+}
+
+#[test]
+fn key_is_invisible_in_docker() {
+    common::engine::docker();
+    key_stays_on_the_host("docker");
+}
+
+#[test]
+fn a_429_is_retried_after_the_time_it_asks_for() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Status(429, vec![("retry-after".into(), "1".into())], r#"{"error":{"message":"Rate limit reached","type":"rate_limit"}}"#.into()),
+        Response::Stream(text("hello")),
+    ]);
+    let started = Instant::now();
+    let out = h.run(&model, &["--model", "openai/gpt-test", "--json", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After was honoured");
+    let ev = events(&out);
+    let retries = of_type(&ev, "retry");
+    assert_eq!(retries.len(), 1);
+    assert_eq!(retries[0]["delay_ms"], 1000);
+    assert!(retries[0]["error"].as_str().unwrap().contains("Rate limit reached"));
+    assert_eq!(model.requests().len(), 2);
+}
+
+#[test]
+fn a_500_storm_gives_up_with_a_clear_message() {
+    let h = Harness::new();
+    let storm: Vec<Response> = (0..4)
+        .map(|_| Response::Status(500, vec![], r#"{"error":{"message":"upstream exploded"}}"#.into()))
+        .collect();
+    let model = ScriptedModel::start(storm);
+    let cfg = h.config_file("[retry]\nattempts = 3\nbase_ms = 10\n");
+    let out = h.run(&model, &["--model", "openai/gpt-test", "--config", &cfg, "--json", "hi"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert_eq!(model.requests().len(), 4, "one try and three retries");
+    let ev = events(&out);
+    assert_eq!(of_type(&ev, "retry").len(), 3);
+    let end = end_of(&ev);
+    assert_eq!(end["reason"], "provider_error");
+    let msg = end["message"].as_str().unwrap();
+    assert!(msg.contains("500") && msg.contains("upstream exploded") && msg.contains("gave up after 3 retries"), "{msg}");
+}
+
+#[test]
+fn a_401_stops_at_once_with_the_providers_words() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![Response::Status(
+        401,
+        vec![],
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#.into(),
+    )]);
+    let out = h.run(&model, &["--model", "anthropic/claude-test", "hi"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert_eq!(model.requests().len(), 1, "no retry of a bad key");
+    let err = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("invalid x-api-key") && err.contains("check the API key"), "{err}");
+}
+
+#[test]
+fn a_stream_cut_mid_tool_call_is_retried_as_a_whole_turn() {
+    for anthropic in [false, true] {
+        let h = Harness::new();
+        let args = json!({"filePath": "add.sh"});
+        let model = ScriptedModel::start(vec![
+            Response::Cut(call("read", args.clone()), 4),
+            Response::Stream(call("read", args)),
+            Response::Stream(text("read it")),
+        ]);
+        let spec = if anthropic { "anthropic/c" } else { "openai/g" };
+        let out = h.run(&model, &["--model", spec, "--json", "read add.sh"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let ev = events(&out);
+        assert_eq!(of_type(&ev, "retry").len(), 1, "{ev:?}");
+        assert_eq!(of_type(&ev, "tool_end").len(), 1, "the cut call never ran");
+        assert_eq!(end_of(&ev)["steps"], 2);
+    }
+}
+
+#[test]
+fn malformed_arguments_and_unknown_tools_go_back_to_the_model() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(Answer {
+            calls: vec![
+                ("read".into(), "{\"filePath\": \"add.sh\"".into()),
+                ("teleport".into(), "{}".into()),
+                ("read".into(), json!({"path": "add.sh"}).to_string()),
+            ],
+            ..Default::default()
+        }),
+        Response::Stream(call("read", json!({"filePath": "add.sh"}))),
+        Response::Stream(text("recovered")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let results = tool_results(&model, 1);
+    assert_eq!(results.len(), 3);
+    assert!(results[0].contains("not valid JSON"), "{}", results[0]);
+    assert!(results[1].contains("Unknown tool 'teleport'") && results[1].contains("read"), "{}", results[1]);
+    assert!(results[2].contains("invalid arguments"), "{}", results[2]);
+    let last = tool_results(&model, 2);
+    assert!(last[3].contains("echo $(($1 - $2))"), "the model recovered: {last:?}");
+}
+
+#[test]
+fn the_step_limit_stops_the_run() {
+    let h = Harness::new();
+    let script = (0..5)
+        .map(|n| Response::Stream(call("bash", json!({"command": format!("true {n}"), "description": "d"}))))
+        .collect();
+    let model = ScriptedModel::start(script);
+    let out = h.run(&model, &["--model", "openai/g", "--max-steps", "3", "--json", "loop"]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert_eq!(end_of(&events(&out))["reason"], "max_steps");
+    assert_eq!(model.requests().len(), 3);
+}
+
+#[test]
+fn a_rule_denial_lets_the_model_go_on_but_a_refused_ask_stops_the_run() {
+    let h = Harness::new();
+    let cfg = h.config_file("[permission.bash]\n\"rm *\" = \"deny\"\n\"curl *\" = \"ask\"\n");
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("bash", json!({"command": "rm add.sh", "description": "d"}))),
+        Response::Stream(call("bash", json!({"command": "curl example.com", "description": "d"}))),
+        Response::Stream(text("never reached")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--config", &cfg, "--json", "go"]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(h.wt.join("add.sh").exists());
+    assert!(tool_results(&model, 1)[0].contains("\"rm *\" = deny"));
+    let ev = events(&out);
+    let decisions: Vec<&str> = of_type(&ev, "permission").iter().map(|e| e["decision"].as_str().unwrap()).collect();
+    assert_eq!(decisions, vec!["deny", "refused"]);
+    assert_eq!(end_of(&ev)["reason"], "refused");
+    assert_eq!(model.requests().len(), 2);
+
+    // With --continue-on-deny the model reads the refusal and goes on.
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("bash", json!({"command": "curl example.com", "description": "d"}))),
+        Response::Stream(text("ok, no network")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--config", &cfg, "--continue-on-deny", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(tool_results(&model, 1)[0].contains("needs permission"));
+}
+
+#[test]
+fn ctrl_c_during_a_long_command_kills_it_and_keeps_the_session() {
+    for backend in ["none", "landlock"] {
+        let h = Harness::new();
+        let marker = format!("sleep-marker-{}-{backend}", std::process::id());
+        let model = ScriptedModel::start(vec![
+            Response::Stream(call("bash", json!({"command": format!("sh -c 'echo started; exec sleep 300' {marker}"), "description": "wait"}))),
+            Response::Stream(text("never")),
+        ]);
+        let mut child = h
+            .command(&model)
+            .args(["--sandbox", backend, "--model", "openai/g", "--json", "wait"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let started = line.contains("\"tool_start\"");
+            seen.push(line);
+            if started {
+                break;
+            }
+        }
+        // Give the command time to start inside the sandbox.
+        std::thread::sleep(Duration::from_millis(800));
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let status = child.wait().unwrap();
+        seen.extend(lines.map_while(Result::ok));
+        assert_eq!(status.code(), Some(130), "{backend}: {seen:?}");
+        let ev: Vec<Value> = seen.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(end_of(&ev)["reason"], "interrupted");
+        let tool_end = of_type(&ev, "tool_end");
+        assert_eq!(tool_end.len(), 1);
+        let left = Command::new("pgrep").args(["-f", &marker]).output().unwrap();
+        assert!(left.stdout.is_empty(), "{backend}: the command was left running: {}", String::from_utf8_lossy(&left.stdout));
+        let records = h.session_records();
+        assert_eq!(records.last().unwrap()["type"], "end");
+        assert_eq!(records.last().unwrap()["reason"], "interrupted");
+        assert!(records.iter().any(|r| r["type"] == "turn"));
+    }
+}
+
+/// Strips what differs between two runs of the same session (ids, timings, paths), and
+/// joins consecutive text deltas: a replay streams each recorded text in one piece.
+fn normalise(events: &[Value], wt: &Path) -> Vec<Value> {
+    let mut joined: Vec<Value> = Vec::new();
+    for e in events {
+        if let (Some(last), true) = (joined.last_mut(), e["type"] == "text")
+            && last["type"] == "text"
+        {
+            let text = format!("{}{}", last["delta"].as_str().unwrap(), e["delta"].as_str().unwrap());
+            last["delta"] = json!(text);
+            continue;
+        }
+        joined.push(e.clone());
+    }
+    joined
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            let o = e.as_object_mut().unwrap();
+            for k in ["session", "duration_ms", "delay_ms"] {
+                o.remove(k);
+            }
+            if let Some(Value::String(r)) = o.get_mut("root") {
+                *r = r.replace(&wt.display().to_string(), "WT");
+            }
+            if o.get("type") == Some(&json!("session_start")) {
+                o.remove("model");
+            }
+            e
+        })
+        .collect()
+}
+
+#[test]
+fn a_recorded_session_replays_to_the_same_files_and_events() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(fixing_script());
+    let out = h.run(&model, &["--model", "openai/g", "--json", "fix the failing test"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let first = events(&out);
+    let id = first[0]["session"].as_str().unwrap().to_string();
+    let export = h.run(&model, &["sessions", "export", &id]);
+    assert_eq!(export.status.code(), Some(0), "{}", describe(&export));
+    let replay_file = h.config.join("fix.replay.jsonl");
+    std::fs::write(&replay_file, &export.stdout).unwrap();
+
+    // A fresh copy of the original worktree, replayed with no server at all.
+    let h2 = Harness::new();
+    let spec = format!("replay/{}", replay_file.display());
+    let out2 = h2.run(&model, &["--model", &spec, "--json"]);
+    assert_eq!(out2.status.code(), Some(0), "{}", describe(&out2));
+    assert_eq!(h2.read("add.sh"), h.read("add.sh"));
+    assert_eq!(normalise(&events(&out2), &h2.wt), normalise(&first, &h.wt));
+    assert_eq!(model.requests().len(), 4, "the replay sent nothing");
+}
+
+#[test]
+fn sessions_list_show_and_resume() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("read", json!({"filePath": "add.sh"}))),
+        Response::Stream(text("It subtracts.")),
+        Response::Stream(text("Still subtracts.")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "what does add.sh do"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let id = events(&out)[0]["session"].as_str().unwrap().to_string();
+    let list = h.run(&model, &["sessions", "list", "--json"]);
+    let list: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list[0]["id"], id.as_str());
+    assert_eq!(list[0]["end"], "finished");
+    let show = h.run(&model, &["sessions", "show", &id[..8]]);
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(show.contains("what does add.sh do") && show.contains("It subtracts.") && show.contains("→ read"), "{show}");
+    // --continue picks this worktree's last session and sends the model the history.
+    let out = h.run(&model, &["--model", "openai/g", "--continue", "--json", "and now?"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let msgs = model.requests()[2].body["messages"].as_array().unwrap().clone();
+    let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, vec!["system", "user", "assistant", "tool", "assistant", "user"]);
+    assert_eq!(h.sessions().len(), 1, "the resumed session appends to its file");
+}

@@ -1,0 +1,257 @@
+//! A scripted model behind a real HTTP server that speaks each provider's documented
+//! streaming format: OpenAI Chat Completions (`data:` chunks, tool-call fragments keyed by
+//! index, a usage chunk, `[DONE]`) and Anthropic Messages (named events, `ping`,
+//! `input_json_delta`, `message_delta` usage). The format follows the request path, so
+//! one script can drive either provider. Every request is kept for the test to inspect.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// One model answer.
+#[derive(Debug, Clone, Default)]
+pub struct Answer {
+    pub text: String,
+    /// (tool name, raw arguments): raw so a test can send malformed JSON.
+    pub calls: Vec<(String, String)>,
+    /// Input tokens the server reports (to drive context pruning and compaction).
+    pub prompt_tokens: u64,
+}
+
+pub fn text(t: &str) -> Answer {
+    Answer { text: t.into(), ..Default::default() }
+}
+
+pub fn call(name: &str, args: Value) -> Answer {
+    Answer { calls: vec![(name.into(), args.to_string())], ..Default::default() }
+}
+
+pub fn calls(list: Vec<(&str, Value)>) -> Answer {
+    Answer {
+        calls: list.into_iter().map(|(n, a)| (n.to_string(), a.to_string())).collect(),
+        ..Default::default()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Response {
+    /// A complete streamed answer.
+    Stream(Answer),
+    /// The first `events` events of the answer, then the connection closes.
+    Cut(Answer, usize),
+    /// An error status with headers and a body.
+    Status(u16, Vec<(String, String)>, String),
+    /// Waits before answering (for cancellation tests).
+    Slow(Answer, Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub path: String,
+    pub headers: HashMap<String, String>,
+    pub body: Value,
+}
+
+pub struct ScriptedModel {
+    pub port: u16,
+    script: Arc<Mutex<VecDeque<Response>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl ScriptedModel {
+    pub fn start(script: Vec<Response>) -> ScriptedModel {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (s, r) = (script.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (s, r) = (s.clone(), r.clone());
+                std::thread::spawn(move || serve(stream, &s, &r));
+            }
+        });
+        ScriptedModel { port, script, seen }
+    }
+
+    pub fn openai_base(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    pub fn anthropic_base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.script.lock().unwrap().len()
+    }
+}
+
+fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex<Vec<Seen>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+        return;
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let mut headers = HashMap::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+    }
+    let len: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut body = vec![0; len];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    seen.lock().unwrap().push(Seen { path: path.clone(), headers, body });
+    let anthropic = path.ends_with("/messages");
+    let response = script.lock().unwrap().pop_front();
+    let Some(response) = response else {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 52\r\n\r\n{{\"error\":{{\"message\":\"the script has no more turns\"}}}}"
+        );
+        return;
+    };
+    match response {
+        Response::Status(code, extra, body) => {
+            let mut head = format!("HTTP/1.1 {code} Error\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+            for (k, v) in extra {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            let _ = write!(stream, "{head}\r\n{body}");
+        }
+        Response::Stream(a) => send(&mut stream, &render(&a, anthropic), None),
+        Response::Cut(a, n) => send(&mut stream, &render(&a, anthropic), Some(n)),
+        Response::Slow(a, d) => {
+            std::thread::sleep(d);
+            send(&mut stream, &render(&a, anthropic), None)
+        }
+    }
+}
+
+fn send(stream: &mut TcpStream, events: &[String], cut: Option<usize>) {
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n"
+    );
+    for (i, e) in events.iter().enumerate() {
+        if cut == Some(i) {
+            let _ = stream.flush();
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+        let _ = stream.write_all(e.as_bytes());
+        let _ = stream.flush();
+    }
+}
+
+/// Splits a string into pieces of `n` characters.
+fn pieces(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    chars.chunks(n).map(|c| c.iter().collect()).collect()
+}
+
+pub fn render(a: &Answer, anthropic: bool) -> Vec<String> {
+    if anthropic { render_anthropic(a) } else { render_openai(a) }
+}
+
+fn render_openai(a: &Answer) -> Vec<String> {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "scripted",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let mut out = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    for p in pieces(&a.text, 5) {
+        out.push(chunk(json!({"content": p}), Value::Null));
+    }
+    for (i, (name, _)) in a.calls.iter().enumerate() {
+        out.push(chunk(
+            json!({"tool_calls": [{"index": i, "id": format!("call_{i}_{name}"), "type": "function", "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ));
+    }
+    // Argument fragments of all calls interleaved, a few characters each.
+    let frags: Vec<Vec<String>> = a.calls.iter().map(|(_, args)| pieces(args, 4)).collect();
+    let longest = frags.iter().map(Vec::len).max().unwrap_or(0);
+    for k in 0..longest {
+        for (i, f) in frags.iter().enumerate() {
+            if let Some(p) = f.get(k) {
+                out.push(chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null));
+            }
+        }
+    }
+    let finish = if a.calls.is_empty() { "stop" } else { "tool_calls" };
+    out.push(chunk(json!({}), json!(finish)));
+    let prompt = if a.prompt_tokens == 0 { 1000 } else { a.prompt_tokens };
+    out.push(format!(
+        "data: {}\n\n",
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
+               "usage": {"prompt_tokens": prompt, "completion_tokens": 50, "total_tokens": prompt + 50,
+                         "prompt_tokens_details": {"cached_tokens": 200}}})
+    ));
+    out.push("data: [DONE]\n\n".into());
+    out
+}
+
+fn render_anthropic(a: &Answer) -> Vec<String> {
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let prompt = if a.prompt_tokens == 0 { 1000 } else { a.prompt_tokens };
+    let mut out = vec![ev(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+               "model": "scripted", "content": [], "stop_reason": null,
+               "usage": {"input_tokens": prompt / 10, "cache_read_input_tokens": prompt * 8 / 10,
+                         "cache_creation_input_tokens": prompt / 10, "output_tokens": 1}}}),
+    )];
+    out.push(ev("ping", json!({"type": "ping"})));
+    let mut index = 0;
+    if !a.text.is_empty() {
+        out.push(ev("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})));
+        for p in pieces(&a.text, 5) {
+            out.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}})));
+        }
+        out.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+        index += 1;
+    }
+    for (name, args) in &a.calls {
+        out.push(ev("content_block_start", json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "tool_use", "id": format!("toolu_{index}_{name}"), "name": name, "input": {}}})));
+        for p in pieces(args, 4) {
+            out.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": p}})));
+        }
+        out.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+        if index == 0 {
+            out.push(ev("ping", json!({"type": "ping"})));
+        }
+        index += 1;
+    }
+    let stop = if a.calls.is_empty() { "end_turn" } else { "tool_use" };
+    out.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 50}})));
+    out.push(ev("message_stop", json!({"type": "message_stop"})));
+    out
+}
