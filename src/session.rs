@@ -128,7 +128,10 @@ impl SessionOptions {
         // The model is told where full outputs are saved; the sandbox must let it read them.
         spec.read_only.push(truncator.dir().to_path_buf());
         let sandbox = crate::sandbox::open(&spec).await.map_err(|e| {
-            OpenError::Sandbox(format!("cannot start the {} sandbox: {e}", spec.backend.name()))
+            OpenError::Sandbox(format!(
+                "cannot start the {} sandbox: {e}",
+                spec.backend.name()
+            ))
         })?;
         let asker = asker(self.ask, &rules.profile);
         let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());

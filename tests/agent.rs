@@ -38,7 +38,12 @@ impl Harness {
             "if [ \"$(sh add.sh 2 3)\" = 5 ]; then echo PASS; else echo FAIL; exit 1; fi\n",
         )
         .unwrap();
-        Harness { _tmp: tmp, wt, data, config }
+        Harness {
+            _tmp: tmp,
+            wt,
+            data,
+            config,
+        }
     }
 
     fn command(&self, model: &ScriptedModel) -> Command {
@@ -101,7 +106,11 @@ fn of_type<'a>(events: &'a [Value], t: &str) -> Vec<&'a Value> {
 }
 
 fn end_of(events: &[Value]) -> &Value {
-    events.iter().rev().find(|e| e["type"] == "session_end").expect("a session_end event")
+    events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "session_end")
+        .expect("a session_end event")
 }
 
 fn describe(out: &Output) -> String {
@@ -140,16 +149,35 @@ fn fixing_script() -> Vec<Response> {
             "edit",
             json!({"filePath": "add.sh", "oldString": "$1 - $2", "newString": "$1 + $2"}),
         )),
-        Response::Stream(call("bash", json!({"command": "sh test.sh", "description": "Run the test"}))),
-        Response::Stream(text("Fixed: add.sh subtracted instead of adding; the test passes now.")),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "sh test.sh", "description": "Run the test"}),
+        )),
+        Response::Stream(text(
+            "Fixed: add.sh subtracted instead of adding; the test passes now.",
+        )),
     ]
 }
 
 fn fixes_the_test(backend: &str, anthropic: bool) {
     let h = Harness::new();
     let model = ScriptedModel::start(fixing_script());
-    let spec = if anthropic { "anthropic/claude-test" } else { "openai/gpt-test" };
-    let out = h.run(&model, &["--sandbox", backend, "--model", spec, "--json", "fix the failing test"]);
+    let spec = if anthropic {
+        "anthropic/claude-test"
+    } else {
+        "openai/gpt-test"
+    };
+    let out = h.run(
+        &model,
+        &[
+            "--sandbox",
+            backend,
+            "--model",
+            spec,
+            "--json",
+            "fix the failing test",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(h.read("add.sh"), "echo $(($1 + $2))\n");
     let ev = events(&out);
@@ -161,18 +189,27 @@ fn fixes_the_test(backend: &str, anthropic: bool) {
     assert_eq!(ends.len(), 4, "{ends:?}");
     assert!(ends.iter().all(|e| e["outcome"] == "ok"), "{ends:?}");
     // Text streamed in pieces and adds up to the model's words.
-    let streamed: String = of_type(&ev, "text").iter().map(|e| e["delta"].as_str().unwrap()).collect();
+    let streamed: String = of_type(&ev, "text")
+        .iter()
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
     assert!(streamed.contains("Fixed: add.sh subtracted"), "{streamed}");
     // The model was sent the test's output, from inside the sandbox.
     let reqs = model.requests();
     assert_eq!(reqs.len(), 4);
     let last = reqs[3].body.to_string();
-    assert!(last.contains("PASS"), "the bash result reached the model: {last}");
+    assert!(
+        last.contains("PASS"),
+        "the bash result reached the model: {last}"
+    );
     if anthropic {
         assert_eq!(reqs[0].path, "/v1/messages");
         assert_eq!(reqs[0].headers["x-api-key"], KEY);
         assert_eq!(reqs[0].headers["anthropic-version"], "2023-06-01");
-        assert_eq!(reqs[1].body["system"][0]["cache_control"]["type"], "ephemeral");
+        assert_eq!(
+            reqs[1].body["system"][0]["cache_control"]["type"],
+            "ephemeral"
+        );
         // Two reads answered in one user turn, each a tool_result.
         let results = &reqs[1].body["messages"][2]["content"];
         assert_eq!(results.as_array().unwrap().len(), 2, "{results}");
@@ -190,7 +227,10 @@ fn fixes_the_test(backend: &str, anthropic: bool) {
     }
     // The session file holds the whole run.
     let records = h.session_records();
-    let kinds: Vec<&str> = records.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["type"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds.iter().filter(|k| **k == "turn").count(), 4);
     assert_eq!(kinds.iter().filter(|k| **k == "tool").count(), 4);
     assert_eq!(kinds.last(), Some(&"end"));
@@ -238,11 +278,26 @@ fn key_stays_on_the_host(backend: &str) {
         Response::Stream(text("done")),
     ]);
     // Reading /proc asks external_directory; allow it so the command runs in full.
-    let out = h.run(&model, &["--sandbox", backend, "--model", "openai/gpt-test", "--ask", "allow", "--json", "show env"]);
+    let out = h.run(
+        &model,
+        &[
+            "--sandbox",
+            backend,
+            "--model",
+            "openai/gpt-test",
+            "--ask",
+            "allow",
+            "--json",
+            "show env",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let result = tool_results(&model, 1).join("\n");
     assert!(result.contains("done-"), "the command ran: {result}");
-    assert!(!result.contains(KEY), "the key leaked into the sandbox: {result}");
+    assert!(
+        !result.contains(KEY),
+        "the key leaked into the sandbox: {result}"
+    );
     assert!(!result.contains("OPENAI_API_KEY"), "{result}");
     let file = std::fs::read_to_string(&h.sessions()[0]).unwrap();
     assert!(!file.contains(KEY));
@@ -268,18 +323,30 @@ fn key_is_invisible_in_docker() {
 fn a_429_is_retried_after_the_time_it_asks_for() {
     let h = Harness::new();
     let model = ScriptedModel::start(vec![
-        Response::Status(429, vec![("retry-after".into(), "1".into())], r#"{"error":{"message":"Rate limit reached","type":"rate_limit"}}"#.into()),
+        Response::Status(
+            429,
+            vec![("retry-after".into(), "1".into())],
+            r#"{"error":{"message":"Rate limit reached","type":"rate_limit"}}"#.into(),
+        ),
         Response::Stream(text("hello")),
     ]);
     let started = Instant::now();
     let out = h.run(&model, &["--model", "openai/gpt-test", "--json", "hi"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After was honoured");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was honoured"
+    );
     let ev = events(&out);
     let retries = of_type(&ev, "retry");
     assert_eq!(retries.len(), 1);
     assert_eq!(retries[0]["delay_ms"], 1000);
-    assert!(retries[0]["error"].as_str().unwrap().contains("Rate limit reached"));
+    assert!(
+        retries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Rate limit reached")
+    );
     assert_eq!(model.requests().len(), 2);
 }
 
@@ -287,11 +354,27 @@ fn a_429_is_retried_after_the_time_it_asks_for() {
 fn a_500_storm_gives_up_with_a_clear_message() {
     let h = Harness::new();
     let storm: Vec<Response> = (0..4)
-        .map(|_| Response::Status(500, vec![], r#"{"error":{"message":"upstream exploded"}}"#.into()))
+        .map(|_| {
+            Response::Status(
+                500,
+                vec![],
+                r#"{"error":{"message":"upstream exploded"}}"#.into(),
+            )
+        })
         .collect();
     let model = ScriptedModel::start(storm);
     let cfg = h.config_file("[retry]\nattempts = 3\nbase_ms = 10\n");
-    let out = h.run(&model, &["--model", "openai/gpt-test", "--config", &cfg, "--json", "hi"]);
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/gpt-test",
+            "--config",
+            &cfg,
+            "--json",
+            "hi",
+        ],
+    );
     assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
     assert_eq!(model.requests().len(), 4, "one try and three retries");
     let ev = events(&out);
@@ -299,7 +382,12 @@ fn a_500_storm_gives_up_with_a_clear_message() {
     let end = end_of(&ev);
     assert_eq!(end["reason"], "provider_error");
     let msg = end["message"].as_str().unwrap();
-    assert!(msg.contains("500") && msg.contains("upstream exploded") && msg.contains("gave up after 3 retries"), "{msg}");
+    assert!(
+        msg.contains("500")
+            && msg.contains("upstream exploded")
+            && msg.contains("gave up after 3 retries"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -308,13 +396,18 @@ fn a_401_stops_at_once_with_the_providers_words() {
     let model = ScriptedModel::start(vec![Response::Status(
         401,
         vec![],
-        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#.into(),
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#
+            .into(),
     )]);
     let out = h.run(&model, &["--model", "anthropic/claude-test", "hi"]);
     assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
     assert_eq!(model.requests().len(), 1, "no retry of a bad key");
-    let err = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("invalid x-api-key") && err.contains("check the API key"), "{err}");
+    let err =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid x-api-key") && err.contains("check the API key"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -357,20 +450,35 @@ fn malformed_arguments_and_unknown_tools_go_back_to_the_model() {
     let results = tool_results(&model, 1);
     assert_eq!(results.len(), 3);
     assert!(results[0].contains("not valid JSON"), "{}", results[0]);
-    assert!(results[1].contains("Unknown tool 'teleport'") && results[1].contains("read"), "{}", results[1]);
+    assert!(
+        results[1].contains("Unknown tool 'teleport'") && results[1].contains("read"),
+        "{}",
+        results[1]
+    );
     assert!(results[2].contains("invalid arguments"), "{}", results[2]);
     let last = tool_results(&model, 2);
-    assert!(last[3].contains("echo $(($1 - $2))"), "the model recovered: {last:?}");
+    assert!(
+        last[3].contains("echo $(($1 - $2))"),
+        "the model recovered: {last:?}"
+    );
 }
 
 #[test]
 fn the_step_limit_stops_the_run() {
     let h = Harness::new();
     let script = (0..5)
-        .map(|n| Response::Stream(call("bash", json!({"command": format!("true {n}"), "description": "d"}))))
+        .map(|n| {
+            Response::Stream(call(
+                "bash",
+                json!({"command": format!("true {n}"), "description": "d"}),
+            ))
+        })
         .collect();
     let model = ScriptedModel::start(script);
-    let out = h.run(&model, &["--model", "openai/g", "--max-steps", "3", "--json", "loop"]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--max-steps", "3", "--json", "loop"],
+    );
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
     assert_eq!(end_of(&events(&out))["reason"], "max_steps");
     assert_eq!(model.requests().len(), 3);
@@ -381,26 +489,52 @@ fn a_rule_denial_lets_the_model_go_on_but_a_refused_ask_stops_the_run() {
     let h = Harness::new();
     let cfg = h.config_file("[permission.bash]\n\"rm *\" = \"deny\"\n\"curl *\" = \"ask\"\n");
     let model = ScriptedModel::start(vec![
-        Response::Stream(call("bash", json!({"command": "rm add.sh", "description": "d"}))),
-        Response::Stream(call("bash", json!({"command": "curl example.com", "description": "d"}))),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "rm add.sh", "description": "d"}),
+        )),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "curl example.com", "description": "d"}),
+        )),
         Response::Stream(text("never reached")),
     ]);
-    let out = h.run(&model, &["--model", "openai/g", "--config", &cfg, "--json", "go"]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--config", &cfg, "--json", "go"],
+    );
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     assert!(h.wt.join("add.sh").exists());
     assert!(tool_results(&model, 1)[0].contains("\"rm *\" = deny"));
     let ev = events(&out);
-    let decisions: Vec<&str> = of_type(&ev, "permission").iter().map(|e| e["decision"].as_str().unwrap()).collect();
+    let decisions: Vec<&str> = of_type(&ev, "permission")
+        .iter()
+        .map(|e| e["decision"].as_str().unwrap())
+        .collect();
     assert_eq!(decisions, vec!["deny", "refused"]);
     assert_eq!(end_of(&ev)["reason"], "refused");
     assert_eq!(model.requests().len(), 2);
 
     // With --continue-on-deny the model reads the refusal and goes on.
     let model = ScriptedModel::start(vec![
-        Response::Stream(call("bash", json!({"command": "curl example.com", "description": "d"}))),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "curl example.com", "description": "d"}),
+        )),
         Response::Stream(text("ok, no network")),
     ]);
-    let out = h.run(&model, &["--model", "openai/g", "--config", &cfg, "--continue-on-deny", "--json", "go"]);
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/g",
+            "--config",
+            &cfg,
+            "--continue-on-deny",
+            "--json",
+            "go",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(tool_results(&model, 1)[0].contains("needs permission"));
 }
@@ -411,12 +545,22 @@ fn ctrl_c_during_a_long_command_kills_it_and_keeps_the_session() {
         let h = Harness::new();
         let marker = format!("sleep-marker-{}-{backend}", std::process::id());
         let model = ScriptedModel::start(vec![
-            Response::Stream(call("bash", json!({"command": format!("sh -c 'echo started; exec sleep 300' {marker}"), "description": "wait"}))),
+            Response::Stream(call(
+                "bash",
+                json!({"command": format!("sh -c 'echo started; exec sleep 300' {marker}"), "description": "wait"}),
+            )),
             Response::Stream(text("never")),
         ]);
         let mut child = h
             .command(&model)
-            .args(["--sandbox", backend, "--model", "openai/g", "--json", "wait"])
+            .args([
+                "--sandbox",
+                backend,
+                "--model",
+                "openai/g",
+                "--json",
+                "wait",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -438,12 +582,22 @@ fn ctrl_c_during_a_long_command_kills_it_and_keeps_the_session() {
         let status = child.wait().unwrap();
         seen.extend(lines.map_while(Result::ok));
         assert_eq!(status.code(), Some(130), "{backend}: {seen:?}");
-        let ev: Vec<Value> = seen.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let ev: Vec<Value> = seen
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(end_of(&ev)["reason"], "interrupted");
         let tool_end = of_type(&ev, "tool_end");
         assert_eq!(tool_end.len(), 1);
-        let left = Command::new("pgrep").args(["-f", &marker]).output().unwrap();
-        assert!(left.stdout.is_empty(), "{backend}: the command was left running: {}", String::from_utf8_lossy(&left.stdout));
+        let left = Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "{backend}: the command was left running: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
         let records = h.session_records();
         assert_eq!(records.last().unwrap()["type"], "end");
         assert_eq!(records.last().unwrap()["reason"], "interrupted");
@@ -459,7 +613,11 @@ fn normalise(events: &[Value], wt: &Path) -> Vec<Value> {
         if let (Some(last), true) = (joined.last_mut(), e["type"] == "text")
             && last["type"] == "text"
         {
-            let text = format!("{}{}", last["delta"].as_str().unwrap(), e["delta"].as_str().unwrap());
+            let text = format!(
+                "{}{}",
+                last["delta"].as_str().unwrap(),
+                e["delta"].as_str().unwrap()
+            );
             last["delta"] = json!(text);
             continue;
         }
@@ -488,7 +646,10 @@ fn normalise(events: &[Value], wt: &Path) -> Vec<Value> {
 fn a_recorded_session_replays_to_the_same_files_and_events() {
     let h = Harness::new();
     let model = ScriptedModel::start(fixing_script());
-    let out = h.run(&model, &["--model", "openai/g", "--json", "fix the failing test"]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--json", "fix the failing test"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let first = events(&out);
     let id = first[0]["session"].as_str().unwrap().to_string();
@@ -515,7 +676,10 @@ fn sessions_list_show_and_resume() {
         Response::Stream(text("It subtracts.")),
         Response::Stream(text("Still subtracts.")),
     ]);
-    let out = h.run(&model, &["--model", "openai/g", "--json", "what does add.sh do"]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--json", "what does add.sh do"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let id = events(&out)[0]["session"].as_str().unwrap().to_string();
     let list = h.run(&model, &["sessions", "list", "--json"]);
@@ -524,12 +688,30 @@ fn sessions_list_show_and_resume() {
     assert_eq!(list[0]["end"], "finished");
     let show = h.run(&model, &["sessions", "show", &id[..8]]);
     let show = String::from_utf8_lossy(&show.stdout);
-    assert!(show.contains("what does add.sh do") && show.contains("It subtracts.") && show.contains("→ read"), "{show}");
+    assert!(
+        show.contains("what does add.sh do")
+            && show.contains("It subtracts.")
+            && show.contains("→ read"),
+        "{show}"
+    );
     // --continue picks this worktree's last session and sends the model the history.
-    let out = h.run(&model, &["--model", "openai/g", "--continue", "--json", "and now?"]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--continue", "--json", "and now?"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let msgs = model.requests()[2].body["messages"].as_array().unwrap().clone();
+    let msgs = model.requests()[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, vec!["system", "user", "assistant", "tool", "assistant", "user"]);
-    assert_eq!(h.sessions().len(), 1, "the resumed session appends to its file");
+    assert_eq!(
+        roles,
+        vec!["system", "user", "assistant", "tool", "assistant", "user"]
+    );
+    assert_eq!(
+        h.sessions().len(),
+        1,
+        "the resumed session appends to its file"
+    );
 }

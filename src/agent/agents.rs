@@ -167,8 +167,9 @@ pub fn parse(text: &str, origin: &str) -> Result<AgentDef, String> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (front, body) = split_front_matter(text)
-        .ok_or_else(|| format!("{origin}: an agent file starts with front matter between --- lines"))?;
+    let (front, body) = split_front_matter(text).ok_or_else(|| {
+        format!("{origin}: an agent file starts with front matter between --- lines")
+    })?;
     let meta = parse_front_matter(front);
     let description = meta
         .get("description")
@@ -204,7 +205,10 @@ pub fn parse(text: &str, origin: &str) -> Result<AgentDef, String> {
         description,
         mode,
         prompt: Some(body.trim().to_string()).filter(|b| !b.is_empty()),
-        model: meta.get("model").and_then(Value::as_str).map(str::to_string),
+        model: meta
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         rules,
         source: origin.to_string(),
     })
@@ -212,12 +216,17 @@ pub fn parse(text: &str, origin: &str) -> Result<AgentDef, String> {
 
 /// Drops allow rules: an agent file may close things, never open them.
 fn narrow(rules: Vec<Rule>) -> Vec<Rule> {
-    rules.into_iter().filter(|r| r.action != Action::Allow).collect()
+    rules
+        .into_iter()
+        .filter(|r| r.action != Action::Allow)
+        .collect()
 }
 
 fn split_front_matter(text: &str) -> Option<(&str, &str)> {
     let rest = text.strip_prefix("---")?;
-    let rest = rest.strip_prefix("\r\n").or_else(|| rest.strip_prefix('\n'))?;
+    let rest = rest
+        .strip_prefix("\r\n")
+        .or_else(|| rest.strip_prefix('\n'))?;
     let end = rest.find("\n---")?;
     let body = &rest[end + 4..];
     let body = body.split_once('\n').map(|(_, b)| b).unwrap_or("");
@@ -248,7 +257,9 @@ pub fn parse_front_matter(text: &str) -> Map<String, Value> {
                 break;
             }
             *i += 1;
-            let Some((key, value)) = split_key(line) else { continue };
+            let Some((key, value)) = split_key(line) else {
+                continue;
+            };
             let key = match scalar(key) {
                 Value::String(s) => s,
                 other => other.to_string(),
@@ -316,7 +327,8 @@ mod tests {
     fn plan_and_explore_bash_is_the_readonly_table() {
         let agents = builtin();
         let plan = agents.iter().find(|a| a.name == "plan").unwrap();
-        let eval = |p: &str, s: &str| crate::permission::rules::evaluate(p, &[s], &plan.rules, &[]).action;
+        let eval =
+            |p: &str, s: &str| crate::permission::rules::evaluate(p, &[s], &plan.rules, &[]).action;
         assert_eq!(eval("edit", "src/main.rs"), Action::Deny);
         assert_eq!(eval("edit", ".runner/plans/fix.md"), Action::Allow);
         assert_eq!(eval("bash", "rm -rf src"), Action::Deny);

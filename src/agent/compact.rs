@@ -6,7 +6,8 @@ use crate::llm::{LlmError, Message, Provider, Request};
 
 /// The most recent tool output kept whole when pruning, in characters (about 40k tokens).
 pub const PROTECT_CHARS: usize = 160_000;
-pub const PRUNED: &str = "[This tool output was removed to save context. Run the tool again if you need it.]";
+pub const PRUNED: &str =
+    "[This tool output was removed to save context. Run the tool again if you need it.]";
 
 /// Characters the conversation holds, for estimating what pruning saved.
 pub fn chars(messages: &[Message]) -> usize {
@@ -15,11 +16,15 @@ pub fn chars(messages: &[Message]) -> usize {
         .map(|m| match m {
             Message::User { text } => text.len(),
             Message::Assistant { text, tool_calls } => {
-                text.len() + tool_calls.iter().map(|c| c.arguments.len() + c.name.len()).sum::<usize>()
+                text.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.arguments.len() + c.name.len())
+                        .sum::<usize>()
             }
-            Message::Tool { content, images, .. } => {
-                content.len() + images.iter().map(|i| i.data.len()).sum::<usize>()
-            }
+            Message::Tool {
+                content, images, ..
+            } => content.len() + images.iter().map(|i| i.data.len()).sum::<usize>(),
         })
         .sum()
 }
@@ -30,7 +35,10 @@ pub fn prune(messages: &mut [Message], protect: usize) -> usize {
     let mut seen = 0;
     let mut pruned = 0;
     for m in messages.iter_mut().rev() {
-        if let Message::Tool { content, images, .. } = m {
+        if let Message::Tool {
+            content, images, ..
+        } = m
+        {
             if content == PRUNED {
                 continue;
             }
@@ -85,15 +93,30 @@ mod tests {
     use super::*;
 
     fn tool(n: usize) -> Message {
-        Message::Tool { call_id: n.to_string(), name: "read".into(), content: "x".repeat(100), is_error: false, images: vec![] }
+        Message::Tool {
+            call_id: n.to_string(),
+            name: "read".into(),
+            content: "x".repeat(100),
+            is_error: false,
+            images: vec![],
+        }
     }
 
     #[test]
     fn pruning_keeps_the_newest_output() {
-        let mut m = vec![Message::User { text: "go".into() }, tool(1), tool(2), tool(3)];
+        let mut m = vec![
+            Message::User { text: "go".into() },
+            tool(1),
+            tool(2),
+            tool(3),
+        ];
         assert_eq!(prune(&mut m, 250), 1);
         assert!(matches!(&m[1], Message::Tool { content, .. } if content == PRUNED));
         assert!(matches!(&m[3], Message::Tool { content, .. } if content.len() == 100));
-        assert_eq!(prune(&mut m, 250), 0, "already pruned output is not counted again");
+        assert_eq!(
+            prune(&mut m, 250),
+            0,
+            "already pruned output is not counted again"
+        );
     }
 }

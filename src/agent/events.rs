@@ -104,7 +104,9 @@ pub struct JsonLines<W: Write + Send> {
 
 impl<W: Write + Send> JsonLines<W> {
     pub fn new(out: W) -> Self {
-        JsonLines { out: Mutex::new(out) }
+        JsonLines {
+            out: Mutex::new(out),
+        }
     }
 }
 
@@ -124,7 +126,10 @@ pub struct Collect(pub Mutex<Vec<Event>>);
 
 impl EventSink for Collect {
     fn emit(&self, event: &Event) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(event.clone());
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event.clone());
     }
 }
 

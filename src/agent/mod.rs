@@ -188,7 +188,10 @@ impl Runtime {
     fn rules_of(&self, session: &str) -> Vec<Rule> {
         let lineage = self.lineage.lock().unwrap_or_else(|p| p.into_inner());
         // An unknown session gets the configured rules: never more than those.
-        lineage.get(session).map(|l| l.0.clone()).unwrap_or_else(|| self.rules.clone())
+        lineage
+            .get(session)
+            .map(|l| l.0.clone())
+            .unwrap_or_else(|| self.rules.clone())
     }
 
     fn depth_of(&self, session: &str) -> u32 {
@@ -197,7 +200,10 @@ impl Runtime {
     }
 
     fn take_refusal(&self) -> Option<String> {
-        self.refused.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 

@@ -22,7 +22,12 @@ pub struct Environment<'a> {
 pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
 const MAX_INSTRUCTIONS: u64 = 64 * 1024;
 
-pub async fn build(ctx: &ToolContext, env: &Environment<'_>, agent: &AgentDef, user_config: &Path) -> String {
+pub async fn build(
+    ctx: &ToolContext,
+    env: &Environment<'_>,
+    agent: &AgentDef,
+    user_config: &Path,
+) -> String {
     let mut prompt = String::from(include_str!("system.txt"));
     prompt.push('\n');
     prompt.push_str(&environment(env));
@@ -36,7 +41,10 @@ pub async fn build(ctx: &ToolContext, env: &Environment<'_>, agent: &AgentDef, u
         ));
     }
     if let Ok(text) = std::fs::read_to_string(user_config.join("AGENTS.md")) {
-        prompt.push_str(&format!("\n# The user's own instructions\n{}\n", text.trim()));
+        prompt.push_str(&format!(
+            "\n# The user's own instructions\n{}\n",
+            text.trim()
+        ));
     }
     prompt
 }
@@ -56,7 +64,9 @@ fn environment(env: &Environment) -> String {
         ),
     };
     let network = match env.spec.network {
-        Network::None => "There is no network: package downloads, git fetch and web requests from commands fail. Work with what is installed and in the worktree; if the task needs the network, say so.",
+        Network::None => {
+            "There is no network: package downloads, git fetch and web requests from commands fail. Work with what is installed and in the worktree; if the task needs the network, say so."
+        }
         Network::Host => "Commands can reach the network.",
     };
     format!(
@@ -70,7 +80,10 @@ pub async fn project_instructions(ctx: &ToolContext) -> Option<(String, String)>
     for name in INSTRUCTION_FILES {
         let path = ctx.worktree().join(name);
         if let Ok(r) = ctx.sandbox.client.read_all(&path, MAX_INSTRUCTIONS).await {
-            return Some((name.to_string(), String::from_utf8_lossy(&r.data).into_owned()));
+            return Some((
+                name.to_string(),
+                String::from_utf8_lossy(&r.data).into_owned(),
+            ));
         }
     }
     None

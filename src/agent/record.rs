@@ -332,7 +332,9 @@ pub fn find(dir: &Path, id: &str) -> Result<PathBuf, String> {
             "no session {id:?} in {} (see `runner sessions list`)",
             dir.display()
         )),
-        n => Err(format!("{n} sessions start with {id:?}; give more of the id")),
+        n => Err(format!(
+            "{n} sessions start with {id:?}; give more of the id"
+        )),
     }
 }
 
@@ -347,23 +349,77 @@ mod tests {
         let path = dir.path().join("s.jsonl");
         let rec = Recorder::create(path.clone()).unwrap();
         let s = "s".to_string();
-        rec.write(&Record::Session { session: s.clone(), parent: None, created_ms: 1, root: "/w".into(), model: "m/x".into(), agent: "build".into(), sandbox: "none".into(), prompt: None });
-        rec.write(&Record::Message { session: s.clone(), message: Message::User { text: "fix it".into() } });
+        rec.write(&Record::Session {
+            session: s.clone(),
+            parent: None,
+            created_ms: 1,
+            root: "/w".into(),
+            model: "m/x".into(),
+            agent: "build".into(),
+            sandbox: "none".into(),
+            prompt: None,
+        });
+        rec.write(&Record::Message {
+            session: s.clone(),
+            message: Message::User {
+                text: "fix it".into(),
+            },
+        });
         let calls = vec![
-            ToolCall { id: "1".into(), name: "read".into(), arguments: "{}".into() },
-            ToolCall { id: "2".into(), name: "bash".into(), arguments: "{}".into() },
+            ToolCall {
+                id: "1".into(),
+                name: "read".into(),
+                arguments: "{}".into(),
+            },
+            ToolCall {
+                id: "2".into(),
+                name: "bash".into(),
+                arguments: "{}".into(),
+            },
         ];
-        rec.write(&Record::Turn { session: s.clone(), step: 1, duration_ms: 1, turn: Turn { text: String::new(), tool_calls: calls, finish: Finish::ToolCalls, usage: Usage::default() } });
-        rec.write(&Record::Message { session: s.clone(), message: Message::Tool { call_id: "1".into(), name: "read".into(), content: "x".into(), is_error: false, images: vec![] } });
+        rec.write(&Record::Turn {
+            session: s.clone(),
+            step: 1,
+            duration_ms: 1,
+            turn: Turn {
+                text: String::new(),
+                tool_calls: calls,
+                finish: Finish::ToolCalls,
+                usage: Usage::default(),
+            },
+        });
+        rec.write(&Record::Message {
+            session: s.clone(),
+            message: Message::Tool {
+                call_id: "1".into(),
+                name: "read".into(),
+                content: "x".into(),
+                is_error: false,
+                images: vec![],
+            },
+        });
         drop(rec);
-        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"type\":\"mess").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"type\":\"mess")
+            .unwrap();
         let loaded = Loaded::read(&path).unwrap();
         assert_eq!(loaded.skipped, 1);
         let conv = loaded.conversation();
         assert_eq!(conv.len(), 4);
-        assert!(matches!(&conv[3], Message::Tool { call_id, is_error: true, .. } if call_id == "2"));
+        assert!(
+            matches!(&conv[3], Message::Tool { call_id, is_error: true, .. } if call_id == "2")
+        );
         let export = loaded.export();
-        assert!(export.lines().next().unwrap().contains("\"prompt\":\"fix it\""));
+        assert!(
+            export
+                .lines()
+                .next()
+                .unwrap()
+                .contains("\"prompt\":\"fix it\"")
+        );
         assert_eq!(export.lines().count(), 2);
     }
 }

@@ -162,7 +162,11 @@ impl Agent {
 
     /// Runs a step's calls: at most `parallel` at once, calls that change the same file in
     /// the order the model gave them. Results come back in call order.
-    async fn run_calls(&mut self, calls: &[ToolCall], cancel: &CancellationToken) -> Vec<CallResult> {
+    async fn run_calls(
+        &mut self,
+        calls: &[ToolCall],
+        cancel: &CancellationToken,
+    ) -> Vec<CallResult> {
         let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             match edited_file(call) {
@@ -192,7 +196,8 @@ impl Agent {
         done.sort_by_key(|(i, _)| *i);
         for (i, result) in &done {
             if result.outcome == CallOutcome::Ok {
-                self.files_changed.extend(changed_files(&calls[*i], &self.ctx));
+                self.files_changed
+                    .extend(changed_files(&calls[*i], &self.ctx));
             }
         }
         self.files_changed.sort();
@@ -210,7 +215,10 @@ impl Agent {
             input,
         });
         let started = Instant::now();
-        let result = self.registry.call_raw(&call.name, &call.arguments, ctx).await;
+        let result = self
+            .registry
+            .call_raw(&call.name, &call.arguments, ctx)
+            .await;
         let duration_ms = started.elapsed().as_millis() as u64;
         let outcome = outcome_name(result.outcome).to_string();
         self.rt.events.emit(&Event::ToolEnd {
@@ -277,7 +285,11 @@ impl Agent {
     async fn nested_instructions(&mut self, call: &ToolCall) -> Vec<(PathBuf, String)> {
         let Some(file) = serde_json::from_str::<Value>(&call.arguments)
             .ok()
-            .and_then(|v| v.get("filePath").and_then(Value::as_str).map(str::to_string))
+            .and_then(|v| {
+                v.get("filePath")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
         else {
             return Vec::new();
         };
@@ -302,7 +314,13 @@ impl Agent {
                 if candidate == path {
                     break;
                 }
-                if let Ok(r) = self.ctx.sandbox.client.read_all(&candidate, 64 * 1024).await {
+                if let Ok(r) = self
+                    .ctx
+                    .sandbox
+                    .client
+                    .read_all(&candidate, 64 * 1024)
+                    .await
+                {
                     found.push((candidate, String::from_utf8_lossy(&r.data).into_owned()));
                     break;
                 }
@@ -357,12 +375,16 @@ impl Agent {
 
 fn provider_message(e: &LlmError) -> String {
     let hint = match e {
-        LlmError::Status { status: 401 | 403, .. } => " (check the API key in the environment)",
+        LlmError::Status {
+            status: 401 | 403, ..
+        } => " (check the API key in the environment)",
         LlmError::Status { status: 404, .. } => " (check the model name and the base URL)",
         LlmError::Status { status: 400, .. } => {
             " (the request was refused: a context too long, or a parameter the model does not support)"
         }
-        LlmError::Status { .. } | LlmError::Transport { .. } => " (the provider kept failing; try again later)",
+        LlmError::Status { .. } | LlmError::Transport { .. } => {
+            " (the provider kept failing; try again later)"
+        }
         _ => "",
     };
     format!("{e}{hint}")
@@ -393,7 +415,9 @@ fn edited_file(call: &ToolCall) -> Option<String> {
         return None;
     }
     let v: Value = serde_json::from_str(&call.arguments).ok()?;
-    v.get("filePath").and_then(Value::as_str).map(str::to_string)
+    v.get("filePath")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// Files a successful call changed, worktree-relative, for the summary line.
@@ -415,9 +439,14 @@ fn changed_files(call: &ToolCall, ctx: &ToolContext) -> Vec<String> {
             .map(|text| {
                 text.lines()
                     .filter_map(|l| {
-                        ["*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "]
-                            .iter()
-                            .find_map(|p| l.strip_prefix(p))
+                        [
+                            "*** Add File: ",
+                            "*** Update File: ",
+                            "*** Delete File: ",
+                            "*** Move to: ",
+                        ]
+                        .iter()
+                        .find_map(|p| l.strip_prefix(p))
                     })
                     .filter_map(|p| rel(p.trim()))
                     .collect()

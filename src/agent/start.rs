@@ -140,15 +140,18 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
                 .filter(|a| a.mode != agents::Mode::Subagent)
                 .map(|a| a.name.as_str())
                 .collect();
-            StartError::Usage(format!("no agent {agent:?}; agents that can lead a session: {}", names.join(", ")))
+            StartError::Usage(format!(
+                "no agent {agent:?}; agents that can lead a session: {}",
+                names.join(", ")
+            ))
         })?;
     let model_spec = model_spec.or(def.model.clone()).ok_or_else(|| {
         StartError::Usage(
             "no model: pass --model provider/model (e.g. anthropic/claude-sonnet-4-5, openai/gpt-5, replay/FILE) or set model = \"…\" in the config".into(),
         )
     })?;
-    let (provider, info) =
-        resolve(&model_spec, &settings, on_retry).map_err(|e| StartError::Provider(e.to_string()))?;
+    let (provider, info) = resolve(&model_spec, &settings, on_retry)
+        .map_err(|e| StartError::Provider(e.to_string()))?;
     let recorded_prompt = match model_spec.split_once('/') {
         Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
             .ok()
@@ -179,7 +182,10 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         open.asker.clone(),
         open.ctx.clone(),
     );
-    let history = resumed.as_ref().map(Loaded::conversation).unwrap_or_default();
+    let history = resumed
+        .as_ref()
+        .map(Loaded::conversation)
+        .unwrap_or_default();
     let agent = Agent::root(&rt, id.clone(), def, history).await;
     events.emit(&Event::SessionStart {
         session: id.clone(),
@@ -216,7 +222,8 @@ fn find_resume(resume: &Resume, dir: &Path, root: &Path) -> Result<Loaded, Start
                 ))
             })?,
     };
-    Loaded::read(&path).map_err(|e| StartError::Usage(format!("cannot read {}: {e}", path.display())))
+    Loaded::read(&path)
+        .map_err(|e| StartError::Usage(format!("cannot read {}: {e}", path.display())))
 }
 
 impl Run {

@@ -119,11 +119,17 @@ impl Tool for TaskTool {
             other => format!(
                 "\n(The subagent stopped early: {}{})",
                 other.reason(),
-                other.message().map(|m| format!(": {m}")).unwrap_or_default()
+                other
+                    .message()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
             ),
         };
         Ok(ToolOutput {
-            title: format!("{} (@{} subagent)", params.description, params.subagent_type),
+            title: format!(
+                "{} (@{} subagent)",
+                params.description, params.subagent_type
+            ),
             output: format!(
                 "task_id: {task_id} (pass it as task_id to continue this subagent)\n\n<task_result>\n{}{note}\n</task_result>",
                 outcome.answer

@@ -73,9 +73,14 @@ pub async fn run(args: RunArgs) -> u8 {
         }
         other => other.map(str::to_string),
     };
-    let is_replay = args.model.as_deref().is_some_and(|m| m.starts_with("replay/"));
+    let is_replay = args
+        .model
+        .as_deref()
+        .is_some_and(|m| m.starts_with("replay/"));
     if prompt.is_none() && !interactive_terminal && !is_replay {
-        eprintln!("runner: no prompt: give the task as an argument, or `-` to read it from standard input");
+        eprintln!(
+            "runner: no prompt: give the task as an argument, or `-` to read it from standard input"
+        );
         return exit::USAGE;
     }
     let view: Arc<dyn EventSink> = if args.json {
@@ -123,7 +128,11 @@ pub async fn run(args: RunArgs) -> u8 {
     };
     run.finish(&end);
     if !args.json {
-        eprintln!("runner: session {} saved in {}", run.agent.id, run.session_file().display());
+        eprintln!(
+            "runner: session {} saved in {}",
+            run.agent.id,
+            run.session_file().display()
+        );
     }
     end.exit_code()
 }
@@ -181,7 +190,10 @@ impl Signals {
         let shared = current.clone();
         tokio::spawn(async move {
             use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            let (Ok(mut int), Ok(mut term)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) else {
                 return;
             };
             loop {
@@ -261,7 +273,13 @@ pub fn short_duration(d: Duration) -> String {
 impl EventSink for TerminalView {
     fn emit(&self, event: &Event) {
         match event {
-            Event::SessionStart { model, sandbox, agent, root, .. } => self.line(&paint(
+            Event::SessionStart {
+                model,
+                sandbox,
+                agent,
+                root,
+                ..
+            } => self.line(&paint(
                 "2",
                 &format!("runner · {model} · {agent} · sandbox {sandbox} · {root}"),
             )),
@@ -269,13 +287,32 @@ impl EventSink for TerminalView {
                 let mut out = std::io::stdout().lock();
                 let _ = write!(out, "{delta}");
                 let _ = out.flush();
-                self.mid_line.store(!delta.ends_with('\n'), Ordering::Relaxed);
+                self.mid_line
+                    .store(!delta.ends_with('\n'), Ordering::Relaxed);
             }
             Event::ToolStart { .. } | Event::StepEnd { .. } => {}
-            Event::ToolEnd { tool, title, outcome, duration_ms, error, .. } => {
-                let mark = if outcome == "ok" { paint("32", "✓") } else { paint("31", "✗") };
-                let what = if title.is_empty() { tool.clone() } else { format!("{tool} {title}") };
-                let mut text = format!("  {mark} {what} {}", paint("2", &short_duration(Duration::from_millis(*duration_ms))));
+            Event::ToolEnd {
+                tool,
+                title,
+                outcome,
+                duration_ms,
+                error,
+                ..
+            } => {
+                let mark = if outcome == "ok" {
+                    paint("32", "✓")
+                } else {
+                    paint("31", "✗")
+                };
+                let what = if title.is_empty() {
+                    tool.clone()
+                } else {
+                    format!("{tool} {title}")
+                };
+                let mut text = format!(
+                    "  {mark} {what} {}",
+                    paint("2", &short_duration(Duration::from_millis(*duration_ms)))
+                );
                 if let Some(e) = error {
                     let first = e.lines().next().unwrap_or_default();
                     let cut: String = first.chars().take(160).collect();
@@ -283,26 +320,60 @@ impl EventSink for TerminalView {
                 }
                 self.line(&text);
             }
-            Event::Permission { decision, permission, patterns, .. } if decision != "allow" => {
-                self.line(&paint("33", &format!("  ! {permission} {}: {decision}", patterns.join(", "))));
+            Event::Permission {
+                decision,
+                permission,
+                patterns,
+                ..
+            } if decision != "allow" => {
+                self.line(&paint(
+                    "33",
+                    &format!("  ! {permission} {}: {decision}", patterns.join(", ")),
+                ));
             }
             Event::Permission { .. } => {}
-            Event::Retry { attempt, of, delay_ms, error, .. } => self.line(&paint(
+            Event::Retry {
+                attempt,
+                of,
+                delay_ms,
+                error,
+                ..
+            } => self.line(&paint(
                 "33",
-                &format!("  ↻ retry {attempt}/{of} in {}: {error}", short_duration(Duration::from_millis(*delay_ms))),
+                &format!(
+                    "  ↻ retry {attempt}/{of} in {}: {error}",
+                    short_duration(Duration::from_millis(*delay_ms))
+                ),
             )),
-            Event::Context { action, tokens_before, window, .. } => self.line(&paint(
+            Event::Context {
+                action,
+                tokens_before,
+                window,
+                ..
+            } => self.line(&paint(
                 "2",
                 &format!("  ⋯ context {tokens_before}/{window} tokens: {action}"),
             )),
-            Event::SessionEnd { reason, message, steps, usage, duration_ms, files_changed, .. } => {
+            Event::SessionEnd {
+                reason,
+                message,
+                steps,
+                usage,
+                duration_ms,
+                files_changed,
+                ..
+            } => {
                 if let Some(m) = message {
                     self.line(&paint("31", &format!("runner: {m}")));
                 }
                 let files = if files_changed.is_empty() {
                     "no files changed".to_string()
                 } else {
-                    format!("{} file(s) changed: {}", files_changed.len(), files_changed.join(", "))
+                    format!(
+                        "{} file(s) changed: {}",
+                        files_changed.len(),
+                        files_changed.join(", ")
+                    )
                 };
                 self.line(&paint(
                     "2",

@@ -29,18 +29,30 @@ pub fn run(cmd: SessionsCommand) -> u8 {
             for path in record::list(&dir) {
                 let Ok(l) = Loaded::read(&path) else { continue };
                 let (root, model, agent, created) = match l.header() {
-                    Some(Record::Session { root, model, agent, created_ms, .. }) => {
-                        (root.clone(), model.clone(), agent.clone(), *created_ms)
-                    }
+                    Some(Record::Session {
+                        root,
+                        model,
+                        agent,
+                        created_ms,
+                        ..
+                    }) => (root.clone(), model.clone(), agent.clone(), *created_ms),
                     _ => continue,
                 };
                 let id = l.id();
                 let end = l.records.iter().rev().find_map(|r| match r {
-                    Record::End { reason, session, steps, .. } if *session == id => Some((reason.clone(), *steps)),
+                    Record::End {
+                        reason,
+                        session,
+                        steps,
+                        ..
+                    } if *session == id => Some((reason.clone(), *steps)),
                     _ => None,
                 });
                 let prompt = l.records.iter().find_map(|r| match r {
-                    Record::Message { message: Message::User { text }, session } if *session == id => Some(text.clone()),
+                    Record::Message {
+                        message: Message::User { text },
+                        session,
+                    } if *session == id => Some(text.clone()),
                     _ => None,
                 });
                 rows.push(json!({
@@ -50,12 +62,20 @@ pub fn run(cmd: SessionsCommand) -> u8 {
                 }));
             }
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).unwrap_or_default()
+                );
             } else if rows.is_empty() {
                 println!("no sessions in {}", dir.display());
             } else {
                 for r in rows {
-                    let prompt: String = r["prompt"].as_str().unwrap_or("").chars().take(60).collect();
+                    let prompt: String = r["prompt"]
+                        .as_str()
+                        .unwrap_or("")
+                        .chars()
+                        .take(60)
+                        .collect();
                     println!(
                         "{}  {:<10} {:<28} {}  {}",
                         r["id"].as_str().unwrap_or(""),
@@ -104,22 +124,48 @@ pub fn transcript(l: &Loaded) -> String {
         if lines.len() <= n {
             s.to_string()
         } else {
-            format!("{}\n… ({} more lines)", lines[..n].join("\n"), lines.len() - n)
+            format!(
+                "{}\n… ({} more lines)",
+                lines[..n].join("\n"),
+                lines.len() - n
+            )
         }
     };
     for r in &l.records {
         match r {
-            Record::Session { session, parent, model, agent, sandbox, root, .. } => {
+            Record::Session {
+                session,
+                parent,
+                model,
+                agent,
+                sandbox,
+                root,
+                ..
+            } => {
                 let who = match parent {
                     Some(p) => format!("subagent {agent} {session} (of {p})"),
                     None => format!("session {session}"),
                 };
-                out.push_str(&format!("=== {who} · {model} · sandbox {sandbox} · {root}\n"));
+                out.push_str(&format!(
+                    "=== {who} · {model} · sandbox {sandbox} · {root}\n"
+                ));
             }
-            Record::Message { message: Message::User { text }, .. } => {
+            Record::Message {
+                message: Message::User { text },
+                ..
+            } => {
                 out.push_str(&format!("\n[user]\n{text}\n"));
             }
-            Record::Message { message: Message::Tool { name, content, is_error, .. }, .. } => {
+            Record::Message {
+                message:
+                    Message::Tool {
+                        name,
+                        content,
+                        is_error,
+                        ..
+                    },
+                ..
+            } => {
                 let tag = if *is_error { "error" } else { "result" };
                 out.push_str(&format!("[{name} {tag}]\n{}\n", cut(content, 20)));
             }
@@ -133,13 +179,28 @@ pub fn transcript(l: &Loaded) -> String {
                     out.push_str(&format!("→ {} {}\n", c.name, c.arguments));
                 }
             }
-            Record::Permission { permission, patterns, decision, .. } => {
-                out.push_str(&format!("[permission] {permission} {}: {decision}\n", patterns.join(", ")));
+            Record::Permission {
+                permission,
+                patterns,
+                decision,
+                ..
+            } => {
+                out.push_str(&format!(
+                    "[permission] {permission} {}: {decision}\n",
+                    patterns.join(", ")
+                ));
             }
             Record::Compaction { summary, .. } => {
                 out.push_str(&format!("\n[compacted; summary]\n{summary}\n"));
             }
-            Record::End { reason, steps, usage, duration_ms, message, .. } => {
+            Record::End {
+                reason,
+                steps,
+                usage,
+                duration_ms,
+                message,
+                ..
+            } => {
                 out.push_str(&format!(
                     "\n=== end: {reason}{} · {steps} steps · {} in / {} out / {} cached tokens · {duration_ms} ms\n",
                     message.as_ref().map(|m| format!(" ({m})")).unwrap_or_default(),

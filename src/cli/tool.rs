@@ -112,7 +112,9 @@ fn list(json: bool, scope: &Scope) -> u8 {
 }
 
 async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8> {
-    let options = common.sandbox.options(&common.root, &common.rules, common.ask);
+    let options = common
+        .sandbox
+        .options(&common.root, &common.rules, common.ask);
     match options.open(session).await {
         Ok(open) => {
             for note in &open.notes {

@@ -71,7 +71,10 @@ pub struct SettingsError {
 
 impl Settings {
     /// The user's config, the project's, then `--config`; absent files are no layer.
-    pub fn load(worktree: &Path, explicit: Option<&Path>) -> Result<(Settings, Vec<String>), SettingsError> {
+    pub fn load(
+        worktree: &Path,
+        explicit: Option<&Path>,
+    ) -> Result<(Settings, Vec<String>), SettingsError> {
         let mut settings = Settings::default();
         let mut notes = Vec::new();
         let user = crate::config::config_dir().join("config.toml");
@@ -136,7 +139,8 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
     doc.remove("permission");
-    doc.try_into().map_err(|e: toml::de::Error| err(e.to_string()))
+    doc.try_into()
+        .map_err(|e: toml::de::Error| err(e.to_string()))
 }
 
 #[cfg(test)]

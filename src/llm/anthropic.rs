@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 
 use super::config::Endpoint;
 use super::sse::post_stream;
-use super::{Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage};
+use super::{
+    Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,
+};
 
 pub const API_VERSION: &str = "2023-06-01";
 
@@ -59,11 +61,10 @@ pub fn body(request: &Request) -> Value {
     let mut push = |role: &str, block: Value| {
         if let Some(last) = messages.last_mut()
             && last["role"] == role
+            && let Some(content) = last["content"].as_array_mut()
         {
-            if let Some(content) = last["content"].as_array_mut() {
-                content.push(block);
-                return;
-            }
+            content.push(block);
+            return;
         }
         messages.push(json!({"role": role, "content": [block]}));
     };
@@ -95,11 +96,14 @@ pub fn body(request: &Request) -> Value {
                 images,
                 ..
             } => {
-                let mut parts = vec![json!({"type": "text", "text": if content.is_empty() { "(no output)" } else { content.as_str() }})];
+                let mut parts = vec![
+                    json!({"type": "text", "text": if content.is_empty() { "(no output)" } else { content.as_str() }}),
+                ];
                 parts.extend(images.iter().map(|i| {
                     json!({"type": "image", "source": {"type": "base64", "media_type": i.mime, "data": i.data}})
                 }));
-                let mut block = json!({"type": "tool_result", "tool_use_id": call_id, "content": parts});
+                let mut block =
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": parts});
                 if *is_error {
                     block["is_error"] = json!(true);
                 }
@@ -143,14 +147,23 @@ pub struct Accumulator {
 
 enum Block {
     Text(String),
-    Tool { id: String, name: String, json: String },
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
     /// Thinking and anything newer: kept out of the turn.
     Other,
 }
 
 impl Accumulator {
     /// One event. Returns the text delta, if any.
-    pub fn push(&mut self, event: &str, data: &str, provider: &str) -> Result<Option<String>, LlmError> {
+    pub fn push(
+        &mut self,
+        event: &str,
+        data: &str,
+        provider: &str,
+    ) -> Result<Option<String>, LlmError> {
         let protocol = |message: String| LlmError::Protocol {
             provider: provider.to_string(),
             message,
@@ -197,7 +210,9 @@ impl Accumulator {
                         json.push_str(d["partial_json"].as_str().unwrap_or_default());
                     }
                     (None, _) => {
-                        return Err(protocol(format!("a delta for block {index}, which never started")));
+                        return Err(protocol(format!(
+                            "a delta for block {index}, which never started"
+                        )));
                     }
                     _ => {}
                 }
@@ -219,7 +234,10 @@ impl Accumulator {
                 // Newer servers repeat the input counts here; keep the larger.
                 self.usage.input = self.usage.input.max(n(u, "input_tokens"));
                 self.usage.cache_read = self.usage.cache_read.max(n(u, "cache_read_input_tokens"));
-                self.usage.cache_write = self.usage.cache_write.max(n(u, "cache_creation_input_tokens"));
+                self.usage.cache_write = self
+                    .usage
+                    .cache_write
+                    .max(n(u, "cache_creation_input_tokens"));
             }
             "message_stop" => self.stopped = true,
             "error" => {
@@ -236,7 +254,10 @@ impl Accumulator {
                 return Err(LlmError::Status {
                     provider: provider.to_string(),
                     status,
-                    message: format!("{} ({kind})", e["message"].as_str().unwrap_or("unknown error")),
+                    message: format!(
+                        "{} ({kind})",
+                        e["message"].as_str().unwrap_or("unknown error")
+                    ),
                     retry_after: None,
                 });
             }
@@ -260,7 +281,11 @@ impl Accumulator {
                 Block::Tool { id, name, json } => tool_calls.push(ToolCall {
                     id,
                     name,
-                    arguments: if json.trim().is_empty() { "{}".into() } else { json },
+                    arguments: if json.trim().is_empty() {
+                        "{}".into()
+                    } else {
+                        json
+                    },
                 }),
                 Block::Other => {}
             }
@@ -281,10 +306,14 @@ impl Provider for Anthropic {
 
     fn turn<'a>(&'a self, request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
         Box::pin(async move {
-            let url = format!("{}/v1/messages", self.endpoint.base_url.trim_end_matches('/'));
+            let url = format!(
+                "{}/v1/messages",
+                self.endpoint.base_url.trim_end_matches('/')
+            );
             let headers = self.headers()?;
-            let mut events =
-                std::pin::pin!(post_stream(&self.client, self.name(), &url, headers, &body(request)).await?);
+            let mut events = std::pin::pin!(
+                post_stream(&self.client, self.name(), &url, headers, &body(request)).await?
+            );
             let mut acc = Accumulator::default();
             while let Some(event) = events.next().await {
                 let event = event?;
@@ -312,19 +341,52 @@ mod tests {
             Message::Assistant {
                 text: String::new(),
                 tool_calls: vec![
-                    ToolCall { id: "a".into(), name: "read".into(), arguments: r#"{"filePath":"x"}"#.into() },
-                    ToolCall { id: "b".into(), name: "read".into(), arguments: "{oops".into() },
+                    ToolCall {
+                        id: "a".into(),
+                        name: "read".into(),
+                        arguments: r#"{"filePath":"x"}"#.into(),
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "read".into(),
+                        arguments: "{oops".into(),
+                    },
                 ],
             },
-            Message::Tool { call_id: "a".into(), name: "read".into(), content: "1".into(), is_error: false, images: vec![] },
-            Message::Tool { call_id: "b".into(), name: "read".into(), content: "bad".into(), is_error: true, images: vec![] },
+            Message::Tool {
+                call_id: "a".into(),
+                name: "read".into(),
+                content: "1".into(),
+                is_error: false,
+                images: vec![],
+            },
+            Message::Tool {
+                call_id: "b".into(),
+                name: "read".into(),
+                content: "bad".into(),
+                is_error: true,
+                images: vec![],
+            },
         ];
-        let tools = vec![ToolSpec { name: "read".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
-        let req = Request { model: "m", system: "sys", messages: &messages, tools: &tools, max_tokens: 100 };
+        let tools = vec![ToolSpec {
+            name: "read".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let req = Request {
+            model: "m",
+            system: "sys",
+            messages: &messages,
+            tools: &tools,
+            max_tokens: 100,
+        };
         let b = body(&req);
         let msgs = b["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 3);
-        assert_eq!(msgs[1]["content"][1]["input"], json!({"unparsed_arguments": "{oops"}));
+        assert_eq!(
+            msgs[1]["content"][1]["input"],
+            json!({"unparsed_arguments": "{oops"})
+        );
         assert_eq!(msgs[2]["content"].as_array().unwrap().len(), 2);
         assert_eq!(msgs[2]["content"][1]["is_error"], json!(true));
         assert_eq!(msgs[2]["content"][1]["cache_control"], ephemeral());
@@ -338,16 +400,37 @@ mod tests {
     fn events_fold_into_a_turn() {
         let mut acc = Accumulator::default();
         let events = [
-            ("message_start", r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":90,"cache_creation_input_tokens":5,"output_tokens":1}}}"#),
-            ("content_block_start", r#"{"index":0,"content_block":{"type":"text","text":""}}"#),
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"usage":{"input_tokens":10,"cache_read_input_tokens":90,"cache_creation_input_tokens":5,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
             ("ping", r#"{"type":"ping"}"#),
-            ("content_block_delta", r#"{"index":0,"delta":{"type":"text_delta","text":"Hi"}}"#),
+            (
+                "content_block_delta",
+                r#"{"index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
             ("content_block_stop", r#"{"index":0}"#),
-            ("content_block_start", r#"{"index":1,"content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}}}"#),
-            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"comm"}}"#),
-            ("content_block_delta", r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"and\":\"true\"}"}}"#),
+            (
+                "content_block_start",
+                r#"{"index":1,"content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"{\"comm"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"index":1,"delta":{"type":"input_json_delta","partial_json":"and\":\"true\"}"}}"#,
+            ),
             ("content_block_stop", r#"{"index":1}"#),
-            ("message_delta", r#"{"delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":12}}"#),
+            (
+                "message_delta",
+                r#"{"delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":12}}"#,
+            ),
             ("message_stop", r#"{}"#),
         ];
         for (e, d) in events {
@@ -357,18 +440,31 @@ mod tests {
         assert_eq!(turn.text, "Hi");
         assert_eq!(turn.tool_calls[0].arguments, r#"{"command":"true"}"#);
         assert_eq!(turn.finish, Finish::ToolCalls);
-        assert_eq!(turn.usage, Usage { input: 10, output: 12, cache_read: 90, cache_write: 5 });
+        assert_eq!(
+            turn.usage,
+            Usage {
+                input: 10,
+                output: 12,
+                cache_read: 90,
+                cache_write: 5
+            }
+        );
     }
 
     #[test]
     fn an_overloaded_event_is_retryable_and_a_missing_stop_is_a_cut() {
         let mut acc = Accumulator::default();
         let e = acc
-            .push("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, "t")
+            .push(
+                "error",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                "t",
+            )
             .unwrap_err();
         assert!(e.is_retryable());
         let mut acc = Accumulator::default();
-        acc.push("message_start", r#"{"message":{"usage":{}}}"#, "t").unwrap();
+        acc.push("message_start", r#"{"message":{"usage":{}}}"#, "t")
+            .unwrap();
         assert!(matches!(acc.finish("t"), Err(LlmError::Transport { .. })));
     }
 }

@@ -39,10 +39,18 @@ impl Endpoint {
     pub(crate) fn extra_headers(&self) -> Result<HeaderMap, LlmError> {
         let mut map = HeaderMap::new();
         for (k, v) in &self.headers {
-            let name = HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| LlmError::Setup(format!("provider {}: {k:?} is not a header name", self.name)))?;
-            let value = HeaderValue::from_str(v)
-                .map_err(|_| LlmError::Setup(format!("provider {}: the value of header {k} is not valid", self.name)))?;
+            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
+                LlmError::Setup(format!(
+                    "provider {}: {k:?} is not a header name",
+                    self.name
+                ))
+            })?;
+            let value = HeaderValue::from_str(v).map_err(|_| {
+                LlmError::Setup(format!(
+                    "provider {}: the value of header {k} is not valid",
+                    self.name
+                ))
+            })?;
             map.insert(name, value);
         }
         Ok(map)
@@ -104,7 +112,9 @@ pub fn resolve(
             )));
         }
     };
-    let context_window = table.context_window.unwrap_or_else(|| default_window(kind, model));
+    let context_window = table
+        .context_window
+        .unwrap_or_else(|| default_window(kind, model));
     let max_tokens = table.max_tokens.unwrap_or(16_384);
     let info = ModelInfo {
         spec: spec.to_string(),
@@ -115,8 +125,18 @@ pub fn resolve(
     };
     let provider: Arc<dyn Provider> = match kind {
         Kind::Replay => Arc::new(Replay::open(&PathBuf::from(model))?),
-        Kind::OpenAi => Arc::new(OpenAi::new(endpoint(name, &table, "OPENAI", "https://api.openai.com/v1")?)?),
-        Kind::Anthropic => Arc::new(Anthropic::new(endpoint(name, &table, "ANTHROPIC", "https://api.anthropic.com")?)?),
+        Kind::OpenAi => Arc::new(OpenAi::new(endpoint(
+            name,
+            &table,
+            "OPENAI",
+            "https://api.openai.com/v1",
+        )?)?),
+        Kind::Anthropic => Arc::new(Anthropic::new(endpoint(
+            name,
+            &table,
+            "ANTHROPIC",
+            "https://api.anthropic.com",
+        )?)?),
     };
     if kind == Kind::Replay {
         // A recording never fails in a way that a retry would fix.
@@ -128,13 +148,24 @@ pub fn resolve(
 
 /// The endpoint from the table, else the SDKs' variables (`OPENAI_BASE_URL` includes `/v1`,
 /// `ANTHROPIC_BASE_URL` does not), else the public API.
-fn endpoint(name: &str, table: &ProviderSettings, prefix: &str, public: &str) -> Result<Endpoint, LlmError> {
+fn endpoint(
+    name: &str,
+    table: &ProviderSettings,
+    prefix: &str,
+    public: &str,
+) -> Result<Endpoint, LlmError> {
     let builtin = matches!(name, "openai" | "anthropic");
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let base_url = table
         .base_url
         .clone()
-        .or_else(|| if builtin { env(&format!("{prefix}_BASE_URL")) } else { None })
+        .or_else(|| {
+            if builtin {
+                env(&format!("{prefix}_BASE_URL"))
+            } else {
+                None
+            }
+        })
         .unwrap_or_else(|| public.to_string());
     let key_var = table
         .api_key_env
@@ -151,7 +182,11 @@ fn endpoint(name: &str, table: &ProviderSettings, prefix: &str, public: &str) ->
         name: name.to_string(),
         base_url,
         api_key,
-        headers: table.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        headers: table
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     })
 }
 
@@ -170,7 +205,10 @@ mod tests {
 
     #[test]
     fn model_specs_split_at_the_first_slash() {
-        assert_eq!(split("openrouter/anthropic/claude").unwrap(), ("openrouter", "anthropic/claude"));
+        assert_eq!(
+            split("openrouter/anthropic/claude").unwrap(),
+            ("openrouter", "anthropic/claude")
+        );
         assert!(split("gpt-5").is_err());
         assert!(split("/x").is_err());
     }
@@ -178,7 +216,9 @@ mod tests {
     #[test]
     fn a_named_provider_needs_a_table_and_keys_stay_out_of_debug() {
         let settings = Settings::default();
-        let e = resolve("ollama/qwen", &settings, Arc::new(|_| {})).err().unwrap();
+        let e = resolve("ollama/qwen", &settings, Arc::new(|_| {}))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("[provider.ollama]"), "{e}");
         let ep = Endpoint {
             name: "x".into(),

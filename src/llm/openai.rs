@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use super::config::Endpoint;
 use super::sse::post_stream;
-use super::{Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage};
+use super::{
+    Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,
+};
 
 pub struct OpenAi {
     endpoint: Endpoint,
@@ -69,7 +71,9 @@ pub fn body(request: &Request) -> Value {
                 messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
                 // A tool message carries only text; images follow as a user message.
                 if !images.is_empty() {
-                    let mut parts = vec![json!({"type": "text", "text": format!("Images returned by tool call {call_id}:")})];
+                    let mut parts = vec![
+                        json!({"type": "text", "text": format!("Images returned by tool call {call_id}:")}),
+                    ];
                     parts.extend(images.iter().map(|i| {
                         json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime, i.data)}})
                     }));
@@ -196,7 +200,10 @@ impl Accumulator {
     /// The turn, once the stream has ended. A stream that stops before a finish reason
     /// (or `[DONE]`) was cut, and the turn cannot be trusted.
     pub fn finish(self, provider: &str) -> Result<Turn, LlmError> {
-        let Some(finish) = self.finish.or(if self.done { Some(Finish::Stop) } else { None }) else {
+        let Some(finish) = self
+            .finish
+            .or(if self.done { Some(Finish::Stop) } else { None })
+        else {
             return Err(LlmError::Transport {
                 provider: provider.to_string(),
                 message: "the stream ended before the answer was complete".into(),
@@ -206,7 +213,11 @@ impl Accumulator {
             .calls
             .into_iter()
             .map(|(index, (id, name, arguments))| ToolCall {
-                id: if id.is_empty() { format!("call_{index}") } else { id },
+                id: if id.is_empty() {
+                    format!("call_{index}")
+                } else {
+                    id
+                },
                 name,
                 arguments,
             })
@@ -231,10 +242,14 @@ impl Provider for OpenAi {
 
     fn turn<'a>(&'a self, request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
         Box::pin(async move {
-            let url = format!("{}/chat/completions", self.endpoint.base_url.trim_end_matches('/'));
+            let url = format!(
+                "{}/chat/completions",
+                self.endpoint.base_url.trim_end_matches('/')
+            );
             let headers = self.headers()?;
-            let mut events =
-                std::pin::pin!(post_stream(&self.client, self.name(), &url, headers, &body(request)).await?);
+            let mut events = std::pin::pin!(
+                post_stream(&self.client, self.name(), &url, headers, &body(request)).await?
+            );
             let mut acc = Accumulator::default();
             while let Some(event) = events.next().await {
                 let event = event?;
@@ -276,13 +291,25 @@ mod tests {
         assert_eq!(turn.tool_calls.len(), 2);
         assert_eq!(turn.tool_calls[0].arguments, r#"{"filePath":"x"}"#);
         assert_eq!(turn.tool_calls[1].name, "glob");
-        assert_eq!(turn.usage, Usage { input: 40, output: 7, cache_read: 60, cache_write: 0 });
+        assert_eq!(
+            turn.usage,
+            Usage {
+                input: 40,
+                output: 7,
+                cache_read: 60,
+                cache_write: 0
+            }
+        );
     }
 
     #[test]
     fn a_stream_without_an_end_is_a_cut_stream() {
         let mut acc = Accumulator::default();
-        acc.push(r#"{"choices":[{"index":0,"delta":{"content":"half"}}]}"#, "t").unwrap();
+        acc.push(
+            r#"{"choices":[{"index":0,"delta":{"content":"half"}}]}"#,
+            "t",
+        )
+        .unwrap();
         let err = acc.finish("t").unwrap_err();
         assert!(err.is_retryable(), "{err}");
     }

@@ -26,7 +26,10 @@ pub struct Replay {
 impl Replay {
     pub fn open(path: &Path) -> Result<Self, LlmError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            LlmError::Setup(format!("cannot read the replay file {}: {e}", path.display()))
+            LlmError::Setup(format!(
+                "cannot read the replay file {}: {e}",
+                path.display()
+            ))
         })?;
         let mut turns = VecDeque::new();
         let mut prompt = None;
@@ -34,9 +37,8 @@ impl Replay {
             if line.trim().is_empty() {
                 continue;
             }
-            let bad = |m: String| {
-                LlmError::Setup(format!("{} line {}: {m}", path.display(), n + 1))
-            };
+            let bad =
+                |m: String| LlmError::Setup(format!("{} line {}: {m}", path.display(), n + 1));
             let v: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
             if v["type"] == "turn" {
                 let turn: Turn = serde_json::from_value(v["turn"].clone())
@@ -74,7 +76,11 @@ impl Provider for Replay {
     }
 
     fn turn<'a>(&'a self, _request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
-        let next = self.turns.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+        let next = self
+            .turns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front();
         Box::pin(async move {
             let turn = next.ok_or_else(|| {
                 LlmError::Setup(format!(

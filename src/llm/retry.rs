@@ -28,7 +28,9 @@ impl RetryPolicy {
     /// `Retry-After` wins when it asks for longer (up to five minutes).
     pub fn delay(&self, n: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
         let exp = self.base.saturating_mul(1u32 << (n - 1).min(16));
-        let backoff = exp.min(self.max_delay).mul_f64(0.5 + jitter.clamp(0.0, 1.0) / 2.0);
+        let backoff = exp
+            .min(self.max_delay)
+            .mul_f64(0.5 + jitter.clamp(0.0, 1.0) / 2.0);
         match retry_after {
             Some(ra) => ra.min(Duration::from_secs(300)).max(backoff.min(ra)),
             None => backoff,
@@ -55,7 +57,11 @@ pub struct Retrying {
 
 impl Retrying {
     pub fn new(inner: Arc<dyn Provider>, policy: RetryPolicy, notice: RetryNotice) -> Self {
-        Retrying { inner, policy, notice }
+        Retrying {
+            inner,
+            policy,
+            notice,
+        }
     }
 }
 
@@ -87,7 +93,12 @@ impl Provider for Retrying {
                     }
                     Err(e) if e.is_retryable() => {
                         return Err(match e {
-                            LlmError::Status { provider, status, message, retry_after } => LlmError::Status {
+                            LlmError::Status {
+                                provider,
+                                status,
+                                message,
+                                retry_after,
+                            } => LlmError::Status {
                                 provider,
                                 status,
                                 message: format!("{message} (gave up after {n} retries)"),
@@ -127,12 +138,22 @@ mod tests {
 
     #[test]
     fn backoff_doubles_with_jitter_and_retry_after_wins() {
-        let p = RetryPolicy { attempts: 5, base: Duration::from_millis(100), max_delay: Duration::from_secs(1) };
+        let p = RetryPolicy {
+            attempts: 5,
+            base: Duration::from_millis(100),
+            max_delay: Duration::from_secs(1),
+        };
         assert_eq!(p.delay(1, None, 1.0), Duration::from_millis(100));
         assert_eq!(p.delay(2, None, 1.0), Duration::from_millis(200));
         assert_eq!(p.delay(2, None, 0.0), Duration::from_millis(100));
         assert_eq!(p.delay(10, None, 1.0), Duration::from_secs(1));
-        assert_eq!(p.delay(1, Some(Duration::from_secs(3)), 0.5), Duration::from_secs(3));
-        assert_eq!(p.delay(1, Some(Duration::from_secs(900)), 0.5), Duration::from_secs(300));
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(3)), 0.5),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(900)), 0.5),
+            Duration::from_secs(300)
+        );
     }
 }

@@ -105,7 +105,9 @@ mod tests {
     #[test]
     fn provider_messages_are_found_in_their_envelopes() {
         assert_eq!(
-            error_message(r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#),
+            error_message(
+                r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#
+            ),
             "Incorrect API key provided (invalid_request_error)"
         );
         assert_eq!(
@@ -114,7 +116,10 @@ mod tests {
             ),
             "model: nope (not_found_error)"
         );
-        assert_eq!(error_message("<html>bad gateway</html>"), "<html>bad gateway</html>");
+        assert_eq!(
+            error_message("<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
         assert_eq!(error_message(""), "(no message)");
     }
 
@@ -126,7 +131,10 @@ mod tests {
         h.insert("retry-after-ms", "150".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
         let mut h = HeaderMap::new();
-        h.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        h.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
         assert_eq!(retry_after(&h), None);
     }
 }

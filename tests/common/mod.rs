@@ -7,8 +7,8 @@
 #![allow(dead_code)]
 
 pub mod engine;
-pub mod provider;
 pub mod escape;
+pub mod provider;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

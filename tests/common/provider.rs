@@ -25,16 +25,25 @@ pub struct Answer {
 }
 
 pub fn text(t: &str) -> Answer {
-    Answer { text: t.into(), ..Default::default() }
+    Answer {
+        text: t.into(),
+        ..Default::default()
+    }
 }
 
 pub fn call(name: &str, args: Value) -> Answer {
-    Answer { calls: vec![(name.into(), args.to_string())], ..Default::default() }
+    Answer {
+        calls: vec![(name.into(), args.to_string())],
+        ..Default::default()
+    }
 }
 
 pub fn calls(list: Vec<(&str, Value)>) -> Answer {
     Answer {
-        calls: list.into_iter().map(|(n, a)| (n.to_string(), a.to_string())).collect(),
+        calls: list
+            .into_iter()
+            .map(|(n, a)| (n.to_string(), a.to_string()))
+            .collect(),
         ..Default::default()
     }
 }
@@ -103,7 +112,11 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
     if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
         return;
     }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let path = request_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("")
+        .to_string();
     let mut headers = HashMap::new();
     loop {
         let mut line = String::new();
@@ -118,13 +131,20 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
             headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
         }
     }
-    let len: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let len: usize = headers
+        .get("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut body = vec![0; len];
     if reader.read_exact(&mut body).is_err() {
         return;
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    seen.lock().unwrap().push(Seen { path: path.clone(), headers, body });
+    seen.lock().unwrap().push(Seen {
+        path: path.clone(),
+        headers,
+        body,
+    });
     let anthropic = path.ends_with("/messages");
     let response = script.lock().unwrap().pop_front();
     let Some(response) = response else {
@@ -136,7 +156,10 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
     };
     match response {
         Response::Status(code, extra, body) => {
-            let mut head = format!("HTTP/1.1 {code} Error\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+            let mut head = format!(
+                "HTTP/1.1 {code} Error\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n",
+                body.len()
+            );
             for (k, v) in extra {
                 head.push_str(&format!("{k}: {v}\r\n"));
             }
@@ -174,7 +197,11 @@ fn pieces(s: &str, n: usize) -> Vec<String> {
 }
 
 pub fn render(a: &Answer, anthropic: bool) -> Vec<String> {
-    if anthropic { render_anthropic(a) } else { render_openai(a) }
+    if anthropic {
+        render_anthropic(a)
+    } else {
+        render_openai(a)
+    }
 }
 
 fn render_openai(a: &Answer) -> Vec<String> {
@@ -185,7 +212,10 @@ fn render_openai(a: &Answer) -> Vec<String> {
                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
         )
     };
-    let mut out = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+    let mut out = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
     for p in pieces(&a.text, 5) {
         out.push(chunk(json!({"content": p}), Value::Null));
     }
@@ -201,13 +231,24 @@ fn render_openai(a: &Answer) -> Vec<String> {
     for k in 0..longest {
         for (i, f) in frags.iter().enumerate() {
             if let Some(p) = f.get(k) {
-                out.push(chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null));
+                out.push(chunk(
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
+                    Value::Null,
+                ));
             }
         }
     }
-    let finish = if a.calls.is_empty() { "stop" } else { "tool_calls" };
+    let finish = if a.calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
     out.push(chunk(json!({}), json!(finish)));
-    let prompt = if a.prompt_tokens == 0 { 1000 } else { a.prompt_tokens };
+    let prompt = if a.prompt_tokens == 0 {
+        1000
+    } else {
+        a.prompt_tokens
+    };
     out.push(format!(
         "data: {}\n\n",
         json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
@@ -220,7 +261,11 @@ fn render_openai(a: &Answer) -> Vec<String> {
 
 fn render_anthropic(a: &Answer) -> Vec<String> {
     let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-    let prompt = if a.prompt_tokens == 0 { 1000 } else { a.prompt_tokens };
+    let prompt = if a.prompt_tokens == 0 {
+        1000
+    } else {
+        a.prompt_tokens
+    };
     let mut out = vec![ev(
         "message_start",
         json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
@@ -235,7 +280,10 @@ fn render_anthropic(a: &Answer) -> Vec<String> {
         for p in pieces(&a.text, 5) {
             out.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}})));
         }
-        out.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+        out.push(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
         index += 1;
     }
     for (name, args) in &a.calls {
@@ -244,13 +292,20 @@ fn render_anthropic(a: &Answer) -> Vec<String> {
         for p in pieces(args, 4) {
             out.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": p}})));
         }
-        out.push(ev("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+        out.push(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
         if index == 0 {
             out.push(ev("ping", json!({"type": "ping"})));
         }
         index += 1;
     }
-    let stop = if a.calls.is_empty() { "end_turn" } else { "tool_use" };
+    let stop = if a.calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
     out.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 50}})));
     out.push(ev("message_stop", json!({"type": "message_stop"})));
     out
