@@ -76,9 +76,7 @@ impl Tool for WebFetchTool {
             .unwrap_or(DEFAULT_TIMEOUT_SECS)
             .clamp(1, MAX_TIMEOUT_SECS);
         let fetched = tokio::select! {
-            r = tokio::time::timeout(Duration::from_secs(secs), fetch(&url, format, secs)) => {
-                r.unwrap_or_else(|_| Err(timed_out(secs)))?
-            }
+            r = fetch(&url, format, secs, ctx) => r?,
             _ = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         };
         present(&url, format, fetched).await
@@ -93,6 +91,8 @@ fn checked_url(url: &str) -> Result<&str, ToolError> {
             "The URL must start with http:// or https://, got {url:?}"
         )));
     }
+    reqwest::Url::parse(url)
+        .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
     Ok(url)
 }
 
@@ -106,6 +106,8 @@ fn format_name(format: Format) -> &'static str {
 
 /// What the server sent.
 struct Fetched {
+    /// Where the content came from, after redirects.
+    url: String,
     /// The media type, lower case, without parameters (empty when the server gave none).
     mime: String,
     /// The header as the server sent it, for the title.
@@ -118,7 +120,10 @@ fn client() -> Result<&'static reqwest::Client, ToolError> {
     if let Some(c) = CLIENT.get() {
         return Ok(c);
     }
+    // Redirects are followed by hand: one to another origin is asked about first, so a
+    // rule that allows one site does not let it send the request somewhere else.
     let built = crate::http::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| ToolError::Failed(format!("Cannot set up the HTTP client: {e}")))?;
     Ok(CLIENT.get_or_init(|| built))
@@ -136,26 +141,82 @@ fn accept(format: Format) -> &'static str {
     }
 }
 
-async fn fetch(url: &str, format: Format, secs: u64) -> Result<Fetched, ToolError> {
-    let failed = |e: reqwest::Error| {
+/// At most this many redirects are followed.
+const MAX_REDIRECTS: usize = 10;
+
+/// GETs `url`, following redirects (asking before one leaves the origin), within `secs`
+/// (time spent waiting for an answer to such an ask does not count).
+async fn fetch(
+    url: &str,
+    format: Format,
+    secs: u64,
+    ctx: &ToolContext,
+) -> Result<Fetched, ToolError> {
+    let failed = |url: &reqwest::Url, e: reqwest::Error| {
         if e.is_timeout() {
             timed_out(secs)
         } else {
             ToolError::Failed(format!("Fetching {url} failed: {}", error_chain(&e)))
         }
     };
-    let mut response = client()?
-        .get(url)
-        .timeout(Duration::from_secs(secs))
-        .header(reqwest::header::ACCEPT, accept(format))
-        .header(reqwest::header::ACCEPT_LANGUAGE, "en-US,en;q=0.9")
-        .send()
-        .await
-        .map_err(failed)?;
+    let mut current = reqwest::Url::parse(url)
+        .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    let mut redirects = 0;
+    let mut response = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let response = client()?
+            .get(current.clone())
+            .timeout(left)
+            .header(reqwest::header::ACCEPT, accept(format))
+            .header(reqwest::header::ACCEPT_LANGUAGE, "en-US,en;q=0.9")
+            .send();
+        let response = tokio::time::timeout_at(deadline, response)
+            .await
+            .map_err(|_| timed_out(secs))?
+            .map_err(|e| failed(&current, e))?;
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok());
+        let (true, Some(location)) = (response.status().is_redirection(), location) else {
+            break response;
+        };
+        redirects += 1;
+        if redirects > MAX_REDIRECTS {
+            return Err(ToolError::Failed(format!(
+                "{url} redirected more than {MAX_REDIRECTS} times; gave up at {current}"
+            )));
+        }
+        let next = current.join(location).map_err(|e| {
+            ToolError::Failed(format!(
+                "{current} redirected to {location:?}, which is not a valid URL: {e}"
+            ))
+        })?;
+        if !matches!(next.scheme(), "http" | "https") {
+            return Err(ToolError::Failed(format!(
+                "{current} redirected to {next}, which is not an http:// or https:// URL"
+            )));
+        }
+        if next.origin() != current.origin() {
+            let asked = tokio::time::Instant::now();
+            ctx.ask(
+                PermissionRequest::new("webfetch", vec![next.to_string()], vec!["*".into()])
+                    .with_metadata(serde_json::json!({
+                        "url": next.as_str(),
+                        "redirectedFrom": current.as_str(),
+                        "format": format_name(format),
+                    })),
+            )
+            .await?;
+            deadline += asked.elapsed();
+        }
+        current = next;
+    };
     let status = response.status();
     if !status.is_success() {
         return Err(ToolError::Failed(format!(
-            "The request failed: {url} answered with status {status}"
+            "The request failed: {current} answered with status {status}"
         )));
     }
     if response
@@ -176,14 +237,21 @@ async fn fetch(url: &str, format: Format, secs: u64) -> Result<Fetched, ToolErro
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(failed)? {
-        if body.len() + chunk.len() > MAX_BYTES {
-            return Err(too_large());
+    let body = async {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| failed(&current, e))? {
+            if body.len() + chunk.len() > MAX_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
-    }
+        Ok(body)
+    };
+    let body = tokio::time::timeout_at(deadline, body)
+        .await
+        .map_err(|_| timed_out(secs))??;
     Ok(Fetched {
+        url: current.to_string(),
         mime,
         content_type,
         body,
@@ -221,11 +289,14 @@ async fn present(url: &str, format: Format, f: Fetched) -> ToolResult {
     } else {
         format!("{url} ({})", f.content_type)
     };
-    let metadata = crate::meta! {
+    let mut metadata = crate::meta! {
         "url" => url,
         "contentType" => f.content_type,
         "bytes" => f.body.len(),
     };
+    if f.url != url {
+        metadata.insert("finalUrl".into(), f.url.clone().into());
+    }
     if f.mime.starts_with("image/") && f.mime != "image/svg+xml" {
         let data = base64::engine::general_purpose::STANDARD.encode(&f.body);
         return Ok(ToolOutput {
@@ -235,7 +306,7 @@ async fn present(url: &str, format: Format, f: Fetched) -> ToolResult {
             attachments: vec![Attachment {
                 url: format!("data:{};base64,{data}", f.mime),
                 mime: f.mime,
-                filename: file_name(url),
+                filename: file_name(&f.url),
             }],
         });
     }
@@ -549,6 +620,16 @@ mod tests {
                     .to_string();
                 response("200 OK", "text/plain", accept.as_bytes())
             }
+            "/redirect-here" => b"HTTP/1.1 302 Found\r\nLocation: /plain\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            "/redirect-away" => {
+                // The same server under another name is another origin.
+                let port = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("host: 127.0.0.1:").map(str::to_string))
+                    .unwrap_or_default();
+                format!("HTTP/1.1 301 Moved\r\nLocation: http://localhost:{}/plain\r\nContent-Length: 0\r\n\r\n", port.trim()).into_bytes()
+            }
+            "/loop" => b"HTTP/1.1 302 Found\r\nLocation: /loop\r\nContent-Length: 0\r\n\r\n".to_vec(),
             "/img.png" => response("200 OK", "image/png", b"\x89PNG\r\n\x1a\nfake"),
             "/bin" => response("200 OK", "application/octet-stream", b"a\0b"),
             "/huge-declared" => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6000000\r\nConnection: close\r\n\r\nabc".to_vec(),
@@ -659,6 +740,59 @@ mod tests {
             assert!(r.error.unwrap().contains("http:// or https://"));
         }
         assert_eq!(t.asks().len(), asked, "a bad URL asks nothing");
+    }
+
+    #[tokio::test]
+    async fn redirects_to_another_origin_are_asked_about() {
+        let t = TestCtx::new().await;
+        let base = serve(site).await;
+        let reg = Registry::builtin();
+        let here = format!("{base}/redirect-here");
+        let r = reg.call("webfetch", json!({ "url": here }), &t.ctx).await;
+        assert_eq!(r.outcome, Outcome::Ok, "{:?}", r.error);
+        assert_eq!(r.output, "just <text>");
+        assert_eq!(r.metadata["finalUrl"], json!(format!("{base}/plain")));
+        assert_eq!(t.asks(), vec![ask("webfetch", &[&here], &["*"])]);
+
+        let away = format!("{base}/redirect-away");
+        let r = reg.call("webfetch", json!({ "url": away }), &t.ctx).await;
+        assert_eq!(r.outcome, Outcome::Ok, "{:?}", r.error);
+        let port = base.rsplit(':').next().unwrap();
+        let target = format!("http://localhost:{port}/plain");
+        assert_eq!(
+            t.asks()[1..],
+            [
+                ask("webfetch", &[&away], &["*"]),
+                ask("webfetch", &[&target], &["*"])
+            ]
+        );
+
+        // A rule that allows the first site does not carry over to where it redirects.
+        struct OnlyFirstOrigin;
+        impl crate::permission::PermissionGate for OnlyFirstOrigin {
+            fn ask<'a>(
+                &'a self,
+                request: &'a crate::permission::PermissionRequest,
+            ) -> crate::permission::AskFuture<'a> {
+                let answer = if request.patterns.iter().any(|p| p.contains("localhost")) {
+                    Err(crate::permission::PermissionError::Rejected { feedback: None })
+                } else {
+                    Ok(())
+                };
+                Box::pin(std::future::ready(answer))
+            }
+        }
+        let ctx = ToolContext {
+            gate: std::sync::Arc::new(OnlyFirstOrigin),
+            ..t.ctx.clone()
+        };
+        let r = reg.call("webfetch", json!({ "url": away }), &ctx).await;
+        assert_eq!(r.outcome, Outcome::Denied, "{:?}", r.error);
+
+        let r = reg
+            .call("webfetch", json!({ "url": format!("{base}/loop") }), &t.ctx)
+            .await;
+        assert!(r.error.unwrap().contains("redirected more than 10 times"));
     }
 
     #[tokio::test]
