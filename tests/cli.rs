@@ -132,10 +132,21 @@ fn tool_list_json_has_a_schema_per_tool() {
         "glob",
         "grep",
         "list",
+        "todowrite",
+        "todoread",
+        "webfetch",
+        "batch",
         "invalid",
     ] {
         assert!(ids.contains(&id), "{id} missing from {ids:?}");
     }
+    // OpenCode's defaults deny `question`, which hides it; `skill` needs discovery and is
+    // added by the agent, not listed among the built-in tools.
+    assert!(
+        !ids.contains(&"question") && !ids.contains(&"skill"),
+        "{ids:?}"
+    );
+    assert_eq!(ids.last(), Some(&"invalid"));
     for t in &tools {
         let p = &t["parameters"];
         assert_eq!(p["type"], "object", "{}: {p}", t["id"]);
@@ -182,6 +193,18 @@ fn tool_list_json_has_a_schema_per_tool() {
     assert_eq!(required("glob"), ["pattern"]);
     assert_eq!(required("grep"), ["pattern"]);
     assert!(required("list").is_empty());
+    assert_eq!(required("todowrite"), ["todos"]);
+    assert!(required("todoread").is_empty());
+    assert_eq!(required("webfetch"), ["url"]);
+    assert_eq!(required("batch"), ["tool_calls"]);
+    // Nested types are written out in place: not every model API resolves `$ref`.
+    for id in ["todowrite", "batch"] {
+        let text = schema(id).to_string();
+        assert!(
+            !text.contains("$ref") && !text.contains("$defs"),
+            "{id}: {text}"
+        );
+    }
 
     let plain = cli.run(&["tool", "list"]);
     assert_eq!(code(&plain), 0);
@@ -1032,12 +1055,16 @@ fn profiles_list_and_show_their_merged_rules() {
 
     // The tool list hides what a profile turns off.
     let listed = stdout(&cli.run(&["tool", "list", "--profile", "readonly"]));
+    let ids: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
     assert!(
-        !listed.contains("write") && !listed.contains("apply_patch"),
+        !ids.contains(&"write") && !ids.contains(&"apply_patch"),
         "{listed}"
     );
     assert!(
-        listed.contains("bash") && listed.contains("read"),
+        ids.contains(&"bash") && ids.contains(&"read") && ids.contains(&"todowrite"),
         "{listed}"
     );
 }

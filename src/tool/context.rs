@@ -10,6 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::ToolError;
 use super::filetime::FileTimes;
+use super::question::UserChannel;
+use super::registry::Registry;
+use super::todo::Todo;
 use super::truncate::Truncator;
 use crate::permission::{PermissionGate, PermissionRequest};
 use crate::sandbox::api::{ErrorKind, FileKind, FileStamp, Stat, WritePrecondition};
@@ -24,6 +27,8 @@ pub struct Session {
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
     /// The last calls, for the doom-loop guard.
     recent_calls: Mutex<Vec<(String, Value)>>,
+    /// The model's plan, as `todowrite` last set it.
+    todos: Mutex<Vec<Todo>>,
 }
 
 impl Session {
@@ -34,6 +39,7 @@ impl Session {
             file_times: FileTimes::new(false),
             locks: Mutex::new(HashMap::new()),
             recent_calls: Mutex::new(Vec::new()),
+            todos: Mutex::new(Vec::new()),
         }
     }
 
@@ -56,6 +62,16 @@ impl Session {
             recent.remove(0);
         }
         recent.len() == THRESHOLD && recent.iter().all(|(t, a)| t == tool && a == args)
+    }
+
+    /// The current todo list.
+    pub fn todos(&self) -> Vec<Todo> {
+        self.todos.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the todo list (`todowrite` always sends the whole list).
+    pub fn set_todos(&self, todos: Vec<Todo>) {
+        *self.todos.lock().unwrap_or_else(|p| p.into_inner()) = todos;
     }
 
     /// Holds the per-file lock for the duration of a read-modify-write.
@@ -93,6 +109,12 @@ pub struct ToolContext {
     /// The worktree with its own symlinks resolved, found once: resolved paths are compared
     /// against it (a worktree under `/tmp -> /private/tmp` still contains its files).
     pub real_worktree: Arc<PathBuf>,
+    /// Who answers the `question` tool; `None` when nobody is there (the tool then tells
+    /// the model to decide for itself).
+    pub user: Option<Arc<dyn UserChannel>>,
+    /// The registry `batch` runs its calls through. The agent sets it to the registry it
+    /// offers the model; without one, `batch` uses [`Registry::builtin`].
+    pub registry: Option<Arc<Registry>>,
 }
 
 impl ToolContext {
@@ -114,7 +136,21 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             tool: None,
             real_worktree,
+            user: None,
+            registry: None,
         }
+    }
+
+    /// This context with someone to answer the `question` tool.
+    pub fn with_user(mut self, user: Arc<dyn UserChannel>) -> Self {
+        self.user = Some(user);
+        self
+    }
+
+    /// This context with the registry `batch` dispatches through.
+    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     /// This context for one call of `tool`, so that its asks say who is asking.

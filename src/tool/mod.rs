@@ -12,6 +12,7 @@ pub mod truncate;
 
 mod apply_patch;
 mod bash;
+pub mod batch;
 pub mod edit;
 mod glob;
 mod grep;
@@ -19,8 +20,15 @@ mod invalid;
 mod list;
 mod multiedit;
 pub mod patch;
+pub mod question;
 mod read;
+pub mod skill;
+pub mod todo;
+pub mod webfetch;
 mod write;
+
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -31,7 +39,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 pub use context::{Progress, Session, ToolContext};
+pub use question::{Question, QuestionOption, TerminalUser, UserChannel};
 pub use registry::{CallResult, Registry};
+pub use skill::{Skill, SkillTool};
+pub use todo::{Todo, TodoPriority, TodoStatus};
 
 use crate::permission::{PermissionError, PermissionRequest};
 use crate::sandbox::SandboxError;
@@ -142,10 +153,21 @@ impl<T: Tool> DynTool for T {
     }
 
     fn parameters(&self) -> Value {
-        let mut schema = schemars::schema_for!(T::Params).to_value();
+        // Nested types (a todo, a question's options) are written out in place: not every
+        // model API resolves `$ref`.
+        let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+            .with(|s| s.inline_subschemas = true)
+            .into_generator()
+            .into_root_schema_for::<T::Params>()
+            .to_value();
         if let Some(obj) = schema.as_object_mut() {
             obj.remove("$schema");
             obj.remove("title");
+            // A tool without parameters still shows an (empty) object: some model APIs
+            // reject an object schema without `properties`.
+            if !obj.contains_key("properties") {
+                obj.insert("properties".into(), Value::Object(Map::new()));
+            }
         }
         schema
     }

@@ -61,13 +61,24 @@ impl Registry {
             Arc::new(super::glob::GlobTool),
             Arc::new(super::grep::GrepTool),
             Arc::new(super::list::ListTool),
+            Arc::new(super::todo::TodoWriteTool),
+            Arc::new(super::todo::TodoReadTool),
+            Arc::new(super::question::QuestionTool),
+            Arc::new(super::webfetch::WebFetchTool),
+            Arc::new(super::batch::BatchTool),
             Arc::new(super::invalid::InvalidTool),
         ];
         Registry { tools }
     }
 
-    /// This registry with one more tool, placed before `invalid`.
+    /// This registry with one more tool, placed before `invalid` (which stays last). For
+    /// tools built at run time, such as `skill` after [`super::SkillTool::discover`]. A tool
+    /// whose id is already present replaces it in place.
     pub fn with(mut self, tool: Arc<dyn DynTool>) -> Self {
+        if let Some(slot) = self.tools.iter_mut().find(|t| t.id() == tool.id()) {
+            *slot = tool;
+            return self;
+        }
         let at = self
             .tools
             .iter()
