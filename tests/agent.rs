@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::provider::{Answer, Response, ScriptedModel, call, text};
+use common::provider::{Answer, Response, ScriptedModel, call, calls, text};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-4f9a1c-never-in-the-sandbox";
@@ -623,6 +623,16 @@ fn normalise(events: &[Value], wt: &Path) -> Vec<Value> {
         }
         joined.push(e.clone());
     }
+    // Calls of one step run at once: their ends arrive in any order.
+    let mut i = 0;
+    while i < joined.len() {
+        let mut j = i;
+        while j < joined.len() && joined[j]["type"] == "tool_end" {
+            j += 1;
+        }
+        joined[i..j].sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+        i = j.max(i + 1);
+    }
     joined
         .iter()
         .map(|e| {
@@ -714,4 +724,309 @@ fn sessions_list_show_and_resume() {
         1,
         "the resumed session appends to its file"
     );
+}
+
+/// A request's tool names (OpenAI format).
+fn offered(model: &ScriptedModel, n: usize) -> Vec<String> {
+    model.requests()[n].body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_subagent_never_does_what_its_parent_may_not() {
+    let h = Harness::new();
+    std::fs::create_dir_all(h.wt.join(".runner/agents")).unwrap();
+    std::fs::write(
+        h.wt.join(".runner/agents/wrecker.md"),
+        "---\ndescription: Deletes things\npermission:\n  bash:\n    \"rm *\": allow\n---\nDelete what you are told to.\n",
+    )
+    .unwrap();
+    let cfg = h.config_file("[permission.bash]\n\"rm *\" = \"deny\"\n");
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "task",
+            json!({"description": "Delete add.sh", "prompt": "rm add.sh", "subagent_type": "wrecker"}),
+        )),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "rm add.sh", "description": "delete"}),
+        )),
+        Response::Stream(text("The rm was denied.")),
+        Response::Stream(text("The subagent could not delete it.")),
+    ]);
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/g",
+            "--config",
+            &cfg,
+            "--json",
+            "delete add.sh with a subagent",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        h.wt.join("add.sh").exists(),
+        "the child widened the parent's deny"
+    );
+    assert!(offered(&model, 0).contains(&"task".to_string()));
+    let child_result = tool_results(&model, 2);
+    assert!(
+        child_result[0].contains("\"rm *\" = deny"),
+        "{child_result:?}"
+    );
+    let parent_result = tool_results(&model, 3);
+    assert!(
+        parent_result[0].contains("task_id: ") && parent_result[0].contains("The rm was denied."),
+        "{parent_result:?}"
+    );
+    // The child's turns are in the same session file, under its own id.
+    let records = h.session_records();
+    let sessions: std::collections::HashSet<&str> = records
+        .iter()
+        .filter_map(|r| r["session"].as_str())
+        .collect();
+    assert_eq!(sessions.len(), 2);
+}
+
+#[test]
+fn explore_cannot_edit() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "task",
+            json!({"description": "Look", "prompt": "fix add.sh", "subagent_type": "explore"}),
+        )),
+        Response::Stream(calls(vec![
+            (
+                "edit",
+                json!({"filePath": "add.sh", "oldString": "-", "newString": "+"}),
+            ),
+            (
+                "bash",
+                json!({"command": "sed -i s/-/+/ add.sh", "description": "edit"}),
+            ),
+            ("read", json!({"filePath": "add.sh"})),
+        ])),
+        Response::Stream(text("I can only look.")),
+        Response::Stream(text("done")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(h.read("add.sh"), "echo $(($1 - $2))\n");
+    let tools = offered(&model, 1);
+    for hidden in ["edit", "write", "apply_patch", "task"] {
+        assert!(
+            !tools.contains(&hidden.to_string()),
+            "explore is offered {hidden}: {tools:?}"
+        );
+    }
+    assert!(tools.contains(&"read".to_string()) && tools.contains(&"bash".to_string()));
+    let results = tool_results(&model, 2);
+    assert!(results[0].contains("not available"), "{}", results[0]);
+    assert!(results[1].contains("denied"), "{}", results[1]);
+    assert!(results[2].contains("echo"), "{}", results[2]);
+}
+
+#[test]
+fn plan_edits_only_its_plan_file() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(calls(vec![
+            (
+                "write",
+                json!({"filePath": ".runner/plans/fix.md", "content": "1. make add.sh add\n"}),
+            ),
+            ("write", json!({"filePath": "notes.md", "content": "x"})),
+            (
+                "bash",
+                json!({"command": "echo 'echo 5' > add.sh", "description": "overwrite"}),
+            ),
+        ])),
+        Response::Stream(text("Plan saved.")),
+    ]);
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/g",
+            "--agent",
+            "plan",
+            "--json",
+            "plan the fix",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(h.read(".runner/plans/fix.md"), "1. make add.sh add\n");
+    assert!(!h.wt.join("notes.md").exists());
+    assert_eq!(h.read("add.sh"), "echo $(($1 - $2))\n");
+    let results = tool_results(&model, 1);
+    assert!(results[1].contains("denied"), "{}", results[1]);
+    assert!(results[2].contains("denied"), "{}", results[2]);
+    assert!(
+        model.requests()[0].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("plan mode")
+    );
+}
+
+#[test]
+fn a_full_context_is_compacted_into_a_summary() {
+    let h = Harness::new();
+    let cfg = h.config_file("[provider.openai]\ncontext_window = 2000\n");
+    let model = ScriptedModel::start(vec![
+        Response::Stream(Answer {
+            calls: vec![("read".into(), json!({"filePath": "add.sh"}).to_string())],
+            prompt_tokens: 1900,
+            ..Default::default()
+        }),
+        Response::Stream(text("SUMMARY: add.sh subtracts; nothing changed yet.")),
+        Response::Stream(text("done")),
+    ]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--config", &cfg, "--json", "look"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(
+        reqs[1].body.get("tools").is_none(),
+        "the summary request offers no tools"
+    );
+    let last_ask = reqs[1].body["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(last_ask.contains("summary"), "{last_ask}");
+    let msgs = reqs[2].body["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 2, "system + the summary: {msgs:?}");
+    assert!(
+        msgs[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("SUMMARY: add.sh subtracts")
+    );
+    let ev = events(&out);
+    assert_eq!(of_type(&ev, "context")[0]["action"], "compact");
+    assert!(
+        h.session_records()
+            .iter()
+            .any(|r| r["type"] == "compaction")
+    );
+}
+
+#[test]
+fn instructions_from_agents_md_reach_the_model_once() {
+    let h = Harness::new();
+    std::fs::write(
+        h.wt.join("AGENTS.md"),
+        "ROOT-RULE: run sh test.sh after every change.\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(h.wt.join("lib")).unwrap();
+    std::fs::write(h.wt.join("lib/AGENTS.md"), "LIB-RULE: keep lib POSIX.\n").unwrap();
+    std::fs::write(h.wt.join("lib/a.sh"), "a\n").unwrap();
+    std::fs::write(h.wt.join("lib/b.sh"), "b\n").unwrap();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("read", json!({"filePath": "lib/a.sh"}))),
+        Response::Stream(call("read", json!({"filePath": "lib/b.sh"}))),
+        Response::Stream(text("ok")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "look"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let system = model.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        system.contains("ROOT-RULE") && system.contains("# Environment"),
+        "{system}"
+    );
+    let first = tool_results(&model, 1);
+    assert!(first[0].contains("LIB-RULE"), "{first:?}");
+    let second = tool_results(&model, 2);
+    assert!(!second[1].contains("LIB-RULE"), "given once: {second:?}");
+}
+
+#[test]
+fn agent_level_tools_in_a_run() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(calls(vec![
+            (
+                "todowrite",
+                json!({"todos": [{"content": "fix add", "status": "in_progress", "priority": "high"}]}),
+            ),
+            (
+                "batch",
+                json!({"tool_calls": [
+                    {"tool": "read", "parameters": {"filePath": "add.sh"}},
+                    {"tool": "read", "parameters": {"filePath": "missing.sh"}}
+                ]}),
+            ),
+            (
+                "question",
+                json!({"questions": [{"question": "Which?", "header": "Pick", "options": [{"label": "a", "description": "A"}]}]}),
+            ),
+        ])),
+        Response::Stream(call("todoread", json!({}))),
+        Response::Stream(text("done")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let tools = offered(&model, 0);
+    for t in [
+        "todowrite",
+        "todoread",
+        "task",
+        "batch",
+        "question",
+        "webfetch",
+        "skill",
+    ] {
+        assert!(tools.contains(&t.to_string()), "{t} not offered: {tools:?}");
+    }
+    let r = tool_results(&model, 1);
+    assert!(
+        r[1].contains("echo $(($1 - $2))") && r[1].contains("missing.sh"),
+        "{}",
+        r[1]
+    );
+    assert!(r[2].contains("Nobody is available"), "{}", r[2]);
+    let r = tool_results(&model, 2);
+    assert!(
+        r[3].contains("fix add") && r[3].contains("in_progress"),
+        "{}",
+        r[3]
+    );
+}
+
+#[test]
+fn json_events_keep_their_shape() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(fixing_script());
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--json", "fix the failing test"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // Values that differ per run are replaced, keys kept: the snapshot pins the shape.
+    let mut ev = normalise(&events(&out), &h.wt);
+    for e in ev.iter_mut() {
+        let o = e.as_object_mut().unwrap();
+        o.insert("session".into(), json!("SESSION"));
+        if ["tool_end", "step_end", "session_end"].contains(&o["type"].as_str().unwrap()) {
+            o.insert("duration_ms".into(), json!(0));
+        }
+    }
+    insta::assert_json_snapshot!("json_events", ev);
 }

@@ -267,6 +267,8 @@ impl Agent {
         ctx.gate = observed;
         ctx.session = Arc::new(Session::new(id.clone()));
         let registry = Arc::new(run::registry_for(rt, &ctx, depth).await);
+        // batch reaches the agent's tools (task, skill) through the context.
+        ctx.registry = Some(registry.clone());
         let env = prompt::Environment {
             worktree: base.worktree(),
             spec: &rt.spec,

@@ -63,11 +63,14 @@ fn environment(env: &Environment) -> String {
             "Your commands run directly on the user's machine, without an isolation wall: only the permission rules stand between you and the rest of the system. Stay inside the worktree {wt}."
         ),
     };
-    let network = match env.spec.network {
-        Network::None => {
+    let network = match (env.spec.backend, env.spec.network) {
+        (BackendKind::None, _) => {
+            "Nothing cuts commands off from the network here; use it only when the task needs it."
+        }
+        (_, Network::None) => {
             "There is no network: package downloads, git fetch and web requests from commands fail. Work with what is installed and in the worktree; if the task needs the network, say so."
         }
-        Network::Host => "Commands can reach the network.",
+        (_, Network::Host) => "Commands can reach the network.",
     };
     format!(
         "# Environment\n- Worktree (your working directory): {wt}\n- {wall}\n- {network}\n- Commands get a minimal environment: no API keys, tokens or credentials from the user's shell, and nothing you need will be found in environment variables.\n- Each bash call is a fresh shell: `cd` and variables do not carry over; processes left in the background are stopped when the call returns.\n- Long outputs are cut, and the full text is saved to a file whose path the output gives; read or grep that file for the rest.\n- Operating system: Linux. Today's date: {}.\n",

@@ -19,9 +19,11 @@ use crate::tool::{Registry, ToolContext};
 /// Subagents may start subagents, but not without end.
 const MAX_DEPTH: u32 = 3;
 
-/// The tools an agent is offered: the built-ins, and `task` while it may still nest.
-pub(super) async fn registry_for(rt: &Arc<Runtime>, _ctx: &ToolContext, depth: u32) -> Registry {
-    let mut registry = Registry::builtin();
+/// The tools an agent is offered: the built-ins, the skills found for this worktree, and
+/// `task` while it may still nest.
+pub(super) async fn registry_for(rt: &Arc<Runtime>, ctx: &ToolContext, depth: u32) -> Registry {
+    let skills = crate::tool::skill::SkillTool::discover(ctx).await;
+    let mut registry = Registry::builtin().with(Arc::new(skills));
     if depth < MAX_DEPTH {
         registry = registry.with(Arc::new(task::TaskTool::new(rt)));
     }

@@ -15,7 +15,7 @@ use crate::config::settings::Settings;
 use crate::llm::config::resolve;
 use crate::llm::retry::Retry;
 use crate::session::{OpenError, OpenSession, SessionOptions};
-use crate::tool::Session;
+use crate::tool::{Session, UserChannel};
 
 /// Which earlier session to continue.
 #[derive(Debug, Clone)]
@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub resume: Option<Resume>,
     pub events: Arc<dyn EventSink>,
     pub sessions_dir: PathBuf,
+    /// Who answers the `question` tool (the terminal); `None`: nobody is there.
+    pub user: Option<Arc<dyn UserChannel>>,
 }
 
 impl RunOptions {
@@ -46,6 +48,7 @@ impl RunOptions {
             resume: None,
             events,
             sessions_dir: record::sessions_dir(),
+            user: None,
         }
     }
 }
@@ -93,6 +96,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         resume,
         events,
         sessions_dir,
+        user,
     } = options;
     let root = crate::session::absolute_root(&session.root);
     let (settings, mut notes) = Settings::load(&root, session.config.as_deref())
@@ -127,6 +131,8 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             OpenError::Failed(m) => StartError::Failed(m),
         })?;
     notes.extend(open.notes.iter().cloned());
+    let mut base = open.ctx.clone();
+    base.user = user;
     let user_agents = crate::config::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
@@ -180,7 +186,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         open.spec.clone(),
         open.rules.clone(),
         open.asker.clone(),
-        open.ctx.clone(),
+        base,
     );
     let history = resumed
         .as_ref()

@@ -96,6 +96,9 @@ pub async fn run(args: RunArgs) -> u8 {
         },
         args.ask,
     );
+    if interactive_terminal && std::io::stderr().is_terminal() {
+        options.user = Some(Arc::new(crate::tool::question::TerminalUser));
+    }
     options.model = args.model.clone();
     options.agent = args.agent.clone();
     options.loop_options = LoopOptions {

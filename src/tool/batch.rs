@@ -118,8 +118,15 @@ impl Tool for BatchTool {
         let mut output = format!("{ok} of {total} calls succeeded.\n");
         let mut attachments: Vec<Attachment> = Vec::new();
         let mut calls = Vec::with_capacity(total);
+        // A dead sandbox ends the run, not just this entry.
+        if let Some(lost) = results.iter().find(|r| r.outcome == Outcome::SandboxLost) {
+            return Err(ToolError::Sandbox(
+                crate::sandbox::SandboxError::Disconnected(lost.error.clone().unwrap_or_default()),
+            ));
+        }
         for (i, (call, r)) in params.tool_calls.iter().zip(results).enumerate() {
             let status = match r.outcome {
+                Outcome::SandboxLost => "sandbox_lost",
                 Outcome::Ok => "ok",
                 Outcome::Failed => "error",
                 Outcome::Denied => "denied",
