@@ -1030,3 +1030,29 @@ fn json_events_keep_their_shape() {
     }
     insta::assert_json_snapshot!("json_events", ev);
 }
+
+/// The README's keyless demo: the shipped recording fixes the shipped example inside the
+/// docker sandbox, and the tests pass at the end.
+#[test]
+fn the_shipped_example_replays_to_passing_tests_in_docker() {
+    common::engine::docker();
+    let h = Harness::new();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    for f in ["stats.py", "test_stats.py"] {
+        std::fs::copy(example.join("fix-failing-test").join(f), h.wt.join(f)).unwrap();
+    }
+    let replay = format!("replay/{}", example.join("fix-failing-test.replay.jsonl").display());
+    let model = ScriptedModel::start(vec![]);
+    let out = h.run(&model, &["--sandbox", "docker", "--model", &replay, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(h.read("stats.py").contains("return sum(values) / len(values)\n"));
+    let results: Vec<String> = h
+        .session_records()
+        .iter()
+        .filter(|r| r["type"] == "message" && r["message"]["role"] == "tool")
+        .map(|r| r["message"]["content"].as_str().unwrap().to_string())
+        .collect();
+    assert!(results[0].contains("FAILED (failures=2)"), "{}", results[0]);
+    assert!(results.last().unwrap().contains("Ran 4 tests") && results.last().unwrap().contains("\nOK"), "{results:?}");
+    assert!(model.requests().is_empty());
+}
