@@ -1041,11 +1041,20 @@ fn the_shipped_example_replays_to_passing_tests_in_docker() {
     for f in ["stats.py", "test_stats.py"] {
         std::fs::copy(example.join("fix-failing-test").join(f), h.wt.join(f)).unwrap();
     }
-    let replay = format!("replay/{}", example.join("fix-failing-test.replay.jsonl").display());
+    let replay = format!(
+        "replay/{}",
+        example.join("fix-failing-test.replay.jsonl").display()
+    );
     let model = ScriptedModel::start(vec![]);
-    let out = h.run(&model, &["--sandbox", "docker", "--model", &replay, "--json"]);
+    let out = h.run(
+        &model,
+        &["--sandbox", "docker", "--model", &replay, "--json"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert!(h.read("stats.py").contains("return sum(values) / len(values)\n"));
+    assert!(
+        h.read("stats.py")
+            .contains("return sum(values) / len(values)\n")
+    );
     let results: Vec<String> = h
         .session_records()
         .iter()
@@ -1053,6 +1062,9 @@ fn the_shipped_example_replays_to_passing_tests_in_docker() {
         .map(|r| r["message"]["content"].as_str().unwrap().to_string())
         .collect();
     assert!(results[0].contains("FAILED (failures=2)"), "{}", results[0]);
-    assert!(results.last().unwrap().contains("Ran 4 tests") && results.last().unwrap().contains("\nOK"), "{results:?}");
+    assert!(
+        results.last().unwrap().contains("Ran 4 tests") && results.last().unwrap().contains("\nOK"),
+        "{results:?}"
+    );
     assert!(model.requests().is_empty());
 }

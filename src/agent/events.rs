@@ -36,7 +36,8 @@ pub enum Event {
         title: String,
         /// ok, failed, denied, cancelled, sandbox_lost
         outcome: String,
-        duration_ms: u64,
+        /// Milliseconds, to the microsecond.
+        duration_ms: f64,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
@@ -56,7 +57,7 @@ pub enum Event {
         step: u32,
         finish: String,
         usage: Usage,
-        duration_ms: u64,
+        duration_ms: f64,
     },
     Retry {
         session: String,
@@ -80,9 +81,14 @@ pub enum Event {
         message: Option<String>,
         steps: u32,
         usage: Usage,
-        duration_ms: u64,
+        duration_ms: f64,
         files_changed: Vec<String>,
     },
+}
+
+/// Milliseconds to the microsecond, for event timings.
+pub fn millis(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 pub trait EventSink: Send + Sync {

@@ -314,7 +314,7 @@ impl Agent {
         &self.files_changed
     }
 
-    pub fn elapsed_ms(&self) -> u64 {
-        self.rt.started.elapsed().as_millis() as u64
+    pub fn elapsed(&self) -> std::time::Duration {
+        self.rt.started.elapsed()
     }
 }

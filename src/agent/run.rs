@@ -109,7 +109,8 @@ impl Agent {
                 Err(e) => return End::ProviderError(provider_message(&e)),
             };
             self.steps += 1;
-            let duration_ms = started.elapsed().as_millis() as u64;
+            let elapsed = started.elapsed();
+            let duration_ms = elapsed.as_millis() as u64;
             self.usage.add(&turn.usage);
             self.last_context = turn.usage.context();
             self.record(Record::Turn {
@@ -123,7 +124,7 @@ impl Agent {
                 step: self.steps,
                 finish: finish_name(&turn.finish),
                 usage: turn.usage,
-                duration_ms,
+                duration_ms: super::events::millis(elapsed),
             });
             let Turn {
                 text, tool_calls, ..
@@ -221,7 +222,8 @@ impl Agent {
             .registry
             .call_raw(&call.name, &call.arguments, ctx)
             .await;
-        let duration_ms = started.elapsed().as_millis() as u64;
+        let elapsed = started.elapsed();
+        let duration_ms = elapsed.as_millis() as u64;
         let outcome = outcome_name(result.outcome).to_string();
         self.rt.events.emit(&Event::ToolEnd {
             session: self.id.clone(),
@@ -229,7 +231,7 @@ impl Agent {
             tool: result.tool.clone(),
             title: result.title.clone(),
             outcome: outcome.clone(),
-            duration_ms,
+            duration_ms: super::events::millis(elapsed),
             error: result.error.clone(),
         });
         self.record(Record::Tool {

@@ -241,7 +241,8 @@ impl Run {
     /// Records the end and reports it; the sandbox closes when the run is dropped.
     pub fn finish(&self, end: &End) {
         let a = &self.agent;
-        let duration_ms = a.elapsed_ms();
+        let elapsed = a.elapsed();
+        let duration_ms = elapsed.as_millis() as u64;
         self.rt.recorder.write(&Record::End {
             session: a.id.clone(),
             reason: end.reason().into(),
@@ -256,7 +257,7 @@ impl Run {
             message: end.message().map(str::to_string),
             steps: a.steps,
             usage: a.usage,
-            duration_ms,
+            duration_ms: super::events::millis(elapsed),
             files_changed: a.files_changed().to_vec(),
         });
     }

@@ -314,7 +314,10 @@ impl EventSink for TerminalView {
                 };
                 let mut text = format!(
                     "  {mark} {what} {}",
-                    paint("2", &short_duration(Duration::from_millis(*duration_ms)))
+                    paint(
+                        "2",
+                        &short_duration(Duration::from_secs_f64(*duration_ms / 1e3))
+                    )
                 );
                 if let Some(e) = error {
                     let first = e.lines().next().unwrap_or_default();
@@ -385,7 +388,7 @@ impl EventSink for TerminalView {
                         usage.input + usage.cache_write,
                         usage.output,
                         usage.cache_read,
-                        short_duration(Duration::from_millis(*duration_ms))
+                        short_duration(Duration::from_secs_f64(*duration_ms / 1e3))
                     ),
                 ));
             }

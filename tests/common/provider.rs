@@ -69,6 +69,9 @@ pub struct Seen {
 
 pub struct ScriptedModel {
     pub port: u16,
+    /// Whole answers in one write on kept-alive connections (benchmarks), instead of one
+    /// write per event on a connection per request (tests of the stream parser).
+    fast: Arc<std::sync::atomic::AtomicBool>,
     script: Arc<Mutex<VecDeque<Response>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
@@ -80,13 +83,34 @@ impl ScriptedModel {
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (s, r) = (script.clone(), seen.clone());
+        let fast = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let f = fast.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (s, r) = (s.clone(), r.clone());
-                std::thread::spawn(move || serve(stream, &s, &r));
+                let (s, r, f) = (s.clone(), r.clone(), f.clone());
+                std::thread::spawn(move || {
+                    let _ = stream.set_nodelay(true);
+                    while serve(
+                        &stream,
+                        &s,
+                        &r,
+                        f.load(std::sync::atomic::Ordering::Relaxed),
+                    ) {}
+                });
             }
         });
-        ScriptedModel { port, script, seen }
+        ScriptedModel {
+            port,
+            fast,
+            script,
+            seen,
+        }
+    }
+
+    /// Answers as fast as the server can: see [`ScriptedModel::fast`].
+    pub fn fast(self) -> Self {
+        self.fast.store(true, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     pub fn openai_base(&self) -> String {
@@ -106,11 +130,18 @@ impl ScriptedModel {
     }
 }
 
-fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex<Vec<Seen>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
+/// Serves one request; true when the connection stays open for another.
+fn serve(
+    stream: &TcpStream,
+    script: &Mutex<VecDeque<Response>>,
+    seen: &Mutex<Vec<Seen>>,
+    fast: bool,
+) -> bool {
+    let mut stream = stream;
+    let mut reader = BufReader::new(stream);
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-        return;
+        return false;
     }
     let path = request_line
         .split_whitespace()
@@ -121,7 +152,7 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
+            return false;
         }
         let line = line.trim_end();
         if line.is_empty() {
@@ -137,9 +168,15 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
         .unwrap_or(0);
     let mut body = vec![0; len];
     if reader.read_exact(&mut body).is_err() {
-        return;
+        return false;
     }
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // A benchmark's model answers without reading the request: parsing it is not the
+    // controller's cost.
+    let body: Value = if fast {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body).unwrap_or(Value::Null)
+    };
     seen.lock().unwrap().push(Seen {
         path: path.clone(),
         headers,
@@ -152,7 +189,7 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
             stream,
             "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 52\r\n\r\n{{\"error\":{{\"message\":\"the script has no more turns\"}}}}"
         );
-        return;
+        return false;
     };
     match response {
         Response::Status(code, extra, body) => {
@@ -165,6 +202,14 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
             }
             let _ = write!(stream, "{head}\r\n{body}");
         }
+        Response::Stream(a) if fast => {
+            let body: String = render(&a, anthropic).concat();
+            let whole = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            return stream.write_all(whole.as_bytes()).is_ok();
+        }
         Response::Stream(a) => send(&mut stream, &render(&a, anthropic), None),
         Response::Cut(a, n) => send(&mut stream, &render(&a, anthropic), Some(n)),
         Response::Slow(a, d) => {
@@ -172,9 +217,10 @@ fn serve(mut stream: TcpStream, script: &Mutex<VecDeque<Response>>, seen: &Mutex
             send(&mut stream, &render(&a, anthropic), None)
         }
     }
+    false
 }
 
-fn send(stream: &mut TcpStream, events: &[String], cut: Option<usize>) {
+fn send(stream: &mut &TcpStream, events: &[String], cut: Option<usize>) {
     let _ = write!(
         stream,
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n"
