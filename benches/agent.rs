@@ -53,7 +53,7 @@ fn session(backend: &str, kind: &str, steps: u64) -> Figures {
         .collect();
     script.push(Response::Stream(text("done")));
     let model = ScriptedModel::start(script).fast();
-    let child = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
         .current_dir(&wt)
         .env("XDG_DATA_HOME", base.join("data"))
         .env("XDG_CONFIG_HOME", base.join("config"))
@@ -93,18 +93,17 @@ fn session(backend: &str, kind: &str, steps: u64) -> Figures {
         let mut out = String::new();
         child
             .stdout
+            .take()
             .expect("stdout")
             .read_to_string(&mut out)
             .expect("read events");
         out
     };
     let _ = watcher.join();
-    let mut status = 0;
-    // SAFETY: plain waitpid on our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let status = child.wait().expect("wait for runner");
     assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "{backend} {kind}: runner failed:\n{output}"
+        status.success(),
+        "{backend} {kind}: runner failed ({status}):\n{output}"
     );
     let events: Vec<Value> = output
         .lines()
