@@ -541,7 +541,8 @@ fn a_rule_denial_lets_the_model_go_on_but_a_refused_ask_stops_the_run() {
 
 #[test]
 fn ctrl_c_during_a_long_command_kills_it_and_keeps_the_session() {
-    for backend in ["none", "landlock"] {
+    common::engine::docker();
+    for backend in ["none", "landlock", "docker"] {
         let h = Harness::new();
         let marker = format!("sleep-marker-{}-{backend}", std::process::id());
         let model = ScriptedModel::start(vec![
@@ -1067,4 +1068,118 @@ fn the_shipped_example_replays_to_passing_tests_in_docker() {
         "{results:?}"
     );
     assert!(model.requests().is_empty());
+}
+
+/// No prompt on a terminal: a conversation, one line per turn in one session, until Ctrl-D.
+#[test]
+fn a_conversation_on_a_terminal_keeps_one_session() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    common::engine::ensure_package("bsdutils", "/usr/bin/script");
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("read", json!({"filePath": "add.sh"}))),
+        Response::Stream(text("ANSWER-ONE: it subtracts.")),
+        Response::Stream(text("ANSWER-TWO: still here.")),
+    ]);
+    let inner = format!(
+        "{} --model openai/g --sandbox landlock",
+        env!("CARGO_BIN_EXE_runner")
+    );
+    let cmd = h.command(&model);
+    let mut child = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .current_dir(&h.wt)
+        .envs(
+            cmd.get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("util-linux script");
+    let screen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let sink = screen.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let wait_for = |what: &str, count: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while String::from_utf8_lossy(&screen.lock().unwrap())
+            .matches(what)
+            .count()
+            < count
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{what:?} never appeared: {}",
+                String::from_utf8_lossy(&screen.lock().unwrap())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    wait_for("›", 1);
+    stdin.write_all(b"what does add.sh do?\n").unwrap();
+    wait_for("ANSWER-ONE", 1);
+    wait_for("›", 2);
+    stdin.write_all(b"and now?\n").unwrap();
+    wait_for("ANSWER-TWO", 1);
+    wait_for("›", 3);
+    stdin.write_all(b"\x04").unwrap();
+    let status = child.wait().unwrap();
+    drop(stdin);
+    reader.join().unwrap();
+    let text = String::from_utf8_lossy(&screen.lock().unwrap()).replace('\r', "");
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(text.contains("✓ read add.sh"), "{text}");
+    let users: Vec<String> = h
+        .session_records()
+        .iter()
+        .filter(|r| r["type"] == "message" && r["message"]["role"] == "user")
+        .map(|r| r["message"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(users, vec!["what does add.sh do?", "and now?"]);
+    // The second turn was sent the first exchange.
+    let msgs = model.requests()[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        msgs, 6,
+        "system, user, assistant+call, tool, assistant, user"
+    );
+}
+
+#[test]
+fn a_named_provider_gets_its_own_url_key_and_headers() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![Response::Stream(text("hi from local"))]);
+    let cfg = h.config_file(&format!(
+        "model = \"local/qwen-coder\"\n[provider.local]\nbase_url = \"{}\"\napi_key_env = \"LOCAL_KEY\"\nheaders = {{ \"X-Title\" = \"runner-test\" }}\n",
+        model.openai_base()
+    ));
+    let out = h
+        .command(&model)
+        .env("LOCAL_KEY", "local-secret")
+        .args(["--config", &cfg, "--json", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let req = &model.requests()[0];
+    assert_eq!(req.body["model"], "qwen-coder");
+    assert_eq!(req.headers["authorization"], "Bearer local-secret");
+    assert_eq!(req.headers["x-title"], "runner-test");
+    // Without a model anywhere the run says how to choose one.
+    let out = h.run(&model, &["hi"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--model provider/model"));
 }
