@@ -882,6 +882,13 @@ fn config_layers_stack_and_eval_names_the_deciding_rule() {
             "webfetch",
             "https://example.com",
             &["--profile", "eval"],
+            "deny",
+            Some(("built-in profile eval", 2)),
+        ),
+        (
+            "webfetch",
+            "https://example.com",
+            &[],
             "allow",
             Some(("built-in defaults", 1)),
         ),
