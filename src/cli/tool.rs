@@ -123,11 +123,13 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
             use std::io::IsTerminal;
             let ctx = open.ctx;
             // `question` asks the person at the terminal, when there is one.
-            Ok(if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-                ctx.with_user(Arc::new(crate::tool::TerminalUser))
-            } else {
-                ctx
-            })
+            Ok(
+                if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+                    ctx.with_user(Arc::new(crate::tool::TerminalUser))
+                } else {
+                    ctx
+                },
+            )
         }
         Err(e) => {
             eprintln!("runner: {e}");

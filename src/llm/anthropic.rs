@@ -6,12 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use super::config::Endpoint;
-use super::sse::post_stream;
+use super::sse::{Fold, Http, stream_turn};
 use super::{
     Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,
 };
@@ -19,34 +17,14 @@ use super::{
 pub const API_VERSION: &str = "2023-06-01";
 
 pub struct Anthropic {
-    endpoint: Endpoint,
-    client: reqwest::Client,
+    http: Http,
 }
 
 impl Anthropic {
     pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
-        let client = crate::http::client_builder()
-            .build()
-            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Anthropic { endpoint, client })
-    }
-
-    fn headers(&self) -> Result<HeaderMap, LlmError> {
-        let mut headers = self.endpoint.extra_headers()?;
-        headers.insert(
-            HeaderName::from_static("anthropic-version"),
-            HeaderValue::from_static(API_VERSION),
-        );
-        if let Some(key) = &self.endpoint.api_key {
-            let value = HeaderValue::from_str(key).map_err(|_| {
-                LlmError::Setup(format!(
-                    "the API key for {} holds characters a header cannot carry",
-                    self.endpoint.name
-                ))
-            })?;
-            headers.insert(HeaderName::from_static("x-api-key"), value);
-        }
-        Ok(headers)
+        Ok(Anthropic {
+            http: Http::new(endpoint)?,
+        })
     }
 }
 
@@ -156,9 +134,13 @@ enum Block {
     Other,
 }
 
-impl Accumulator {
+impl Fold for Accumulator {
+    fn done(&self) -> bool {
+        self.stopped
+    }
+
     /// One event. Returns the text delta, if any.
-    pub fn push(
+    fn push(
         &mut self,
         event: &str,
         data: &str,
@@ -266,7 +248,7 @@ impl Accumulator {
         Ok(None)
     }
 
-    pub fn finish(self, provider: &str) -> Result<Turn, LlmError> {
+    fn finish(self, provider: &str) -> Result<Turn, LlmError> {
         let (true, Some(finish)) = (self.stopped, self.finish) else {
             return Err(LlmError::Transport {
                 provider: provider.to_string(),
@@ -301,30 +283,18 @@ impl Accumulator {
 
 impl Provider for Anthropic {
     fn name(&self) -> &str {
-        &self.endpoint.name
+        &self.http.endpoint.name
     }
 
     fn turn<'a>(&'a self, request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
         Box::pin(async move {
-            let url = format!(
-                "{}/v1/messages",
-                self.endpoint.base_url.trim_end_matches('/')
+            let mut headers = self.http.headers("x-api-key", "")?;
+            headers.insert(
+                reqwest::header::HeaderName::from_static("anthropic-version"),
+                reqwest::header::HeaderValue::from_static(API_VERSION),
             );
-            let headers = self.headers()?;
-            let mut events = std::pin::pin!(
-                post_stream(&self.client, self.name(), &url, headers, &body(request)).await?
-            );
-            let mut acc = Accumulator::default();
-            while let Some(event) = events.next().await {
-                let event = event?;
-                if let Some(delta) = acc.push(&event.event, &event.data, self.name())? {
-                    text(&delta);
-                }
-                if acc.stopped {
-                    break;
-                }
-            }
-            acc.finish(self.name())
+            let url = self.http.url("/v1/messages");
+            stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text).await
         })
     }
 }
@@ -333,6 +303,7 @@ impl Provider for Anthropic {
 mod tests {
     use super::*;
     use crate::llm::ToolSpec;
+    use crate::llm::sse::Fold;
 
     #[test]
     fn tool_results_merge_into_one_user_turn_and_the_tail_is_cached() {

@@ -5,41 +5,23 @@
 
 use std::collections::BTreeMap;
 
-use futures_util::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use super::config::Endpoint;
-use super::sse::post_stream;
+use super::sse::{Fold, Http, stream_turn};
 use super::{
     Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,
 };
 
 pub struct OpenAi {
-    endpoint: Endpoint,
-    client: reqwest::Client,
+    http: Http,
 }
 
 impl OpenAi {
     pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
-        let client = crate::http::client_builder()
-            .build()
-            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
-        Ok(OpenAi { endpoint, client })
-    }
-
-    fn headers(&self) -> Result<HeaderMap, LlmError> {
-        let mut headers = self.endpoint.extra_headers()?;
-        if let Some(key) = &self.endpoint.api_key {
-            let value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                LlmError::Setup(format!(
-                    "the API key for {} holds characters a header cannot carry",
-                    self.endpoint.name
-                ))
-            })?;
-            headers.insert(HeaderName::from_static("authorization"), value);
-        }
-        Ok(headers)
+        Ok(OpenAi {
+            http: Http::new(endpoint)?,
+        })
     }
 }
 
@@ -114,7 +96,7 @@ pub struct Accumulator {
 
 impl Accumulator {
     /// One `data:` payload. Returns the text delta, if any, for the terminal.
-    pub fn push(&mut self, data: &str, provider: &str) -> Result<Option<String>, LlmError> {
+    pub fn push_data(&mut self, data: &str, provider: &str) -> Result<Option<String>, LlmError> {
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(None);
@@ -196,10 +178,25 @@ impl Accumulator {
         }
         Ok(delta_text)
     }
+}
+
+impl Fold for Accumulator {
+    fn push(
+        &mut self,
+        _event: &str,
+        data: &str,
+        provider: &str,
+    ) -> Result<Option<String>, LlmError> {
+        self.push_data(data, provider)
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
 
     /// The turn, once the stream has ended. A stream that stops before a finish reason
     /// (or `[DONE]`) was cut, and the turn cannot be trusted.
-    pub fn finish(self, provider: &str) -> Result<Turn, LlmError> {
+    fn finish(self, provider: &str) -> Result<Turn, LlmError> {
         let Some(finish) = self
             .finish
             .or(if self.done { Some(Finish::Stop) } else { None })
@@ -237,30 +234,14 @@ fn cut(s: &str) -> String {
 
 impl Provider for OpenAi {
     fn name(&self) -> &str {
-        &self.endpoint.name
+        &self.http.endpoint.name
     }
 
     fn turn<'a>(&'a self, request: &'a Request<'a>, text: TextSink<'a>) -> TurnFuture<'a> {
         Box::pin(async move {
-            let url = format!(
-                "{}/chat/completions",
-                self.endpoint.base_url.trim_end_matches('/')
-            );
-            let headers = self.headers()?;
-            let mut events = std::pin::pin!(
-                post_stream(&self.client, self.name(), &url, headers, &body(request)).await?
-            );
-            let mut acc = Accumulator::default();
-            while let Some(event) = events.next().await {
-                let event = event?;
-                if let Some(delta) = acc.push(&event.data, self.name())? {
-                    text(&delta);
-                }
-                if acc.done {
-                    break;
-                }
-            }
-            acc.finish(self.name())
+            let headers = self.http.headers("authorization", "Bearer ")?;
+            let url = self.http.url("/chat/completions");
+            stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text).await
         })
     }
 }
@@ -283,7 +264,7 @@ mod tests {
             "[DONE]",
         ];
         for c in chunks {
-            acc.push(c, "t").unwrap();
+            acc.push_data(c, "t").unwrap();
         }
         let turn = acc.finish("t").unwrap();
         assert_eq!(turn.text, "Look");
@@ -305,7 +286,7 @@ mod tests {
     #[test]
     fn a_stream_without_an_end_is_a_cut_stream() {
         let mut acc = Accumulator::default();
-        acc.push(
+        acc.push_data(
             r#"{"choices":[{"index":0,"delta":{"content":"half"}}]}"#,
             "t",
         )

@@ -8,7 +8,77 @@ use eventsource_stream::{Event, Eventsource};
 use futures_util::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
 
-use super::LlmError;
+use super::config::Endpoint;
+use super::{LlmError, TextSink, Turn};
+
+/// An endpoint and the client that talks to it.
+pub(crate) struct Http {
+    pub endpoint: Endpoint,
+    client: reqwest::Client,
+}
+
+impl Http {
+    pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
+        let client = crate::http::client_builder()
+            .build()
+            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Http { endpoint, client })
+    }
+
+    /// The configured extra headers plus the key under `name` (as `prefix` + key).
+    pub fn headers(&self, name: &'static str, prefix: &str) -> Result<HeaderMap, LlmError> {
+        let mut headers = self.endpoint.extra_headers()?;
+        if let Some(key) = &self.endpoint.api_key {
+            let value = reqwest::header::HeaderValue::from_str(&format!("{prefix}{key}")).map_err(
+                |_| {
+                    LlmError::Setup(format!(
+                        "the API key for {} holds characters a header cannot carry",
+                        self.endpoint.name
+                    ))
+                },
+            )?;
+            headers.insert(reqwest::header::HeaderName::from_static(name), value);
+        }
+        Ok(headers)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.endpoint.base_url.trim_end_matches('/'))
+    }
+}
+
+/// How a provider folds its stream's events into a turn.
+pub(crate) trait Fold: Default {
+    /// One event; the text delta it carries, if any.
+    fn push(&mut self, event: &str, data: &str, provider: &str)
+    -> Result<Option<String>, LlmError>;
+    /// The stream said it is over.
+    fn done(&self) -> bool;
+    fn finish(self, provider: &str) -> Result<Turn, LlmError>;
+}
+
+/// POSTs `body`, folds the events into a turn, and hands text to `text` as it arrives.
+pub(crate) async fn stream_turn<F: Fold>(
+    http: &Http,
+    url: &str,
+    headers: HeaderMap,
+    body: &serde_json::Value,
+    text: TextSink<'_>,
+) -> Result<Turn, LlmError> {
+    let name = http.endpoint.name.as_str();
+    let mut events = std::pin::pin!(post_stream(&http.client, name, url, headers, body).await?);
+    let mut acc = F::default();
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if let Some(delta) = acc.push(&event.event, &event.data, name)? {
+            text(&delta);
+        }
+        if acc.done() {
+            break;
+        }
+    }
+    acc.finish(name)
+}
 
 pub(crate) async fn post_stream(
     client: &reqwest::Client,
