@@ -899,10 +899,11 @@ fn a_full_context_is_compacted_into_a_summary() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let reqs = model.requests();
     assert_eq!(reqs.len(), 3);
-    assert!(
-        reqs[1].body.get("tools").is_none(),
-        "the summary request offers no tools"
+    assert_eq!(
+        reqs[1].body["tools"], reqs[0].body["tools"],
+        "the summary request declares the same tools (the history holds tool calls)"
     );
+    assert_eq!(reqs[1].body["max_completion_tokens"], 8192);
     let last_ask = reqs[1].body["messages"].as_array().unwrap().last().unwrap()["content"]
         .as_str()
         .unwrap()
@@ -918,11 +919,123 @@ fn a_full_context_is_compacted_into_a_summary() {
     );
     let ev = events(&out);
     assert_eq!(of_type(&ev, "context")[0]["action"], "compact");
+    let records = h.session_records();
+    assert!(records.iter().any(|r| r["type"] == "compaction"));
+    // The summary is a recorded turn, so that a replay hands it to the same compaction.
     assert!(
-        h.session_records()
+        records
             .iter()
-            .any(|r| r["type"] == "compaction")
+            .any(|r| r["type"] == "turn" && r["summary"] == true),
+        "{records:?}"
     );
+    // Replayed without the config: the recorded window brings compaction back at the
+    // same step, and the recorded summary answers it.
+    let id = ev[0]["session"].as_str().unwrap().to_string();
+    let export = h.run(&model, &["sessions", "export", &id]);
+    assert_eq!(export.status.code(), Some(0), "{}", describe(&export));
+    let replay_file = h.config.join("compacted.replay.jsonl");
+    std::fs::write(&replay_file, &export.stdout).unwrap();
+    let h2 = Harness::new();
+    let spec = format!("replay/{}", replay_file.display());
+    let out2 = h2.run(&model, &["--model", &spec, "--json"]);
+    assert_eq!(out2.status.code(), Some(0), "{}", describe(&out2));
+    let ev2 = events(&out2);
+    assert_eq!(of_type(&ev2, "context")[0]["action"], "compact", "{ev2:?}");
+    assert_eq!(end_of(&ev2)["steps"], end_of(&ev)["steps"]);
+    assert_eq!(model.requests().len(), 3, "the replay sent nothing");
+}
+
+#[test]
+fn a_silent_stream_is_given_up_and_tried_again() {
+    let h = Harness::new();
+    let cfg = h.config_file("[provider.openai]\nidle_timeout_secs = 1\n");
+    let model = ScriptedModel::start(vec![
+        Response::Slow(text("too late"), Duration::from_secs(3)),
+        Response::Stream(text("on time")),
+    ]);
+    let started = Instant::now();
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--config", &cfg, "--json", "hi"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = events(&out);
+    let retries = of_type(&ev, "retry");
+    assert_eq!(retries.len(), 1, "{ev:?}");
+    assert!(
+        retries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no answer for 1 s"),
+        "{retries:?}"
+    );
+    let text: String = of_type(&ev, "text")
+        .iter()
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "on time");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn an_answer_cut_at_the_output_limit_does_not_run_its_last_call() {
+    for anthropic in [false, true] {
+        let h = Harness::new();
+        let model = ScriptedModel::start(vec![
+            Response::Stream(Answer {
+                calls: vec![
+                    ("read".into(), json!({"filePath": "add.sh"}).to_string()),
+                    (
+                        "write".into(),
+                        json!({"filePath": "big.txt", "content": "x"}).to_string(),
+                    ),
+                ],
+                cut_at_limit: true,
+                ..Default::default()
+            }),
+            Response::Stream(Answer {
+                text: "half an ans".into(),
+                cut_at_limit: true,
+                ..Default::default()
+            }),
+            Response::Stream(text("wer")),
+        ]);
+        let spec = if anthropic { "anthropic/c" } else { "openai/g" };
+        let out = h.run(&model, &["--model", spec, "--json", "write big.txt"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let ev = events(&out);
+        let ends = of_type(&ev, "tool_end");
+        assert_eq!(ends.len(), 1, "only the whole call ran: {ends:?}");
+        assert_eq!(ends[0]["tool"], "read");
+        assert!(!h.wt.join("big.txt").exists(), "the cut call never ran");
+        let reqs = model.requests();
+        assert_eq!(reqs.len(), 3);
+        let second = reqs[1].body.to_string();
+        assert!(
+            second.contains("cut off at the output token limit"),
+            "{second}"
+        );
+        // A text answer cut at the limit is asked to go on, not taken as the end.
+        let last = reqs[2].body.to_string();
+        assert!(last.contains("Continue exactly where it stopped"), "{last}");
+        assert_eq!(end_of(&ev)["steps"], 3);
+    }
+}
+
+#[test]
+fn an_exhausted_quota_is_not_retried() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![Response::Status(
+        429,
+        vec![],
+        r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#.into(),
+    )]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "hi"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let ev = events(&out);
+    assert!(of_type(&ev, "retry").is_empty(), "{ev:?}");
+    assert!(end_of(&ev)["message"].as_str().unwrap().contains("quota"));
+    assert_eq!(model.requests().len(), 1);
 }
 
 #[test]

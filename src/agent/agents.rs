@@ -47,11 +47,14 @@ fn rules(value: Value, origin: &str) -> Vec<Rule> {
 
 /// The readonly profile's bash table: commands that only look. `plan` and `explore` run
 /// bash under it, so "no edits" also holds for `sed -i` or `> file`.
+/// A table that does not load (a user's own `readonly` profile with a typo) denies bash
+/// outright: these agents fail closed, never open.
 fn read_only_bash() -> Value {
     crate::config::profile::load("readonly")
         .ok()
         .and_then(|p| p.permission)
         .and_then(|p| p.get("bash").cloned())
+        .filter(|table| rules_from_value(&json!({ "bash": table }), "readonly", "").is_ok())
         .unwrap_or(json!("deny"))
 }
 

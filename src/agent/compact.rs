@@ -2,12 +2,18 @@
 //! tool output goes first (it is the bulk, and the model can re-run a tool); if that is not
 //! enough, the model writes a summary of the work so far, which replaces the older turns.
 
-use crate::llm::{LlmError, Message, Provider, Request};
+use crate::llm::{LlmError, Message, Provider, Request, ToolSpec, Turn};
 
 /// The most recent tool output kept whole when pruning, in characters (about 40k tokens).
 pub const PROTECT_CHARS: usize = 160_000;
 pub const PRUNED: &str =
     "[This tool output was removed to save context. Run the tool again if you need it.]";
+
+/// What an image weighs in the estimate, in characters (about 1.5k tokens).
+const IMAGE_CHARS: usize = 6_000;
+
+/// Characters per token, for estimates between the provider's exact counts.
+pub const CHARS_PER_TOKEN: u64 = 4;
 
 /// Characters the conversation holds, for estimating what pruning saved.
 pub fn chars(messages: &[Message]) -> usize {
@@ -24,7 +30,8 @@ pub fn chars(messages: &[Message]) -> usize {
             }
             Message::Tool {
                 content, images, ..
-            } => content.len() + images.iter().map(|i| i.data.len()).sum::<usize>(),
+            // An image costs the model about the same whatever its size in base64.
+            } => content.len() + images.len() * IMAGE_CHARS,
         })
         .sum()
 }
@@ -55,14 +62,21 @@ pub fn prune(messages: &mut [Message], protect: usize) -> usize {
 
 const INSTRUCTION: &str = "Stop working on the task for a moment. The conversation is about to be shortened, and your summary will replace everything above. Write a summary another engineer could continue from without seeing this conversation: the task as the user gave it, what has been done (files changed and how), what was found out (important paths, commands, errors and their causes), what is still left to do, and anything the user asked for that must not be forgotten. Do not call tools.";
 
-/// The model writes the summary (no tools offered).
+/// Enough for a thorough summary, and small enough to leave room in a full window.
+const SUMMARY_TOKENS: u32 = 8_192;
+
+/// The model writes the summary. The same system prompt and tools are offered (a history
+/// holding tool calls needs its tools declared, and the prompt cache stays warm), but the
+/// instruction says not to call them. The whole turn comes back, so that its usage is
+/// counted and the session records it for replay.
 pub async fn summarize(
     provider: &dyn Provider,
     model: &str,
     system: &str,
     messages: &[Message],
-    max_tokens: u32,
-) -> Result<String, LlmError> {
+    tools: &[ToolSpec],
+    max_tokens: Option<u32>,
+) -> Result<Turn, LlmError> {
     let mut with_ask = messages.to_vec();
     with_ask.push(Message::User {
         text: INSTRUCTION.to_string(),
@@ -71,11 +85,10 @@ pub async fn summarize(
         model,
         system,
         messages: &with_ask,
-        tools: &[],
-        max_tokens,
+        tools,
+        max_tokens: Some(max_tokens.unwrap_or(SUMMARY_TOKENS).min(SUMMARY_TOKENS)),
     };
-    let turn = provider.turn(&request, &|_| {}).await?;
-    Ok(turn.text)
+    provider.turn(&request, &|_| {}).await
 }
 
 /// The message a compacted conversation restarts from.

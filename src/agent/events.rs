@@ -65,6 +65,8 @@ pub enum Event {
         of: u32,
         delay_ms: u64,
         error: String,
+        /// The text deltas this turn sent so far are void: the answer starts over.
+        discard_text: bool,
     },
     /// Old tool output was pruned, or the conversation compacted into a summary.
     Context {

@@ -221,6 +221,9 @@ pub struct Agent {
     pub usage: Usage,
     /// What the last turn filled of the context window.
     last_context: u64,
+    /// The conversation's size in characters right after that turn: what came after it
+    /// is estimated.
+    chars_at_turn: usize,
     /// Directories whose AGENTS.md the model has already been given.
     instructions_seen: HashSet<PathBuf>,
     files_changed: Vec<String>,
@@ -284,6 +287,7 @@ impl Agent {
             agent: def.name.clone(),
             sandbox: rt.spec.backend.name().to_string(),
             prompt: None,
+            context_window: Some(rt.model.context_window),
         });
         Agent {
             rt: rt.clone(),
@@ -297,6 +301,7 @@ impl Agent {
             steps: 0,
             usage: Usage::default(),
             last_context: 0,
+            chars_at_turn: 0,
             instructions_seen: HashSet::new(),
             files_changed: Vec::new(),
         }

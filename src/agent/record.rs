@@ -33,6 +33,9 @@ pub enum Record {
         sandbox: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,
+        /// The window the run measured against: a replay compacts where the run did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_window: Option<u64>,
     },
     /// A user prompt or a tool result, as the model will read it.
     Message { session: String, message: Message },
@@ -42,6 +45,9 @@ pub enum Record {
         step: u32,
         duration_ms: u64,
         turn: Turn,
+        /// The answer to a compaction request: replayed, but not part of the conversation.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        summary: bool,
     },
     Tool {
         session: String,
@@ -99,7 +105,12 @@ impl Recorder {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&path)?;
+        end_torn_line(&mut file)?;
         Ok(Recorder {
             path,
             file: Mutex::new(Some(file)),
@@ -137,6 +148,23 @@ impl Recorder {
             );
         }
     }
+}
+
+/// A session being continued may end in half a line (the earlier run was killed mid-write,
+/// or the disk filled): the next record must start on a line of its own, or it is lost
+/// with the torn one.
+fn end_torn_line(file: &mut File) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    if file.metadata()?.len() == 0 {
+        return Ok(());
+    }
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::End(-1))?;
+    file.read_exact(&mut last)?;
+    if last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 /// `$XDG_DATA_HOME/runner/sessions` (default `~/.local/share/runner/sessions`).
@@ -177,7 +205,9 @@ pub struct Loaded {
 
 impl Loaded {
     pub fn read(path: &Path) -> std::io::Result<Loaded> {
-        let text = std::fs::read_to_string(path)?;
+        // Lossy: a write cut inside a multi-byte character spoils one line, not the file.
+        let bytes = std::fs::read(path)?;
+        let text = String::from_utf8_lossy(&bytes);
         let mut records = Vec::new();
         let mut skipped = 0;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -219,6 +249,7 @@ impl Loaded {
         for r in self.records.iter().filter(|r| r.session() == id) {
             match r {
                 Record::Message { message, .. } => messages.push(message.clone()),
+                Record::Turn { summary: true, .. } => {}
                 Record::Turn { turn, .. } => messages.push(Message::Assistant {
                     text: turn.text.clone(),
                     tool_calls: turn.tool_calls.clone(),
@@ -244,11 +275,15 @@ impl Loaded {
             } => Some(text.clone()),
             _ => None,
         });
-        let model = match self.header() {
-            Some(Record::Session { model, .. }) => model.clone(),
-            _ => String::new(),
+        let (model, window) = match self.header() {
+            Some(Record::Session {
+                model,
+                context_window,
+                ..
+            }) => (model.clone(), *context_window),
+            _ => (String::new(), None),
         };
-        let header = serde_json::json!({"type": "replay", "session": self.id(), "model": model, "prompt": prompt});
+        let header = serde_json::json!({"type": "replay", "session": self.id(), "model": model, "prompt": prompt, "context_window": window});
         out.push_str(&header.to_string());
         out.push('\n');
         for r in &self.records {
@@ -344,6 +379,27 @@ mod tests {
     use crate::llm::{Finish, ToolCall};
 
     #[test]
+    fn a_continued_session_starts_after_a_torn_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        // An earlier run killed inside a write, in the middle of a character.
+        let mut torn = br#"{"type":"compaction","session":"s","summary":"caf"#.to_vec();
+        torn.push(0xc3);
+        std::fs::write(&path, torn).unwrap();
+        let rec = Recorder::create(path.clone()).unwrap();
+        rec.write(&Record::Compaction {
+            session: "s".into(),
+            summary: "after".into(),
+        });
+        let loaded = Loaded::read(&path).unwrap();
+        assert_eq!(loaded.skipped, 1);
+        assert!(matches!(
+            &loaded.records[..],
+            [Record::Compaction { summary, .. }] if summary == "after"
+        ));
+    }
+
+    #[test]
     fn a_conversation_cut_mid_step_is_repaired_and_a_torn_line_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
@@ -358,6 +414,7 @@ mod tests {
             agent: "build".into(),
             sandbox: "none".into(),
             prompt: None,
+            context_window: None,
         });
         rec.write(&Record::Message {
             session: s.clone(),
@@ -387,6 +444,7 @@ mod tests {
                 finish: Finish::ToolCalls,
                 usage: Usage::default(),
             },
+            summary: false,
         });
         rec.write(&Record::Message {
             session: s.clone(),

@@ -19,6 +19,10 @@ use crate::tool::{Registry, ToolContext};
 /// Subagents may start subagents, but not without end.
 const MAX_DEPTH: u32 = 3;
 
+const CONTINUE_AFTER_CUT: &str =
+    "Your last answer was cut off at the output token limit. Continue exactly where it stopped.";
+const CALL_CUT: &str = "Not run: your answer was cut off at the output token limit while writing this call, so its arguments may be incomplete. Make the call again, smaller if it was large (for example, write a big file in parts).";
+
 /// The tools an agent is offered: the built-ins, the skills found for this worktree, and
 /// `task` while it may still nest.
 pub(super) async fn registry_for(rt: &Arc<Runtime>, ctx: &ToolContext, depth: u32) -> Registry {
@@ -58,6 +62,15 @@ impl Agent {
         self.rt.recorder.write(&r);
     }
 
+    /// A message the model will read, into the conversation and the session file.
+    fn push_recorded(&mut self, message: Message) {
+        self.record(Record::Message {
+            session: self.id.clone(),
+            message: message.clone(),
+        });
+        self.messages.push(message);
+    }
+
     fn tools(&self) -> Vec<ToolSpec> {
         self.registry
             .visible(self.ctx.gate.as_ref())
@@ -72,14 +85,17 @@ impl Agent {
 
     async fn steps_until_end(&mut self, cancel: &CancellationToken) -> End {
         let tools = self.tools();
+        // The limit is per prompt: a conversation, or a subagent resumed by `task_id`,
+        // gets the full budget for each new message.
+        let first_step = self.steps;
         loop {
             if cancel.is_cancelled() {
                 return End::Interrupted;
             }
-            if self.steps >= self.rt.options.max_steps {
+            if self.steps - first_step >= self.rt.options.max_steps {
                 return End::MaxSteps;
             }
-            if let Err(e) = self.keep_within_context(cancel).await {
+            if let Err(e) = self.keep_within_context(&tools, cancel).await {
                 return e;
             }
             let started = Instant::now();
@@ -113,11 +129,13 @@ impl Agent {
             let duration_ms = elapsed.as_millis() as u64;
             self.usage.add(&turn.usage);
             self.last_context = turn.usage.context();
+            let cut_off = turn.finish == Finish::Length;
             self.record(Record::Turn {
                 session: self.id.clone(),
                 step: self.steps,
                 duration_ms,
                 turn: turn.clone(),
+                summary: false,
             });
             self.rt.events.emit(&Event::StepEnd {
                 session: self.id.clone(),
@@ -133,21 +151,39 @@ impl Agent {
                 text,
                 tool_calls: tool_calls.clone(),
             });
+            self.chars_at_turn = compact::chars(&self.messages);
             if tool_calls.is_empty() {
+                if cut_off {
+                    // An answer cut at the output limit is not an end: ask for the rest.
+                    self.push_recorded(Message::User {
+                        text: CONTINUE_AFTER_CUT.to_string(),
+                    });
+                    continue;
+                }
                 return End::Finished;
             }
-            let results = self.run_calls(&tool_calls, cancel).await;
+            // Only the last call can have been cut short; its arguments cannot be trusted.
+            let (whole, cut) = match cut_off {
+                true => tool_calls.split_at(tool_calls.len() - 1),
+                false => (&tool_calls[..], &[][..]),
+            };
+            let results = self.run_calls(whole, cancel).await;
             let mut sandbox_lost = None;
-            for (call, result) in tool_calls.iter().zip(results) {
+            for (call, result) in whole.iter().zip(results) {
                 if result.outcome == CallOutcome::SandboxLost {
                     sandbox_lost = result.error.clone();
                 }
                 let message = self.result_message(call, result).await;
-                self.record(Record::Message {
-                    session: self.id.clone(),
-                    message: message.clone(),
+                self.push_recorded(message);
+            }
+            for call in cut {
+                self.push_recorded(Message::Tool {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: CALL_CUT.to_string(),
+                    is_error: true,
+                    images: Vec::new(),
                 });
-                self.messages.push(message);
             }
             if let Some(e) = sandbox_lost {
                 return End::SandboxError(e);
@@ -170,14 +206,38 @@ impl Agent {
         calls: &[ToolCall],
         cancel: &CancellationToken,
     ) -> Vec<CallResult> {
-        let mut groups: Vec<(Option<String>, Vec<usize>)> = Vec::new();
+        // Calls that touch a common file form one group, run in the model's order; the
+        // groups run side by side.
+        let mut groups: Vec<(Vec<PathBuf>, Vec<usize>)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            match edited_file(call) {
-                Some(f) => match groups.iter_mut().find(|g| g.0.as_deref() == Some(&f)) {
-                    Some(g) => g.1.push(i),
-                    None => groups.push((Some(f), vec![i])),
-                },
-                None => groups.push((None, vec![i])),
+            let files = touched_files(call, &self.ctx);
+            let mut joined: Option<usize> = None;
+            let mut g = 0;
+            while g < groups.len() {
+                if files.is_empty() || !groups[g].0.iter().any(|f| files.contains(f)) {
+                    g += 1;
+                    continue;
+                }
+                match joined {
+                    None => {
+                        joined = Some(g);
+                        g += 1;
+                    }
+                    // The call bridges two groups: they become one, in call order.
+                    Some(first) => {
+                        let (more_files, more_calls) = groups.remove(g);
+                        groups[first].0.extend(more_files);
+                        groups[first].1.extend(more_calls);
+                        groups[first].1.sort_unstable();
+                    }
+                }
+            }
+            match joined {
+                Some(g) => {
+                    groups[g].0.extend(files);
+                    groups[g].1.push(i);
+                }
+                None => groups.push((files, vec![i])),
             }
         }
         let mut ctx = self.ctx.clone();
@@ -333,46 +393,83 @@ impl Agent {
         found
     }
 
+    /// What the next request will fill of the window: the last turn's exact count plus
+    /// an estimate for what was added since (tool results, a new prompt). Without a turn
+    /// yet (a resumed session) it is all estimate.
+    fn context_estimate(&self) -> u64 {
+        let now = compact::chars(&self.messages);
+        if self.last_context == 0 {
+            return (now + self.system.len()) as u64 / compact::CHARS_PER_TOKEN;
+        }
+        self.last_context + now.saturating_sub(self.chars_at_turn) as u64 / compact::CHARS_PER_TOKEN
+    }
+
     /// Past the threshold: prune old tool output; if the estimate is still over, compact.
-    async fn keep_within_context(&mut self, cancel: &CancellationToken) -> Result<(), End> {
+    async fn keep_within_context(
+        &mut self,
+        tools: &[ToolSpec],
+        cancel: &CancellationToken,
+    ) -> Result<(), End> {
         let window = self.rt.model.context_window;
         let limit = (window as f64 * self.rt.options.context_threshold) as u64;
-        if self.last_context <= limit || self.messages.is_empty() {
+        let estimate = self.context_estimate();
+        if estimate <= limit || self.messages.is_empty() {
             return Ok(());
         }
-        let before = compact::chars(&self.messages).max(1);
+        let before = compact::chars(&self.messages);
         let pruned = compact::prune(&mut self.messages, compact::PROTECT_CHARS);
-        let after = compact::chars(&self.messages);
-        let estimate = self.last_context * after as u64 / before as u64;
+        let saved = (before - compact::chars(&self.messages)) as u64 / compact::CHARS_PER_TOKEN;
         if pruned > 0 {
             self.rt.events.emit(&Event::Context {
                 session: self.id.clone(),
                 action: "prune".into(),
-                tokens_before: self.last_context,
+                tokens_before: estimate,
                 window,
             });
-            if estimate <= limit {
-                self.last_context = estimate;
+            // The next turn's count is exact again; until then, the estimate.
+            self.last_context = self.last_context.saturating_sub(saved);
+            if estimate.saturating_sub(saved) <= limit {
                 return Ok(());
             }
         }
         self.rt.events.emit(&Event::Context {
             session: self.id.clone(),
             action: "compact".into(),
-            tokens_before: self.last_context,
+            tokens_before: estimate,
             window,
         });
         let summary = tokio::select! {
-            s = compact::summarize(self.rt.provider.as_ref(), &self.rt.model.model, &self.system, &self.messages, self.rt.model.max_tokens) => s,
+            s = compact::summarize(self.rt.provider.as_ref(), &self.rt.model.model, &self.system, &self.messages, tools, self.rt.model.max_tokens) => s,
             _ = cancel.cancelled() => return Err(End::Interrupted),
         };
-        let summary = summary.map_err(|e| End::ProviderError(provider_message(&e)))?;
+        let turn = summary.map_err(|e| End::ProviderError(provider_message(&e)))?;
+        self.usage.add(&turn.usage);
+        // Recorded as a turn, so that a replay hands it to the same compaction.
+        self.record(Record::Turn {
+            session: self.id.clone(),
+            step: self.steps,
+            duration_ms: 0,
+            turn: turn.clone(),
+            summary: true,
+        });
+        if turn.text.trim().is_empty() {
+            // Nothing to restart from: keep the (pruned) conversation rather than lose it,
+            // and let the provider say if it no longer fits.
+            self.rt.events.emit(&Event::Context {
+                session: self.id.clone(),
+                action: "compact_failed".into(),
+                tokens_before: estimate,
+                window,
+            });
+            return Ok(());
+        }
         self.record(Record::Compaction {
             session: self.id.clone(),
-            summary: summary.clone(),
+            summary: turn.text.clone(),
         });
-        self.messages = vec![compact::summary_message(&summary)];
+        self.messages = vec![compact::summary_message(&turn.text)];
         self.last_context = 0;
+        self.chars_at_turn = 0;
         Ok(())
     }
 }
@@ -413,49 +510,52 @@ pub fn outcome_name(o: CallOutcome) -> &'static str {
     }
 }
 
-/// The one file a call edits, for ordering edits of the same file within a step.
-fn edited_file(call: &ToolCall) -> Option<String> {
-    if !matches!(call.name.as_str(), "write" | "edit" | "multiedit") {
-        return None;
-    }
+/// The files a call reads or changes, resolved (so `a.rs`, `./a.rs` and the absolute
+/// path are one file), for ordering calls on the same file within a step.
+fn touched_files(call: &ToolCall, ctx: &ToolContext) -> Vec<PathBuf> {
+    let names = match call.name.as_str() {
+        "read" => file_path(call).into_iter().collect(),
+        _ => edited_files(call),
+    };
+    names.iter().filter_map(|p| ctx.resolve(p).ok()).collect()
+}
+
+fn file_path(call: &ToolCall) -> Option<String> {
     let v: Value = serde_json::from_str(&call.arguments).ok()?;
     v.get("filePath")
         .and_then(Value::as_str)
         .map(str::to_string)
 }
 
-/// Files a successful call changed, worktree-relative, for the summary line.
-fn changed_files(call: &ToolCall, ctx: &ToolContext) -> Vec<String> {
-    let Ok(v) = serde_json::from_str::<Value>(&call.arguments) else {
-        return Vec::new();
-    };
-    let rel = |p: &str| ctx.resolve(p).map(|p| ctx.relative(&p)).ok();
+/// The files a call edits, as the model named them.
+fn edited_files(call: &ToolCall) -> Vec<String> {
     match call.name.as_str() {
-        "write" | "edit" | "multiedit" => v
-            .get("filePath")
-            .and_then(Value::as_str)
-            .and_then(rel)
-            .into_iter()
-            .collect(),
-        "apply_patch" => v
-            .get("patchText")
-            .and_then(Value::as_str)
-            .map(|text| {
-                text.lines()
-                    .filter_map(|l| {
-                        [
-                            "*** Add File: ",
-                            "*** Update File: ",
-                            "*** Delete File: ",
-                            "*** Move to: ",
-                        ]
-                        .iter()
-                        .find_map(|p| l.strip_prefix(p))
-                    })
-                    .filter_map(|p| rel(p.trim()))
-                    .collect()
-            })
+        "write" | "edit" | "multiedit" => file_path(call).into_iter().collect(),
+        "apply_patch" => serde_json::from_str::<Value>(&call.arguments)
+            .ok()
+            .and_then(|v| v.get("patchText").and_then(Value::as_str).map(patch_files))
             .unwrap_or_default(),
         _ => Vec::new(),
     }
+}
+
+fn patch_files(text: &str) -> Vec<String> {
+    const HEADERS: [&str; 4] = [
+        "*** Add File: ",
+        "*** Update File: ",
+        "*** Delete File: ",
+        "*** Move to: ",
+    ];
+    text.lines()
+        .filter_map(|l| HEADERS.iter().find_map(|h| l.strip_prefix(h)))
+        .map(|p| p.trim().to_string())
+        .collect()
+}
+
+/// Files a successful call changed, worktree-relative, for the summary line.
+fn changed_files(call: &ToolCall, ctx: &ToolContext) -> Vec<String> {
+    edited_files(call)
+        .iter()
+        .filter_map(|p| ctx.resolve(p).map(|p| ctx.relative(&p)).ok())
+        .collect()
 }

@@ -120,6 +120,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             of: r.of,
             delay_ms: r.delay.as_millis() as u64,
             error: r.error,
+            discard_text: r.discard_text,
         })
     });
     let open = session

@@ -343,12 +343,18 @@ impl EventSink for TerminalView {
                 of,
                 delay_ms,
                 error,
+                discard_text,
                 ..
             } => self.line(&paint(
                 "33",
                 &format!(
-                    "  ↻ retry {attempt}/{of} in {}: {error}",
-                    short_duration(Duration::from_millis(*delay_ms))
+                    "  ↻ retry {attempt}/{of} in {}: {error}{}",
+                    short_duration(Duration::from_millis(*delay_ms)),
+                    if *discard_text {
+                        " (the answer above was cut; it starts over)"
+                    } else {
+                        ""
+                    }
                 ),
             )),
             Event::Context {

@@ -170,6 +170,8 @@ pub fn transcript(l: &Loaded) -> String {
                 out.push_str(&format!("[{name} {tag}]\n{}\n", cut(content, 20)));
             }
             Record::Message { .. } => {}
+            // Shown below, with its Compaction record.
+            Record::Turn { summary: true, .. } => {}
             Record::Turn { turn, step, .. } => {
                 out.push_str(&format!("\n[assistant, step {step}]\n"));
                 if !turn.text.is_empty() {

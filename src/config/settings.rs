@@ -26,6 +26,9 @@ pub struct ProviderSettings {
     pub context_window: Option<u64>,
     /// Output tokens to ask for per turn (Anthropic requires a number).
     pub max_tokens: Option<u32>,
+    /// Seconds a streaming answer may stay silent before the turn counts as cut and is
+    /// tried again (default 300: reasoning models can think for minutes between bytes).
+    pub idle_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

@@ -48,9 +48,13 @@ pub fn body(request: &Request) -> Value {
     };
     for message in request.messages {
         match message {
+            // The API refuses text blocks that are empty or only whitespace.
+            Message::User { text } if text.trim().is_empty() => {
+                push("user", json!({"type": "text", "text": "(empty message)"}))
+            }
             Message::User { text } => push("user", json!({"type": "text", "text": text})),
             Message::Assistant { text, tool_calls } => {
-                if !text.is_empty() {
+                if !text.trim().is_empty() {
                     push("assistant", json!({"type": "text", "text": text}));
                 }
                 for c in tool_calls {
@@ -75,7 +79,7 @@ pub fn body(request: &Request) -> Value {
                 ..
             } => {
                 let mut parts = vec![
-                    json!({"type": "text", "text": if content.is_empty() { "(no output)" } else { content.as_str() }}),
+                    json!({"type": "text", "text": if content.trim().is_empty() { "(no output)" } else { content.as_str() }}),
                 ];
                 parts.extend(images.iter().map(|i| {
                     json!({"type": "image", "source": {"type": "base64", "media_type": i.mime, "data": i.data}})
@@ -98,7 +102,8 @@ pub fn body(request: &Request) -> Value {
     }
     let mut body = json!({
         "model": request.model,
-        "max_tokens": request.max_tokens,
+        // The API requires a number; 16k fits every current model's output limit.
+        "max_tokens": request.max_tokens.unwrap_or(16_384),
         "system": [{"type": "text", "text": request.system, "cache_control": ephemeral()}],
         "messages": messages,
         "stream": true,
@@ -155,6 +160,12 @@ impl Fold for Accumulator {
         }
         let v: Value = serde_json::from_str(data)
             .map_err(|e| protocol(format!("event {event:?} is not JSON ({e})")))?;
+        // Every payload names its own type; a gateway that drops the `event:` lines still
+        // sends that.
+        let event = match event {
+            "" | "message" => v["type"].as_str().unwrap_or(event),
+            named => named,
+        };
         let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
         match event {
@@ -225,12 +236,18 @@ impl Fold for Accumulator {
             "error" => {
                 let e = &v["error"];
                 let kind = e["type"].as_str().unwrap_or("error");
+                // Anthropic's documented error types and the statuses they stand for.
                 let status = match kind {
                     "overloaded_error" => 529,
                     "rate_limit_error" => 429,
                     "api_error" => 500,
+                    "timeout_error" => 504,
                     "invalid_request_error" => 400,
                     "authentication_error" => 401,
+                    "billing_error" => 402,
+                    "permission_error" => 403,
+                    "not_found_error" => 404,
+                    "request_too_large" => 413,
                     _ => 500,
                 };
                 return Err(LlmError::Status {
@@ -349,7 +366,7 @@ mod tests {
             system: "sys",
             messages: &messages,
             tools: &tools,
-            max_tokens: 100,
+            max_tokens: Some(100),
         };
         let b = body(&req);
         let msgs = b["messages"].as_array().unwrap();
@@ -365,6 +382,61 @@ mod tests {
         assert!(msgs[0]["content"][0].get("cache_control").is_none());
         assert_eq!(b["system"][0]["cache_control"], ephemeral());
         assert_eq!(b["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn a_stream_without_event_lines_is_read_by_its_payload_types() {
+        let mut acc = Accumulator::default();
+        for d in [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":3}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ok"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+            r#"{"type":"message_stop"}"#,
+        ] {
+            acc.push("", d, "t").unwrap();
+        }
+        assert!(acc.done());
+        let turn = acc.finish("t").unwrap();
+        assert_eq!(turn.text, "ok");
+        assert_eq!(turn.usage.input, 3);
+        let mut acc = Accumulator::default();
+        let e = acc
+            .push(
+                "error",
+                r#"{"type":"error","error":{"type":"not_found_error","message":"model: nope"}}"#,
+                "t",
+            )
+            .unwrap_err();
+        assert!(!e.is_retryable(), "{e}");
+    }
+
+    #[test]
+    fn blank_text_never_reaches_the_api() {
+        let messages = vec![
+            Message::User { text: "  ".into() },
+            Message::Assistant {
+                text: "\n\n".into(),
+                tool_calls: vec![],
+            },
+            Message::User { text: "go".into() },
+        ];
+        let req = Request {
+            model: "m",
+            system: "sys",
+            messages: &messages,
+            tools: &[],
+            max_tokens: None,
+        };
+        let b = body(&req);
+        for m in b["messages"].as_array().unwrap() {
+            for block in m["content"].as_array().unwrap() {
+                if let Some(t) = block["text"].as_str() {
+                    assert!(!t.trim().is_empty(), "{b}");
+                }
+            }
+        }
+        assert_eq!(b["max_tokens"], 16_384);
     }
 
     #[test]

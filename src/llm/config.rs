@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -23,6 +24,8 @@ pub struct Endpoint {
     pub base_url: String,
     pub api_key: Option<String>,
     pub headers: Vec<(String, String)>,
+    /// How long a stream may go without a byte before the turn is given up and retried.
+    pub idle_timeout: Duration,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -65,7 +68,8 @@ pub struct ModelInfo {
     pub provider: String,
     pub model: String,
     pub context_window: u64,
-    pub max_tokens: u32,
+    /// From the provider's table; unset, OpenAI-style servers pick their own limit.
+    pub max_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,19 +116,25 @@ pub fn resolve(
             )));
         }
     };
-    let context_window = table
-        .context_window
-        .unwrap_or_else(|| default_window(kind, model));
-    let max_tokens = table.max_tokens.unwrap_or(16_384);
-    let info = ModelInfo {
+    let info = |recorded_window: Option<u64>| ModelInfo {
         spec: spec.to_string(),
         provider: name.to_string(),
         model: model.to_string(),
-        context_window,
-        max_tokens,
+        context_window: table
+            .context_window
+            .or(recorded_window)
+            .unwrap_or_else(|| default_window(kind, model)),
+        max_tokens: table.max_tokens,
     };
     let provider: Arc<dyn Provider> = match kind {
-        Kind::Replay => Arc::new(Replay::open(&PathBuf::from(model))?),
+        Kind::Replay => {
+            let replay = Replay::open(&PathBuf::from(model))?;
+            // A replay measures against the recorded run's window, so that it prunes and
+            // compacts where the run did. A recording never fails in a way that a retry
+            // would fix.
+            let info = info(replay.context_window());
+            return Ok((Arc::new(replay), info));
+        }
         Kind::OpenAi => Arc::new(OpenAi::new(endpoint(
             name,
             &table,
@@ -138,10 +148,7 @@ pub fn resolve(
             "https://api.anthropic.com",
         )?)?),
     };
-    if kind == Kind::Replay {
-        // A recording never fails in a way that a retry would fix.
-        return Ok((provider, info));
-    }
+    let info = info(None);
     let policy = RetryPolicy::from_settings(settings.retry);
     Ok((Arc::new(Retrying::new(provider, policy, on_retry)), info))
 }
@@ -187,6 +194,7 @@ fn endpoint(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        idle_timeout: Duration::from_secs(table.idle_timeout_secs.unwrap_or(300).max(1)),
     })
 }
 
@@ -225,6 +233,7 @@ mod tests {
             base_url: "http://h".into(),
             api_key: Some("sk-secret".into()),
             headers: vec![],
+            idle_timeout: Duration::from_secs(1),
         };
         assert!(!format!("{ep:?}").contains("sk-secret"));
     }

@@ -77,7 +77,8 @@ pub struct Request<'a> {
     pub system: &'a str,
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
-    pub max_tokens: u32,
+    /// Output tokens to ask for; `None` leaves it to the provider where it may.
+    pub max_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,6 +153,12 @@ impl LlmError {
     /// long) will fail the same way again.
     pub fn is_retryable(&self) -> bool {
         match self {
+            // An exhausted quota is a 429 too, but waiting does not refill it.
+            LlmError::Status {
+                status: 429,
+                message,
+                ..
+            } if message.contains("insufficient_quota") => false,
             LlmError::Status { status, .. } => {
                 matches!(status, 408 | 409 | 429 | 529) || *status >= 500
             }

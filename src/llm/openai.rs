@@ -28,9 +28,18 @@ impl OpenAi {
 /// The request body: the system prompt as the first message, tools as functions.
 pub fn body(request: &Request) -> Value {
     let mut messages = vec![json!({"role": "system", "content": request.system})];
+    // A step's `tool` messages must follow its assistant message with nothing between, so
+    // the images they return wait until the last of them.
+    let mut images_after_tools: Vec<Value> = Vec::new();
     for message in request.messages {
+        if !matches!(message, Message::Tool { .. }) {
+            messages.append(&mut images_after_tools);
+        }
         match message {
             Message::User { text } => messages.push(json!({"role": "user", "content": text})),
+            // An assistant message needs content or tool calls; an empty answer has neither.
+            Message::Assistant { text, tool_calls }
+                if text.trim().is_empty() && tool_calls.is_empty() => {}
             Message::Assistant { text, tool_calls } => {
                 let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
                 if !tool_calls.is_empty() {
@@ -59,17 +68,21 @@ pub fn body(request: &Request) -> Value {
                     parts.extend(images.iter().map(|i| {
                         json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime, i.data)}})
                     }));
-                    messages.push(json!({"role": "user", "content": parts}));
+                    images_after_tools.push(json!({"role": "user", "content": parts}));
                 }
             }
         }
     }
+    messages.append(&mut images_after_tools);
     let mut body = json!({
         "model": request.model,
         "messages": messages,
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    if let Some(max) = request.max_tokens {
+        body["max_tokens"] = json!(max);
+    }
     if !request.tools.is_empty() {
         body["tools"] = request
             .tools
@@ -112,11 +125,25 @@ impl Accumulator {
                 .and_then(Value::as_str)
                 .unwrap_or("unknown error")
                 .to_string();
-            let status = error.get("code").and_then(Value::as_u64).unwrap_or(500) as u16;
+            let code = error.get("code");
+            let kind = code
+                .and_then(Value::as_str)
+                .or_else(|| error.get("type").and_then(Value::as_str));
+            let status = match (code.and_then(Value::as_u64), kind) {
+                (Some(n), _) => n as u16,
+                (None, Some("rate_limit_exceeded" | "insufficient_quota")) => 429,
+                (None, Some("invalid_api_key")) => 401,
+                (None, Some("model_not_found")) => 404,
+                (None, Some("context_length_exceeded" | "invalid_request_error")) => 400,
+                _ => 500,
+            };
             return Err(LlmError::Status {
                 provider: provider.to_string(),
                 status,
-                message,
+                message: match kind {
+                    Some(kind) => format!("{message} ({kind})"),
+                    None => message,
+                },
                 retry_after: None,
             });
         }
@@ -154,14 +181,34 @@ impl Accumulator {
                 .into_iter()
                 .flatten()
             {
-                let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+                let id = call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|i| !i.is_empty());
+                // Servers that leave out `index` send each call whole or start it with a
+                // new id: a new id is a new call, anything else continues the last one.
+                let index = match call.get("index").and_then(Value::as_u64) {
+                    Some(i) => i,
+                    None => {
+                        let last = self.calls.last_key_value();
+                        match (last, id) {
+                            (Some((i, c)), Some(id)) if c.0 == id => *i,
+                            (Some((i, _)), None) => *i,
+                            (Some((i, _)), Some(_)) => i + 1,
+                            (None, _) => 0,
+                        }
+                    }
+                };
                 let entry = self.calls.entry(index).or_default();
-                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                if let Some(id) = id {
                     entry.0 = id.to_string();
                 }
                 let function = call.get("function").unwrap_or(&Value::Null);
                 if let Some(name) = function.get("name").and_then(Value::as_str) {
-                    entry.1.push_str(name);
+                    // Some servers repeat the whole name in every fragment.
+                    if entry.1.is_empty() || !entry.1.ends_with(name) {
+                        entry.1.push_str(name);
+                    }
                 }
                 if let Some(args) = function.get("arguments").and_then(Value::as_str) {
                     entry.2.push_str(args);
@@ -241,7 +288,15 @@ impl Provider for OpenAi {
         Box::pin(async move {
             let headers = self.http.headers("authorization", "Bearer ")?;
             let url = self.http.url("/chat/completions");
-            stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text).await
+            let mut body = body(request);
+            // OpenAI's own API has renamed the field (its reasoning models refuse the old
+            // name); the servers that copy its format mostly know only the old one.
+            if self.http.endpoint.name == "openai"
+                && let Some(max) = body.as_object_mut().and_then(|b| b.remove("max_tokens"))
+            {
+                body["max_completion_tokens"] = max;
+            }
+            stream_turn::<Accumulator>(&self.http, &url, headers, &body, text).await
         })
     }
 }
@@ -249,6 +304,93 @@ impl Provider for OpenAi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::{Image, ToolCall};
+
+    #[test]
+    fn images_wait_until_the_steps_tool_messages_are_done() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "read".into(),
+            arguments: "{}".into(),
+        };
+        let result = |id: &str, images: Vec<Image>| Message::Tool {
+            call_id: id.into(),
+            name: "read".into(),
+            content: "ok".into(),
+            is_error: false,
+            images,
+        };
+        let png = Image {
+            mime: "image/png".into(),
+            data: "AAAA".into(),
+        };
+        let messages = vec![
+            Message::User {
+                text: "look".into(),
+            },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![call("a"), call("b")],
+            },
+            result("a", vec![png]),
+            result("b", vec![]),
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![],
+            },
+        ];
+        let req = Request {
+            model: "m",
+            system: "sys",
+            messages: &messages,
+            tools: &[],
+            max_tokens: Some(50),
+        };
+        let b = body(&req);
+        let roles: Vec<&str> = b["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        // The empty answer at the end is dropped: it has neither content nor calls.
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "tool", "tool", "user"]
+        );
+        assert_eq!(b["max_tokens"], 50);
+    }
+
+    #[test]
+    fn calls_without_an_index_are_told_apart_by_their_ids() {
+        let mut acc = Accumulator::default();
+        for c in [
+            r#"{"choices":[{"delta":{"tool_calls":[{"id":"a","function":{"name":"read","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"glob","arguments":"{\"pat"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":"glob","arguments":"tern\":\"*\"}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ] {
+            acc.push_data(c, "t").unwrap();
+        }
+        let turn = acc.finish("t").unwrap();
+        let names: Vec<&str> = turn.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["read", "glob"]);
+        assert_eq!(turn.tool_calls[1].arguments, r#"{"pattern":"*"}"#);
+    }
+
+    #[test]
+    fn an_error_chunk_with_a_string_code_keeps_its_meaning() {
+        let mut acc = Accumulator::default();
+        let e = acc
+            .push_data(
+                r#"{"error":{"message":"too long","code":"context_length_exceeded"}}"#,
+                "t",
+            )
+            .unwrap_err();
+        assert!(!e.is_retryable(), "{e}");
+        assert!(e.to_string().contains("context_length_exceeded"));
+    }
 
     #[test]
     fn fragments_join_per_index_and_usage_counts_cached_tokens() {

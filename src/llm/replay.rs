@@ -21,6 +21,7 @@ pub struct Replay {
     turns: Mutex<VecDeque<Turn>>,
     total: usize,
     prompt: Option<String>,
+    context_window: Option<u64>,
 }
 
 impl Replay {
@@ -33,6 +34,7 @@ impl Replay {
         })?;
         let mut turns = VecDeque::new();
         let mut prompt = None;
+        let mut context_window = None;
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -40,6 +42,9 @@ impl Replay {
             let bad =
                 |m: String| LlmError::Setup(format!("{} line {}: {m}", path.display(), n + 1));
             let v: Value = serde_json::from_str(line).map_err(|e| bad(format!("not JSON: {e}")))?;
+            if context_window.is_none() {
+                context_window = v.get("context_window").and_then(Value::as_u64);
+            }
             if v["type"] == "turn" {
                 let turn: Turn = serde_json::from_value(v["turn"].clone())
                     .map_err(|e| bad(format!("not a recorded turn: {e}")))?;
@@ -61,12 +66,18 @@ impl Replay {
             total: turns.len(),
             turns: Mutex::new(turns),
             prompt,
+            context_window,
         })
     }
 
     /// The task the recording was made with.
     pub fn prompt(&self) -> Option<&str> {
         self.prompt.as_deref()
+    }
+
+    /// The context window the recorded run measured against.
+    pub fn context_window(&self) -> Option<u64> {
+        self.context_window
     }
 }
 

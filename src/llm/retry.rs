@@ -32,7 +32,7 @@ impl RetryPolicy {
             .min(self.max_delay)
             .mul_f64(0.5 + jitter.clamp(0.0, 1.0) / 2.0);
         match retry_after {
-            Some(ra) => ra.min(Duration::from_secs(300)).max(backoff.min(ra)),
+            Some(ra) => backoff.max(ra.min(Duration::from_secs(300))),
             None => backoff,
         }
     }
@@ -45,6 +45,9 @@ pub struct Retry {
     pub of: u32,
     pub delay: Duration,
     pub error: String,
+    /// The failed attempt had already streamed text: that text is void, the answer starts
+    /// over.
+    pub discard_text: bool,
 }
 
 pub type RetryNotice = Arc<dyn Fn(Retry) + Send + Sync>;
@@ -74,7 +77,12 @@ impl Provider for Retrying {
         Box::pin(async move {
             let mut n = 0;
             loop {
-                match self.inner.turn(request, text).await {
+                let streamed = std::sync::atomic::AtomicBool::new(false);
+                let sink = |t: &str| {
+                    streamed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    text(t)
+                };
+                match self.inner.turn(request, &sink).await {
                     Ok(turn) => return Ok(turn),
                     Err(e) if e.is_retryable() && n < self.policy.attempts => {
                         n += 1;
@@ -88,6 +96,7 @@ impl Provider for Retrying {
                             of: self.policy.attempts,
                             delay,
                             error: e.to_string(),
+                            discard_text: streamed.load(std::sync::atomic::Ordering::Relaxed),
                         });
                         tokio::time::sleep(delay).await;
                     }
@@ -154,6 +163,11 @@ mod tests {
         assert_eq!(
             p.delay(1, Some(Duration::from_secs(900)), 0.5),
             Duration::from_secs(300)
+        );
+        // A Retry-After shorter than the backoff does not shorten it.
+        assert_eq!(
+            p.delay(3, Some(Duration::from_millis(5)), 1.0),
+            Duration::from_millis(400)
         );
     }
 }

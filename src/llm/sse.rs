@@ -37,6 +37,8 @@ impl Http {
                     ))
                 },
             )?;
+            let mut value = value;
+            value.set_sensitive(true);
             headers.insert(reqwest::header::HeaderName::from_static(name), value);
         }
         Ok(headers)
@@ -66,9 +68,25 @@ pub(crate) async fn stream_turn<F: Fold>(
     text: TextSink<'_>,
 ) -> Result<Turn, LlmError> {
     let name = http.endpoint.name.as_str();
-    let mut events = std::pin::pin!(post_stream(&http.client, name, url, headers, body).await?);
+    let idle = http.endpoint.idle_timeout;
+    // A server or proxy that stops sending without closing would hold the run forever;
+    // silence past the limit counts as a cut stream, which the retry layer tries again.
+    let silent = || LlmError::Transport {
+        provider: name.to_string(),
+        message: format!(
+            "no answer for {} s (idle_timeout_secs in [provider.{name}] sets the limit)",
+            idle.as_secs()
+        ),
+    };
+    let events = tokio::time::timeout(idle, post_stream(&http.client, name, url, headers, body))
+        .await
+        .map_err(|_| silent())??;
+    let mut events = std::pin::pin!(events);
     let mut acc = F::default();
-    while let Some(event) = events.next().await {
+    while let Some(event) = tokio::time::timeout(idle, events.next())
+        .await
+        .map_err(|_| silent())?
+    {
         let event = event?;
         if let Some(delta) = acc.push(&event.event, &event.data, name)? {
             text(&delta);
@@ -87,9 +105,19 @@ pub(crate) async fn post_stream(
     headers: HeaderMap,
     body: &serde_json::Value,
 ) -> Result<impl Stream<Item = Result<Event, LlmError>> + Send + use<>, LlmError> {
-    let transport = |e: reqwest::Error| LlmError::Transport {
-        provider: provider.to_string(),
-        message: describe(&e, url),
+    let transport = |e: reqwest::Error| {
+        if e.is_builder() {
+            // A malformed base URL or header fails the same way on every try.
+            LlmError::Setup(format!(
+                "{provider}: {}; check its base_url",
+                describe(e, url)
+            ))
+        } else {
+            LlmError::Transport {
+                provider: provider.to_string(),
+                message: describe(e, url),
+            }
+        }
     };
     let response = client
         .post(url)
@@ -122,14 +150,29 @@ pub(crate) async fn post_stream(
 
 /// reqwest's Display hides the cause ("error sending request"); the chain says what
 /// actually happened (connection refused, reset, DNS).
-fn describe(e: &reqwest::Error, url: &str) -> String {
-    let mut text = format!("request to {url} failed: {e}");
-    let mut source = std::error::Error::source(e);
+fn describe(e: reqwest::Error, url: &str) -> String {
+    let e = e.without_url();
+    let mut text = format!("request to {} failed: {e}", redact(url));
+    let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
         text.push_str(&format!(": {s}"));
         source = s.source();
     }
     text
+}
+
+/// The URL without credentials or query: some gateways take a key as `user:pass@` or
+/// `?key=`, and error messages end up in sessions and `--json` output.
+fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.to_string()
+        }
+        Err(_) => "(the configured base_url)".to_string(),
+    }
 }
 
 /// Both providers wrap errors as `{"error": {"message": …}}`; anything else is shown raw
@@ -191,6 +234,13 @@ mod tests {
             "<html>bad gateway</html>"
         );
         assert_eq!(error_message(""), "(no message)");
+    }
+
+    #[test]
+    fn urls_in_messages_lose_their_credentials() {
+        let shown = redact("https://user:sk-secret@gw.example/v1/chat?key=sk-other");
+        assert_eq!(shown, "https://gw.example/v1/chat");
+        assert_eq!(redact("not a url"), "(the configured base_url)");
     }
 
     #[test]

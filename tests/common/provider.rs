@@ -22,6 +22,8 @@ pub struct Answer {
     pub calls: Vec<(String, String)>,
     /// Input tokens the server reports (to drive context pruning and compaction).
     pub prompt_tokens: u64,
+    /// The answer hit the output limit (`length` / `max_tokens`) instead of ending.
+    pub cut_at_limit: bool,
 }
 
 pub fn text(t: &str) -> Answer {
@@ -284,7 +286,9 @@ fn render_openai(a: &Answer) -> Vec<String> {
             }
         }
     }
-    let finish = if a.calls.is_empty() {
+    let finish = if a.cut_at_limit {
+        "length"
+    } else if a.calls.is_empty() {
         "stop"
     } else {
         "tool_calls"
@@ -347,7 +351,9 @@ fn render_anthropic(a: &Answer) -> Vec<String> {
         }
         index += 1;
     }
-    let stop = if a.calls.is_empty() {
+    let stop = if a.cut_at_limit {
+        "max_tokens"
+    } else if a.calls.is_empty() {
         "end_turn"
     } else {
         "tool_use"
