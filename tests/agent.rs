@@ -798,6 +798,53 @@ fn a_subagent_never_does_what_its_parent_may_not() {
 }
 
 #[test]
+fn a_subagent_with_its_own_model_talks_to_it() {
+    let h = Harness::new();
+    std::fs::create_dir_all(h.wt.join(".runner/agents")).unwrap();
+    std::fs::write(
+        h.wt.join(".runner/agents/reviewer.md"),
+        "---\ndescription: Reviews\nmodel: anthropic/claude-reviewer\n---\nReview.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        h.wt.join(".runner/agents/lost.md"),
+        "---\ndescription: Uses a provider nobody described\nmodel: nowhere/m\n---\nGo.\n",
+    )
+    .unwrap();
+    let task = |agent: &str| {
+        call(
+            "task",
+            json!({"description": "Review", "prompt": "review add.sh", "subagent_type": agent}),
+        )
+    };
+    let model = ScriptedModel::start(vec![
+        Response::Stream(task("reviewer")),
+        Response::Stream(text("Looks wrong: it subtracts.")),
+        Response::Stream(task("lost")),
+        Response::Stream(text("done")),
+    ]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "review"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let reqs = model.requests();
+    let paths: Vec<&str> = reqs.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/chat/completions",
+            "/v1/chat/completions"
+        ]
+    );
+    assert_eq!(reqs[1].body["model"], "claude-reviewer");
+    let last = reqs[3].body.to_string();
+    assert!(
+        last.contains("names model nowhere/m, which cannot be used"),
+        "{last}"
+    );
+}
+
+#[test]
 fn explore_cannot_edit() {
     let h = Harness::new();
     let model = ScriptedModel::start(vec![

@@ -25,7 +25,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::llm::config::ModelInfo;
-use crate::llm::{Message, Provider, Usage};
+use crate::llm::{LlmError, Message, Provider, Usage};
 use crate::permission::gate::{Asker, RuleGate};
 use crate::permission::rules::Rule;
 use crate::sandbox::spec::SandboxSpec;
@@ -118,6 +118,10 @@ impl Default for LoopOptions {
     }
 }
 
+/// Turns a subagent's `model:` into a provider, with the run's settings and retries.
+pub type ModelResolver =
+    Box<dyn Fn(&str) -> Result<(Arc<dyn Provider>, ModelInfo), LlmError> + Send + Sync>;
+
 /// What a run and its subagents share.
 pub struct Runtime {
     pub provider: Arc<dyn Provider>,
@@ -138,6 +142,8 @@ pub struct Runtime {
     children: tokio::sync::Mutex<HashMap<String, Agent>>,
     /// Every session's rules and depth, so a child can be built from its parent's.
     lineage: Mutex<HashMap<String, (Vec<Rule>, u32)>>,
+    /// Models other than the run's, for subagents that name their own.
+    models: std::sync::OnceLock<ModelResolver>,
     started: Instant,
 }
 
@@ -170,8 +176,36 @@ impl Runtime {
             refused: Arc::new(Mutex::new(None)),
             children: tokio::sync::Mutex::new(HashMap::new()),
             lineage: Mutex::new(HashMap::new()),
+            models: std::sync::OnceLock::new(),
             started: Instant::now(),
         })
+    }
+
+    /// Lets subagents with a `model:` of their own use it. Without this, they use the
+    /// run's model.
+    pub fn set_model_resolver(&self, resolver: ModelResolver) {
+        let _ = self.models.set(resolver);
+    }
+
+    /// The provider and model for an agent: its own `model:` if it names one, else the
+    /// run's. A replay serves every agent from the one recording.
+    fn model_for(&self, def: &AgentDef) -> Result<(Arc<dyn Provider>, ModelInfo), String> {
+        let run_model = || (self.provider.clone(), self.model.clone());
+        let Some(spec) = def.model.as_deref() else {
+            return Ok(run_model());
+        };
+        if spec == self.model.spec || self.model.provider == "replay" {
+            return Ok(run_model());
+        }
+        match self.models.get() {
+            None => Ok(run_model()),
+            Some(resolve) => resolve(spec).map_err(|e| {
+                format!(
+                    "agent {} ({}) names model {spec}, which cannot be used: {e}",
+                    def.name, def.source
+                )
+            }),
+        }
     }
 
     pub fn agent(&self, name: &str) -> Option<&AgentDef> {
@@ -216,6 +250,9 @@ pub struct Agent {
     ctx: ToolContext,
     registry: Arc<Registry>,
     system: String,
+    /// The agent's own model, or the run's.
+    provider: Arc<dyn Provider>,
+    model: ModelInfo,
     pub messages: Vec<Message>,
     pub steps: u32,
     pub usage: Usage,
@@ -244,7 +281,8 @@ impl Agent {
         let mut rules = rt.rules.clone();
         rules.extend(def.rules.iter().cloned());
         rt.remember(&id, rules.clone(), 0);
-        let mut agent = Agent::new(rt, id, None, def, rules, 0).await;
+        let llm = (rt.provider.clone(), rt.model.clone());
+        let mut agent = Agent::new(rt, id, None, def, rules, 0, llm).await;
         agent.messages = resume;
         agent
     }
@@ -256,6 +294,7 @@ impl Agent {
         def: AgentDef,
         rules: Vec<Rule>,
         depth: u32,
+        (provider, model): (Arc<dyn Provider>, ModelInfo),
     ) -> Agent {
         let base = &rt.base;
         let gate = Arc::new(RuleGate::new(base.worktree(), rules, rt.asker.clone()));
@@ -283,11 +322,11 @@ impl Agent {
             parent: parent.clone(),
             created_ms: record::now_ms(),
             root: base.worktree().display().to_string(),
-            model: rt.model.spec.clone(),
+            model: model.spec.clone(),
             agent: def.name.clone(),
             sandbox: rt.spec.backend.name().to_string(),
             prompt: None,
-            context_window: Some(rt.model.context_window),
+            context_window: Some(model.context_window),
         });
         Agent {
             rt: rt.clone(),
@@ -297,6 +336,8 @@ impl Agent {
             ctx,
             registry,
             system,
+            provider,
+            model,
             messages: Vec::new(),
             steps: 0,
             usage: Usage::default(),

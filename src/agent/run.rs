@@ -109,14 +109,14 @@ impl Agent {
                     })
                 };
                 let request = Request {
-                    model: &self.rt.model.model,
+                    model: &self.model.model,
                     system: &self.system,
                     messages: &self.messages,
                     tools: &tools,
-                    max_tokens: self.rt.model.max_tokens,
+                    max_tokens: self.model.max_tokens,
                 };
                 tokio::select! {
-                    turn = self.rt.provider.turn(&request, &sink) => turn,
+                    turn = self.provider.turn(&request, &sink) => turn,
                     _ = cancel.cancelled() => return End::Interrupted,
                 }
             };
@@ -410,7 +410,7 @@ impl Agent {
         tools: &[ToolSpec],
         cancel: &CancellationToken,
     ) -> Result<(), End> {
-        let window = self.rt.model.context_window;
+        let window = self.model.context_window;
         let limit = (window as f64 * self.rt.options.context_threshold) as u64;
         let estimate = self.context_estimate();
         if estimate <= limit || self.messages.is_empty() {
@@ -439,7 +439,7 @@ impl Agent {
             window,
         });
         let summary = tokio::select! {
-            s = compact::summarize(self.rt.provider.as_ref(), &self.rt.model.model, &self.system, &self.messages, tools, self.rt.model.max_tokens) => s,
+            s = compact::summarize(self.provider.as_ref(), &self.model.model, &self.system, &self.messages, tools, self.model.max_tokens) => s,
             _ = cancel.cancelled() => return Err(End::Interrupted),
         };
         let turn = summary.map_err(|e| End::ProviderError(provider_message(&e)))?;
@@ -483,7 +483,16 @@ fn provider_message(e: &LlmError) -> String {
         LlmError::Status { status: 400, .. } => {
             " (the request was refused: a context too long, or a parameter the model does not support)"
         }
-        LlmError::Status { .. } | LlmError::Transport { .. } => {
+        LlmError::Status {
+            status: 429,
+            message,
+            ..
+        } if message.contains("insufficient_quota") => {
+            " (the account is out of credit: check its plan and billing)"
+        }
+        LlmError::Status { message, .. } | LlmError::Transport { message, .. }
+            if message.contains("gave up after") =>
+        {
             " (the provider kept failing; try again later)"
         }
         _ => "",

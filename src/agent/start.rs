@@ -157,7 +157,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             "no model: pass --model provider/model (e.g. anthropic/claude-sonnet-4-5, openai/gpt-5, replay/FILE) or set model = \"…\" in the config".into(),
         )
     })?;
-    let (provider, info) = resolve(&model_spec, &settings, on_retry)
+    let (provider, info) = resolve(&model_spec, &settings, on_retry.clone())
         .map_err(|e| StartError::Provider(e.to_string()))?;
     let recorded_prompt = match model_spec.split_once('/') {
         Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
@@ -189,6 +189,10 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         open.asker.clone(),
         base,
     );
+    let subagent_settings = settings.clone();
+    rt.set_model_resolver(Box::new(move |spec| {
+        resolve(spec, &subagent_settings, on_retry.clone())
+    }));
     let history = resumed
         .as_ref()
         .map(Loaded::conversation)

@@ -102,7 +102,9 @@ impl Tool for TaskTool {
                             names.join(", ")
                         ))
                     })?;
-                Box::pin(Agent::child_of(&rt, &parent_id, def)).await
+                Box::pin(Agent::child_of(&rt, &parent_id, def))
+                    .await
+                    .map_err(ToolError::Failed)?
             }
         };
         let outcome = Box::pin(child.run(&params.prompt, ctx.cancel.child_token())).await;
@@ -144,7 +146,12 @@ impl Agent {
     /// A subagent under the session `parent_id`: the parent's rules, the subagent's own,
     /// then the parent's denies again, so no subagent definition can reopen what the
     /// parent may not do.
-    async fn child_of(rt: &Arc<Runtime>, parent_id: &str, def: super::AgentDef) -> Agent {
+    async fn child_of(
+        rt: &Arc<Runtime>,
+        parent_id: &str,
+        def: super::AgentDef,
+    ) -> Result<Agent, String> {
+        let llm = rt.model_for(&def)?;
         let parent_rules = rt.rules_of(parent_id);
         let mut rules = parent_rules.clone();
         rules.extend(def.rules.iter().cloned());
@@ -157,6 +164,6 @@ impl Agent {
         let depth = rt.depth_of(parent_id) + 1;
         let id = super::record::new_id();
         rt.remember(&id, rules.clone(), depth);
-        Agent::new(rt, id, Some(parent_id.to_string()), def, rules, depth).await
+        Ok(Agent::new(rt, id, Some(parent_id.to_string()), def, rules, depth, llm).await)
     }
 }
