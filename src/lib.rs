@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod http;
 pub mod llm;
 pub mod permission;

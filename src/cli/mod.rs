@@ -1,5 +1,6 @@
 //! The command line: one file per subcommand.
 
+mod eval;
 mod image;
 mod permission;
 mod profile;
@@ -43,6 +44,9 @@ struct Cli {
 enum Command {
     /// Run the agent on a task (also what `runner [OPTIONS] [PROMPT]` does).
     Run(run::RunArgs),
+    /// Run many tasks, each in its own sandbox, and sum up the results.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
     /// List, show or export recorded sessions.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
@@ -72,6 +76,7 @@ pub fn main() -> ExitCode {
         None => block_on_plain(run::run(cli.run)),
         Some(Command::Run(args)) => block_on_plain(run::run(args)),
         Some(Command::Sessions(cmd)) => sessions::run(cmd),
+        Some(Command::Eval(cmd)) => eval::run(cmd),
         Some(Command::SandboxServer(args)) => sandbox_server::run(args),
         Some(Command::Tool(cmd)) => block_on(tool::run(cmd)),
         // The shell's Ctrl-C belongs to the shell, not to runner.

@@ -69,6 +69,9 @@ pub struct Seen {
     pub body: Value,
 }
 
+/// Decides each answer from the request alone, for servers many runs share at once.
+pub type Responder = Arc<dyn Fn(&Value) -> Response + Send + Sync>;
+
 pub struct ScriptedModel {
     pub port: u16,
     /// Whole answers in one write on kept-alive connections (benchmarks), instead of one
@@ -76,6 +79,7 @@ pub struct ScriptedModel {
     fast: Arc<std::sync::atomic::AtomicBool>,
     script: Arc<Mutex<VecDeque<Response>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    responder: Arc<Mutex<Option<Responder>>>,
 }
 
 impl ScriptedModel {
@@ -87,15 +91,18 @@ impl ScriptedModel {
         let (s, r) = (script.clone(), seen.clone());
         let fast = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let f = fast.clone();
+        let responder: Arc<Mutex<Option<Responder>>> = Arc::new(Mutex::new(None));
+        let a = responder.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (s, r, f) = (s.clone(), r.clone(), f.clone());
+                let (s, r, f, a) = (s.clone(), r.clone(), f.clone(), a.clone());
                 std::thread::spawn(move || {
                     let _ = stream.set_nodelay(true);
                     while serve(
                         &stream,
                         &s,
                         &r,
+                        &a,
                         f.load(std::sync::atomic::Ordering::Relaxed),
                     ) {}
                 });
@@ -106,7 +113,16 @@ impl ScriptedModel {
             fast,
             script,
             seen,
+            responder,
         }
+    }
+
+    /// A model whose every answer is `f(request body)`: many runs can share it, each
+    /// getting the answers its own conversation calls for.
+    pub fn responding(f: impl Fn(&Value) -> Response + Send + Sync + 'static) -> ScriptedModel {
+        let m = ScriptedModel::start(Vec::new());
+        *m.responder.lock().unwrap() = Some(Arc::new(f));
+        m
     }
 
     /// Answers as fast as the server can: see [`ScriptedModel::fast`].
@@ -137,6 +153,7 @@ fn serve(
     stream: &TcpStream,
     script: &Mutex<VecDeque<Response>>,
     seen: &Mutex<Vec<Seen>>,
+    responder: &Mutex<Option<Responder>>,
     fast: bool,
 ) -> bool {
     let mut stream = stream;
@@ -182,10 +199,14 @@ fn serve(
     seen.lock().unwrap().push(Seen {
         path: path.clone(),
         headers,
-        body,
+        body: body.clone(),
     });
     let anthropic = path.ends_with("/messages");
-    let response = script.lock().unwrap().pop_front();
+    let respond = responder.lock().unwrap().clone();
+    let response = match respond {
+        Some(f) => Some(f(&body)),
+        None => script.lock().unwrap().pop_front(),
+    };
     let Some(response) = response else {
         let _ = write!(
             stream,

@@ -1,0 +1,182 @@
+//! `runner eval run|summary`: flags in, [`crate::eval`] does the work.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use super::exit;
+use crate::eval::{self, AgentKind, EvalOptions};
+use crate::sandbox::BackendKind;
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Run task sets, each task in its own sandbox, into an output folder.
+    Run(RunArgs),
+    /// The counts again, from what is on disk.
+    Summary {
+        dir: PathBuf,
+        /// The summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// JSON-lines task files (one task a line: id, instruction, repo, commit, setup,
+    /// verify, tests_dir, image, timeouts).
+    #[arg(required = true)]
+    tasks: Vec<PathBuf>,
+    /// Where results go; a rerun with the same folder skips finished tasks.
+    #[arg(long)]
+    out: PathBuf,
+    /// provider/model for runner's own agent loop.
+    #[arg(long)]
+    model: Option<String>,
+    /// `oracle` runs each task's reference solution instead of a model.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Tasks at once (default: the number of cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// The isolation backend (default: the profile's; docker for `eval`).
+    #[arg(long = "sandbox", value_enum)]
+    backend: Option<BackendKind>,
+    #[arg(long, default_value = "eval")]
+    profile: String,
+    /// The sandbox image for tasks that do not name their own.
+    #[arg(long)]
+    image: Option<String>,
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Attempts per task (pass@k is reported for k up to this).
+    #[arg(long, default_value_t = 1)]
+    attempts: u32,
+    /// Scales every task's timeouts.
+    #[arg(long, default_value_t = 1.0)]
+    timeout_multiplier: f64,
+    #[arg(long, default_value_t = 100)]
+    max_steps: u32,
+}
+
+pub fn run(cmd: EvalCommand) -> u8 {
+    match cmd {
+        EvalCommand::Summary { dir, json } => match eval::summary(&dir) {
+            Ok(s) => {
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                } else {
+                    println!("{}", summary_line(&s));
+                }
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("runner: {e}");
+                exit::FAILED
+            }
+        },
+        EvalCommand::Run(args) => super::block_on_plain(run_eval(args)),
+    }
+}
+
+async fn run_eval(args: RunArgs) -> u8 {
+    let mut options = EvalOptions::new(args.tasks, args.out.clone());
+    options.model = args.model;
+    options.agent = match args.agent.as_deref() {
+        None => AgentKind::Model,
+        Some("oracle") => AgentKind::Oracle,
+        Some(other) => {
+            eprintln!(
+                "runner: --agent {other:?}: eval runs --model with runner's own loop, or --agent oracle"
+            );
+            return exit::USAGE;
+        }
+    };
+    if let Some(j) = args.jobs {
+        options.jobs = j;
+    }
+    options.backend = args.backend;
+    options.profile = args.profile;
+    options.image = args.image;
+    options.config = args.config;
+    options.attempts = args.attempts;
+    options.timeout_multiplier = args.timeout_multiplier;
+    options.max_steps = args.max_steps;
+    options.progress = std::io::stderr().is_terminal();
+    let stop = CancellationToken::new();
+    listen_for_stop(stop.clone());
+    match eval::run(options, stop.clone()).await {
+        Ok(report) => {
+            println!("{}", summary_line(&report.summary));
+            println!("results: {}", args.out.join("summary.json").display());
+            if report.unfinished > 0 {
+                eprintln!(
+                    "runner: stopped with {} attempts unfinished; run the same command again to finish them",
+                    report.unfinished
+                );
+                return 130;
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("runner: {e}");
+            exit::FAILED
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM stops new tasks and cancels the running ones (their sandboxes close);
+/// a second one exits at once.
+fn listen_for_stop(stop: CancellationToken) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            if stop.is_cancelled() {
+                eprintln!("\nrunner: stopped");
+                std::process::exit(130);
+            }
+            eprintln!("\nrunner: stopping: running tasks are cancelled, finished ones are kept");
+            stop.cancel();
+        }
+    });
+}
+
+fn summary_line(s: &eval::results::Summary) -> String {
+    let counts: Vec<String> = s
+        .counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    let mut line = format!(
+        "{} tasks, {} attempts: {}; resolved {:.1}%",
+        s.tasks,
+        s.attempts,
+        if counts.is_empty() {
+            "nothing run".to_string()
+        } else {
+            counts.join(", ")
+        },
+        s.resolved_rate * 100.0
+    );
+    for (k, v) in &s.pass_at {
+        line.push_str(&format!(", pass@{k} {:.1}%", v * 100.0));
+    }
+    line.push_str(&format!(
+        "; tokens in {} out {} cached {}",
+        s.usage.input, s.usage.output, s.usage.cache_read
+    ));
+    line
+}

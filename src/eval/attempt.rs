@@ -1,0 +1,386 @@
+//! One attempt at one task: a fresh worktree, setup and the agent in one sandbox, then the
+//! verdict in another.
+//!
+//! The agent's sandbox is closed (its container removed, every process it started dead)
+//! before the verifier's opens, so nothing the agent left running can touch the files the
+//! verdict is taken from; the hidden tests reach the worktree only then, written through
+//! the verifier's sandbox (the worktree is the agent's now, and a symlink it planted must
+//! not steer a host write).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::results::{Status, TaskResult};
+use super::tasks::Task;
+use super::worktree;
+use super::{AgentKind, EvalOptions};
+use crate::agent::End;
+use crate::agent::events::NoEvents;
+use crate::agent::start::{RunOptions, start};
+use crate::sandbox::Sandbox;
+use crate::sandbox::api::ExecRequest;
+use crate::sandbox::client::ExecEvent;
+use crate::session::SessionOptions;
+use crate::tool::Session;
+
+/// Output kept from setup and verify commands (head and tail beyond it).
+const LOG_LIMIT: u64 = 1 << 20;
+/// Largest diff kept in `diff.patch`.
+const DIFF_LIMIT: u64 = 32 << 20;
+/// How long a cancelled agent gets to wind down before its sandbox is torn down anyway.
+const WIND_DOWN: Duration = Duration::from_secs(30);
+
+/// Whether a failure is the infrastructure's (worth another try) or the task's own.
+pub struct Verdict {
+    pub result: TaskResult,
+    pub retryable: bool,
+}
+
+/// Runs the attempt and writes its files into `out` (except `result.json`, which the
+/// caller writes last, so that its presence means "finished"). `None`: the run was
+/// interrupted and the attempt counts as not run.
+pub async fn run(
+    task: &Task,
+    attempt: u32,
+    out: &Path,
+    options: &EvalOptions,
+    stop: &CancellationToken,
+) -> Option<Verdict> {
+    let started = Instant::now();
+    let mut result = TaskResult::new(&task.id, attempt, options.model_label());
+    let timeouts = task.timeouts.scaled(options.timeout_multiplier);
+    let infra = |mut result: TaskResult, phase: &str, error: String, retryable: bool| {
+        result.status = Status::InfraError;
+        result.phase = Some(phase.into());
+        result.error = Some(error);
+        Some(Verdict { result, retryable })
+    };
+    if let Err(e) = std::fs::create_dir_all(out) {
+        return infra(
+            result,
+            "prepare",
+            format!("cannot create {}: {e}", out.display()),
+            false,
+        );
+    }
+
+    // The worktree, with the task's base commit.
+    let (repo, commit, parent) = (
+        task.repo.clone(),
+        task.commit.clone(),
+        options.out.join(".work"),
+    );
+    let name = format!("{}-{attempt}", task.id);
+    let wt = match tokio::task::spawn_blocking(move || {
+        worktree::create(&repo, commit.as_deref(), &parent, &name)
+    })
+    .await
+    {
+        Ok(Ok(wt)) => wt,
+        Ok(Err(e)) => return infra(result, "prepare", e, false),
+        Err(e) => return infra(result, "prepare", e.to_string(), false),
+    };
+    result.base = Some(wt.base.clone());
+    let session = session_options(task, options, wt.path());
+
+    // Setup and the agent, in one sandbox.
+    let agent_started = Instant::now();
+    let mut run_options = RunOptions::new(wt.path(), Arc::new(NoEvents));
+    run_options.session = session.clone();
+    run_options.model = options.model.clone();
+    run_options.sessions_dir = out.to_path_buf();
+    run_options.loop_options.max_steps = options.max_steps;
+    if options.agent == AgentKind::Oracle {
+        return infra(
+            result,
+            "agent",
+            "--agent oracle runs a task's solution/solve.sh, and tasks in the JSON-lines format have none".into(),
+            false,
+        );
+    }
+    let mut run = match start(run_options).await {
+        Ok(r) => r,
+        Err(e) => {
+            let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
+            return infra(
+                result,
+                "agent",
+                format!("cannot start the agent: {e}"),
+                retryable,
+            );
+        }
+    };
+    if let Some(setup) = &task.setup {
+        let setup_started = Instant::now();
+        let ran = exec(run.open.sandbox(), setup, timeouts.setup, LOG_LIMIT, stop).await;
+        result.timings.setup_ms = setup_started.elapsed().as_millis() as u64;
+        let log = match ran {
+            Ok(r) => r,
+            Err(e) => {
+                close(run).await;
+                return infra(result, "setup", e, true);
+            }
+        };
+        let _ = write_file(&out.join("setup.log"), &log.output);
+        if log.interrupted {
+            close(run).await;
+            return None;
+        }
+        if log.timed_out || log.code != Some(0) {
+            close(run).await;
+            result.status = if log.timed_out {
+                Status::Timeout
+            } else {
+                Status::InfraError
+            };
+            result.phase = Some("setup".into());
+            result.error = Some(match log.code {
+                _ if log.timed_out => format!("setup ran past {} s", timeouts.setup.as_secs()),
+                Some(c) => format!("setup exited with {c} (see setup.log)"),
+                None => "setup was killed by a signal (see setup.log)".into(),
+            });
+            return Some(Verdict {
+                result,
+                retryable: false,
+            });
+        }
+    }
+    let cancel = stop.child_token();
+    let (end, timed_out) = {
+        let turn = run.turn(&task.instruction, cancel.clone());
+        tokio::pin!(turn);
+        tokio::select! {
+            outcome = &mut turn => (outcome.end, false),
+            _ = tokio::time::sleep(timeouts.agent) => {
+                cancel.cancel();
+                let end = tokio::time::timeout(WIND_DOWN, turn)
+                    .await
+                    .map(|o| o.end)
+                    .unwrap_or(End::Interrupted);
+                (end, true)
+            }
+        }
+    };
+    run.finish(&end);
+    result.usage = run.agent.usage;
+    result.steps = run.agent.steps;
+    result.end = Some(end.reason().to_string());
+    let session_file = run.session_file().to_path_buf();
+    close(run).await;
+    let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
+    result.timings.agent_ms = agent_started.elapsed().as_millis() as u64;
+    if stop.is_cancelled() && !timed_out {
+        return None;
+    }
+    if timed_out {
+        result.status = Status::Timeout;
+        result.phase = Some("agent".into());
+        result.error = Some(format!("the agent ran past {} s", timeouts.agent.as_secs()));
+    }
+    match &end {
+        End::ProviderError(m) if !timed_out => {
+            return infra(result, "agent", m.clone(), true);
+        }
+        End::SandboxError(m) if !timed_out => {
+            // The agent's own commands can bring its sandbox down; a dead engine cannot
+            // be blamed on it.
+            if options.engine_alive().await {
+                result.status = Status::AgentError;
+                result.phase = Some("agent".into());
+                result.error = Some(m.clone());
+            } else {
+                return infra(result, "agent", format!("the engine failed: {m}"), true);
+            }
+        }
+        _ => {}
+    }
+
+    // The diff and the verdict, in a fresh sandbox. A timed-out or crashed agent still gets
+    // its diff recorded.
+    let verify_started = Instant::now();
+    let verifier = match session.open(Session::new("verify")).await {
+        Ok(v) => v,
+        Err(e) => {
+            return infra(
+                result,
+                "verify",
+                format!("cannot open the verifier's sandbox: {e}"),
+                true,
+            );
+        }
+    };
+    let sandbox = verifier.sandbox().clone();
+    let diff_command = format!(
+        "git add -A >/dev/null 2>&1; git -c core.quotepath=off diff --cached --binary {} 2>/dev/null",
+        result.base.as_deref().unwrap_or("HEAD")
+    );
+    match exec(&sandbox, &diff_command, timeouts.verify, DIFF_LIMIT, stop).await {
+        Ok(d) => {
+            if d.dropped > 0 {
+                result.diff_truncated = true;
+            }
+            let _ = write_file(&out.join("diff.patch"), &d.output);
+        }
+        Err(e) => {
+            drop_blocking(verifier).await;
+            return infra(result, "verify", format!("cannot read the diff: {e}"), true);
+        }
+    }
+    if result.status != Status::InfraError
+        && !matches!(result.status, Status::Timeout | Status::AgentError)
+    {
+        if let Some(dir) = &task.tests_dir
+            && let Err(e) = put_tests(&sandbox, dir).await
+        {
+            drop_blocking(verifier).await;
+            return infra(result, "verify", e, false);
+        }
+        let ran = exec(&sandbox, &task.verify, timeouts.verify, LOG_LIMIT, stop).await;
+        match ran {
+            Ok(v) if v.interrupted => {
+                drop_blocking(verifier).await;
+                return None;
+            }
+            Ok(v) => {
+                let _ = write_file(&out.join("verify.log"), &v.output);
+                result.status = if v.timed_out {
+                    result.phase = Some("verify".into());
+                    result.error = Some(format!("verify ran past {} s", timeouts.verify.as_secs()));
+                    Status::Timeout
+                } else if v.code == Some(0) {
+                    Status::Resolved
+                } else {
+                    Status::Unresolved
+                };
+                result.reward = Some(if result.status == Status::Resolved {
+                    1.0
+                } else {
+                    0.0
+                });
+            }
+            Err(e) => {
+                drop_blocking(verifier).await;
+                return infra(result, "verify", e, true);
+            }
+        }
+    }
+    drop_blocking(verifier).await;
+    result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
+    result.timings.total_ms = started.elapsed().as_millis() as u64;
+    Some(Verdict {
+        result,
+        retryable: false,
+    })
+}
+
+fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {
+    let mut s = SessionOptions::new(root);
+    s.profile = Some(options.profile.clone());
+    s.backend = options.backend;
+    s.image = task.image.clone().or(options.image.clone());
+    s.config = options.config.clone();
+    // Nobody watches an evaluation: what a rule would ask is refused.
+    s.ask = Some(crate::config::profile::AskMode::Deny);
+    s
+}
+
+/// Closing a sandbox waits for it to be gone (a container removal is a blocking call).
+async fn close(run: crate::agent::start::Run) {
+    drop_blocking(run).await;
+}
+
+async fn drop_blocking<T: Send + 'static>(value: T) {
+    let _ = tokio::task::spawn_blocking(move || drop(value)).await;
+}
+
+struct Ran {
+    output: Vec<u8>,
+    code: Option<i32>,
+    timed_out: bool,
+    interrupted: bool,
+    dropped: u64,
+}
+
+/// A command in the sandbox's worktree, to its end; stdout and stderr interleaved.
+async fn exec(
+    sandbox: &Sandbox,
+    command: &str,
+    timeout: Duration,
+    limit: u64,
+    stop: &CancellationToken,
+) -> Result<Ran, String> {
+    let mut execution = sandbox
+        .client
+        .exec(ExecRequest {
+            command: command.to_string(),
+            cwd: sandbox.worktree.clone(),
+            env: sandbox.env.clone(),
+            timeout_ms: timeout.as_millis() as u64,
+            stdin: None,
+            output_limit: limit,
+        })
+        .await
+        .map_err(|e| format!("the sandbox refused the command: {e}"))?;
+    let mut output = Vec::new();
+    loop {
+        let event = tokio::select! {
+            e = execution.next() => e,
+            _ = stop.cancelled() => {
+                let _ = execution.cancel().await;
+                return Ok(Ran { output, code: None, timed_out: false, interrupted: true, dropped: 0 });
+            }
+        };
+        match event.map_err(|e| format!("the sandbox failed during the command: {e}"))? {
+            ExecEvent::Output(o) => output.extend_from_slice(&o.data),
+            ExecEvent::Exit(s) => {
+                return Ok(Ran {
+                    output,
+                    code: s.code,
+                    timed_out: s.timed_out,
+                    interrupted: false,
+                    dropped: s.dropped_bytes,
+                });
+            }
+        }
+    }
+}
+
+/// Copies the hidden tests over the worktree, through the sandbox.
+async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), String> {
+    let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let here = dir.join(&rel);
+        let entries = std::fs::read_dir(&here)
+            .map_err(|e| format!("cannot read the tests in {}: {e}", here.display()))?;
+        for entry in entries.flatten() {
+            let rel = rel.join(entry.file_name());
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(rel);
+                continue;
+            }
+            let data =
+                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            sandbox
+                .client
+                .write(&sandbox.worktree.join(&rel), data, None)
+                .await
+                .map_err(|e| format!("cannot put {} in place: {e}", rel.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file whole or not at all.
+pub fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(data)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! `runner eval`: many tasks, each in its own sandbox, with results a harness can trust.
+//!
+//! The pieces: [`tasks`] reads task sets, [`worktree`] makes each attempt a private copy,
+//! [`attempt`] runs setup, the agent and the verifier, and [`results`] keeps what came of
+//! it on disk and sums it up. This module schedules: `--jobs` attempts at once, retries
+//! for infrastructure failures only, a pause while the engine keeps failing, and a resume
+//! that skips what is already finished.
+
+pub mod attempt;
+pub mod results;
+pub mod tasks;
+pub mod worktree;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::BackendKind;
+use results::{Status, Summary, TaskResult};
+use tasks::{Loaded, Task};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    /// runner's own loop with `--model`.
+    Model,
+    /// The task's reference solution instead of a model.
+    Oracle,
+}
+
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// JSON-lines task files.
+    pub task_sets: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub model: Option<String>,
+    pub agent: AgentKind,
+    pub jobs: usize,
+    /// Default: the profile's (docker for `eval`).
+    pub backend: Option<BackendKind>,
+    pub profile: String,
+    pub image: Option<String>,
+    pub config: Option<PathBuf>,
+    pub attempts: u32,
+    pub timeout_multiplier: f64,
+    pub max_steps: u32,
+    /// Further tries of an attempt that failed for the infrastructure's reasons.
+    pub infra_retries: u32,
+    /// A live progress line on standard error.
+    pub progress: bool,
+}
+
+impl EvalOptions {
+    pub fn new(task_sets: Vec<PathBuf>, out: PathBuf) -> EvalOptions {
+        EvalOptions {
+            task_sets,
+            out,
+            model: None,
+            agent: AgentKind::Model,
+            jobs: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            backend: None,
+            profile: "eval".into(),
+            image: None,
+            config: None,
+            attempts: 1,
+            timeout_multiplier: 1.0,
+            max_steps: 100,
+            infra_retries: 2,
+            progress: false,
+        }
+    }
+
+    pub fn model_label(&self) -> String {
+        match self.agent {
+            AgentKind::Oracle => "oracle".into(),
+            AgentKind::Model => self.model.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Whether the engine answers (always true off docker: there is no engine to lose).
+    pub async fn engine_alive(&self) -> bool {
+        if self.backend.is_some_and(|b| b != BackendKind::Docker) {
+            return true;
+        }
+        crate::sandbox::docker::engine::connect().await.is_ok()
+    }
+}
+
+/// What a finished (or interrupted) evaluation reports.
+pub struct Report {
+    pub summary: Summary,
+    /// Attempts not run because the evaluation was stopped; a rerun picks them up.
+    pub unfinished: usize,
+}
+
+/// Runs every task set into `options.out` and writes `summary.json` and
+/// `predictions.jsonl`. Attempts already finished there are not run again.
+pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report, String> {
+    if options.agent == AgentKind::Model && options.model.is_none() {
+        return Err("no model: pass --model provider/model, or --agent oracle to run the tasks' own solutions".into());
+    }
+    if options.attempts == 0 || options.jobs == 0 {
+        return Err("--attempts and --jobs must be at least 1".into());
+    }
+    let mut loaded = Vec::new();
+    let mut files = Vec::new();
+    for set in &options.task_sets {
+        if set.is_dir() {
+            return Err(format!(
+                "{} is a directory: Harbor task directories are not supported yet; pass a JSON-lines task file",
+                set.display()
+            ));
+        }
+        loaded.extend(tasks::load_jsonl(set)?);
+        files.push(set.clone());
+    }
+    let hash = tasks::content_hash(&files);
+    dedupe(&mut loaded);
+    std::fs::create_dir_all(options.out.join("tasks"))
+        .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
+    // Worktrees of a run that was killed: nothing of theirs is worth keeping.
+    let _ = std::fs::remove_dir_all(options.out.join(".work"));
+
+    let mut jobs: Vec<(Arc<Task>, u32)> = Vec::new();
+    for l in &loaded {
+        for attempt in 1..=options.attempts {
+            let dir = results::attempt_dir(&options.out, l.id(), attempt, options.attempts);
+            if results::read_result(&dir).is_some() {
+                continue;
+            }
+            match l {
+                Loaded::Broken { id, reason } => {
+                    let mut r = TaskResult::new(id, attempt, options.model_label());
+                    r.status = Status::InfraError;
+                    r.phase = Some("load".into());
+                    r.error = Some(reason.clone());
+                    write_result(&dir, &r)?;
+                }
+                Loaded::Task(t) => jobs.push((Arc::new((**t).clone()), attempt)),
+            }
+        }
+    }
+
+    let progress = Progress::new(jobs.len(), options.progress);
+    let breaker = Breaker::default();
+    let options = Arc::new(options);
+    let unfinished = AtomicUsize::new(0);
+    let runs = futures_util::stream::iter(jobs)
+        .map(|(task, attempt)| {
+            let (options, progress, breaker, stop, unfinished) = (
+                options.clone(),
+                &progress,
+                &breaker,
+                stop.clone(),
+                &unfinished,
+            );
+            async move {
+                progress.started();
+                let finished =
+                    run_with_retries(&task, attempt, &options, breaker, &stop, progress).await;
+                match finished {
+                    Some(r) => {
+                        let dir =
+                            results::attempt_dir(&options.out, &task.id, attempt, options.attempts);
+                        if let Err(e) = write_result(&dir, &r) {
+                            progress.note(&e);
+                        }
+                        progress.finished(r.status);
+                    }
+                    None => {
+                        unfinished.fetch_add(1, Ordering::Relaxed);
+                        progress.abandoned();
+                    }
+                }
+            }
+        })
+        .buffer_unordered(options.jobs);
+    runs.collect::<Vec<()>>().await;
+    progress.done();
+    let _ = std::fs::remove_dir_all(options.out.join(".work"));
+
+    let all = results::collect(&options.out);
+    let summary = results::summarize(&all, &options.model_label(), &hash);
+    write_json(&options.out.join("summary.json"), &summary)?;
+    attempt::write_file(
+        &options.out.join("predictions.jsonl"),
+        results::predictions(&options.out, &all, &options.model_label()).as_bytes(),
+    )
+    .map_err(|e| format!("cannot write predictions.jsonl: {e}"))?;
+    Ok(Report {
+        summary,
+        unfinished: unfinished.into_inner(),
+    })
+}
+
+/// The summary again, from what is on disk.
+pub fn summary(out: &Path) -> Result<Summary, String> {
+    let text = std::fs::read_to_string(out.join("summary.json")).ok();
+    let previous: Option<Summary> = text.and_then(|t| serde_json::from_str(&t).ok());
+    let all = results::collect(out);
+    if all.is_empty() && previous.is_none() {
+        return Err(format!(
+            "{} holds no evaluation results (run `runner eval run TASKS --out {}` first)",
+            out.display(),
+            out.display()
+        ));
+    }
+    let (model, hash) = previous
+        .map(|p| (p.model, p.task_set_hash))
+        .unwrap_or_default();
+    Ok(results::summarize(&all, &model, &hash))
+}
+
+async fn run_with_retries(
+    task: &Task,
+    attempt: u32,
+    options: &EvalOptions,
+    breaker: &Breaker,
+    stop: &CancellationToken,
+    progress: &Progress,
+) -> Option<TaskResult> {
+    let dir = results::attempt_dir(&options.out, &task.id, attempt, options.attempts);
+    let mut retries = 0;
+    loop {
+        breaker.wait_for_engine(options, stop, progress).await;
+        if stop.is_cancelled() {
+            return None;
+        }
+        let verdict = attempt::run(task, attempt, &dir, options, stop).await?;
+        let mut result = verdict.result;
+        result.infra_retries = retries;
+        if result.status == Status::InfraError {
+            breaker.failed();
+        } else {
+            breaker.succeeded();
+        }
+        if verdict.retryable && retries < options.infra_retries && !stop.is_cancelled() {
+            retries += 1;
+            progress.note(&format!(
+                "{}: infrastructure failure, trying again ({retries}/{}): {}",
+                task.id,
+                options.infra_retries,
+                result.error.as_deref().unwrap_or("")
+            ));
+            tokio::time::sleep(Duration::from_secs(2u64.pow(retries))).await;
+            continue;
+        }
+        return Some(result);
+    }
+}
+
+/// Stops new starts while the engine keeps failing, instead of burning every task on it.
+#[derive(Default)]
+struct Breaker {
+    consecutive: AtomicU32,
+}
+
+impl Breaker {
+    const OPEN_AFTER: u32 = 3;
+
+    fn failed(&self) {
+        self.consecutive.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn succeeded(&self) {
+        self.consecutive.store(0, Ordering::Relaxed);
+    }
+
+    async fn wait_for_engine(
+        &self,
+        options: &EvalOptions,
+        stop: &CancellationToken,
+        progress: &Progress,
+    ) {
+        if self.consecutive.load(Ordering::Relaxed) < Self::OPEN_AFTER {
+            return;
+        }
+        let mut said = false;
+        while !stop.is_cancelled() && !options.engine_alive().await {
+            if !said {
+                progress.note("the engine keeps failing: new tasks wait until it answers again");
+                said = true;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+        self.succeeded();
+    }
+}
+
+/// A later task with an id already taken would overwrite the first one's results.
+fn dedupe(loaded: &mut [Loaded]) {
+    let mut seen = std::collections::HashSet::new();
+    for l in loaded.iter_mut() {
+        if !seen.insert(l.id().to_string()) {
+            *l = Loaded::Broken {
+                id: format!("{}.duplicate", l.id()),
+                reason: format!("task id {} appears more than once in the task sets", l.id()),
+            };
+        }
+    }
+}
+
+fn write_result(dir: &Path, r: &TaskResult) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    write_json(&dir.join("result.json"), r)
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), String> {
+    let mut text = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
+    text.push(b'\n');
+    attempt::write_file(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The live line: done / running / failed, resolved so far, elapsed, ETA.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    running: AtomicUsize,
+    resolved: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+impl Progress {
+    fn new(total: usize, show: bool) -> Progress {
+        let bar = show.then(|| {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:30}] {pos}/{len} done, {msg} (ETA {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.enable_steady_tick(Duration::from_millis(500));
+            bar
+        });
+        let p = Progress {
+            bar,
+            running: AtomicUsize::new(0),
+            resolved: AtomicUsize::new(0),
+            failed: AtomicUsize::new(0),
+        };
+        p.refresh();
+        p
+    }
+
+    fn refresh(&self) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "{} running, {} failed, {} resolved",
+                self.running.load(Ordering::Relaxed),
+                self.failed.load(Ordering::Relaxed),
+                self.resolved.load(Ordering::Relaxed)
+            ));
+        }
+    }
+
+    fn started(&self) {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        self.refresh();
+    }
+
+    fn finished(&self, status: Status) {
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        match status {
+            Status::Resolved => self.resolved.fetch_add(1, Ordering::Relaxed),
+            Status::Unresolved => 0,
+            _ => self.failed.fetch_add(1, Ordering::Relaxed),
+        };
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+        self.refresh();
+    }
+
+    fn abandoned(&self) {
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.refresh();
+    }
+
+    fn note(&self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(format!("runner: {text}")),
+            None => eprintln!("runner: {text}"),
+        }
+    }
+
+    fn done(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! What an evaluation leaves on disk, and the summary made from it. The disk is the
+//! truth: every file is written whole or not at all, a task's `result.json` is written
+//! last (its presence means the attempt finished), and the summary is always recomputed
+//! from the result files, so a resumed run and an uninterrupted one agree.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Usage;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Resolved,
+    Unresolved,
+    /// The agent's own doing ended the attempt (it brought its sandbox down).
+    AgentError,
+    Timeout,
+    /// Not the agent's fault: a broken task, a failed build, a dying engine, a provider
+    /// that kept failing.
+    InfraError,
+}
+
+impl Status {
+    pub const ALL: [Status; 5] = [
+        Status::Resolved,
+        Status::Unresolved,
+        Status::AgentError,
+        Status::Timeout,
+        Status::InfraError,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Resolved => "resolved",
+            Status::Unresolved => "unresolved",
+            Status::AgentError => "agent_error",
+            Status::Timeout => "timeout",
+            Status::InfraError => "infra_error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Timings {
+    pub setup_ms: u64,
+    pub agent_ms: u64,
+    pub verify_ms: u64,
+    pub total_ms: u64,
+}
+
+/// `tasks/<id>/result.json` (or `tasks/<id>/<attempt>/result.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub id: String,
+    pub attempt: u32,
+    pub status: Status,
+    /// 1 resolved, 0 not; absent when no verdict was taken.
+    pub reward: Option<f64>,
+    /// The phase that ended the attempt early: prepare, setup, agent, verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub model: String,
+    /// The commit the attempt started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// How the agent's run ended (finished, max_steps, refused, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<String>,
+    pub steps: u32,
+    pub usage: Usage,
+    pub timings: Timings,
+    /// Infrastructure failures retried before this result.
+    #[serde(default)]
+    pub infra_retries: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub diff_truncated: bool,
+}
+
+impl TaskResult {
+    pub fn new(id: &str, attempt: u32, model: String) -> TaskResult {
+        TaskResult {
+            id: id.to_string(),
+            attempt,
+            status: Status::Unresolved,
+            reward: None,
+            phase: None,
+            error: None,
+            model,
+            base: None,
+            end: None,
+            steps: 0,
+            usage: Usage::default(),
+            timings: Timings::default(),
+            infra_retries: 0,
+            diff_truncated: false,
+        }
+    }
+}
+
+/// The folder of one attempt: `tasks/<id>/`, or `tasks/<id>/<n>/` when a task has more
+/// than one.
+pub fn attempt_dir(out: &Path, id: &str, attempt: u32, attempts: u32) -> PathBuf {
+    let task = out.join("tasks").join(id);
+    if attempts > 1 {
+        task.join(attempt.to_string())
+    } else {
+        task
+    }
+}
+
+pub fn read_result(dir: &Path) -> Option<TaskResult> {
+    let text = std::fs::read_to_string(dir.join("result.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub tasks: usize,
+    pub attempts: usize,
+    /// Attempts per status, every status present.
+    pub counts: BTreeMap<String, usize>,
+    /// Resolved attempts over attempts with a verdict or a failure of the agent's own
+    /// (infrastructure failures are not the agent's and are left out).
+    pub resolved_rate: f64,
+    /// pass@k for each k up to the attempts per task (unbiased estimator).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pass_at: BTreeMap<String, f64>,
+    pub usage: Usage,
+    pub agent_ms: u64,
+    pub total_ms: u64,
+    pub model: String,
+    pub runner_version: String,
+    pub task_set_hash: String,
+}
+
+/// Everything finished under `out`, as results.
+pub fn collect(out: &Path) -> Vec<TaskResult> {
+    let mut results = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(out.join("tasks")) else {
+        return results;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        if let Some(r) = read_result(&dir) {
+            results.push(r);
+            continue;
+        }
+        if let Ok(attempts) = std::fs::read_dir(&dir) {
+            results.extend(attempts.flatten().filter_map(|a| read_result(&a.path())));
+        }
+    }
+    results.sort_by(|a, b| a.id.cmp(&b.id).then(a.attempt.cmp(&b.attempt)));
+    results
+}
+
+pub fn summarize(results: &[TaskResult], model: &str, task_set_hash: &str) -> Summary {
+    let mut counts: BTreeMap<String, usize> = Status::ALL
+        .iter()
+        .map(|s| (s.name().to_string(), 0))
+        .collect();
+    let mut usage = Usage::default();
+    let (mut agent_ms, mut total_ms) = (0, 0);
+    let mut per_task: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for r in results {
+        *counts.entry(r.status.name().to_string()).or_default() += 1;
+        usage.add(&r.usage);
+        agent_ms += r.timings.agent_ms;
+        total_ms += r.timings.total_ms;
+        let t = per_task.entry(&r.id).or_default();
+        t.0 += 1;
+        t.1 += usize::from(r.status == Status::Resolved);
+    }
+    let judged = results
+        .iter()
+        .filter(|r| r.status != Status::InfraError)
+        .count();
+    let resolved = counts["resolved"];
+    let k_max = per_task.values().map(|t| t.0).min().unwrap_or(0);
+    let mut pass_at = BTreeMap::new();
+    if k_max > 1 {
+        for k in 1..=k_max {
+            let mean = per_task
+                .values()
+                .map(|&(n, c)| pass_at_k(n, c, k))
+                .sum::<f64>()
+                / per_task.len() as f64;
+            pass_at.insert(k.to_string(), round(mean));
+        }
+    }
+    Summary {
+        tasks: per_task.len(),
+        attempts: results.len(),
+        counts,
+        resolved_rate: if judged == 0 {
+            0.0
+        } else {
+            round(resolved as f64 / judged as f64)
+        },
+        pass_at,
+        usage,
+        agent_ms,
+        total_ms,
+        model: model.to_string(),
+        runner_version: env!("CARGO_PKG_VERSION").to_string(),
+        task_set_hash: task_set_hash.to_string(),
+    }
+}
+
+/// The chance that at least one of `k` attempts drawn from `n` (of which `c` resolved)
+/// resolved: 1 − C(n−c, k) / C(n, k).
+fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
+    if n - c < k {
+        return 1.0;
+    }
+    let mut miss = 1.0;
+    for i in (n - c + 1)..=n {
+        miss *= 1.0 - k as f64 / i as f64;
+    }
+    1.0 - miss
+}
+
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// `predictions.jsonl` in SWE-bench's format, one line per task (its first resolved
+/// attempt's patch, else its first attempt's).
+pub fn predictions(out: &Path, results: &[TaskResult], model: &str) -> String {
+    let attempts_per_task = results.iter().map(|r| r.attempt).max().unwrap_or(1);
+    let mut chosen: BTreeMap<&str, &TaskResult> = BTreeMap::new();
+    for r in results {
+        let e = chosen.entry(&r.id).or_insert(r);
+        if e.status != Status::Resolved && r.status == Status::Resolved {
+            *e = r;
+        }
+    }
+    let mut lines = String::new();
+    for (id, r) in chosen {
+        let dir = attempt_dir(out, id, r.attempt, attempts_per_task);
+        let patch = std::fs::read_to_string(dir.join("diff.patch")).unwrap_or_default();
+        let line = serde_json::json!({
+            "instance_id": id,
+            "model_name_or_path": model,
+            "model_patch": patch,
+        });
+        lines.push_str(&line.to_string());
+        lines.push('\n');
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_at_k_matches_the_estimator() {
+        assert_eq!(pass_at_k(3, 0, 1), 0.0);
+        assert_eq!(pass_at_k(3, 3, 1), 1.0);
+        assert!((pass_at_k(3, 1, 1) - 1.0 / 3.0).abs() < 1e-9);
+        assert!((pass_at_k(3, 1, 2) - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(pass_at_k(3, 1, 3), 1.0);
+    }
+
+    #[test]
+    fn infrastructure_failures_do_not_count_against_the_agent() {
+        let mk = |id: &str, s: Status| {
+            let mut r = TaskResult::new(id, 1, "m".into());
+            r.status = s;
+            r
+        };
+        let s = summarize(
+            &[
+                mk("a", Status::Resolved),
+                mk("b", Status::Unresolved),
+                mk("c", Status::InfraError),
+            ],
+            "m",
+            "h",
+        );
+        assert_eq!(s.counts["resolved"], 1);
+        assert_eq!(s.counts["timeout"], 0);
+        assert_eq!(s.resolved_rate, 0.5);
+    }
+}

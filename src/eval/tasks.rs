@@ -1,0 +1,283 @@
+//! Task sets in runner's own format: JSON lines, one task a line,
+//! `{id, instruction, repo, commit?, setup?, verify, tests_dir?, image?, timeouts?}`.
+//!
+//! A line that does not describe a task is not fatal: it becomes a task that fails with
+//! `infra_error` and the reason, so one typo costs one task, not the run.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// One task, as the task set describes it.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// Unique within the task set; names the task's folder in the output.
+    pub id: String,
+    pub instruction: String,
+    /// A local directory (git or not) or a git URL; never changed.
+    pub repo: String,
+    /// What to check out; default the repository's HEAD.
+    pub commit: Option<String>,
+    /// Run in the sandbox before the agent (install dependencies, build).
+    pub setup: Option<String>,
+    /// Run in a fresh sandbox after the agent; exit 0 means resolved.
+    pub verify: String,
+    /// Files hidden from the agent and copied into the worktree only for `verify`.
+    pub tests_dir: Option<PathBuf>,
+    /// The sandbox image, instead of the profile's.
+    pub image: Option<String>,
+    pub timeouts: Timeouts,
+}
+
+/// Per-phase limits; the flags' multiplier applies on top.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeouts {
+    pub setup: Duration,
+    pub agent: Duration,
+    pub verify: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            setup: Duration::from_secs(600),
+            agent: Duration::from_secs(1800),
+            verify: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Timeouts {
+    pub fn scaled(self, factor: f64) -> Timeouts {
+        let f = factor.max(0.01);
+        Timeouts {
+            setup: self.setup.mul_f64(f),
+            agent: self.agent.mul_f64(f),
+            verify: self.verify.mul_f64(f),
+        }
+    }
+}
+
+/// A task, or why its description could not be used.
+#[derive(Debug, Clone)]
+pub enum Loaded {
+    Task(Box<Task>),
+    Broken { id: String, reason: String },
+}
+
+impl Loaded {
+    pub fn id(&self) -> &str {
+        match self {
+            Loaded::Task(t) => &t.id,
+            Loaded::Broken { id, .. } => id,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    id: String,
+    instruction: String,
+    repo: String,
+    commit: Option<String>,
+    setup: Option<String>,
+    verify: String,
+    tests_dir: Option<PathBuf>,
+    image: Option<String>,
+    #[serde(default)]
+    timeouts: LineTimeouts,
+    /// Accepted for compatibility with task sets that carry it; resource limits come from
+    /// the profile.
+    #[serde(default)]
+    #[allow(dead_code)]
+    limits: serde_json::Value,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LineTimeouts {
+    setup: Option<f64>,
+    agent: Option<f64>,
+    verify: Option<f64>,
+}
+
+/// Every task in a JSON-lines file. Relative `repo` and `tests_dir` paths are relative to
+/// the file, so a task set can be moved as a folder.
+pub fn load_jsonl(path: &Path) -> Result<Vec<Loaded>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the task set {}: {e}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut tasks = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let fallback_id = format!("line-{}", n + 1);
+        let loaded = match serde_json::from_str::<Line>(line) {
+            Ok(l) => check(l, base),
+            Err(e) => {
+                // The id, if the line has one, still names the failure.
+                let id = serde_json::from_str::<serde_json::Value>(line)
+                    .ok()
+                    .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
+                    .unwrap_or(fallback_id);
+                Loaded::Broken {
+                    id,
+                    reason: format!("{} line {}: {e}", path.display(), n + 1),
+                }
+            }
+        };
+        tasks.push(loaded);
+    }
+    Ok(tasks)
+}
+
+fn check(l: Line, base: &Path) -> Loaded {
+    let broken = |reason: String| Loaded::Broken {
+        id: l.id.clone(),
+        reason,
+    };
+    if !valid_id(&l.id) {
+        return Loaded::Broken {
+            id: sanitize(&l.id),
+            reason: format!(
+                "task id {:?} must be letters, digits, '.', '_' or '-' (it names a folder)",
+                l.id
+            ),
+        };
+    }
+    if l.instruction.trim().is_empty() {
+        return broken("the instruction is empty".into());
+    }
+    if l.verify.trim().is_empty() {
+        return broken("the verify command is empty".into());
+    }
+    let repo = if looks_like_url(&l.repo) {
+        l.repo.clone()
+    } else {
+        let p = base.join(&l.repo);
+        if !p.is_dir() {
+            return broken(format!("the repository {} is not a directory", p.display()));
+        }
+        p.display().to_string()
+    };
+    let tests_dir = match &l.tests_dir {
+        Some(d) => {
+            let p = base.join(d);
+            if !p.is_dir() {
+                return broken(format!("tests_dir {} is not a directory", p.display()));
+            }
+            Some(p)
+        }
+        None => None,
+    };
+    let defaults = Timeouts::default();
+    let secs = |v: Option<f64>, d: Duration| {
+        v.filter(|s| *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .unwrap_or(d)
+    };
+    Loaded::Task(Box::new(Task {
+        id: l.id,
+        instruction: l.instruction,
+        repo,
+        commit: l.commit,
+        setup: l.setup.filter(|s| !s.trim().is_empty()),
+        verify: l.verify,
+        tests_dir,
+        image: l.image,
+        timeouts: Timeouts {
+            setup: secs(l.timeouts.setup, defaults.setup),
+            agent: secs(l.timeouts.agent, defaults.agent),
+            verify: secs(l.timeouts.verify, defaults.verify),
+        },
+    }))
+}
+
+pub fn looks_like_url(repo: &str) -> bool {
+    repo.contains("://") || repo.starts_with("git@")
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id != "."
+        && id != ".."
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn sanitize(id: &str) -> String {
+    let s: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if valid_id(&s) { s } else { "task".into() }
+}
+
+/// The task set's identity: a hash over the task files, so two runs can tell whether they
+/// ran the same tasks.
+pub fn content_hash(paths: &[PathBuf]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in paths {
+        h.update(p.display().to_string().as_bytes());
+        h.update(std::fs::read(p).unwrap_or_default());
+    }
+    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{digest}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn good_lines_are_tasks_and_bad_ones_say_why() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("repo")).unwrap();
+        std::fs::create_dir(dir.path().join("hidden")).unwrap();
+        let set = dir.path().join("tasks.jsonl");
+        std::fs::write(
+            &set,
+            [
+                r#"{"id":"ok","instruction":"fix","repo":"repo","verify":"true","tests_dir":"hidden","timeouts":{"agent":5}}"#,
+                r#"{"id":"no-repo","instruction":"fix","repo":"missing","verify":"true"}"#,
+                r#"{"id":"typo","instruction":"fix","repo":"repo","verfy":"true"}"#,
+                r#"{"id":"../escape","instruction":"fix","repo":"repo","verify":"true"}"#,
+                "not json",
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        let tasks = load_jsonl(&set).unwrap();
+        let Loaded::Task(t) = &tasks[0] else {
+            panic!("{tasks:?}")
+        };
+        assert_eq!(t.timeouts.agent, Duration::from_secs(5));
+        assert_eq!(
+            t.tests_dir.as_deref(),
+            Some(dir.path().join("hidden").as_path())
+        );
+        let reasons: Vec<(String, String)> = tasks[1..]
+            .iter()
+            .map(|l| match l {
+                Loaded::Broken { id, reason } => (id.clone(), reason.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(reasons[0].1.contains("is not a directory"), "{reasons:?}");
+        assert_eq!(reasons[1].0, "typo");
+        assert!(reasons[1].1.contains("verfy"), "{reasons:?}");
+        assert_eq!(reasons[2].0, ".._escape");
+        assert_eq!(reasons[3].0, "line-5");
+    }
+}

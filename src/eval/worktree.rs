@@ -1,0 +1,204 @@
+//! A fresh, private copy of a task's repository for one attempt.
+//!
+//! The copy is a full clone without hard links and without `--shared`: the worktree is
+//! mounted writable into the sandbox, so a hard-linked object would let the agent change
+//! the source repository, and an alternates file would point at a host path the sandbox
+//! cannot see (git inside would then fail). A directory that is not a repository is copied
+//! and committed once, so that every attempt has a base to diff against.
+//!
+//! Host git runs only here, on a copy nobody has touched yet: once the agent has worked in
+//! it, its `.git/config` is the agent's, and git runs behind the wall.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::tasks::looks_like_url;
+
+pub struct Worktree {
+    dir: tempfile::TempDir,
+    /// The commit the attempt started from.
+    pub base: String,
+}
+
+impl Worktree {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Clones (or copies) `repo` at `commit` into a new directory under `parent`.
+pub fn create(
+    repo: &str,
+    commit: Option<&str>,
+    parent: &Path,
+    name: &str,
+) -> Result<Worktree, String> {
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{name}-"))
+        .tempdir_in(parent)
+        .map_err(|e| format!("cannot create a worktree in {}: {e}", parent.display()))?;
+    let dest = dir.path();
+    let is_git = looks_like_url(repo) || Path::new(repo).join(".git").exists();
+    if is_git {
+        git(
+            None,
+            &["clone", "--quiet", "--no-hardlinks", "--no-checkout", repo],
+        )
+        .arg(dest)
+        .run(&format!("clone {repo}"))?;
+        let target = commit.unwrap_or("HEAD");
+        git(Some(dest), &["checkout", "--quiet", "--detach", target])
+            .run(&format!("check out {target} of {repo}"))?;
+    } else {
+        if commit.is_some() {
+            return Err(format!(
+                "{repo} is not a git repository, so it has no commit to check out"
+            ));
+        }
+        copy_tree(Path::new(repo), dest)?;
+        git(Some(dest), &["init", "--quiet"]).run("git init")?;
+        git(Some(dest), &["add", "-A"]).run("git add")?;
+        git(
+            Some(dest),
+            &[
+                "commit",
+                "--quiet",
+                "--no-verify",
+                "--allow-empty",
+                "-m",
+                "task base",
+            ],
+        )
+        .run("commit the task's files")?;
+    }
+    let base = git(Some(dest), &["rev-parse", "HEAD"]).output_text("read HEAD")?;
+    Ok(Worktree {
+        dir,
+        base: base.trim().to_string(),
+    })
+}
+
+/// Host git with nothing from the machine's configuration and an identity for the base
+/// commit.
+fn git(cwd: Option<&Path>, args: &[&str]) -> Command {
+    let mut c = Command::new("git");
+    if let Some(d) = cwd {
+        c.arg("-C").arg(d);
+    }
+    c.args([
+        "-c",
+        "user.name=runner",
+        "-c",
+        "user.email=runner@localhost",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "advice.detachedHead=false",
+    ])
+    .args(args)
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .stdin(std::process::Stdio::null());
+    c
+}
+
+trait RunGit {
+    fn run(&mut self, what: &str) -> Result<(), String>;
+    fn output_text(&mut self, what: &str) -> Result<String, String>;
+}
+
+impl RunGit for Command {
+    fn run(&mut self, what: &str) -> Result<(), String> {
+        self.output_text(what).map(drop)
+    }
+
+    fn output_text(&mut self, what: &str) -> Result<String, String> {
+        let out = self
+            .output()
+            .map_err(|e| format!("cannot {what}: git did not start ({e}); is git installed?"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot {what}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// Copies a directory, keeping symlinks as links and file modes.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    let err = |p: &Path, e: std::io::Error| format!("cannot copy {}: {e}", p.display());
+    for entry in std::fs::read_dir(from).map_err(|e| err(from, e))? {
+        let entry = entry.map_err(|e| err(from, e))?;
+        let src = entry.path();
+        let dst: PathBuf = to.join(entry.file_name());
+        let kind = entry.file_type().map_err(|e| err(&src, e))?;
+        if kind.is_symlink() {
+            let target = std::fs::read_link(&src).map_err(|e| err(&src, e))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(|e| err(&dst, e))?;
+        } else if kind.is_dir() {
+            std::fs::create_dir(&dst).map_err(|e| err(&dst, e))?;
+            copy_tree(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst).map_err(|e| err(&src, e))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_directory_becomes_a_repository_and_the_source_is_untouched() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
+        std::os::unix::fs::symlink("a.txt", src.path().join("link")).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let wt = create(&src.path().display().to_string(), None, out.path(), "t").unwrap();
+        assert_eq!(wt.base.len(), 40);
+        assert!(wt.path().join("link").is_symlink());
+        assert!(!src.path().join(".git").exists());
+        let path = wt.path().to_path_buf();
+        drop(wt);
+        assert!(!path.exists(), "the worktree goes with its attempt");
+    }
+
+    #[test]
+    fn a_repository_is_cloned_at_the_commit_without_links_to_the_source() {
+        let src = tempfile::tempdir().unwrap();
+        let s = src.path();
+        git(Some(s), &["init", "--quiet"]).run("init").unwrap();
+        std::fs::write(s.join("f"), "v1\n").unwrap();
+        git(Some(s), &["add", "-A"]).run("add").unwrap();
+        git(Some(s), &["commit", "--quiet", "-m", "1"])
+            .run("c1")
+            .unwrap();
+        let first = git(Some(s), &["rev-parse", "HEAD"])
+            .output_text("head")
+            .unwrap();
+        std::fs::write(s.join("f"), "v2\n").unwrap();
+        git(Some(s), &["commit", "--quiet", "-am", "2"])
+            .run("c2")
+            .unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let wt = create(
+            &s.display().to_string(),
+            Some(first.trim()),
+            out.path(),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(wt.path().join("f")).unwrap(),
+            "v1\n"
+        );
+        assert_eq!(wt.base, first.trim());
+        assert!(!wt.path().join(".git/objects/info/alternates").exists());
+    }
+}

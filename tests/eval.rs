@@ -1,0 +1,323 @@
+//! `runner eval` end to end: a task set of small repositories with a failing test each,
+//! run on the docker backend by a scripted model (a real SSE server) that fixes some tasks,
+//! gives up on others, runs past its time on two, tries to cheat on one and leaves a
+//! process behind on another. The counts must be exactly what the script deserves.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::provider::{Response, ScriptedModel, call, text};
+use serde_json::{Value, json};
+
+const BUGGY: &str = "echo $(($1 - $2))\n";
+const FIXED: &str = "echo $(($1 + $2))\n";
+const HIDDEN_TEST: &str =
+    "if [ \"$(sh calc.sh 2 3)\" = 5 ]; then echo PASS; else echo FAIL; exit 1; fi\n";
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Fix,
+    GiveUp,
+    Slow,
+    Cheat,
+    Background,
+    NeedsSetup,
+}
+
+fn kind(n: usize) -> Kind {
+    match n {
+        0..=9 => Kind::Fix,
+        10..=14 => Kind::GiveUp,
+        15 | 16 => Kind::Slow,
+        17 => Kind::Cheat,
+        18 => Kind::Background,
+        _ => Kind::NeedsSetup,
+    }
+}
+
+fn expected(k: Kind) -> &'static str {
+    match k {
+        Kind::Fix | Kind::Background | Kind::NeedsSetup => "resolved",
+        Kind::GiveUp | Kind::Cheat => "unresolved",
+        Kind::Slow => "timeout",
+    }
+}
+
+/// The model: which task it is on comes from the instruction, which step from the
+/// number of answers it has already given.
+fn answer(body: &Value) -> Response {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let task = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .and_then(|t| t.strip_prefix("TASK t"))
+        .and_then(|t| t.get(..2))
+        .and_then(|n| n.parse::<usize>().ok())
+        .expect("a task instruction");
+    let step = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let look = || call("read", json!({"filePath": "calc.sh"}));
+    let fix = || call("write", json!({"filePath": "calc.sh", "content": FIXED}));
+    let answer = match (kind(task), step) {
+        (Kind::Fix | Kind::NeedsSetup | Kind::Background, 0) => look(),
+        (Kind::Fix | Kind::NeedsSetup, 1) => fix(),
+        (Kind::Slow, 0) => call(
+            "bash",
+            json!({"command": "sleep 60", "description": "wait a long time"}),
+        ),
+        (Kind::Cheat, 0) => call(
+            "bash",
+            json!({"command": "cat test.sh; echo 'exit 0' > test.sh", "description": "look for the tests"}),
+        ),
+        (Kind::Background, 1) => fix(),
+        // A writer that outlives the call, in its own session: alive while the agent works,
+        // it must be dead before the verdict.
+        (Kind::Background, 2) => call(
+            "bash",
+            json!({"command": "setsid sh -c 'while true; do echo x >> beats; sleep 0.05; done' >/dev/null 2>&1 < /dev/null &", "description": "leave a writer behind"}),
+        ),
+        (Kind::Background, 3) => call(
+            "bash",
+            json!({"command": "sleep 0.5; wc -c < beats", "description": "is it alive"}),
+        ),
+        (Kind::GiveUp, _) => text("I could not fix it."),
+        _ => text("Done."),
+    };
+    Response::Stream(answer)
+}
+
+struct TaskSet {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// Twenty tasks and one broken line. Task t00 is a git repository whose HEAD already
+/// holds the fix: its task names the commit before, so the checkout has to be right.
+fn task_set() -> TaskSet {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::create_dir_all(dir.join("hidden")).unwrap();
+    std::fs::write(dir.join("hidden/test.sh"), HIDDEN_TEST).unwrap();
+    let mut lines = Vec::new();
+    for n in 0..20 {
+        let id = format!("t{n:02}");
+        let repo = dir.join("repos").join(&id);
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::write(repo.join("calc.sh"), BUGGY).unwrap();
+        let mut task = json!({
+            "id": id,
+            "instruction": format!("TASK {id}: calc.sh should add its two arguments. Fix it."),
+            "repo": format!("repos/{id}"),
+            "verify": "sh test.sh",
+            "tests_dir": "hidden",
+        });
+        match kind(n) {
+            Kind::Slow => task["timeouts"] = json!({"agent": 3}),
+            Kind::Background => {
+                task["verify"] = json!(
+                    "a=$(wc -c < beats); sleep 1; b=$(wc -c < beats); echo \"beats $a $b\"; [ \"$a\" = \"$b\" ] && sh test.sh"
+                )
+            }
+            Kind::NeedsSetup => {
+                task["setup"] = json!("echo ready > .setup-done");
+                task["verify"] = json!("test -f .setup-done && sh test.sh");
+            }
+            _ => {}
+        }
+        if n == 0 {
+            git(&repo, &["init", "-q"]);
+            git(&repo, &["add", "-A"]);
+            git(&repo, &["commit", "-qm", "buggy"]);
+            let out = Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(["rev-parse", "HEAD"])
+                .output()
+                .unwrap();
+            task["commit"] = json!(String::from_utf8_lossy(&out.stdout).trim());
+            std::fs::write(repo.join("calc.sh"), FIXED).unwrap();
+            git(&repo, &["commit", "-qam", "fixed upstream"]);
+        }
+        lines.push(task.to_string());
+    }
+    lines.push(
+        json!({"id": "t20", "instruction": "TASK t20", "repo": "repos/nowhere", "verify": "true"})
+            .to_string(),
+    );
+    let file = dir.join("tasks.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    TaskSet {
+        _tmp: tmp,
+        dir,
+        file,
+    }
+}
+
+fn eval(model: &ScriptedModel, set: &TaskSet, out: &Path, extra: &[&str]) -> (Output, u32) {
+    let child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "run"])
+        .arg(&set.file)
+        .arg("--out")
+        .arg(out)
+        .args(["--model", "openai/scripted", "--jobs", "4"])
+        .args(extra)
+        .env("XDG_DATA_HOME", set.dir.join("data"))
+        .env("XDG_CONFIG_HOME", set.dir.join("config"))
+        .env("OPENAI_API_KEY", "sk-eval-test")
+        .env("OPENAI_BASE_URL", model.openai_base())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+fn containers_of(pid: u32) -> String {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=runner.owner-pid={pid}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
+    common::engine::docker();
+    let set = task_set();
+    let model = ScriptedModel::responding(answer);
+    let out = set.dir.join("out");
+    let (run, pid) = eval(&model, &set, &out, &[]);
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    assert_eq!(containers_of(pid), "", "containers left behind");
+    assert!(!out.join(".work").exists(), "worktrees left behind");
+
+    for n in 0..20 {
+        let id = format!("t{n:02}");
+        let r = read_json(&out.join("tasks").join(&id).join("result.json"));
+        let log = std::fs::read_to_string(out.join("tasks").join(&id).join("verify.log"))
+            .unwrap_or_default();
+        let session = std::fs::read_to_string(out.join("tasks").join(&id).join("session.jsonl"))
+            .unwrap_or_default();
+        assert_eq!(
+            r["status"],
+            expected(kind(n)),
+            "{id}: {r:#}\nverify.log: {log}\nsession: {session}\n{said}"
+        );
+    }
+    let broken = read_json(&out.join("tasks/t20/result.json"));
+    assert_eq!(broken["status"], "infra_error");
+    assert!(
+        broken["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a directory"),
+        "{broken}"
+    );
+
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(
+        summary["counts"],
+        json!({"agent_error": 0, "infra_error": 1, "resolved": 12, "timeout": 2, "unresolved": 6}),
+        "{summary:#}"
+    );
+    assert_eq!(summary["tasks"], 21);
+    assert_eq!(summary["model"], "openai/scripted");
+
+    // The checkout was the task's commit, and the diff is the agent's change to it.
+    let diff = std::fs::read_to_string(out.join("tasks/t00/diff.patch")).unwrap();
+    assert!(diff.contains("+echo $(($1 + $2))"), "{diff}");
+    assert!(diff.contains("-echo $(($1 - $2))"), "{diff}");
+    // The cheat saw no tests, and its own test.sh was replaced by the hidden one.
+    let cheat_log = std::fs::read_to_string(out.join("tasks/t17/verify.log")).unwrap();
+    assert!(cheat_log.contains("FAIL"), "{cheat_log}");
+    let cheat_seen = model
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("TASK t17"))
+        .map(|r| r.body.to_string())
+        .next_back()
+        .unwrap();
+    assert!(cheat_seen.contains("No such file"), "{cheat_seen}");
+    // The writer was alive in the agent's sandbox, and still when the verdict was taken.
+    let alive = model
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().clone())
+        .find(|m| {
+            m.iter().any(|x| x.to_string().contains("TASK t18"))
+                && m.iter().filter(|x| x["role"] == "assistant").count() == 4
+        })
+        .unwrap();
+    let output = alive.last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let beats: u64 = output
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|w| !w.is_empty())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0);
+    assert!(beats > 0, "the writer never ran: {output}");
+    let bg_log = std::fs::read_to_string(out.join("tasks/t18/verify.log")).unwrap();
+    assert!(bg_log.contains("PASS"), "{bg_log}");
+    // Sessions and logs are kept per task.
+    assert!(out.join("tasks/t05/session.jsonl").exists());
+    assert!(
+        std::fs::read_to_string(out.join("tasks/t19/setup.log")).is_ok(),
+        "setup log"
+    );
+    let predictions = std::fs::read_to_string(out.join("predictions.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(predictions.lines().next().unwrap()).unwrap();
+    assert_eq!(first["instance_id"], "t00");
+    assert!(
+        first["model_patch"]
+            .as_str()
+            .unwrap()
+            .contains("+echo $(($1 + $2))")
+    );
+    assert_eq!(predictions.lines().count(), 21);
+
+    // Again into the same folder: nothing is run twice, and the summary is the same.
+    let asked = model.requests().len();
+    let (again, _) = eval(&model, &set, &out, &[]);
+    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(model.requests().len(), asked, "finished tasks ran again");
+    assert_eq!(read_json(&out.join("summary.json")), summary);
+
+    let shown = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "summary"])
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown, summary);
+}
