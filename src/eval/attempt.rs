@@ -23,7 +23,7 @@ use crate::agent::start::{RunOptions, start};
 use crate::sandbox::Sandbox;
 use crate::sandbox::api::ExecRequest;
 use crate::sandbox::client::ExecEvent;
-use crate::session::SessionOptions;
+use crate::session::{OpenError, OpenSession, SessionOptions};
 use crate::tool::Session;
 
 /// Output kept from setup and verify commands (head and tail beyond it).
@@ -101,6 +101,9 @@ pub async fn run(
             false,
         );
     }
+    // The verifier's sandbox starts while the agent works, so its start costs no time;
+    // it runs nothing until the agent's sandbox is gone.
+    let verifier = Prewarmed::open(session.clone());
     let mut run = match start(run_options).await {
         Ok(r) => r,
         Err(e) => {
@@ -201,7 +204,7 @@ pub async fn run(
     // The diff and the verdict, in a fresh sandbox. A timed-out or crashed agent still gets
     // its diff recorded.
     let verify_started = Instant::now();
-    let verifier = match session.open(Session::new("verify")).await {
+    let verifier = match verifier.take().await {
         Ok(v) => v,
         Err(e) => {
             return infra(
@@ -285,6 +288,39 @@ fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOp
     // Nobody watches an evaluation: what a rule would ask is refused.
     s.ask = Some(crate::config::profile::AskMode::Deny);
     s
+}
+
+/// A session being opened in the background. Dropped unused, it is closed once open:
+/// a start cut short could leave a container nobody owns.
+struct Prewarmed(Option<tokio::task::JoinHandle<Result<OpenSession, OpenError>>>);
+
+impl Prewarmed {
+    fn open(session: SessionOptions) -> Prewarmed {
+        Prewarmed(Some(tokio::spawn(async move {
+            session.open(Session::new("verify")).await
+        })))
+    }
+
+    async fn take(mut self) -> Result<OpenSession, String> {
+        let handle = self.0.take().expect("taken once");
+        match handle.await {
+            Ok(Ok(open)) => Ok(open),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("the sandbox start failed: {e}")),
+        }
+    }
+}
+
+impl Drop for Prewarmed {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            super::CLOSING.spawn(async move {
+                if let Ok(Ok(open)) = handle.await {
+                    drop_blocking(open).await;
+                }
+            });
+        }
+    }
 }
 
 /// Closing a sandbox waits for it to be gone (a container removal is a blocking call).

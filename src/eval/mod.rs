@@ -23,6 +23,11 @@ use crate::sandbox::BackendKind;
 use results::{Status, Summary, TaskResult};
 use tasks::{Loaded, Task};
 
+/// Sandboxes being closed in the background; the evaluation does not end before they are
+/// gone.
+static CLOSING: std::sync::LazyLock<tokio_util::task::TaskTracker> =
+    std::sync::LazyLock::new(tokio_util::task::TaskTracker::new);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentKind {
     /// runner's own loop with `--model`.
@@ -181,6 +186,8 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
         })
         .buffer_unordered(options.jobs);
     runs.collect::<Vec<()>>().await;
+    CLOSING.close();
+    CLOSING.wait().await;
     progress.done();
     let _ = std::fs::remove_dir_all(options.out.join(".work"));
 

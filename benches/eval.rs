@@ -1,0 +1,134 @@
+//! Benchmark: what the evaluation harness itself costs per task. 100 trivial tasks (a
+//! one-file repository, a `replay` model that answers "done" at once, `verify = true`) run
+//! through the real `runner eval run` on the docker backend, with `--jobs 2` and one at a
+//! time, next to a bare `docker run --rm IMAGE true` per task: the floor a
+//! container-per-task harness cannot go below. runner starts two containers per task (the
+//! agent's, and a fresh one for the verdict, so nothing the agent left running can touch
+//! it). Target: under 0.5 s of wall time per task with `--jobs 2` on a 2-core machine.
+//!
+//! `cargo bench --bench eval` (needs the engine and `runner image build`).
+//! `EVAL_BENCH_TASKS` sets the number of tasks (default 100).
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+const IMAGE: &str = "runner-sandbox:bookworm";
+
+fn task_set(dir: &Path, n: usize) -> std::path::PathBuf {
+    let mut lines = String::new();
+    for i in 0..n {
+        let repo = dir.join("repos").join(format!("r{i}"));
+        std::fs::create_dir_all(&repo).expect("repo");
+        std::fs::write(repo.join("a.txt"), format!("task {i}\n")).expect("file");
+        let task = json!({
+            "id": format!("t{i:03}"),
+            "instruction": format!("Task {i}: nothing to do."),
+            "repo": format!("repos/r{i}"),
+            "verify": "true",
+        });
+        lines.push_str(&task.to_string());
+        lines.push('\n');
+    }
+    let file = dir.join("tasks.jsonl");
+    std::fs::write(&file, lines).expect("tasks");
+    let turn = json!({"type": "turn", "session": "bench", "step": 1, "duration_ms": 0,
+        "turn": {"text": "done", "tool_calls": [], "finish": "stop",
+                 "usage": {"input": 10, "output": 1, "cache_read": 0, "cache_write": 0}}});
+    std::fs::write(dir.join("replay.jsonl"), format!("{turn}\n")).expect("replay");
+    file
+}
+
+fn eval(dir: &Path, tasks: &Path, jobs: usize, out: &str) -> Duration {
+    let replay = format!("replay/{}", dir.join("replay.jsonl").display());
+    let started = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "run"])
+        .arg(tasks)
+        .arg("--out")
+        .arg(dir.join(out))
+        .args(["--model", &replay, "--jobs", &jobs.to_string()])
+        .env("XDG_DATA_HOME", dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("runner eval");
+    let took = started.elapsed();
+    assert!(status.success(), "runner eval run failed");
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(out).join("summary.json")).expect("summary"),
+    )
+    .expect("summary json");
+    let resolved = summary["counts"]["resolved"].as_u64().unwrap_or(0);
+    assert_eq!(
+        resolved as usize,
+        summary["attempts"].as_u64().unwrap_or(0) as usize,
+        "every trivial task resolves: {summary}"
+    );
+    took
+}
+
+fn docker_run_floor(n: usize) -> Duration {
+    let started = Instant::now();
+    for _ in 0..n {
+        let ok = Command::new("docker")
+            .args(["run", "--rm", "--network", "none", IMAGE, "true"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("docker run")
+            .success();
+        assert!(ok, "docker run {IMAGE} true failed: is the image built?");
+    }
+    started.elapsed()
+}
+
+fn main() -> ExitCode {
+    let n: usize = std::env::var("EVAL_BENCH_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let tasks = task_set(&dir, n);
+    // Warm: the image's layers and the binary's pages.
+    docker_run_floor(1);
+
+    let per = |d: Duration| d.as_secs_f64() / n as f64;
+    let parallel = eval(&dir, &tasks, 2, "jobs2");
+    let serial = eval(&dir, &tasks, 1, "jobs1");
+    let floor = docker_run_floor(n);
+    println!("eval harness, {n} trivial tasks on the docker backend (replay model)");
+    println!(
+        "  runner eval --jobs 2      {:>7.3} s/task  ({:.1} s total)",
+        per(parallel),
+        parallel.as_secs_f64()
+    );
+    println!(
+        "  runner eval --jobs 1      {:>7.3} s/task  ({:.1} s total)",
+        per(serial),
+        serial.as_secs_f64()
+    );
+    println!(
+        "  docker run --rm {IMAGE} true, one at a time {:>7.3} s/task",
+        per(floor)
+    );
+    println!(
+        "  ratios: --jobs 2 / docker run = {:.2}, --jobs 1 / docker run = {:.2} (runner starts two containers per task)",
+        per(parallel) / per(floor),
+        per(serial) / per(floor)
+    );
+    let target = 0.5;
+    if per(parallel) < target {
+        println!("  target met: under {target} s per task with --jobs 2");
+        ExitCode::SUCCESS
+    } else {
+        println!(
+            "  TARGET MISSED: {:.3} s per task (target {target})",
+            per(parallel)
+        );
+        ExitCode::FAILURE
+    }
+}
