@@ -321,3 +321,119 @@ fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
     let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(shown, summary);
 }
+
+/// Results as an evaluation leaves them, written by hand: the report needs no engine.
+fn results_dir(dir: &Path) {
+    let statuses = [
+        ("a1", "resolved"),
+        ("a2", "resolved"),
+        ("b1", "unresolved"),
+        ("c1", "timeout"),
+        ("d1", "infra_error"),
+    ];
+    for (i, (id, status)) in statuses.iter().enumerate() {
+        let task = dir.join("tasks").join(id);
+        std::fs::create_dir_all(&task).unwrap();
+        let result = json!({
+            "id": id, "attempt": 1, "status": status, "reward": null, "model": "m/x",
+            "steps": i, "usage": {"input": 100 * i, "output": 10, "cache_read": 0, "cache_write": 0},
+            "timings": {"setup_ms": 0, "agent_ms": 1000 * i, "verify_ms": 5, "total_ms": 1000 * i + 5},
+            "infra_retries": 0
+        });
+        std::fs::write(task.join("result.json"), result.to_string()).unwrap();
+        // What an agent might write to get its markup run in the reader's browser.
+        std::fs::write(
+            task.join("diff.patch"),
+            "+</script><script>document.body.dataset.pwned = 1</script>\n+<img src=x onerror=\"document.body.dataset.pwned=1\">\n",
+        )
+        .unwrap();
+        std::fs::write(task.join("verify.log"), format!("{id} log\n")).unwrap();
+    }
+}
+
+fn chromium(args: &[&str]) -> Output {
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .args(args)
+        .output()
+        .expect("chromium")
+}
+
+fn visible_rows(dom: &str) -> usize {
+    dom.split("<tr ")
+        .skip(1)
+        .filter(|tr| {
+            tr.contains("data-status=") && !tr.split('>').next().unwrap().contains("hidden")
+        })
+        .count()
+}
+
+#[test]
+fn the_report_loads_filters_and_sorts_in_a_real_browser_and_runs_nothing_a_task_wrote() {
+    common::engine::ensure_package("chromium", "/usr/bin/chromium");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::fs::canonicalize(tmp.path()).unwrap();
+    results_dir(&out);
+    let made = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "report"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0), "{made:?}");
+    let path = PathBuf::from(String::from_utf8_lossy(&made.stdout).trim());
+    assert_eq!(path, out.join("report.html"));
+    let html = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no network"
+    );
+
+    let url = format!("file://{}", path.display());
+    let all = chromium(&["--dump-dom", &url]);
+    let dom = String::from_utf8_lossy(&all.stdout);
+    let log = String::from_utf8_lossy(&all.stderr);
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the script ran to its end\n{log}"
+    );
+    assert!(!dom.contains("data-pwned"), "markup from a task ran");
+    assert!(!log.contains("Uncaught"), "console errors:\n{log}");
+    assert_eq!(visible_rows(&dom), 5, "{dom}");
+
+    let filtered = chromium(&["--dump-dom", &format!("{url}#status=resolved")]);
+    let dom = String::from_utf8_lossy(&filtered.stdout);
+    assert_eq!(visible_rows(&dom), 2, "the filter hides the other rows");
+    assert!(dom.contains("2 of 5 shown"));
+
+    let sorted = chromium(&["--dump-dom", &format!("{url}#sort=agent_s&desc=1")]);
+    let dom = String::from_utf8_lossy(&sorted.stdout);
+    let order: Vec<&str> = dom
+        .split("<tr ")
+        .skip(1)
+        .filter_map(|tr| tr.split("<td>").nth(1)?.split('<').next())
+        .collect();
+    assert_eq!(
+        order,
+        ["d1", "c1", "b1", "a2", "a1"],
+        "sorted by agent time, longest first"
+    );
+
+    let shot = out.join("report.png");
+    let _ = chromium(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=1280,900",
+        &url,
+    ]);
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    // Kept where a person can look at it after the run.
+    let keep = std::env::temp_dir().join("runner-eval-report.png");
+    std::fs::copy(&shot, &keep).unwrap();
+}

@@ -16,6 +16,7 @@ pub mod record;
 mod run;
 pub mod start;
 mod task;
+pub mod transcript;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -14,6 +14,9 @@ use crate::sandbox::BackendKind;
 pub enum EvalCommand {
     /// Run task sets, each task in its own sandbox, into an output folder.
     Run(RunArgs),
+    /// Write DIR/report.html (self-contained: summary, a filterable table, each task's
+    /// diff, verify log and transcript) and print its path.
+    Report { dir: PathBuf },
     /// The counts again, from what is on disk.
     Summary {
         dir: PathBuf,
@@ -70,6 +73,16 @@ pub fn run(cmd: EvalCommand) -> u8 {
                 } else {
                     println!("{}", summary_line(&s));
                 }
+                exit::OK
+            }
+            Err(e) => {
+                eprintln!("runner: {e}");
+                exit::FAILED
+            }
+        },
+        EvalCommand::Report { dir } => match eval::report::write(&dir) {
+            Ok(path) => {
+                println!("{}", path.display());
                 exit::OK
             }
             Err(e) => {

@@ -7,6 +7,7 @@
 //! that skips what is already finished.
 
 pub mod attempt;
+pub mod report;
 pub mod results;
 pub mod tasks;
 pub mod worktree;
@@ -219,7 +220,10 @@ pub fn summary(out: &Path) -> Result<Summary, String> {
     }
     let (model, hash) = previous
         .map(|p| (p.model, p.task_set_hash))
-        .unwrap_or_default();
+        .unwrap_or_else(|| {
+            let model = all.first().map(|r| r.model.clone()).unwrap_or_default();
+            (model, String::new())
+        });
     Ok(results::summarize(&all, &model, &hash))
 }
 
