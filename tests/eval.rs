@@ -108,13 +108,13 @@ fn git(dir: &Path, args: &[&str]) {
 
 /// Twenty tasks and one broken line. Task t00 is a git repository whose HEAD already
 /// holds the fix: its task names the commit before, so the checkout has to be right.
-fn task_set() -> TaskSet {
+fn task_set(count: usize, broken: bool) -> TaskSet {
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
     std::fs::create_dir_all(dir.join("hidden")).unwrap();
     std::fs::write(dir.join("hidden/test.sh"), HIDDEN_TEST).unwrap();
     let mut lines = Vec::new();
-    for n in 0..20 {
+    for n in 0..count {
         let id = format!("t{n:02}");
         let repo = dir.join("repos").join(&id);
         std::fs::create_dir_all(&repo).unwrap();
@@ -155,10 +155,12 @@ fn task_set() -> TaskSet {
         }
         lines.push(task.to_string());
     }
-    lines.push(
-        json!({"id": "t20", "instruction": "TASK t20", "repo": "repos/nowhere", "verify": "true"})
-            .to_string(),
-    );
+    if broken {
+        lines.push(
+            json!({"id": "t20", "instruction": "TASK t20", "repo": "repos/nowhere", "verify": "true"})
+                .to_string(),
+        );
+    }
     let file = dir.join("tasks.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
     TaskSet {
@@ -169,12 +171,23 @@ fn task_set() -> TaskSet {
 }
 
 fn eval(model: &ScriptedModel, set: &TaskSet, out: &Path, extra: &[&str]) -> (Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let child = start_eval(model, set, out, extra);
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+fn start_eval(
+    model: &ScriptedModel,
+    set: &TaskSet,
+    out: &Path,
+    extra: &[&str],
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
         .args(["eval", "run"])
         .arg(&set.file)
         .arg("--out")
         .arg(out)
-        .args(["--model", "openai/scripted", "--jobs", "4"])
+        .args(["--model", "openai/scripted"])
         .args(extra)
         .env("XDG_DATA_HOME", set.dir.join("data"))
         .env("XDG_CONFIG_HOME", set.dir.join("config"))
@@ -184,9 +197,7 @@ fn eval(model: &ScriptedModel, set: &TaskSet, out: &Path, extra: &[&str]) -> (Ou
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
+        .unwrap()
 }
 
 fn containers_of(pid: u32) -> String {
@@ -206,10 +217,10 @@ fn read_json(p: &Path) -> Value {
 #[test]
 fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
     common::engine::docker();
-    let set = task_set();
+    let set = task_set(20, true);
     let model = ScriptedModel::responding(answer);
     let out = set.dir.join("out");
-    let (run, pid) = eval(&model, &set, &out, &[]);
+    let (run, pid) = eval(&model, &set, &out, &["--jobs", "4"]);
     let said = format!(
         "stdout:\n{}\nstderr:\n{}",
         String::from_utf8_lossy(&run.stdout),
@@ -307,7 +318,7 @@ fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
 
     // Again into the same folder: nothing is run twice, and the summary is the same.
     let asked = model.requests().len();
-    let (again, _) = eval(&model, &set, &out, &[]);
+    let (again, _) = eval(&model, &set, &out, &["--jobs", "4"]);
     assert_eq!(again.status.code(), Some(0));
     assert_eq!(model.requests().len(), asked, "finished tasks ran again");
     assert_eq!(read_json(&out.join("summary.json")), summary);
@@ -436,4 +447,89 @@ fn the_report_loads_filters_and_sorts_in_a_real_browser_and_runs_nothing_a_task_
     // Kept where a person can look at it after the run.
     let keep = std::env::temp_dir().join("runner-eval-report.png");
     std::fs::copy(&shot, &keep).unwrap();
+}
+
+fn finished(out: &Path) -> usize {
+    std::fs::read_dir(out.join("tasks"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| t.path().join("result.json").exists())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn wait_for_finished(out: &Path, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while finished(out) < n {
+        assert!(std::time::Instant::now() < deadline, "no task finished");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn stopped_and_killed_runs_resume_to_the_same_counts_and_leave_nothing() {
+    common::engine::docker();
+    let set = task_set(10, false);
+    // Every answer takes a while, so that tasks are in flight when the run is stopped.
+    let model = ScriptedModel::responding(|body| match answer(body) {
+        Response::Stream(a) => Response::Slow(a, std::time::Duration::from_millis(700)),
+        other => other,
+    });
+    let out = set.dir.join("out");
+
+    // SIGTERM: running tasks are cancelled, their sandboxes closed, finished ones kept.
+    let child = start_eval(&model, &set, &out, &["--jobs", "2"]);
+    let first = child.id();
+    wait_for_finished(&out, 1);
+    unsafe { libc::kill(first as i32, libc::SIGTERM) };
+    let stopped = child.wait_with_output().unwrap();
+    assert_eq!(stopped.status.code(), Some(130), "{stopped:?}");
+    assert!(
+        String::from_utf8_lossy(&stopped.stderr).contains("unfinished"),
+        "{stopped:?}"
+    );
+    assert_eq!(containers_of(first), "", "a stopped run left containers");
+    let after_stop = finished(&out);
+    assert!(after_stop < 10, "the run was stopped before the end");
+
+    // SIGKILL: nothing gets to clean up; the next start does.
+    let child = start_eval(&model, &set, &out, &["--jobs", "2"]);
+    let second = child.id();
+    wait_for_finished(&out, after_stop + 1);
+    unsafe { libc::kill(second as i32, libc::SIGKILL) };
+    let _ = child.wait_with_output();
+    let after_kill = finished(&out);
+
+    let (done, third) = eval(&model, &set, &out, &["--jobs", "2"]);
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+    assert!(after_kill < 10, "some work was left for the last run");
+    assert_eq!(
+        containers_of(second),
+        "",
+        "the killed run's containers were not reaped"
+    );
+    assert_eq!(containers_of(third), "");
+    assert!(!out.join(".work").exists());
+    let summary = read_json(&out.join("summary.json"));
+    // As an uninterrupted run of these ten would count them.
+    assert_eq!(
+        summary["counts"],
+        json!({"agent_error": 0, "infra_error": 0, "resolved": 10, "timeout": 0, "unresolved": 0}),
+        "{summary:#}"
+    );
+    assert_eq!(summary["attempts"], 10);
+    for n in 0..10 {
+        let dir = out.join("tasks").join(format!("t{n:02}"));
+        let stale: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".jsonl") && f != "session.jsonl")
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "stale files from a killed attempt: {stale:?}"
+        );
+    }
 }

@@ -58,6 +58,9 @@ pub async fn run(
         result.error = Some(error);
         Some(Verdict { result, retryable })
     };
+    // What an interrupted earlier try left here (no result.json, or it would not run
+    // again) is stale.
+    let _ = std::fs::remove_dir_all(out);
     if let Err(e) = std::fs::create_dir_all(out) {
         return infra(
             result,
