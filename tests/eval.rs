@@ -1,7 +1,7 @@
 //! `runner eval` end to end: a task set of small repositories with a failing test each,
 //! run on the docker backend by a scripted model (a real SSE server) that fixes some tasks,
-//! gives up on others, runs past its time on two, tries to cheat on one and leaves a
-//! process behind on another. The counts must be exactly what the script deserves.
+//! gives up on others, runs past its time on two, tries to cheat on one, leaves a process
+//! behind on another and kills its own sandbox on one more. The counts must be exactly what the script deserves.
 
 mod common;
 
@@ -24,12 +24,14 @@ enum Kind {
     Cheat,
     Background,
     NeedsSetup,
+    Crash,
 }
 
 fn kind(n: usize) -> Kind {
     match n {
         0..=9 => Kind::Fix,
-        10..=14 => Kind::GiveUp,
+        10..=13 => Kind::GiveUp,
+        14 => Kind::Crash,
         15 | 16 => Kind::Slow,
         17 => Kind::Cheat,
         18 => Kind::Background,
@@ -42,6 +44,7 @@ fn expected(k: Kind) -> &'static str {
         Kind::Fix | Kind::Background | Kind::NeedsSetup => "resolved",
         Kind::GiveUp | Kind::Cheat => "unresolved",
         Kind::Slow => "timeout",
+        Kind::Crash => "agent_error",
     }
 }
 
@@ -81,6 +84,11 @@ fn answer(body: &Value) -> Response {
         (Kind::Background, 3) => call(
             "bash",
             json!({"command": "sleep 0.5; wc -c < beats", "description": "is it alive"}),
+        ),
+        // Takes every process in its sandbox down, the sandbox's server with them.
+        (Kind::Crash, 0) => call(
+            "bash",
+            json!({"command": "kill -9 -1", "description": "kill everything"}),
         ),
         (Kind::GiveUp, _) => text("I could not fix it."),
         _ => text("Done."),
@@ -256,7 +264,7 @@ fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
     let summary = read_json(&out.join("summary.json"));
     assert_eq!(
         summary["counts"],
-        json!({"agent_error": 0, "infra_error": 1, "resolved": 12, "timeout": 2, "unresolved": 6}),
+        json!({"agent_error": 1, "infra_error": 1, "resolved": 12, "timeout": 2, "unresolved": 5}),
         "{summary:#}"
     );
     assert_eq!(summary["tasks"], 21);
