@@ -107,7 +107,11 @@ pub async fn run(
     // The verifier's sandbox starts while the agent works, so its start costs no time;
     // it runs nothing until the agent's sandbox is gone.
     let verifier = Prewarmed::open(session.clone());
-    let mut run = match start(run_options).await {
+    let started_run = {
+        let _engine = super::ENGINE_CALLS.acquire().await;
+        start(run_options).await
+    };
+    let mut run = match started_run {
         Ok(r) => r,
         Err(e) => {
             let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
@@ -300,6 +304,7 @@ struct Prewarmed(Option<tokio::task::JoinHandle<Result<OpenSession, OpenError>>>
 impl Prewarmed {
     fn open(session: SessionOptions) -> Prewarmed {
         Prewarmed(Some(tokio::spawn(async move {
+            let _engine = super::ENGINE_CALLS.acquire().await;
             session.open(Session::new("verify")).await
         })))
     }
@@ -332,6 +337,7 @@ async fn close(run: crate::agent::start::Run) {
 }
 
 async fn drop_blocking<T: Send + 'static>(value: T) {
+    let _engine = super::ENGINE_CALLS.acquire().await;
     let _ = tokio::task::spawn_blocking(move || drop(value)).await;
 }
 

@@ -29,6 +29,10 @@ use tasks::{Loaded, Task};
 static CLOSING: std::sync::LazyLock<tokio_util::task::TaskTracker> =
     std::sync::LazyLock::new(tokio_util::task::TaskTracker::new);
 
+/// Sandbox starts and removals in flight at once, whatever `--jobs` says: past a handful,
+/// a Docker engine answers every call more slowly and then times out.
+static ENGINE_CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentKind {
     /// runner's own loop with `--model`.
