@@ -145,6 +145,9 @@ pub struct Runtime {
     lineage: Mutex<HashMap<String, (Vec<Rule>, u32)>>,
     /// Models other than the run's, for subagents that name their own.
     models: std::sync::OnceLock<ModelResolver>,
+    /// The root agent's steps and usage so far, for an end written from outside the loop
+    /// (a forced exit).
+    root_progress: Mutex<(u32, Usage)>,
     started: Instant,
 }
 
@@ -178,6 +181,7 @@ impl Runtime {
             children: tokio::sync::Mutex::new(HashMap::new()),
             lineage: Mutex::new(HashMap::new()),
             models: std::sync::OnceLock::new(),
+            root_progress: Mutex::new((0, Usage::default())),
             started: Instant::now(),
         })
     }
@@ -207,6 +211,10 @@ impl Runtime {
                 )
             }),
         }
+    }
+
+    fn note_root_progress(&self, steps: u32, usage: Usage) {
+        *self.root_progress.lock().unwrap_or_else(|p| p.into_inner()) = (steps, usage);
     }
 
     pub fn agent(&self, name: &str) -> Option<&AgentDef> {

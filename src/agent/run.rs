@@ -128,6 +128,9 @@ impl Agent {
             let elapsed = started.elapsed();
             let duration_ms = elapsed.as_millis() as u64;
             self.usage.add(&turn.usage);
+            if self.parent.is_none() {
+                self.rt.note_root_progress(self.steps, self.usage);
+            }
             self.last_context = turn.usage.context();
             let cut_off = turn.finish == Finish::Length;
             self.record(Record::Turn {

@@ -267,6 +267,37 @@ impl Run {
         });
     }
 
+    /// What to do on an exit that cannot wait for the turn to wind down: record the end
+    /// with the progress made so far, so the session does not look like it is still
+    /// running. The sandbox is left to its backend's reaping.
+    pub fn on_forced_exit(&self) -> impl Fn() + Send + Sync + 'static {
+        let rt = self.rt.clone();
+        let session = self.agent.id.clone();
+        move || {
+            let (steps, usage) = *rt.root_progress.lock().unwrap_or_else(|p| p.into_inner());
+            let elapsed = rt.started.elapsed();
+            let end = End::Interrupted;
+            let message = Some("stopped at once by a second interrupt".to_string());
+            rt.recorder.write(&Record::End {
+                session: session.clone(),
+                reason: end.reason().into(),
+                message: message.clone(),
+                steps,
+                usage,
+                duration_ms: elapsed.as_millis() as u64,
+            });
+            rt.events.emit(&Event::SessionEnd {
+                session: session.clone(),
+                reason: end.reason().into(),
+                message,
+                steps,
+                usage,
+                duration_ms: super::events::millis(elapsed),
+                files_changed: Vec::new(),
+            });
+        }
+    }
+
     pub fn session_file(&self) -> &Path {
         self.rt.recorder.path()
     }

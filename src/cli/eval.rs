@@ -4,9 +4,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use tokio_util::sync::CancellationToken;
 
 use super::exit;
+use super::signals::Signals;
 use crate::eval::{self, AgentKind, EvalOptions};
 use crate::sandbox::BackendKind;
 
@@ -118,8 +118,12 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.timeout_multiplier = args.timeout_multiplier;
     options.max_steps = args.max_steps;
     options.progress = std::io::stderr().is_terminal();
-    let stop = CancellationToken::new();
-    listen_for_stop(stop.clone());
+    // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
+    let signals = Signals::listen(
+        Some("stopping: running tasks are cancelled, finished ones are kept"),
+        Box::new(|| {}),
+    );
+    let stop = signals.turn();
     match eval::run(options, stop.clone()).await {
         Ok(report) => {
             println!("{}", summary_line(&report.summary));
@@ -138,32 +142,6 @@ async fn run_eval(args: RunArgs) -> u8 {
             exit::FAILED
         }
     }
-}
-
-/// Ctrl-C or SIGTERM stops new tasks and cancels the running ones (their sandboxes close);
-/// a second one exits at once.
-fn listen_for_stop(stop: CancellationToken) {
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-            if stop.is_cancelled() {
-                eprintln!("\nrunner: stopped");
-                std::process::exit(130);
-            }
-            eprintln!("\nrunner: stopping: running tasks are cancelled, finished ones are kept");
-            stop.cancel();
-        }
-    });
 }
 
 fn summary_line(s: &eval::results::Summary) -> String {

@@ -8,6 +8,7 @@ mod run;
 mod sandbox;
 mod sandbox_server;
 mod sessions;
+mod signals;
 mod tool;
 
 use std::process::ExitCode;

@@ -5,13 +5,13 @@
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
-use tokio_util::sync::CancellationToken;
 
+use super::signals::Signals;
 use super::tool::SandboxArgs;
 use crate::agent::events::{Event, EventSink, JsonLines};
 use crate::agent::start::{Resume, RunOptions, start};
@@ -121,7 +121,7 @@ pub async fn run(args: RunArgs) -> u8 {
     for note in &run.notes {
         eprintln!("runner: {note}");
     }
-    let signals = Signals::listen();
+    let signals = Signals::listen(None, Box::new(run.on_forced_exit()));
     let end = match prompt.or(run.recorded_prompt.clone()) {
         Some(prompt) => {
             let cancel = signals.turn();
@@ -178,51 +178,6 @@ async fn conversation(run: &mut crate::agent::start::Run, signals: &Signals, jso
             End::Refused(m) => eprintln!("{}", paint("33", m)),
             End::Finished => {}
         }
-    }
-}
-
-/// Ctrl-C and SIGTERM cancel the turn in flight; a second Ctrl-C while nothing can be
-/// cancelled (or SIGTERM twice) exits at once, closing the sandbox on the way out.
-struct Signals {
-    current: Arc<Mutex<CancellationToken>>,
-}
-
-impl Signals {
-    fn listen() -> Signals {
-        let current = Arc::new(Mutex::new(CancellationToken::new()));
-        let shared = current.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut int), Ok(mut term)) = (
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::terminate()),
-            ) else {
-                return;
-            };
-            loop {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
-                let token = shared.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if token.is_cancelled() {
-                    // The turn is already winding down and the user insists. The sandbox
-                    // backends reap what is left (containers by label, servers with
-                    // their parent).
-                    eprintln!("\nrunner: stopped");
-                    std::process::exit(exit::INTERRUPTED as i32);
-                }
-                token.cancel();
-            }
-        });
-        Signals { current }
-    }
-
-    /// A fresh token for the next turn.
-    fn turn(&self) -> CancellationToken {
-        let token = CancellationToken::new();
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = token.clone();
-        token
     }
 }
 
