@@ -13,7 +13,7 @@ use crate::sandbox::BackendKind;
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
     /// Run task sets, each task in its own sandbox, into an output folder.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write DIR/report.html (self-contained: summary, a filterable table, each task's
     /// diff, verify log and transcript) and print its path.
     Report { dir: PathBuf },
@@ -57,6 +57,15 @@ pub struct RunArgs {
     /// Attempts per task (pass@k is reported for k up to this).
     #[arg(long, default_value_t = 1)]
     attempts: u32,
+    /// Seconds for setup, in tasks that do not set their own (default 600).
+    #[arg(long)]
+    setup_timeout: Option<f64>,
+    /// Seconds for the agent, in tasks that do not set their own (default 1800).
+    #[arg(long)]
+    agent_timeout: Option<f64>,
+    /// Seconds for verify, in tasks that do not set their own (default 600).
+    #[arg(long)]
+    verify_timeout: Option<f64>,
     /// Scales every task's timeouts.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
@@ -90,7 +99,7 @@ pub fn run(cmd: EvalCommand) -> u8 {
                 exit::FAILED
             }
         },
-        EvalCommand::Run(args) => super::block_on_plain(run_eval(args)),
+        EvalCommand::Run(args) => super::block_on_plain(run_eval(*args)),
     }
 }
 
@@ -116,6 +125,17 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.config = args.config;
     options.attempts = args.attempts;
     options.timeout_multiplier = args.timeout_multiplier;
+    let secs = |v: Option<f64>, d: std::time::Duration| {
+        v.filter(|s| *s > 0.0)
+            .map(std::time::Duration::from_secs_f64)
+            .unwrap_or(d)
+    };
+    let d = options.timeouts;
+    options.timeouts = crate::eval::tasks::Timeouts {
+        setup: secs(args.setup_timeout, d.setup),
+        agent: secs(args.agent_timeout, d.agent),
+        verify: secs(args.verify_timeout, d.verify),
+    };
     options.max_steps = args.max_steps;
     options.progress = std::io::stderr().is_terminal();
     // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.

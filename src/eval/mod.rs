@@ -55,6 +55,8 @@ pub struct EvalOptions {
     pub image: Option<String>,
     pub config: Option<PathBuf>,
     pub attempts: u32,
+    /// For tasks that do not set their own.
+    pub timeouts: tasks::Timeouts,
     pub timeout_multiplier: f64,
     pub max_steps: u32,
     /// Further tries of an attempt that failed for the infrastructure's reasons.
@@ -78,6 +80,7 @@ impl EvalOptions {
             image: None,
             config: None,
             attempts: 1,
+            timeouts: tasks::Timeouts::default(),
             timeout_multiplier: 1.0,
             max_steps: 100,
             infra_retries: 2,
@@ -126,7 +129,7 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
                 set.display()
             ));
         }
-        loaded.extend(tasks::load_jsonl(set)?);
+        loaded.extend(tasks::load_jsonl(set, options.timeouts)?);
         files.push(set.clone());
     }
     let hash = tasks::content_hash(&files);

@@ -104,8 +104,9 @@ struct LineTimeouts {
 }
 
 /// Every task in a JSON-lines file. Relative `repo` and `tests_dir` paths are relative to
-/// the file, so a task set can be moved as a folder.
-pub fn load_jsonl(path: &Path) -> Result<Vec<Loaded>, String> {
+/// the file, so a task set can be moved as a folder. `defaults` are the timeouts of tasks
+/// that do not set their own.
+pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<Loaded>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the task set {}: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
@@ -116,7 +117,7 @@ pub fn load_jsonl(path: &Path) -> Result<Vec<Loaded>, String> {
         }
         let fallback_id = format!("line-{}", n + 1);
         let loaded = match serde_json::from_str::<Line>(line) {
-            Ok(l) => check(l, base),
+            Ok(l) => check(l, base, defaults),
             Err(e) => {
                 // The id, if the line has one, still names the failure.
                 let id = serde_json::from_str::<serde_json::Value>(line)
@@ -134,7 +135,7 @@ pub fn load_jsonl(path: &Path) -> Result<Vec<Loaded>, String> {
     Ok(tasks)
 }
 
-fn check(l: Line, base: &Path) -> Loaded {
+fn check(l: Line, base: &Path, defaults: Timeouts) -> Loaded {
     let broken = |reason: String| Loaded::Broken {
         id: l.id.clone(),
         reason,
@@ -173,7 +174,6 @@ fn check(l: Line, base: &Path) -> Loaded {
         }
         None => None,
     };
-    let defaults = Timeouts::default();
     let secs = |v: Option<f64>, d: Duration| {
         v.filter(|s| *s > 0.0)
             .map(Duration::from_secs_f64)
@@ -258,7 +258,7 @@ mod tests {
             .join("\n"),
         )
         .unwrap();
-        let tasks = load_jsonl(&set).unwrap();
+        let tasks = load_jsonl(&set, Timeouts::default()).unwrap();
         let Loaded::Task(t) = &tasks[0] else {
             panic!("{tasks:?}")
         };
