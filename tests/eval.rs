@@ -541,3 +541,64 @@ fn stopped_and_killed_runs_resume_to_the_same_counts_and_leave_nothing() {
         );
     }
 }
+
+#[test]
+fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
+    use runner::eval::images::{Builder, Built};
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let context = tmp.path().join("environment");
+    std::fs::create_dir_all(&context).unwrap();
+    // A fresh context each run, so no earlier run's image answers for it.
+    let nonce = format!("{:?}", std::time::SystemTime::now());
+    std::fs::write(context.join("nonce.txt"), &nonce).unwrap();
+    std::fs::write(
+        context.join("Dockerfile"),
+        "FROM runner-sandbox:bookworm\nCOPY nonce.txt /nonce.txt\n",
+    )
+    .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let docker = runner::sandbox::docker::engine::connect().await.unwrap();
+        let builder = Builder::new(docker, 2);
+        let limit = std::time::Duration::from_secs(300);
+        // Two tasks with the same environment at once: one build, one wait.
+        let (a, b) = tokio::join!(
+            builder.image_for(&context, limit),
+            builder.image_for(&context, limit)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let fresh = [&a, &b]
+            .iter()
+            .filter(|x| matches!(x, Built::Fresh(_)))
+            .count();
+        assert_eq!(fresh, 1, "{a:?} {b:?}");
+        assert_eq!(a.image(), b.image());
+        let out = Command::new("docker")
+            .args(["run", "--rm", a.image(), "cat", "/nonce.txt"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), nonce);
+
+        // Another content is another image.
+        std::fs::write(context.join("nonce.txt"), "changed").unwrap();
+        let c = builder.image_for(&context, limit).await.unwrap();
+        assert!(matches!(c, Built::Fresh(_)));
+        assert_ne!(c.image(), a.image());
+
+        std::fs::write(
+            context.join("Dockerfile"),
+            "FROM runner-sandbox:bookworm\nRUN echo about to fail && exit 3\n",
+        )
+        .unwrap();
+        let e = builder.image_for(&context, limit).await.unwrap_err();
+        assert!(e.contains("building runner-task:"), "{e}");
+        assert!(
+            e.contains("exit 3") || e.contains("returned a non-zero code: 3"),
+            "{e}"
+        );
+        for image in [a.image(), c.image()] {
+            let _ = Command::new("docker").args(["rmi", "-f", image]).output();
+        }
+    });
+}

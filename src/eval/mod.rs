@@ -7,6 +7,8 @@
 //! that skips what is already finished.
 
 pub mod attempt;
+pub mod harbor;
+pub mod images;
 pub mod report;
 pub mod results;
 pub mod tasks;
@@ -124,9 +126,13 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     let mut files = Vec::new();
     for set in &options.task_sets {
         if set.is_dir() {
+            // Read (so a broken set is named as such) but not run: a Harbor task's agent
+            // works in a directory of its image, and that sandbox is not built yet.
+            let found = harbor::load_set(set)?;
             return Err(format!(
-                "{} is a directory: Harbor task directories are not supported yet; pass a JSON-lines task file",
-                set.display()
+                "{} holds {} Harbor task(s), which runner can read and build images for but cannot run yet (their worktree lives in the image); pass a JSON-lines task file",
+                set.display(),
+                found.len()
             ));
         }
         loaded.extend(tasks::load_jsonl(set, options.timeouts)?);

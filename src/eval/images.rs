@@ -1,0 +1,182 @@
+//! Task images built through the Engine API, named by the content of their build context
+//! (`runner-task:<hash>`), so an unchanged task is built once and then found. Two tasks
+//! with the same context never build it at the same time (the second waits and finds the
+//! first's image), and a separate bound keeps builds from crowding out the engine.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+
+/// How a build went, for whoever counts builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Built {
+    /// Built now.
+    Fresh(String),
+    /// Found from an earlier build.
+    Cached(String),
+}
+
+impl Built {
+    pub fn image(&self) -> &str {
+        match self {
+            Built::Fresh(i) | Built::Cached(i) => i,
+        }
+    }
+}
+
+pub struct Builder {
+    docker: Docker,
+    builds: Semaphore,
+    /// One lock per image name.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Builder {
+    pub fn new(docker: Docker, concurrent_builds: usize) -> Builder {
+        Builder {
+            docker,
+            builds: Semaphore::new(concurrent_builds.max(1)),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The image for `context` (a folder with a `Dockerfile`), built if it is not there.
+    pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, String> {
+        let files = context_files(context)?;
+        let tag = format!("runner-task:{}", hash(context, &files)?);
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(tag.clone())
+            .or_default()
+            .clone();
+        let _same_image = lock.lock().await;
+        if self.docker.inspect_image(&tag).await.is_ok() {
+            return Ok(Built::Cached(tag));
+        }
+        let _slot = self
+            .builds
+            .acquire()
+            .await
+            .map_err(|_| "the image builder was shut down".to_string())?;
+        let tar = pack(context, &files)?;
+        tokio::time::timeout(timeout, self.build(&tag, tar))
+            .await
+            .map_err(|_| {
+                format!(
+                    "building the image of {} ran past {} s",
+                    context.display(),
+                    timeout.as_secs()
+                )
+            })??;
+        Ok(Built::Fresh(tag))
+    }
+
+    async fn build(&self, tag: &str, tar: Vec<u8>) -> Result<(), String> {
+        let opts = BuildImageOptionsBuilder::new()
+            .dockerfile("Dockerfile")
+            .t(tag)
+            .rm(true)
+            .forcerm(true)
+            .labels(&HashMap::from([("runner.task-image", "1")]))
+            .build();
+        let mut stream = self
+            .docker
+            .build_image(opts, None, Some(bollard::body_full(tar.into())));
+        // The last lines of output explain a failed step.
+        let mut tail: Vec<String> = Vec::new();
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| failed(tag, &e.to_string(), &tail))?;
+            if let Some(line) = info.stream {
+                for l in line.lines().filter(|l| !l.trim().is_empty()) {
+                    tail.push(l.to_string());
+                    if tail.len() > 15 {
+                        tail.remove(0);
+                    }
+                }
+            }
+            if let Some(detail) = info.error_detail {
+                let message = detail.message.unwrap_or_else(|| "unknown error".into());
+                return Err(failed(tag, &message, &tail));
+            }
+        }
+        if self.docker.inspect_image(tag).await.is_err() {
+            return Err(failed(tag, "the build ended without an image", &tail));
+        }
+        Ok(())
+    }
+}
+
+fn failed(tag: &str, error: &str, tail: &[String]) -> String {
+    format!(
+        "building {tag} failed: {}\n{}",
+        error.trim(),
+        tail.join("\n")
+    )
+}
+
+/// Every file of the context, relative, in a stable order.
+fn context_files(context: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = context.join(&rel);
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot read the build context {}: {e}", dir.display()))?;
+        for entry in entries.flatten() {
+            let rel = rel.join(entry.file_name());
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(rel),
+                Ok(_) => files.push(rel),
+                Err(e) => return Err(format!("cannot read {}: {e}", entry.path().display())),
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Names, modes, link targets and contents: anything that changes what the build sees.
+fn hash(context: &Path, files: &[PathBuf]) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let mut h = Sha256::new();
+    for f in files {
+        let path = context.join(f);
+        let meta = std::fs::symlink_metadata(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        h.update(f.display().to_string().as_bytes());
+        h.update(meta.mode().to_le_bytes());
+        let body = if meta.file_type().is_symlink() {
+            std::fs::read_link(&path).map(|t| t.display().to_string().into_bytes())
+        } else {
+            std::fs::read(&path)
+        }
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        h.update((body.len() as u64).to_le_bytes());
+        h.update(&body);
+    }
+    Ok(h.finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+fn pack(context: &Path, files: &[PathBuf]) -> Result<Vec<u8>, String> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    for f in files {
+        tar.append_path_with_name(context.join(f), f)
+            .map_err(|e| format!("cannot pack {}: {e}", context.join(f).display()))?;
+    }
+    tar.into_inner()
+        .map_err(|e| format!("cannot pack the build context: {e}"))
+}
