@@ -32,6 +32,9 @@ pub struct SessionOptions {
     pub ask: Option<AskMode>,
     /// Rules after every config layer (an agent's own restrictions).
     pub session_rules: Vec<Rule>,
+    /// Where full tool outputs are saved (default: the user's data directory). The sandbox
+    /// can read it, so runs that must not see each other's outputs get their own.
+    pub output_dir: Option<PathBuf>,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -116,7 +119,11 @@ impl SessionOptions {
     /// Opens the session: rules, sandbox, gate, context. `session` carries the state that
     /// lives as long as the conversation (files read, locks).
     pub async fn open(&self, session: Session) -> Result<OpenSession, OpenError> {
-        let truncator = Truncator::new(Truncator::default_dir());
+        let truncator = Truncator::new(
+            self.output_dir
+                .clone()
+                .unwrap_or_else(Truncator::default_dir),
+        );
         truncator.prepare().map_err(|e| {
             OpenError::Failed(format!(
                 "cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",

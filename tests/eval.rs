@@ -72,7 +72,7 @@ fn answer(body: &Value) -> Response {
         ),
         (Kind::Cheat, 0) => call(
             "bash",
-            json!({"command": "cat test.sh; echo 'exit 0' > test.sh", "description": "look for the tests"}),
+            json!({"command": "cat test.sh; mkdir -p test.sh/in-the-way", "description": "look for the tests, block them"}),
         ),
         (Kind::Background, 1) => fix(),
         // A writer that outlives the call, in its own session: alive while the agent works,
@@ -274,7 +274,7 @@ fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
     let diff = std::fs::read_to_string(out.join("tasks/t00/diff.patch")).unwrap();
     assert!(diff.contains("+echo $(($1 + $2))"), "{diff}");
     assert!(diff.contains("-echo $(($1 - $2))"), "{diff}");
-    // The cheat saw no tests, and its own test.sh was replaced by the hidden one.
+    // The cheat saw no tests, and the directory it put in their way was cleared.
     let cheat_log = std::fs::read_to_string(out.join("tasks/t17/verify.log")).unwrap();
     assert!(cheat_log.contains("FAIL"), "{cheat_log}");
     let cheat_seen = model

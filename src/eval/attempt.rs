@@ -28,8 +28,6 @@ use crate::tool::Session;
 
 /// Output kept from setup and verify commands (head and tail beyond it).
 const LOG_LIMIT: u64 = 1 << 20;
-/// Largest diff kept in `diff.patch`.
-const DIFF_LIMIT: u64 = 32 << 20;
 /// How long a cancelled agent gets to wind down before its sandbox is torn down anyway.
 const WIND_DOWN: Duration = Duration::from_secs(30);
 
@@ -86,8 +84,12 @@ pub async fn run(
         Ok(Err(e)) => return infra(result, "prepare", e, false),
         Err(e) => return infra(result, "prepare", e.to_string(), false),
     };
+    let wt = Removing(Some(wt));
+    let wt = wt.0.as_ref().expect("present until dropped");
     result.base = Some(wt.base.clone());
-    let session = session_options(task, options, wt.path());
+    let mut session = session_options(task, options, wt.path());
+    // Full tool outputs of this attempt only: other attempts' must stay out of its sight.
+    session.output_dir = Some(wt.path().with_extension("outputs"));
 
     // Setup and the agent, in one sandbox.
     let agent_started = Instant::now();
@@ -141,11 +143,8 @@ pub async fn run(
         }
         if log.timed_out || log.code != Some(0) {
             close(run).await;
-            result.status = if log.timed_out {
-                Status::Timeout
-            } else {
-                Status::InfraError
-            };
+            // Setup is the task's, not the agent's: however it fails, it is no verdict.
+            result.status = Status::InfraError;
             result.phase = Some("setup".into());
             result.error = Some(match log.code {
                 _ if log.timed_out => format!("setup ran past {} s", timeouts.setup.as_secs()),
@@ -208,9 +207,24 @@ pub async fn run(
         _ => {}
     }
 
-    // The diff and the verdict, in a fresh sandbox. A timed-out or crashed agent still gets
-    // its diff recorded.
+    // The diff, from the host's copy of the base, and the verdict, in a fresh sandbox. A
+    // timed-out or crashed agent still gets its diff recorded.
     let verify_started = Instant::now();
+    let differ = wt.differ();
+    match tokio::task::spawn_blocking(move || differ.diff()).await {
+        Ok(Ok(patch)) => {
+            let _ = write_file(&out.join("diff.patch"), &patch);
+        }
+        Ok(Err(e)) => result.diff_error = Some(e),
+        Err(e) => result.diff_error = Some(e.to_string()),
+    }
+    if matches!(result.status, Status::Timeout | Status::AgentError) {
+        result.timings.total_ms = started.elapsed().as_millis() as u64;
+        return Some(Verdict {
+            result,
+            retryable: false,
+        });
+    }
     let verifier = match verifier.take().await {
         Ok(v) => v,
         Err(e) => {
@@ -222,68 +236,112 @@ pub async fn run(
             );
         }
     };
-    let sandbox = verifier.sandbox().clone();
-    let diff_command = format!(
-        "git add -A >/dev/null 2>&1; git -c core.quotepath=off diff --cached --binary {} 2>/dev/null",
-        result.base.as_deref().unwrap_or("HEAD")
-    );
-    match exec(&sandbox, &diff_command, timeouts.verify, DIFF_LIMIT, stop).await {
-        Ok(d) => {
-            if d.dropped > 0 {
-                result.diff_truncated = true;
-            }
-            let _ = write_file(&out.join("diff.patch"), &d.output);
-        }
-        Err(e) => {
-            drop_blocking(verifier).await;
-            return infra(result, "verify", format!("cannot read the diff: {e}"), true);
-        }
-    }
-    if result.status != Status::InfraError
-        && !matches!(result.status, Status::Timeout | Status::AgentError)
-    {
-        if let Some(dir) = &task.tests_dir
-            && let Err(e) = put_tests(&sandbox, dir).await
-        {
-            drop_blocking(verifier).await;
-            return infra(result, "verify", e, false);
-        }
-        let ran = exec(&sandbox, &task.verify, timeouts.verify, LOG_LIMIT, stop).await;
-        match ran {
-            Ok(v) if v.interrupted => {
-                drop_blocking(verifier).await;
-                return None;
-            }
-            Ok(v) => {
-                let _ = write_file(&out.join("verify.log"), &v.output);
-                result.status = if v.timed_out {
-                    result.phase = Some("verify".into());
-                    result.error = Some(format!("verify ran past {} s", timeouts.verify.as_secs()));
-                    Status::Timeout
-                } else if v.code == Some(0) {
-                    Status::Resolved
-                } else {
-                    Status::Unresolved
-                };
-                result.reward = Some(if result.status == Status::Resolved {
-                    1.0
-                } else {
-                    0.0
-                });
-            }
-            Err(e) => {
-                drop_blocking(verifier).await;
-                return infra(result, "verify", e, true);
-            }
-        }
-    }
+    let verdict = judge(task, &verifier, timeouts.verify, stop).await;
     drop_blocking(verifier).await;
     result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
     result.timings.total_ms = started.elapsed().as_millis() as u64;
-    Some(Verdict {
-        result,
-        retryable: false,
-    })
+    match verdict {
+        Judged::Interrupted => None,
+        Judged::Ran(v) => {
+            let _ = write_file(&out.join("verify.log"), &v.output);
+            result.status = if v.timed_out {
+                result.phase = Some("verify".into());
+                result.error = Some(format!("verify ran past {} s", timeouts.verify.as_secs()));
+                Status::Timeout
+            } else if v.code == Some(0) {
+                Status::Resolved
+            } else {
+                Status::Unresolved
+            };
+            result.reward = Some(if result.status == Status::Resolved {
+                1.0
+            } else {
+                0.0
+            });
+            Some(Verdict {
+                result,
+                retryable: false,
+            })
+        }
+        // The verifier runs code the agent wrote: if its sandbox dies under it while the
+        // engine is fine, that is the agent's doing.
+        Judged::Failed(e) if options.engine_alive().await => {
+            result.status = Status::AgentError;
+            result.phase = Some("verify".into());
+            result.error = Some(e);
+            Some(Verdict {
+                result,
+                retryable: false,
+            })
+        }
+        Judged::Failed(e) => infra(result, "verify", format!("the engine failed: {e}"), true),
+    }
+}
+
+enum Judged {
+    Ran(Ran),
+    Failed(String),
+    Interrupted,
+}
+
+/// The hidden tests in place, then the verify command.
+async fn judge(
+    task: &Task,
+    verifier: &OpenSession,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Judged {
+    let sandbox = verifier.sandbox();
+    if let Some(dir) = &task.tests_dir {
+        // Whatever the agent left at the tests' paths (a symlink out, a directory in the
+        // way) goes first, so the hidden files land as themselves.
+        let names: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| shell_quote(&e.file_name().to_string_lossy()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !names.is_empty() {
+            let clear = format!("rm -rf -- {}", names.join(" "));
+            match exec(sandbox, &clear, timeout, LOG_LIMIT, stop).await {
+                Ok(r) if r.interrupted => return Judged::Interrupted,
+                Ok(_) => {}
+                Err(e) => return Judged::Failed(e),
+            }
+        }
+        if let Err(e) = put_tests(sandbox, dir).await {
+            return Judged::Failed(e);
+        }
+    }
+    match exec(sandbox, &task.verify, timeout, LOG_LIMIT, stop).await {
+        Ok(v) if v.interrupted => Judged::Interrupted,
+        Ok(v) => Judged::Ran(v),
+        Err(e) => Judged::Failed(e),
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// A worktree removed off the async threads when the attempt is done with it (a large
+/// tree takes a while), before the evaluation ends.
+struct Removing(Option<worktree::Worktree>);
+
+impl Drop for Removing {
+    fn drop(&mut self) {
+        if let Some(wt) = self.0.take() {
+            let outputs = wt.path().with_extension("outputs");
+            super::CLOSING.spawn(async move {
+                let _ = tokio::task::spawn_blocking(move || {
+                    drop(wt);
+                    worktree::remove_tree(&outputs);
+                })
+                .await;
+            });
+        }
+    }
 }
 
 fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {
@@ -346,7 +404,6 @@ struct Ran {
     code: Option<i32>,
     timed_out: bool,
     interrupted: bool,
-    dropped: u64,
 }
 
 /// A command in the sandbox's worktree, to its end; stdout and stderr interleaved.
@@ -370,12 +427,20 @@ async fn exec(
         .await
         .map_err(|e| format!("the sandbox refused the command: {e}"))?;
     let mut output = Vec::new();
+    // The server enforces the timeout; this deadline holds even if the server cannot (the
+    // command stopped it, or it hangs).
+    let deadline = tokio::time::sleep(timeout + WIND_DOWN);
+    tokio::pin!(deadline);
     loop {
         let event = tokio::select! {
             e = execution.next() => e,
+            _ = &mut deadline => {
+                let _ = execution.cancel().await;
+                return Ok(Ran { output, code: None, timed_out: true, interrupted: false });
+            }
             _ = stop.cancelled() => {
                 let _ = execution.cancel().await;
-                return Ok(Ran { output, code: None, timed_out: false, interrupted: true, dropped: 0 });
+                return Ok(Ran { output, code: None, timed_out: false, interrupted: true });
             }
         };
         match event.map_err(|e| format!("the sandbox failed during the command: {e}"))? {
@@ -386,7 +451,6 @@ async fn exec(
                     code: s.code,
                     timed_out: s.timed_out,
                     interrupted: false,
-                    dropped: s.dropped_bytes,
                 });
             }
         }

@@ -167,7 +167,7 @@ pub fn load(dir: &Path) -> LoadedTask {
         ),
         (None, None) => None,
     };
-    let secs = |v: Option<f64>| v.filter(|s| *s > 0.0).map(Duration::from_secs_f64);
+    let secs = |v: Option<f64>| v.and_then(super::tasks::seconds);
     let solution = dir.join("solution");
     Ok(HarborTask {
         id,

@@ -122,6 +122,12 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     if options.attempts == 0 || options.jobs == 0 {
         return Err("--attempts and --jobs must be at least 1".into());
     }
+    if options.backend == Some(BackendKind::None) {
+        return Err("eval needs a sandbox that ends every process an attempt started before the verdict (docker, or landlock with its PID namespace); --sandbox none has none".into());
+    }
+    if options.agent == AgentKind::Oracle {
+        return Err("--agent oracle runs each task's solution/solve.sh, which only Harbor tasks have, and running Harbor tasks is not built yet".into());
+    }
     let mut loaded = Vec::new();
     let mut files = Vec::new();
     for set in &options.task_sets {
@@ -142,6 +148,7 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     dedupe(&mut loaded);
     std::fs::create_dir_all(options.out.join("tasks"))
         .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
+    results::claim(&options.out, options.attempts, &options.model_label())?;
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     let _ = std::fs::remove_dir_all(options.out.join(".work"));
 
@@ -149,7 +156,9 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     for l in &loaded {
         for attempt in 1..=options.attempts {
             let dir = results::attempt_dir(&options.out, l.id(), attempt, options.attempts);
-            if results::read_result(&dir).is_some() {
+            // Finished means a verdict or the agent's own failure; what the infrastructure
+            // failed runs again.
+            if results::read_result(&dir).is_some_and(|r| r.status != Status::InfraError) {
                 continue;
             }
             match l {
@@ -210,7 +219,8 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     write_json(&options.out.join("summary.json"), &summary)?;
     attempt::write_file(
         &options.out.join("predictions.jsonl"),
-        results::predictions(&options.out, &all, &options.model_label()).as_bytes(),
+        results::predictions(&options.out, &all, &options.model_label(), options.attempts)
+            .as_bytes(),
     )
     .map_err(|e| format!("cannot write predictions.jsonl: {e}"))?;
     Ok(Report {

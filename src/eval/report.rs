@@ -20,7 +20,7 @@ const SHOWN_BYTES: usize = 256 * 1024;
 pub fn write(out: &Path) -> Result<PathBuf, String> {
     let summary = super::summary(out)?;
     let all = results::collect(out);
-    let attempts = all.iter().map(|r| r.attempt).max().unwrap_or(1);
+    let attempts = results::attempts_of(out, &all);
     let rows: Vec<Value> = all
         .iter()
         .map(|r| {

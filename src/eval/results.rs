@@ -77,8 +77,9 @@ pub struct TaskResult {
     /// Infrastructure failures retried before this result.
     #[serde(default)]
     pub infra_retries: u32,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub diff_truncated: bool,
+    /// Why there is no `diff.patch`, if there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff_error: Option<String>,
 }
 
 impl TaskResult {
@@ -97,7 +98,7 @@ impl TaskResult {
             usage: Usage::default(),
             timings: Timings::default(),
             infra_retries: 0,
-            diff_truncated: false,
+            diff_error: None,
         }
     }
 }
@@ -111,6 +112,48 @@ pub fn attempt_dir(out: &Path, id: &str, attempt: u32, attempts: u32) -> PathBuf
     } else {
         task
     }
+}
+
+/// `run.json`: what the folder's results were made with. A rerun must match it, or its
+/// results would be mixed with another run's (and the folder layout depends on it).
+#[derive(Debug, Serialize, Deserialize)]
+struct RunRecord {
+    attempts: u32,
+    model: String,
+}
+
+/// Takes `out` for a run with these settings, or says why it cannot.
+pub fn claim(out: &Path, attempts: u32, model: &str) -> Result<(), String> {
+    let path = out.join("run.json");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let old: RunRecord = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not runner's: {e}", path.display()))?;
+        if old.attempts != attempts || old.model != model {
+            return Err(format!(
+                "{} holds a run of {} with --attempts {}; rerun with the same, or pick another --out",
+                out.display(),
+                old.model,
+                old.attempts
+            ));
+        }
+        return Ok(());
+    }
+    let text = serde_json::to_vec_pretty(&RunRecord {
+        attempts,
+        model: model.to_string(),
+    })
+    .map_err(|e| e.to_string())?;
+    super::attempt::write_file(&path, &text)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The attempts per task the folder was run with.
+pub fn attempts_of(out: &Path, results: &[TaskResult]) -> u32 {
+    std::fs::read_to_string(out.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<RunRecord>(&t).ok())
+        .map(|r| r.attempts)
+        .unwrap_or_else(|| results.iter().map(|r| r.attempt).max().unwrap_or(1))
 }
 
 pub fn read_result(dir: &Path) -> Option<TaskResult> {
@@ -172,24 +215,31 @@ pub fn summarize(results: &[TaskResult], model: &str, task_set_hash: &str) -> Su
         usage.add(&r.usage);
         agent_ms += r.timings.agent_ms;
         total_ms += r.timings.total_ms;
+        // An attempt the infrastructure failed tells nothing about the agent: it is not
+        // one of the n that pass@k draws from, as it is not in the resolved rate.
         let t = per_task.entry(&r.id).or_default();
-        t.0 += 1;
-        t.1 += usize::from(r.status == Status::Resolved);
+        if r.status != Status::InfraError {
+            t.0 += 1;
+            t.1 += usize::from(r.status == Status::Resolved);
+        }
     }
     let judged = results
         .iter()
         .filter(|r| r.status != Status::InfraError)
         .count();
     let resolved = counts["resolved"];
-    let k_max = per_task.values().map(|t| t.0).min().unwrap_or(0);
+    let judged_tasks: Vec<(usize, usize)> =
+        per_task.values().copied().filter(|t| t.0 > 0).collect();
+    let k_max = judged_tasks.iter().map(|t| t.0).min().unwrap_or(0);
+    let most = results.iter().map(|r| r.attempt).max().unwrap_or(1);
     let mut pass_at = BTreeMap::new();
-    if k_max > 1 {
+    if most > 1 && k_max >= 1 {
         for k in 1..=k_max {
-            let mean = per_task
-                .values()
+            let mean = judged_tasks
+                .iter()
                 .map(|&(n, c)| pass_at_k(n, c, k))
                 .sum::<f64>()
-                / per_task.len() as f64;
+                / judged_tasks.len() as f64;
             pass_at.insert(k.to_string(), round(mean));
         }
     }
@@ -231,8 +281,8 @@ fn round(x: f64) -> f64 {
 
 /// `predictions.jsonl` in SWE-bench's format, one line per task (its first resolved
 /// attempt's patch, else its first attempt's).
-pub fn predictions(out: &Path, results: &[TaskResult], model: &str) -> String {
-    let attempts_per_task = results.iter().map(|r| r.attempt).max().unwrap_or(1);
+pub fn predictions(out: &Path, results: &[TaskResult], model: &str, attempts: u32) -> String {
+    let attempts_per_task = attempts;
     let mut chosen: BTreeMap<&str, &TaskResult> = BTreeMap::new();
     for r in results {
         let e = chosen.entry(&r.id).or_insert(r);

@@ -50,13 +50,25 @@ impl Default for Timeouts {
 
 impl Timeouts {
     pub fn scaled(self, factor: f64) -> Timeouts {
-        let f = factor.max(0.01);
+        let f = if factor.is_finite() {
+            factor.max(0.01)
+        } else {
+            1.0
+        };
+        let scale = |d: Duration| seconds(d.as_secs_f64() * f).unwrap_or(d);
         Timeouts {
-            setup: self.setup.mul_f64(f),
-            agent: self.agent.mul_f64(f),
-            verify: self.verify.mul_f64(f),
+            setup: scale(self.setup),
+            agent: scale(self.agent),
+            verify: scale(self.verify),
         }
     }
+}
+
+/// A positive number of seconds as a duration, at most thirty days (a longer limit is no
+/// limit, and an absurd one must not overflow a timer).
+pub fn seconds(s: f64) -> Option<Duration> {
+    const MAX: f64 = 30.0 * 24.0 * 3600.0;
+    (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s.min(MAX)))
 }
 
 /// A task, or why its description could not be used.
@@ -123,6 +135,7 @@ pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<Loaded>, String
                 let id = serde_json::from_str::<serde_json::Value>(line)
                     .ok()
                     .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
+                    .map(|id| sanitize(&id))
                     .unwrap_or(fallback_id);
                 Loaded::Broken {
                     id,
@@ -174,11 +187,7 @@ fn check(l: Line, base: &Path, defaults: Timeouts) -> Loaded {
         }
         None => None,
     };
-    let secs = |v: Option<f64>, d: Duration| {
-        v.filter(|s| *s > 0.0)
-            .map(Duration::from_secs_f64)
-            .unwrap_or(d)
-    };
+    let secs = |v: Option<f64>, d: Duration| v.and_then(seconds).unwrap_or(d);
     Loaded::Task(Box::new(Task {
         id: l.id,
         instruction: l.instruction,

@@ -6,8 +6,9 @@
 //! cannot see (git inside would then fail). A directory that is not a repository is copied
 //! and committed once, so that every attempt has a base to diff against.
 //!
-//! Host git runs only here, on a copy nobody has touched yet: once the agent has worked in
-//! it, its `.git/config` is the agent's, and git runs behind the wall.
+//! Once the agent has worked in the copy, its `.git` is the agent's: the diff is then taken
+//! with a bare copy made before (our config, our objects, our index) and the worktree
+//! read as plain files.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,14 +16,101 @@ use std::process::Command;
 use super::tasks::looks_like_url;
 
 pub struct Worktree {
-    dir: tempfile::TempDir,
+    path: PathBuf,
+    /// A bare copy of the untouched worktree's repository, outside the sandbox's reach:
+    /// the diff is taken against it, not against the `.git` the agent could rewrite
+    /// (replace refs, index bits, a deleted base object).
+    base_git: PathBuf,
     /// The commit the attempt started from.
     pub base: String,
 }
 
 impl Worktree {
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.path
+    }
+
+    /// What taking the diff needs, to take it off the async threads.
+    pub fn differ(&self) -> Differ {
+        Differ {
+            path: self.path.clone(),
+            base_git: self.base_git.clone(),
+            base: self.base.clone(),
+        }
+    }
+}
+
+pub struct Differ {
+    path: PathBuf,
+    base_git: PathBuf,
+    base: String,
+}
+
+impl Differ {
+    /// The agent's changes since the base commit, as a binary-safe patch. Host git reads
+    /// the worktree only as data: the repository, its config and its index are ours, and
+    /// no diff driver or text conversion runs.
+    pub fn diff(&self) -> Result<Vec<u8>, String> {
+        let index = self.base_git.with_extension("index");
+        let _ = std::fs::remove_file(&index);
+        let tree = |args: &[&str]| {
+            let mut c = git(None, &[]);
+            c.arg("--git-dir")
+                .arg(&self.base_git)
+                .arg("--work-tree")
+                .arg(&self.path)
+                .args(args)
+                .env("GIT_INDEX_FILE", &index)
+                .env("GIT_NO_REPLACE_OBJECTS", "1");
+            c
+        };
+        tree(&["add", "-A", "--", "."]).run("stage the agent's changes")?;
+        let patch = tree(&[
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-textconv",
+            "--no-ext-diff",
+            "--no-color",
+            &self.base,
+        ])
+        .output()
+        .map_err(|e| format!("cannot diff the worktree: {e}"))?;
+        let _ = std::fs::remove_file(&index);
+        if !patch.status.success() {
+            return Err(format!(
+                "cannot diff the worktree: {}",
+                String::from_utf8_lossy(&patch.stderr).trim()
+            ));
+        }
+        Ok(patch.stdout)
+    }
+}
+
+impl Drop for Worktree {
+    fn drop(&mut self) {
+        remove_tree(&self.path);
+        remove_tree(&self.base_git);
+    }
+}
+
+/// Removes a tree even where the agent took the write bit off its directories.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for entry in ignore::WalkBuilder::new(path)
+        .standard_filters(false)
+        .build()
+        .flatten()
+    {
+        if entry.file_type().is_some_and(|t| t.is_dir()) {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(path) {
+        eprintln!("runner: cannot remove {}: {e}", path.display());
     }
 }
 
@@ -44,13 +132,29 @@ pub fn create(
     if is_git {
         git(
             None,
-            &["clone", "--quiet", "--no-hardlinks", "--no-checkout", repo],
+            &[
+                "clone",
+                "--quiet",
+                "--no-hardlinks",
+                "--no-checkout",
+                "--",
+                repo,
+            ],
         )
         .arg(dest)
         .run(&format!("clone {repo}"))?;
         let target = commit.unwrap_or("HEAD");
-        git(Some(dest), &["checkout", "--quiet", "--detach", target])
-            .run(&format!("check out {target} of {repo}"))?;
+        git(
+            Some(dest),
+            &[
+                "checkout",
+                "--quiet",
+                "--detach",
+                "--end-of-options",
+                target,
+            ],
+        )
+        .run(&format!("check out {target} of {repo}"))?;
     } else {
         if commit.is_some() {
             return Err(format!(
@@ -74,8 +178,17 @@ pub fn create(
         .run("commit the task's files")?;
     }
     let base = git(Some(dest), &["rev-parse", "HEAD"]).output_text("read HEAD")?;
+    let base_git = dest.with_extension("base.git");
+    git(
+        None,
+        &["clone", "--quiet", "--bare", "--no-hardlinks", "--"],
+    )
+    .arg(dest)
+    .arg(&base_git)
+    .run("keep a copy of the base")?;
     Ok(Worktree {
-        dir,
+        path: dir.keep(),
+        base_git,
         base: base.trim().to_string(),
     })
 }
@@ -164,6 +277,11 @@ mod tests {
         assert_eq!(wt.base.len(), 40);
         assert!(wt.path().join("link").is_symlink());
         assert!(!src.path().join(".git").exists());
+        std::fs::write(wt.path().join("a.txt"), "two\n").unwrap();
+        std::fs::write(wt.path().join("new.txt"), "new\n").unwrap();
+        let patch = String::from_utf8(wt.differ().diff().unwrap()).unwrap();
+        assert!(patch.contains("-one") && patch.contains("+two"), "{patch}");
+        assert!(patch.contains("+new"), "{patch}");
         let path = wt.path().to_path_buf();
         drop(wt);
         assert!(!path.exists(), "the worktree goes with its attempt");
