@@ -993,6 +993,48 @@ fn a_full_context_is_compacted_into_a_summary() {
 }
 
 #[test]
+fn a_conversation_the_provider_finds_too_long_is_compacted_and_tried_again() {
+    let h = Harness::new();
+    let too_long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 212000 tokens > 200000 maximum"}}"#;
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("read", json!({"filePath": "add.sh"}))),
+        Response::Status(400, vec![], too_long.into()),
+        Response::Stream(text("SUMMARY: add.sh was read; it subtracts.")),
+        Response::Stream(text("add.sh subtracts.")),
+    ]);
+    let out = h.run(
+        &model,
+        &["--model", "anthropic/c", "--json", "look at add.sh"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = events(&out);
+    assert_eq!(of_type(&ev, "context")[0]["action"], "compact", "{ev:?}");
+    let reqs = model.requests();
+    assert_eq!(reqs.len(), 4);
+    assert!(
+        reqs[3]
+            .body
+            .to_string()
+            .contains("SUMMARY: add.sh was read")
+    );
+    // A refusal that compaction cannot help is final, with the provider's words.
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Status(400, vec![], too_long.into()),
+        Response::Stream(text("SUMMARY: nothing yet.")),
+        Response::Status(400, vec![], too_long.into()),
+    ]);
+    let out = h.run(&model, &["--model", "anthropic/c", "--json", "look"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(
+        end_of(&events(&out))["message"]
+            .as_str()
+            .unwrap()
+            .contains("prompt is too long")
+    );
+}
+
+#[test]
 fn a_silent_stream_is_given_up_and_tried_again() {
     let h = Harness::new();
     let cfg = h.config_file("[provider.openai]\nidle_timeout_secs = 1\n");

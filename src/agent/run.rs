@@ -88,6 +88,9 @@ impl Agent {
         // The limit is per prompt: a conversation, or a subagent resumed by `task_id`,
         // gets the full budget for each new message.
         let first_step = self.steps;
+        // One compaction on the provider's word that the conversation no longer fits; a
+        // second refusal right after it is final.
+        let mut shrunk_on_refusal = false;
         loop {
             if cancel.is_cancelled() {
                 return End::Interrupted;
@@ -122,8 +125,16 @@ impl Agent {
             };
             let turn = match turn {
                 Ok(t) => t,
+                Err(e) if !shrunk_on_refusal && too_long(&e) && !self.messages.is_empty() => {
+                    shrunk_on_refusal = true;
+                    // Count the window as full: the next pass prunes, then compacts.
+                    self.last_context = self.model.context_window;
+                    self.chars_at_turn = compact::chars(&self.messages);
+                    continue;
+                }
                 Err(e) => return End::ProviderError(provider_message(&e)),
             };
+            shrunk_on_refusal = false;
             self.steps += 1;
             let elapsed = started.elapsed();
             let duration_ms = elapsed.as_millis() as u64;
@@ -475,6 +486,30 @@ impl Agent {
         self.chars_at_turn = 0;
         Ok(())
     }
+}
+
+/// The provider refused the request for its size: our estimate fell short of its count.
+fn too_long(e: &LlmError) -> bool {
+    let LlmError::Status {
+        status: 400 | 413,
+        message,
+        ..
+    } = e
+    else {
+        return false;
+    };
+    let m = message.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "context length",
+        "context window",
+        "prompt is too long",
+        "input is too long",
+        "request_too_large",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
 }
 
 fn provider_message(e: &LlmError) -> String {
