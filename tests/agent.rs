@@ -845,6 +845,44 @@ fn a_subagent_with_its_own_model_talks_to_it() {
 }
 
 #[test]
+fn a_subagents_retry_is_reported_under_its_own_session() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "task",
+            json!({"description": "Look", "prompt": "look at add.sh", "subagent_type": "general"}),
+        )),
+        Response::Status(
+            429,
+            vec![("retry-after-ms".into(), "10".into())],
+            r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#.into(),
+        ),
+        Response::Stream(text("It subtracts.")),
+        Response::Stream(text("done")),
+    ]);
+    let cfg = h.config_file("[retry]\nbase_ms = 10\n");
+    let out = h.run(
+        &model,
+        &[
+            "--model", "openai/g", "--config", &cfg, "--json", "delegate",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let ev = events(&out);
+    let root = ev[0]["session"].as_str().unwrap();
+    let retries = of_type(&ev, "retry");
+    assert_eq!(retries.len(), 1, "{ev:?}");
+    let child = retries[0]["session"].as_str().unwrap();
+    assert_ne!(child, root, "the retry belongs to the subagent");
+    assert!(
+        of_type(&ev, "step_end")
+            .iter()
+            .any(|e| e["session"] == child),
+        "{ev:?}"
+    );
+}
+
+#[test]
 fn explore_cannot_edit() {
     let h = Harness::new();
     let model = ScriptedModel::start(vec![

@@ -146,3 +146,9 @@ impl Collect {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
+
+tokio::task_local! {
+    /// The session a provider call is made for. The retry layer sits below the agents and
+    /// is shared by all of them; this is how its notices name the subagent that waits.
+    pub static ASKING: String;
+}

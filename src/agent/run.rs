@@ -119,7 +119,7 @@ impl Agent {
                     max_tokens: self.model.max_tokens,
                 };
                 tokio::select! {
-                    turn = self.provider.turn(&request, &sink) => turn,
+                    turn = super::events::ASKING.scope(self.id.clone(), self.provider.turn(&request, &sink)) => turn,
                     _ = cancel.cancelled() => return End::Interrupted,
                 }
             };
@@ -453,7 +453,7 @@ impl Agent {
             window,
         });
         let summary = tokio::select! {
-            s = compact::summarize(self.provider.as_ref(), &self.model.model, &self.system, &self.messages, tools, self.model.max_tokens) => s,
+            s = super::events::ASKING.scope(self.id.clone(), compact::summarize(self.provider.as_ref(), &self.model.model, &self.system, &self.messages, tools, self.model.max_tokens)) => s,
             _ = cancel.cancelled() => return Err(End::Interrupted),
         };
         let turn = summary.map_err(|e| End::ProviderError(provider_message(&e)))?;

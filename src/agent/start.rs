@@ -115,7 +115,9 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let retry_session = id.clone();
     let on_retry = Arc::new(move |r: Retry| {
         retry_events.emit(&Event::Retry {
-            session: retry_session.clone(),
+            session: super::events::ASKING
+                .try_with(String::clone)
+                .unwrap_or_else(|_| retry_session.clone()),
             attempt: r.attempt,
             of: r.of,
             delay_ms: r.delay.as_millis() as u64,
