@@ -7,7 +7,7 @@
 //! the verifier's sandbox (the worktree is the agent's now, and a symlink it planted must
 //! not steer a host write).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::results::{Status, TaskResult};
 use super::tasks::Task;
 use super::worktree;
-use super::{AgentKind, EvalOptions};
+use super::EvalOptions;
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
@@ -84,12 +84,11 @@ pub async fn run(
         Ok(Err(e)) => return infra(result, "prepare", e, false),
         Err(e) => return infra(result, "prepare", e.to_string(), false),
     };
-    let wt = Removing(Some(wt));
-    let wt = wt.0.as_ref().expect("present until dropped");
+    let removing = Removing(Some(wt));
+    let wt = removing.0.as_ref().expect("present until dropped");
     result.base = Some(wt.base.clone());
     let mut session = session_options(task, options, wt.path());
-    // Full tool outputs of this attempt only: other attempts' must stay out of its sight.
-    session.output_dir = Some(wt.path().with_extension("outputs"));
+    session.output_dir = Some(wt.outputs());
 
     // Setup and the agent, in one sandbox.
     let agent_started = Instant::now();
@@ -98,14 +97,6 @@ pub async fn run(
     run_options.model = options.model.clone();
     run_options.sessions_dir = out.to_path_buf();
     run_options.loop_options.max_steps = options.max_steps;
-    if options.agent == AgentKind::Oracle {
-        return infra(
-            result,
-            "agent",
-            "--agent oracle runs a task's solution/solve.sh, and tasks in the JSON-lines format have none".into(),
-            false,
-        );
-    }
     // The verifier's sandbox starts while the agent works, so its start costs no time;
     // it runs nothing until the agent's sandbox is gone.
     let verifier = Prewarmed::open(session.clone());
@@ -132,17 +123,17 @@ pub async fn run(
         let log = match ran {
             Ok(r) => r,
             Err(e) => {
-                close(run).await;
+                drop_blocking(run).await;
                 return infra(result, "setup", e, true);
             }
         };
         let _ = write_file(&out.join("setup.log"), &log.output);
         if log.interrupted {
-            close(run).await;
+            drop_blocking(run).await;
             return None;
         }
         if log.timed_out || log.code != Some(0) {
-            close(run).await;
+            drop_blocking(run).await;
             // Setup is the task's, not the agent's: however it fails, it is no verdict.
             result.status = Status::InfraError;
             result.phase = Some("setup".into());
@@ -178,7 +169,7 @@ pub async fn run(
     result.steps = run.agent.steps;
     result.end = Some(end.reason().to_string());
     let session_file = run.session_file().to_path_buf();
-    close(run).await;
+    drop_blocking(run).await;
     let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
     result.timings.agent_ms = agent_started.elapsed().as_millis() as u64;
     if stop.is_cancelled() && !timed_out {
@@ -332,13 +323,8 @@ struct Removing(Option<worktree::Worktree>);
 impl Drop for Removing {
     fn drop(&mut self) {
         if let Some(wt) = self.0.take() {
-            let outputs = wt.path().with_extension("outputs");
             super::CLOSING.spawn(async move {
-                let _ = tokio::task::spawn_blocking(move || {
-                    drop(wt);
-                    worktree::remove_tree(&outputs);
-                })
-                .await;
+                let _ = tokio::task::spawn_blocking(move || drop(wt)).await;
             });
         }
     }
@@ -387,11 +373,6 @@ impl Drop for Prewarmed {
             });
         }
     }
-}
-
-/// Closing a sandbox waits for it to be gone (a container removal is a blocking call).
-async fn close(run: crate::agent::start::Run) {
-    drop_blocking(run).await;
 }
 
 async fn drop_blocking<T: Send + 'static>(value: T) {
@@ -459,26 +440,15 @@ async fn exec(
 
 /// Copies the hidden tests over the worktree, through the sandbox.
 async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), String> {
-    let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let here = dir.join(&rel);
-        let entries = std::fs::read_dir(&here)
-            .map_err(|e| format!("cannot read the tests in {}: {e}", here.display()))?;
-        for entry in entries.flatten() {
-            let rel = rel.join(entry.file_name());
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(rel);
-                continue;
-            }
-            let data =
-                std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            sandbox
-                .client
-                .write(&sandbox.worktree.join(&rel), data, None)
-                .await
-                .map_err(|e| format!("cannot put {} in place: {e}", rel.display()))?;
-        }
+    for rel in super::images::files_under(dir)? {
+        let path = dir.join(&rel);
+        let data =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        sandbox
+            .client
+            .write(&sandbox.worktree.join(&rel), data, None)
+            .await
+            .map_err(|e| format!("cannot put {} in place: {e}", rel.display()))?;
     }
     Ok(())
 }

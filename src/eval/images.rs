@@ -48,7 +48,7 @@ impl Builder {
 
     /// The image for `context` (a folder with a `Dockerfile`), built if it is not there.
     pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, String> {
-        let files = context_files(context)?;
+        let files = files_under(context)?;
         let tag = format!("runner-task:{}", hash(context, &files)?);
         let lock = self
             .locks
@@ -122,14 +122,15 @@ fn failed(tag: &str, error: &str, tail: &[String]) -> String {
     )
 }
 
-/// Every file of the context, relative, in a stable order.
-fn context_files(context: &Path) -> Result<Vec<PathBuf>, String> {
+/// Every file below `context` (links not followed), relative, in a stable order: a build
+/// context to hash and pack, or hidden tests to put in place.
+pub(super) fn files_under(context: &Path) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = context.join(&rel);
-        let entries = std::fs::read_dir(&dir)
-            .map_err(|e| format!("cannot read the build context {}: {e}", dir.display()))?;
+        let entries =
+            std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
         for entry in entries.flatten() {
             let rel = rel.join(entry.file_name());
             match entry.file_type() {

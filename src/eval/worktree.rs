@@ -30,6 +30,12 @@ impl Worktree {
         &self.path
     }
 
+    /// Where this attempt's full tool outputs are saved: beside the worktree, readable by
+    /// its sandbox, and gone with it, so no other attempt sees them.
+    pub fn outputs(&self) -> PathBuf {
+        self.path.with_extension("outputs")
+    }
+
     /// What taking the diff needs, to take it off the async threads.
     pub fn differ(&self) -> Differ {
         Differ {
@@ -91,6 +97,7 @@ impl Drop for Worktree {
     fn drop(&mut self) {
         remove_tree(&self.path);
         remove_tree(&self.base_git);
+        remove_tree(&self.outputs());
     }
 }
 
