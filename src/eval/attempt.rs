@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::EvalOptions;
 use super::results::{Status, TaskResult};
 use super::tasks::Task;
 use super::worktree;
-use super::EvalOptions;
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};

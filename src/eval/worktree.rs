@@ -184,20 +184,41 @@ pub fn create(
         )
         .run("commit the task's files")?;
     }
-    let base = git(Some(dest), &["rev-parse", "HEAD"]).output_text("read HEAD")?;
+    let base = head_commit(dest)?;
+    // A plain copy of the fresh `.git` (no git process: this runs for every attempt).
     let base_git = dest.with_extension("base.git");
-    git(
-        None,
-        &["clone", "--quiet", "--bare", "--no-hardlinks", "--"],
-    )
-    .arg(dest)
-    .arg(&base_git)
-    .run("keep a copy of the base")?;
+    std::fs::create_dir(&base_git)
+        .map_err(|e| format!("cannot create {}: {e}", base_git.display()))?;
+    copy_tree(&dest.join(".git"), &base_git)?;
     Ok(Worktree {
         path: dir.keep(),
         base_git,
-        base: base.trim().to_string(),
+        base,
     })
+}
+
+/// The commit HEAD names, read from the files a fresh clone or commit leaves (a detached
+/// HEAD holds it, a branch points at a loose ref); git itself only if they do not say.
+fn head_commit(dest: &Path) -> Result<String, String> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|t| t.trim().to_string())
+    };
+    let is_commit = |t: &String| t.len() == 40 && t.bytes().all(|b| b.is_ascii_hexdigit());
+    let git_dir = dest.join(".git");
+    let from_files =
+        read(&git_dir.join("HEAD")).and_then(|head| match head.strip_prefix("ref: ") {
+            Some(r) => read(&git_dir.join(r)),
+            None => Some(head),
+        });
+    match from_files.filter(is_commit) {
+        Some(commit) => Ok(commit),
+        None => Ok(git(Some(dest), &["rev-parse", "HEAD"])
+            .output_text("read HEAD")?
+            .trim()
+            .to_string()),
+    }
 }
 
 /// Host git with nothing from the machine's configuration and an identity for the base
