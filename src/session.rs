@@ -35,6 +35,9 @@ pub struct SessionOptions {
     /// Where full tool outputs are saved (default: the user's data directory). The sandbox
     /// can read it, so runs that must not see each other's outputs get their own.
     pub output_dir: Option<PathBuf>,
+    /// Open the sandbox over this task container (its image holds the worktree; docker
+    /// only). `root` then only names where config files are looked for.
+    pub in_image: Option<Arc<crate::sandbox::docker::in_image::TaskContainer>>,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -112,6 +115,11 @@ impl SessionOptions {
         }
         if let Some(i) = &self.image {
             spec.docker.image = i.clone();
+        }
+        if let Some(task) = &self.in_image {
+            spec.backend = BackendKind::Docker;
+            spec.worktree = task.workdir().to_path_buf();
+            spec.docker.in_image = Some(task.clone());
         }
         Ok(spec)
     }

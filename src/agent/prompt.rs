@@ -52,6 +52,10 @@ pub async fn build(
 fn environment(env: &Environment) -> String {
     let wt = env.worktree.display();
     let wall = match env.spec.backend {
+        BackendKind::Docker if env.spec.docker.in_image.is_some() => format!(
+            "Your commands and file tools run inside a Docker container made from the image {}. The worktree {wt} is a directory of that image, not a folder of anyone's machine: the whole file system of the container is yours to read and change, and nothing outside the container is visible. The file tools work inside the worktree; use bash for the rest of the container. Installed programs are the image's.",
+            env.spec.docker.image
+        ),
         BackendKind::Docker => format!(
             "Your commands and file tools run inside a Docker container made from the image {}. The worktree {wt} is mounted into it and is the only part of the user's machine you can see or change. The rest of the file system is the image's: read-only, except a private temporary directory ($TMPDIR, /tmp). Installed programs are the image's, not the user's.",
             env.spec.docker.image

@@ -28,8 +28,9 @@ pub enum EvalCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// JSON-lines task files (one task a line: id, instruction, repo, commit, setup,
-    /// verify, tests_dir, image, timeouts).
+    /// Task sets: JSON-lines files (one task a line: id, instruction, repo, commit,
+    /// setup, verify, tests_dir, image, timeouts), or Harbor task folders (one task, or a
+    /// folder of them).
     #[arg(required = true)]
     tasks: Vec<PathBuf>,
     /// Where results go; a rerun with the same folder skips finished tasks.

@@ -27,7 +27,7 @@ use crate::session::{OpenError, OpenSession, SessionOptions};
 use crate::tool::Session;
 
 /// Output kept from setup and verify commands (head and tail beyond it).
-const LOG_LIMIT: u64 = 1 << 20;
+pub(super) const LOG_LIMIT: u64 = 1 << 20;
 /// How long a cancelled agent gets to wind down before its sandbox is torn down anyway.
 const WIND_DOWN: Duration = Duration::from_secs(30);
 
@@ -148,22 +148,7 @@ pub async fn run(
             });
         }
     }
-    let cancel = stop.child_token();
-    let (end, timed_out) = {
-        let turn = run.turn(&task.instruction, cancel.clone());
-        tokio::pin!(turn);
-        tokio::select! {
-            outcome = &mut turn => (outcome.end, false),
-            _ = tokio::time::sleep(timeouts.agent) => {
-                cancel.cancel();
-                let end = tokio::time::timeout(WIND_DOWN, turn)
-                    .await
-                    .map(|o| o.end)
-                    .unwrap_or(End::Interrupted);
-                (end, true)
-            }
-        }
-    };
+    let (end, timed_out) = drive(&mut run, &task.instruction, timeouts.agent, stop).await;
     run.finish(&end);
     result.usage = run.agent.usage;
     result.steps = run.agent.steps;
@@ -269,6 +254,30 @@ pub async fn run(
     }
 }
 
+/// The agent's turn on the instruction, cut off (and given a moment to wind down) past
+/// `limit`. Returns how it ended and whether the limit did it.
+pub(super) async fn drive(
+    run: &mut crate::agent::start::Run,
+    instruction: &str,
+    limit: Duration,
+    stop: &CancellationToken,
+) -> (End, bool) {
+    let cancel = stop.child_token();
+    let turn = run.turn(instruction, cancel.clone());
+    tokio::pin!(turn);
+    tokio::select! {
+        outcome = &mut turn => (outcome.end, false),
+        _ = tokio::time::sleep(limit) => {
+            cancel.cancel();
+            let end = tokio::time::timeout(WIND_DOWN, turn)
+                .await
+                .map(|o| o.end)
+                .unwrap_or(End::Interrupted);
+            (end, true)
+        }
+    }
+}
+
 enum Judged {
     Ran(Ran),
     Failed(String),
@@ -318,7 +327,7 @@ fn shell_quote(s: &str) -> String {
 
 /// A worktree removed off the async threads when the attempt is done with it (a large
 /// tree takes a while), before the evaluation ends.
-struct Removing(Option<worktree::Worktree>);
+pub(super) struct Removing(Option<worktree::Worktree>);
 
 impl Drop for Removing {
     fn drop(&mut self) {
@@ -330,15 +339,23 @@ impl Drop for Removing {
     }
 }
 
-fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {
+pub(super) fn session_options_for(
+    image: Option<String>,
+    options: &EvalOptions,
+    root: &Path,
+) -> SessionOptions {
     let mut s = SessionOptions::new(root);
     s.profile = Some(options.profile.clone());
     s.backend = options.backend;
-    s.image = task.image.clone().or(options.image.clone());
+    s.image = image.or(options.image.clone());
     s.config = options.config.clone();
     // Nobody watches an evaluation: what a rule would ask is refused.
     s.ask = Some(crate::config::profile::AskMode::Deny);
     s
+}
+
+fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {
+    session_options_for(task.image.clone(), options, root)
 }
 
 /// A session being opened in the background. Dropped unused, it is closed once open:
@@ -375,20 +392,20 @@ impl Drop for Prewarmed {
     }
 }
 
-async fn drop_blocking<T: Send + 'static>(value: T) {
+pub(super) async fn drop_blocking<T: Send + 'static>(value: T) {
     let _engine = super::ENGINE_CALLS.acquire().await;
     let _ = tokio::task::spawn_blocking(move || drop(value)).await;
 }
 
-struct Ran {
-    output: Vec<u8>,
-    code: Option<i32>,
-    timed_out: bool,
-    interrupted: bool,
+pub(super) struct Ran {
+    pub output: Vec<u8>,
+    pub code: Option<i32>,
+    pub timed_out: bool,
+    pub interrupted: bool,
 }
 
 /// A command in the sandbox's worktree, to its end; stdout and stderr interleaved.
-async fn exec(
+pub(super) async fn exec(
     sandbox: &Sandbox,
     command: &str,
     timeout: Duration,

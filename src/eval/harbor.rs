@@ -131,7 +131,7 @@ pub fn load_set(dir: &Path) -> Result<Vec<LoadedTask>, String> {
 pub fn load(dir: &Path) -> LoadedTask {
     let id = dir
         .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
+        .map(|n| super::tasks::sanitize(&n.to_string_lossy()))
         .unwrap_or_else(|| "task".into());
     let fail = |reason: String| (id.clone(), reason);
     let text = std::fs::read_to_string(dir.join("task.toml"))

@@ -8,10 +8,12 @@
 
 pub mod attempt;
 pub mod harbor;
+pub mod harbor_attempt;
 pub mod images;
 pub mod report;
 pub mod results;
 pub mod tasks;
+pub mod tree_diff;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -125,23 +127,19 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     if options.backend == Some(BackendKind::None) {
         return Err("eval needs a sandbox that ends every process an attempt started before the verdict (docker, or landlock with its PID namespace); --sandbox none has none".into());
     }
-    if options.agent == AgentKind::Oracle {
-        return Err("--agent oracle runs each task's solution/solve.sh, which only Harbor tasks have, and running Harbor tasks is not built yet".into());
-    }
     let mut loaded = Vec::new();
     let mut files = Vec::new();
     for set in &options.task_sets {
         if set.is_dir() {
-            // Read (so a broken set is named as such) but not run: a Harbor task's agent
-            // works in a directory of its image, and that sandbox is not built yet.
-            let found = harbor::load_set(set)?;
-            return Err(format!(
-                "{} holds {} Harbor task(s), which runner can read and build images for but cannot run yet (their worktree lives in the image); pass a JSON-lines task file",
-                set.display(),
-                found.len()
-            ));
+            for task in harbor::load_set(set)? {
+                loaded.push(match task {
+                    Ok(t) => Loaded::Harbor(Box::new(t)),
+                    Err((id, reason)) => Loaded::Broken { id, reason },
+                });
+            }
+        } else {
+            loaded.extend(tasks::load_jsonl(set, options.timeouts)?);
         }
-        loaded.extend(tasks::load_jsonl(set, options.timeouts)?);
         files.push(set.clone());
     }
     let hash = tasks::content_hash(&files);
@@ -152,7 +150,15 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     let _ = std::fs::remove_dir_all(options.out.join(".work"));
 
-    let mut jobs: Vec<(Arc<Task>, u32)> = Vec::new();
+    // Harbor tasks build their images on the engine and run there.
+    let engine = if loaded.iter().any(|l| matches!(l, Loaded::Harbor(_))) {
+        let docker = crate::sandbox::docker::engine::connect().await?;
+        let builder = images::Builder::new(docker.clone(), IMAGE_BUILDS);
+        Some(Arc::new(Engine { docker, builder }))
+    } else {
+        None
+    };
+    let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
     for l in &loaded {
         for attempt in 1..=options.attempts {
             let dir = results::attempt_dir(&options.out, l.id(), attempt, options.attempts);
@@ -169,7 +175,15 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
                     r.error = Some(reason.clone());
                     write_result(&dir, &r)?;
                 }
-                Loaded::Task(t) => jobs.push((Arc::new((**t).clone()), attempt)),
+                Loaded::Task(_) if options.agent == AgentKind::Oracle => {
+                    let mut r = TaskResult::new(l.id(), attempt, options.model_label());
+                    r.status = Status::InfraError;
+                    r.phase = Some("load".into());
+                    r.error = Some("--agent oracle runs a Harbor task's solution/solve.sh; a JSON-lines task has none".into());
+                    write_result(&dir, &r)?;
+                }
+                Loaded::Task(t) => jobs.push((Arc::new(Job::Repo((**t).clone())), attempt)),
+                Loaded::Harbor(t) => jobs.push((Arc::new(Job::Harbor((**t).clone())), attempt)),
             }
         }
     }
@@ -180,8 +194,9 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     let unfinished = AtomicUsize::new(0);
     let runs = futures_util::stream::iter(jobs)
         .map(|(task, attempt)| {
-            let (options, progress, breaker, stop, unfinished) = (
+            let (options, engine, progress, breaker, stop, unfinished) = (
                 options.clone(),
+                engine.clone(),
                 &progress,
                 &breaker,
                 stop.clone(),
@@ -189,12 +204,24 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
             );
             async move {
                 progress.started();
-                let finished =
-                    run_with_retries(&task, attempt, &options, breaker, &stop, progress).await;
+                let finished = run_with_retries(
+                    &task,
+                    attempt,
+                    &options,
+                    engine.as_deref(),
+                    breaker,
+                    &stop,
+                    progress,
+                )
+                .await;
                 match finished {
                     Some(r) => {
-                        let dir =
-                            results::attempt_dir(&options.out, &task.id, attempt, options.attempts);
+                        let dir = results::attempt_dir(
+                            &options.out,
+                            task.id(),
+                            attempt,
+                            options.attempts,
+                        );
                         if let Err(e) = write_result(&dir, &r) {
                             progress.note(&e);
                         }
@@ -250,22 +277,34 @@ pub fn summary(out: &Path) -> Result<Summary, String> {
     Ok(results::summarize(&all, &model, &hash))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_with_retries(
-    task: &Task,
+    task: &Job,
     attempt: u32,
     options: &EvalOptions,
+    engine: Option<&Engine>,
     breaker: &Breaker,
     stop: &CancellationToken,
     progress: &Progress,
 ) -> Option<TaskResult> {
-    let dir = results::attempt_dir(&options.out, &task.id, attempt, options.attempts);
+    let dir = results::attempt_dir(&options.out, task.id(), attempt, options.attempts);
     let mut retries = 0;
     loop {
         breaker.wait_for_engine(options, stop, progress).await;
         if stop.is_cancelled() {
             return None;
         }
-        let verdict = attempt::run(task, attempt, &dir, options, stop).await?;
+        let verdict = match (task, engine) {
+            (Job::Repo(t), _) => attempt::run(t, attempt, &dir, options, stop).await?,
+            (Job::Harbor(t), Some(e)) => {
+                let on = harbor_attempt::OnEngine {
+                    docker: &e.docker,
+                    builder: &e.builder,
+                };
+                harbor_attempt::run(t, attempt, &dir, options, on, stop).await?
+            }
+            (Job::Harbor(_), None) => unreachable!("an engine is connected for Harbor tasks"),
+        };
         let mut result = verdict.result;
         result.infra_retries = retries;
         if result.status == Status::InfraError {
@@ -277,7 +316,7 @@ async fn run_with_retries(
             retries += 1;
             progress.note(&format!(
                 "{}: infrastructure failure, trying again ({retries}/{}): {}",
-                task.id,
+                task.id(),
                 options.infra_retries,
                 result.error.as_deref().unwrap_or("")
             ));
@@ -286,6 +325,31 @@ async fn run_with_retries(
         }
         return Some(result);
     }
+}
+
+/// Image builds at once, whatever `--jobs` says: a build takes the engine's CPU and disk.
+const IMAGE_BUILDS: usize = 2;
+
+/// One task's attempt to run: a repository copied per attempt, or a Harbor task whose
+/// worktree is in its image.
+enum Job {
+    Repo(Task),
+    Harbor(harbor::HarborTask),
+}
+
+impl Job {
+    fn id(&self) -> &str {
+        match self {
+            Job::Repo(t) => &t.id,
+            Job::Harbor(t) => &t.id,
+        }
+    }
+}
+
+/// The engine Harbor tasks build and run on.
+struct Engine {
+    docker: bollard::Docker,
+    builder: images::Builder,
 }
 
 /// Stops new starts while the engine keeps failing, instead of burning every task on it.

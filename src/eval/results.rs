@@ -45,6 +45,9 @@ impl Status {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Timings {
+    /// Building the task's image (Harbor tasks; 0 when it was already built).
+    #[serde(default)]
+    pub build_ms: u64,
     pub setup_ms: u64,
     pub agent_ms: u64,
     pub verify_ms: u64,
@@ -59,6 +62,9 @@ pub struct TaskResult {
     pub status: Status,
     /// 1 resolved, 0 not; absent when no verdict was taken.
     pub reward: Option<f64>,
+    /// Every reward the verifier wrote, when it wrote a map (`reward.json`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rewards: BTreeMap<String, f64>,
     /// The phase that ended the attempt early: prepare, setup, agent, verify.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -89,6 +95,7 @@ impl TaskResult {
             attempt,
             status: Status::Unresolved,
             reward: None,
+            rewards: BTreeMap::new(),
             phase: None,
             error: None,
             model,

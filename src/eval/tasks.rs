@@ -75,13 +75,19 @@ pub fn seconds(s: f64) -> Option<Duration> {
 #[derive(Debug, Clone)]
 pub enum Loaded {
     Task(Box<Task>),
-    Broken { id: String, reason: String },
+    /// A Harbor task folder.
+    Harbor(Box<super::harbor::HarborTask>),
+    Broken {
+        id: String,
+        reason: String,
+    },
 }
 
 impl Loaded {
     pub fn id(&self) -> &str {
         match self {
             Loaded::Task(t) => &t.id,
+            Loaded::Harbor(t) => &t.id,
             Loaded::Broken { id, .. } => id,
         }
     }
@@ -218,7 +224,7 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
-fn sanitize(id: &str) -> String {
+pub(super) fn sanitize(id: &str) -> String {
     let s: String = id
         .chars()
         .map(|c| {
@@ -239,7 +245,15 @@ pub fn content_hash(paths: &[PathBuf]) -> String {
     let mut h = Sha256::new();
     for p in paths {
         h.update(p.display().to_string().as_bytes());
-        h.update(std::fs::read(p).unwrap_or_default());
+        if p.is_dir() {
+            // A Harbor task set: every file of every task, by relative path.
+            for rel in super::images::files_under(p).unwrap_or_default() {
+                h.update(rel.display().to_string().as_bytes());
+                h.update(std::fs::read(p.join(&rel)).unwrap_or_default());
+            }
+        } else {
+            h.update(std::fs::read(p).unwrap_or_default());
+        }
     }
     let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{digest}")

@@ -92,6 +92,9 @@ pub struct DockerSpec {
     /// Where the worktree appears in the container; `None` keeps the host path, so paths in
     /// tool output and in the model's context mean the same thing on both sides.
     pub mount_at: Option<PathBuf>,
+    /// A task container whose image holds the worktree (an evaluation's Harbor task): the
+    /// sandbox is opened over it instead of a new container with the worktree mounted.
+    pub in_image: Option<std::sync::Arc<super::docker::in_image::TaskContainer>>,
 }
 
 impl Default for DockerSpec {
@@ -99,6 +102,7 @@ impl Default for DockerSpec {
         DockerSpec {
             image: DEFAULT_IMAGE.to_string(),
             mount_at: None,
+            in_image: None,
         }
     }
 }

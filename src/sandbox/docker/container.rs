@@ -30,9 +30,9 @@ pub const LABEL_CREATED: &str = "runner.created";
 /// Docker watches an attached stdin for a detach sequence and, on seeing it, cuts the
 /// stream. Five ctrl-q bytes in a row cannot occur in our frames (JSON has no raw control
 /// bytes; a length prefix has four bytes, followed by `{`), so this one never fires.
-const DETACH_KEYS: &str = "ctrl-q,ctrl-q,ctrl-q,ctrl-q,ctrl-q";
+pub(super) const DETACH_KEYS: &str = "ctrl-q,ctrl-q,ctrl-q,ctrl-q,ctrl-q";
 
-fn docker_error(what: &str, e: bollard::errors::Error) -> SandboxError {
+pub(super) fn docker_error(what: &str, e: bollard::errors::Error) -> SandboxError {
     SandboxError::Disconnected(format!("docker: {what}: {e}"))
 }
 
@@ -62,7 +62,7 @@ fn container_env(spec: &SandboxSpec) -> Vec<(String, String)> {
     env
 }
 
-fn unique_id() -> String {
+pub(super) fn unique_id() -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = SystemTime::now()
@@ -162,9 +162,9 @@ pub fn container_body(
 /// Removes the container when the sandbox closes. The server also exits (and the engine
 /// removes its container) as soon as our end of its stdin closes, which covers a controller
 /// that is killed outright; this guard covers a server that does not exit.
-struct ContainerGuard {
-    docker: Docker,
-    id: String,
+pub(super) struct ContainerGuard {
+    pub(super) docker: Docker,
+    pub(super) id: String,
 }
 
 impl Drop for ContainerGuard {
@@ -237,10 +237,30 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         docker: docker.clone(),
         id: created.id.clone(),
     };
+    // Reverse order: the container goes first, then the sweep finds nothing can replant.
+    let guards: Vec<Box<dyn Send + Sync>> =
+        vec![Box::new(SweepOnClose(guard.forbid)), Box::new(container)];
+    serve(docker, &created.id, inside, container_env(spec), guards).await
+}
+
+/// Starts a created (or stopped) container whose main process is the server and connects
+/// a client to it. `guards` end the sandbox when it closes.
+pub(super) async fn serve(
+    docker: &Docker,
+    id: &str,
+    inside: PathBuf,
+    env: Vec<(String, String)>,
+    guards: Vec<Box<dyn Send + Sync>>,
+) -> Result<Sandbox, SandboxError> {
+    // Owned from here on, so that a failed start still ends the container.
+    let keepalive = Keepalive {
+        child: None,
+        guards,
+    };
     // Attach before start, so not one byte of the server's output is missed.
     let attach = docker
         .attach_container(
-            &created.id,
+            id,
             Some(
                 AttachContainerOptionsBuilder::new()
                     .stdin(true)
@@ -254,7 +274,7 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         .await
         .map_err(|e| docker_error("cannot attach to the sandbox container", e))?;
     docker
-        .start_container(&created.id, None)
+        .start_container(id, None)
         .await
         .map_err(|e| docker_error("cannot start the sandbox container", e))?;
 
@@ -284,19 +304,7 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         attach.input,
         local::tail_diagnostics(stderr_tail),
     );
-    // Reverse order: the container goes first, then the sweep finds nothing can replant.
-    let keepalive = Keepalive {
-        child: None,
-        guards: vec![Box::new(SweepOnClose(guard.forbid)), Box::new(container)],
-    };
-    let mut sandbox = local::finish(
-        client,
-        inside,
-        BackendKind::Docker,
-        container_env(spec),
-        keepalive,
-    )
-    .await?;
-    sandbox.container_id = Some(created.id);
+    let mut sandbox = local::finish(client, inside, BackendKind::Docker, env, keepalive).await?;
+    sandbox.container_id = Some(id.to_string());
     Ok(sandbox)
 }

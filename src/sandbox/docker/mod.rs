@@ -6,6 +6,7 @@ pub mod cleanup;
 mod container;
 pub mod engine;
 pub mod image;
+pub mod in_image;
 mod shell;
 
 use super::spec::SandboxSpec;
@@ -23,5 +24,9 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
         .map_err(SandboxError::Disconnected)?;
     // Leftovers of runs that died without cleaning up go first, so they never pile up.
     let _ = cleanup::remove_orphans(&docker).await;
-    open_container(&docker, spec).await
+    match &spec.docker.in_image {
+        // The worktree is a directory of that container's image: a sandbox over it.
+        Some(task) => task.serve().await,
+        None => open_container(&docker, spec).await,
+    }
 }

@@ -1,0 +1,579 @@
+//! One attempt at a Harbor task: its image built (or found), a container from it whose
+//! `WORKDIR` is the worktree, the agent (or the task's own solution) working in it, then
+//! the verifier in the same file system once every process of the agent's is dead.
+//!
+//! The order is what makes the verdict trustworthy:
+//! 1. the container is created and a snapshot of the worktree taken before anything runs;
+//! 2. the agent works through runner's server in the container (`/tests` is not there);
+//! 3. the container is killed: the PID namespace goes, and every process the agent left
+//!    behind with it, while its files stay;
+//! 4. the second snapshot gives `diff.patch`;
+//! 5. the container starts again with only runner's server in it; whatever the agent left
+//!    at `/tests` or `/logs/verifier` is moved aside, the hidden tests are copied in, and
+//!    `bash /tests/test.sh` runs as `[verifier] user` through the engine;
+//! 6. the reward is read from `/logs/verifier`, and the container removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::EvalOptions;
+use super::attempt::{self, LOG_LIMIT, Verdict, drop_blocking, write_file};
+use super::harbor::{self, HarborTask};
+use super::images::{self, Builder};
+use super::results::{Status, TaskResult};
+use super::tree_diff::{self, Snapshot};
+use super::worktree::remove_tree;
+use crate::agent::End;
+use crate::agent::events::NoEvents;
+use crate::agent::start::{RunOptions, start};
+use crate::sandbox::docker::in_image::{TaskContainer, TaskImage};
+use crate::sandbox::spec::{Limits, Network};
+
+/// The largest worktree snapshot read for the diff.
+const SNAPSHOT_LIMIT: u64 = 512 << 20;
+/// Harbor's default limits for the phases a task does not set.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What the attempt needs of the engine it runs on.
+pub struct OnEngine<'a> {
+    pub docker: &'a bollard::Docker,
+    pub builder: &'a Builder,
+}
+
+pub async fn run(
+    task: &HarborTask,
+    attempt: u32,
+    out: &Path,
+    options: &EvalOptions,
+    engine: OnEngine<'_>,
+    stop: &CancellationToken,
+) -> Option<Verdict> {
+    let started = Instant::now();
+    let mut result = TaskResult::new(&task.id, attempt, options.model_label());
+    let infra = |mut result: TaskResult, phase: &str, error: String, retryable: bool| {
+        result.status = Status::InfraError;
+        result.phase = Some(phase.into());
+        result.error = Some(error);
+        Some(Verdict { result, retryable })
+    };
+    let _ = std::fs::remove_dir_all(out);
+    if let Err(e) = std::fs::create_dir_all(out) {
+        return infra(
+            result,
+            "prepare",
+            format!("cannot create {}: {e}", out.display()),
+            false,
+        );
+    }
+    let scale = |d: Option<Duration>, default: Duration| {
+        super::tasks::seconds(d.unwrap_or(default).as_secs_f64() * options.timeout_multiplier)
+            .unwrap_or(default)
+    };
+    let agent_limit = scale(task.agent.timeout, options.timeouts.agent);
+    let verify_limit = scale(task.verifier.timeout, options.timeouts.verify);
+
+    // The image.
+    let build_started = Instant::now();
+    let image = match (&task.build_context, &task.environment.docker_image) {
+        (Some(context), _) => {
+            let limit = scale(task.environment.build_timeout, BUILD_TIMEOUT);
+            match engine.builder.image_for(context, limit).await {
+                Ok(built) => {
+                    if matches!(built, images::Built::Fresh(_)) {
+                        result.timings.build_ms = build_started.elapsed().as_millis() as u64;
+                    }
+                    built.image().to_string()
+                }
+                Err(e) => {
+                    // A step that failed fails again; an engine that went away may not.
+                    let retryable = !options.engine_alive().await;
+                    return infra(result, "build", e, retryable);
+                }
+            }
+        }
+        (None, Some(image)) => image.clone(),
+        (None, None) => unreachable!("harbor::load refuses a task without either"),
+    };
+
+    // Scratch space on the host: where config files are looked for (none: the task's
+    // files are in the image) and where full tool outputs are saved.
+    let scratch = options
+        .out
+        .join(".work")
+        .join(format!("{}-{attempt}", task.id));
+    let outputs = scratch.with_extension("outputs");
+    let _cleanup = Scratch(vec![scratch.clone(), outputs.clone()]);
+    for dir in [&scratch, &outputs] {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return infra(
+                result,
+                "prepare",
+                format!("cannot create {}: {e}", dir.display()),
+                false,
+            );
+        }
+    }
+    let spec = match task_image(task, image, options, &outputs) {
+        Ok(s) => s,
+        Err(e) => return infra(result, "prepare", e, false),
+    };
+    let container = {
+        let _engine = super::ENGINE_CALLS.acquire().await;
+        TaskContainer::create(engine.docker, &spec).await
+    };
+    let container = match container {
+        Ok(c) => Arc::new(c),
+        Err(e) => return infra(result, "prepare", e.to_string(), true),
+    };
+    let owner = Owned(Some(container.clone()));
+    let workdir = container.workdir().to_path_buf();
+    let before = match snapshot(&container, &workdir).await {
+        Ok(s) => s,
+        Err(e) => return infra(result, "prepare", e, true),
+    };
+
+    // The agent, or the task's own solution.
+    let agent_started = Instant::now();
+    let ran = match options.agent {
+        super::AgentKind::Oracle => oracle(task, &container, agent_limit, out, stop).await,
+        super::AgentKind::Model => {
+            model(
+                task,
+                &container,
+                agent_limit,
+                &scratch,
+                &outputs,
+                out,
+                options,
+                &mut result,
+                stop,
+            )
+            .await
+        }
+    };
+    // Every process of the agent's dies here, whatever it left running.
+    container.stop().await;
+    result.timings.agent_ms = agent_started.elapsed().as_millis() as u64;
+    let (end, timed_out) = match ran {
+        AgentRan::Interrupted => return None,
+        AgentRan::CouldNotStart(e, retryable) => return infra(result, "agent", e, retryable),
+        AgentRan::Ended(end, timed_out) => (end, timed_out),
+    };
+    if stop.is_cancelled() && !timed_out {
+        return None;
+    }
+    result.end = end.as_ref().map(|e| e.reason().to_string());
+    if timed_out {
+        result.status = Status::Timeout;
+        result.phase = Some("agent".into());
+        result.error = Some(format!("the agent ran past {} s", agent_limit.as_secs()));
+    }
+    match &end {
+        Some(End::ProviderError(m)) if !timed_out => {
+            return infra(result, "agent", m.clone(), true);
+        }
+        Some(End::SandboxError(m)) if !timed_out => {
+            if options.engine_alive().await {
+                result.status = Status::AgentError;
+                result.phase = Some("agent".into());
+                result.error = Some(m.clone());
+            } else {
+                return infra(result, "agent", format!("the engine failed: {m}"), true);
+            }
+        }
+        _ => {}
+    }
+
+    // The diff, from the stopped container.
+    let verify_started = Instant::now();
+    match snapshot(&container, &workdir).await {
+        Ok(after) => {
+            let _ = write_file(
+                &out.join("diff.patch"),
+                tree_diff::diff(&before, &after).as_bytes(),
+            );
+        }
+        Err(e) => result.diff_error = Some(e),
+    }
+    if matches!(result.status, Status::Timeout | Status::AgentError) {
+        result.timings.total_ms = started.elapsed().as_millis() as u64;
+        return Some(Verdict {
+            result,
+            retryable: false,
+        });
+    }
+
+    let verdict = verify(task, &container, verify_limit, stop).await;
+    result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
+    result.timings.total_ms = started.elapsed().as_millis() as u64;
+    drop(owner);
+    match verdict {
+        Verified::Interrupted => None,
+        Verified::Ran {
+            log,
+            timed_out,
+            rewards,
+        } => {
+            let _ = write_file(&out.join("verify.log"), &log);
+            if timed_out {
+                result.status = Status::Timeout;
+                result.phase = Some("verify".into());
+                result.error = Some(format!("verify ran past {} s", verify_limit.as_secs()));
+                return Some(Verdict {
+                    result,
+                    retryable: false,
+                });
+            }
+            match rewards {
+                Ok(map) => {
+                    let least = map.values().copied().fold(f64::INFINITY, f64::min);
+                    result.status = if least >= 1.0 {
+                        Status::Resolved
+                    } else {
+                        Status::Unresolved
+                    };
+                    result.reward = Some(map.get("reward").copied().unwrap_or(least));
+                    if map.len() > 1 || !map.contains_key("reward") {
+                        result.rewards = map;
+                    }
+                }
+                // test.sh that ends without a reward judged nothing: the task is not solved,
+                // and the log says why.
+                Err(e) => {
+                    result.status = Status::Unresolved;
+                    result.reward = Some(0.0);
+                    result.phase = Some("verify".into());
+                    result.error = Some(e);
+                }
+            }
+            Some(Verdict {
+                result,
+                retryable: false,
+            })
+        }
+        // The verifier runs in the file system the agent left: if the container cannot
+        // be brought back while the engine is fine, that is the agent's doing.
+        Verified::Failed(e) if options.engine_alive().await => {
+            result.status = Status::AgentError;
+            result.phase = Some("verify".into());
+            result.error = Some(e);
+            Some(Verdict {
+                result,
+                retryable: false,
+            })
+        }
+        Verified::Failed(e) => infra(result, "verify", format!("the engine failed: {e}"), true),
+    }
+}
+
+/// The container's recipe: the task's limits over the profile's, no network (Harbor's
+/// `allow_internet` needs the allow-list proxy, which runner does not have yet).
+fn task_image(
+    task: &HarborTask,
+    image: String,
+    options: &EvalOptions,
+    outputs: &Path,
+) -> Result<TaskImage, String> {
+    let profile = crate::config::profile::load(&options.profile).map_err(|e| e.to_string())?;
+    let mut spec =
+        crate::sandbox::spec::SandboxSpec::new(crate::sandbox::BackendKind::Docker, outputs)
+            .map_err(|e| format!("cannot find the runner executable: {e}"))?;
+    profile.sandbox.apply(&mut spec);
+    let e = &task.environment;
+    let limits = Limits {
+        memory_bytes: e.memory_bytes.unwrap_or(spec.limits.memory_bytes),
+        cpus: e.cpus.unwrap_or(spec.limits.cpus),
+        ..spec.limits
+    };
+    Ok(TaskImage {
+        image,
+        workdir: e.workdir.clone(),
+        user: task.agent.user.clone(),
+        env: e.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        limits,
+        network: Network::None,
+        read_only: vec![outputs.to_path_buf()],
+        server_exe: spec.server_exe,
+    })
+}
+
+enum AgentRan {
+    /// How the agent's run ended (`None` for the oracle), and whether its time ran out.
+    Ended(Option<End>, bool),
+    CouldNotStart(String, bool),
+    Interrupted,
+}
+
+/// runner's own loop, in a sandbox over the task container.
+#[allow(clippy::too_many_arguments)]
+async fn model(
+    task: &HarborTask,
+    container: &Arc<TaskContainer>,
+    limit: Duration,
+    scratch: &Path,
+    outputs: &Path,
+    out: &Path,
+    options: &EvalOptions,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> AgentRan {
+    let mut session = attempt::session_options_for(None, options, scratch);
+    session.output_dir = Some(outputs.to_path_buf());
+    session.in_image = Some(container.clone());
+    let mut run_options = RunOptions::new(scratch, Arc::new(NoEvents));
+    run_options.session = session;
+    run_options.model = options.model.clone();
+    run_options.sessions_dir = out.to_path_buf();
+    run_options.loop_options.max_steps = options.max_steps;
+    let started = {
+        let _engine = super::ENGINE_CALLS.acquire().await;
+        start(run_options).await
+    };
+    let mut run = match started {
+        Ok(r) => r,
+        Err(e) => {
+            let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
+            return AgentRan::CouldNotStart(format!("cannot start the agent: {e}"), retryable);
+        }
+    };
+    let (end, timed_out) = attempt::drive(&mut run, &task.instruction, limit, stop).await;
+    run.finish(&end);
+    result.usage = run.agent.usage;
+    result.steps = run.agent.steps;
+    let session_file = run.session_file().to_path_buf();
+    drop_blocking(run).await;
+    let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
+    AgentRan::Ended(Some(end), timed_out)
+}
+
+/// The task's `solution/solve.sh`, copied to `/solution` and run as the agent would be.
+async fn oracle(
+    task: &HarborTask,
+    container: &TaskContainer,
+    limit: Duration,
+    out: &Path,
+    stop: &CancellationToken,
+) -> AgentRan {
+    let Some(solution) = &task.solution else {
+        return AgentRan::CouldNotStart(
+            format!(
+                "{} has no solution/solve.sh for --agent oracle",
+                task.dir.display()
+            ),
+            false,
+        );
+    };
+    let tar = match pack_as(solution, "solution") {
+        Ok(t) => t,
+        Err(e) => return AgentRan::CouldNotStart(e, false),
+    };
+    if let Err(e) = container.upload(Path::new("/"), tar).await {
+        return AgentRan::CouldNotStart(e, true);
+    }
+    let sandbox = {
+        let _engine = super::ENGINE_CALLS.acquire().await;
+        container.serve().await
+    };
+    let sandbox = match sandbox {
+        Ok(s) => s,
+        Err(e) => {
+            return AgentRan::CouldNotStart(format!("cannot start the task container: {e}"), true);
+        }
+    };
+    let ran = attempt::exec(&sandbox, "bash /solution/solve.sh", limit, LOG_LIMIT, stop).await;
+    drop_blocking(sandbox).await;
+    match ran {
+        Ok(r) if r.interrupted => AgentRan::Interrupted,
+        Ok(r) => {
+            let _ = write_file(&out.join("agent.log"), &r.output);
+            AgentRan::Ended(None, r.timed_out)
+        }
+        Err(e) => AgentRan::CouldNotStart(e, true),
+    }
+}
+
+enum Verified {
+    Ran {
+        log: Vec<u8>,
+        timed_out: bool,
+        rewards: Result<std::collections::BTreeMap<String, f64>, String>,
+    },
+    Failed(String),
+    Interrupted,
+}
+
+/// Moves aside what the agent left where the verifier looks (it may have planted a
+/// `conftest.py` in `/tests` or a reward in `/logs/verifier`), and makes both afresh. Run
+/// as root; moving works where deleting might not (a directory the agent made read-only).
+const PREPARE: &str = "set -e
+for d in /tests /logs/verifier; do
+  if [ -e \"$d\" ] || [ -L \"$d\" ]; then mv -f -- \"$d\" \"$d.left-by-agent.$$\"; fi
+done
+mkdir -p /tests /logs/verifier
+chmod 777 /logs/verifier";
+
+async fn verify(
+    task: &HarborTask,
+    container: &TaskContainer,
+    limit: Duration,
+    stop: &CancellationToken,
+) -> Verified {
+    let tests = match pack_as(&task.tests, "tests") {
+        Ok(t) => t,
+        Err(e) => return Verified::Failed(e),
+    };
+    // A running container for the engine's exec, with nothing of the agent's in it.
+    let sandbox = {
+        let _engine = super::ENGINE_CALLS.acquire().await;
+        container.serve().await
+    };
+    let sandbox = match sandbox {
+        Ok(s) => s,
+        Err(e) => return Verified::Failed(format!("cannot start the task container again: {e}")),
+    };
+    let prepared = container
+        .exec(
+            &["sh", "-c", PREPARE],
+            Some("root"),
+            &[],
+            limit,
+            LOG_LIMIT as usize,
+        )
+        .await;
+    match prepared {
+        Ok(p) if p.code == Some(0) => {}
+        Ok(p) => {
+            drop_blocking(sandbox).await;
+            return Verified::Failed(format!(
+                "cannot make /tests and /logs/verifier afresh: {}",
+                String::from_utf8_lossy(&p.output).trim()
+            ));
+        }
+        Err(e) => {
+            drop_blocking(sandbox).await;
+            return Verified::Failed(e);
+        }
+    }
+    if let Err(e) = container.upload(Path::new("/"), tests).await {
+        drop_blocking(sandbox).await;
+        return Verified::Failed(e);
+    }
+    let env: Vec<(String, String)> = task
+        .verifier
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let user = task.verifier.user.as_deref();
+    let ran = tokio::select! {
+        r = container.exec(&["bash", "/tests/test.sh"], user, &env, limit, LOG_LIMIT as usize) => r,
+        _ = stop.cancelled() => {
+            drop_blocking(sandbox).await;
+            return Verified::Interrupted;
+        }
+    };
+    let ran = match ran {
+        Ok(r) => r,
+        Err(e) => {
+            drop_blocking(sandbox).await;
+            return Verified::Failed(e);
+        }
+    };
+    let rewards = read_rewards(container).await;
+    drop_blocking(sandbox).await;
+    let mut log = ran.output;
+    if let Some(code) = ran.code {
+        log.extend_from_slice(format!("\n[test.sh exited with {code}]\n").as_bytes());
+    }
+    Verified::Ran {
+        log,
+        timed_out: ran.timed_out,
+        rewards,
+    }
+}
+
+async fn read_rewards(
+    container: &TaskContainer,
+) -> Result<std::collections::BTreeMap<String, f64>, String> {
+    let tar = container
+        .download(Path::new("/logs/verifier"), 16 << 20)
+        .await?
+        .unwrap_or_default();
+    let mut txt = None;
+    let mut json = None;
+    let mut archive = tar::Archive::new(&tar[..]);
+    if let Ok(entries) = archive.entries() {
+        for mut entry in entries.flatten() {
+            use std::io::Read;
+            let name = entry
+                .path()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut text = String::new();
+            if !entry.header().entry_type().is_file() {
+                continue;
+            }
+            let _ = entry.by_ref().take(1 << 20).read_to_string(&mut text);
+            match name.as_str() {
+                "verifier/reward.txt" => txt = Some(text),
+                "verifier/reward.json" => json = Some(text),
+                _ => {}
+            }
+        }
+    }
+    harbor::parse_reward(txt.as_deref(), json.as_deref())
+}
+
+async fn snapshot(container: &TaskContainer, workdir: &Path) -> Result<Snapshot, String> {
+    let tar = container
+        .download(workdir, SNAPSHOT_LIMIT)
+        .await?
+        .ok_or_else(|| format!("the worktree {} is not in the container", workdir.display()))?;
+    tokio::task::spawn_blocking(move || Snapshot::read(&tar))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+/// A host folder as a tar whose entries sit under `name/`.
+fn pack_as(dir: &Path, name: &str) -> Result<Vec<u8>, String> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    tar.append_dir(name, dir)
+        .map_err(|e| format!("cannot pack {}: {e}", dir.display()))?;
+    for rel in images::files_under(dir)? {
+        let path = dir.join(&rel);
+        // Directories between are made by the engine as it unpacks.
+        tar.append_path_with_name(&path, Path::new(name).join(&rel))
+            .map_err(|e| format!("cannot pack {}: {e}", path.display()))?;
+    }
+    tar.into_inner()
+        .map_err(|e| format!("cannot pack {}: {e}", dir.display()))
+}
+
+/// The task container, removed off the async threads when the attempt is done.
+struct Owned(Option<Arc<TaskContainer>>);
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            super::CLOSING.spawn(async move {
+                let _engine = super::ENGINE_CALLS.acquire().await;
+                let _ = tokio::task::spawn_blocking(move || drop(c)).await;
+            });
+        }
+    }
+}
+
+/// Host folders of the attempt, removed when it ends.
+struct Scratch(Vec<PathBuf>);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            remove_tree(dir);
+        }
+    }
+}

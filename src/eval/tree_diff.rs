@@ -1,0 +1,251 @@
+//! The agent's changes to a worktree that lives in an image, as a git-style patch: two tar
+//! snapshots of the directory (before the agent, after it) compared in memory.
+//!
+//! There is no repository to diff against (a Harbor task's `WORKDIR` is just files), and
+//! the container is stopped when the second snapshot is taken, so nothing of the agent's
+//! runs here: the tars are read as data. Text files get unified hunks; binary or large
+//! files, links and mode changes are named, which is what a reviewer needs and what
+//! `git apply` accepts for text.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use similar::TextDiff;
+
+/// Files larger than this are compared by content but shown as binary.
+const TEXT_LIMIT: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Node {
+    File { mode: u32, body: Body },
+    Link(String),
+    Dir,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Body {
+    Text(String),
+    /// Not UTF-8 or too large: a digest of it.
+    Opaque([u8; 32]),
+}
+
+/// Every entry of a tar of one directory, keyed by its path below that directory.
+pub struct Snapshot(BTreeMap<String, Node>);
+
+impl Snapshot {
+    pub fn read(tar: &[u8]) -> Result<Snapshot, String> {
+        use sha2::{Digest, Sha256};
+        let mut archive = tar::Archive::new(tar);
+        let mut nodes = BTreeMap::new();
+        let entries = archive
+            .entries()
+            .map_err(|e| format!("cannot read the snapshot: {e}"))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| format!("cannot read the snapshot: {e}"))?;
+            let path = entry
+                .path()
+                .map_err(|e| format!("cannot read the snapshot: {e}"))?
+                .to_string_lossy()
+                .into_owned();
+            // The archive names the directory itself first ("app/..."); paths are below it.
+            let Some((_, rel)) = path.trim_end_matches('/').split_once('/') else {
+                continue;
+            };
+            if rel.is_empty() {
+                continue;
+            }
+            let header = entry.header();
+            let mode = header.mode().unwrap_or(0o644);
+            let node = match header.entry_type() {
+                tar::EntryType::Directory => Node::Dir,
+                tar::EntryType::Symlink | tar::EntryType::Link => Node::Link(
+                    entry
+                        .link_name()
+                        .ok()
+                        .flatten()
+                        .map(|l| l.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                ),
+                tar::EntryType::Regular | tar::EntryType::Continuous => {
+                    let mut data = Vec::new();
+                    entry
+                        .read_to_end(&mut data)
+                        .map_err(|e| format!("cannot read {rel} from the snapshot: {e}"))?;
+                    let body = match String::from_utf8(data) {
+                        Ok(text) if text.len() <= TEXT_LIMIT && !text.contains('\0') => {
+                            Body::Text(text)
+                        }
+                        Ok(text) => Body::Opaque(Sha256::digest(text.as_bytes()).into()),
+                        Err(e) => Body::Opaque(Sha256::digest(e.as_bytes()).into()),
+                    };
+                    Node::File {
+                        mode: if mode & 0o111 != 0 { 0o755 } else { 0o644 },
+                        body,
+                    }
+                }
+                _ => continue,
+            };
+            nodes.insert(rel.to_string(), node);
+        }
+        Ok(Snapshot(nodes))
+    }
+}
+
+/// The patch from `before` to `after`; empty when nothing changed.
+pub fn diff(before: &Snapshot, after: &Snapshot) -> String {
+    let mut out = String::new();
+    let paths: std::collections::BTreeSet<&String> =
+        before.0.keys().chain(after.0.keys()).collect();
+    for path in paths {
+        let (old, new) = (leaf(before.0.get(path)), leaf(after.0.get(path)));
+        if old == new {
+            continue;
+        }
+        out.push_str(&file_diff(path, old, new));
+    }
+    out
+}
+
+/// Directories are not part of a patch (git has no empty directories either).
+fn leaf(node: Option<&Node>) -> Option<&Node> {
+    node.filter(|n| !matches!(n, Node::Dir))
+}
+
+fn mode_of(node: &Node) -> &'static str {
+    match node {
+        Node::Link(_) => "120000",
+        Node::File { mode, .. } if mode & 0o111 != 0 => "100755",
+        _ => "100644",
+    }
+}
+
+fn text_of(node: &Node) -> Option<&str> {
+    match node {
+        Node::File {
+            body: Body::Text(t),
+            ..
+        } => Some(t),
+        Node::Link(target) => Some(target),
+        _ => None,
+    }
+}
+
+fn file_diff(path: &str, old: Option<&Node>, new: Option<&Node>) -> String {
+    let mut out = format!("diff --git a/{path} b/{path}\n");
+    match (old, new) {
+        (None, Some(n)) => out.push_str(&format!("new file mode {}\n", mode_of(n))),
+        (Some(o), None) => out.push_str(&format!("deleted file mode {}\n", mode_of(o))),
+        (Some(o), Some(n)) if mode_of(o) != mode_of(n) => {
+            out.push_str(&format!(
+                "old mode {}\nnew mode {}\n",
+                mode_of(o),
+                mode_of(n)
+            ));
+        }
+        _ => {}
+    }
+    let same_body = match (old, new) {
+        (Some(Node::File { body: a, .. }), Some(Node::File { body: b, .. })) => a == b,
+        _ => false,
+    };
+    if same_body {
+        return out;
+    }
+    let (a, b) = (old.map_or(Some(""), text_of), new.map_or(Some(""), text_of));
+    let (from, to) = (
+        if old.is_some() {
+            format!("a/{path}")
+        } else {
+            "/dev/null".into()
+        },
+        if new.is_some() {
+            format!("b/{path}")
+        } else {
+            "/dev/null".into()
+        },
+    );
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let text = TextDiff::from_lines(a, b);
+            let mut unified = text.unified_diff();
+            out.push_str(&unified.context_radius(3).header(&from, &to).to_string());
+        }
+        _ => out.push_str(&format!("Binary files {from} and {to} differ\n")),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tar_of(files: &[(&str, &[u8], u32)], links: &[(&str, &str)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut dir = tar::Header::new_gnu();
+        dir.set_entry_type(tar::EntryType::Directory);
+        dir.set_mode(0o755);
+        dir.set_size(0);
+        b.append_data(&mut dir, "app/", &[][..]).unwrap();
+        for (name, data, mode) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(*mode);
+            b.append_data(&mut h, format!("app/{name}"), *data).unwrap();
+        }
+        for (name, target) in links {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            b.append_link(&mut h, format!("app/{name}"), target)
+                .unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn changes_additions_deletions_modes_links_and_binaries_are_all_named() {
+        let before = Snapshot::read(&tar_of(
+            &[
+                ("calc.sh", b"echo $(($1 - $2))\n", 0o644),
+                ("gone.txt", b"bye\n", 0o644),
+                ("run.sh", b"true\n", 0o644),
+                ("blob", b"\0\x01", 0o644),
+                ("same.txt", b"same\n", 0o644),
+            ],
+            &[("link", "calc.sh")],
+        ))
+        .unwrap();
+        let after = Snapshot::read(&tar_of(
+            &[
+                ("calc.sh", b"echo $(($1 + $2))\n", 0o644),
+                ("new.txt", b"hello\n", 0o644),
+                ("run.sh", b"true\n", 0o755),
+                ("blob", b"\0\x02", 0o644),
+                ("same.txt", b"same\n", 0o644),
+            ],
+            &[("link", "run.sh")],
+        ))
+        .unwrap();
+        let patch = diff(&before, &after);
+        assert!(
+            patch.contains("-echo $(($1 - $2))\n+echo $(($1 + $2))\n"),
+            "{patch}"
+        );
+        assert!(
+            patch.contains("new file mode 100644\n--- /dev/null\n+++ b/new.txt"),
+            "{patch}"
+        );
+        assert!(patch.contains("deleted file mode 100644"), "{patch}");
+        assert!(
+            patch.contains("old mode 100644\nnew mode 100755"),
+            "{patch}"
+        );
+        assert!(
+            patch.contains("Binary files a/blob and b/blob differ"),
+            "{patch}"
+        );
+        assert!(patch.contains("-calc.sh\n+run.sh"), "{patch}");
+        assert!(!patch.contains("same.txt"), "{patch}");
+        assert_eq!(diff(&before, &before), "");
+    }
+}

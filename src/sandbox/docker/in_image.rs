@@ -1,0 +1,471 @@
+//! A sandbox whose worktree is a directory of its image (a Harbor task's `WORKDIR`), not a
+//! host folder mounted in.
+//!
+//! The task's files live in the container's own writable layer, so the container outlives
+//! each sandbox opened on it: closing a sandbox kills the container (every process in it
+//! dies with its PID namespace) but keeps its files, and the next [`TaskContainer::serve`]
+//! starts it again with a fresh server. That is how an evaluation ends the agent's
+//! processes before the verifier runs, in the very file system the agent left. The
+//! container is removed when the [`TaskContainer`] is dropped.
+//!
+//! The walls are the docker backend's (no capabilities, no new privileges, no network, the
+//! limits, runner's seccomp filter in the server) except the read-only root: here the
+//! image's file system is the task's, and all of it is writable.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
+    KillContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+
+use super::SERVER_PATH;
+use super::container::{
+    ContainerGuard, LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, docker_error, serve, unique_id,
+};
+use crate::sandbox::spec::{Limits, Network};
+use crate::sandbox::{Sandbox, SandboxError, local};
+
+/// What the task container is made from.
+#[derive(Debug, Clone)]
+pub struct TaskImage {
+    pub image: String,
+    /// Where the agent works; default the image's `WORKDIR`, else `/`.
+    pub workdir: Option<String>,
+    /// Who the server (and so every command of the agent) runs as; default the image's
+    /// `USER`.
+    pub user: Option<String>,
+    /// Added to the image's own environment.
+    pub env: Vec<(String, String)>,
+    pub limits: Limits,
+    pub network: Network,
+    /// Host directories the tools may read (saved tool output), mounted read-only at the
+    /// same path.
+    pub read_only: Vec<PathBuf>,
+    /// The static `runner` that serves inside.
+    pub server_exe: PathBuf,
+}
+
+/// What a command run through the engine produced.
+#[derive(Debug)]
+pub struct ExecOutput {
+    /// Standard output and error, interleaved, head and tail kept past the limit.
+    pub output: Vec<u8>,
+    pub code: Option<i64>,
+    pub timed_out: bool,
+}
+
+/// One task's container, alive (running or stopped) until dropped.
+pub struct TaskContainer {
+    docker: Docker,
+    id: String,
+    workdir: PathBuf,
+    /// The image's environment plus the task's: what commands run with.
+    env: Vec<(String, String)>,
+    /// The image's own user, for commands that name none.
+    image_user: String,
+    _remove: ContainerGuard,
+}
+
+impl std::fmt::Debug for TaskContainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskContainer")
+            .field("id", &self.id)
+            .field("workdir", &self.workdir)
+            .finish()
+    }
+}
+
+impl TaskContainer {
+    /// Creates the container (not started). The image must be on the engine.
+    pub async fn create(docker: &Docker, task: &TaskImage) -> Result<TaskContainer, SandboxError> {
+        let inspected = docker.inspect_image(&task.image).await.map_err(|e| {
+            SandboxError::Disconnected(format!(
+                "docker: the task image {} is not on the engine: {e}",
+                task.image
+            ))
+        })?;
+        let config = inspected.config.unwrap_or_default();
+        let workdir = task
+            .workdir
+            .clone()
+            .or(config.working_dir.filter(|w| !w.is_empty()))
+            .unwrap_or_else(|| "/".into());
+        if !Path::new(&workdir).is_absolute() {
+            return Err(SandboxError::Disconnected(format!(
+                "the task's workdir {workdir:?} is not an absolute path"
+            )));
+        }
+        let workdir = PathBuf::from(workdir);
+        let image_user = config.user.unwrap_or_default();
+        let user = task.user.clone().unwrap_or_else(|| image_user.clone());
+        let env = command_env(config.env.unwrap_or_default(), &task.env, &user);
+
+        let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
+        cmd.extend(
+            local::root_args(&workdir, &task.read_only)?
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned()),
+        );
+        cmd.extend(["--network".into(), task.network.as_arg().into()]);
+        let bind = |source: &Path, target: &Path| Mount {
+            source: Some(source.display().to_string()),
+            target: Some(target.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        };
+        let mut mounts = vec![bind(&task.server_exe, Path::new(SERVER_PATH))];
+        for dir in &task.read_only {
+            mounts.push(bind(dir, dir));
+        }
+        let limits = &task.limits;
+        let run_id = unique_id();
+        let created_at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let body = ContainerCreateBody {
+            image: Some(task.image.clone()),
+            entrypoint: Some(vec![SERVER_PATH.to_string()]),
+            cmd: Some(cmd),
+            user: (!user.is_empty()).then_some(user),
+            working_dir: Some(workdir.display().to_string()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(HashMap::from([
+                (LABEL.to_string(), "1".to_string()),
+                (LABEL_RUN.to_string(), run_id.clone()),
+                (LABEL_OWNER.to_string(), std::process::id().to_string()),
+                (LABEL_CREATED.to_string(), created_at.to_string()),
+            ])),
+            network_disabled: Some(task.network == Network::None),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            host_config: Some(HostConfig {
+                mounts: Some(mounts),
+                network_mode: Some(task.network.as_arg().into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges:true".into()]),
+                memory: Some(limits.memory_bytes as i64),
+                memory_swap: Some(limits.memory_bytes as i64),
+                nano_cpus: Some((limits.cpus * 1e9) as i64),
+                pids_limit: Some(limits.pids as i64),
+                init: Some(true),
+                // Kept when its main process ends: its files are the task's state.
+                auto_remove: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let name = format!("runner-task-{run_id}");
+        let created = docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+                body,
+            )
+            .await
+            .map_err(|e| docker_error("cannot create the task container", e))?;
+        Ok(TaskContainer {
+            docker: docker.clone(),
+            id: created.id.clone(),
+            workdir,
+            env,
+            image_user,
+            _remove: ContainerGuard {
+                docker: docker.clone(),
+                id: created.id,
+            },
+        })
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// Starts the container with a fresh server and connects to it. Closing the sandbox
+    /// kills the container, and with it every process the sandbox's commands started.
+    pub async fn serve(&self) -> Result<Sandbox, SandboxError> {
+        // A container still running (a sandbox dropped a moment ago) is stopped first.
+        self.stop().await;
+        let stop = StopOnClose {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+        };
+        serve(
+            &self.docker,
+            &self.id,
+            self.workdir.clone(),
+            self.env.clone(),
+            vec![Box::new(stop)],
+        )
+        .await
+    }
+
+    /// Kills every process in the container and waits until it has stopped.
+    pub async fn stop(&self) {
+        stop(&self.docker, &self.id).await
+    }
+
+    /// A tar of `path` in the container (running or not); `None` when it does not exist.
+    /// More than `limit` bytes is an error: nothing this large is read into memory.
+    pub async fn download(&self, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+        let opts = DownloadFromContainerOptionsBuilder::new()
+            .path(&path.display().to_string())
+            .build();
+        let mut stream = self.docker.download_from_container(&self.id, Some(opts));
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    tar.extend_from_slice(&bytes);
+                    if tar.len() as u64 > limit {
+                        return Err(format!(
+                            "{} in the task container is larger than {} MiB",
+                            path.display(),
+                            limit >> 20
+                        ));
+                    }
+                }
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => return Ok(None),
+                Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            }
+        }
+        Ok(Some(tar))
+    }
+
+    /// Unpacks a tar into `dir` of the container (running or not).
+    pub async fn upload(&self, dir: &Path, tar: Vec<u8>) -> Result<(), String> {
+        let opts = UploadToContainerOptionsBuilder::new()
+            .path(&dir.display().to_string())
+            .build();
+        self.docker
+            .upload_to_container(&self.id, Some(opts), bollard::body_full(tar.into()))
+            .await
+            .map_err(|e| format!("cannot copy files into {}: {e}", dir.display()))
+    }
+
+    /// Runs `argv` in the running container through the engine, as `user` (default the
+    /// image's), in the workdir, with the container's environment plus `env`. Past
+    /// `timeout` the container is killed: a command cut off from the host side alone would
+    /// go on inside.
+    pub async fn exec(
+        &self,
+        argv: &[&str],
+        user: Option<&str>,
+        env: &[(String, String)],
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<ExecOutput, String> {
+        let mut all = self.env.clone();
+        for (k, v) in env {
+            all.retain(|(have, _)| have != k);
+            all.push((k.clone(), v.clone()));
+        }
+        let user = user.map(str::to_string).unwrap_or(self.image_user.clone());
+        let created = self
+            .docker
+            .create_exec(
+                &self.id,
+                CreateExecOptions {
+                    cmd: Some(argv.iter().map(|a| a.to_string()).collect()),
+                    user: (!user.is_empty()).then_some(user),
+                    env: Some(all.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+                    working_dir: Some(self.workdir.display().to_string()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("cannot run {argv:?} in the task container: {e}"))?;
+        let started = self
+            .docker
+            .start_exec(&created.id, None::<StartExecOptions>)
+            .await
+            .map_err(|e| format!("cannot run {argv:?} in the task container: {e}"))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Err("the engine ran the command detached".into());
+        };
+        let mut kept = Capped::new(limit);
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(LogOutput::StdOut { message } | LogOutput::StdErr { message })) => kept.push(&message),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(format!("the engine cut the command's output: {e}")),
+                    None => break,
+                },
+                _ = &mut deadline => {
+                    self.stop().await;
+                    return Ok(ExecOutput { output: kept.finish(), code: None, timed_out: true });
+                }
+            }
+        }
+        let inspected = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(|e| format!("cannot read the command's exit status: {e}"))?;
+        Ok(ExecOutput {
+            output: kept.finish(),
+            code: inspected.exit_code,
+            timed_out: false,
+        })
+    }
+}
+
+/// The image's environment, the task's on top, and a `HOME` if neither gives one.
+fn command_env(image: Vec<String>, task: &[(String, String)], user: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = image
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for (k, v) in task {
+        env.retain(|(have, _)| have != k);
+        env.push((k.clone(), v.clone()));
+    }
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push((
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ));
+    }
+    if !env.iter().any(|(k, _)| k == "HOME") {
+        let root = matches!(user, "" | "root" | "0") || user.starts_with("0:");
+        env.push(("HOME".into(), if root { "/root" } else { "/tmp" }.into()));
+    }
+    env
+}
+
+/// Kills the container (not removes it) when the sandbox over it closes.
+struct StopOnClose {
+    docker: Docker,
+    id: String,
+}
+
+impl Drop for StopOnClose {
+    fn drop(&mut self) {
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        // As ContainerGuard: Drop cannot await, and "closed" must mean "every process dead".
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(stop(&docker, &id));
+        });
+        let _ = handle.join();
+    }
+}
+
+async fn stop(docker: &Docker, id: &str) {
+    let opts = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
+    let _ = docker.kill_container(id, Some(opts)).await;
+    // The kill returns before the container has stopped; its state says when it has.
+    for _ in 0..200 {
+        match docker.inspect_container(id, None).await {
+            Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {
+                tokio::time::sleep(Duration::from_millis(25)).await
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Output kept up to a limit: the head and the tail, with a note of what was cut between.
+struct Capped {
+    limit: usize,
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    dropped: u64,
+}
+
+impl Capped {
+    fn new(limit: usize) -> Capped {
+        Capped {
+            limit: limit.max(2),
+            head: Vec::new(),
+            tail: Default::default(),
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        let half = self.limit / 2;
+        let room = half.saturating_sub(self.head.len()).min(bytes.len());
+        self.head.extend_from_slice(&bytes[..room]);
+        for &b in &bytes[room..] {
+            self.tail.push_back(b);
+            if self.tail.len() > half {
+                self.tail.pop_front();
+                self.dropped += 1;
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        let mut out = self.head;
+        if self.dropped > 0 {
+            out.extend_from_slice(format!("\n[… {} bytes cut …]\n", self.dropped).as_bytes());
+        }
+        out.extend(self.tail);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_task_env_wins_and_home_follows_the_user() {
+        let env = command_env(
+            vec!["PATH=/opt/bin:/usr/bin".into(), "MODE=image".into()],
+            &[("MODE".into(), "task".into())],
+            "",
+        );
+        assert!(env.contains(&("PATH".into(), "/opt/bin:/usr/bin".into())));
+        assert!(env.contains(&("MODE".into(), "task".into())));
+        assert!(!env.contains(&("MODE".into(), "image".into())));
+        assert!(env.contains(&("HOME".into(), "/root".into())));
+        let agent = command_env(vec![], &[], "agent");
+        assert!(agent.contains(&("HOME".into(), "/tmp".into())));
+        assert!(agent.iter().any(|(k, _)| k == "PATH"));
+    }
+
+    #[test]
+    fn capped_output_keeps_head_and_tail() {
+        let mut c = Capped::new(10);
+        c.push(b"0123456789abcdefghij");
+        let out = String::from_utf8(c.finish()).unwrap();
+        assert!(out.starts_with("01234"), "{out}");
+        assert!(out.ends_with("fghij"), "{out}");
+        assert!(out.contains("10 bytes cut"), "{out}");
+    }
+}
