@@ -323,6 +323,17 @@ async fn model(
     let mut session = attempt::session_options_for(None, options, scratch);
     session.output_dir = Some(outputs.to_path_buf());
     session.in_image = Some(container.clone());
+    // Outside the worktree is still the task's container, not the host: the file tools
+    // cannot leave their root there, and bash may work anywhere in it.
+    session
+        .session_rules
+        .push(crate::permission::rules::Rule::new(
+            "external_directory",
+            "*",
+            crate::permission::rules::Action::Allow,
+            "harbor task container",
+            1,
+        ));
     let mut run_options = RunOptions::new(scratch, Arc::new(NoEvents));
     run_options.session = session;
     run_options.model = options.model.clone();

@@ -282,14 +282,22 @@ impl TaskContainer {
             all.retain(|(have, _)| have != k);
             all.push((k.clone(), v.clone()));
         }
-        let user = user.map(str::to_string).unwrap_or(self.image_user.clone());
+        // Not the container's user (that is the agent's): the image's own, root if it
+        // names none.
+        let user = user
+            .map(str::to_string)
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| match self.image_user.as_str() {
+                "" => "0".to_string(),
+                u => u.to_string(),
+            });
         let created = self
             .docker
             .create_exec(
                 &self.id,
                 CreateExecOptions {
                     cmd: Some(argv.iter().map(|a| a.to_string()).collect()),
-                    user: (!user.is_empty()).then_some(user),
+                    user: Some(user),
                     env: Some(all.iter().map(|(k, v)| format!("{k}={v}")).collect()),
                     working_dir: Some(self.workdir.display().to_string()),
                     attach_stdout: Some(true),

@@ -1,0 +1,393 @@
+//! `runner eval` on Harbor task folders, end to end on the real engine: each task's image
+//! built from its `environment/Dockerfile`, the agent working in the image's `WORKDIR`,
+//! the hidden tests copied in only after every process of the agent's is dead, and the
+//! reward read from `/logs/verifier`. Driven by a scripted model (a real SSE server) and by
+//! `--agent oracle` (each task's `solution/solve.sh`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::provider::{Response, ScriptedModel, call, text};
+use serde_json::{Value, json};
+
+const BUGGY: &str = "echo $(($1 - $2))\n";
+const FIXED: &str = "echo $(($1 + $2))\n";
+/// Writes a reward only when the test passes: a reward the agent planted in
+/// `/logs/verifier` would be the verdict if it were not cleared.
+const TEST: &str = "#!/bin/bash
+set -e
+got=$(sh /app/calc.sh 2 3)
+echo \"calc.sh 2 3 = $got\"
+[ \"$got\" = 5 ]
+echo 1 > /logs/verifier/reward.txt
+";
+const DOCKERFILE: &str = "FROM runner-sandbox:bookworm\nWORKDIR /app\nCOPY calc.sh /app/calc.sh\n";
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Fix,
+    GiveUp,
+    Crash,
+    Slow,
+    Cheat,
+    Background,
+    /// The fix is a program outside the worktree: the whole container is the agent's.
+    System,
+    /// The agent runs as a user of the image, the verifier as root.
+    AsUser,
+}
+
+fn kind(n: usize) -> Kind {
+    match n {
+        0..=9 => Kind::Fix,
+        10..=12 => Kind::GiveUp,
+        13 => Kind::Crash,
+        14 | 15 => Kind::Slow,
+        16 => Kind::Cheat,
+        17 => Kind::Background,
+        18 => Kind::System,
+        _ => Kind::AsUser,
+    }
+}
+
+fn expected(k: Kind) -> &'static str {
+    match k {
+        Kind::Fix | Kind::Background | Kind::System | Kind::AsUser => "resolved",
+        Kind::GiveUp | Kind::Cheat => "unresolved",
+        Kind::Slow => "timeout",
+        Kind::Crash => "agent_error",
+    }
+}
+
+fn bash(command: &str) -> common::provider::Answer {
+    call(
+        "bash",
+        json!({"command": command, "description": "run a command"}),
+    )
+}
+
+fn answer(body: &Value) -> Response {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let task = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .and_then(|t| t.strip_prefix("TASK h"))
+        .and_then(|t| t.get(..2))
+        .and_then(|n| n.parse::<usize>().ok())
+        .expect("a task instruction");
+    let step = messages.iter().filter(|m| m["role"] == "assistant").count();
+    let look = || call("read", json!({"filePath": "calc.sh"}));
+    let fix = || call("write", json!({"filePath": "calc.sh", "content": FIXED}));
+    let answer = match (kind(task), step) {
+        (Kind::Fix | Kind::Background, 0) => look(),
+        (Kind::Fix, 1) => fix(),
+        (Kind::GiveUp, _) => text("I could not fix it."),
+        (Kind::Crash, 0) => bash("kill -9 -1"),
+        (Kind::Slow, 0) => bash("sleep 60"),
+        // Looks for the tests, then plants a passing reward and a test of its own, and
+        // locks them in.
+        (Kind::Cheat, 0) => bash(
+            "ls /tests; mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh && chmod -R a-w /tests /logs/verifier",
+        ),
+        (Kind::Background, 1) => fix(),
+        (Kind::Background, 2) => bash(
+            "setsid sh -c 'while true; do echo x >> /app/beats; sleep 0.05; done' >/dev/null 2>&1 < /dev/null & sleep 0.3",
+        ),
+        (Kind::Background, 3) => bash("sleep 0.5; wc -c < /app/beats"),
+        (Kind::System, 0) => bash(
+            "printf '#!/bin/sh\\necho $(($1 + $2))\\n' > /usr/local/bin/add && chmod +x /usr/local/bin/add && printf 'add \"$@\"\\n' > calc.sh",
+        ),
+        (Kind::AsUser, 0) => bash("id -un"),
+        (Kind::AsUser, 1) => look(),
+        (Kind::AsUser, 2) => fix(),
+        _ => text("Done."),
+    };
+    Response::Stream(answer)
+}
+
+struct TaskSet {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+/// A Harbor task folder: `calc.sh` in the image at `/app`, the hidden test, and a
+/// solution that is right unless `wrong`.
+fn harbor_task(dir: &Path, instruction: &str, toml: &str, dockerfile: &str, test: &str) {
+    std::fs::create_dir_all(dir.join("environment")).unwrap();
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::create_dir_all(dir.join("solution")).unwrap();
+    std::fs::write(dir.join("instruction.md"), instruction).unwrap();
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    std::fs::write(dir.join("environment/Dockerfile"), dockerfile).unwrap();
+    std::fs::write(dir.join("environment/calc.sh"), BUGGY).unwrap();
+    std::fs::write(dir.join("tests/test.sh"), test).unwrap();
+    std::fs::write(
+        dir.join("solution/solve.sh"),
+        format!("printf '%s' '{FIXED}' > /app/calc.sh\n"),
+    )
+    .unwrap();
+}
+
+const TOML: &str = "version = \"1.0\"\n[metadata]\nauthor = \"test\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n";
+
+fn model_set(count: usize) -> TaskSet {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    for n in 0..count {
+        let id = format!("h{n:02}");
+        let task = dir.join(&id);
+        let instruction = format!("TASK {id}: calc.sh should add its two arguments. Fix it.\n");
+        let (toml, dockerfile, test) = match kind(n) {
+            Kind::Slow => (
+                TOML.replace("timeout_sec = 120", "timeout_sec = 3"),
+                DOCKERFILE.to_string(),
+                TEST.to_string(),
+            ),
+            Kind::Background => (
+                TOML.to_string(),
+                DOCKERFILE.to_string(),
+                TEST.replace(
+                    "set -e\n",
+                    "set -e\na=$(wc -c < /app/beats); sleep 1; b=$(wc -c < /app/beats)\necho \"beats $a $b\"\n[ \"$a\" = \"$b\" ]\n",
+                ),
+            ),
+            Kind::AsUser => (
+                TOML.replace("timeout_sec = 120\n", "timeout_sec = 120\nuser = \"agent\"\n"),
+                format!("{DOCKERFILE}RUN useradd -m agent && chown -R agent /app\n"),
+                TEST.replace(
+                    "set -e\n",
+                    "set -e\n[ \"$(id -u)\" = 0 ]\n[ \"$(stat -c %U /app/calc.sh)\" = agent ]\n",
+                ),
+            ),
+            _ => (TOML.to_string(), DOCKERFILE.to_string(), TEST.to_string()),
+        };
+        harbor_task(&task, &instruction, &toml, &dockerfile, &test);
+    }
+    // A task without an instruction, and one whose image cannot be built.
+    harbor_task(&dir.join("no-instruction"), "", TOML, DOCKERFILE, TEST);
+    harbor_task(
+        &dir.join("bad-image"),
+        "TASK h99",
+        TOML,
+        "FROM runner-sandbox:bookworm\nRUN echo the build breaks here && exit 7\n",
+        TEST,
+    );
+    TaskSet { _tmp: tmp, dir }
+}
+
+fn eval(set: &Path, out: &Path, extra: &[&str], model: Option<&ScriptedModel>) -> (Output, u32) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+    cmd.args(["eval", "run"])
+        .arg(set)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .env("XDG_DATA_HOME", out.with_extension("data"))
+        .env("XDG_CONFIG_HOME", out.with_extension("config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(m) = model {
+        cmd.args(["--model", "openai/scripted"])
+            .env("OPENAI_API_KEY", "sk-eval-test")
+            .env("OPENAI_BASE_URL", m.openai_base());
+    }
+    let child = cmd.spawn().unwrap();
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+fn containers_of(pid: u32) -> String {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=runner.owner-pid={pid}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn said(run: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    )
+}
+
+#[test]
+fn twenty_harbor_tasks_get_exactly_the_verdicts_the_script_deserves() {
+    common::engine::docker();
+    let set = model_set(20);
+    let model = ScriptedModel::responding(answer);
+    let out = set.dir.join("out");
+    let (run, pid) = eval(&set.dir, &out, &["--jobs", "4"], Some(&model));
+    let told = said(&run);
+    assert_eq!(run.status.code(), Some(0), "{told}");
+    assert_eq!(containers_of(pid), "", "containers left behind");
+    assert!(!out.join(".work").exists(), "scratch folders left behind");
+
+    let mut wrong = Vec::new();
+    for n in 0..20 {
+        let id = format!("h{n:02}");
+        let dir = out.join("tasks").join(&id);
+        let r = read_json(&dir.join("result.json"));
+        if r["status"] != expected(kind(n)) {
+            let log = std::fs::read_to_string(dir.join("verify.log")).unwrap_or_default();
+            let session = std::fs::read_to_string(dir.join("session.jsonl")).unwrap_or_default();
+            wrong.push(format!(
+                "{id} ({:?}): {r:#}\nverify.log: {log}\nsession: {session}",
+                kind(n)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}\n{told}", wrong.join("\n\n"));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(
+        summary["counts"],
+        json!({"agent_error": 1, "infra_error": 2, "resolved": 13, "timeout": 2, "unresolved": 4}),
+        "{summary:#}"
+    );
+    let broken = read_json(&out.join("tasks/no-instruction/result.json"));
+    assert!(
+        broken["error"].as_str().unwrap().contains("instruction.md"),
+        "{broken}"
+    );
+    let bad = read_json(&out.join("tasks/bad-image/result.json"));
+    assert_eq!(bad["phase"], "build", "{bad}");
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .contains("the build breaks here"),
+        "{bad}"
+    );
+
+    // The diff is the agent's change to the image's worktree.
+    let diff = std::fs::read_to_string(out.join("tasks/h00/diff.patch")).unwrap();
+    assert!(
+        diff.contains("-echo $(($1 - $2))\n+echo $(($1 + $2))"),
+        "{diff}"
+    );
+    assert!(out.join("tasks/h00/session.jsonl").exists());
+    // The cheat found no tests, and what it planted did not count.
+    let cheat = read_json(&out.join("tasks/h16/result.json"));
+    assert_eq!(cheat["reward"], 0.0, "{cheat}");
+    let cheat_seen = model
+        .requests()
+        .iter()
+        .filter(|r| r.body.to_string().contains("TASK h16"))
+        .map(|r| r.body.to_string())
+        .next_back()
+        .unwrap();
+    assert!(cheat_seen.contains("No such file"), "{cheat_seen}");
+    // The writer ran while the agent worked, and was dead for the verdict.
+    let bg_log = std::fs::read_to_string(out.join("tasks/h17/verify.log")).unwrap();
+    assert!(bg_log.contains("calc.sh 2 3 = 5"), "{bg_log}");
+    let alive = model
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().clone())
+        .find(|m| {
+            m.iter().any(|x| x.to_string().contains("TASK h17"))
+                && m.iter().filter(|x| x["role"] == "assistant").count() == 4
+        })
+        .unwrap();
+    let beats = alive.last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        beats
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.parse::<u64>().ok())
+            > Some(0),
+        "the writer never ran: {beats}"
+    );
+    // The agent ran as the task's user.
+    let as_user = model
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .rfind(|b| b.contains("TASK h19"))
+        .unwrap();
+    assert!(as_user.contains("agent\\n"), "{as_user}");
+    let predictions = std::fs::read_to_string(out.join("predictions.jsonl")).unwrap();
+    assert_eq!(predictions.lines().count(), 22);
+
+    // Again: nothing runs twice (the two infra errors do, and fail the same way).
+    let asked = model.requests().len();
+    let (again, _) = eval(&set.dir, &out, &["--jobs", "4"], Some(&model));
+    assert_eq!(again.status.code(), Some(0), "{}", said(&again));
+    assert_eq!(model.requests().len(), asked, "finished tasks ran again");
+    assert_eq!(
+        read_json(&out.join("summary.json"))["counts"],
+        summary["counts"]
+    );
+}
+
+#[test]
+fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    for id in ["right-1", "right-2", "right-3"] {
+        harbor_task(&dir.join(id), "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+    }
+    // Rewards as a map: every one must reach 1.
+    let map_test = |second: &str| {
+        TEST.replace(
+            "echo 1 > /logs/verifier/reward.txt",
+            &format!("echo '{{\"adds\": 1, \"second\": {second}}}' > /logs/verifier/reward.json"),
+        )
+    };
+    harbor_task(
+        &dir.join("map-full"),
+        "Fix it.\n",
+        TOML,
+        DOCKERFILE,
+        &map_test("1"),
+    );
+    harbor_task(
+        &dir.join("map-half"),
+        "Fix it.\n",
+        TOML,
+        DOCKERFILE,
+        &map_test("0.5"),
+    );
+    harbor_task(&dir.join("wrong"), "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+    std::fs::write(
+        dir.join("wrong/solution/solve.sh"),
+        "printf 'echo $(($1 * $2))\\n' > /app/calc.sh\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "3"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "");
+    let status = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
+    for id in ["right-1", "right-2", "right-3", "map-full"] {
+        assert_eq!(status(id)["status"], "resolved", "{id}: {}", status(id));
+    }
+    assert_eq!(status("wrong")["status"], "unresolved");
+    let half = status("map-half");
+    assert_eq!(half["status"], "unresolved", "{half}");
+    assert_eq!(half["rewards"], json!({"adds": 1.0, "second": 0.5}));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["model"], "oracle");
+    assert_eq!(
+        summary["counts"],
+        json!({"agent_error": 0, "infra_error": 0, "resolved": 4, "timeout": 0, "unresolved": 2}),
+        "{summary:#}"
+    );
+    let diff = std::fs::read_to_string(out.join("tasks/wrong/diff.patch")).unwrap();
+    assert!(diff.contains("+echo $(($1 * $2))"), "{diff}");
+}
