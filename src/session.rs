@@ -38,6 +38,8 @@ pub struct SessionOptions {
     /// Open the sandbox over this task container (its image holds the worktree; docker
     /// only). `root` then only names where config files are looked for.
     pub in_image: Option<Arc<crate::sandbox::docker::in_image::TaskContainer>>,
+    /// The Docker engine to use (docker backend); `None`: DOCKER_HOST or the local socket.
+    pub docker_host: Option<String>,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -115,6 +117,9 @@ impl SessionOptions {
         }
         if let Some(i) = &self.image {
             spec.docker.image = i.clone();
+        }
+        if let Some(host) = &self.docker_host {
+            spec.docker.host = Some(host.clone());
         }
         if let Some(task) = &self.in_image {
             spec.backend = BackendKind::Docker;

@@ -602,3 +602,94 @@ fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
         }
     });
 }
+
+fn results(out: &Path) -> Vec<Value> {
+    std::fs::read_dir(out.join("tasks"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("result.json")).ok())
+                .filter_map(|t| serde_json::from_str(&t).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn two_engines_share_the_tasks_and_a_stopped_one_hands_its_tasks_over() {
+    let mut second = common::engine::SecondEngine::start("evb");
+    let first = "unix:///var/run/docker.sock".to_string();
+    let set = task_set(12, false);
+    // Every task is one the script fixes, slowly enough that tasks are in flight on both
+    // engines when the second one stops.
+    let model = ScriptedModel::responding(|body| {
+        let step = body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|x| x["role"] == "assistant").count())
+            .unwrap_or(0);
+        let answer = match step {
+            0 => call("read", json!({"filePath": "calc.sh"})),
+            1 => call("write", json!({"filePath": "calc.sh", "content": FIXED})),
+            _ => text("Done."),
+        };
+        Response::Slow(answer, std::time::Duration::from_millis(400))
+    });
+    let out = set.dir.join("out");
+    let child = start_eval(
+        &model,
+        &set,
+        &out,
+        &[
+            "--jobs",
+            "4",
+            "--docker-host",
+            &first,
+            "--docker-host",
+            &second.host,
+        ],
+    );
+    let pid = child.id();
+    // Once a task has finished on the second engine, it goes away mid-run.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !results(&out)
+        .iter()
+        .any(|r| r["engine"] == second.host.as_str())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no task finished on the second engine: {:?}",
+            results(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    second.stop();
+    let run = child.wait_with_output().unwrap();
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    let all = results(&out);
+    assert_eq!(all.len(), 12, "every result is there: {all:#?}\n{said}");
+    for r in &all {
+        assert_eq!(r["status"], "resolved", "{r:#}\n{said}");
+    }
+    let on = |host: &str| all.iter().filter(|r| r["engine"] == host).count();
+    assert!(on(&first) > 0 && on(&second.host) > 0, "{all:#?}");
+    // What was running on the stopped engine ran again on the other, as an
+    // infrastructure failure.
+    let moved: Vec<&Value> = all
+        .iter()
+        .filter(|r| r["infra_retries"].as_u64() > Some(0))
+        .collect();
+    assert!(!moved.is_empty(), "no task moved over: {all:#?}\n{said}");
+    assert!(
+        moved.iter().all(|r| r["engine"] == first.as_str()),
+        "{moved:#?}"
+    );
+    assert_eq!(
+        containers_of(pid),
+        "",
+        "containers left on the first engine"
+    );
+}

@@ -72,6 +72,11 @@ pub struct RunArgs {
     timeout_multiplier: f64,
     #[arg(long, default_value_t = 100)]
     max_steps: u32,
+    /// A Docker engine to run tasks on (`unix:///path/docker.sock`, `tcp://host:2375`);
+    /// repeat it to spread tasks over several, by their free CPUs. Default: DOCKER_HOST
+    /// or the local socket.
+    #[arg(long = "docker-host", value_name = "HOST")]
+    docker_hosts: Vec<String>,
 }
 
 pub fn run(cmd: EvalCommand) -> u8 {
@@ -134,6 +139,7 @@ async fn run_eval(args: RunArgs) -> u8 {
         verify: secs(args.verify_timeout, d.verify),
     };
     options.max_steps = args.max_steps;
+    options.docker_hosts = args.docker_hosts;
     options.progress = std::io::stderr().is_terminal();
     // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
     let signals = Signals::listen(

@@ -45,6 +45,7 @@ pub async fn run(
     attempt: u32,
     out: &Path,
     options: &EvalOptions,
+    engine: Option<&super::engines::Engine>,
     stop: &CancellationToken,
 ) -> Option<Verdict> {
     let started = Instant::now();
@@ -88,6 +89,7 @@ pub async fn run(
     let wt = removing.0.as_ref().expect("present until dropped");
     result.base = Some(wt.base.clone());
     let mut session = session_options(task, options, wt.path());
+    session.docker_host = engine.and_then(|e| e.host.clone());
     session.output_dir = Some(wt.outputs());
 
     // Setup and the agent, in one sandbox.
@@ -172,7 +174,7 @@ pub async fn run(
         End::SandboxError(m) if !timed_out => {
             // The agent's own commands can bring its sandbox down; a dead engine cannot
             // be blamed on it.
-            if options.engine_alive().await {
+            if super::engine_alive(engine).await {
                 result.status = Status::AgentError;
                 result.phase = Some("agent".into());
                 result.error = Some(m.clone());
@@ -241,7 +243,7 @@ pub async fn run(
         }
         // The verifier runs code the agent wrote: if its sandbox dies under it while the
         // engine is fine, that is the agent's doing.
-        Judged::Failed(e) if options.engine_alive().await => {
+        Judged::Failed(e) if super::engine_alive(engine).await => {
             result.status = Status::AgentError;
             result.phase = Some("verify".into());
             result.error = Some(e);

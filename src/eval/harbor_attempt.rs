@@ -21,8 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::EvalOptions;
 use super::attempt::{self, LOG_LIMIT, Verdict, drop_blocking, write_file};
+use super::engines::Engine;
 use super::harbor::{self, HarborTask};
-use super::images::{self, Builder};
+use super::images;
 use super::results::{Status, TaskResult};
 use super::tree_diff::{self, Snapshot};
 use super::worktree::remove_tree;
@@ -37,18 +38,12 @@ const SNAPSHOT_LIMIT: u64 = 512 << 20;
 /// Harbor's default limits for the phases a task does not set.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// What the attempt needs of the engine it runs on.
-pub struct OnEngine<'a> {
-    pub docker: &'a bollard::Docker,
-    pub builder: &'a Builder,
-}
-
 pub async fn run(
     task: &HarborTask,
     attempt: u32,
     out: &Path,
     options: &EvalOptions,
-    engine: OnEngine<'_>,
+    engine: &Engine,
     stop: &CancellationToken,
 ) -> Option<Verdict> {
     let started = Instant::now();
@@ -89,7 +84,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     // A step that failed fails again; an engine that went away may not.
-                    let retryable = !options.engine_alive().await;
+                    let retryable = !super::engine_alive(Some(engine)).await;
                     return infra(result, "build", e, retryable);
                 }
             }
@@ -122,7 +117,7 @@ pub async fn run(
     };
     let container = {
         let _engine = super::ENGINE_CALLS.acquire().await;
-        TaskContainer::create(engine.docker, &spec).await
+        TaskContainer::create(&engine.docker, &spec).await
     };
     let container = match container {
         Ok(c) => Arc::new(c),
@@ -140,18 +135,14 @@ pub async fn run(
     let ran = match options.agent {
         super::AgentKind::Oracle => oracle(task, &container, agent_limit, out, stop).await,
         super::AgentKind::Model => {
-            model(
-                task,
-                &container,
-                agent_limit,
-                &scratch,
-                &outputs,
+            let place = Place {
+                container: &container,
+                engine,
+                scratch: &scratch,
+                outputs: &outputs,
                 out,
-                options,
-                &mut result,
-                stop,
-            )
-            .await
+            };
+            model(task, place, agent_limit, options, &mut result, stop).await
         }
     };
     // Every process of the agent's dies here, whatever it left running.
@@ -176,7 +167,7 @@ pub async fn run(
             return infra(result, "agent", m.clone(), true);
         }
         Some(End::SandboxError(m)) if !timed_out => {
-            if options.engine_alive().await {
+            if super::engine_alive(Some(engine)).await {
                 result.status = Status::AgentError;
                 result.phase = Some("agent".into());
                 result.error = Some(m.clone());
@@ -256,7 +247,7 @@ pub async fn run(
         }
         // The verifier runs in the file system the agent left: if the container cannot
         // be brought back while the engine is fine, that is the agent's doing.
-        Verified::Failed(e) if options.engine_alive().await => {
+        Verified::Failed(e) if super::engine_alive(Some(engine)).await => {
             result.status = Status::AgentError;
             result.phase = Some("verify".into());
             result.error = Some(e);
@@ -307,22 +298,38 @@ enum AgentRan {
     Interrupted,
 }
 
+/// Where the agent's run happens and leaves its files.
+struct Place<'a> {
+    container: &'a Arc<TaskContainer>,
+    engine: &'a Engine,
+    /// Where config files are looked for on the host (an empty folder).
+    scratch: &'a Path,
+    /// Where full tool outputs are saved, readable in the container.
+    outputs: &'a Path,
+    /// The attempt's result folder.
+    out: &'a Path,
+}
+
 /// runner's own loop, in a sandbox over the task container.
-#[allow(clippy::too_many_arguments)]
 async fn model(
     task: &HarborTask,
-    container: &Arc<TaskContainer>,
+    place: Place<'_>,
     limit: Duration,
-    scratch: &Path,
-    outputs: &Path,
-    out: &Path,
     options: &EvalOptions,
     result: &mut TaskResult,
     stop: &CancellationToken,
 ) -> AgentRan {
+    let Place {
+        container,
+        engine,
+        scratch,
+        outputs,
+        out,
+    } = place;
     let mut session = attempt::session_options_for(None, options, scratch);
     session.output_dir = Some(outputs.to_path_buf());
     session.in_image = Some(container.clone());
+    session.docker_host = engine.host.clone();
     // Outside the worktree is still the task's container, not the host: the file tools
     // cannot leave their root there, and bash may work anywhere in it.
     session

@@ -7,6 +7,7 @@
 //! that skips what is already finished.
 
 pub mod attempt;
+pub mod engines;
 pub mod harbor;
 pub mod harbor_attempt;
 pub mod images;
@@ -67,6 +68,8 @@ pub struct EvalOptions {
     pub infra_retries: u32,
     /// A live progress line on standard error.
     pub progress: bool,
+    /// Docker engines to spread tasks over (`--docker-host`); empty: the default one.
+    pub docker_hosts: Vec<String>,
 }
 
 impl EvalOptions {
@@ -89,6 +92,7 @@ impl EvalOptions {
             max_steps: 100,
             infra_retries: 2,
             progress: false,
+            docker_hosts: Vec::new(),
         }
     }
 
@@ -98,13 +102,14 @@ impl EvalOptions {
             AgentKind::Model => self.model.clone().unwrap_or_default(),
         }
     }
+}
 
-    /// Whether the engine answers (always true off docker: there is no engine to lose).
-    pub async fn engine_alive(&self) -> bool {
-        if self.backend.is_some_and(|b| b != BackendKind::Docker) {
-            return true;
-        }
-        crate::sandbox::docker::engine::connect().await.is_ok()
+/// Whether the engine an attempt ran on answers (always true off docker: there is no
+/// engine to lose).
+pub(crate) async fn engine_alive(engine: Option<&engines::Engine>) -> bool {
+    match engine {
+        Some(e) => e.alive().await,
+        None => true,
     }
 }
 
@@ -150,11 +155,13 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     let _ = std::fs::remove_dir_all(options.out.join(".work"));
 
-    // Harbor tasks build their images on the engine and run there.
-    let engine = if loaded.iter().any(|l| matches!(l, Loaded::Harbor(_))) {
-        let docker = crate::sandbox::docker::engine::connect().await?;
-        let builder = images::Builder::new(docker.clone(), IMAGE_BUILDS);
-        Some(Arc::new(Engine { docker, builder }))
+    // The engines, where anything runs on docker: Harbor tasks always, the others unless
+    // the sandbox is landlock.
+    let on_docker = loaded.iter().any(|l| matches!(l, Loaded::Harbor(_))) || uses_docker(&options)?;
+    let engines = if on_docker {
+        Some(Arc::new(
+            engines::Engines::connect(&options.docker_hosts).await?,
+        ))
     } else {
         None
     };
@@ -194,9 +201,9 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     let unfinished = AtomicUsize::new(0);
     let runs = futures_util::stream::iter(jobs)
         .map(|(task, attempt)| {
-            let (options, engine, progress, breaker, stop, unfinished) = (
+            let (options, engines, progress, breaker, stop, unfinished) = (
                 options.clone(),
-                engine.clone(),
+                engines.clone(),
                 &progress,
                 &breaker,
                 stop.clone(),
@@ -208,7 +215,7 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
                     &task,
                     attempt,
                     &options,
-                    engine.as_deref(),
+                    engines.as_deref(),
                     breaker,
                     &stop,
                     progress,
@@ -282,7 +289,7 @@ async fn run_with_retries(
     task: &Job,
     attempt: u32,
     options: &EvalOptions,
-    engine: Option<&Engine>,
+    engines: Option<&engines::Engines>,
     breaker: &Breaker,
     stop: &CancellationToken,
     progress: &Progress,
@@ -290,23 +297,25 @@ async fn run_with_retries(
     let dir = results::attempt_dir(&options.out, task.id(), attempt, options.attempts);
     let mut retries = 0;
     loop {
-        breaker.wait_for_engine(options, stop, progress).await;
+        breaker.wait_for_engine(engines, stop, progress).await;
         if stop.is_cancelled() {
             return None;
         }
-        let verdict = match (task, engine) {
-            (Job::Repo(t), _) => attempt::run(t, attempt, &dir, options, stop).await?,
-            (Job::Harbor(t), Some(e)) => {
-                let on = harbor_attempt::OnEngine {
-                    docker: &e.docker,
-                    builder: &e.builder,
-                };
-                harbor_attempt::run(t, attempt, &dir, options, on, stop).await?
+        let lease = engines.map(|e| e.lease());
+        let engine = lease.as_deref();
+        let verdict = match task {
+            Job::Repo(t) => attempt::run(t, attempt, &dir, options, engine, stop).await?,
+            Job::Harbor(t) => {
+                let engine = engine.expect("engines are connected for Harbor tasks");
+                harbor_attempt::run(t, attempt, &dir, options, engine, stop).await?
             }
-            (Job::Harbor(_), None) => unreachable!("an engine is connected for Harbor tasks"),
         };
         let mut result = verdict.result;
         result.infra_retries = retries;
+        result.engine = engines
+            .filter(|e| e.len() > 1)
+            .and(engine)
+            .map(|e| e.name().to_string());
         if result.status == Status::InfraError {
             breaker.failed();
         } else {
@@ -314,6 +323,12 @@ async fn run_with_retries(
         }
         if verdict.retryable && retries < options.infra_retries && !stop.is_cancelled() {
             retries += 1;
+            // An engine that no longer answers is set aside, so the next try lands on
+            // another.
+            if let Some(e) = engine {
+                e.alive().await;
+            }
+            drop(lease);
             progress.note(&format!(
                 "{}: infrastructure failure, trying again ({retries}/{}): {}",
                 task.id(),
@@ -326,9 +341,6 @@ async fn run_with_retries(
         return Some(result);
     }
 }
-
-/// Image builds at once, whatever `--jobs` says: a build takes the engine's CPU and disk.
-const IMAGE_BUILDS: usize = 2;
 
 /// One task's attempt to run: a repository copied per attempt, or a Harbor task whose
 /// worktree is in its image.
@@ -346,10 +358,17 @@ impl Job {
     }
 }
 
-/// The engine Harbor tasks build and run on.
-struct Engine {
-    docker: bollard::Docker,
-    builder: images::Builder,
+/// Whether JSON-lines tasks run on docker: `--sandbox`, else the profile's backend.
+fn uses_docker(options: &EvalOptions) -> Result<bool, String> {
+    let backend = match options.backend {
+        Some(b) => b,
+        None => crate::config::profile::load(&options.profile)
+            .map_err(|e| e.to_string())?
+            .sandbox
+            .backend
+            .unwrap_or(BackendKind::None),
+    };
+    Ok(backend == BackendKind::Docker)
 }
 
 /// Stops new starts while the engine keeps failing, instead of burning every task on it.
@@ -371,15 +390,18 @@ impl Breaker {
 
     async fn wait_for_engine(
         &self,
-        options: &EvalOptions,
+        engines: Option<&engines::Engines>,
         stop: &CancellationToken,
         progress: &Progress,
     ) {
         if self.consecutive.load(Ordering::Relaxed) < Self::OPEN_AFTER {
             return;
         }
+        let Some(engines) = engines else {
+            return self.succeeded();
+        };
         let mut said = false;
-        while !stop.is_cancelled() && !options.engine_alive().await {
+        while !stop.is_cancelled() && !engines.any_alive().await {
             if !said {
                 progress.note("the engine keeps failing: new tasks wait until it answers again");
                 said = true;

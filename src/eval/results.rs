@@ -80,6 +80,9 @@ pub struct TaskResult {
     pub steps: u32,
     pub usage: Usage,
     pub timings: Timings,
+    /// The engine the attempt ran on, when the evaluation had more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
     /// Infrastructure failures retried before this result.
     #[serde(default)]
     pub infra_retries: u32,
@@ -104,6 +107,7 @@ impl TaskResult {
             steps: 0,
             usage: Usage::default(),
             timings: Timings::default(),
+            engine: None,
             infra_retries: 0,
             diff_error: None,
         }

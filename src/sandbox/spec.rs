@@ -95,6 +95,8 @@ pub struct DockerSpec {
     /// A task container whose image holds the worktree (an evaluation's Harbor task): the
     /// sandbox is opened over it instead of a new container with the worktree mounted.
     pub in_image: Option<std::sync::Arc<super::docker::in_image::TaskContainer>>,
+    /// The engine (`unix:///…`, `tcp://…`); `None`: DOCKER_HOST or the local socket.
+    pub host: Option<String>,
 }
 
 impl Default for DockerSpec {
@@ -103,6 +105,7 @@ impl Default for DockerSpec {
             image: DEFAULT_IMAGE.to_string(),
             mount_at: None,
             in_image: None,
+            host: None,
         }
     }
 }

@@ -167,3 +167,112 @@ pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
         .filter_map(|c| c.id)
         .collect()
 }
+
+/// A second Docker engine on this machine, with its own socket, data root, exec root and
+/// bridge, for tests that spread work over several engines. It holds a copy of the sandbox
+/// image. Stopped (and its folders and bridge removed) when dropped.
+pub struct SecondEngine {
+    pub host: String,
+    dir: std::path::PathBuf,
+    bridge: String,
+    child: Option<std::process::Child>,
+}
+
+impl SecondEngine {
+    /// `name` keeps the engines of different tests apart (a few letters: it names the
+    /// bridge, and socket paths are short).
+    pub fn start(name: &str) -> SecondEngine {
+        docker();
+        let dir = std::path::PathBuf::from(format!("/tmp/rt-{name}"));
+        let bridge = format!("rt{name}0");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("engine folder");
+        let sh = |cmd: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", cmd])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
+        // A bridge of its own, on an address range the first engine does not use.
+        let _ = sh(&format!("ip link del {bridge} 2>/dev/null"));
+        let octet = 200 + name.bytes().map(u32::from).sum::<u32>() % 50;
+        assert!(
+            sh(&format!(
+                "ip link add name {bridge} type bridge && ip addr add 172.31.{octet}.1/24 dev {bridge} && ip link set {bridge} up"
+            )),
+            "cannot make the bridge {bridge} (needs root and iproute2)"
+        );
+        let socket = dir.join("docker.sock");
+        let log = std::fs::File::create(dir.join("dockerd.log")).expect("log");
+        let child = std::process::Command::new("/usr/sbin/dockerd")
+            .arg("--host")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("exec"))
+            .arg("--pidfile")
+            .arg(dir.join("docker.pid"))
+            .args(["--bridge", &bridge, "--iptables=false", "--ip6tables=false"])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start a second dockerd");
+        let engine = SecondEngine {
+            host: format!("unix://{}", socket.display()),
+            dir,
+            bridge,
+            child: Some(child),
+        };
+        let start = Instant::now();
+        while !engine.answers() {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "the second dockerd did not answer within 90 s; see {}",
+                engine.dir.join("dockerd.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        // The sandbox image, copied over from the first engine.
+        assert!(
+            sh(&format!(
+                "docker save {IMAGE} | docker -H {} load -q >/dev/null",
+                engine.host
+            )),
+            "cannot copy {IMAGE} to the second engine"
+        );
+        engine
+    }
+
+    pub fn answers(&self) -> bool {
+        std::process::Command::new("docker")
+            .args(["-H", &self.host, "info"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
+    /// Stops the engine the way an outage would look to its clients: dockerd ends (and
+    /// its containers with it).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for SecondEngine {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -19,7 +19,7 @@ pub use shell::shell;
 pub const SERVER_PATH: &str = "/opt/runner/runner";
 
 pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
-    let docker = engine::connect()
+    let docker = engine::connect_to(spec.docker.host.as_deref())
         .await
         .map_err(SandboxError::Disconnected)?;
     // Leftovers of runs that died without cleaning up go first, so they never pile up.

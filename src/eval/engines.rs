@@ -1,0 +1,151 @@
+//! The Docker engines an evaluation spreads its tasks over (`--docker-host`, once or more;
+//! none: DOCKER_HOST or the local socket).
+//!
+//! Each attempt leases the engine with the most free capacity: its CPUs less the tasks it
+//! already runs (the containers it ran when the evaluation started, plus this evaluation's
+//! attempts on it). An engine that stops answering is set aside, so the retry of an attempt
+//! it failed lands on another; it is asked again after a pause, and comes back if it
+//! answers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+
+use super::images::Builder;
+use crate::sandbox::docker::engine;
+
+/// Image builds at once on one engine: a build takes the engine's CPU and disk.
+const IMAGE_BUILDS: usize = 2;
+/// How long an engine that failed is left alone before it is asked again.
+const SET_ASIDE: Duration = Duration::from_secs(30);
+
+pub struct Engine {
+    /// What `--docker-host` said; `None` for the default engine.
+    pub host: Option<String>,
+    pub docker: Docker,
+    /// Task images are built per engine: an image on one is not on another.
+    pub builder: Builder,
+    cpus: usize,
+    /// Containers it ran before this evaluation, counted as load.
+    baseline: usize,
+    running: AtomicUsize,
+    down_since: Mutex<Option<Instant>>,
+}
+
+impl Engine {
+    /// How results name it.
+    pub fn name(&self) -> &str {
+        self.host.as_deref().unwrap_or("default")
+    }
+
+    /// Whether it answers now. An engine that does not is set aside.
+    pub async fn alive(&self) -> bool {
+        let ok = tokio::time::timeout(Duration::from_secs(10), self.docker.ping())
+            .await
+            .is_ok_and(|r| r.is_ok());
+        let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
+        *down = if ok { None } else { Some(Instant::now()) };
+        ok
+    }
+
+    fn usable(&self) -> bool {
+        self.down_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none_or(|since| since.elapsed() > SET_ASIDE)
+    }
+
+    fn free(&self) -> f64 {
+        let load = self.baseline + self.running.load(Ordering::Relaxed);
+        (self.cpus as f64 - load as f64) / self.cpus.max(1) as f64
+    }
+}
+
+pub struct Engines(Vec<Arc<Engine>>);
+
+impl Engines {
+    /// Connects to every engine (each must answer now: a host that does not is more likely
+    /// a typo than an outage) and removes what earlier runs left on it.
+    pub async fn connect(hosts: &[String]) -> Result<Engines, String> {
+        let hosts: Vec<Option<String>> = if hosts.is_empty() {
+            vec![None]
+        } else {
+            hosts.iter().cloned().map(Some).collect()
+        };
+        let mut engines = Vec::new();
+        for host in hosts {
+            let docker = engine::connect_to(host.as_deref()).await?;
+            let info = docker.info().await.map_err(|e| {
+                format!(
+                    "the engine {} does not say what it has: {e}",
+                    host.as_deref().unwrap_or("default")
+                )
+            })?;
+            let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
+            engines.push(Arc::new(Engine {
+                builder: Builder::new(docker.clone(), IMAGE_BUILDS),
+                docker,
+                cpus: info.ncpu.unwrap_or(1).max(1) as usize,
+                baseline: info.containers_running.unwrap_or(0).max(0) as usize,
+                running: AtomicUsize::new(0),
+                down_since: Mutex::new(None),
+                host,
+            }));
+        }
+        Ok(Engines(engines))
+    }
+
+    /// The engine with the most free capacity among those not set aside (all of them, if
+    /// every one is). Held until the attempt ends.
+    pub fn lease(&self) -> Lease {
+        let usable: Vec<&Arc<Engine>> = self.0.iter().filter(|e| e.usable()).collect();
+        let pool = if usable.is_empty() {
+            self.0.iter().collect()
+        } else {
+            usable
+        };
+        let engine = pool
+            .into_iter()
+            .max_by(|a, b| a.free().total_cmp(&b.free()))
+            .expect("at least one engine")
+            .clone();
+        engine.running.fetch_add(1, Ordering::Relaxed);
+        Lease(engine)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether any engine answers.
+    pub async fn any_alive(&self) -> bool {
+        for e in &self.0 {
+            if e.alive().await {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// An attempt's hold on an engine.
+pub struct Lease(Arc<Engine>);
+
+impl std::ops::Deref for Lease {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.0
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
