@@ -391,3 +391,74 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
     let diff = std::fs::read_to_string(out.join("tasks/wrong/diff.patch")).unwrap();
     assert!(diff.contains("+echo $(($1 * $2))"), "{diff}");
 }
+
+#[test]
+fn a_killed_harbor_run_leaves_nothing_once_the_next_one_starts_and_ends_with_the_same_counts() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    // Solutions that take a while, so that some are in flight when the run is killed.
+    for n in 0..6 {
+        let task = dir.join(format!("slow-{n}"));
+        harbor_task(&task, "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+        let solve = std::fs::read_to_string(task.join("solution/solve.sh")).unwrap();
+        std::fs::write(
+            task.join("solution/solve.sh"),
+            format!("sleep 1.5\n{solve}"),
+        )
+        .unwrap();
+    }
+    let out = dir.join("out");
+    let args = ["--agent", "oracle", "--jobs", "2"];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+    cmd.args(["eval", "run"])
+        .arg(&dir)
+        .arg("--out")
+        .arg(&out)
+        .args(args)
+        .env("XDG_DATA_HOME", out.with_extension("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let killed = child.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let done = |out: &Path| {
+        std::fs::read_dir(out.join("tasks"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|t| t.path().join("result.json").exists())
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    while done(&out) < 1 {
+        assert!(std::time::Instant::now() < deadline, "no task finished");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Tasks are in their containers now; nothing gets to clean up.
+    unsafe { libc::kill(killed as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(done(&out) < 6, "the run was killed before the end");
+    assert_ne!(
+        containers_of(killed),
+        "",
+        "the kill left the running tasks' containers"
+    );
+
+    let (again, pid) = eval(&dir, &out, &args, None);
+    assert_eq!(again.status.code(), Some(0), "{}", said(&again));
+    assert_eq!(
+        containers_of(killed),
+        "",
+        "the killed run's containers were not reaped"
+    );
+    assert_eq!(containers_of(pid), "");
+    assert!(!out.join(".work").exists(), "scratch folders left behind");
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(
+        summary["counts"],
+        json!({"agent_error": 0, "infra_error": 0, "resolved": 6, "timeout": 0, "unresolved": 0}),
+        "{summary:#}"
+    );
+}
