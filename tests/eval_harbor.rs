@@ -369,12 +369,41 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
         "printf 'echo $(($1 * $2))\\n' > /app/calc.sh\n",
     )
     .unwrap();
+    // A prebuilt image instead of a Dockerfile, its own workdir, and the environment and
+    // verifier variables.
+    let prebuilt = dir.join("prebuilt");
+    harbor_task(
+        &prebuilt,
+        "Make calc.sh.\n",
+        "[verifier]\nenv = { CHECK = \"yes\" }\n[environment]\ndocker_image = \"runner-sandbox:bookworm\"\nworkdir = \"/srv/app\"\nenv = { GREETING = \"hi\" }\n",
+        DOCKERFILE,
+        &TEST.replace("/app/calc.sh", "/srv/app/calc.sh").replace(
+            "set -e\n",
+            "set -e\n[ \"$GREETING\" = hi ] && [ \"$CHECK\" = yes ]\n",
+        ),
+    );
+    std::fs::remove_dir_all(prebuilt.join("environment")).unwrap();
+    std::fs::write(
+        prebuilt.join("solution/solve.sh"),
+        "[ \"$GREETING\" = hi ] && [ \"$PWD\" = /srv/app ] && printf 'echo $(($1 + $2))\\n' > calc.sh\n",
+    )
+    .unwrap();
+    // An image that is neither here nor anywhere to pull from.
+    let missing = dir.join("missing-image");
+    harbor_task(
+        &missing,
+        "Fix it.\n",
+        "[environment]\ndocker_image = \"runner-test/not-anywhere:none\"\n",
+        DOCKERFILE,
+        TEST,
+    );
+    std::fs::remove_dir_all(missing.join("environment")).unwrap();
     let out = dir.join("out");
     let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "3"], None);
     assert_eq!(run.status.code(), Some(0), "{}", said(&run));
     assert_eq!(containers_of(pid), "");
     let status = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
-    for id in ["right-1", "right-2", "right-3", "map-full"] {
+    for id in ["right-1", "right-2", "right-3", "map-full", "prebuilt"] {
         assert_eq!(status(id)["status"], "resolved", "{id}: {}", status(id));
     }
     assert_eq!(status("wrong")["status"], "unresolved");
@@ -385,8 +414,16 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
     assert_eq!(summary["model"], "oracle");
     assert_eq!(
         summary["counts"],
-        json!({"agent_error": 0, "infra_error": 0, "resolved": 4, "timeout": 0, "unresolved": 2}),
+        json!({"agent_error": 0, "infra_error": 1, "resolved": 5, "timeout": 0, "unresolved": 2}),
         "{summary:#}"
+    );
+    let missing = status("missing-image");
+    assert!(
+        missing["error"]
+            .as_str()
+            .unwrap()
+            .contains("runner-test/not-anywhere:none"),
+        "{missing}"
     );
     let diff = std::fs::read_to_string(out.join("tasks/wrong/diff.patch")).unwrap();
     assert!(diff.contains("+echo $(($1 * $2))"), "{diff}");

@@ -70,27 +70,36 @@ pub async fn run(
     let agent_limit = scale(task.agent.timeout, options.timeouts.agent);
     let verify_limit = scale(task.verifier.timeout, options.timeouts.verify);
 
-    // The image.
+    // The image. A stop during a build ends it: the engine cancels a build whose client
+    // went away.
     let build_started = Instant::now();
-    let image = match (&task.build_context, &task.environment.docker_image) {
-        (Some(context), _) => {
-            let limit = scale(task.environment.build_timeout, BUILD_TIMEOUT);
-            match engine.builder.image_for(context, limit).await {
-                Ok(built) => {
-                    if matches!(built, images::Built::Fresh(_)) {
-                        result.timings.build_ms = build_started.elapsed().as_millis() as u64;
-                    }
-                    built.image().to_string()
-                }
-                Err(e) => {
-                    // A step that failed fails again; an engine that went away may not.
-                    let retryable = !super::engine_alive(Some(engine)).await;
-                    return infra(result, "build", e, retryable);
-                }
-            }
+    let limit = scale(task.environment.build_timeout, BUILD_TIMEOUT);
+    let built = async {
+        match (&task.build_context, &task.environment.docker_image) {
+            (Some(context), _) => engine.builder.image_for(context, limit).await,
+            (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
+            (None, None) => Err(format!(
+                "{} has neither environment/Dockerfile nor docker_image",
+                task.dir.display()
+            )),
         }
-        (None, Some(image)) => image.clone(),
-        (None, None) => unreachable!("harbor::load refuses a task without either"),
+    };
+    let built = tokio::select! {
+        b = built => b,
+        _ = stop.cancelled() => return None,
+    };
+    let image = match built {
+        Ok(built) => {
+            if matches!(built, images::Built::Fresh(_)) {
+                result.timings.build_ms = build_started.elapsed().as_millis() as u64;
+            }
+            built.image().to_string()
+        }
+        Err(e) => {
+            // A step that failed fails again; an engine that went away may not.
+            let retryable = !super::engine_alive(Some(engine)).await;
+            return infra(result, "build", e, retryable);
+        }
     };
 
     // Scratch space on the host: where config files are looked for (none: the task's
@@ -121,7 +130,10 @@ pub async fn run(
     };
     let container = match container {
         Ok(c) => Arc::new(c),
-        Err(e) => return infra(result, "prepare", e.to_string(), true),
+        Err(e) => {
+            let retryable = !super::engine_alive(Some(engine)).await;
+            return infra(result, "prepare", e.to_string(), retryable);
+        }
     };
     let owner = Owned(Some(container.clone()));
     let workdir = container.workdir().to_path_buf();

@@ -79,6 +79,44 @@ impl Builder {
         Ok(Built::Fresh(tag))
     }
 
+    /// A prebuilt image (`[environment] docker_image`): found on the engine, else pulled.
+    pub async fn prebuilt(&self, image: &str, timeout: Duration) -> Result<Built, String> {
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(image.to_string())
+            .or_default()
+            .clone();
+        let _same_image = lock.lock().await;
+        if self.docker.inspect_image(image).await.is_ok() {
+            return Ok(Built::Cached(image.to_string()));
+        }
+        let _slot = self
+            .builds
+            .acquire()
+            .await
+            .map_err(|_| "the image builder was shut down".to_string())?;
+        let (from, tag) = split_reference(image);
+        let opts = bollard::query_parameters::CreateImageOptionsBuilder::new()
+            .from_image(from)
+            .tag(tag)
+            .build();
+        let pull = async {
+            let mut stream = self.docker.create_image(Some(opts), None, None);
+            while let Some(item) = stream.next().await {
+                item.map_err(|e| {
+                    format!("{image} is not on the engine and cannot be pulled: {e}")
+                })?;
+            }
+            Ok::<(), String>(())
+        };
+        tokio::time::timeout(timeout, pull)
+            .await
+            .map_err(|_| format!("pulling {image} ran past {} s", timeout.as_secs()))??;
+        Ok(Built::Fresh(image.to_string()))
+    }
+
     async fn build(&self, tag: &str, tar: Vec<u8>) -> Result<(), String> {
         let opts = BuildImageOptionsBuilder::new()
             .dockerfile("Dockerfile")
@@ -111,6 +149,18 @@ impl Builder {
             return Err(failed(tag, "the build ended without an image", &tail));
         }
         Ok(())
+    }
+}
+
+/// `repo[:tag]` as the pull API wants it; a `:` in a registry's port is not a tag, and a
+/// digest (`@sha256:…`) goes whole.
+fn split_reference(image: &str) -> (&str, &str) {
+    if image.contains('@') {
+        return (image, "");
+    }
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (image, "latest"),
     }
 }
 
@@ -169,6 +219,22 @@ fn hash(context: &Path, files: &[PathBuf]) -> Result<String, String> {
         .take(8)
         .map(|b| format!("{b:02x}"))
         .collect())
+}
+
+#[cfg(test)]
+#[test]
+fn references_split_into_repository_and_tag() {
+    assert_eq!(split_reference("python:3.12"), ("python", "3.12"));
+    assert_eq!(split_reference("ubuntu"), ("ubuntu", "latest"));
+    assert_eq!(
+        split_reference("registry.local:5000/team/img"),
+        ("registry.local:5000/team/img", "latest")
+    );
+    assert_eq!(
+        split_reference("registry.local:5000/img:v2"),
+        ("registry.local:5000/img", "v2")
+    );
+    assert_eq!(split_reference("img@sha256:abc").1, "");
 }
 
 fn pack(context: &Path, files: &[PathBuf]) -> Result<Vec<u8>, String> {
