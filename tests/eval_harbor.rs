@@ -499,3 +499,82 @@ fn a_killed_harbor_run_leaves_nothing_once_the_next_one_starts_and_ends_with_the
         "{summary:#}"
     );
 }
+
+#[test]
+fn harbor_tasks_run_on_an_engine_reached_over_tcp_with_tls() {
+    let engine = common::engine::SecondEngine::start_tls("tls", 23761);
+    let tcp = engine.tls_host.clone().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    // A fresh context, so the image is built there and then, on that engine.
+    let nonce = format!("{:?}", std::time::SystemTime::now());
+    harbor_task(
+        &dir.join("built-there"),
+        "Fix calc.sh.\n",
+        TOML,
+        &format!("{DOCKERFILE}LABEL nonce=\"{nonce}\"\n"),
+        TEST,
+    );
+    let out = dir.join("out");
+    let run = |extra_env: &[(&str, String)], set: &Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+        cmd.args(["eval", "run"])
+            .arg(set)
+            .arg("--out")
+            .arg(&out)
+            .args(["--agent", "oracle", "--docker-host", &tcp])
+            .env("XDG_DATA_HOME", out.with_extension("data"))
+            .env_remove("DOCKER_TLS_VERIFY")
+            .env_remove("DOCKER_CERT_PATH")
+            .stdin(Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    // Plain HTTP to a TLS port: refused, and the message names the engine.
+    let plain = run(&[], &dir);
+    assert_ne!(plain.status.code(), Some(0), "{}", said(&plain));
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains(&tcp),
+        "{}",
+        said(&plain)
+    );
+
+    let tls = [
+        ("DOCKER_TLS_VERIFY", "1".to_string()),
+        ("DOCKER_CERT_PATH", engine.cert_dir().display().to_string()),
+    ];
+    let ran = run(&tls, &dir);
+    assert_eq!(ran.status.code(), Some(0), "{}", said(&ran));
+    let r = read_json(&out.join("tasks/built-there/result.json"));
+    assert_eq!(r["status"], "resolved", "{r:#}");
+    // Built on that engine, not on this machine's.
+    let images = |host: &str| {
+        let o = Command::new("docker")
+            .args(["-H", host, "images", "--filter"])
+            .arg(format!("label=nonce={nonce}"))
+            .args(["--format", "{{.Repository}}"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(images(&engine.host), "runner-task");
+    assert_eq!(images("unix:///var/run/docker.sock"), "");
+
+    // A JSON-lines task mounts its worktree from here: refused on an engine that may not
+    // see it.
+    let jsonl = dir.join("tasks.jsonl");
+    std::fs::write(
+        &jsonl,
+        r#"{"id":"j","instruction":"x","repo":".","verify":"true"}"#,
+    )
+    .unwrap();
+    let refused = run(&tls, &jsonl);
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("mount their worktree"),
+        "{}",
+        said(&refused)
+    );
+}

@@ -24,6 +24,9 @@ const SET_ASIDE: Duration = Duration::from_secs(30);
 pub struct Engine {
     /// What `--docker-host` said; `None` for the default engine.
     pub host: Option<String>,
+    /// Whether it sees this machine's files (a Unix socket): worktrees and the runner
+    /// binary can be mounted from here.
+    pub local: bool,
     pub docker: Docker,
     /// Task images are built per engine: an image on one is not on another.
     pub builder: Builder,
@@ -84,7 +87,12 @@ impl Engines {
                 )
             })?;
             let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
+            let address = host
+                .clone()
+                .or_else(|| std::env::var("DOCKER_HOST").ok())
+                .unwrap_or_else(|| "unix://".into());
             engines.push(Arc::new(Engine {
+                local: address.starts_with("unix://"),
                 builder: Builder::new(docker.clone(), IMAGE_BUILDS),
                 docker,
                 cpus: info.ncpu.unwrap_or(1).max(1) as usize,
@@ -113,6 +121,11 @@ impl Engines {
             .clone();
         engine.running.fetch_add(1, Ordering::Relaxed);
         Lease(engine)
+    }
+
+    /// The engines that do not see this machine's files.
+    pub fn remote(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().filter(|e| !e.local).map(|e| e.name())
     }
 
     pub fn len(&self) -> usize {

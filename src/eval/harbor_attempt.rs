@@ -120,7 +120,7 @@ pub async fn run(
             );
         }
     }
-    let spec = match task_image(task, image, options, &outputs) {
+    let spec = match task_image(task, image, options, engine, &outputs) {
         Ok(s) => s,
         Err(e) => return infra(result, "prepare", e, false),
     };
@@ -278,6 +278,7 @@ fn task_image(
     task: &HarborTask,
     image: String,
     options: &EvalOptions,
+    engine: &Engine,
     outputs: &Path,
 ) -> Result<TaskImage, String> {
     let profile = crate::config::profile::load(&options.profile).map_err(|e| e.to_string())?;
@@ -300,6 +301,7 @@ fn task_image(
         network: Network::None,
         read_only: vec![outputs.to_path_buf()],
         server_exe: spec.server_exe,
+        engine_is_local: engine.local,
     })
 }
 

@@ -165,6 +165,15 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
     } else {
         None
     };
+    if let Some(e) = &engines
+        && let Some(far) = e.remote().next()
+        && loaded.iter().any(|l| matches!(l, Loaded::Task(_)))
+        && uses_docker(&options)?
+    {
+        return Err(format!(
+            "the engine {far} is not reached through a Unix socket, so it may not see this machine's files, and JSON-lines tasks mount their worktree from here; run them on local engines, or use Harbor task folders (their files live in the image)"
+        ));
+    }
     let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
     for l in &loaded {
         for attempt in 1..=options.attempts {

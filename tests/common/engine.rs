@@ -173,6 +173,9 @@ pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
 /// image. Stopped (and its folders and bridge removed) when dropped.
 pub struct SecondEngine {
     pub host: String,
+    /// With [`SecondEngine::start_tls`]: `tcp://127.0.0.1:PORT`, TLS with client
+    /// certificates from [`SecondEngine::cert_dir`].
+    pub tls_host: Option<String>,
     dir: std::path::PathBuf,
     bridge: String,
     child: Option<std::process::Child>,
@@ -182,6 +185,21 @@ impl SecondEngine {
     /// `name` keeps the engines of different tests apart (a few letters: it names the
     /// bridge, and socket paths are short).
     pub fn start(name: &str) -> SecondEngine {
+        Self::start_with(name, None)
+    }
+
+    /// Also listening on TCP at `port` on loopback, with TLS both ways (a CA, a server
+    /// certificate for 127.0.0.1 and a client certificate, made with openssl).
+    pub fn start_tls(name: &str, port: u16) -> SecondEngine {
+        Self::start_with(name, Some(port))
+    }
+
+    /// `DOCKER_CERT_PATH` for the TLS listener: `ca.pem`, `cert.pem`, `key.pem`.
+    pub fn cert_dir(&self) -> std::path::PathBuf {
+        self.dir.join("certs")
+    }
+
+    fn start_with(name: &str, tls_port: Option<u16>) -> SecondEngine {
         docker();
         let dir = std::path::PathBuf::from(format!("/tmp/rt-{name}"));
         let bridge = format!("rt{name}0");
@@ -205,7 +223,33 @@ impl SecondEngine {
         );
         let socket = dir.join("docker.sock");
         let log = std::fs::File::create(dir.join("dockerd.log")).expect("log");
+        let mut tls_args: Vec<String> = Vec::new();
+        if let Some(port) = tls_port {
+            let certs = dir.join("certs");
+            std::fs::create_dir_all(&certs).expect("certs folder");
+            let made = sh(&format!(
+                "cd {} && set -e
+                 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=runner-test-ca -keyout ca-key.pem -out ca.pem 2>/dev/null
+                 openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server-key.pem -out server.csr 2>/dev/null
+                 printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
+                 openssl x509 -req -days 1 -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -extfile server.ext -out server-cert.pem 2>/dev/null
+                 openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout key.pem -out client.csr 2>/dev/null
+                 printf 'extendedKeyUsage=clientAuth\n' > client.ext
+                 openssl x509 -req -days 1 -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -extfile client.ext -out cert.pem 2>/dev/null",
+                certs.display()
+            ));
+            assert!(made, "openssl could not make the test certificates");
+            let c = |f: &str| certs.join(f).display().to_string();
+            tls_args = vec![
+                "--tlsverify".into(),
+                format!("--tlscacert={}", c("ca.pem")),
+                format!("--tlscert={}", c("server-cert.pem")),
+                format!("--tlskey={}", c("server-key.pem")),
+                format!("--host=tcp://127.0.0.1:{port}"),
+            ];
+        }
         let child = std::process::Command::new("/usr/sbin/dockerd")
+            .args(&tls_args)
             .arg("--host")
             .arg(format!("unix://{}", socket.display()))
             .arg("--data-root")
@@ -222,6 +266,7 @@ impl SecondEngine {
             .expect("start a second dockerd");
         let engine = SecondEngine {
             host: format!("unix://{}", socket.display()),
+            tls_host: tls_port.map(|p| format!("tcp://127.0.0.1:{p}")),
             dir,
             bridge,
             child: Some(child),

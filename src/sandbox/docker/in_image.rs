@@ -51,6 +51,10 @@ pub struct TaskImage {
     pub read_only: Vec<PathBuf>,
     /// The static `runner` that serves inside.
     pub server_exe: PathBuf,
+    /// Whether the engine sees this machine's files (a local socket). If not (an engine
+    /// on another machine, over TCP or SSH), the server is copied into the container
+    /// instead of mounted, and `read_only` is left out: there is nothing to mount from.
+    pub engine_is_local: bool,
 }
 
 /// What a command run through the engine produced.
@@ -108,9 +112,14 @@ impl TaskContainer {
         let user = task.user.clone().unwrap_or_else(|| image_user.clone());
         let env = command_env(config.env.unwrap_or_default(), &task.env, &user);
 
+        let read_only: &[PathBuf] = if task.engine_is_local {
+            &task.read_only
+        } else {
+            &[]
+        };
         let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
         cmd.extend(
-            local::root_args(&workdir, &task.read_only)?
+            local::root_args(&workdir, read_only)?
                 .into_iter()
                 .map(|a| a.to_string_lossy().into_owned()),
         );
@@ -122,8 +131,11 @@ impl TaskContainer {
             read_only: Some(true),
             ..Default::default()
         };
-        let mut mounts = vec![bind(&task.server_exe, Path::new(SERVER_PATH))];
-        for dir in &task.read_only {
+        let mut mounts = Vec::new();
+        if task.engine_is_local {
+            mounts.push(bind(&task.server_exe, Path::new(SERVER_PATH)));
+        }
+        for dir in read_only {
             mounts.push(bind(dir, dir));
         }
         let limits = &task.limits;
@@ -176,7 +188,7 @@ impl TaskContainer {
             )
             .await
             .map_err(|e| docker_error("cannot create the task container", e))?;
-        Ok(TaskContainer {
+        let container = TaskContainer {
             docker: docker.clone(),
             id: created.id.clone(),
             workdir,
@@ -186,7 +198,44 @@ impl TaskContainer {
                 docker: docker.clone(),
                 id: created.id,
             },
-        })
+        };
+        if !task.engine_is_local {
+            container.copy_server(&task.server_exe).await?;
+        }
+        Ok(container)
+    }
+
+    /// Puts the server at [`SERVER_PATH`] in the (created, not started) container, streamed
+    /// from disk: the binary can be large, and an engine elsewhere cannot mount it.
+    async fn copy_server(&self, exe: &Path) -> Result<(), SandboxError> {
+        use tokio::io::AsyncReadExt;
+        let fail = |e: &dyn std::fmt::Display| {
+            SandboxError::Disconnected(format!(
+                "cannot copy the runner server into the task container: {e}"
+            ))
+        };
+        let file = tokio::fs::File::open(exe).await.map_err(|e| fail(&e))?;
+        let size = file.metadata().await.map_err(|e| fail(&e))?.len();
+        let mut header = tar::Header::new_gnu();
+        header
+            .set_path(SERVER_PATH.trim_start_matches('/'))
+            .map_err(|e| fail(&e))?;
+        header.set_size(size);
+        header.set_mode(0o755);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        let padding = (512 - (size % 512) as usize) % 512;
+        // The header, the file, the padding to a block, and the two empty blocks that end
+        // an archive.
+        let reader = std::io::Cursor::new(header.as_bytes().to_vec())
+            .chain(file)
+            .chain(std::io::Cursor::new(vec![0u8; padding + 1024]));
+        let stream = tokio_util::io::ReaderStream::with_capacity(reader, 1 << 20);
+        let opts = UploadToContainerOptionsBuilder::new().path("/").build();
+        self.docker
+            .upload_to_container(&self.id, Some(opts), bollard::body_try_stream(stream))
+            .await
+            .map_err(|e| fail(&e))
     }
 
     pub fn id(&self) -> &str {
