@@ -159,7 +159,7 @@ fn model_set(count: usize) -> TaskSet {
                 format!("{DOCKERFILE}RUN useradd -m agent && chown -R agent /app\n"),
                 TEST.replace(
                     "set -e\n",
-                    "set -e\n[ \"$(id -u)\" = 0 ]\n[ \"$(stat -c %U /app/calc.sh)\" = agent ]\n",
+                    "set -e\n[ \"$(id -u)\" = 0 ] && [ \"$HOME\" = /root ]\n[ \"$(stat -c %U /app/calc.sh)\" = agent ]\n",
                 ),
             ),
             _ => (TOML.to_string(), DOCKERFILE.to_string(), TEST.to_string()),
@@ -388,6 +388,15 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
         "[ \"$GREETING\" = hi ] && [ \"$PWD\" = /srv/app ] && printf 'echo $(($1 + $2))\\n' > calc.sh\n",
     )
     .unwrap();
+    // A test that leaves a process behind holding its output: the verdict comes when
+    // test.sh ends, not when that process does.
+    harbor_task(
+        &dir.join("leaves-a-process"),
+        "Fix calc.sh.\n",
+        &TOML.replace("timeout_sec = 60", "timeout_sec = 30"),
+        DOCKERFILE,
+        &format!("{TEST}sleep 600 &\n"),
+    );
     // An image that is neither here nor anywhere to pull from.
     let missing = dir.join("missing-image");
     harbor_task(
@@ -403,7 +412,14 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
     assert_eq!(run.status.code(), Some(0), "{}", said(&run));
     assert_eq!(containers_of(pid), "");
     let status = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
-    for id in ["right-1", "right-2", "right-3", "map-full", "prebuilt"] {
+    for id in [
+        "right-1",
+        "right-2",
+        "right-3",
+        "map-full",
+        "prebuilt",
+        "leaves-a-process",
+    ] {
         assert_eq!(status(id)["status"], "resolved", "{id}: {}", status(id));
     }
     assert_eq!(status("wrong")["status"], "unresolved");
@@ -414,7 +430,7 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
     assert_eq!(summary["model"], "oracle");
     assert_eq!(
         summary["counts"],
-        json!({"agent_error": 0, "infra_error": 1, "resolved": 5, "timeout": 0, "unresolved": 2}),
+        json!({"agent_error": 0, "infra_error": 1, "resolved": 6, "timeout": 0, "unresolved": 2}),
         "{summary:#}"
     );
     let missing = status("missing-image");
@@ -427,6 +443,11 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
     );
     let diff = std::fs::read_to_string(out.join("tasks/wrong/diff.patch")).unwrap();
     assert!(diff.contains("+echo $(($1 * $2))"), "{diff}");
+    let left = status("leaves-a-process");
+    assert!(
+        left["timings"]["verify_ms"].as_u64().unwrap() < 20_000,
+        "the verdict waited for the leftover process: {left}"
+    );
 }
 
 #[test]
@@ -515,6 +536,16 @@ fn harbor_tasks_run_on_an_engine_reached_over_tcp_with_tls() {
         &format!("{DOCKERFILE}LABEL nonce=\"{nonce}\"\n"),
         TEST,
     );
+    // On an engine that cannot mount the server, it is copied into the container: a
+    // solution that swaps it for a wrapper keeping a planted reward in place must not have
+    // that wrapper running beside the verifier.
+    let swap = dir.join("swaps-the-server");
+    harbor_task(&swap, "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+    std::fs::write(
+        swap.join("solution/solve.sh"),
+        "mv /opt/runner/runner /opt/runner/real\nprintf '#!/bin/sh\\n(while true; do echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.05; done) &\\nexec /opt/runner/real \"$@\"\\n' > /opt/runner/runner\nchmod 755 /opt/runner/runner\n",
+    )
+    .unwrap();
     let out = dir.join("out");
     let run = |extra_env: &[(&str, String)], set: &Path| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
@@ -549,6 +580,10 @@ fn harbor_tasks_run_on_an_engine_reached_over_tcp_with_tls() {
     assert_eq!(ran.status.code(), Some(0), "{}", said(&ran));
     let r = read_json(&out.join("tasks/built-there/result.json"));
     assert_eq!(r["status"], "resolved", "{r:#}");
+    let swapped = read_json(&out.join("tasks/swaps-the-server/result.json"));
+    assert_eq!(swapped["status"], "unresolved", "{swapped:#}");
+    let log = std::fs::read_to_string(out.join("tasks/swaps-the-server/agent.log")).unwrap();
+    assert!(!log.contains("No such file"), "the swap happened: {log}");
     // Built on that engine, not on this machine's.
     let images = |host: &str| {
         let o = Command::new("docker")

@@ -80,13 +80,14 @@ impl Engines {
         let mut engines = Vec::new();
         for host in hosts {
             let docker = engine::connect_to(host.as_deref()).await?;
+            // Leftovers go first, so they do not count as the engine's load.
+            let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
             let info = docker.info().await.map_err(|e| {
                 format!(
                     "the engine {} does not say what it has: {e}",
                     host.as_deref().unwrap_or("default")
                 )
             })?;
-            let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
             let address = host
                 .clone()
                 .or_else(|| std::env::var("DOCKER_HOST").ok())

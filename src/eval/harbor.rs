@@ -231,7 +231,9 @@ pub fn parse_reward(
         let value: f64 = text
             .trim()
             .parse()
-            .map_err(|_| format!("reward.txt holds {:?}, not a number", cut(text)))?;
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .ok_or_else(|| format!("reward.txt holds {:?}, not a number", cut(text)))?;
         return Ok(BTreeMap::from([("reward".to_string(), value)]));
     }
     if let Some(text) = json {
@@ -241,6 +243,7 @@ pub fn parse_reward(
         for (k, v) in map {
             let n = v
                 .as_f64()
+                .filter(|n| n.is_finite())
                 .ok_or_else(|| format!("reward.json: {k} is {v}, not a number"))?;
             rewards.insert(k, n);
         }
@@ -337,6 +340,9 @@ workdir = "/app"
         let map = parse_reward(None, Some(r#"{"a": 1, "b": 0.5}"#)).unwrap();
         assert_eq!(map["b"], 0.5);
         assert!(parse_reward(Some("pass"), None).is_err());
+        // NaN would slip past every comparison with 1.
+        assert!(parse_reward(Some("nan"), None).is_err());
+        assert!(parse_reward(Some("inf"), None).is_err());
         assert!(parse_reward(None, Some(r#"{"a": "yes"}"#)).is_err());
         assert!(parse_reward(None, None).is_err());
         assert_eq!(parse_memory("512M"), Some(512 << 20));

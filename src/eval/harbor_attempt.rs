@@ -12,6 +12,11 @@
 //!    at `/tests` or `/logs/verifier` is moved aside, the hidden tests are copied in, and
 //!    `bash /tests/test.sh` runs as `[verifier] user` through the engine;
 //! 6. the reward is read from `/logs/verifier`, and the container removed.
+//!
+//! What this does not stop, as in Harbor itself: the verifier runs in the file system the
+//! agent left, so an agent with the rights to do so can change the programs `test.sh`
+//! uses. The tests are hidden, no process of the agent's survives into the verdict, and
+//! neither a planted reward nor planted tests count.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +40,9 @@ use crate::sandbox::spec::{Limits, Network};
 
 /// The largest worktree snapshot read for the diff.
 const SNAPSHOT_LIMIT: u64 = 512 << 20;
+/// How long one engine operation (a start, a copy in or out) may take before the engine
+/// counts as not answering.
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Harbor's default limits for the phases a task does not set.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -69,6 +77,12 @@ pub async fn run(
     };
     let agent_limit = scale(task.agent.timeout, options.timeouts.agent);
     let verify_limit = scale(task.verifier.timeout, options.timeouts.verify);
+    // Read from the task folder now: a folder that cannot be read is the task's failure,
+    // found before anything runs.
+    let tests = match pack_as(&task.tests, "tests") {
+        Ok(t) => t,
+        Err(e) => return infra(result, "prepare", e, false),
+    };
 
     // The image. A stop during a build ends it: the engine cancels a build whose client
     // went away.
@@ -108,7 +122,7 @@ pub async fn run(
         .out
         .join(".work")
         .join(format!("{}-{attempt}", task.id));
-    let outputs = scratch.with_extension("outputs");
+    let outputs = scratch.with_file_name(format!("{}-{attempt}.outputs", task.id));
     let _cleanup = Scratch(vec![scratch.clone(), outputs.clone()]);
     for dir in [&scratch, &outputs] {
         if let Err(e) = std::fs::create_dir_all(dir) {
@@ -128,27 +142,41 @@ pub async fn run(
         let _engine = super::ENGINE_CALLS.acquire().await;
         TaskContainer::create(&engine.docker, &spec).await
     };
-    let container = match container {
-        Ok(c) => Arc::new(c),
+    let owner = match container {
+        Ok(c) => Owned(Some(Arc::new(c))),
         Err(e) => {
             let retryable = !super::engine_alive(Some(engine)).await;
             return infra(result, "prepare", e.to_string(), retryable);
         }
     };
-    let owner = Owned(Some(container.clone()));
+    // The one long-lived handle is the owner's, so that the container is removed where it
+    // says (off the async threads), not wherever the last clone happens to go.
+    let container = owner.0.as_ref().expect("owned until dropped");
     let workdir = container.workdir().to_path_buf();
-    let before = match snapshot(&container, &workdir).await {
-        Ok(s) => s,
-        Err(e) => return infra(result, "prepare", e, true),
+    // The snapshot only serves the diff: without one the attempt still runs.
+    let before = if workdir == Path::new("/") {
+        result.diff_error = Some(
+            "the worktree is the whole file system (the image names no WORKDIR): no diff is taken"
+                .into(),
+        );
+        None
+    } else {
+        match snapshot(container, &workdir).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                result.diff_error = Some(e);
+                None
+            }
+        }
     };
 
     // The agent, or the task's own solution.
     let agent_started = Instant::now();
     let ran = match options.agent {
-        super::AgentKind::Oracle => oracle(task, &container, agent_limit, out, stop).await,
+        super::AgentKind::Oracle => oracle(task, container, engine, agent_limit, out, stop).await,
         super::AgentKind::Model => {
             let place = Place {
-                container: &container,
+                container,
                 engine,
                 scratch: &scratch,
                 outputs: &outputs,
@@ -192,14 +220,16 @@ pub async fn run(
 
     // The diff, from the stopped container.
     let verify_started = Instant::now();
-    match snapshot(&container, &workdir).await {
-        Ok(after) => {
-            let _ = write_file(
-                &out.join("diff.patch"),
-                tree_diff::diff(&before, &after).as_bytes(),
-            );
+    if let Some(before) = &before {
+        match snapshot(container, &workdir).await {
+            Ok(after) => {
+                let _ = write_file(
+                    &out.join("diff.patch"),
+                    tree_diff::diff(before, &after).as_bytes(),
+                );
+            }
+            Err(e) => result.diff_error = Some(e),
         }
-        Err(e) => result.diff_error = Some(e),
     }
     if matches!(result.status, Status::Timeout | Status::AgentError) {
         result.timings.total_ms = started.elapsed().as_millis() as u64;
@@ -209,7 +239,7 @@ pub async fn run(
         });
     }
 
-    let verdict = verify(task, &container, verify_limit, stop).await;
+    let verdict = verify(task, container, tests, verify_limit, stop).await;
     result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
     result.timings.total_ms = started.elapsed().as_millis() as u64;
     drop(owner);
@@ -367,7 +397,10 @@ async fn model(
     let mut run = match started {
         Ok(r) => r,
         Err(e) => {
-            let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
+            // A sandbox that cannot start on an engine that answers (a task user the image
+            // lacks, say) will not start on a second try either.
+            let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_))
+                && !super::engine_alive(Some(engine)).await;
             return AgentRan::CouldNotStart(format!("cannot start the agent: {e}"), retryable);
         }
     };
@@ -385,6 +418,7 @@ async fn model(
 async fn oracle(
     task: &HarborTask,
     container: &TaskContainer,
+    engine: &Engine,
     limit: Duration,
     out: &Path,
     stop: &CancellationToken,
@@ -402,17 +436,19 @@ async fn oracle(
         Ok(t) => t,
         Err(e) => return AgentRan::CouldNotStart(e, false),
     };
-    if let Err(e) = container.upload(Path::new("/"), tar).await {
-        return AgentRan::CouldNotStart(e, true);
-    }
-    let sandbox = {
+    let started = async {
+        engine_call(container.upload(Path::new("/"), tar)).await?;
         let _engine = super::ENGINE_CALLS.acquire().await;
-        container.serve().await
+        engine_call(async { container.serve().await.map_err(|e| e.to_string()) }).await
     };
-    let sandbox = match sandbox {
+    let sandbox = match started.await {
         Ok(s) => s,
         Err(e) => {
-            return AgentRan::CouldNotStart(format!("cannot start the task container: {e}"), true);
+            let retryable = !super::engine_alive(Some(engine)).await;
+            return AgentRan::CouldNotStart(
+                format!("cannot start the task container: {e}"),
+                retryable,
+            );
         }
     };
     let ran = attempt::exec(&sandbox, "bash /solution/solve.sh", limit, LOG_LIMIT, stop).await;
@@ -445,77 +481,69 @@ for d in /tests /logs/verifier; do
   if [ -e \"$d\" ] || [ -L \"$d\" ]; then mv -f -- \"$d\" \"$d.left-by-agent.$$\"; fi
 done
 mkdir -p /tests /logs/verifier
-chmod 777 /logs/verifier";
+chmod 1777 /logs/verifier";
 
 async fn verify(
     task: &HarborTask,
     container: &TaskContainer,
+    tests: Vec<u8>,
     limit: Duration,
     stop: &CancellationToken,
 ) -> Verified {
-    let tests = match pack_as(&task.tests, "tests") {
-        Ok(t) => t,
-        Err(e) => return Verified::Failed(e),
-    };
-    // A running container for the engine's exec, with nothing of the agent's in it.
-    let sandbox = {
-        let _engine = super::ENGINE_CALLS.acquire().await;
-        container.serve().await
-    };
-    let sandbox = match sandbox {
-        Ok(s) => s,
-        Err(e) => return Verified::Failed(format!("cannot start the task container again: {e}")),
-    };
-    let prepared = container
-        .exec(
-            &["sh", "-c", PREPARE],
-            Some("root"),
-            &[],
-            limit,
-            LOG_LIMIT as usize,
-        )
+    let steps = async {
+        // A running container for the engine's exec, with nothing of the agent's in it.
+        let sandbox = {
+            let _engine = super::ENGINE_CALLS.acquire().await;
+            engine_call(async { container.serve().await.map_err(|e| e.to_string()) })
+                .await
+                .map_err(|e| format!("cannot start the task container again: {e}"))?
+        };
+        let ran = async {
+            let prepared = engine_call(container.exec(
+                &["sh", "-c", PREPARE],
+                Some("root"),
+                &[],
+                limit,
+                LOG_LIMIT as usize,
+            ))
+            .await?;
+            if prepared.code != Some(0) {
+                return Err(format!(
+                    "cannot make /tests and /logs/verifier afresh: {}",
+                    String::from_utf8_lossy(&prepared.output).trim()
+                ));
+            }
+            engine_call(container.upload(Path::new("/"), tests)).await?;
+            let env: Vec<(String, String)> = task
+                .verifier
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let user = task.verifier.user.as_deref();
+            let ran = container
+                .exec(
+                    &["bash", "/tests/test.sh"],
+                    user,
+                    &env,
+                    limit,
+                    LOG_LIMIT as usize,
+                )
+                .await?;
+            let rewards = read_rewards(container).await?;
+            Ok((ran, rewards))
+        }
         .await;
-    match prepared {
-        Ok(p) if p.code == Some(0) => {}
-        Ok(p) => {
-            drop_blocking(sandbox).await;
-            return Verified::Failed(format!(
-                "cannot make /tests and /logs/verifier afresh: {}",
-                String::from_utf8_lossy(&p.output).trim()
-            ));
-        }
-        Err(e) => {
-            drop_blocking(sandbox).await;
-            return Verified::Failed(e);
-        }
-    }
-    if let Err(e) = container.upload(Path::new("/"), tests).await {
         drop_blocking(sandbox).await;
-        return Verified::Failed(e);
-    }
-    let env: Vec<(String, String)> = task
-        .verifier
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let user = task.verifier.user.as_deref();
-    let ran = tokio::select! {
-        r = container.exec(&["bash", "/tests/test.sh"], user, &env, limit, LOG_LIMIT as usize) => r,
-        _ = stop.cancelled() => {
-            drop_blocking(sandbox).await;
-            return Verified::Interrupted;
-        }
+        ran
     };
-    let ran = match ran {
-        Ok(r) => r,
-        Err(e) => {
-            drop_blocking(sandbox).await;
-            return Verified::Failed(e);
-        }
+    let (ran, rewards) = tokio::select! {
+        r = steps => match r {
+            Ok(r) => r,
+            Err(e) => return Verified::Failed(e),
+        },
+        _ = stop.cancelled() => return Verified::Interrupted,
     };
-    let rewards = read_rewards(container).await;
-    drop_blocking(sandbox).await;
     let mut log = ran.output;
     if let Some(code) = ran.code {
         log.extend_from_slice(format!("\n[test.sh exited with {code}]\n").as_bytes());
@@ -527,41 +555,54 @@ async fn verify(
     }
 }
 
+/// An engine operation, bounded: an engine that stops answering mid-call must not hold
+/// the attempt forever.
+async fn engine_call<T>(
+    call: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(ENGINE_TIMEOUT, call)
+        .await
+        .map_err(|_| {
+            format!(
+                "the engine did not answer within {} s",
+                ENGINE_TIMEOUT.as_secs()
+            )
+        })?
+}
+
+/// The rewards `test.sh` left. `Err`: they could not be read (the engine's failure);
+/// `Ok(Err)`: there are none, or they are not numbers (the task is not solved).
 async fn read_rewards(
     container: &TaskContainer,
-) -> Result<std::collections::BTreeMap<String, f64>, String> {
-    let tar = container
-        .download(Path::new("/logs/verifier"), 16 << 20)
-        .await?
-        .unwrap_or_default();
-    let mut txt = None;
-    let mut json = None;
-    let mut archive = tar::Archive::new(&tar[..]);
-    if let Ok(entries) = archive.entries() {
-        for mut entry in entries.flatten() {
-            use std::io::Read;
-            let name = entry
-                .path()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let mut text = String::new();
-            if !entry.header().entry_type().is_file() {
-                continue;
-            }
-            let _ = entry.by_ref().take(1 << 20).read_to_string(&mut text);
-            match name.as_str() {
-                "verifier/reward.txt" => txt = Some(text),
-                "verifier/reward.json" => json = Some(text),
-                _ => {}
-            }
+) -> Result<Result<std::collections::BTreeMap<String, f64>, String>, String> {
+    let mut found = [None, None];
+    for (slot, name) in found.iter_mut().zip(["reward.txt", "reward.json"]) {
+        let path = Path::new("/logs/verifier").join(name);
+        if let Some(tar) = engine_call(container.download(&path, 1 << 20)).await? {
+            *slot = first_file(&tar);
         }
     }
-    harbor::parse_reward(txt.as_deref(), json.as_deref())
+    let [txt, json] = found;
+    Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()))
+}
+
+/// The text of the first regular file in a tar (what the engine sends for one file).
+fn first_file(tar: &[u8]) -> Option<String> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(tar);
+    let entries = archive.entries().ok()?;
+    for mut entry in entries.flatten() {
+        if entry.header().entry_type().is_file() {
+            let mut text = String::new();
+            entry.read_to_string(&mut text).ok()?;
+            return Some(text);
+        }
+    }
+    None
 }
 
 async fn snapshot(container: &TaskContainer, workdir: &Path) -> Result<Snapshot, String> {
-    let tar = container
-        .download(workdir, SNAPSHOT_LIMIT)
+    let tar = engine_call(container.download(workdir, SNAPSHOT_LIMIT))
         .await?
         .ok_or_else(|| format!("the worktree {} is not in the container", workdir.display()))?;
     tokio::task::spawn_blocking(move || Snapshot::read(&tar))
@@ -604,8 +645,10 @@ struct Scratch(Vec<PathBuf>);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        for dir in &self.0 {
-            remove_tree(dir);
-        }
+        let dirs = std::mem::take(&mut self.0);
+        super::CLOSING.spawn(async move {
+            let _ =
+                tokio::task::spawn_blocking(move || dirs.iter().for_each(|d| remove_tree(d))).await;
+        });
     }
 }

@@ -58,14 +58,17 @@ impl Snapshot {
             let mode = header.mode().unwrap_or(0o644);
             let node = match header.entry_type() {
                 tar::EntryType::Directory => Node::Dir,
-                tar::EntryType::Symlink | tar::EntryType::Link => Node::Link(
-                    entry
-                        .link_name()
-                        .ok()
-                        .flatten()
-                        .map(|l| l.to_string_lossy().into_owned())
-                        .unwrap_or_default(),
-                ),
+                tar::EntryType::Symlink => Node::Link(link_name(&entry)),
+                // A hard link is another name for a file already in the archive (named
+                // from the archive's root, like every path here): it has that content.
+                tar::EntryType::Link => {
+                    let target = link_name(&entry);
+                    let target = target.split_once('/').map_or("", |(_, r)| r);
+                    match nodes.get(target) {
+                        Some(file @ Node::File { .. }) => file.clone(),
+                        _ => continue,
+                    }
+                }
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     let mut data = Vec::new();
                     entry
@@ -91,6 +94,15 @@ impl Snapshot {
     }
 }
 
+fn link_name<R: Read>(entry: &tar::Entry<R>) -> String {
+    entry
+        .link_name()
+        .ok()
+        .flatten()
+        .map(|l| l.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// The patch from `before` to `after`; empty when nothing changed.
 pub fn diff(before: &Snapshot, after: &Snapshot) -> String {
     let mut out = String::new();
@@ -99,6 +111,14 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> String {
     for path in paths {
         let (old, new) = (leaf(before.0.get(path)), leaf(after.0.get(path)));
         if old == new {
+            continue;
+        }
+        // A file that became a link (or the reverse) is a deletion and an addition, as
+        // git writes it: a mode change cannot turn one into the other.
+        let is_link = |n: Option<&Node>| matches!(n, Some(Node::Link(_)));
+        if old.is_some() && new.is_some() && is_link(old) != is_link(new) {
+            out.push_str(&file_diff(path, old, None));
+            out.push_str(&file_diff(path, None, new));
             continue;
         }
         out.push_str(&file_diff(path, old, new));
@@ -180,6 +200,14 @@ mod tests {
     use super::*;
 
     fn tar_of(files: &[(&str, &[u8], u32)], links: &[(&str, &str)]) -> Vec<u8> {
+        tar_with(files, links, &[])
+    }
+
+    fn tar_with(
+        files: &[(&str, &[u8], u32)],
+        links: &[(&str, &str)],
+        hard: &[(&str, &str)],
+    ) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
         let mut dir = tar::Header::new_gnu();
         dir.set_entry_type(tar::EntryType::Directory);
@@ -197,6 +225,13 @@ mod tests {
             h.set_entry_type(tar::EntryType::Symlink);
             h.set_size(0);
             b.append_link(&mut h, format!("app/{name}"), target)
+                .unwrap();
+        }
+        for (name, target) in hard {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Link);
+            h.set_size(0);
+            b.append_link(&mut h, format!("app/{name}"), format!("app/{target}"))
                 .unwrap();
         }
         b.into_inner().unwrap()
@@ -251,5 +286,33 @@ mod tests {
         );
         assert!(!patch.contains("same.txt"), "{patch}");
         assert_eq!(diff(&before, &before), "");
+    }
+
+    #[test]
+    fn hard_links_carry_their_content_and_a_file_turned_link_is_removed_and_added() {
+        let before = Snapshot::read(&tar_with(&[("a.txt", b"one\n", 0o644)], &[], &[])).unwrap();
+        let after = Snapshot::read(&tar_with(
+            &[("b.txt", b"two\n", 0o644)],
+            &[("a.txt", "b.txt")],
+            &[("c.txt", "b.txt")],
+        ))
+        .unwrap();
+        let patch = diff(&before, &after);
+        assert!(
+            patch.contains(
+                "deleted file mode 100644\n--- a/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-one"
+            ),
+            "{patch}"
+        );
+        assert!(
+            patch.contains("new file mode 120000\n--- /dev/null\n+++ b/a.txt"),
+            "{patch}"
+        );
+        assert!(!patch.contains("old mode"), "{patch}");
+        // The hard link is a second file with the same text, not a symlink.
+        assert!(
+            patch.contains("new file mode 100644\n--- /dev/null\n+++ b/c.txt\n@@ -0,0 +1 @@\n+two"),
+            "{patch}"
+        );
     }
 }

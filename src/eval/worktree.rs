@@ -33,7 +33,7 @@ impl Worktree {
     /// Where this attempt's full tool outputs are saved: beside the worktree, readable by
     /// its sandbox, and gone with it, so no other attempt sees them.
     pub fn outputs(&self) -> PathBuf {
-        self.path.with_extension("outputs")
+        sibling(&self.path, "outputs")
     }
 
     /// What taking the diff needs, to take it off the async threads.
@@ -99,6 +99,16 @@ impl Drop for Worktree {
         remove_tree(&self.base_git);
         remove_tree(&self.outputs());
     }
+}
+
+/// `NAME.SUFFIX` beside `path`. Not `with_extension`: a task id may hold dots, and
+/// `t.v2-1` and `t.v2-2` must not share a sibling.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{name}.{suffix}"))
 }
 
 /// Removes a tree even where the agent took the write bit off its directories.
@@ -186,7 +196,7 @@ pub fn create(
     }
     let base = head_commit(dest)?;
     // A plain copy of the fresh `.git` (no git process: this runs for every attempt).
-    let base_git = dest.with_extension("base.git");
+    let base_git = sibling(dest, "base.git");
     std::fs::create_dir(&base_git)
         .map_err(|e| format!("cannot create {}: {e}", base_git.display()))?;
     copy_tree(&dest.join(".git"), &base_git)?;

@@ -11,6 +11,35 @@ pub fn alive(pid: i32) -> bool {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
+/// This machine and its current boot, as `MACHINE/BOOT`: a pid means something only on
+/// the machine (and boot) that issued it, and an engine can be shared by several machines.
+pub fn boot_id() -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let machine = Some(read("/etc/machine-id"))
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| read("/proc/sys/kernel/hostname"));
+    format!("{machine}/{}", read("/proc/sys/kernel/random/boot_id"))
+}
+
+/// Whether a resource labelled with `label` (a [`boot_id`]) may be judged by its owner
+/// pid here (`Some(true)`), is an orphan of an earlier boot of this machine
+/// (`Some(false)`), or belongs to another machine (`None`: not ours to judge).
+pub fn judge_here(label: &str) -> Option<bool> {
+    let ours = boot_id();
+    let machine = |s: &str| s.split('/').next().unwrap_or_default().to_string();
+    if label == ours {
+        Some(true)
+    } else if machine(label) == machine(&ours) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// The owner named in `PREFIX<pid>-…`.
 pub fn owner_in_name(name: &str, prefix: &str) -> Option<i32> {
     name.strip_prefix(prefix)?.split('-').next()?.parse().ok()
@@ -33,6 +62,18 @@ pub fn orphans_in(dir: &Path, prefix: &str) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_this_machine_judges_its_own_pids() {
+        let here = boot_id();
+        assert_eq!(judge_here(&here), Some(true));
+        let machine = here.split('/').next().unwrap();
+        assert_eq!(
+            judge_here(&format!("{machine}/an-earlier-boot")),
+            Some(false)
+        );
+        assert_eq!(judge_here("another-machine/some-boot"), None);
+    }
 
     #[test]
     fn names_and_liveness() {

@@ -26,6 +26,8 @@ pub const LABEL: &str = "runner";
 pub const LABEL_RUN: &str = "runner.run-id";
 pub const LABEL_OWNER: &str = "runner.owner-pid";
 pub const LABEL_CREATED: &str = "runner.created";
+/// The boot of the machine whose process owns it ([`crate::sandbox::owner::boot_id`]).
+pub const LABEL_BOOT: &str = "runner.owner-boot";
 
 /// Docker watches an attached stdin for a detach sequence and, on seeing it, cuts the
 /// stream. Five ctrl-q bytes in a row cannot occur in our frames (JSON has no raw control
@@ -146,6 +148,7 @@ pub fn container_body(
             (LABEL_RUN.to_string(), run_id.to_string()),
             (LABEL_OWNER.to_string(), std::process::id().to_string()),
             (LABEL_CREATED.to_string(), created.to_string()),
+            (LABEL_BOOT.to_string(), crate::sandbox::owner::boot_id()),
         ])),
         network_disabled: Some(spec.network == Network::None),
         open_stdin: Some(true),

@@ -28,7 +28,8 @@ use futures_util::StreamExt;
 
 use super::SERVER_PATH;
 use super::container::{
-    ContainerGuard, LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, docker_error, serve, unique_id,
+    ContainerGuard, LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, docker_error, serve,
+    unique_id,
 };
 use crate::sandbox::spec::{Limits, Network};
 use crate::sandbox::{Sandbox, SandboxError, local};
@@ -71,8 +72,15 @@ pub struct TaskContainer {
     docker: Docker,
     id: String,
     workdir: PathBuf,
-    /// The image's environment plus the task's: what commands run with.
+    /// The image's environment plus the task's (and a `HOME` for the agent's user): what
+    /// the sandbox's commands run with.
     env: Vec<(String, String)>,
+    /// The image's environment plus the task's, without a `HOME` worked out for the agent:
+    /// what the container is created with, so that an engine exec as another user gets
+    /// that user's own home.
+    base_env: Vec<(String, String)>,
+    /// Set when the engine cannot mount the server: it is copied in before every start.
+    copy_server: Option<PathBuf>,
     /// The image's own user, for commands that name none.
     image_user: String,
     _remove: ContainerGuard,
@@ -110,7 +118,8 @@ impl TaskContainer {
         let workdir = PathBuf::from(workdir);
         let image_user = config.user.unwrap_or_default();
         let user = task.user.clone().unwrap_or_else(|| image_user.clone());
-        let env = command_env(config.env.unwrap_or_default(), &task.env, &user);
+        let base_env = merged_env(config.env.unwrap_or_default(), &task.env);
+        let env = with_home(base_env.clone(), &user);
 
         let read_only: &[PathBuf] = if task.engine_is_local {
             &task.read_only
@@ -150,12 +159,13 @@ impl TaskContainer {
             cmd: Some(cmd),
             user: (!user.is_empty()).then_some(user),
             working_dir: Some(workdir.display().to_string()),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(HashMap::from([
                 (LABEL.to_string(), "1".to_string()),
                 (LABEL_RUN.to_string(), run_id.clone()),
                 (LABEL_OWNER.to_string(), std::process::id().to_string()),
                 (LABEL_CREATED.to_string(), created_at.to_string()),
+                (LABEL_BOOT.to_string(), crate::sandbox::owner::boot_id()),
             ])),
             network_disabled: Some(task.network == Network::None),
             open_stdin: Some(true),
@@ -193,15 +203,14 @@ impl TaskContainer {
             id: created.id.clone(),
             workdir,
             env,
+            base_env,
+            copy_server: (!task.engine_is_local).then(|| task.server_exe.clone()),
             image_user,
             _remove: ContainerGuard {
                 docker: docker.clone(),
                 id: created.id,
             },
         };
-        if !task.engine_is_local {
-            container.copy_server(&task.server_exe).await?;
-        }
         Ok(container)
     }
 
@@ -255,6 +264,11 @@ impl TaskContainer {
     pub async fn serve(&self) -> Result<Sandbox, SandboxError> {
         // A container still running (a sandbox dropped a moment ago) is stopped first.
         self.stop().await;
+        // Copied afresh each time: the container's files are the agent's, and a server it
+        // replaced would be the one process running beside the verifier.
+        if let Some(exe) = &self.copy_server {
+            self.copy_server(exe).await?;
+        }
         let stop = StopOnClose {
             docker: self.docker.clone(),
             id: self.id.clone(),
@@ -326,7 +340,7 @@ impl TaskContainer {
         timeout: Duration,
         limit: usize,
     ) -> Result<ExecOutput, String> {
-        let mut all = self.env.clone();
+        let mut all = self.base_env.clone();
         for (k, v) in env {
             all.retain(|(have, _)| have != k);
             all.push((k.clone(), v.clone()));
@@ -367,7 +381,14 @@ impl TaskContainer {
         let mut kept = Capped::new(limit);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
+        // The output stays open while anything the command left in the background holds
+        // it; the command's own end is what counts, so the engine is asked about it too.
+        let mut poll = tokio::time::interval(Duration::from_millis(250));
+        let mut exited_at: Option<tokio::time::Instant> = None;
         loop {
+            if exited_at.is_some_and(|t| t.elapsed() > Duration::from_millis(200)) {
+                break;
+            }
             tokio::select! {
                 item = output.next() => match item {
                     Some(Ok(LogOutput::StdOut { message } | LogOutput::StdErr { message })) => kept.push(&message),
@@ -375,6 +396,13 @@ impl TaskContainer {
                     Some(Err(e)) => return Err(format!("the engine cut the command's output: {e}")),
                     None => break,
                 },
+                _ = poll.tick(), if exited_at.is_none() => {
+                    let running = self.docker.inspect_exec(&created.id).await.ok().and_then(|i| i.running);
+                    if running == Some(false) {
+                        exited_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)), if exited_at.is_some() => {}
                 _ = &mut deadline => {
                     self.stop().await;
                     return Ok(ExecOutput { output: kept.finish(), code: None, timed_out: true });
@@ -394,8 +422,8 @@ impl TaskContainer {
     }
 }
 
-/// The image's environment, the task's on top, and a `HOME` if neither gives one.
-fn command_env(image: Vec<String>, task: &[(String, String)], user: &str) -> Vec<(String, String)> {
+/// The image's environment with the task's on top, and a `PATH` if neither gives one.
+fn merged_env(image: Vec<String>, task: &[(String, String)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = image
         .iter()
         .filter_map(|kv| kv.split_once('='))
@@ -411,6 +439,12 @@ fn command_env(image: Vec<String>, task: &[(String, String)], user: &str) -> Vec
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
         ));
     }
+    env
+}
+
+/// A `HOME` for `user` where the environment gives none: the server's commands get their
+/// environment from runner, not from the user's passwd entry.
+fn with_home(mut env: Vec<(String, String)>, user: &str) -> Vec<(String, String)> {
     if !env.iter().any(|(k, _)| k == "HOME") {
         let root = matches!(user, "" | "root" | "0") || user.starts_with("0:");
         env.push(("HOME".into(), if root { "/root" } else { "/tmp" }.into()));
@@ -502,16 +536,18 @@ mod tests {
 
     #[test]
     fn the_task_env_wins_and_home_follows_the_user() {
-        let env = command_env(
+        let base = merged_env(
             vec!["PATH=/opt/bin:/usr/bin".into(), "MODE=image".into()],
             &[("MODE".into(), "task".into())],
-            "",
         );
-        assert!(env.contains(&("PATH".into(), "/opt/bin:/usr/bin".into())));
-        assert!(env.contains(&("MODE".into(), "task".into())));
-        assert!(!env.contains(&("MODE".into(), "image".into())));
-        assert!(env.contains(&("HOME".into(), "/root".into())));
-        let agent = command_env(vec![], &[], "agent");
+        assert!(base.contains(&("PATH".into(), "/opt/bin:/usr/bin".into())));
+        assert!(base.contains(&("MODE".into(), "task".into())));
+        assert!(!base.contains(&("MODE".into(), "image".into())));
+        // The container's own environment names no home: an exec as another user gets
+        // that user's.
+        assert!(!base.iter().any(|(k, _)| k == "HOME"));
+        assert!(with_home(base.clone(), "").contains(&("HOME".into(), "/root".into())));
+        let agent = with_home(merged_env(vec![], &[]), "agent");
         assert!(agent.contains(&("HOME".into(), "/tmp".into())));
         assert!(agent.iter().any(|(k, _)| k == "PATH"));
     }

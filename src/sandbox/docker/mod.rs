@@ -12,7 +12,7 @@ mod shell;
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxError};
 
-pub use container::{LABEL, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container};
+pub use container::{LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container};
 pub use shell::shell;
 
 /// Where the server binary is mounted in every container.
