@@ -490,11 +490,12 @@ fn a_killed_harbor_run_leaves_nothing_once_the_next_one_starts_and_ends_with_the
             })
             .unwrap_or(0)
     };
-    while done(&out) < 1 {
+    // Killed once a task has finished and others are in their containers: nothing gets to
+    // clean up.
+    while done(&out) < 1 || containers_of(killed).is_empty() {
         assert!(std::time::Instant::now() < deadline, "no task finished");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    // Tasks are in their containers now; nothing gets to clean up.
     unsafe { libc::kill(killed as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(done(&out) < 6, "the run was killed before the end");
@@ -612,4 +613,18 @@ fn harbor_tasks_run_on_an_engine_reached_over_tcp_with_tls() {
         "{}",
         said(&refused)
     );
+}
+
+#[test]
+fn the_example_harbor_tasks_resolve_with_their_own_solutions() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/harbor");
+    let (run, _) = eval(&examples, &out, &["--agent", "oracle"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["counts"]["resolved"], 2, "{summary:#}");
+    let words = read_json(&out.join("tasks/count-words/result.json"));
+    assert_eq!(words["rewards"], json!({"exists": 1.0, "right": 1.0}));
 }

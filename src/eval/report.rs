@@ -25,9 +25,10 @@ pub fn write(out: &Path) -> Result<PathBuf, String> {
         .iter()
         .map(|r| {
             let dir = results::attempt_dir(out, &r.id, r.attempt, attempts);
+            // The oracle has no conversation: what its solution printed stands in.
             let transcript = crate::agent::record::Loaded::read(&dir.join("session.jsonl"))
                 .map(|l| crate::agent::transcript::transcript(&l))
-                .unwrap_or_default();
+                .unwrap_or_else(|_| shown(&dir.join("agent.log")));
             json!({
                 "id": r.id,
                 "attempt": r.attempt,
