@@ -276,3 +276,51 @@ fn sandbox_doctor_reports_what_the_machine_enforces() {
     }
     assert!(!text.contains("FAIL"), "{text}");
 }
+
+/// Processes (zombies included) whose process group is `pgid`.
+fn in_group(pgid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp …; comm may hold spaces, so split after its ')'.
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
+            out.push(format!("{head}) {}", fields[0]));
+        }
+    }
+    out
+}
+
+/// A one-shot `tool call` leaves nothing of its process group behind: the server it started
+/// is waited for (not left a zombie or an orphan) on every backend that starts one.
+#[test]
+fn a_tool_call_waits_for_the_server_it_started() {
+    use std::os::unix::process::CommandExt;
+    let (_tmp, wt) = worktree();
+    for backend in ["none", "landlock"] {
+        for _ in 0..10 {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+                .args(["tool", "call", "bash"])
+                .arg(r#"{"command":"true","description":"nothing"}"#)
+                .args(["--sandbox", backend, "--root"])
+                .arg(&wt)
+                .env("XDG_DATA_HOME", wt.join(".data"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("runner");
+            let pgid = child.id();
+            let status = child.wait().expect("wait");
+            assert!(status.success(), "{backend}: {status}");
+            let left = in_group(pgid);
+            assert!(left.is_empty(), "{backend} left {left:?}");
+        }
+    }
+}

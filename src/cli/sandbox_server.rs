@@ -57,6 +57,22 @@ pub struct ServerArgs {
     shell: bool,
 }
 
+/// Moves this (still single-threaded) process into a cgroup before it forks anything.
+///
+/// On a cgroup v1 hierarchy the calling thread moves itself by writing `0` to `tasks`: the
+/// kernel then skips the global lock that a write to `cgroup.procs` takes, whose first use
+/// waits for an RCU grace period (10 to 20 ms, the larger part of a landlock start). With
+/// one thread, moving the thread is moving the process, and everything it forks follows.
+/// A v2 directory has no `tasks` file and takes the pid in `cgroup.procs`.
+fn join_cgroup(dir: &std::path::Path) -> std::io::Result<()> {
+    let tasks = dir.join("tasks");
+    if tasks.exists() {
+        std::fs::write(tasks, "0")
+    } else {
+        std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+    }
+}
+
 pub fn run(args: ServerArgs) -> u8 {
     if let Some(ConfineKind::Landlock) = args.confine {
         let Some(tmp) = args.tmp.clone() else {
@@ -64,8 +80,7 @@ pub fn run(args: ServerArgs) -> u8 {
             return super::exit::USAGE;
         };
         for dir in &args.cgroups {
-            if let Err(e) = std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
-            {
+            if let Err(e) = join_cgroup(dir) {
                 eprintln!(
                     "runner sandbox-server: cannot join cgroup {}: {e}",
                     dir.display()

@@ -30,45 +30,51 @@ impl Drop for Keepalive {
     }
 }
 
-/// Asks the server to stop (SIGTERM: it kills its commands' process groups, then exits) and
-/// SIGKILLs it if it has not gone within a second. A pidfd names the process, so the late
-/// kill can never hit a recycled pid.
+/// Asks the server to stop (SIGTERM: it kills its commands' process groups, then exits),
+/// SIGKILLs it if it has not gone within a second, and reaps it. A pidfd names the
+/// process, so the late kill can never hit a recycled pid. Waiting here (instead of
+/// leaving the exit to a background thread) is what makes "closed" mean "gone": no zombie
+/// is left behind when runner exits right after, and the landlock backend's cgroup is
+/// empty the moment its guard removes it, with no polling.
 fn stop_server(child: &mut tokio::process::Child) {
     let Some(pid) = child.id() else {
         return; // already reaped
     };
-    // SAFETY: pidfd_open/pidfd_send_signal/poll on a descriptor we own; no memory shared.
+    // SAFETY: pidfd_open/pidfd_send_signal/poll/close on a descriptor we own; no memory
+    // shared.
     unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as libc::c_int;
         if pidfd < 0 {
             let _ = child.start_kill();
+            let _ = child.try_wait();
             return;
         }
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd,
-            libc::SIGTERM,
-            std::ptr::null::<u8>(),
-            0,
-        );
-        std::thread::spawn(move || {
+        let signal = |sig: libc::c_int| {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd,
+                sig,
+                std::ptr::null::<u8>(),
+                0,
+            )
+        };
+        let exited = |ms: libc::c_int| {
             let mut pfd = libc::pollfd {
                 fd: pidfd,
                 events: libc::POLLIN,
                 revents: 0,
             };
-            if libc::poll(&mut pfd, 1, 1000) == 0 {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    pidfd,
-                    libc::SIGKILL,
-                    std::ptr::null::<u8>(),
-                    0,
-                );
-            }
-            libc::close(pidfd);
-        });
+            libc::poll(&mut pfd, 1, ms) > 0
+        };
+        signal(libc::SIGTERM);
+        if !exited(1000) {
+            signal(libc::SIGKILL);
+            exited(1000);
+        }
+        libc::close(pidfd);
     }
+    // Reaped through tokio's handle, so that tokio knows and never waits on the pid again.
+    let _ = child.try_wait();
 }
 
 /// Starts `server_exe sandbox-server --root WORKTREE [--root EXTRA:ro …]` as a child and

@@ -150,7 +150,11 @@ fn pids_in(dir: &Path) -> Vec<i32> {
 /// Kills every process in the directories and removes them, retrying while the dying
 /// processes leave.
 pub fn destroy(dirs: &[PathBuf]) {
-    for _ in 0..100 {
+    // The server is reaped before this runs, so the cgroup is usually empty at once; what
+    // is left (a process still dying) is waited for in short, growing steps.
+    let mut pause = Duration::from_millis(1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
         let mut left = false;
         for dir in dirs {
             if !dir.exists() {
@@ -167,7 +171,8 @@ pub fn destroy(dirs: &[PathBuf]) {
         if !left {
             return;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
