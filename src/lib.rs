@@ -10,3 +10,4 @@ pub mod permission;
 pub mod sandbox;
 pub mod session;
 pub mod tool;
+pub mod workspace;

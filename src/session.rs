@@ -40,6 +40,9 @@ pub struct SessionOptions {
     pub in_image: Option<Arc<crate::sandbox::docker::in_image::TaskContainer>>,
     /// The Docker engine to use (docker backend); `None`: DOCKER_HOST or the local socket.
     pub docker_host: Option<String>,
+    /// Where the sandbox works: the checkout, or a private copy of it (default: the
+    /// profile's, else the checkout).
+    pub workspace: Option<crate::workspace::Mode>,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -145,14 +148,36 @@ impl SessionOptions {
         })?;
         let rules = self.rules(Some(truncator.dir()))?;
         let mut spec = self.spec(&rules.profile)?;
+        // A copy workspace: the sandbox works in a private copy, and the checkout is not
+        // touched until the changes are applied.
+        let mode = self
+            .workspace
+            .or(rules.profile.sandbox.workspace)
+            .unwrap_or_default();
+        let workspace = match mode {
+            crate::workspace::Mode::Copy if self.in_image.is_none() => {
+                let ws =
+                    crate::workspace::Workspace::create(&self.root).map_err(OpenError::Failed)?;
+                spec.worktree = ws.work();
+                Some(ws)
+            }
+            _ => None,
+        };
         // The model is told where full outputs are saved; the sandbox must let it read them.
         spec.read_only.push(truncator.dir().to_path_buf());
-        let sandbox = crate::sandbox::open(&spec).await.map_err(|e| {
-            OpenError::Sandbox(format!(
-                "cannot start the {} sandbox: {e}",
-                spec.backend.name()
-            ))
-        })?;
+        let sandbox = match crate::sandbox::open(&spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing ran in the copy: it is not worth a review.
+                if let Some(ws) = workspace {
+                    let _ = ws.discard();
+                }
+                return Err(OpenError::Sandbox(format!(
+                    "cannot start the {} sandbox: {e}",
+                    spec.backend.name()
+                )));
+            }
+        };
         let asker = asker(self.ask, &rules.profile);
         let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());
         let ctx = ToolContext::new(
@@ -168,6 +193,7 @@ impl SessionOptions {
             notes: rules.notes,
             spec,
             asker,
+            workspace,
         })
     }
 }
@@ -182,6 +208,9 @@ pub struct OpenSession {
     pub spec: SandboxSpec,
     /// Who answers asks, for child sessions that need a gate of their own.
     pub asker: Arc<dyn Asker>,
+    /// The private copy the sandbox works in (`--workspace copy`). The caller reports it
+    /// once the sandbox is closed.
+    pub workspace: Option<crate::workspace::Workspace>,
 }
 
 impl OpenSession {

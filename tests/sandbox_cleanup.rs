@@ -48,3 +48,37 @@ async fn removes_every_runner_container_even_with_a_live_owner() {
         Vec::<String>::new()
     );
 }
+
+/// It also removes copy workspaces whose run was killed before it ended, and keeps the
+/// ones that ended and wait for review.
+#[test]
+fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let root = data.join("runner/workspaces");
+    // A pid that cannot be running: the largest a Linux pid can be, plus one.
+    let dead = 4_194_305;
+    let me = std::process::id();
+    for (id, owner, finished) in [
+        ("killed", dead, false),
+        ("waiting", dead, true),
+        ("in-use", me, false),
+    ] {
+        let dir = root.join(id);
+        std::fs::create_dir_all(dir.join("work")).unwrap();
+        let meta = serde_json::json!({"id": id, "source": "/nowhere", "created": 1,
+            "owner_pid": owner, "finished": finished});
+        std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["sandbox", "cleanup"])
+        .env("XDG_DATA_HOME", &data)
+        .output()
+        .expect("run cleanup");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("removed 1 unfinished workspace"), "{text}");
+    assert!(!root.join("killed").exists());
+    assert!(root.join("waiting").exists());
+    assert!(root.join("in-use").exists());
+}

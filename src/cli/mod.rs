@@ -1,5 +1,6 @@
 //! The command line: one file per subcommand.
 
+mod changes;
 mod eval;
 mod image;
 mod permission;
@@ -66,6 +67,12 @@ enum Command {
     /// Build sandbox images.
     #[command(subcommand)]
     Image(image::ImageCommand),
+    /// The copy workspaces waiting for this worktree, or what one of them changed.
+    Changes(changes::ChangesArgs),
+    /// Bring a copy workspace's changes over to its worktree (and remove the copy).
+    Apply(changes::ApplyArgs),
+    /// Remove a copy workspace without applying it.
+    Discard(changes::DiscardArgs),
     /// Serve the sandbox API on stdin/stdout (started by the runner inside the sandbox).
     #[command(hide = true)]
     SandboxServer(sandbox_server::ServerArgs),
@@ -78,6 +85,9 @@ pub fn main() -> ExitCode {
         Some(Command::Run(args)) => block_on_plain(run::run(args)),
         Some(Command::Sessions(cmd)) => sessions::run(cmd),
         Some(Command::Eval(cmd)) => eval::run(cmd),
+        Some(Command::Changes(args)) => changes::changes(args),
+        Some(Command::Apply(args)) => changes::apply(args),
+        Some(Command::Discard(args)) => changes::discard(args),
         Some(Command::SandboxServer(args)) => sandbox_server::run(args),
         Some(Command::Tool(cmd)) => block_on(tool::run(cmd)),
         // The shell's Ctrl-C belongs to the shell, not to runner.

@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// stopping the run.
     #[arg(long)]
     pub continue_on_deny: bool,
+    /// With a copy workspace: apply its changes to the worktree at the end, unless a file
+    /// there changed meanwhile (then the copy is kept, and the conflicting files named).
+    #[arg(long)]
+    pub apply: bool,
 }
 
 pub async fn run(args: RunArgs) -> u8 {
@@ -136,6 +140,24 @@ pub async fn run(args: RunArgs) -> u8 {
             run.agent.id,
             run.session_file().display()
         );
+    }
+    let workspace = run.open.workspace.take();
+    // The sandbox closes, and every process in it dies, before the copy is handed over.
+    drop(run);
+    if let Some(ws) = workspace {
+        let id = ws.meta.id.clone();
+        super::changes::report(Some(ws));
+        if args.apply {
+            let applied = crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false));
+            match applied {
+                Ok(list) => eprintln!("runner: applied {} change(s)", list.len()),
+                Err(e) => eprintln!("runner: {e}"),
+            }
+        } else {
+            eprintln!(
+                "runner: review with `runner changes {id}`, then `runner apply {id}` (or `runner discard {id}`)"
+            );
+        }
     }
     end.exit_code()
 }

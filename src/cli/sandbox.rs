@@ -240,6 +240,28 @@ fn seccomp_probe() -> Result<(), String> {
 }
 
 async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
+    // With a copy workspace the shell works in the copy, which is kept for review.
+    let workspace = match args.workspace_mode() {
+        Ok(crate::workspace::Mode::Copy) => match crate::workspace::Workspace::create(root) {
+            Ok(ws) => Some(ws),
+            Err(e) => {
+                eprintln!("runner: {e}");
+                return exit::FAILED;
+            }
+        },
+        Ok(_) => None,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::FAILED;
+        }
+    };
+    let work = workspace.as_ref().map(|w| w.work());
+    let code = shell_in(work.as_deref().unwrap_or(root), args).await;
+    super::changes::report(workspace);
+    code
+}
+
+async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
     let spec = match args.spec(root) {
         Ok(s) => s,
         Err(e) => {
@@ -324,5 +346,13 @@ async fn cleanup_all() -> u8 {
         .filter(|d| std::fs::remove_dir_all(d).is_ok())
         .count();
     println!("removed {dirs} temp director(ies)");
+    // Copies whose command never ended (a killed run) hold nothing meant for review.
+    let mut copies = 0;
+    for w in crate::workspace::orphans() {
+        if w.discard().is_ok() {
+            copies += 1;
+        }
+    }
+    println!("removed {copies} unfinished workspace(s)");
     code
 }

@@ -18,6 +18,7 @@ use crate::sandbox::spec::{Network, SandboxSpec};
 use crate::session::{OpenError, SessionOptions};
 use crate::tool::registry::Outcome;
 use crate::tool::{CallResult, Registry, Session, ToolContext};
+use crate::workspace::Workspace;
 
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
@@ -74,12 +75,15 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             common,
             json,
         } => {
-            let ctx = match start(&common, Session::single_call("cli")).await {
-                Ok(ctx) => ctx,
+            let (ctx, workspace) = match start(&common, Session::single_call("cli")).await {
+                Ok(x) => x,
                 Err(code) => return code,
             };
             let result = Registry::builtin().call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
+            // The sandbox closes (its processes die) before the copy is handed over.
+            drop(ctx);
+            super::changes::report(workspace);
             exit_code(&result)
         }
         ToolCommand::Script { file, common } => script(&file, &common).await,
@@ -111,7 +115,10 @@ fn list(json: bool, scope: &Scope) -> u8 {
     exit::OK
 }
 
-async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8> {
+async fn start(
+    common: &CommonArgs,
+    session: Session,
+) -> Result<(ToolContext, Option<Workspace>), u8> {
     let options = common
         .sandbox
         .options(&common.root, &common.rules, common.ask);
@@ -123,13 +130,12 @@ async fn start(common: &CommonArgs, session: Session) -> Result<ToolContext, u8>
             use std::io::IsTerminal;
             let ctx = open.ctx;
             // `question` asks the person at the terminal, when there is one.
-            Ok(
-                if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-                    ctx.with_user(Arc::new(crate::tool::TerminalUser))
-                } else {
-                    ctx
-                },
-            )
+            let ctx = if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+                ctx.with_user(Arc::new(crate::tool::TerminalUser))
+            } else {
+                ctx
+            };
+            Ok((ctx, open.workspace))
         }
         Err(e) => {
             eprintln!("runner: {e}");
@@ -159,6 +165,11 @@ pub struct SandboxArgs {
     /// Whether commands may reach the network (default: the profile's, else none).
     #[arg(long, value_enum)]
     pub network: Option<Network>,
+    /// Where the sandbox works: direct (the checkout itself) or copy (a private copy;
+    /// review it with `runner changes ID`, bring it over with `runner apply ID`). Default:
+    /// the profile's, else direct.
+    #[arg(long, value_enum)]
+    pub workspace: Option<crate::workspace::Mode>,
 }
 
 impl SandboxArgs {
@@ -169,10 +180,20 @@ impl SandboxArgs {
             backend: self.backend,
             image: self.image.clone(),
             network: self.network,
+            workspace: self.workspace,
             config: rules.config.clone(),
             ask,
             ..SessionOptions::new(root)
         }
+    }
+
+    /// The workspace mode: the flag, else the profile's, else direct.
+    pub fn workspace_mode(&self) -> Result<crate::workspace::Mode, String> {
+        let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
+        Ok(self
+            .workspace
+            .or(profile.sandbox.workspace)
+            .unwrap_or_default())
     }
 
     pub fn spec(&self, root: &Path) -> Result<SandboxSpec, String> {
@@ -234,8 +255,8 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             }
         }
     };
-    let ctx = match start(common, Session::new("script")).await {
-        Ok(ctx) => ctx,
+    let (ctx, workspace) = match start(common, Session::new("script")).await {
+        Ok(x) => x,
         Err(code) => return code,
     };
     let registry = Registry::builtin();
@@ -267,5 +288,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             first_failure = code;
         }
     }
+    drop(ctx);
+    super::changes::report(workspace);
     first_failure
 }

@@ -62,6 +62,8 @@ pub struct SandboxSection {
     pub tmp: Option<Size>,
     pub env: Option<Vec<String>>,
     pub protected: Option<Vec<PathBuf>>,
+    /// `direct` (the checkout) or `copy` (a private copy, applied after review).
+    pub workspace: Option<crate::workspace::Mode>,
 }
 
 /// A byte size: a number of bytes or a string such as `"512MiB"`, `"4GiB"`, `"1G"`.

@@ -472,13 +472,4 @@ async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes a file whole or not at all.
-pub fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
+pub use crate::workspace::write_file;

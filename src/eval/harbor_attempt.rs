@@ -30,13 +30,13 @@ use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
 use super::results::{Status, TaskResult};
-use super::tree_diff::{self, Snapshot};
 use super::worktree::remove_tree;
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
 use crate::sandbox::docker::in_image::{TaskContainer, TaskImage};
 use crate::sandbox::spec::{Limits, Network};
+use crate::workspace::diff::{self as tree_diff, Snapshot};
 
 /// The largest worktree snapshot read for the diff.
 const SNAPSHOT_LIMIT: u64 = 512 << 20;

@@ -14,7 +14,6 @@ pub mod images;
 pub mod report;
 pub mod results;
 pub mod tasks;
-pub mod tree_diff;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};

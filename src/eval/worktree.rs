@@ -111,25 +111,7 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(format!("{name}.{suffix}"))
 }
 
-/// Removes a tree even where the agent took the write bit off its directories.
-pub fn remove_tree(path: &Path) {
-    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
-        return;
-    }
-    use std::os::unix::fs::PermissionsExt;
-    for entry in ignore::WalkBuilder::new(path)
-        .standard_filters(false)
-        .build()
-        .flatten()
-    {
-        if entry.file_type().is_some_and(|t| t.is_dir()) {
-            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
-        }
-    }
-    if let Err(e) = std::fs::remove_dir_all(path) {
-        eprintln!("runner: cannot remove {}: {e}", path.display());
-    }
-}
+pub use crate::workspace::remove_tree;
 
 /// Clones (or copies) `repo` at `commit` into a new directory under `parent`.
 pub fn create(

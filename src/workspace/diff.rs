@@ -1,14 +1,13 @@
-//! The agent's changes to a worktree that lives in an image, as a git-style patch: two tar
-//! snapshots of the directory (before the agent, after it) compared in memory.
-//!
-//! There is no repository to diff against (a Harbor task's `WORKDIR` is just files), and
-//! the container is stopped when the second snapshot is taken, so nothing of the agent's
-//! runs here: the tars are read as data. Text files get unified hunks; binary or large
+//! The agent's changes to a tree, as a git-style patch: two snapshots (before the agent,
+//! after it) compared in memory. A snapshot is read from a tar (a Harbor task's `WORKDIR`,
+//! downloaded from its stopped container) or from a folder (a copy workspace); either way
+//! it is read as data, and nothing there runs. Text files get unified hunks; binary or large
 //! files, links and mode changes are named, which is what a reviewer needs and what
 //! `git apply` accepts for text.
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::Path;
 
 use similar::TextDiff;
 
@@ -103,12 +102,95 @@ fn link_name<R: Read>(entry: &tar::Entry<R>) -> String {
         .unwrap_or_default()
 }
 
+impl Snapshot {
+    /// Every entry below `root` (links not followed), leaving out `.git` at the top.
+    pub fn from_dir(root: &Path) -> Result<Snapshot, String> {
+        use sha2::{Digest, Sha256};
+        use std::os::unix::fs::PermissionsExt;
+        let mut nodes = BTreeMap::new();
+        let walk = ignore::WalkBuilder::new(root)
+            .standard_filters(false)
+            .filter_entry(|e| !(e.depth() == 1 && e.file_name() == ".git"))
+            .build();
+        for entry in walk {
+            let entry = entry.map_err(|e| format!("cannot read {}: {e}", root.display()))?;
+            if entry.depth() == 0 {
+                continue;
+            }
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(root)
+                .map(|r| r.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let meta = std::fs::symlink_metadata(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let node = if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Node::Link(target.to_string_lossy().into_owned())
+            } else if meta.is_dir() {
+                Node::Dir
+            } else if meta.is_file() {
+                let data = std::fs::read(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let body = match String::from_utf8(data) {
+                    Ok(text) if text.len() <= TEXT_LIMIT && !text.contains('\0') => {
+                        Body::Text(text)
+                    }
+                    Ok(text) => Body::Opaque(Sha256::digest(text.as_bytes()).into()),
+                    Err(e) => Body::Opaque(Sha256::digest(e.as_bytes()).into()),
+                };
+                let mode = meta.permissions().mode();
+                Node::File {
+                    mode: if mode & 0o111 != 0 { 0o755 } else { 0o644 },
+                    body,
+                }
+            } else {
+                continue;
+            };
+            nodes.insert(rel, node);
+        }
+        Ok(Snapshot(nodes))
+    }
+}
+
 /// The patch from `before` to `after`; empty when nothing changed.
 pub fn diff(before: &Snapshot, after: &Snapshot) -> String {
     let mut out = String::new();
     let paths: std::collections::BTreeSet<&String> =
         before.0.keys().chain(after.0.keys()).collect();
+    // A file gone from one path and the same file new at another is a rename.
+    let gone: Vec<&String> = paths
+        .iter()
+        .copied()
+        .filter(|p| leaf(before.0.get(*p)).is_some() && leaf(after.0.get(*p)).is_none())
+        .collect();
+    let mut renamed: BTreeMap<&String, &String> = BTreeMap::new();
+    for path in &paths {
+        if leaf(before.0.get(*path)).is_some() {
+            continue;
+        }
+        let Some(new @ Node::File { .. }) = leaf(after.0.get(*path)) else {
+            continue;
+        };
+        if let Some(from) = gone
+            .iter()
+            .find(|g| before.0.get(**g) == Some(new) && !renamed.values().any(|v| v == *g))
+        {
+            renamed.insert(path, from);
+        }
+    }
+    let moved_away: std::collections::BTreeSet<&String> = renamed.values().copied().collect();
     for path in paths {
+        if let Some(from) = renamed.get(path) {
+            out.push_str(&format!(
+                "diff --git a/{from} b/{path}\nsimilarity index 100%\nrename from {from}\nrename to {path}\n"
+            ));
+            continue;
+        }
+        if moved_away.contains(path) {
+            continue;
+        }
         let (old, new) = (leaf(before.0.get(path)), leaf(after.0.get(path)));
         if old == new {
             continue;

@@ -1,0 +1,312 @@
+//! Workspaces: where a sandbox's worktree really is.
+//!
+//! `direct` (the default) is the user's checkout itself. `copy` is a private copy of it, so
+//! that nothing the agent does (`git reset --hard`, `rm -rf`, a poisoned build script)
+//! touches the user's files while it runs; what it changed is reviewed afterwards
+//! (`runner changes ID`) and brought over on request (`runner apply ID`), refusing files
+//! the user changed in the meantime.
+//!
+//! A copy lives in `$XDG_DATA_HOME/runner/workspaces/ID/`: `work/` (what the sandbox sees),
+//! `base/` (the checkout as it was when copied: what changes are measured against and
+//! what the real files must still match for an apply), and `meta.json`. Both are made with
+//! `cp -a --reflink=auto`: a reflink where the file system can, else a copy that keeps
+//! modes, links and times. `.git` is copied (git works inside) but is never part of the
+//! changes: bringing an agent's `.git` over would bring its hooks and config with it.
+
+pub mod changes;
+pub mod diff;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the sandbox works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The checkout itself.
+    #[default]
+    Direct,
+    /// A private copy, reviewed and applied afterwards.
+    Copy,
+}
+
+/// What `meta.json` records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    pub id: String,
+    /// The checkout it was copied from.
+    pub source: PathBuf,
+    /// Seconds since the epoch.
+    pub created: u64,
+    /// The runner process that made it; while it runs the copy is in use.
+    pub owner_pid: i32,
+    /// The command that made it ended (so the copy waits for review, not for its owner).
+    #[serde(default)]
+    pub finished: bool,
+}
+
+pub struct Workspace {
+    pub meta: Meta,
+    dir: PathBuf,
+}
+
+/// Where every workspace lives: `$XDG_DATA_HOME/runner/workspaces`.
+pub fn root_dir() -> PathBuf {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/share")));
+    data.unwrap_or_else(|| std::env::temp_dir().join("runner-data"))
+        .join("runner")
+        .join("workspaces")
+}
+
+impl Workspace {
+    /// Copies `source` into a new workspace.
+    pub fn create(source: &Path) -> Result<Workspace, String> {
+        let source = std::fs::canonicalize(source)
+            .map_err(|e| format!("cannot read the worktree {}: {e}", source.display()))?;
+        // Copies of runs that were killed before they ended go first, like containers.
+        for orphan in orphans() {
+            let _ = orphan.discard();
+        }
+        let id = new_id();
+        let dir = root_dir().join(&id);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let ws = Workspace {
+            meta: Meta {
+                id,
+                source: source.clone(),
+                created: now(),
+                owner_pid: std::process::id() as i32,
+                finished: false,
+            },
+            dir,
+        };
+        // The meta first: a copy cut short is then found and reaped by its dead owner.
+        ws.save()?;
+        // The workspaces themselves may live inside the checkout (a data directory under
+        // it): they are left out, or the copy would copy itself.
+        let skip = std::fs::canonicalize(root_dir()).unwrap_or_else(|_| root_dir());
+        for side in ["base", "work"] {
+            copy_tree(&source, &ws.dir.join(side), &skip).inspect_err(|_| {
+                let _ = std::fs::remove_dir_all(&ws.dir);
+            })?;
+        }
+        Ok(ws)
+    }
+
+    /// The workspace `id` (or a unique prefix of one).
+    pub fn open(id: &str) -> Result<Workspace, String> {
+        let all = list_all();
+        let found: Vec<Workspace> = all
+            .into_iter()
+            .filter(|w| w.meta.id.starts_with(id))
+            .collect();
+        match found.len() {
+            1 => Ok(found.into_iter().next().expect("one")),
+            0 => Err(format!(
+                "no workspace {id}; `runner changes` lists the ones waiting for this worktree"
+            )),
+            n => Err(format!(
+                "{n} workspaces start with {id}; give more of the id"
+            )),
+        }
+    }
+
+    /// What the sandbox works in.
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    fn base(&self) -> PathBuf {
+        self.dir.join("base")
+    }
+
+    /// Marks the command that made it as ended: the copy now waits for review.
+    pub fn finish(&mut self) -> Result<(), String> {
+        self.meta.finished = true;
+        self.save()
+    }
+
+    /// The changes the agent made, against the checkout as it was copied.
+    pub fn changes(&self) -> Result<Vec<changes::Change>, String> {
+        changes::between(&self.base(), &self.work())
+    }
+
+    /// The changes as a patch.
+    pub fn diff(&self) -> Result<String, String> {
+        changes::patch(&self.base(), &self.work())
+    }
+
+    /// Brings the changes over to the real checkout and removes the workspace. Refuses
+    /// (naming them) where the real files no longer match what was copied, unless `force`.
+    pub fn apply(self, force: bool) -> Result<Vec<changes::Change>, String> {
+        let list = self.changes()?;
+        if !force {
+            let conflicts = changes::conflicts(&list, &self.meta.source);
+            if !conflicts.is_empty() {
+                return Err(format!(
+                    "not applied: these files changed in {} since the copy was made: {}; look at them, then `runner apply {} --force` to overwrite them",
+                    self.meta.source.display(),
+                    conflicts.join(", "),
+                    self.meta.id
+                ));
+            }
+        }
+        changes::apply(&list, &self.work(), &self.meta.source)?;
+        self.discard()?;
+        Ok(list)
+    }
+
+    pub fn discard(self) -> Result<(), String> {
+        remove_tree(&self.dir);
+        if self.dir.exists() {
+            return Err(format!("cannot remove {}", self.dir.display()));
+        }
+        Ok(())
+    }
+
+    fn save(&self) -> Result<(), String> {
+        let text = serde_json::to_vec_pretty(&self.meta).map_err(|e| e.to_string())?;
+        write_file(&self.dir.join("meta.json"), &text)
+            .map_err(|e| format!("cannot write {}/meta.json: {e}", self.dir.display()))
+    }
+}
+
+/// Every workspace on this machine, oldest first.
+pub fn list_all() -> Vec<Workspace> {
+    let mut all: Vec<Workspace> = std::fs::read_dir(root_dir())
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let text = std::fs::read_to_string(e.path().join("meta.json")).ok()?;
+                    let meta: Meta = serde_json::from_str(&text).ok()?;
+                    Some(Workspace {
+                        meta,
+                        dir: e.path(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    all.sort_by_key(|w| (w.meta.created, w.meta.id.clone()));
+    all
+}
+
+/// Copies whose command never ended and whose owner is gone (a killed run): nothing in
+/// them was meant for review. Removed by `runner sandbox cleanup`.
+pub fn orphans() -> Vec<Workspace> {
+    list_all()
+        .into_iter()
+        .filter(|w| !w.meta.finished && !crate::sandbox::owner::alive(w.meta.owner_pid))
+        .collect()
+}
+
+/// `cp -a --reflink=auto`: coreutils already knows how to reflink and how to keep modes,
+/// links, times and special files. Everything of `source` but `skip` goes to `dest`: the
+/// folders on the way to `skip` are made here, everything beside them is copied whole.
+fn copy_tree(source: &Path, dest: &Path, skip: &Path) -> Result<(), String> {
+    let cp = |args: &mut Command| -> Result<(), String> {
+        let out = args
+            .output()
+            .map_err(|e| format!("cannot run cp to copy the worktree: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
+            "cannot copy {} to {}: {}",
+            source.display(),
+            dest.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    };
+    if !skip.starts_with(source) {
+        return cp(Command::new("cp")
+            .args(["-a", "--reflink=auto", "--no-target-directory", "--"])
+            .arg(source)
+            .arg(dest));
+    }
+    let io = |e: std::io::Error| format!("cannot copy {}: {e}", source.display());
+    std::fs::create_dir_all(dest).map_err(io)?;
+    let mode = std::fs::metadata(source).map_err(io)?.permissions();
+    let mut whole = Vec::new();
+    for entry in std::fs::read_dir(source).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path == skip {
+            continue;
+        }
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if is_dir && skip.starts_with(&path) {
+            copy_tree(
+                &path,
+                &dest.join(path.file_name().unwrap_or_default()),
+                skip,
+            )?;
+        } else {
+            whole.push(path);
+        }
+    }
+    if !whole.is_empty() {
+        cp(Command::new("cp")
+            .args(["-a", "--reflink=auto", "-t"])
+            .arg(dest)
+            .arg("--")
+            .args(&whole))?;
+    }
+    std::fs::set_permissions(dest, mode).map_err(io)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Short, sortable by time, unique enough: seconds in hex and a random tail.
+fn new_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{:x}{:04x}",
+        now(),
+        (nanos as u32 ^ std::process::id()) & 0xffff
+    )
+}
+
+/// Writes a file whole or not at all.
+pub fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(data)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Removes a tree even where the agent took the write bit off its directories.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    for entry in ignore::WalkBuilder::new(path)
+        .standard_filters(false)
+        .build()
+        .flatten()
+    {
+        if entry.file_type().is_some_and(|t| t.is_dir()) {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(path) {
+        eprintln!("runner: cannot remove {}: {e}", path.display());
+    }
+}

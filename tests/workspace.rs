@@ -1,0 +1,332 @@
+//! `--workspace copy`: the sandbox works on a private copy, the checkout is not touched
+//! while it runs, and `runner changes` / `apply` / `discard` review and bring over what it
+//! did. Real `runner` processes on the landlock and docker backends.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+struct Checkout {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    data: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// A repository with committed, untracked and ignored files, a binary and a script.
+fn checkout() -> Checkout {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let root = base.join("repo");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("a.txt"), "hello\n").unwrap();
+    std::fs::write(root.join("bin.dat"), [0u8, 1, 2, 255]).unwrap();
+    std::fs::write(root.join("run.sh"), "echo hi\n").unwrap();
+    std::fs::write(root.join("old.txt"), "moving\n").unwrap();
+    std::fs::write(root.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(root.join("src/lib.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(root.join(".gitignore"), "ignored.log\n").unwrap();
+    git(&root, &["init", "-q"]);
+    git(&root, &["add", "-A"]);
+    git(&root, &["commit", "-qm", "init"]);
+    std::fs::write(root.join("untracked.txt"), "not committed\n").unwrap();
+    std::fs::write(root.join("ignored.log"), "ignored\n").unwrap();
+    Checkout {
+        data: base.join("data"),
+        _tmp: tmp,
+        root,
+    }
+}
+
+fn runner(c: &Checkout, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(args)
+        .env("XDG_DATA_HOME", &c.data)
+        .env("XDG_CONFIG_HOME", c.data.join("config"))
+        .current_dir(&c.root)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `runner tool call bash COMMAND` in a copy; returns the workspace id it printed.
+fn in_copy(c: &Checkout, backend: &str, command: &str) -> String {
+    let args = serde_json::json!({"command": command, "description": "work"}).to_string();
+    let root = c.root.display().to_string();
+    let out = runner(
+        c,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--workspace",
+            "copy",
+            "--sandbox",
+            backend,
+            "--ask",
+            "allow",
+            "--root",
+            &root,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    err.lines()
+        .find_map(|l| l.strip_prefix("workspace: "))
+        .unwrap_or_else(|| panic!("no workspace line: {err}"))
+        .to_string()
+}
+
+/// Every file below `root` but `.git`, with its bytes and executable bit.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>, bool)> {
+    common::snapshot_tree(root)
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(".git/"))
+        .map(|(p, bytes)| {
+            let exec = std::fs::symlink_metadata(root.join(&p))
+                .map(|m| m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false);
+            (p, bytes, exec)
+        })
+        .collect()
+}
+
+fn wreck_and_check(backend: &str) {
+    let c = checkout();
+    let before = tree(&c.root);
+    let git_before = common::snapshot_tree(&c.root.join(".git"));
+    let id = in_copy(
+        &c,
+        backend,
+        "rm -rf ./* .gitignore ignored.log untracked.txt && git reset -q --hard && git clean -fdxq && echo done",
+    );
+    assert_eq!(tree(&c.root), before, "{backend}: the checkout changed");
+    assert_eq!(
+        common::snapshot_tree(&c.root.join(".git")),
+        git_before,
+        "{backend}: the checkout's .git changed"
+    );
+    // The copy is waiting, and says what the agent did to it.
+    let listed = runner(&c, &["changes", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed[0]["changed_files"], 2, "{listed}");
+    let shown = runner(&c, &["changes", &id]);
+    let patch = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        patch.contains("deleted file mode 100644\n--- a/ignored.log"),
+        "{patch}"
+    );
+    assert!(runner(&c, &["discard", &id]).status.success());
+    let after: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
+    assert_eq!(after, serde_json::json!([]));
+}
+
+#[test]
+fn a_copy_keeps_the_checkout_byte_for_byte_on_landlock() {
+    wreck_and_check("landlock");
+}
+
+#[test]
+fn a_copy_keeps_the_checkout_byte_for_byte_in_docker() {
+    common::engine::docker();
+    wreck_and_check("docker");
+}
+
+#[test]
+fn apply_brings_exactly_the_reviewed_changes_and_refuses_a_conflict() {
+    let c = checkout();
+    let id = in_copy(
+        &c,
+        "landlock",
+        "printf '\\000\\011\\010' > bin.dat && rm gone.txt && mv old.txt renamed.txt && chmod +x run.sh && echo world >> a.txt && mkdir -p deep/er && echo new > deep/er/file.txt",
+    );
+    let listed: Value =
+        serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
+    let changes: Vec<(String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().to_string(),
+                c["change"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("a.txt", "modified"),
+        ("bin.dat", "modified"),
+        ("deep/er/file.txt", "added"),
+        ("gone.txt", "deleted"),
+        ("old.txt", "deleted"),
+        ("renamed.txt", "added"),
+        ("run.sh", "mode"),
+    ]
+    .iter()
+    .map(|(p, k)| (p.to_string(), k.to_string()))
+    .collect();
+    assert_eq!(changes, expected);
+    let patch = String::from_utf8_lossy(&runner(&c, &["changes", &id]).stdout).into_owned();
+    for part in [
+        "Binary files a/bin.dat and b/bin.dat differ",
+        "rename from old.txt\nrename to renamed.txt",
+        "old mode 100644\nnew mode 100755",
+        "+world",
+    ] {
+        assert!(patch.contains(part), "{part:?} missing from\n{patch}");
+    }
+
+    // The user edits a file the agent changed: not applied, and the file is named.
+    std::fs::write(c.root.join("a.txt"), "the user's own edit\n").unwrap();
+    let refused = runner(&c, &["apply", &id]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("a.txt") && !said.contains("bin.dat"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("a.txt")).unwrap(),
+        "the user's own edit\n"
+    );
+    assert!(
+        c.root.join("gone.txt").exists(),
+        "a refused apply changed nothing"
+    );
+
+    git(&c.root, &["checkout", "-q", "a.txt"]);
+    let applied = runner(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{applied:?}");
+    assert_eq!(std::fs::read(c.root.join("bin.dat")).unwrap(), [0u8, 9, 8]);
+    assert!(!c.root.join("gone.txt").exists());
+    assert!(!c.root.join("old.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("renamed.txt")).unwrap(),
+        "moving\n"
+    );
+    let mode = std::fs::metadata(c.root.join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_ne!(mode & 0o111, 0, "the executable bit came over");
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("a.txt")).unwrap(),
+        "hello\nworld\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("deep/er/file.txt")).unwrap(),
+        "new\n"
+    );
+    // Untouched files stay as they were, and the applied copy is gone.
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("untracked.txt")).unwrap(),
+        "not committed\n"
+    );
+    let left: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
+    assert_eq!(left, serde_json::json!([]));
+
+    // --force overwrites a conflicting file.
+    let id = in_copy(&c, "landlock", "echo agent > a.txt");
+    std::fs::write(c.root.join("a.txt"), "user\n").unwrap();
+    assert!(!runner(&c, &["apply", &id]).status.success());
+    assert!(runner(&c, &["apply", &id, "--force"]).status.success());
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("a.txt")).unwrap(),
+        "agent\n"
+    );
+}
+
+#[test]
+fn a_copy_whose_run_was_killed_is_reaped_by_the_next_and_a_finished_one_waits() {
+    let c = checkout();
+    let waiting = in_copy(&c, "landlock", "echo kept > kept.txt");
+    let args = serde_json::json!({"command": "sleep 60", "description": "hang"}).to_string();
+    let root = c.root.display().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args([
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--workspace",
+            "copy",
+            "--sandbox",
+            "landlock",
+            "--ask",
+            "allow",
+            "--root",
+            &root,
+        ])
+        .env("XDG_DATA_HOME", &c.data)
+        .env("XDG_CONFIG_HOME", c.data.join("config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let workspaces = c.data.join("runner/workspaces");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_dir(&workspaces)
+        .map(|d| d.count())
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "no second copy");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    // The next copy reaps it, as the next start reaps a dead run's containers (`runner
+    // sandbox cleanup` does the same, but also removes every container, which other tests
+    // running beside this one still use).
+    let next = in_copy(&c, "landlock", "true");
+    let left: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
+    let ids: Vec<&str> = left
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .filter(|id| *id != next)
+        .collect();
+    assert_eq!(ids, [waiting.as_str()]);
+}
+
+#[test]
+fn a_data_directory_inside_the_checkout_is_left_out_of_its_copies() {
+    let mut c = checkout();
+    c.data = c.root.join(".data");
+    let id = in_copy(
+        &c,
+        "landlock",
+        "test ! -e .data/runner/workspaces/*/work && echo x > b.txt",
+    );
+    let listed: Value =
+        serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
+    assert_eq!(
+        listed,
+        serde_json::json!([{"path": "b.txt", "change": "added"}])
+    );
+    assert!(runner(&c, &["apply", &id]).status.success());
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("b.txt")).unwrap(),
+        "x\n"
+    );
+}
