@@ -87,6 +87,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
                 "backend": p.sandbox.backend.map(|b| b.name()),
                 "image": p.sandbox.image,
                 "network": p.sandbox.network.map(|n| n.as_arg()),
+                "workspace": p.sandbox.workspace.unwrap_or_default(),
             },
             "ask": ask,
             "project_allows": p.project_allows.unwrap_or(true),
