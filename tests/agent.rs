@@ -1423,3 +1423,54 @@ fn a_named_provider_gets_its_own_url_key_and_headers() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--model provider/model"));
 }
+
+#[test]
+fn the_projects_own_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
+    let h = Harness::new();
+    std::fs::create_dir_all(h.wt.join(".runner/tools")).unwrap();
+    std::fs::write(
+        h.wt.join(".runner/tools/run_tests.toml"),
+        "description = \"Runs the project's tests.\"\ncommand = \"sh test.sh; cat\"\n[parameters.properties.verbose]\ntype = \"boolean\"\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("run_tests", json!({"verbose": true}))),
+        Response::Stream(text("The test fails.")),
+    ]);
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/g",
+            "--sandbox",
+            "landlock",
+            "--json",
+            "test it",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(offered(&model, 0).contains(&"run_tests".to_string()));
+    let spec = model.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "run_tests")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        spec["function"]["parameters"]["properties"]["verbose"]["type"],
+        "boolean"
+    );
+    // The model reads what the command printed: the test's verdict, then its arguments.
+    let result = model.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("FAIL"), "{content}");
+    assert!(content.contains(r#"{"verbose":true}"#), "{content}");
+}

@@ -23,11 +23,12 @@ const CONTINUE_AFTER_CUT: &str =
     "Your last answer was cut off at the output token limit. Continue exactly where it stopped.";
 const CALL_CUT: &str = "Not run: your answer was cut off at the output token limit while writing this call, so its arguments may be incomplete. Make the call again, smaller if it was large (for example, write a big file in parts).";
 
-/// The tools an agent is offered: the built-ins, the skills found for this worktree, and
-/// `task` while it may still nest.
+/// The tools an agent is offered: the built-ins, the user's and the project's own tools,
+/// the skills found for this worktree, and `task` while it may still nest.
 pub(super) async fn registry_for(rt: &Arc<Runtime>, ctx: &ToolContext, depth: u32) -> Registry {
     let skills = crate::tool::skill::SkillTool::discover(ctx).await;
-    let mut registry = Registry::builtin().with(Arc::new(skills));
+    let (registry, _) = crate::tool::user::registry(ctx).await;
+    let mut registry = registry.with(Arc::new(skills));
     if depth < MAX_DEPTH {
         registry = registry.with(Arc::new(task::TaskTool::new(rt)));
     }

@@ -12,7 +12,7 @@ use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::permission::rules::{Action, Rule};
 use crate::session::{SessionOptions, absolute_root};
 use crate::tool::truncate::Truncator;
-use crate::tool::{Registry, Session, ToolContext};
+use crate::tool::{Session, ToolContext};
 
 /// The options that decide which rules apply.
 #[derive(Debug, Args, Clone)]
@@ -153,7 +153,8 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         gate.clone(),
         Arc::new(Truncator::new(Truncator::default_dir())),
     );
-    let asks = match Registry::builtin().permissions(tool, args, &ctx).await {
+    let (registry, _) = crate::tool::user::registry(&ctx).await;
+    let asks = match registry.permissions(tool, args, &ctx).await {
         Ok(asks) => asks,
         Err(e) => {
             eprintln!("runner: {e}");

@@ -79,7 +79,11 @@ pub async fn run(cmd: ToolCommand) -> u8 {
                 Ok(x) => x,
                 Err(code) => return code,
             };
-            let result = Registry::builtin().call_raw(&name, &args, &ctx).await;
+            let (registry, notes) = crate::tool::user::registry(&ctx).await;
+            for note in notes {
+                eprintln!("runner: {note}");
+            }
+            let result = registry.call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
             // The sandbox closes (its processes die) before the copy is handed over.
             drop(ctx);
@@ -96,7 +100,19 @@ fn list(json: bool, scope: &Scope) -> u8 {
         Err(code) => return code,
     };
     let gate = RuleGate::new(&root, rules, Arc::new(PolicyAsker::allow()));
-    let registry = Registry::builtin();
+    let mut registry = Registry::builtin();
+    let taken: Vec<&str> = registry.tools().map(|t| t.id()).collect();
+    let (own, notes) = crate::tool::user::discover_on_host(
+        &root,
+        &crate::config::config_dir().join("tools"),
+        &taken,
+    );
+    for note in notes {
+        eprintln!("runner: {note}");
+    }
+    for t in own {
+        registry = registry.with(Arc::new(t));
+    }
     if json {
         let tools: Vec<Value> = registry
             .visible(&gate)
@@ -259,7 +275,10 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let registry = Registry::builtin();
+    let (registry, notes) = crate::tool::user::registry(&ctx).await;
+    for note in notes {
+        eprintln!("runner: {note}");
+    }
     let mut first_failure = exit::OK;
     for (n, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {

@@ -24,6 +24,7 @@ pub mod question;
 mod read;
 pub mod skill;
 pub mod todo;
+pub mod user;
 pub mod webfetch;
 mod write;
 
