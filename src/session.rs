@@ -178,6 +178,19 @@ impl SessionOptions {
                 )));
             }
         };
+        let (settings, _) =
+            crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+        // Host hooks run where the agent's files are on the host: the checkout, or its copy.
+        let host_root = match (&workspace, &self.in_image) {
+            (Some(ws), _) => ws.work(),
+            (None, None) => rules.root.clone(),
+            (None, Some(_)) => self.root.clone(),
+        };
+        let hooks = crate::tool::hooks::Hooks {
+            hooks: settings.hooks,
+            host_root,
+        };
         let asker = asker(self.ask, &rules.profile);
         let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());
         let ctx = ToolContext::new(
@@ -185,7 +198,8 @@ impl SessionOptions {
             Arc::new(session),
             Arc::new(gate),
             Arc::new(truncator),
-        );
+        )
+        .with_hooks(Arc::new(hooks));
         Ok(OpenSession {
             ctx,
             profile: rules.profile,

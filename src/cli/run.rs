@@ -134,6 +134,9 @@ pub async fn run(args: RunArgs) -> u8 {
         None => conversation(&mut run, &signals, args.json).await,
     };
     run.finish(&end);
+    if let Some(hooks) = run.open.ctx.hooks.clone() {
+        hooks.session_end(end.reason(), &run.open.ctx).await;
+    }
     if !args.json {
         eprintln!(
             "runner: session {} saved in {}",

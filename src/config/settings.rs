@@ -54,6 +54,9 @@ pub struct Settings {
     pub provider: BTreeMap<String, ProviderSettings>,
     pub retry: Option<RetrySettings>,
     pub context: Option<ContextSettings>,
+    /// Every layer's hooks, each marked with where it may run: the user's own config and
+    /// `--config` on the host, a project's only in the sandbox.
+    pub hooks: Vec<crate::tool::hooks::Hook>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,6 +66,8 @@ struct FileSettings {
     provider: BTreeMap<String, ProviderSettings>,
     retry: Option<RetrySettings>,
     context: Option<ContextSettings>,
+    #[serde(default)]
+    hooks: Vec<crate::tool::hooks::HookSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,8 +86,9 @@ impl Settings {
         let mut settings = Settings::default();
         let mut notes = Vec::new();
         let user = crate::config::config_dir().join("config.toml");
+        use crate::tool::hooks::Place;
         if user.is_file() {
-            settings.merge(read(&user)?);
+            settings.merge(read(&user)?, &user, Place::Host);
         }
         let project = worktree.join(".runner").join("config.toml");
         if project.is_file() {
@@ -94,15 +100,21 @@ impl Settings {
                 ));
                 file.provider.clear();
             }
-            settings.merge(file);
+            settings.merge(file, &project, Place::Sandbox);
         }
         if let Some(path) = explicit {
-            settings.merge(read(path)?);
+            settings.merge(read(path)?, path, Place::Host);
         }
         Ok((settings, notes))
     }
 
-    fn merge(&mut self, file: FileSettings) {
+    fn merge(&mut self, file: FileSettings, source: &Path, place: crate::tool::hooks::Place) {
+        self.hooks
+            .extend(file.hooks.into_iter().map(|spec| crate::tool::hooks::Hook {
+                spec,
+                place,
+                source: source.to_path_buf(),
+            }));
         if file.model.is_some() {
             self.model = file.model;
         }
@@ -138,6 +150,7 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             provider: BTreeMap::new(),
             retry: None,
             context: None,
+            hooks: Vec::new(),
         });
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;

@@ -115,6 +115,8 @@ pub struct ToolContext {
     /// The registry `batch` runs its calls through. The agent sets it to the registry it
     /// offers the model; without one, `batch` uses [`Registry::builtin`].
     pub registry: Option<Arc<Registry>>,
+    /// The session's hooks (run around every call the registry makes).
+    pub hooks: Option<Arc<super::hooks::Hooks>>,
 }
 
 impl ToolContext {
@@ -138,7 +140,14 @@ impl ToolContext {
             real_worktree,
             user: None,
             registry: None,
+            hooks: None,
         }
+    }
+
+    /// This context with hooks around its calls.
+    pub fn with_hooks(mut self, hooks: Arc<super::hooks::Hooks>) -> Self {
+        self.hooks = (!hooks.is_empty()).then_some(hooks);
+        self
     }
 
     /// This context with someone to answer the `question` tool.

@@ -16,6 +16,7 @@ pub mod batch;
 pub mod edit;
 mod glob;
 mod grep;
+pub mod hooks;
 mod invalid;
 mod list;
 mod multiedit;

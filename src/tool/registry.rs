@@ -167,8 +167,30 @@ impl Registry {
                 return finish(tool.as_ref(), Err(e), &ctx.truncator);
             }
         }
-        let result = tool.call(args, ctx).await;
-        finish(tool.as_ref(), result, &ctx.truncator)
+        let Some(hooks) = ctx.hooks.clone() else {
+            let result = tool.call(args, ctx).await;
+            return finish(tool.as_ref(), result, &ctx.truncator);
+        };
+        // A before_tool hook that says no blocks the call; what it said is the message.
+        if let Err(message) = hooks.before(tool.id(), &args, ctx).await {
+            let mut result = finish(
+                tool.as_ref(),
+                Err(ToolError::Failed(message)),
+                &ctx.truncator,
+            );
+            result.outcome = Outcome::Denied;
+            return result;
+        }
+        let result = finish(
+            tool.as_ref(),
+            tool.call(args.clone(), ctx).await,
+            &ctx.truncator,
+        );
+        let seen = serde_json::json!({
+            "output": result.output, "error": result.error, "outcome": result.outcome,
+        });
+        hooks.after(tool.id(), &args, seen, ctx).await;
+        result
     }
 
     /// What a call would ask the permission gate, in order, without running it (see
