@@ -225,6 +225,7 @@ async fn sigterm_ignorer_dies_at_timeout(kind: BackendKind) {
             timeout_ms: 1000,
             stdin: None,
             output_limit: 1 << 16,
+            interactive: false,
         })
         .await
         .expect("exec");

@@ -423,6 +423,7 @@ pub(super) async fn exec(
             timeout_ms: timeout.as_millis() as u64,
             stdin: None,
             output_limit: limit,
+            interactive: false,
         })
         .await
         .map_err(|e| format!("the sandbox refused the command: {e}"))?;

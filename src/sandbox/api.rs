@@ -41,6 +41,16 @@ pub enum Request {
     Cancel {
         target: u64,
     },
+    /// Bytes for the standard input of a running interactive `exec`, in order.
+    Input {
+        target: u64,
+        #[serde(with = "bytes_b64")]
+        data: Vec<u8>,
+    },
+    /// Close the standard input of a running interactive `exec` (it reads end of file).
+    CloseInput {
+        target: u64,
+    },
     Read(ReadRequest),
     Write(WriteRequest),
     Stat {
@@ -76,6 +86,11 @@ pub struct ExecRequest {
     /// Bytes of output kept in total; beyond it the head and tail are kept and the middle is
     /// counted in [`ExecStatus::dropped_bytes`].
     pub output_limit: u64,
+    /// Keep the command's standard input open for [`Request::Input`] (a long-lived process
+    /// spoken to over its stdio, such as an MCP server) instead of closing it after
+    /// `stdin`.
+    #[serde(default)]
+    pub interactive: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

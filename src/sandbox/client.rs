@@ -343,6 +343,25 @@ impl Execution {
         }
     }
 
+    /// Writes to the standard input of an interactive command (`ExecRequest::interactive`).
+    pub async fn write(&self, data: Vec<u8>) -> Result<(), SandboxError> {
+        self.client
+            .call(Request::Input {
+                target: self.id,
+                data,
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Closes the standard input of an interactive command.
+    pub async fn close_input(&self) -> Result<(), SandboxError> {
+        self.client
+            .call(Request::CloseInput { target: self.id })
+            .await
+            .map(|_| ())
+    }
+
     /// Asks the server to kill the command's process group; its exit still arrives.
     pub async fn cancel(&self) -> Result<(), SandboxError> {
         self.client

@@ -163,6 +163,7 @@ impl Tool for BashTool {
                 timeout_ms,
                 stdin: None,
                 output_limit: CAPTURE_LIMIT,
+                interactive: false,
             })
             .await?;
 

@@ -237,6 +237,7 @@ async fn in_sandbox(
             timeout_ms: timeout.as_millis() as u64,
             stdin: Some(stdin),
             output_limit: OUTPUT_LIMIT,
+            interactive: false,
         })
         .await
         .map_err(|e| format!("the sandbox refused the hook: {e}"))?;

@@ -128,6 +128,7 @@ impl UserTool {
                 timeout_ms: self.timeout.as_millis() as u64,
                 stdin: Some(stdin),
                 output_limit: CAPTURE_LIMIT,
+                interactive: false,
             })
             .await?;
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());

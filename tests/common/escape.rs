@@ -189,6 +189,7 @@ pub async fn exec_with(sb: &Sandbox, command: &str, opts: ExecOpts) -> Result<Ru
         timeout_ms: opts.timeout_ms,
         stdin: None,
         output_limit: opts.output_limit,
+        interactive: false,
     };
     let collect = async {
         let mut ex = sb.client.exec(request).await?;

@@ -27,6 +27,11 @@ const DRAIN_GRACE: Duration = Duration::from_millis(250);
 #[derive(Default)]
 pub struct Running {
     groups: Mutex<HashMap<u64, (i32, Arc<AtomicBool>)>>,
+    /// The standard input of interactive commands, by request id: a channel to the thread
+    /// that writes it, so a command that does not read cannot stall the server.
+    inputs: Mutex<HashMap<u64, mpsc::Sender<Vec<u8>>>>,
+    /// The other ends, from when the request arrives until its command takes them.
+    waiting_inputs: Mutex<HashMap<u64, mpsc::Receiver<Vec<u8>>>>,
     /// Paths that must not exist after a command (they did not when the sandbox started):
     /// `.git/commondir` would make host git take its config and hooks from a directory the
     /// sandbox controls, and no mount can stop a file from being created.
@@ -37,6 +42,8 @@ impl Running {
     pub fn with_forbidden(forbidden: Vec<std::path::PathBuf>) -> Running {
         Running {
             groups: Mutex::default(),
+            inputs: Mutex::default(),
+            waiting_inputs: Mutex::default(),
             forbidden,
         }
     }
@@ -68,6 +75,41 @@ impl Running {
             }
             None => false,
         }
+    }
+
+    /// Opens the input of interactive request `id` as soon as the request arrives, before its
+    /// command starts on a thread of its own: `Input` frames right behind it then find it.
+    pub fn open_input(&self, id: u64) {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        self.inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        self.waiting_inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, rx);
+    }
+
+    /// Queues bytes for an interactive command's standard input; false if there is none.
+    pub fn input(&self, id: u64, data: Vec<u8>) -> bool {
+        let inputs = self.inputs.lock().unwrap_or_else(|p| p.into_inner());
+        inputs.get(&id).is_some_and(|tx| tx.send(data).is_ok())
+    }
+
+    /// Closes an interactive command's standard input (once what is queued is written).
+    pub fn close_input(&self, id: u64) -> bool {
+        let mut inputs = self.inputs.lock().unwrap_or_else(|p| p.into_inner());
+        inputs.remove(&id).is_some()
+    }
+
+    /// Drops both ends of a request's input (its command never started).
+    pub fn forget_input(&self, id: u64) {
+        self.close_input(id);
+        self.waiting_inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
     }
 
     /// Kills every running group: the controller went away, nobody will read the results.
@@ -159,7 +201,7 @@ pub fn run(
         .current_dir(cwd)
         .env_clear()
         .envs(req.env.iter().map(|(k, v)| (k, v)))
-        .stdin(if req.stdin.is_some() {
+        .stdin(if req.stdin.is_some() || req.interactive {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -167,9 +209,13 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {shell} in {}: {e}", cwd.display()))?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            running.forget_input(id);
+            return Err(format!("cannot start {shell} in {}: {e}", cwd.display()));
+        }
+    };
     let pgid = child.id() as i32;
     let cancelled = Arc::new(AtomicBool::new(false));
     running
@@ -178,7 +224,30 @@ pub fn run(
         .unwrap_or_else(|p| p.into_inner())
         .insert(id, (pgid, cancelled.clone()));
 
-    if let (Some(mut stdin), Some(data)) = (child.stdin.take(), req.stdin.clone()) {
+    let waiting = running
+        .waiting_inputs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+    if let (true, Some(rx)) = (req.interactive, waiting) {
+        // The first bytes, then whatever `Input` requests bring, in order, until the input
+        // is closed or the command stops reading.
+        if let Some(mut stdin) = child.stdin.take() {
+            let first = req.stdin.clone();
+            std::thread::spawn(move || {
+                if let Some(data) = first
+                    && stdin.write_all(&data).is_err()
+                {
+                    return;
+                }
+                while let Ok(data) = rx.recv() {
+                    if stdin.write_all(&data).and_then(|()| stdin.flush()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    } else if let (Some(mut stdin), Some(data)) = (child.stdin.take(), req.stdin.clone()) {
         std::thread::spawn(move || {
             let _ = stdin.write_all(&data);
         });
@@ -267,6 +336,7 @@ pub fn run(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&id);
+    running.close_input(id);
     let (wait, timed_out) = status;
     let mut cap = capture.into_inner().unwrap_or_else(|p| p.into_inner());
     for (stream, data) in cap.take_tail() {
@@ -306,6 +376,7 @@ mod tests {
             timeout_ms,
             stdin: None,
             output_limit: limit,
+            interactive: false,
         };
         let out = Mutex::new((Vec::new(), None));
         run(1, &req, Path::new("/tmp"), &Running::default(), &|r| {

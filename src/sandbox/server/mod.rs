@@ -53,10 +53,34 @@ fn serve_with(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        if let Request::Cancel { target } = frame.request {
-            running.cancel(target);
-            send(&output, frame.id, Response::Done);
-            continue;
+        // Quick, and ordered: handled here rather than on a thread of their own, so that
+        // the pieces of one command's input arrive in the order they were sent.
+        match frame.request {
+            Request::Cancel { target } => {
+                running.cancel(target);
+                send(&output, frame.id, Response::Done);
+                continue;
+            }
+            Request::Input { target, data } => {
+                let reply = if running.input(target, data) {
+                    Response::Done
+                } else {
+                    Response::Error(not_interactive(target))
+                };
+                send(&output, frame.id, reply);
+                continue;
+            }
+            Request::CloseInput { target } => {
+                let reply = if running.close_input(target) {
+                    Response::Done
+                } else {
+                    Response::Error(not_interactive(target))
+                };
+                send(&output, frame.id, reply);
+                continue;
+            }
+            Request::Exec(ref req) if req.interactive => running.open_input(frame.id),
+            _ => {}
         }
         let (roots, output, running) = (roots.clone(), output.clone(), running.clone());
         std::thread::spawn(move || {
@@ -111,6 +135,13 @@ pub fn remove_planted(path: &std::path::Path) -> bool {
     }
 }
 
+fn not_interactive(target: u64) -> ApiError {
+    ApiError::new(
+        ErrorKind::InvalidArgument,
+        format!("request {target} is not a running command with an open input"),
+    )
+}
+
 fn send(output: &Mutex<Box<dyn Write + Send>>, id: u64, response: Response) {
     let mut out = output.lock().unwrap_or_else(|p| p.into_inner());
     // A failed write means the controller is gone; the input side will see EOF and stop.
@@ -132,14 +163,19 @@ fn handle(
                 .and_then(|(fd, _)| roots.path_of(&fd))
             {
                 Ok(cwd) => cwd,
-                Err(e) => return Some(Response::Error(e)),
+                Err(e) => {
+                    running.forget_input(id);
+                    return Some(Response::Error(e));
+                }
             };
             return match exec::run(id, &req, &cwd, running, reply) {
                 Ok(()) => None,
                 Err(message) => Some(Response::Error(ApiError::new(ErrorKind::Io, message))),
             };
         }
-        Request::Cancel { .. } => Ok(Response::Done),
+        Request::Cancel { .. } | Request::Input { .. } | Request::CloseInput { .. } => {
+            Ok(Response::Done)
+        }
         Request::Read(req) => files::read(roots, &req).map(Response::Read),
         Request::Write(req) => files::write(roots, &req).map(Response::Written),
         Request::Stat { path } => files::stat(roots, &path).map(Response::Stat),
