@@ -154,6 +154,11 @@ impl SessionOptions {
             .workspace
             .or(rules.profile.sandbox.workspace)
             .unwrap_or_default();
+        if mode == crate::workspace::Mode::Copy && spec.backend == BackendKind::None {
+            return Err(OpenError::Usage(
+                "--workspace copy needs a wall around the copy: with --sandbox none the agent's commands can still reach the checkout. Use --sandbox landlock or docker".into(),
+            ));
+        }
         let workspace = match mode {
             crate::workspace::Mode::Copy if self.in_image.is_none() => {
                 let ws =

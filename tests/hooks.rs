@@ -222,3 +222,37 @@ fn a_hook_that_hangs_is_killed_at_its_timeout_and_blocks_its_call() {
     assert_eq!(out.status.code(), Some(3), "{v}");
     assert!(v["error"].as_str().unwrap().contains("timeout"), "{v}");
 }
+
+#[test]
+fn a_project_hook_is_judged_by_the_bash_rules() {
+    let p = project();
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        "[[hooks]]\nevent = \"before_tool\"\ncommand = \"touch hook-ran\"\n",
+    )
+    .unwrap();
+    let deny = p.data.join("deny.toml");
+    std::fs::write(&deny, "[permission.bash]\n\"touch *\" = \"deny\"\n").unwrap();
+    let args = json!({"command": "echo hi", "description": "run"}).to_string();
+    let out = runner(
+        &p,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--config",
+            &deny.display().to_string(),
+        ],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.status.code(), Some(3), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("not allowed to run"),
+        "{v}"
+    );
+    assert!(!p.root.join("hook-ran").exists());
+}

@@ -49,8 +49,8 @@ async fn removes_every_runner_container_even_with_a_live_owner() {
     );
 }
 
-/// It also removes copy workspaces whose run was killed before it ended, and keeps the
-/// ones that ended and wait for review.
+/// It also removes copy workspaces whose run was killed before it ended with nothing in
+/// them, and keeps the ones that ended, or hold changes, for review.
 #[test]
 fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
     let tmp = tempfile::tempdir().unwrap();
@@ -61,11 +61,17 @@ fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
     let me = std::process::id();
     for (id, owner, finished) in [
         ("killed", dead, false),
+        ("killed-with-changes", dead, false),
         ("waiting", dead, true),
         ("in-use", me, false),
     ] {
         let dir = root.join(id);
         std::fs::create_dir_all(dir.join("work")).unwrap();
+        std::fs::create_dir_all(dir.join("base")).unwrap();
+        if id == "killed-with-changes" {
+            // What the agent did before the run was killed is kept for review.
+            std::fs::write(dir.join("work/new.txt"), "work\n").unwrap();
+        }
         let meta = serde_json::json!({"id": id, "source": "/nowhere", "created": 1,
             "owner_pid": owner, "finished": finished});
         std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
@@ -79,6 +85,7 @@ fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("removed 1 unfinished workspace"), "{text}");
     assert!(!root.join("killed").exists());
+    assert!(root.join("killed-with-changes").exists());
     assert!(root.join("waiting").exists());
     assert!(root.join("in-use").exists());
 }

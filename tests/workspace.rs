@@ -330,3 +330,152 @@ fn a_data_directory_inside_the_checkout_is_left_out_of_its_copies() {
         "x\n"
     );
 }
+
+/// Attacks on `apply` from what the agent leaves in its copy, and from the checkout having
+/// changed under it: nothing may be written outside the checkout or through a link in it,
+/// no host file's content may be copied in, and no `.git` comes over.
+#[test]
+fn attack_apply_never_writes_through_links_nor_brings_a_git_or_a_hosts_file() {
+    let c = checkout();
+    let secret = c.data.parent().unwrap().join("host-secret.txt");
+    std::fs::write(&secret, "HOST SECRET\n").unwrap();
+    let outside = c.data.parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    let id = in_copy(
+        &c,
+        "landlock",
+        &format!(
+            "ln -s {} leak && mkdir -p vendor/x/.git && printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > vendor/x/.git/config && echo new > src/added.rs",
+            secret.display()
+        ),
+    );
+    let listed: Value =
+        serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["leak", "src/added.rs"], "no .git is a change");
+
+    // The user turns `src` into a link to somewhere else meanwhile: nothing goes through it,
+    // not even with --force.
+    std::fs::remove_dir_all(c.root.join("src")).unwrap();
+    std::os::unix::fs::symlink(&outside, c.root.join("src")).unwrap();
+    for args in [
+        vec!["apply", id.as_str()],
+        vec!["apply", id.as_str(), "--force"],
+    ] {
+        let refused = runner(&c, &args);
+        assert!(!refused.status.success(), "{refused:?}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            said.contains("src/added.rs") && said.contains("link"),
+            "{said}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "written through the link"
+    );
+    assert!(
+        !c.root.join("leak").exists(),
+        "a refused apply wrote something"
+    );
+
+    // Back to a plain directory: the link comes over as a link, never as the host file's
+    // content, and the nested .git stays in the copy.
+    std::fs::remove_file(c.root.join("src")).unwrap();
+    std::fs::create_dir(c.root.join("src")).unwrap();
+    std::fs::write(c.root.join("src/lib.rs"), "fn main() {}\n").unwrap();
+    let applied = runner(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{applied:?}");
+    let leak = std::fs::symlink_metadata(c.root.join("leak")).unwrap();
+    assert!(leak.file_type().is_symlink(), "the host file was copied in");
+    assert!(!c.root.join("vendor").exists(), "a .git came over");
+}
+
+#[test]
+fn a_copy_in_use_is_neither_applied_nor_discarded() {
+    let c = checkout();
+    let args =
+        serde_json::json!({"command": "echo busy > busy.txt; sleep 20", "description": "busy"})
+            .to_string();
+    let root = c.root.display().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args([
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--workspace",
+            "copy",
+            "--sandbox",
+            "landlock",
+            "--ask",
+            "allow",
+            "--root",
+            &root,
+        ])
+        .env("XDG_DATA_HOME", &c.data)
+        .env("XDG_CONFIG_HOME", c.data.join("config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let workspaces = c.data.join("runner/workspaces");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let id = loop {
+        let found = std::fs::read_dir(&workspaces)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(id) = found.filter(|id| workspaces.join(id).join("work/busy.txt").exists()) {
+            break id;
+        }
+        assert!(std::time::Instant::now() < deadline, "no copy");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    for verb in ["apply", "discard"] {
+        let refused = runner(&c, &[verb, &id]);
+        assert!(!refused.status.success(), "{verb}: {refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("still in use"),
+            "{verb}: {refused:?}"
+        );
+    }
+    assert!(!c.root.join("busy.txt").exists());
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+#[test]
+fn a_copy_without_a_wall_is_refused() {
+    let c = checkout();
+    let args = serde_json::json!({"command": "true", "description": "x"}).to_string();
+    let root = c.root.display().to_string();
+    let out = runner(
+        &c,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--workspace",
+            "copy",
+            "--sandbox",
+            "none",
+            "--root",
+            &root,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs a wall"),
+        "{out:?}"
+    );
+}

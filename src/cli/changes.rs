@@ -133,7 +133,11 @@ pub fn apply(args: ApplyArgs) -> u8 {
 }
 
 pub fn discard(args: DiscardArgs) -> u8 {
-    match Workspace::open(&args.id).and_then(Workspace::discard) {
+    let discarded = Workspace::open(&args.id).and_then(|w| {
+        w.not_in_use()?;
+        w.discard()
+    });
+    match discarded {
         Ok(()) => exit::OK,
         Err(e) => {
             eprintln!("runner: {e}");

@@ -241,6 +241,16 @@ fn seccomp_probe() -> Result<(), String> {
 
 async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
     // With a copy workspace the shell works in the copy, which is kept for review.
+    let copy_without_wall = args.workspace_mode() == Ok(crate::workspace::Mode::Copy)
+        && args
+            .spec(root)
+            .is_ok_and(|s| s.backend == BackendKind::None);
+    if copy_without_wall {
+        eprintln!(
+            "runner: --workspace copy needs a wall around the copy: with --sandbox none the shell can still reach the checkout. Use --sandbox landlock or docker"
+        );
+        return exit::USAGE;
+    }
     let workspace = match args.workspace_mode() {
         Ok(crate::workspace::Mode::Copy) => match crate::workspace::Workspace::create(root) {
             Ok(ws) => Some(ws),

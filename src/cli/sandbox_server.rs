@@ -57,7 +57,8 @@ pub struct ServerArgs {
     shell: bool,
 }
 
-/// Moves this (still single-threaded) process into a cgroup before it forks anything.
+/// Moves this (still single-threaded: it runs before any runtime or thread is started, and
+/// must stay that way) process into a cgroup before it forks anything.
 ///
 /// On a cgroup v1 hierarchy the calling thread moves itself by writing `0` to `tasks`: the
 /// kernel then skips the global lock that a write to `cgroup.procs` takes, whose first use

@@ -58,13 +58,28 @@ fn stop_server(child: &mut tokio::process::Child) {
                 0,
             )
         };
-        let exited = |ms: libc::c_int| {
-            let mut pfd = libc::pollfd {
-                fd: pidfd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            libc::poll(&mut pfd, 1, ms) > 0
+        // A signal arriving meanwhile (another child's SIGCHLD) interrupts the poll; that
+        // is not the server ending, so the wait goes on until its deadline.
+        let exited = |ms: u64| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+            loop {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let mut pfd = libc::pollfd {
+                    fd: pidfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                match libc::poll(&mut pfd, 1, left.as_millis() as libc::c_int) {
+                    n if n > 0 => return true,
+                    0 => return false,
+                    _ if std::io::Error::last_os_error().kind()
+                        == std::io::ErrorKind::Interrupted =>
+                    {
+                        continue;
+                    }
+                    _ => return false,
+                }
+            }
         };
         signal(libc::SIGTERM);
         if !exited(1000) {

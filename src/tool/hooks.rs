@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::ToolContext;
+use crate::permission::PermissionRequest;
 use crate::sandbox::api::ExecRequest;
 use crate::sandbox::client::ExecEvent;
 
@@ -163,7 +164,20 @@ impl Hooks {
         let stdin = input.to_string().into_bytes();
         let ran = match hook.place {
             Place::Host => on_host(&hook.spec.command, &self.host_root, stdin, timeout).await,
-            Place::Sandbox => in_sandbox(&hook.spec.command, ctx, stdin, timeout).await,
+            Place::Sandbox => {
+                // A project's hook is the repository's command: the bash rules judge it like
+                // any other (a profile that denies or asks about bash does so here too).
+                let command = &hook.spec.command;
+                let ask =
+                    PermissionRequest::new("bash", vec![command.clone()], vec![command.clone()]);
+                match ctx.ask_all(vec![ask]).await {
+                    Ok(()) => in_sandbox(command, ctx, stdin, timeout).await,
+                    Err(e) => Err(format!(
+                        "the project's hook from {} was not allowed to run: {e}",
+                        hook.source.display()
+                    )),
+                }
+            }
         };
         ran.unwrap_or_else(|e| Ran {
             ok: false,
@@ -183,6 +197,13 @@ async fn on_host(
         .arg("-c")
         .arg(command)
         .current_dir(root)
+        // The worktree is the agent's: a `.git/config` it wrote must not make a git run by
+        // the user's hook start a program (fsmonitor) or a hook of the agent's.
+        .env("GIT_CONFIG_COUNT", "2")
+        .env("GIT_CONFIG_KEY_0", "core.fsmonitor")
+        .env("GIT_CONFIG_VALUE_0", "")
+        .env("GIT_CONFIG_KEY_1", "core.hooksPath")
+        .env("GIT_CONFIG_VALUE_1", "/dev/null")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -108,11 +108,7 @@ impl Snapshot {
         use sha2::{Digest, Sha256};
         use std::os::unix::fs::PermissionsExt;
         let mut nodes = BTreeMap::new();
-        let walk = ignore::WalkBuilder::new(root)
-            .standard_filters(false)
-            .filter_entry(|e| !(e.depth() == 1 && e.file_name() == ".git"))
-            .build();
-        for entry in walk {
+        for entry in super::walk(root) {
             let entry = entry.map_err(|e| format!("cannot read {}: {e}", root.display()))?;
             if entry.depth() == 0 {
                 continue;

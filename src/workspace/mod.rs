@@ -45,6 +45,10 @@ pub struct Meta {
     /// The command that made it ended (so the copy waits for review, not for its owner).
     #[serde(default)]
     pub finished: bool,
+    /// The owner's machine and boot ([`crate::sandbox::owner::boot_id`]): its pid means
+    /// something only there.
+    #[serde(default)]
+    pub boot: String,
 }
 
 pub struct Workspace {
@@ -83,6 +87,7 @@ impl Workspace {
                 created: now(),
                 owner_pid: std::process::id() as i32,
                 finished: false,
+                boot: crate::sandbox::owner::boot_id(),
             },
             dir,
         };
@@ -145,6 +150,7 @@ impl Workspace {
     /// Brings the changes over to the real checkout and removes the workspace. Refuses
     /// (naming them) where the real files no longer match what was copied, unless `force`.
     pub fn apply(self, force: bool) -> Result<Vec<changes::Change>, String> {
+        self.not_in_use()?;
         let list = self.changes()?;
         if !force {
             let conflicts = changes::conflicts(&list, &self.meta.source);
@@ -162,6 +168,30 @@ impl Workspace {
         Ok(list)
     }
 
+    /// Refuses while the command that made it still runs: its sandbox works in the copy.
+    pub fn not_in_use(&self) -> Result<(), String> {
+        if !self.meta.finished && self.owner_alive() {
+            return Err(format!(
+                "workspace {} is still in use by runner process {}; wait for it to end",
+                self.meta.id, self.meta.owner_pid
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the process that made it still runs (on this machine and boot).
+    fn owner_alive(&self) -> bool {
+        if self.meta.boot.is_empty() {
+            return crate::sandbox::owner::alive(self.meta.owner_pid);
+        }
+        match crate::sandbox::owner::judge_here(&self.meta.boot) {
+            Some(true) => crate::sandbox::owner::alive(self.meta.owner_pid),
+            Some(false) => false,
+            // Another machine's (a shared home): assume it runs.
+            None => true,
+        }
+    }
+
     pub fn discard(self) -> Result<(), String> {
         remove_tree(&self.dir);
         if self.dir.exists() {
@@ -175,6 +205,16 @@ impl Workspace {
         write_file(&self.dir.join("meta.json"), &text)
             .map_err(|e| format!("cannot write {}/meta.json: {e}", self.dir.display()))
     }
+}
+
+/// Every entry below `root`, links not followed and every `.git` left out: the tree as
+/// the changes see it. A `.git` below the top (a submodule's, or one the agent made) is
+/// left out too: its config and hooks would run on the host.
+fn walk(root: &Path) -> ignore::Walk {
+    ignore::WalkBuilder::new(root)
+        .standard_filters(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build()
 }
 
 /// Every workspace on this machine, oldest first.
@@ -197,12 +237,14 @@ pub fn list_all() -> Vec<Workspace> {
     all
 }
 
-/// Copies whose command never ended and whose owner is gone (a killed run): nothing in
-/// them was meant for review. Removed by `runner sandbox cleanup`.
+/// Copies whose command never ended, whose owner is gone (a killed run), and that hold no
+/// change: nothing in them is lost by removing them. One with changes stays listed for
+/// review, whatever ended its run.
 pub fn orphans() -> Vec<Workspace> {
     list_all()
         .into_iter()
-        .filter(|w| !w.meta.finished && !crate::sandbox::owner::alive(w.meta.owner_pid))
+        .filter(|w| !w.meta.finished && !w.owner_alive())
+        .filter(|w| w.changes().is_ok_and(|c| c.is_empty()))
         .collect()
 }
 

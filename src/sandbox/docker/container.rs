@@ -127,10 +127,6 @@ pub fn container_body(
     };
     // SAFETY: plain syscalls.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let created = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
     ContainerCreateBody {
         image: Some(spec.docker.image.clone()),
         entrypoint: Some(vec![SERVER_PATH.to_string()]),
@@ -143,6 +139,20 @@ pub fn container_body(
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect(),
         ),
+        host_config: Some(host_config),
+        ..served(run_id, spec.network)
+    }
+}
+
+/// What every container whose main process is the server has: runner's labels (so
+/// leftovers can be found and attributed) and a stdin attached and held open for the
+/// protocol.
+pub(super) fn served(run_id: &str, network: Network) -> ContainerCreateBody {
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    ContainerCreateBody {
         labels: Some(HashMap::from([
             (LABEL.to_string(), "1".to_string()),
             (LABEL_RUN.to_string(), run_id.to_string()),
@@ -150,14 +160,13 @@ pub fn container_body(
             (LABEL_CREATED.to_string(), created.to_string()),
             (LABEL_BOOT.to_string(), crate::sandbox::owner::boot_id()),
         ])),
-        network_disabled: Some(spec.network == Network::None),
+        network_disabled: Some(network == Network::None),
         open_stdin: Some(true),
         stdin_once: Some(true),
         attach_stdin: Some(true),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(false),
-        host_config: Some(host_config),
         ..Default::default()
     }
 }

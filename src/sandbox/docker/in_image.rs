@@ -12,9 +12,8 @@
 //! limits, runner's seccomp filter in the server) except the read-only root: here the
 //! image's file system is the task's, and all of it is writable.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
@@ -27,10 +26,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::SERVER_PATH;
-use super::container::{
-    ContainerGuard, LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, docker_error, serve,
-    unique_id,
-};
+use super::container::{ContainerGuard, docker_error, serve, served, unique_id};
 use crate::sandbox::spec::{Limits, Network};
 use crate::sandbox::{Sandbox, SandboxError, local};
 
@@ -149,10 +145,6 @@ impl TaskContainer {
         }
         let limits = &task.limits;
         let run_id = unique_id();
-        let created_at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
         let body = ContainerCreateBody {
             image: Some(task.image.clone()),
             entrypoint: Some(vec![SERVER_PATH.to_string()]),
@@ -160,20 +152,6 @@ impl TaskContainer {
             user: (!user.is_empty()).then_some(user),
             working_dir: Some(workdir.display().to_string()),
             env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(HashMap::from([
-                (LABEL.to_string(), "1".to_string()),
-                (LABEL_RUN.to_string(), run_id.clone()),
-                (LABEL_OWNER.to_string(), std::process::id().to_string()),
-                (LABEL_CREATED.to_string(), created_at.to_string()),
-                (LABEL_BOOT.to_string(), crate::sandbox::owner::boot_id()),
-            ])),
-            network_disabled: Some(task.network == Network::None),
-            open_stdin: Some(true),
-            stdin_once: Some(true),
-            attach_stdin: Some(true),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
             host_config: Some(HostConfig {
                 mounts: Some(mounts),
                 network_mode: Some(task.network.as_arg().into()),
@@ -188,7 +166,7 @@ impl TaskContainer {
                 auto_remove: Some(false),
                 ..Default::default()
             }),
-            ..Default::default()
+            ..served(&run_id, task.network)
         };
         let name = format!("runner-task-{run_id}");
         let created = docker
