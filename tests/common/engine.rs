@@ -201,6 +201,10 @@ impl SecondEngine {
 
     fn start_with(name: &str, tls_port: Option<u16>) -> SecondEngine {
         docker();
+        ensure_package("iproute2", "/sbin/ip");
+        if tls_port.is_some() {
+            ensure_package("openssl", "/usr/bin/openssl");
+        }
         let dir = std::path::PathBuf::from(format!("/tmp/rt-{name}"));
         let bridge = format!("rt{name}0");
         let _ = std::fs::remove_dir_all(&dir);
