@@ -204,7 +204,8 @@ impl SessionOptions {
             Arc::new(gate),
             Arc::new(truncator),
         )
-        .with_hooks(Arc::new(hooks));
+        .with_hooks(Arc::new(hooks))
+        .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(settings.mcp)));
         Ok(OpenSession {
             ctx,
             profile: rules.profile,

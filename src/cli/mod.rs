@@ -3,6 +3,7 @@
 mod changes;
 mod eval;
 mod image;
+mod mcp;
 mod permission;
 mod profile;
 mod run;
@@ -67,6 +68,9 @@ enum Command {
     /// Build sandbox images.
     #[command(subcommand)]
     Image(image::ImageCommand),
+    /// The MCP servers of the config: list them, or call one of their tools.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// The copy workspaces waiting for this worktree, or what one of them changed.
     Changes(changes::ChangesArgs),
     /// Bring a copy workspace's changes over to its worktree (and remove the copy).
@@ -86,6 +90,7 @@ pub fn main() -> ExitCode {
         Some(Command::Sessions(cmd)) => sessions::run(cmd),
         Some(Command::Eval(cmd)) => eval::run(cmd),
         Some(Command::Changes(args)) => changes::changes(args),
+        Some(Command::Mcp(cmd)) => block_on_plain(mcp::run(cmd)),
         Some(Command::Apply(args)) => changes::apply(args),
         Some(Command::Discard(args)) => changes::discard(args),
         Some(Command::SandboxServer(args)) => sandbox_server::run(args),

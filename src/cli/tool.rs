@@ -131,7 +131,7 @@ fn list(json: bool, scope: &Scope) -> u8 {
     exit::OK
 }
 
-async fn start(
+pub(super) async fn start(
     common: &CommonArgs,
     session: Session,
 ) -> Result<(ToolContext, Option<Workspace>), u8> {
@@ -220,7 +220,7 @@ impl SandboxArgs {
     }
 }
 
-fn print_result(result: &CallResult, json: bool) {
+pub(super) fn print_result(result: &CallResult, json: bool) {
     if json {
         println!("{}", serde_json::to_string(result).unwrap_or_default());
         return;
@@ -242,7 +242,7 @@ fn print_result(result: &CallResult, json: bool) {
     }
 }
 
-fn exit_code(result: &CallResult) -> u8 {
+pub(super) fn exit_code(result: &CallResult) -> u8 {
     match result.outcome {
         Outcome::Ok => exit::OK,
         Outcome::Denied => exit::DENIED,

@@ -57,6 +57,8 @@ pub struct Settings {
     /// Every layer's hooks, each marked with where it may run: the user's own config and
     /// `--config` on the host, a project's only in the sandbox.
     pub hooks: Vec<crate::tool::hooks::Hook>,
+    /// MCP servers by name; a later layer's server replaces an earlier one of that name.
+    pub mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -68,6 +70,8 @@ struct FileSettings {
     context: Option<ContextSettings>,
     #[serde(default)]
     hooks: Vec<crate::tool::hooks::HookSpec>,
+    #[serde(default)]
+    mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +119,7 @@ impl Settings {
                 place,
                 source: source.to_path_buf(),
             }));
+        self.mcp.extend(file.mcp);
         if file.model.is_some() {
             self.model = file.model;
         }
@@ -151,6 +156,7 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             retry: None,
             context: None,
             hooks: Vec::new(),
+            mcp: BTreeMap::new(),
         });
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;

@@ -345,6 +345,41 @@ impl Execution {
 
     /// Writes to the standard input of an interactive command (`ExecRequest::interactive`).
     pub async fn write(&self, data: Vec<u8>) -> Result<(), SandboxError> {
+        self.input().write(data).await
+    }
+
+    /// Closes the standard input of an interactive command.
+    pub async fn close_input(&self) -> Result<(), SandboxError> {
+        self.input().close().await
+    }
+
+    /// The command's standard input on its own, for a writer that runs beside the reader
+    /// of its output.
+    pub fn input(&self) -> ExecInput {
+        ExecInput {
+            id: self.id,
+            client: self.client.clone(),
+        }
+    }
+
+    /// Asks the server to kill the command's process group; its exit still arrives.
+    pub async fn cancel(&self) -> Result<(), SandboxError> {
+        self.client
+            .call(Request::Cancel { target: self.id })
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Where an interactive command's standard input is written.
+#[derive(Clone)]
+pub struct ExecInput {
+    id: u64,
+    client: SandboxClient,
+}
+
+impl ExecInput {
+    pub async fn write(&self, data: Vec<u8>) -> Result<(), SandboxError> {
         self.client
             .call(Request::Input {
                 target: self.id,
@@ -354,18 +389,9 @@ impl Execution {
             .map(|_| ())
     }
 
-    /// Closes the standard input of an interactive command.
-    pub async fn close_input(&self) -> Result<(), SandboxError> {
+    pub async fn close(&self) -> Result<(), SandboxError> {
         self.client
             .call(Request::CloseInput { target: self.id })
-            .await
-            .map(|_| ())
-    }
-
-    /// Asks the server to kill the command's process group; its exit still arrives.
-    pub async fn cancel(&self) -> Result<(), SandboxError> {
-        self.client
-            .call(Request::Cancel { target: self.id })
             .await
             .map(|_| ())
     }

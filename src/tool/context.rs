@@ -117,6 +117,8 @@ pub struct ToolContext {
     pub registry: Option<Arc<Registry>>,
     /// The session's hooks (run around every call the registry makes).
     pub hooks: Option<Arc<super::hooks::Hooks>>,
+    /// The session's MCP servers, started on first use.
+    pub mcp: Option<Arc<super::mcp::McpServers>>,
 }
 
 impl ToolContext {
@@ -141,7 +143,14 @@ impl ToolContext {
             user: None,
             registry: None,
             hooks: None,
+            mcp: None,
         }
+    }
+
+    /// This context with MCP servers whose tools join the built-ins.
+    pub fn with_mcp(mut self, mcp: Arc<super::mcp::McpServers>) -> Self {
+        self.mcp = (!mcp.is_empty()).then_some(mcp);
+        self
     }
 
     /// This context with hooks around its calls.

@@ -19,6 +19,7 @@ mod grep;
 pub mod hooks;
 mod invalid;
 mod list;
+pub mod mcp;
 mod multiedit;
 pub mod patch;
 pub mod question;

@@ -216,15 +216,29 @@ impl DynTool for UserTool {
     }
 }
 
-/// The built-in tools and the user's own: the registry `tool call`, `tool script`,
-/// `permission check` and the agent use. What could not be loaded comes back as notes.
+/// The built-in tools, the user's own and the MCP servers': the registry `tool call`,
+/// `tool script`, `permission check` and the agent use. What could not be loaded comes
+/// back as notes.
 pub async fn registry(ctx: &ToolContext) -> (super::Registry, Vec<String>) {
     let builtin = super::Registry::builtin();
     let taken: Vec<&str> = builtin.tools().map(|t| t.id()).collect();
     let (tools, notes) = discover(ctx, &crate::config::config_dir().join("tools"), &taken).await;
     let mut registry = builtin.clone();
+    let mut notes = notes;
     for t in tools {
         registry = registry.with(std::sync::Arc::new(t));
+    }
+    if let Some(mcp) = &ctx.mcp {
+        let (tools, states) = mcp.tools(ctx).await;
+        notes.extend(
+            states
+                .into_iter()
+                .filter(|s| s.state != "running")
+                .map(|s| s.state),
+        );
+        for t in tools {
+            registry = registry.with(std::sync::Arc::new(t));
+        }
     }
     (registry, notes)
 }

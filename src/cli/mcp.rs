@@ -1,0 +1,173 @@
+//! `runner mcp list|call`: the configured MCP servers, started in the sandbox the options
+//! choose, and one of their tools called through the whole pipeline (gate, sandbox,
+//! truncation). The work is in [`crate::tool::mcp`].
+
+use clap::Subcommand;
+
+use super::exit;
+use super::tool::CommonArgs;
+use crate::tool::Session;
+
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Each configured server, its state and its tools (starting them).
+    List {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool of one server: `runner mcp call NAME TOOL 'ARGS_JSON'`.
+    Call {
+        name: String,
+        tool: String,
+        args: String,
+        #[command(flatten)]
+        common: CommonArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A small MCP server on stdin/stdout, for runner's own tests.
+    #[command(hide = true)]
+    TestServer,
+}
+
+pub async fn run(cmd: McpCommand) -> u8 {
+    match cmd {
+        McpCommand::List { common, json } => {
+            let (ctx, workspace) = match super::tool::start(&common, Session::new("mcp")).await {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
+            let states = match &ctx.mcp {
+                Some(m) => m.tools(&ctx).await.1,
+                None => Vec::new(),
+            };
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&states).unwrap_or_default()
+                );
+            } else if states.is_empty() {
+                println!("no MCP servers are configured ([mcp.NAME] in a config file)");
+            } else {
+                for s in &states {
+                    println!("{}  {}  {}", s.name, s.state, s.tools.join(", "));
+                }
+            }
+            drop(ctx);
+            super::changes::report(workspace);
+            exit::OK
+        }
+        McpCommand::Call {
+            name,
+            tool,
+            args,
+            common,
+            json,
+        } => {
+            let (ctx, workspace) =
+                match super::tool::start(&common, Session::single_call("mcp")).await {
+                    Ok(x) => x,
+                    Err(code) => return code,
+                };
+            let (registry, notes) = crate::tool::user::registry(&ctx).await;
+            for note in notes {
+                eprintln!("runner: {note}");
+            }
+            let result = registry
+                .call_raw(&format!("{name}_{tool}"), &args, &ctx)
+                .await;
+            super::tool::print_result(&result, json);
+            drop(ctx);
+            super::changes::report(workspace);
+            super::tool::exit_code(&result)
+        }
+        McpCommand::TestServer => test_server::serve().await,
+    }
+}
+
+mod test_server {
+    //! Tools that let a test see where the server runs and what happens when it fails:
+    //! `echo`, `read` (a file, by path), `crash` (exits mid-call).
+
+    use rmcp::model::{
+        CallToolRequestParam, CallToolResult, Content, ListToolsResult, PaginatedRequestParam,
+        ServerCapabilities, ServerInfo, Tool,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+    use serde_json::json;
+
+    struct TestServer;
+
+    fn schema(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    impl ServerHandler for TestServer {
+        fn get_info(&self) -> ServerInfo {
+            ServerInfo {
+                capabilities: ServerCapabilities::builder().enable_tools().build(),
+                ..Default::default()
+            }
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Option<PaginatedRequestParam>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let text = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
+            let path = json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]});
+            Ok(ListToolsResult {
+                next_cursor: None,
+                tools: vec![
+                    Tool::new("echo", "Says the text back.", schema(text)),
+                    Tool::new("read", "Reads a file.", schema(path)),
+                    Tool::new(
+                        "crash",
+                        "Exits in the middle of the call.",
+                        schema(json!({"type": "object"})),
+                    ),
+                ],
+            })
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParam,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResult, ErrorData> {
+            let arg = |k: &str| {
+                request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get(k))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            match request.name.as_ref() {
+                "echo" => Ok(CallToolResult::success(vec![Content::text(arg("text"))])),
+                "read" => Ok(match std::fs::read_to_string(arg("path")) {
+                    Ok(text) => CallToolResult::success(vec![Content::text(text)]),
+                    Err(e) => CallToolResult::error(vec![Content::text(e.to_string())]),
+                }),
+                "crash" => std::process::exit(3),
+                other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+            }
+        }
+    }
+
+    pub async fn serve() -> u8 {
+        let Ok(running) = TestServer
+            .serve((tokio::io::stdin(), tokio::io::stdout()))
+            .await
+        else {
+            return 1;
+        };
+        let _ = running.waiting().await;
+        0
+    }
+}

@@ -1,0 +1,432 @@
+//! MCP servers as tools, with the official SDK (`rmcp`) on our side of the wire.
+//!
+//! `[mcp.NAME]` in a config file: `command` and `args` (and `env`, added to the sandbox's
+//! own environment), `enabled`, `timeout` (seconds a call may take, default 60). A stdio
+//! server is a program like any the agent runs, often from the repository or a package
+//! nobody reviewed, so it starts **inside the sandbox**, as an interactive command of the
+//! sandbox server whose standard input and output carry the protocol: it sees what the
+//! sandbox sees and nothing else. Its tools are offered as `NAME_tool`, with the server's
+//! description and schema; the permission key is that name, so `"NAME_*" = "deny"` works.
+//!
+//! A server that fails to start, crashes mid-call or stops answering fails that call with a
+//! message saying so; the next call starts it again, at most [`MAX_RESTARTS`] times. Its
+//! processes die with the sandbox.
+//!
+//! Not built yet: servers over streamable HTTP (`url`), and OpenCode's `mcp` section.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParam, RawContent};
+use rmcp::service::{RoleClient, RunningService};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{
+    Attachment, DynTool, PermissionsFuture, ToolContext, ToolError, ToolFuture, ToolOutput,
+};
+use crate::permission::PermissionRequest;
+use crate::sandbox::api::{ExecRequest, OutputStream};
+use crate::sandbox::client::ExecEvent;
+
+/// Starts of one server after the first, per session.
+pub const MAX_RESTARTS: u32 = 3;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a server may take to start and answer `initialize`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// A server lives as long as its session; this only bounds a runaway.
+const LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// `[mcp.NAME]` as a config file writes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSpec {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub enabled: Option<bool>,
+    pub timeout: Option<f64>,
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+/// One configured server and its connection, started on first use.
+pub struct Server {
+    pub name: String,
+    spec: McpSpec,
+    conn: tokio::sync::Mutex<Option<Arc<Client>>>,
+    starts: AtomicU32,
+    /// What the server last wrote to stderr, to explain a failure.
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+/// A session's MCP servers.
+#[derive(Default)]
+pub struct McpServers {
+    pub servers: Vec<Arc<Server>>,
+}
+
+/// One server's state, for `runner mcp list`.
+#[derive(Debug, serde::Serialize)]
+pub struct ServerState {
+    pub name: String,
+    pub state: String,
+    pub tools: Vec<String>,
+}
+
+impl McpServers {
+    pub fn new(specs: BTreeMap<String, McpSpec>) -> McpServers {
+        McpServers {
+            servers: specs
+                .into_iter()
+                .filter(|(_, s)| s.enabled != Some(false))
+                .map(|(name, spec)| {
+                    Arc::new(Server {
+                        name,
+                        spec,
+                        conn: tokio::sync::Mutex::new(None),
+                        starts: AtomicU32::new(0),
+                        stderr: Arc::default(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Every server's tools, starting the servers; a server that cannot start is a note.
+    pub async fn tools(&self, ctx: &ToolContext) -> (Vec<McpTool>, Vec<ServerState>) {
+        let mut tools = Vec::new();
+        let mut states = Vec::new();
+        for server in &self.servers {
+            let listed = async {
+                let client = server.client(ctx).await?;
+                client
+                    .list_all_tools()
+                    .await
+                    .map_err(|e| server.failure(&format!("cannot list its tools: {e}")))
+            }
+            .await;
+            match listed {
+                Ok(list) => {
+                    let names = list.iter().map(|t| t.name.to_string()).collect();
+                    for t in list {
+                        tools.push(McpTool::new(server.clone(), t));
+                    }
+                    states.push(ServerState {
+                        name: server.name.clone(),
+                        state: "running".into(),
+                        tools: names,
+                    });
+                }
+                Err(e) => states.push(ServerState {
+                    name: server.name.clone(),
+                    state: format!("failed: {e}"),
+                    tools: Vec::new(),
+                }),
+            }
+        }
+        (tools, states)
+    }
+}
+
+impl Server {
+    fn timeout(&self) -> Duration {
+        self.spec
+            .timeout
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .map(|t| Duration::from_secs_f64(t.min(3600.0)))
+            .unwrap_or(DEFAULT_TIMEOUT)
+    }
+
+    fn failure(&self, what: &str) -> String {
+        let tail = self
+            .stderr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let tail = tail.trim();
+        if tail.is_empty() {
+            format!("the MCP server {} {what}", self.name)
+        } else {
+            format!("the MCP server {} {what} (it said: {tail})", self.name)
+        }
+    }
+
+    /// The running connection, started (or started again) as needed.
+    async fn client(&self, ctx: &ToolContext) -> Result<Arc<Client>, String> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref()
+            && !c.is_transport_closed()
+        {
+            return Ok(c.clone());
+        }
+        *conn = None;
+        let n = self.starts.fetch_add(1, Ordering::SeqCst);
+        if n > MAX_RESTARTS {
+            return Err(format!(
+                "the MCP server {} stopped {} times; it is not started again in this session",
+                self.name, n
+            ));
+        }
+        let client = tokio::time::timeout(START_TIMEOUT, self.start(ctx))
+            .await
+            .map_err(|_| {
+                self.failure(&format!(
+                    "did not answer within {} s of starting",
+                    START_TIMEOUT.as_secs()
+                ))
+            })??;
+        let client = Arc::new(client);
+        *conn = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Starts the server inside the sandbox and speaks MCP over its stdio.
+    async fn start(&self, ctx: &ToolContext) -> Result<Client, String> {
+        if self.spec.url.is_some() {
+            return Err(format!(
+                "the MCP server {} is remote (url); runner does not reach remote MCP servers yet",
+                self.name
+            ));
+        }
+        let Some(command) = &self.spec.command else {
+            return Err(format!(
+                "the MCP server {} has neither command nor url",
+                self.name
+            ));
+        };
+        let line = std::iter::once(command)
+            .chain(&self.spec.args)
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut env = ctx.sandbox.env.clone();
+        for (k, v) in &self.spec.env {
+            env.retain(|(have, _)| have != k);
+            env.push((k.clone(), v.clone()));
+        }
+        let mut execution = ctx
+            .sandbox
+            .client
+            .exec(ExecRequest {
+                command: format!("exec {line}"),
+                cwd: ctx.worktree().to_path_buf(),
+                env,
+                timeout_ms: LIFETIME.as_millis() as u64,
+                stdin: None,
+                output_limit: u64::MAX,
+                interactive: true,
+            })
+            .await
+            .map_err(|e| format!("cannot start the MCP server {}: {e}", self.name))?;
+        // The protocol runs over two pipes of our own, pumped to and from the sandbox.
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (mut from_server, mut to_client) = tokio::io::split(theirs);
+        let input = execution.input();
+        let stderr = self.stderr.clone();
+        tokio::spawn(async move {
+            while let Ok(event) = execution.next().await {
+                match event {
+                    ExecEvent::Output(o) if o.stream == OutputStream::Stdout => {
+                        if to_client.write_all(&o.data).await.is_err() {
+                            break;
+                        }
+                    }
+                    ExecEvent::Output(o) => {
+                        let mut tail = stderr.lock().unwrap_or_else(|p| p.into_inner());
+                        tail.push_str(&String::from_utf8_lossy(&o.data));
+                        let cut = tail.len().saturating_sub(2048);
+                        if cut > 0 {
+                            let at = (cut..=tail.len())
+                                .find(|&i| tail.is_char_boundary(i))
+                                .unwrap_or(tail.len());
+                            *tail = tail.split_off(at);
+                        }
+                    }
+                    ExecEvent::Exit(_) => break,
+                }
+            }
+            // The end of the output tells the client the server is gone.
+            let _ = to_client.shutdown().await;
+        });
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match from_server.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        let _ = input.close().await;
+                        break;
+                    }
+                    Ok(n) => {
+                        if input.write(buf[..n].to_vec()).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let (read, write) = tokio::io::split(ours);
+        ().serve((read, write))
+            .await
+            .map_err(|e| self.failure(&format!("did not start: {e}")))
+    }
+
+    async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let client = self.client(ctx).await.map_err(ToolError::Failed)?;
+        let arguments = match args {
+            Value::Object(map) => Some(map),
+            _ => None,
+        };
+        let call = client.call_tool(CallToolRequestParam {
+            name: tool.to_string().into(),
+            arguments,
+        });
+        let result = tokio::select! {
+            r = tokio::time::timeout(self.timeout(), call) => match r {
+                Ok(Ok(result)) => result,
+                Ok(Err(e)) => {
+                    let gone = client.is_transport_closed();
+                    return Err(ToolError::Failed(if gone {
+                        self.failure(&format!("stopped during the call ({e}); it is started again on the next call"))
+                    } else {
+                        self.failure(&format!("failed the call: {e}"))
+                    }));
+                }
+                Err(_) => {
+                    // A server that stops answering is not trusted with the next call.
+                    *self.conn.lock().await = None;
+                    return Err(ToolError::Failed(self.failure(&format!(
+                        "did not answer within {} s; it is started again on the next call",
+                        self.timeout().as_secs()
+                    ))));
+                }
+            },
+            _ = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+        };
+        let mut text = String::new();
+        let mut attachments = Vec::new();
+        for content in result.content {
+            match content.raw {
+                RawContent::Text(t) => text.push_str(&t.text),
+                RawContent::Image(i) => attachments.push(Attachment {
+                    mime: i.mime_type.clone(),
+                    url: format!("data:{};base64,{}", i.mime_type, i.data),
+                    filename: format!("{}-{tool}", self.name),
+                }),
+                RawContent::Resource(r) => {
+                    text.push_str(&serde_json::to_string(&r.resource).unwrap_or_default())
+                }
+                other => text.push_str(&serde_json::to_string(&other).unwrap_or_default()),
+            }
+        }
+        if result.is_error == Some(true) {
+            return Err(ToolError::Failed(text));
+        }
+        Ok(ToolOutput {
+            title: format!("{}: {tool}", self.name),
+            output: text,
+            metadata: crate::meta! { "server" => self.name.clone() },
+            attachments,
+        })
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// One tool of one server, as the registry sees it.
+pub struct McpTool {
+    id: &'static str,
+    tool: String,
+    description: String,
+    schema: Value,
+    server: Arc<Server>,
+}
+
+impl McpTool {
+    fn new(server: Arc<Server>, t: rmcp::model::Tool) -> McpTool {
+        // OpenCode's naming: the server's name, then the tool's, in characters tool ids take.
+        let id: String = format!("{}_{}", server.name, t.name)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let mut schema = Value::Object((*t.input_schema).clone());
+        if let Some(obj) = schema.as_object_mut() {
+            obj.entry("type")
+                .or_insert_with(|| Value::String("object".into()));
+            obj.entry("properties")
+                .or_insert_with(|| Value::Object(Default::default()));
+        }
+        McpTool {
+            id: Box::leak(id.into_boxed_str()),
+            tool: t.name.to_string(),
+            description: t.description.map(|d| d.to_string()).unwrap_or_else(|| {
+                format!("The {} tool of the MCP server {}.", t.name, server.name)
+            }),
+            schema,
+            server,
+        }
+    }
+
+    fn asks(&self) -> Vec<PermissionRequest> {
+        vec![PermissionRequest::new(
+            self.id,
+            vec!["*".into()],
+            vec!["*".into()],
+        )]
+    }
+}
+
+impl DynTool for McpTool {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn truncation(&self) -> super::truncate::Direction {
+        super::truncate::Direction::Head
+    }
+
+    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> ToolFuture<'a> {
+        Box::pin(async move {
+            ctx.ask_all(self.asks()).await?;
+            self.server.call(&self.tool, args, ctx).await
+        })
+    }
+
+    fn permissions<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> PermissionsFuture<'a> {
+        Box::pin(async move { Ok(self.asks()) })
+    }
+}

@@ -1,0 +1,195 @@
+//! MCP servers inside the wall: a small real server (runner's own `mcp test-server`, built
+//! with rmcp's server side, static like runner) started over stdio inside the landlock and
+//! docker sandboxes; its tools listed and called, a rule denying one of them holds, it can
+//! read the worktree but not the host's files, and killing it mid-call gives a clear error
+//! and a restart.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+struct Project {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    data: PathBuf,
+}
+
+/// A worktree whose config names the server, with the server's binary inside it (a
+/// sandbox runs what it can see).
+fn project() -> Project {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let root = base.join("repo");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(root.join(".runner")).unwrap();
+    std::fs::create_dir_all(root.join(".bin")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let server = root.join(".bin/runner");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_runner"), &server).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_runner"), &server).unwrap();
+    }
+    std::fs::write(
+        root.join(".runner/config.toml"),
+        format!(
+            "[mcp.t]\ncommand = \"{}\"\nargs = [\"mcp\", \"test-server\"]\n",
+            server.display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(root.join("notes.txt"), "in the worktree\n").unwrap();
+    std::fs::write(outside.join("secret.txt"), "HOST SECRET\n").unwrap();
+    Project {
+        data: base.join("data"),
+        _tmp: tmp,
+        root,
+        outside,
+    }
+}
+
+fn runner(p: &Project, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(args)
+        .arg("--root")
+        .arg(&p.root)
+        .env("XDG_DATA_HOME", &p.data)
+        .env("XDG_CONFIG_HOME", p.data.join("config"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn call(p: &Project, backend: &str, tool: &str, args: Value, extra: &[&str]) -> (Output, Value) {
+    let a = args.to_string();
+    let mut all = vec!["mcp", "call", "t", tool, &a, "--json", "--sandbox", backend];
+    all.extend_from_slice(extra);
+    let out = runner(p, &all);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, v)
+}
+
+fn mcp_on(backend: &str) {
+    let p = project();
+    let listed = runner(&p, &["mcp", "list", "--json", "--sandbox", backend]);
+    assert!(listed.status.success(), "{backend}: {listed:?}");
+    let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(states[0]["name"], "t", "{states}");
+    assert_eq!(states[0]["state"], "running", "{states}");
+    assert_eq!(states[0]["tools"], json!(["echo", "read", "crash"]));
+
+    let (out, v) = call(&p, backend, "echo", json!({"text": "hello"}), &[]);
+    assert_eq!(out.status.code(), Some(0), "{backend}: {out:?}");
+    assert_eq!(v["output"], "hello");
+
+    // Behind the wall: the worktree is readable, the host's files are not.
+    let (out, v) = call(&p, backend, "read", json!({"path": "notes.txt"}), &[]);
+    assert_eq!(out.status.code(), Some(0), "{backend}: {v}");
+    assert_eq!(v["output"], "in the worktree\n");
+    let secret = p.outside.join("secret.txt").display().to_string();
+    let (out, v) = call(&p, backend, "read", json!({"path": secret}), &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{backend}: the host file was read: {v}"
+    );
+    assert!(!v.to_string().contains("HOST SECRET"), "{v}");
+
+    // Its tools are behind the gate, by name.
+    let deny = p.data.join("deny.toml");
+    std::fs::create_dir_all(&p.data).unwrap();
+    std::fs::write(&deny, "[permission]\nt_echo = \"deny\"\n").unwrap();
+    let d = deny.display().to_string();
+    let (out, v) = call(&p, backend, "echo", json!({"text": "x"}), &["--config", &d]);
+    assert_eq!(out.status.code(), Some(3), "{backend}: {v}");
+    let (out, _) = call(
+        &p,
+        backend,
+        "read",
+        json!({"path": "notes.txt"}),
+        &["--config", &d],
+    );
+    assert_eq!(out.status.code(), Some(0), "{backend}: the deny spread");
+
+    // Killed mid-call: a clear error, and the next call starts it again.
+    let script = p.data.join("calls.jsonl");
+    std::fs::write(
+        &script,
+        format!(
+            "{}\n{}\n",
+            json!({"tool": "t_crash", "args": {}}),
+            json!({"tool": "t_echo", "args": {"text": "back"}})
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = runner(
+        &p,
+        &[
+            "tool",
+            "script",
+            &script.display().to_string(),
+            "--sandbox",
+            backend,
+        ],
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{backend}: the crash hung the call"
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let crashed = lines[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        crashed.contains("stopped during the call"),
+        "{backend}: {lines:?}"
+    );
+    assert_eq!(lines[1]["output"], "back", "{backend}: {lines:?}");
+}
+
+#[test]
+fn an_mcp_server_runs_behind_the_landlock_wall() {
+    mcp_on("landlock");
+}
+
+#[test]
+fn an_mcp_server_runs_behind_the_docker_wall() {
+    common::engine::docker();
+    mcp_on("docker");
+}
+
+#[test]
+fn a_server_that_cannot_start_says_so_and_the_rest_goes_on() {
+    let p = project();
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        "[mcp.gone]\ncommand = \"/no/such/server\"\n",
+    )
+    .unwrap();
+    let listed = runner(&p, &["mcp", "list", "--json", "--sandbox", "landlock"]);
+    assert!(listed.status.success(), "{listed:?}");
+    let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert!(
+        states[0]["state"].as_str().unwrap().starts_with("failed"),
+        "{states}"
+    );
+    // The built-in tools still work in a session whose server is broken.
+    let args = json!({"command": "echo fine", "description": "x"}).to_string();
+    let out = runner(
+        &p,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--sandbox",
+            "landlock",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+}
