@@ -1474,3 +1474,57 @@ fn the_projects_own_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
     assert!(content.contains("FAIL"), "{content}");
     assert!(content.contains(r#"{"verbose":true}"#), "{content}");
 }
+
+#[test]
+fn an_mcp_servers_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
+    let h = Harness::new();
+    std::fs::create_dir_all(h.wt.join(".runner")).unwrap();
+    std::fs::create_dir_all(h.wt.join(".bin")).unwrap();
+    let server = h.wt.join(".bin/runner");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_runner"), &server).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_runner"), &server).unwrap();
+    }
+    std::fs::write(
+        h.wt.join(".runner/config.toml"),
+        format!(
+            "[mcp.t]\ncommand = \"{}\"\nargs = [\"mcp\", \"test-server\"]\n",
+            server.display()
+        ),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call("t_read", json!({"path": "add.sh"}))),
+        Response::Stream(text("It subtracts.")),
+    ]);
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/g",
+            "--sandbox",
+            "landlock",
+            "--json",
+            "look",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let offered = offered(&model, 0);
+    for t in ["t_echo", "t_read", "t_crash"] {
+        assert!(offered.contains(&t.to_string()), "{offered:?}");
+    }
+    let result = model.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap();
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("echo $(($1 - $2))"),
+        "{result}"
+    );
+}

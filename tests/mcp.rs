@@ -193,3 +193,38 @@ fn a_server_that_cannot_start_says_so_and_the_rest_goes_on() {
     );
     assert!(out.status.success(), "{out:?}");
 }
+
+#[test]
+fn opencodes_mcp_section_is_read_as_it_is() {
+    let p = project();
+    std::fs::remove_file(p.root.join(".runner/config.toml")).unwrap();
+    let oc = p.data.join("opencode.json");
+    std::fs::create_dir_all(&p.data).unwrap();
+    std::fs::write(
+        &oc,
+        format!(
+            "{{\n  // OpenCode's own format\n  \"mcp\": {{\"oc\": {{\"type\": \"local\", \"command\": [\"{}\", \"mcp\", \"test-server\"], \"enabled\": true}}}}\n}}\n",
+            p.root.join(".bin/runner").display()
+        ),
+    )
+    .unwrap();
+    let oc = oc.display().to_string();
+    let out = runner(
+        &p,
+        &[
+            "mcp",
+            "call",
+            "oc",
+            "echo",
+            r#"{"text":"from opencode"}"#,
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--config",
+            &oc,
+        ],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(v["output"], "from opencode");
+}

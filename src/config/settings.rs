@@ -146,17 +146,25 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
         Some("json" | "jsonc")
     );
     if is_json {
-        // An OpenCode config: only its `model` means the same thing here.
-        let model = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
+        // An OpenCode config: its `model` and its `mcp` servers mean the same thing here.
+        let doc = serde_json::from_str::<serde_json::Value>(
+            &crate::permission::config::strip_json_comments(&text),
+        )
+        .ok();
+        let model = doc
+            .as_ref()
             .and_then(|v| v.get("model").and_then(|m| m.as_str()).map(str::to_string));
+        let mcp = match doc.as_ref().and_then(|v| v.get("mcp")) {
+            Some(servers) => crate::tool::mcp::from_opencode(servers).map_err(err)?,
+            None => BTreeMap::new(),
+        };
         return Ok(FileSettings {
             model,
             provider: BTreeMap::new(),
             retry: None,
             context: None,
             hooks: Vec::new(),
-            mcp: BTreeMap::new(),
+            mcp,
         });
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;

@@ -247,7 +247,7 @@ pub fn parse_opencode_json(text: &str, origin: &str, home: &str) -> Result<Vec<R
 
 /// OpenCode reads its config as JSONC; comments are dropped (outside strings) so such a
 /// file parses unchanged.
-fn strip_json_comments(text: &str) -> String {
+pub fn strip_json_comments(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     let mut in_string = false;

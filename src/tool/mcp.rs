@@ -12,7 +12,9 @@
 //! message saying so; the next call starts it again, at most [`MAX_RESTARTS`] times. Its
 //! processes die with the sandbox.
 //!
-//! Not built yet: servers over streamable HTTP (`url`), and OpenCode's `mcp` section.
+//! OpenCode's `mcp` section (`{"type": "local", "command": [...], "environment": {...}}`)
+//! is read as it is. Not built yet: servers over streamable HTTP (`url`, OpenCode's
+//! `"type": "remote"`), which are refused with that reason when used.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,6 +60,71 @@ pub struct McpSpec {
 }
 
 type Client = RunningService<RoleClient, ()>;
+
+/// OpenCode's `mcp` object: `{NAME: {"type": "local", "command": [PROGRAM, ARGS…],
+/// "environment": {…}, "enabled": bool, "timeout": ms} | {"type": "remote", "url": …,
+/// "headers": {…}}}`.
+pub fn from_opencode(servers: &Value) -> Result<BTreeMap<String, McpSpec>, String> {
+    let Some(servers) = servers.as_object() else {
+        return Err("mcp must be an object of servers".into());
+    };
+    let mut out = BTreeMap::new();
+    for (name, s) in servers {
+        let strings = |key: &str| -> BTreeMap<String, String> {
+            s.get(key)
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut words = s
+            .get("command")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+            .into_iter();
+        let spec = match s.get("type").and_then(Value::as_str) {
+            Some("remote") => McpSpec {
+                command: None,
+                args: Vec::new(),
+                env: BTreeMap::new(),
+                url: s.get("url").and_then(Value::as_str).map(str::to_string),
+                headers: strings("headers"),
+                enabled: s.get("enabled").and_then(Value::as_bool),
+                timeout: s
+                    .get("timeout")
+                    .and_then(Value::as_f64)
+                    .map(|ms| ms / 1000.0),
+            },
+            _ => McpSpec {
+                command: Some(
+                    words
+                        .next()
+                        .ok_or_else(|| format!("mcp.{name}: command is empty"))?,
+                ),
+                args: words.collect(),
+                env: strings("environment"),
+                url: None,
+                headers: BTreeMap::new(),
+                enabled: s.get("enabled").and_then(Value::as_bool),
+                timeout: s
+                    .get("timeout")
+                    .and_then(Value::as_f64)
+                    .map(|ms| ms / 1000.0),
+            },
+        };
+        out.insert(name.clone(), spec);
+    }
+    Ok(out)
+}
 
 /// One configured server and its connection, started on first use.
 pub struct Server {
@@ -428,5 +495,31 @@ impl DynTool for McpTool {
 
     fn permissions<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> PermissionsFuture<'a> {
         Box::pin(async move { Ok(self.asks()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opencodes_mcp_section_reads_as_it_is() {
+        let servers = from_opencode(&serde_json::json!({
+            "docs": {"type": "local", "command": ["npx", "-y", "docs-mcp"], "environment": {"K": "v"}, "timeout": 5000},
+            "off": {"type": "local", "command": ["x"], "enabled": false},
+            "far": {"type": "remote", "url": "https://mcp.example/x", "headers": {"A": "b"}}
+        }))
+        .unwrap();
+        let docs = &servers["docs"];
+        assert_eq!(docs.command.as_deref(), Some("npx"));
+        assert_eq!(docs.args, ["-y", "docs-mcp"]);
+        assert_eq!(docs.env["K"], "v");
+        assert_eq!(docs.timeout, Some(5.0));
+        assert_eq!(servers["off"].enabled, Some(false));
+        assert_eq!(servers["far"].url.as_deref(), Some("https://mcp.example/x"));
+        assert_eq!(servers["far"].headers["A"], "b");
+        assert!(from_opencode(&serde_json::json!({"bad": {"type": "local"}})).is_err());
+        // Disabled servers are not started at all.
+        assert_eq!(McpServers::new(servers).servers.len(), 2);
     }
 }
