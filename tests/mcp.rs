@@ -228,3 +228,148 @@ fn opencodes_mcp_section_is_read_as_it_is() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(v["output"], "from opencode");
 }
+
+/// A remote MCP server on loopback speaking streamable HTTP (JSON answers to JSON-RPC
+/// POSTs, as the transport allows), written out here so the test sees every request: what
+/// reaches it, with which headers.
+struct FarServer {
+    url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn far_server() -> FarServer {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut head = String::new();
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    head.push_str(&line);
+                }
+                let mut body = vec![0u8; length];
+                let _ = reader.read_exact(&mut body);
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                log.lock().unwrap().push(format!("{head}\n{request}"));
+                let mut stream = stream;
+                let reply = |status: &str, body: Option<Value>| {
+                    let text = body.map(|b| b.to_string()).unwrap_or_default();
+                    format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nMcp-Session-Id: far-1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                        text.len()
+                    )
+                };
+                let answer = if !head.starts_with("POST") {
+                    reply("405 Method Not Allowed", None)
+                } else {
+                    let id = request["id"].clone();
+                    let result = match request["method"].as_str().unwrap_or_default() {
+                        "initialize" => Some(json!({
+                            "protocolVersion": request["params"]["protocolVersion"],
+                            "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "far", "version": "1"}
+                        })),
+                        "tools/list" => Some(json!({"tools": [{
+                            "name": "hello", "description": "Greets from far away.",
+                            "inputSchema": {"type": "object", "properties": {}}
+                        }]})),
+                        "tools/call" => Some(
+                            json!({"content": [{"type": "text", "text": "hello from far away"}]}),
+                        ),
+                        _ => None,
+                    };
+                    match result {
+                        Some(r) => reply(
+                            "200 OK",
+                            Some(json!({"jsonrpc": "2.0", "id": id, "result": r})),
+                        ),
+                        None => reply("202 Accepted", None),
+                    }
+                };
+                let _ = stream.write_all(answer.as_bytes());
+            });
+        }
+    });
+    FarServer { url, seen }
+}
+
+#[test]
+fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webfetch_rules() {
+    let far = far_server();
+    let p = project();
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!(
+            "[mcp.far]\nurl = \"{}\"\nheaders = {{ X-Token = \"abc123\" }}\n",
+            far.url
+        ),
+    )
+    .unwrap();
+    // The sandbox has no network: the answer can only have come through the host.
+    let out = runner(
+        &p,
+        &[
+            "mcp",
+            "call",
+            "far",
+            "hello",
+            "{}",
+            "--json",
+            "--sandbox",
+            "landlock",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(v["output"], "hello from far away");
+    let seen = far.seen.lock().unwrap().join("\n---\n");
+    assert!(
+        seen.to_ascii_lowercase().contains("x-token: abc123"),
+        "{seen}"
+    );
+    assert!(seen.contains("tools/call"), "{seen}");
+
+    // A rule that refuses the address keeps the host from connecting at all.
+    let before = far.seen.lock().unwrap().len();
+    let deny = p.data.join("deny.toml");
+    std::fs::create_dir_all(&p.data).unwrap();
+    std::fs::write(&deny, "[permission]\nwebfetch = \"deny\"\n").unwrap();
+    let d = deny.display().to_string();
+    let out = runner(
+        &p,
+        &[
+            "mcp",
+            "call",
+            "far",
+            "hello",
+            "{}",
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--config",
+            &d,
+        ],
+    );
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        far.seen.lock().unwrap().len(),
+        before,
+        "a denied server was contacted"
+    );
+}

@@ -13,8 +13,8 @@
 //! processes die with the sandbox.
 //!
 //! OpenCode's `mcp` section (`{"type": "local", "command": [...], "environment": {...}}`)
-//! is read as it is. Not built yet: servers over streamable HTTP (`url`, OpenCode's
-//! `"type": "remote"`), which are refused with that reason when used.
+//! is read as it is. A server with a `url` (OpenCode's `"type": "remote"`) is reached over
+//! streamable HTTP from the host, with its `headers`, behind the `webfetch` rules.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -263,11 +263,8 @@ impl Server {
 
     /// Starts the server inside the sandbox and speaks MCP over its stdio.
     async fn start(&self, ctx: &ToolContext) -> Result<Client, String> {
-        if self.spec.url.is_some() {
-            return Err(format!(
-                "the MCP server {} is remote (url); runner does not reach remote MCP servers yet",
-                self.name
-            ));
+        if let Some(url) = &self.spec.url {
+            return self.connect_remote(url, ctx).await;
         }
         let Some(command) = &self.spec.command else {
             return Err(format!(
@@ -349,6 +346,39 @@ impl Server {
         ().serve((read, write))
             .await
             .map_err(|e| self.failure(&format!("did not start: {e}")))
+    }
+
+    /// A remote server over streamable HTTP, reached from the host: the sandbox has no
+    /// network, and the connection is judged by the `webfetch` rules, as every request the
+    /// host makes for the agent is.
+    async fn connect_remote(&self, url: &str, ctx: &ToolContext) -> Result<Client, String> {
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let ask = PermissionRequest::new("webfetch", vec![url.to_string()], vec!["*".into()]);
+        ctx.ask_all(vec![ask])
+            .await
+            .map_err(|e| format!("the MCP server {} at {url} was not allowed: {e}", self.name))?;
+        crate::http::install_tls();
+        let mut headers = reqwest012::header::HeaderMap::new();
+        for (k, v) in &self.spec.headers {
+            let name = reqwest012::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| format!("mcp.{}: header {k:?}: {e}", self.name))?;
+            let value = reqwest012::header::HeaderValue::from_str(v)
+                .map_err(|e| format!("mcp.{}: header {k:?}: {e}", self.name))?;
+            headers.insert(name, value);
+        }
+        let client = reqwest012::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        let transport = StreamableHttpClientTransport::with_client(
+            client,
+            StreamableHttpClientTransportConfig::with_uri(url.to_string()),
+        );
+        ().serve(transport)
+            .await
+            .map_err(|e| format!("the MCP server {} at {url} did not start: {e}", self.name))
     }
 
     async fn call(
