@@ -1528,3 +1528,24 @@ fn an_mcp_servers_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
         "{result}"
     );
 }
+
+#[test]
+fn a_session_end_hook_runs_when_the_run_ends() {
+    let h = Harness::new();
+    let record = h.config.join("ended.json");
+    std::fs::create_dir_all(h.config.join("runner")).unwrap();
+    std::fs::write(
+        h.config.join("runner/config.toml"),
+        format!(
+            "[[hooks]]\nevent = \"session_end\"\ncommand = \"cat > {}\"\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(vec![Response::Stream(text("Nothing to do."))]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let ended: Value = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+    assert_eq!(ended["event"], "session_end");
+    assert_eq!(ended["reason"], "finished");
+}

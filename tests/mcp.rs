@@ -373,3 +373,23 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
         "a denied server was contacted"
     );
 }
+
+#[test]
+fn permission_check_knows_a_servers_tools_without_starting_it() {
+    let p = project();
+    let deny = p.data.join("deny.toml");
+    std::fs::create_dir_all(&p.data).unwrap();
+    std::fs::write(&deny, "[permission]\n\"t_*\" = \"deny\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["permission", "check", "t_echo", r#"{"text":"x"}"#, "--root"])
+        .arg(&p.root)
+        .arg("--config")
+        .arg(&deny)
+        .env("XDG_DATA_HOME", &p.data)
+        .env("XDG_CONFIG_HOME", p.data.join("config"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(v["decision"], "deny", "{out:?}");
+    assert_eq!(v["asks"][0]["permission"], "t_echo");
+}

@@ -99,6 +99,17 @@ pub fn profile_and_rules(
     Ok((loaded.profile, loaded.rules))
 }
 
+/// The configured MCP server whose tool `tool` (`NAME_tool`) would be.
+fn mcp_server_of(tool: &str, root: &std::path::Path, scope: &Scope) -> Option<String> {
+    let (settings, _) =
+        crate::config::settings::Settings::load(root, scope.rules.config.as_deref()).ok()?;
+    settings
+        .mcp
+        .keys()
+        .find(|name| tool.starts_with(&format!("{name}_")))
+        .cloned()
+}
+
 /// What an ask amounts to under a profile that answers asks itself.
 fn effective(action: Action, profile: &Profile) -> Action {
     match (action, profile.ask) {
@@ -156,6 +167,15 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
     let (registry, _) = crate::tool::user::registry(&ctx).await;
     let asks = match registry.permissions(tool, args, &ctx).await {
         Ok(asks) => asks,
+        // A configured MCP server's tool: its ask is its name, known without starting the
+        // server (nothing runs here).
+        Err(_) if mcp_server_of(tool, &root, scope).is_some() => {
+            vec![crate::permission::PermissionRequest::new(
+                tool,
+                vec!["*".into()],
+                vec!["*".into()],
+            )]
+        }
         Err(e) => {
             eprintln!("runner: {e}");
             return exit::USAGE;
