@@ -146,7 +146,13 @@ impl SessionOptions {
                 truncator.dir().display()
             ))
         })?;
-        let rules = self.rules(Some(truncator.dir()))?;
+        let mut rules = self.rules(Some(truncator.dir()))?;
+        // The rest of the config (model, providers, hooks, MCP servers), read once here for
+        // everything that runs in the session; a broken file stops it before any sandbox.
+        let (settings, notes) =
+            crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+        rules.notes.extend(notes);
         let mut spec = self.spec(&rules.profile)?;
         // A copy workspace: the sandbox works in a private copy, and the checkout is not
         // touched until the changes are applied.
@@ -183,9 +189,6 @@ impl SessionOptions {
                 )));
             }
         };
-        let (settings, _) =
-            crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
-                .map_err(|e| OpenError::Usage(e.to_string()))?;
         // Host hooks run where the agent's files are on the host: the checkout, or its copy.
         let host_root = match (&workspace, &self.in_image) {
             (Some(ws), _) => ws.work(),
@@ -193,7 +196,7 @@ impl SessionOptions {
             (None, Some(_)) => self.root.clone(),
         };
         let hooks = crate::tool::hooks::Hooks {
-            hooks: settings.hooks,
+            hooks: settings.hooks.clone(),
             host_root,
         };
         let asker = asker(self.ask, &rules.profile);
@@ -205,7 +208,9 @@ impl SessionOptions {
             Arc::new(truncator),
         )
         .with_hooks(Arc::new(hooks))
-        .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(settings.mcp)));
+        .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
+            settings.mcp.clone(),
+        )));
         Ok(OpenSession {
             ctx,
             profile: rules.profile,
@@ -214,6 +219,7 @@ impl SessionOptions {
             spec,
             asker,
             workspace,
+            settings,
         })
     }
 }
@@ -231,6 +237,8 @@ pub struct OpenSession {
     /// The private copy the sandbox works in (`--workspace copy`). The caller reports it
     /// once the sandbox is closed.
     pub workspace: Option<crate::workspace::Workspace>,
+    /// The config's other keys (model, providers, retry, context), as every layer set them.
+    pub settings: crate::config::settings::Settings,
 }
 
 impl OpenSession {

@@ -345,8 +345,14 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
     );
     assert!(seen.contains("tools/call"), "{seen}");
 
-    // A rule that refuses the address keeps the host from connecting at all.
-    let before = far.seen.lock().unwrap().len();
+    // A rule that refuses the address keeps the host from connecting at all. The server
+    // is named at a path of its own here, so that a late request of the first run (its
+    // session closing) cannot be mistaken for one of this run.
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!("[mcp.far]\nurl = \"{}-denied\"\n", far.url),
+    )
+    .unwrap();
     let deny = p.data.join("deny.toml");
     std::fs::create_dir_all(&p.data).unwrap();
     std::fs::write(&deny, "[permission]\nwebfetch = \"deny\"\n").unwrap();
@@ -367,10 +373,10 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
         ],
     );
     assert_ne!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(
-        far.seen.lock().unwrap().len(),
-        before,
-        "a denied server was contacted"
+    let seen = far.seen.lock().unwrap().join("\n---\n");
+    assert!(
+        !seen.contains("/mcp-denied"),
+        "a denied server was contacted: {seen}"
     );
 }
 

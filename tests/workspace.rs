@@ -64,27 +64,32 @@ fn runner(c: &Checkout, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `runner tool call bash COMMAND` in a copy on `backend`, not yet run.
+fn copy_call(c: &Checkout, backend: &str, command: &str) -> Command {
+    let args = serde_json::json!({"command": command, "description": "work"}).to_string();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+    cmd.args([
+        "tool",
+        "call",
+        "bash",
+        &args,
+        "--workspace",
+        "copy",
+        "--sandbox",
+        backend,
+    ])
+    .args(["--ask", "allow", "--root"])
+    .arg(&c.root)
+    .env("XDG_DATA_HOME", &c.data)
+    .env("XDG_CONFIG_HOME", c.data.join("config"))
+    .current_dir(&c.root)
+    .stdin(Stdio::null());
+    cmd
+}
+
 /// `runner tool call bash COMMAND` in a copy; returns the workspace id it printed.
 fn in_copy(c: &Checkout, backend: &str, command: &str) -> String {
-    let args = serde_json::json!({"command": command, "description": "work"}).to_string();
-    let root = c.root.display().to_string();
-    let out = runner(
-        c,
-        &[
-            "tool",
-            "call",
-            "bash",
-            &args,
-            "--workspace",
-            "copy",
-            "--sandbox",
-            backend,
-            "--ask",
-            "allow",
-            "--root",
-            &root,
-        ],
-    );
+    let out = copy_call(c, backend, command).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{out:?}");
     err.lines()
@@ -257,26 +262,7 @@ fn apply_brings_exactly_the_reviewed_changes_and_refuses_a_conflict() {
 fn a_copy_whose_run_was_killed_is_reaped_by_the_next_and_a_finished_one_waits() {
     let c = checkout();
     let waiting = in_copy(&c, "landlock", "echo kept > kept.txt");
-    let args = serde_json::json!({"command": "sleep 60", "description": "hang"}).to_string();
-    let root = c.root.display().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args([
-            "tool",
-            "call",
-            "bash",
-            &args,
-            "--workspace",
-            "copy",
-            "--sandbox",
-            "landlock",
-            "--ask",
-            "allow",
-            "--root",
-            &root,
-        ])
-        .env("XDG_DATA_HOME", &c.data)
-        .env("XDG_CONFIG_HOME", c.data.join("config"))
-        .stdin(Stdio::null())
+    let mut child = copy_call(&c, "landlock", "sleep 60")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -400,28 +386,7 @@ fn attack_apply_never_writes_through_links_nor_brings_a_git_or_a_hosts_file() {
 #[test]
 fn a_copy_in_use_is_neither_applied_nor_discarded() {
     let c = checkout();
-    let args =
-        serde_json::json!({"command": "echo busy > busy.txt; sleep 20", "description": "busy"})
-            .to_string();
-    let root = c.root.display().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args([
-            "tool",
-            "call",
-            "bash",
-            &args,
-            "--workspace",
-            "copy",
-            "--sandbox",
-            "landlock",
-            "--ask",
-            "allow",
-            "--root",
-            &root,
-        ])
-        .env("XDG_DATA_HOME", &c.data)
-        .env("XDG_CONFIG_HOME", c.data.join("config"))
-        .stdin(Stdio::null())
+    let mut child = copy_call(&c, "landlock", "echo busy > busy.txt; sleep 20")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

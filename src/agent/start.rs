@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use super::events::{Event, EventSink};
 use super::record::{self, Loaded, Record, Recorder};
 use super::{Agent, End, LoopOptions, Outcome, Runtime, agents};
-use crate::config::settings::Settings;
 use crate::llm::config::resolve;
 use crate::llm::retry::Retry;
 use crate::session::{OpenError, OpenSession, SessionOptions};
@@ -99,8 +98,6 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         user,
     } = options;
     let root = crate::session::absolute_root(&session.root);
-    let (settings, mut notes) = Settings::load(&root, session.config.as_deref())
-        .map_err(|e| StartError::Usage(e.to_string()))?;
     // The conversation to continue, found before anything starts.
     let resumed = match &resume {
         None => None,
@@ -110,7 +107,6 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         Some(l) => l.id(),
         None => record::new_id(),
     };
-    let model_spec = model.or(settings.model.clone());
     let retry_events = events.clone();
     let retry_session = id.clone();
     let on_retry = Arc::new(move |r: Retry| {
@@ -133,7 +129,9 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             OpenError::Sandbox(m) => StartError::Sandbox(m),
             OpenError::Failed(m) => StartError::Failed(m),
         })?;
-    notes.extend(open.notes.iter().cloned());
+    let mut notes = open.notes.clone();
+    let settings = open.settings.clone();
+    let model_spec = model.or(settings.model.clone());
     let mut base = open.ctx.clone();
     base.user = user;
     let user_agents = crate::config::config_dir().join("agents");

@@ -164,7 +164,12 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         gate.clone(),
         Arc::new(Truncator::new(Truncator::default_dir())),
     );
-    let (registry, _) = crate::tool::user::registry(&ctx).await;
+    let builtin = crate::tool::Registry::builtin();
+    let registry = if builtin.get(tool).is_some() {
+        builtin
+    } else {
+        crate::tool::user::registry(&ctx).await.0
+    };
     let asks = match registry.permissions(tool, args, &ctx).await {
         Ok(asks) => asks,
         // A configured MCP server's tool: its ask is its name, known without starting the

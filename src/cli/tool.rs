@@ -79,10 +79,17 @@ pub async fn run(cmd: ToolCommand) -> u8 {
                 Ok(x) => x,
                 Err(code) => return code,
             };
-            let (registry, notes) = crate::tool::user::registry(&ctx).await;
-            for note in notes {
-                eprintln!("runner: {note}");
-            }
+            // A built-in needs no look for the user's tools, nor MCP servers started.
+            let builtin = Registry::builtin();
+            let registry = if builtin.get(&name).is_some() {
+                builtin
+            } else {
+                let (registry, notes) = crate::tool::user::registry(&ctx).await;
+                for note in notes {
+                    eprintln!("runner: {note}");
+                }
+                registry
+            };
             let result = registry.call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
             // The sandbox closes (its processes die) before the copy is handed over.

@@ -51,22 +51,8 @@ pub async fn run(
     let started = Instant::now();
     let mut result = TaskResult::new(&task.id, attempt, options.model_label());
     let timeouts = task.timeouts.scaled(options.timeout_multiplier);
-    let infra = |mut result: TaskResult, phase: &str, error: String, retryable: bool| {
-        result.status = Status::InfraError;
-        result.phase = Some(phase.into());
-        result.error = Some(error);
-        Some(Verdict { result, retryable })
-    };
-    // What an interrupted earlier try left here (no result.json, or it would not run
-    // again) is stale.
-    let _ = std::fs::remove_dir_all(out);
-    if let Err(e) = std::fs::create_dir_all(out) {
-        return infra(
-            result,
-            "prepare",
-            format!("cannot create {}: {e}", out.display()),
-            false,
-        );
+    if let Err(e) = fresh_dir(out) {
+        return infra(result, "prepare", e, false);
     }
 
     // The worktree, with the task's base commit.
@@ -162,27 +148,9 @@ pub async fn run(
     if stop.is_cancelled() && !timed_out {
         return None;
     }
-    if timed_out {
-        result.status = Status::Timeout;
-        result.phase = Some("agent".into());
-        result.error = Some(format!("the agent ran past {} s", timeouts.agent.as_secs()));
-    }
-    match &end {
-        End::ProviderError(m) if !timed_out => {
-            return infra(result, "agent", m.clone(), true);
-        }
-        End::SandboxError(m) if !timed_out => {
-            // The agent's own commands can bring its sandbox down; a dead engine cannot
-            // be blamed on it.
-            if super::engine_alive(engine).await {
-                result.status = Status::AgentError;
-                result.phase = Some("agent".into());
-                result.error = Some(m.clone());
-            } else {
-                return infra(result, "agent", format!("the engine failed: {m}"), true);
-            }
-        }
-        _ => {}
+    if let Err(infra) = judge_end(&mut result, Some(&end), timed_out, timeouts.agent, engine).await
+    {
+        return infra;
     }
 
     // The diff, from the host's copy of the base, and the verdict, in a fresh sandbox. A
@@ -253,6 +221,65 @@ pub async fn run(
             })
         }
         Judged::Failed(e) => infra(result, "verify", format!("the engine failed: {e}"), true),
+    }
+}
+
+/// An attempt that ends as the infrastructure's failure: no verdict, and `retryable` says
+/// whether another try could go differently.
+pub(super) fn infra(
+    mut result: TaskResult,
+    phase: &str,
+    error: String,
+    retryable: bool,
+) -> Option<Verdict> {
+    result.status = Status::InfraError;
+    result.phase = Some(phase.into());
+    result.error = Some(error);
+    Some(Verdict { result, retryable })
+}
+
+/// An attempt's result folder, empty: what an interrupted earlier try left there (no
+/// result.json, or it would not run again) is stale.
+pub(super) fn fresh_dir(out: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))
+}
+
+/// What the agent's end makes of the attempt: a timeout, the agent's own error (it brought
+/// its sandbox down), or (`Err`) the infrastructure's failure (the provider, a dead engine).
+pub(super) async fn judge_end(
+    result: &mut TaskResult,
+    end: Option<&End>,
+    timed_out: bool,
+    limit: Duration,
+    engine: Option<&super::engines::Engine>,
+) -> Result<(), Option<Verdict>> {
+    if timed_out {
+        result.status = Status::Timeout;
+        result.phase = Some("agent".into());
+        result.error = Some(format!("the agent ran past {} s", limit.as_secs()));
+        return Ok(());
+    }
+    match end {
+        Some(End::ProviderError(m)) => Err(infra(result.clone(), "agent", m.clone(), true)),
+        Some(End::SandboxError(m)) => {
+            // The agent's own commands can bring its sandbox down; a dead engine cannot
+            // be blamed on it.
+            if super::engine_alive(engine).await {
+                result.status = Status::AgentError;
+                result.phase = Some("agent".into());
+                result.error = Some(m.clone());
+                Ok(())
+            } else {
+                Err(infra(
+                    result.clone(),
+                    "agent",
+                    format!("the engine failed: {m}"),
+                    true,
+                ))
+            }
+        }
+        _ => Ok(()),
     }
 }
 

@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::EvalOptions;
-use super::attempt::{self, LOG_LIMIT, Verdict, drop_blocking, write_file};
+use super::attempt::{
+    self, LOG_LIMIT, Verdict, drop_blocking, fresh_dir, infra, judge_end, write_file,
+};
 use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
@@ -56,27 +58,17 @@ pub async fn run(
 ) -> Option<Verdict> {
     let started = Instant::now();
     let mut result = TaskResult::new(&task.id, attempt, options.model_label());
-    let infra = |mut result: TaskResult, phase: &str, error: String, retryable: bool| {
-        result.status = Status::InfraError;
-        result.phase = Some(phase.into());
-        result.error = Some(error);
-        Some(Verdict { result, retryable })
-    };
-    let _ = std::fs::remove_dir_all(out);
-    if let Err(e) = std::fs::create_dir_all(out) {
-        return infra(
-            result,
-            "prepare",
-            format!("cannot create {}: {e}", out.display()),
-            false,
-        );
+    if let Err(e) = fresh_dir(out) {
+        return infra(result, "prepare", e, false);
     }
-    let scale = |d: Option<Duration>, default: Duration| {
-        super::tasks::seconds(d.unwrap_or(default).as_secs_f64() * options.timeout_multiplier)
-            .unwrap_or(default)
-    };
-    let agent_limit = scale(task.agent.timeout, options.timeouts.agent);
-    let verify_limit = scale(task.verifier.timeout, options.timeouts.verify);
+    // The task's limits where it sets them, the flags' elsewhere; the multiplier on all.
+    let limits = super::tasks::Timeouts {
+        setup: task.environment.build_timeout.unwrap_or(BUILD_TIMEOUT),
+        agent: task.agent.timeout.unwrap_or(options.timeouts.agent),
+        verify: task.verifier.timeout.unwrap_or(options.timeouts.verify),
+    }
+    .scaled(options.timeout_multiplier);
+    let (agent_limit, verify_limit) = (limits.agent, limits.verify);
     // Read from the task folder now: a folder that cannot be read is the task's failure,
     // found before anything runs.
     let tests = match pack_as(&task.tests, "tests") {
@@ -87,7 +79,7 @@ pub async fn run(
     // The image. A stop during a build ends it: the engine cancels a build whose client
     // went away.
     let build_started = Instant::now();
-    let limit = scale(task.environment.build_timeout, BUILD_TIMEOUT);
+    let limit = limits.setup;
     let built = async {
         match (&task.build_context, &task.environment.docker_image) {
             (Some(context), _) => engine.builder.image_for(context, limit).await,
@@ -197,25 +189,16 @@ pub async fn run(
         return None;
     }
     result.end = end.as_ref().map(|e| e.reason().to_string());
-    if timed_out {
-        result.status = Status::Timeout;
-        result.phase = Some("agent".into());
-        result.error = Some(format!("the agent ran past {} s", agent_limit.as_secs()));
-    }
-    match &end {
-        Some(End::ProviderError(m)) if !timed_out => {
-            return infra(result, "agent", m.clone(), true);
-        }
-        Some(End::SandboxError(m)) if !timed_out => {
-            if super::engine_alive(Some(engine)).await {
-                result.status = Status::AgentError;
-                result.phase = Some("agent".into());
-                result.error = Some(m.clone());
-            } else {
-                return infra(result, "agent", format!("the engine failed: {m}"), true);
-            }
-        }
-        _ => {}
+    if let Err(infra) = judge_end(
+        &mut result,
+        end.as_ref(),
+        timed_out,
+        agent_limit,
+        Some(engine),
+    )
+    .await
+    {
+        return infra;
     }
 
     // The diff, from the stopped container.

@@ -24,8 +24,6 @@ use serde_json::Value;
 
 use super::ToolContext;
 use crate::permission::PermissionRequest;
-use crate::sandbox::api::ExecRequest;
-use crate::sandbox::client::ExecEvent;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Output kept from a hook (what a blocking hook says is cut by the registry like any tool
@@ -248,46 +246,19 @@ async fn in_sandbox(
     stdin: Vec<u8>,
     timeout: Duration,
 ) -> Result<Ran, String> {
-    let mut execution = ctx
-        .sandbox
-        .client
-        .exec(ExecRequest {
-            command: command.to_string(),
-            cwd: ctx.worktree().to_path_buf(),
-            env: ctx.sandbox.env.clone(),
-            timeout_ms: timeout.as_millis() as u64,
-            stdin: Some(stdin),
-            output_limit: OUTPUT_LIMIT,
-            interactive: false,
-        })
+    let ran = super::collect::run(ctx, command, stdin, timeout, OUTPUT_LIMIT)
         .await
-        .map_err(|e| format!("the sandbox refused the hook: {e}"))?;
-    let mut output = Vec::new();
-    let guard = tokio::time::sleep(timeout + Duration::from_secs(10));
-    tokio::pin!(guard);
-    loop {
-        let event = tokio::select! {
-            e = execution.next() => e.map_err(|e| format!("the sandbox failed during the hook: {e}"))?,
-            _ = &mut guard => {
-                let _ = execution.cancel().await;
-                return Err("the hook did not end in time".into());
-            }
-        };
-        match event {
-            ExecEvent::Output(o) => output.extend_from_slice(&o.data),
-            ExecEvent::Exit(s) => {
-                let mut text = String::from_utf8_lossy(&output).into_owned();
-                if s.timed_out {
-                    text.push_str(&format!(
-                        "\n(the hook ran past its {} s timeout and was killed)",
-                        timeout.as_secs()
-                    ));
-                }
-                return Ok(Ran {
-                    ok: s.code == Some(0) && !s.timed_out,
-                    output: text,
-                });
-            }
-        }
+        .map_err(|e| format!("the hook could not run: {e}"))?;
+    let mut text = String::from_utf8_lossy(&ran.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&ran.stderr));
+    if ran.status.timed_out {
+        text.push_str(&format!(
+            "\n(the hook ran past its {} s timeout and was killed)",
+            timeout.as_secs()
+        ));
     }
+    Ok(Ran {
+        ok: ran.status.code == Some(0) && !ran.status.timed_out,
+        output: text,
+    })
 }

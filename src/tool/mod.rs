@@ -13,6 +13,7 @@ pub mod truncate;
 mod apply_patch;
 mod bash;
 pub mod batch;
+mod collect;
 pub mod edit;
 mod glob;
 mod grep;

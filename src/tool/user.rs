@@ -17,8 +17,6 @@ use serde_json::{Map, Value};
 
 use super::{DynTool, PermissionsFuture, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::permission::PermissionRequest;
-use crate::sandbox::api::{ExecRequest, OutputStream};
-use crate::sandbox::client::ExecEvent;
 
 /// Where tools live below a worktree or the user's config directory.
 pub const TOOLS_DIR: &str = ".runner/tools";
@@ -118,46 +116,11 @@ impl UserTool {
         }
         ctx.ask_all(self.asks()).await?;
         let stdin = serde_json::to_vec(&args).map_err(|e| ToolError::Failed(e.to_string()))?;
-        let mut execution = ctx
-            .sandbox
-            .client
-            .exec(ExecRequest {
-                command: self.command.clone(),
-                cwd: ctx.worktree().to_path_buf(),
-                env: ctx.sandbox.env.clone(),
-                timeout_ms: self.timeout.as_millis() as u64,
-                stdin: Some(stdin),
-                output_limit: CAPTURE_LIMIT,
-                interactive: false,
-            })
-            .await?;
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let mut cancel_sent = false;
-        let guard = tokio::time::sleep(self.timeout + Duration::from_secs(30));
-        tokio::pin!(guard);
-        let status = loop {
-            let event = tokio::select! {
-                event = execution.next() => event?,
-                _ = ctx.cancel.cancelled(), if !cancel_sent => {
-                    cancel_sent = true;
-                    execution.cancel().await?;
-                    continue;
-                }
-                _ = &mut guard => {
-                    return Err(ToolError::Failed(format!(
-                        "the sandbox did not end the {} tool's command 30 s after its timeout",
-                        self.id
-                    )));
-                }
-            };
-            match event {
-                ExecEvent::Output(chunk) => match chunk.stream {
-                    OutputStream::Stdout => stdout.extend_from_slice(&chunk.data),
-                    OutputStream::Stderr => stderr.extend_from_slice(&chunk.data),
-                },
-                ExecEvent::Exit(status) => break status,
-            }
-        };
+        let super::collect::Collected {
+            stdout,
+            stderr,
+            status,
+        } = super::collect::run(ctx, &self.command, stdin, self.timeout, CAPTURE_LIMIT).await?;
         if status.cancelled {
             return Err(ToolError::Cancelled);
         }

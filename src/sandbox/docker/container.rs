@@ -182,19 +182,22 @@ pub(super) struct ContainerGuard {
 impl Drop for ContainerGuard {
     fn drop(&mut self) {
         let (docker, id) = (self.docker.clone(), self.id.clone());
-        // Drop cannot await; a thread with its own small runtime does the removal and the
-        // caller waits for it, so that "closed" means "gone".
-        let handle = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(remove(&docker, &id));
-        });
-        let _ = handle.join();
+        wait_in_drop(async move { remove(&docker, &id).await });
     }
+}
+
+/// Runs an engine call to its end from a `Drop`, which cannot await: on a thread with its
+/// own small runtime, waited for, so that "closed" means done (gone, or stopped).
+pub(super) fn wait_in_drop(call: impl std::future::Future<Output = ()> + Send + 'static) {
+    let handle = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(call);
+        }
+    });
+    let _ = handle.join();
 }
 
 pub async fn remove(docker: &Docker, id: &str) {

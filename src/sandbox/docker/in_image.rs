@@ -26,7 +26,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::SERVER_PATH;
-use super::container::{ContainerGuard, docker_error, serve, served, unique_id};
+use super::container::{ContainerGuard, docker_error, serve, served, unique_id, wait_in_drop};
 use crate::sandbox::spec::{Limits, Network};
 use crate::sandbox::{Sandbox, SandboxError, local};
 
@@ -225,16 +225,8 @@ impl TaskContainer {
             .map_err(|e| fail(&e))
     }
 
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
     pub fn workdir(&self) -> &Path {
         &self.workdir
-    }
-
-    pub fn env(&self) -> &[(String, String)] {
-        &self.env
     }
 
     /// Starts the container with a fresh server and connects to it. Closing the sandbox
@@ -439,17 +431,7 @@ struct StopOnClose {
 impl Drop for StopOnClose {
     fn drop(&mut self) {
         let (docker, id) = (self.docker.clone(), self.id.clone());
-        // As ContainerGuard: Drop cannot await, and "closed" must mean "every process dead".
-        let handle = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(stop(&docker, &id));
-        });
-        let _ = handle.join();
+        wait_in_drop(async move { stop(&docker, &id).await });
     }
 }
 
