@@ -6,6 +6,7 @@ pub mod config;
 pub mod eval;
 pub mod http;
 pub mod llm;
+pub mod network;
 pub mod permission;
 pub mod sandbox;
 pub mod session;

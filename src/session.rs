@@ -160,6 +160,11 @@ impl SessionOptions {
             .workspace
             .or(rules.profile.sandbox.workspace)
             .unwrap_or_default();
+        if spec.network == Network::Allowlist && spec.backend == BackendKind::None {
+            return Err(OpenError::Usage(
+                "--network allowlist needs a wall: with --sandbox none commands reach the network directly and the proxy would be only a suggestion. Use --sandbox landlock or docker".into(),
+            ));
+        }
         if mode == crate::workspace::Mode::Copy && spec.backend == BackendKind::None {
             return Err(OpenError::Usage(
                 "--workspace copy needs a wall around the copy: with --sandbox none the agent's commands can still reach the checkout. Use --sandbox landlock or docker".into(),
@@ -211,6 +216,27 @@ impl SessionOptions {
         .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
             settings.mcp.clone(),
         )));
+        // The proxy judges with the same gate as every tool call, so an ask about a host
+        // reaches the same person (or policy) as an ask about a command.
+        let network = if spec.network == Network::Allowlist {
+            let policy = crate::network::Policy {
+                gate: ctx.gate.clone(),
+                rules: rules.rules.clone(),
+            };
+            let proxy = crate::network::NetworkProxy::start(
+                ctx.sandbox.client.clone(),
+                policy,
+                crate::network::NetworkLimits::default(),
+            )
+            .await
+            .map_err(|e| {
+                OpenError::Sandbox(format!("cannot start the network proxy in the sandbox: {e}"))
+            })?;
+            Some(Arc::new(proxy))
+        } else {
+            None
+        };
+        let ctx = ctx.with_network(network.clone());
         Ok(OpenSession {
             ctx,
             profile: rules.profile,
@@ -220,6 +246,7 @@ impl SessionOptions {
             asker,
             workspace,
             settings,
+            network,
         })
     }
 }
@@ -239,6 +266,8 @@ pub struct OpenSession {
     pub workspace: Option<crate::workspace::Workspace>,
     /// The config's other keys (model, providers, retry, context), as every layer set them.
     pub settings: crate::config::settings::Settings,
+    /// The proxy that is the sandbox's only way out (`--network allowlist`).
+    pub network: Option<Arc<crate::network::NetworkProxy>>,
 }
 
 impl OpenSession {

@@ -74,6 +74,9 @@ fn environment(env: &Environment) -> String {
         (_, Network::None) => {
             "There is no network: package downloads, git fetch and web requests from commands fail. Work with what is installed and in the worktree; if the task needs the network, say so."
         }
+        (_, Network::Allowlist) => {
+            "Commands reach the network only through an HTTP proxy that the environment variables (http_proxy, https_proxy) already point at; pip, npm, cargo, git and curl use it as they are. There is no DNS and no direct connection. Each host is allowed or refused by the user's rules: a refused one answers 403 with the reason, so do not retry it; say which host the task needs."
+        }
         (_, Network::Host) => "Commands can reach the network.",
     };
     format!(

@@ -67,6 +67,12 @@ pub enum Record {
     },
     /// The conversation up to here was replaced by a summary.
     Compaction { session: String, summary: String },
+    /// A connection through the network proxy (`--network allowlist`), once it is over.
+    Network {
+        session: String,
+        #[serde(flatten)]
+        connection: crate::network::ConnectionRecord,
+    },
     End {
         session: String,
         reason: String,
@@ -87,6 +93,7 @@ impl Record {
             | Record::Tool { session, .. }
             | Record::Permission { session, .. }
             | Record::Compaction { session, .. }
+            | Record::Network { session, .. }
             | Record::End { session, .. } => session,
         }
     }

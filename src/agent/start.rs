@@ -177,6 +177,15 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             ))
         })?,
     );
+    if let Some(network) = &open.network {
+        let (recorder, session) = (recorder.clone(), id.clone());
+        network.observe(Arc::new(move |c| {
+            recorder.write(&Record::Network {
+                session: session.clone(),
+                connection: c.clone(),
+            })
+        }));
+    }
     let rt = Runtime::new(
         provider,
         info,

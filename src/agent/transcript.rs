@@ -82,6 +82,9 @@ pub fn transcript(l: &Loaded) -> String {
             Record::Compaction { summary, .. } => {
                 out.push_str(&format!("\n[compacted; summary]\n{summary}\n"));
             }
+            Record::Network { connection, .. } => {
+                out.push_str(&format!("[network] {}\n", connection.line()));
+            }
             Record::End {
                 reason,
                 steps,

@@ -240,6 +240,17 @@ fn seccomp_probe() -> Result<(), String> {
 }
 
 async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
+    // The shell owns the terminal where the protocol would run, so there is no channel
+    // for the proxy's connections yet.
+    if args
+        .spec(root)
+        .is_ok_and(|s| s.network == crate::sandbox::spec::Network::Allowlist)
+    {
+        eprintln!(
+            "runner: sandbox shell cannot carry --network allowlist yet (the proxy's connections travel over the sandbox protocol, and the shell holds the terminal). Use `runner tool call bash` or `runner run` for allow-listed network, or --network none"
+        );
+        return exit::USAGE;
+    }
     // With a copy workspace the shell works in the copy, which is kept for review.
     let copy_without_wall = args.workspace_mode() == Ok(crate::workspace::Mode::Copy)
         && args

@@ -92,6 +92,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             };
             let result = registry.call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
+            report_network(&ctx);
             // The sandbox closes (its processes die) before the copy is handed over.
             drop(ctx);
             super::changes::report(workspace);
@@ -136,6 +137,16 @@ fn list(json: bool, scope: &Scope) -> u8 {
         }
     }
     exit::OK
+}
+
+/// One line per connection the sandbox made through the proxy, on standard error: what a
+/// person reviews, and what an allow-list is written from.
+pub(super) fn report_network(ctx: &ToolContext) {
+    if let Some(network) = &ctx.network {
+        for record in network.records() {
+            eprintln!("network: {}", record.line());
+        }
+    }
 }
 
 pub(super) async fn start(
@@ -314,6 +325,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             first_failure = code;
         }
     }
+    report_network(&ctx);
     drop(ctx);
     super::changes::report(workspace);
     first_failure

@@ -14,6 +14,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// Bytes of one proxied connection that may be in flight, each way, before the receiver
+/// acknowledges them ([`Request::NetAck`], [`Response::NetAck`]).
+pub const NET_WINDOW: u64 = 1 << 20;
+
 /// Upper bound for one frame. A frame this large is a bug or an attack, not a message.
 pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
 
@@ -70,6 +74,39 @@ pub enum Request {
     Rename {
         from: PathBuf,
         to: PathBuf,
+    },
+    /// Listen on the sandbox's own loopback at `port` for the network proxy: each accepted
+    /// connection is announced with [`Response::NetOpened`] and its bytes travel as
+    /// [`Request::NetData`] / [`Response::NetData`]. The server does not interpret them;
+    /// the controller on the host reads the proxy request and decides.
+    ProxyListen {
+        port: u16,
+    },
+    /// Bytes for connection `conn` of the listener `target` (sent as a data frame, see
+    /// [`write_data_frame`]). No response: ordering and flow control are the streams' own.
+    NetData {
+        target: u64,
+        conn: u64,
+        #[serde(with = "bytes_b64")]
+        data: Vec<u8>,
+    },
+    /// The host read `bytes` of the connection's data: the server may read that much more
+    /// from the socket. No response.
+    NetAck {
+        target: u64,
+        conn: u64,
+        bytes: u64,
+    },
+    /// The far end finished sending: shut the socket's write half once what is queued is
+    /// written. No response.
+    NetEof {
+        target: u64,
+        conn: u64,
+    },
+    /// Drop the connection now (refused, failed, over a limit). No response.
+    NetClose {
+        target: u64,
+        conn: u64,
     },
 }
 
@@ -156,6 +193,35 @@ pub enum Response {
     Tree(TreeOutcome),
     Done,
     Error(ApiError),
+    /// The proxy listener is bound; connections follow.
+    Listening {
+        port: u16,
+    },
+    /// A process in the sandbox connected to the proxy listener.
+    NetOpened {
+        conn: u64,
+    },
+    /// Bytes the process sent on the connection (a data frame on the wire).
+    NetData {
+        conn: u64,
+        #[serde(with = "bytes_b64")]
+        data: Vec<u8>,
+    },
+    /// The server wrote `bytes` of the host's data to the socket.
+    NetAck {
+        conn: u64,
+        bytes: u64,
+    },
+    /// The process finished sending (it shut down its write half).
+    NetEof {
+        conn: u64,
+    },
+    /// The connection is gone: closed by the process, reset, or cut because the command
+    /// that opened it ended.
+    NetClosed {
+        conn: u64,
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -330,17 +396,96 @@ pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Resul
 
 /// Reads one frame; `Ok(None)` at a clean end of stream (the peer closed between frames).
 pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> io::Result<Option<T>> {
+    match read_message(input)? {
+        None => Ok(None),
+        Some(Message::Json(body)) => parse_frame(&body).map(Some),
+        Some(Message::Data { .. }) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad frame: a data frame where a message was expected",
+        )),
+    }
+}
+
+/// The flag in a frame's length word that marks a data frame. JSON frames never set it:
+/// their length is capped far below.
+const DATA_FLAG: u32 = 0x8000_0000;
+/// A data frame's header after the length: the listener's request id and the connection.
+const DATA_HEADER: usize = 16;
+
+/// One frame as it arrives: JSON, or the raw bytes of a proxied connection. Data frames
+/// exist because a download through the proxy is bulk data: base64 inside JSON would cost
+/// a third more bytes and two passes over each.
+pub enum Message {
+    Json(Vec<u8>),
+    Data { target: u64, conn: u64, data: Vec<u8> },
+}
+
+/// Reads one frame of either kind; `Ok(None)` at a clean end of stream.
+pub fn read_message(input: &mut impl Read) -> io::Result<Option<Message>> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
+    if let Some(total) = data_frame_len(len)? {
+        let mut header = [0u8; DATA_HEADER];
+        input.read_exact(&mut header)?;
+        let mut data = vec![0u8; total - DATA_HEADER];
+        input.read_exact(&mut data)?;
+        let (target, conn) = split_data_header(&header);
+        return Ok(Some(Message::Data { target, conn, data }));
+    }
     let mut body = vec![0u8; decode_len(len)?];
     input.read_exact(&mut body)?;
-    serde_json::from_slice(&body)
-        .map(Some)
+    Ok(Some(Message::Json(body)))
+}
+
+pub fn parse_frame<T: for<'de> Deserialize<'de>>(body: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(body)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad frame: {e}")))
+}
+
+/// The bytes of a data frame up to its payload: length word (flagged), target, connection.
+pub fn data_frame_header(target: u64, conn: u64, len: usize) -> io::Result<[u8; 4 + DATA_HEADER]> {
+    let total = encode_len(len + DATA_HEADER)?;
+    let mut out = [0u8; 4 + DATA_HEADER];
+    out[..4].copy_from_slice(&(u32::from_be_bytes(total) | DATA_FLAG).to_be_bytes());
+    out[4..12].copy_from_slice(&target.to_be_bytes());
+    out[12..].copy_from_slice(&conn.to_be_bytes());
+    Ok(out)
+}
+
+/// Splits a data frame's header, read after its length word, into target and connection.
+pub fn split_data_header(header: &[u8; DATA_HEADER]) -> (u64, u64) {
+    let (t, c) = header.split_at(8);
+    (
+        u64::from_be_bytes(t.try_into().unwrap_or_default()),
+        u64::from_be_bytes(c.try_into().unwrap_or_default()),
+    )
+}
+
+/// Whether a length word announces a data frame, and the frame's length after the word.
+pub fn data_frame_len(word: [u8; 4]) -> io::Result<Option<usize>> {
+    let word = u32::from_be_bytes(word);
+    if word & DATA_FLAG == 0 {
+        return Ok(None);
+    }
+    let total = decode_len((word & !DATA_FLAG).to_be_bytes())?;
+    if total < DATA_HEADER {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bad frame: a data frame shorter than its header",
+        ));
+    }
+    Ok(Some(total))
+}
+
+/// Writes one data frame.
+pub fn write_data_frame(out: &mut impl Write, target: u64, conn: u64, data: &[u8]) -> io::Result<()> {
+    out.write_all(&data_frame_header(target, conn, data.len())?)
+        .and_then(|()| out.write_all(data))
+        .and_then(|()| out.flush())
 }
 
 pub fn encode_len(len: usize) -> io::Result<[u8; 4]> {
@@ -441,6 +586,34 @@ mod tests {
         .unwrap();
         buf.truncate(buf.len() - 2);
         assert!(read_frame::<ResponseFrame>(&mut buf.as_slice()).is_err());
+    }
+
+    #[test]
+    fn data_frames_carry_raw_bytes_between_json_frames() {
+        let mut buf = Vec::new();
+        let payload: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        write_data_frame(&mut buf, 9, 4, &payload).unwrap();
+        write_frame(&mut buf, &ResponseFrame { id: 9, response: Response::NetOpened { conn: 5 } })
+            .unwrap();
+        // No base64: the frame is the payload plus a fixed header.
+        assert!(buf.len() < payload.len() + 100);
+        let mut input = buf.as_slice();
+        match read_message(&mut input).unwrap() {
+            Some(Message::Data { target, conn, data }) => {
+                assert_eq!((target, conn), (9, 4));
+                assert_eq!(data, payload);
+            }
+            _ => panic!("expected a data frame"),
+        }
+        let next: ResponseFrame = read_frame(&mut input).unwrap().unwrap();
+        assert!(matches!(next.response, Response::NetOpened { conn: 5 }));
+        // A data frame is never mistaken for a message.
+        let mut again = Vec::new();
+        write_data_frame(&mut again, 1, 1, b"x").unwrap();
+        assert!(read_frame::<RequestFrame>(&mut again.as_slice()).is_err());
+        // Nor can a data frame claim less than its own header.
+        let short = (DATA_FLAG | 3).to_be_bytes();
+        assert!(read_message(&mut short.as_slice()).is_err());
     }
 
     #[test]

@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use crate::sandbox::api::{
     ApiError, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest, GrepOutcome,
     GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response, ResponseFrame, Stat,
-    TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse, decode_len,
-    encode_len,
+    TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse, data_frame_header,
+    data_frame_len, decode_len, encode_len, split_data_header,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -114,6 +114,62 @@ impl SandboxClient {
             ));
         }
         Ok((id, rx))
+    }
+
+    /// Sends a request that gets no response (the proxy's stream messages).
+    pub async fn notify(&self, request: Request) -> Result<(), SandboxError> {
+        let json = serde_json::to_vec(&RequestFrame { id: 0, request })
+            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        let len = encode_len(json.len()).map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        self.send_raw(&[&len, &json]).await
+    }
+
+    /// Sends bytes for connection `conn` of listener `target` as one data frame.
+    pub async fn send_data(&self, target: u64, conn: u64, data: &[u8]) -> Result<(), SandboxError> {
+        let header = data_frame_header(target, conn, data.len())
+            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        self.send_raw(&[&header, data]).await
+    }
+
+    async fn send_raw(&self, parts: &[&[u8]]) -> Result<(), SandboxError> {
+        if let Some(reason) = self.closed_reason() {
+            return Err(SandboxError::Disconnected(reason));
+        }
+        let mut writer = self.shared.writer.lock().await;
+        let written = async {
+            for part in parts {
+                writer.write_all(part).await?;
+            }
+            writer.flush().await
+        }
+        .await;
+        written.map_err(|e| {
+            SandboxError::Disconnected(
+                self.closed_reason()
+                    .unwrap_or_else(|| format!("cannot send to the sandbox: {e}")),
+            )
+        })
+    }
+
+    /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the
+    /// returned receiver (see [`crate::sandbox::api::Request::ProxyListen`]).
+    pub async fn proxy_listen(
+        &self,
+        port: u16,
+    ) -> Result<(u64, mpsc::UnboundedReceiver<Response>), SandboxError> {
+        let (id, mut rx) = self.start(Request::ProxyListen { port }).await?;
+        match rx.recv().await {
+            Some(Response::Listening { .. }) => Ok((id, rx)),
+            Some(Response::Error(e)) => {
+                self.forget(id);
+                Err(SandboxError::Api(e))
+            }
+            Some(other) => {
+                self.forget(id);
+                Err(unexpected("proxy_listen", &other))
+            }
+            None => Err(self.disconnected()),
+        }
     }
 
     fn forget(&self, id: u64) {
@@ -406,6 +462,28 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
             } else {
                 format!("reading from the server failed: {e}")
             };
+        }
+        match data_frame_len(len) {
+            Ok(Some(total)) => {
+                let mut header = [0u8; 16];
+                let mut data = vec![0u8; total - header.len()];
+                if let Err(e) = async {
+                    reader.read_exact(&mut header).await?;
+                    reader.read_exact(&mut data).await
+                }
+                .await
+                {
+                    break format!("the server's data was cut off: {e}");
+                }
+                let (target, conn) = split_data_header(&header);
+                let pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(tx) = pending.get(&target) {
+                    let _ = tx.send(Response::NetData { conn, data });
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => break e.to_string(),
         }
         let body_len = match decode_len(len) {
             Ok(n) => n,

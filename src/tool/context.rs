@@ -119,6 +119,9 @@ pub struct ToolContext {
     pub hooks: Option<Arc<super::hooks::Hooks>>,
     /// The session's MCP servers, started on first use.
     pub mcp: Option<Arc<super::mcp::McpServers>>,
+    /// The proxy that is the sandbox's way out (`--network allowlist`); it lives as long
+    /// as a context of the session does, and its records are the session's connections.
+    pub network: Option<Arc<crate::network::NetworkProxy>>,
 }
 
 impl ToolContext {
@@ -144,7 +147,14 @@ impl ToolContext {
             registry: None,
             hooks: None,
             mcp: None,
+            network: None,
         }
+    }
+
+    /// This context with the sandbox's network proxy.
+    pub fn with_network(mut self, network: Option<Arc<crate::network::NetworkProxy>>) -> Self {
+        self.network = network;
+        self
     }
 
     /// This context with MCP servers whose tools join the built-ins.

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::{ConfineError, Confinement};
+use crate::sandbox::spec::Network;
 
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
@@ -45,15 +46,31 @@ pub fn leave_terminal() -> Result<(), ConfineError> {
 pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
     // SAFETY: plain syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let flags = if uid == 0 {
+    let mut flags = if uid == 0 {
         libc::CLONE_NEWNS
     } else {
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS
     };
+    let private_network = c.network == Network::Allowlist;
+    if private_network {
+        flags |= libc::CLONE_NEWNET;
+    }
     // SAFETY: unshare takes only flags; we are single-threaded here.
     let with_pids = unsafe { libc::unshare(flags | libc::CLONE_NEWPID) } == 0;
     if !with_pids && unsafe { libc::unshare(flags) } != 0 {
         let e = errno();
+        if private_network {
+            // The proxy is the only way out only if the sandbox has no network of its own.
+            return Err(ConfineError::new(
+                "network namespace",
+                format!(
+                    "{e}; --network allowlist needs a private network namespace (only a \
+                     loopback inside), and this machine refuses one. Allow unprivileged user \
+                     namespaces (sysctl kernel.unprivileged_userns_clone=1, or the AppArmor \
+                     userns policy), or use --sandbox docker"
+                ),
+            ));
+        }
         if c.protected.is_empty() && c.pinned.is_empty() {
             // Nothing depends on the namespace but the tmpfs size, which then falls back to
             // the per-file limit (`sandbox doctor` reports it).
@@ -72,6 +89,9 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
                     .join(", ")
             ),
         ));
+    }
+    if private_network {
+        loopback_up().map_err(|e| ConfineError::new("network namespace", format!("cannot bring up lo: {e}")))?;
     }
     if uid != 0 {
         let write = |file: &str, data: String| {
@@ -178,6 +198,33 @@ fn supervise(child: libc::pid_t, reap_all: bool) -> ! {
                 libc::kill(child, sig);
             }
         }
+    }
+}
+
+/// A new network namespace starts with `lo` down; the proxy listens on it.
+fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: a datagram socket used only for two interface ioctls on a zeroed ifreq whose
+    // name is set below; the descriptor is closed before returning.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(errno());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        let mut result = Ok(());
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) != 0 {
+            result = Err(errno());
+        } else {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            if libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) != 0 {
+                result = Err(errno());
+            }
+        }
+        libc::close(fd);
+        result
     }
 }
 

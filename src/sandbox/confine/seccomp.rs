@@ -108,8 +108,16 @@ pub fn deny_filter(network: Network, block_unix: bool) -> Result<BpfProgram, Con
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
     let mut families: Vec<libc::c_int> = Vec::new();
-    if network == Network::None {
-        families.extend(NETWORK_FAMILIES);
+    match network {
+        Network::None => families.extend(NETWORK_FAMILIES),
+        // TCP/IP to the proxy on the sandbox's loopback, nothing else: the namespace has no
+        // other interface, and netlink or raw sockets are not needed to reach a proxy.
+        Network::Allowlist => families.extend(
+            NETWORK_FAMILIES
+                .iter()
+                .filter(|f| !matches!(**f, libc::AF_INET | libc::AF_INET6)),
+        ),
+        Network::Host => {}
     }
     // vsock reaches the hypervisor whatever the network namespace says.
     if !families.contains(&libc::AF_VSOCK) {

@@ -61,6 +61,9 @@ fn container_env(spec: &SandboxSpec) -> Vec<(String, String)> {
             env.push((key, v));
         }
     }
+    if spec.network == Network::Allowlist {
+        crate::sandbox::spec::set_proxy_env(&mut env);
+    }
     env
 }
 
@@ -113,7 +116,7 @@ pub fn container_body(
             "/tmp".to_string(),
             format!("rw,exec,nosuid,nodev,size={},mode=1777", limits.tmp_bytes),
         )])),
-        network_mode: Some(spec.network.as_arg().into()),
+        network_mode: Some(spec.network.docker_mode().into()),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         readonly_rootfs: Some(true),

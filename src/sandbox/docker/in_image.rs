@@ -154,7 +154,7 @@ impl TaskContainer {
             env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             host_config: Some(HostConfig {
                 mounts: Some(mounts),
-                network_mode: Some(task.network.as_arg().into()),
+                network_mode: Some(task.network.docker_mode().into()),
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(vec!["no-new-privileges:true".into()]),
                 memory: Some(limits.memory_bytes as i64),

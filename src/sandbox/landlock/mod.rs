@@ -92,6 +92,9 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
     env.push(("PATH".into(), path.join(":")));
     env.push(("HOME".into(), tmp_str.clone()));
     env.push(("TMPDIR".into(), tmp_str));
+    if spec.network == super::spec::Network::Allowlist {
+        super::spec::set_proxy_env(&mut env);
+    }
     Ok(Prepared {
         args,
         env,

@@ -36,7 +36,13 @@ pub struct Running {
     /// `.git/commondir` would make host git take its config and hooks from a directory the
     /// sandbox controls, and no mount can stop a file from being created.
     forbidden: Vec<std::path::PathBuf>,
+    /// Called when a command has ended, before its exit is reported, with the process
+    /// groups of the commands still running (the network proxy cuts what the ended
+    /// command left connected).
+    after_command: Mutex<Option<AfterCommand>>,
 }
+
+type AfterCommand = Box<dyn Fn(&[i32]) + Send + Sync>;
 
 impl Running {
     pub fn with_forbidden(forbidden: Vec<std::path::PathBuf>) -> Running {
@@ -45,6 +51,24 @@ impl Running {
             inputs: Mutex::default(),
             waiting_inputs: Mutex::default(),
             forbidden,
+            after_command: Mutex::default(),
+        }
+    }
+
+    pub fn set_after_command(&self, hook: AfterCommand) {
+        *self.after_command.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    fn command_ended(&self) {
+        let live: Vec<i32> = self
+            .groups
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|(pgid, _)| *pgid)
+            .collect();
+        if let Some(hook) = &*self.after_command.lock().unwrap_or_else(|p| p.into_inner()) {
+            hook(&live);
         }
     }
 
@@ -337,6 +361,7 @@ pub fn run(
         .unwrap_or_else(|p| p.into_inner())
         .remove(&id);
     running.close_input(id);
+    running.command_ended();
     let (wait, timed_out) = status;
     let mut cap = capture.into_inner().unwrap_or_else(|p| p.into_inner());
     for (stream, data) in cap.take_tail() {

@@ -7,6 +7,7 @@
 
 mod exec;
 mod files;
+pub mod net;
 pub mod roots;
 pub mod search;
 
@@ -16,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::OFlags;
 
 use crate::sandbox::api::{
-    ApiError, ErrorKind, Request, RequestFrame, Response, ResponseFrame, read_frame, write_frame,
+    ApiError, ErrorKind, Message, Request, RequestFrame, Response, ResponseFrame, parse_frame,
+    read_message, write_data_frame, write_frame,
 };
 pub use roots::RootSpec;
 use roots::Roots;
@@ -46,16 +48,54 @@ fn serve_with(
     running: Arc<exec::Running>,
 ) -> std::io::Result<()> {
     let roots = Arc::new(Roots::new(roots)?);
-    let output: Arc<Mutex<Box<dyn Write + Send>>> = Arc::new(Mutex::new(Box::new(output)));
+    let output: Arc<Output> = Arc::new(Output(Mutex::new(Box::new(output))));
+    let proxy = Arc::new(net::Proxy::default());
+    {
+        let (proxy, output) = (proxy.clone(), output.clone());
+        running.set_after_command(Box::new(move |live| proxy.command_ended(live, &*output)));
+    }
     let result = loop {
-        let frame: RequestFrame = match read_frame(&mut input) {
-            Ok(Some(frame)) => frame,
+        let frame: RequestFrame = match read_message(&mut input) {
+            Ok(Some(Message::Json(body))) => match parse_frame(&body) {
+                Ok(frame) => frame,
+                Err(e) => break Err(e),
+            },
+            Ok(Some(Message::Data { conn, data, .. })) => {
+                proxy.data(conn, data);
+                continue;
+            }
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
         // Quick, and ordered: handled here rather than on a thread of their own, so that
-        // the pieces of one command's input arrive in the order they were sent.
+        // the pieces of one command's input, and of one connection's bytes, arrive in the
+        // order they were sent.
         match frame.request {
+            Request::NetData { conn, data, .. } => {
+                proxy.data(conn, data);
+                continue;
+            }
+            Request::NetAck { conn, bytes, .. } => {
+                proxy.ack(conn, bytes);
+                continue;
+            }
+            Request::NetEof { conn, .. } => {
+                proxy.eof(conn);
+                continue;
+            }
+            Request::NetClose { conn, .. } => {
+                proxy.close(conn);
+                continue;
+            }
+            Request::ProxyListen { port } => {
+                let (proxy, output) = (proxy.clone(), output.clone());
+                std::thread::spawn(move || {
+                    let sink: Arc<dyn net::Sink> = output.clone();
+                    let end = proxy.listen(frame.id, port, sink);
+                    send(&output, frame.id, end);
+                });
+                continue;
+            }
             Request::Cancel { target } => {
                 running.cancel(target);
                 send(&output, frame.id, Response::Done);
@@ -142,10 +182,24 @@ fn not_interactive(target: u64) -> ApiError {
     )
 }
 
-fn send(output: &Mutex<Box<dyn Write + Send>>, id: u64, response: Response) {
-    let mut out = output.lock().unwrap_or_else(|p| p.into_inner());
+/// The server's output, shared by every thread that answers.
+struct Output(Mutex<Box<dyn Write + Send>>);
+
+fn send(output: &Output, id: u64, response: Response) {
+    let mut out = output.0.lock().unwrap_or_else(|p| p.into_inner());
     // A failed write means the controller is gone; the input side will see EOF and stop.
     let _ = write_frame(&mut *out, &ResponseFrame { id, response });
+}
+
+impl net::Sink for Output {
+    fn response(&self, id: u64, response: Response) {
+        send(self, id, response);
+    }
+
+    fn data(&self, id: u64, conn: u64, data: &[u8]) {
+        let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = write_data_frame(&mut *out, id, conn, data);
+    }
 }
 
 /// Handles one request; `None` when the handler already sent its responses itself (exec).
@@ -173,9 +227,14 @@ fn handle(
                 Err(message) => Some(Response::Error(ApiError::new(ErrorKind::Io, message))),
             };
         }
-        Request::Cancel { .. } | Request::Input { .. } | Request::CloseInput { .. } => {
-            Ok(Response::Done)
-        }
+        Request::Cancel { .. }
+        | Request::Input { .. }
+        | Request::CloseInput { .. }
+        | Request::ProxyListen { .. }
+        | Request::NetData { .. }
+        | Request::NetAck { .. }
+        | Request::NetEof { .. }
+        | Request::NetClose { .. } => Ok(Response::Done),
         Request::Read(req) => files::read(roots, &req).map(Response::Read),
         Request::Write(req) => files::write(roots, &req).map(Response::Written),
         Request::Stat { path } => files::stat(roots, &path).map(Response::Stat),

@@ -1,0 +1,291 @@
+//! The network allow-list: the host's end of the proxy that is a sandbox's only way out.
+//!
+//! In `--network allowlist` mode the sandbox has no route anywhere (a container without a
+//! network, or a private network namespace with only `lo`). Its server listens on that
+//! loopback and relays each connection, unread, over the sandbox protocol (see
+//! `sandbox::server::net`). Here, on the host, each connection's first bytes are read as an
+//! HTTP proxy request ([`request`]), the destination is judged by the `network` permission
+//! rules through the session's gate (so asks, `--ask` and `permission check` work as for
+//! any other rule), the name is resolved here and checked against reserved ranges
+//! ([`address`]), and only then does the host connect. Every connection is recorded.
+
+pub mod address;
+pub mod relay;
+pub mod request;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::permission::rules::{Action, Rule};
+use crate::permission::{PermissionError, PermissionGate, PermissionRequest, wildcard};
+use crate::sandbox::SandboxClient;
+use crate::sandbox::api::Response;
+use crate::sandbox::spec::PROXY_PORT;
+
+/// Limits of one sandbox's network use.
+#[derive(Debug, Clone, Copy)]
+pub struct NetworkLimits {
+    /// Connections open at once; one more is refused with `503`.
+    pub connections: usize,
+    /// Bytes both ways over the whole run; past it every connection is cut.
+    pub bytes: u64,
+    pub connect_timeout: Duration,
+}
+
+impl Default for NetworkLimits {
+    fn default() -> Self {
+        NetworkLimits {
+            connections: 64,
+            bytes: 8 << 30,
+            connect_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// One connection as the session keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ConnectionRecord {
+    pub host: String,
+    pub port: u16,
+    /// `allow` or `deny`.
+    pub decision: String,
+    /// Why it was refused or failed; the rule that decided, where one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The address connected to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// From the sandbox to the destination.
+    pub bytes_sent: u64,
+    /// From the destination to the sandbox.
+    pub bytes_received: u64,
+}
+
+impl ConnectionRecord {
+    /// One line for a person: `allow pypi.org:443 (12 B sent, 3.4 kB received)`.
+    pub fn line(&self) -> String {
+        let mut s = format!("{} {}:{}", self.decision, self.host, self.port);
+        if self.decision == "allow" {
+            s.push_str(&format!(
+                " ({} B sent, {} B received)",
+                self.bytes_sent, self.bytes_received
+            ));
+        }
+        if let Some(r) = &self.reason {
+            s.push_str(&format!(": {r}"));
+        }
+        s
+    }
+}
+
+/// Who decides: the session's gate, and the configured rules for the reserved-address
+/// check (which only a rule written without wildcards can pass).
+pub struct Policy {
+    pub gate: Arc<dyn PermissionGate>,
+    pub rules: Vec<Rule>,
+}
+
+/// A refusal as the command inside sees it: the HTTP status and why.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub status: u16,
+    pub reason: String,
+}
+
+impl Policy {
+    /// Judges `host:port` and resolves it; the addresses to try, or why not.
+    pub async fn decide(&self, host: &str, port: u16, own: &[IpAddr]) -> Result<Vec<SocketAddr>, Refusal> {
+        let request = PermissionRequest::new("network", vec![host.to_string()], vec![host.to_string()])
+            .with_metadata(serde_json::json!({ "port": port }));
+        if let Err(e) = self.gate.ask(&request).await {
+            return Err(Refusal {
+                status: 403,
+                reason: refusal_reason(host, &e),
+            });
+        }
+        let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => {
+                let lookup = tokio::net::lookup_host((host, port));
+                match tokio::time::timeout(Duration::from_secs(10), lookup).await {
+                    Ok(Ok(addrs)) => addrs.collect(),
+                    Ok(Err(e)) => {
+                        return Err(Refusal {
+                            status: 502,
+                            reason: format!("{host} does not resolve on the host: {e}"),
+                        });
+                    }
+                    Err(_) => {
+                        return Err(Refusal {
+                            status: 504,
+                            reason: format!("resolving {host} took over 10 s"),
+                        });
+                    }
+                }
+            }
+        };
+        let name_named = self.named_exactly(host);
+        let mut refused = Vec::new();
+        let usable: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|a| match address::classify(a.ip(), own) {
+                None => true,
+                Some(_) if name_named || self.named_exactly(&a.ip().to_string()) => true,
+                Some(why) => {
+                    refused.push(format!("{} ({})", a.ip(), why.describe()));
+                    false
+                }
+            })
+            .collect();
+        if usable.is_empty() {
+            return Err(Refusal {
+                status: 403,
+                reason: if refused.is_empty() {
+                    format!("{host} resolves to no address")
+                } else {
+                    format!(
+                        "{host} leads to {}, which only a rule naming {host} or the address without wildcards can open (network \"{host}\" = \"allow\")",
+                        refused.join(", ")
+                    )
+                },
+            });
+        }
+        Ok(usable)
+    }
+
+    /// Whether the last configured `network` rule for `subject` allows it and names it
+    /// exactly.
+    fn named_exactly(&self, subject: &str) -> bool {
+        self.rules
+            .iter()
+            .rev()
+            .find(|r| {
+                wildcard::matches("network", &r.permission) && wildcard::matches(subject, &r.pattern)
+            })
+            .is_some_and(|r| {
+                r.action == Action::Allow && r.pattern == subject && !r.pattern.contains(['*', '?'])
+            })
+    }
+}
+
+/// A short reason for the status line and the record: which rule, or who refused.
+fn refusal_reason(host: &str, e: &PermissionError) -> String {
+    match e {
+        PermissionError::Denied(d) => match &d.rule {
+            Some(r) => format!(
+                "{host} is denied by the rule network {:?} = \"deny\" ({} #{})",
+                r.pattern, r.source.origin, r.source.position
+            ),
+            None => format!("{host} is denied"),
+        },
+        PermissionError::Rejected { .. } => format!("the user refused network access to {host}"),
+        PermissionError::Unanswered { reason, .. } => {
+            format!("network access to {host} needs permission and was refused because {reason}")
+        }
+    }
+}
+
+/// What every connection of one sandbox shares.
+pub(crate) struct Shared {
+    pub client: SandboxClient,
+    pub target: u64,
+    pub policy: Policy,
+    pub limits: NetworkLimits,
+    pub own: Vec<IpAddr>,
+    pub records: Mutex<Vec<ConnectionRecord>>,
+    pub bytes: AtomicU64,
+    /// Told of each connection once it is over (the session file).
+    pub observer: Mutex<Option<Observer>>,
+}
+
+/// Called with each connection's final record.
+pub type Observer = Arc<dyn Fn(&ConnectionRecord) + Send + Sync>;
+
+impl Shared {
+    pub fn record(&self, record: ConnectionRecord) -> usize {
+        let mut r = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        r.push(record);
+        r.len() - 1
+    }
+
+    /// The connection at `index` is over: its record is final.
+    pub fn finish(&self, index: usize) {
+        let record = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(index)
+            .cloned();
+        let observer = self.observer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let (Some(record), Some(observer)) = (record, observer) {
+            observer(&record);
+        }
+    }
+
+    pub fn update(&self, index: usize, f: impl FnOnce(&mut ConnectionRecord)) {
+        if let Some(r) = self.records.lock().unwrap_or_else(|p| p.into_inner()).get_mut(index) {
+            f(r);
+        }
+    }
+
+    /// Counts bytes against the run's limit; false once it is spent.
+    pub fn spend(&self, n: u64) -> bool {
+        self.bytes.fetch_add(n, Ordering::Relaxed) + n <= self.limits.bytes
+    }
+}
+
+/// The running proxy of one sandbox. It stops when the sandbox does.
+pub struct NetworkProxy {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NetworkProxy {
+    /// Starts the listener in the sandbox and the dispatcher on the host.
+    pub async fn start(
+        client: SandboxClient,
+        policy: Policy,
+        limits: NetworkLimits,
+    ) -> Result<NetworkProxy, crate::sandbox::SandboxError> {
+        let (target, rx) = client.proxy_listen(PROXY_PORT).await?;
+        let shared = Arc::new(Shared {
+            client,
+            target,
+            policy,
+            limits,
+            own: address::own_addresses(),
+            records: Mutex::default(),
+            bytes: AtomicU64::new(0),
+            observer: Mutex::default(),
+        });
+        let task = tokio::spawn(relay::dispatch(shared.clone(), rx));
+        Ok(NetworkProxy { shared, task })
+    }
+
+    /// Tells `observer` of every connection from now on, once it is over.
+    pub fn observe(&self, observer: Observer) {
+        *self.shared.observer.lock().unwrap_or_else(|p| p.into_inner()) = Some(observer);
+    }
+
+    /// Every connection so far, in the order they were judged.
+    pub fn records(&self) -> Vec<ConnectionRecord> {
+        self.shared
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for NetworkProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The sandbox's events for one connection.
+pub(crate) type Events = tokio::sync::mpsc::UnboundedReceiver<Response>;

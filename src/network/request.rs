@@ -1,0 +1,196 @@
+//! The first thing a client says to an HTTP proxy: `CONNECT host:port` for a tunnel (HTTPS,
+//! git over HTTPS, anything TLS), or a plain HTTP request whose target names the host. The
+//! controller reads it on the host, so what is judged is what the sandbox asked for.
+
+/// The largest request head accepted; more is not a proxy request.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyRequest {
+    /// The host as the client named it: a lower-case domain without a trailing dot, or an
+    /// IP literal (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A tunnel: answer `200`, then relay bytes both ways.
+    Connect,
+    /// A plain request: `head` is what to send the origin (origin-form target, the proxy's
+    /// own headers gone, `Connection: close` so that one connection is one request and one
+    /// host).
+    Forward { head: Vec<u8> },
+}
+
+/// Where a request head ends (`\r\n\r\n`), counting the terminator.
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+/// Parses a complete head; the error is the reason for a `400`.
+pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
+    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8".to_string())?;
+    let mut lines = text.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("not an HTTP request line: {line:?}"));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("unsupported protocol {version:?}"));
+    }
+    let headers: Vec<(&str, &str)> = lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .ok_or_else(|| format!("malformed header line {l:?}"))
+        })
+        .collect::<Result<_, _>>()?;
+    if method == "CONNECT" {
+        let (host, port) = authority(target, None)?;
+        return Ok(ProxyRequest {
+            host,
+            port,
+            kind: Kind::Connect,
+        });
+    }
+    let host_header = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| *v);
+    let (host, port, path) = if let Some(rest) = target.strip_prefix("http://") {
+        let (auth, path) = match rest.find(['/', '?']) {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if auth.contains('@') {
+            return Err("credentials in a proxy URL are not passed on".into());
+        }
+        let (host, port) = authority(auth, Some(80))?;
+        // The origin must see the host that was judged: a different Host header would let
+        // an allowed address serve a name that was never asked about.
+        if let Some(h) = host_header {
+            let (named, named_port) = authority(h, Some(80))?;
+            if named != host || named_port != port {
+                return Err(format!(
+                    "the Host header ({h}) names another host than the request ({auth})"
+                ));
+            }
+        }
+        (host, port, path)
+    } else if target.starts_with('/') {
+        let h = host_header.ok_or("a request without a host: no absolute URL and no Host header")?;
+        let (host, port) = authority(h, Some(80))?;
+        (host, port, target)
+    } else {
+        return Err(format!(
+            "only http:// URLs and CONNECT tunnels go through this proxy, not {target:?} (for https, the client must use CONNECT)"
+        ));
+    };
+    let mut out = format!("{method} {path} {version}\r\n");
+    for (k, v) in &headers {
+        let drop = ["proxy-connection", "proxy-authorization", "connection", "keep-alive"]
+            .iter()
+            .any(|d| k.eq_ignore_ascii_case(d));
+        if !drop {
+            out.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    Ok(ProxyRequest {
+        host,
+        port,
+        kind: Kind::Forward {
+            head: out.into_bytes(),
+        },
+    })
+}
+
+/// `host:port`, `[v6]:port`, or a bare host when a default port is given.
+fn authority(text: &str, default_port: Option<u16>) -> Result<(String, u16), String> {
+    let bad = || format!("not a host and port: {text:?}");
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (v6, after) = rest.split_once(']').ok_or_else(bad)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if after.is_empty() => None,
+            None => return Err(bad()),
+        };
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad());
+        }
+        (v6.to_string(), port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (text.to_string(), None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|_| bad())?,
+        None => default_port.ok_or_else(bad)?,
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'));
+    if !valid || port == 0 {
+        return Err(bad());
+    }
+    Ok((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_names_host_and_port() {
+        let r = parse(b"CONNECT Example.ORG.:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n").unwrap();
+        assert_eq!((r.host.as_str(), r.port, r.kind), ("example.org", 443, Kind::Connect));
+        let r = parse(b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.host.as_str(), r.port), ("2001:db8::1", 8443));
+        assert!(parse(b"CONNECT example.org HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse(b"CONNECT exa mple.org:443 HTTP/1.1\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn plain_http_is_rewritten_for_the_origin() {
+        let r = parse(
+            b"GET http://files.test:8080/a/b?c=d HTTP/1.1\r\nHost: files.test:8080\r\nProxy-Connection: keep-alive\r\nUser-Agent: t\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((r.host.as_str(), r.port), ("files.test", 8080));
+        let Kind::Forward { head } = r.kind else { panic!() };
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /a/b?c=d HTTP/1.1\r\nHost: files.test:8080\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn the_host_judged_is_the_host_the_origin_sees() {
+        let err = parse(b"GET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n").unwrap_err();
+        assert!(err.contains("another host"), "{err}");
+        // A request sent straight to the proxy as if it were the server names its host.
+        let r = parse(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n").unwrap();
+        assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 9));
+        assert!(parse(b"GET /x HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse(b"GET https://x.test/ HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse(b"GET http://u:p@x.test/ HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse(b"\x16\x03\x01 binary").is_err());
+    }
+
+    #[test]
+    fn head_end_counts_the_terminator() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
+    }
+}

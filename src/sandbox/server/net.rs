@@ -1,0 +1,351 @@
+//! The sandbox's end of the network proxy: a listener on the sandbox's own loopback that
+//! relays each connection, byte for byte, over the server's stdio to the controller.
+//!
+//! Nothing here reads what the bytes say. The proxy request (`CONNECT host:port`, or a
+//! plain HTTP request naming its host) is parsed, judged and connected on the host, so a
+//! process that takes over this server gains nothing but the same relay. The sandbox itself
+//! has no route out (a container without a network, or a private network namespace with only
+//! `lo`), which makes this listener the only way out.
+//!
+//! Flow control is a window per direction: the server reads from a socket only as much as
+//! the host has acknowledged, so a fast download into a slow client, or the reverse, never
+//! piles up in memory on either side.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::sandbox::api::{NET_WINDOW as WINDOW, Response};
+
+/// One data frame's payload at most.
+const CHUNK: usize = 64 * 1024;
+
+/// What the socket writer of a connection is told.
+enum ToSocket {
+    Data(Vec<u8>),
+    Eof,
+}
+
+struct Conn {
+    socket: TcpStream,
+    to_socket: mpsc::Sender<ToSocket>,
+    credit: Arc<Credit>,
+    /// The process that connected, found through `/proc` when the connection arrived; its
+    /// process group ties the connection to the command it belongs to.
+    owner: Option<i32>,
+}
+
+/// How much the reader may still send, and whether it should stop.
+#[derive(Default)]
+struct Credit {
+    state: Mutex<(u64, bool)>,
+    changed: Condvar,
+}
+
+impl Credit {
+    fn add(&self, bytes: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = s.0.saturating_add(bytes);
+        self.changed.notify_all();
+    }
+
+    fn stop(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits for credit; `None` once stopped.
+    fn take(&self, most: u64) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if s.1 {
+                return None;
+            }
+            if s.0 > 0 {
+                let n = s.0.min(most);
+                s.0 -= n;
+                return Some(n);
+            }
+            s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn give_back(&self, bytes: u64) {
+        self.add(bytes);
+    }
+
+    fn stopped(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1
+    }
+}
+
+/// The connections of the server's one listener.
+#[derive(Default)]
+pub struct Proxy {
+    conns: Mutex<HashMap<u64, Conn>>,
+    next: AtomicU64,
+    /// The listener's request id, once it listens.
+    target: Mutex<Option<u64>>,
+}
+
+/// Sends one response or data frame for the listener.
+pub trait Sink: Send + Sync {
+    fn response(&self, id: u64, response: Response);
+    fn data(&self, id: u64, conn: u64, data: &[u8]);
+}
+
+impl Proxy {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Binds the listener and accepts until the server ends. Runs on a thread of its own.
+    pub fn listen(self: &Arc<Self>, id: u64, port: u16, sink: Arc<dyn Sink>) -> Response {
+        let listener = match TcpListener::bind(("127.0.0.1", port)) {
+            Ok(l) => l,
+            Err(e) => {
+                return Response::Error(crate::sandbox::api::ApiError::new(
+                    crate::sandbox::api::ErrorKind::Io,
+                    format!("the network proxy cannot listen on 127.0.0.1:{port} in the sandbox: {e}"),
+                ));
+            }
+        };
+        *self.target.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+        sink.response(id, Response::Listening { port });
+        for socket in listener.incoming() {
+            let Ok(socket) = socket else { continue };
+            self.accept(id, port, socket, &sink);
+        }
+        Response::Done
+    }
+
+    fn accept(self: &Arc<Self>, id: u64, port: u16, socket: TcpStream, sink: &Arc<dyn Sink>) {
+        let _ = socket.set_nodelay(true);
+        let owner = socket
+            .peer_addr()
+            .ok()
+            .and_then(|peer| owner_of(peer.port(), port));
+        let (Ok(reader), Ok(writer)) = (socket.try_clone(), socket.try_clone()) else {
+            return;
+        };
+        let conn = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = mpsc::channel();
+        let credit = Arc::new(Credit::default());
+        credit.add(WINDOW);
+        self.lock().insert(
+            conn,
+            Conn {
+                socket,
+                to_socket: tx,
+                credit: credit.clone(),
+                owner,
+            },
+        );
+        sink.response(id, Response::NetOpened { conn });
+        let s = sink.clone();
+        std::thread::spawn(move || read_socket(id, conn, reader, &credit, &*s));
+        let (s, proxy) = (sink.clone(), self.clone());
+        std::thread::spawn(move || {
+            if let Err(e) = write_socket(id, conn, writer, &rx, &*s) {
+                proxy.drop_conn(conn, &*s, Some(format!("writing to the connection failed: {e}")));
+            }
+        });
+    }
+
+    /// Bytes from the host for a connection. A connection that is gone takes nothing: the
+    /// host learns that from the [`Response::NetClosed`] already on its way.
+    pub fn data(&self, conn: u64, data: Vec<u8>) {
+        if let Some(c) = self.lock().get(&conn) {
+            let _ = c.to_socket.send(ToSocket::Data(data));
+        }
+    }
+
+    pub fn ack(&self, conn: u64, bytes: u64) {
+        if let Some(c) = self.lock().get(&conn) {
+            c.credit.add(bytes);
+        }
+    }
+
+    pub fn eof(&self, conn: u64) {
+        if let Some(c) = self.lock().get(&conn) {
+            let _ = c.to_socket.send(ToSocket::Eof);
+        }
+    }
+
+    /// The host is done with a connection.
+    pub fn close(&self, conn: u64) {
+        if let Some(c) = self.lock().remove(&conn) {
+            c.credit.stop();
+            let _ = c.socket.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn drop_conn(&self, conn: u64, sink: &dyn Sink, reason: Option<String>) {
+        let Some(c) = self.lock().remove(&conn) else {
+            return;
+        };
+        c.credit.stop();
+        let _ = c.socket.shutdown(Shutdown::Both);
+        let target = *self.target.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(id), Some(reason)) = (target, reason) {
+            sink.response(id, Response::NetClosed { conn, reason });
+        }
+    }
+
+    /// A command ended: every connection whose process is not in the group of a command
+    /// still running is cut. (The ended command's own group is already dead, so this is
+    /// about what it left behind in another group: a `setsid` daemon, a double fork.)
+    pub fn command_ended(&self, live_groups: &[i32], sink: &dyn Sink) {
+        let orphans: Vec<u64> = self
+            .lock()
+            .iter()
+            .filter(|(_, c)| {
+                c.owner
+                    // SAFETY: getpgid takes a pid and touches no memory.
+                    .map(|pid| unsafe { libc::getpgid(pid) })
+                    .is_none_or(|pgid| pgid <= 0 || !live_groups.contains(&pgid))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in orphans {
+            self.drop_conn(
+                conn,
+                sink,
+                Some("cut: the command that opened it has ended".into()),
+            );
+        }
+    }
+}
+
+/// Socket to host, within the window.
+fn read_socket(id: u64, conn: u64, mut socket: TcpStream, credit: &Credit, sink: &dyn Sink) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let Some(allowed) = credit.take(CHUNK as u64) else {
+            return;
+        };
+        match socket.read(&mut buf[..allowed as usize]) {
+            Ok(0) => {
+                sink.response(id, Response::NetEof { conn });
+                return;
+            }
+            Ok(n) => {
+                credit.give_back(allowed - n as u64);
+                sink.data(id, conn, &buf[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => credit.give_back(allowed),
+            Err(e) => {
+                // Stopped on purpose (closed or cut): the host already knows.
+                if credit.stopped() {
+                    return;
+                }
+                sink.response(
+                    id,
+                    Response::NetClosed {
+                        conn,
+                        reason: format!("the connection failed in the sandbox: {e}"),
+                    },
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Host to socket, acknowledging what was written.
+fn write_socket(
+    id: u64,
+    conn: u64,
+    mut socket: TcpStream,
+    rx: &mpsc::Receiver<ToSocket>,
+    sink: &dyn Sink,
+) -> std::io::Result<()> {
+    while let Ok(message) = rx.recv() {
+        match message {
+            ToSocket::Data(data) => {
+                socket.write_all(&data)?;
+                sink.response(
+                    id,
+                    Response::NetAck {
+                        conn,
+                        bytes: data.len() as u64,
+                    },
+                );
+            }
+            ToSocket::Eof => socket.shutdown(Shutdown::Write)?,
+        }
+    }
+    Ok(())
+}
+
+/// The process that holds the client end of a loopback connection from `client_port` to
+/// `proxy_port`: its socket's inode from `/proc/net/tcp`, then the process with that socket
+/// among its descriptors. The sandbox's `/proc` shows only the sandbox's processes, so the
+/// walk is short.
+fn owner_of(client_port: u16, proxy_port: u16) -> Option<i32> {
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .find_map(|table| socket_inode(&table, client_port, proxy_port))?;
+    let wanted = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str()) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+/// The inode of the socket whose local port is `local` and remote port `remote`, from the
+/// text of `/proc/net/tcp` (ports are hexadecimal after the address's colon).
+fn socket_inode(table: &str, local: u16, remote: u16) -> Option<u64> {
+    let port = |field: &str| {
+        field
+            .rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.len() > 9
+            && port(fields[1]) == Some(local)
+            && port(fields[2]) == Some(remote))
+        .then(|| fields[9].parse().ok())
+        .flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_socket_is_found_by_both_ports() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:0C38 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0 100 0 0 10 0\n   1: 0100007F:9C40 0100007F:0C38 01 00000000:00000000 00:00000000 00000000     0        0 2222 1 0 20 4 30 10 -1\n   2: 0100007F:0C38 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 3333 1 0 20 4 30 10 -1\n";
+        // 0x0C38 = 3128, 0x9C40 = 40000: the client's end, not the listener's or the server's.
+        assert_eq!(socket_inode(table, 40000, 3128), Some(2222));
+        assert_eq!(socket_inode(table, 3128, 40000), Some(3333));
+        assert_eq!(socket_inode(table, 40001, 3128), None);
+    }
+
+    #[test]
+    fn the_owner_of_a_real_loopback_connection_is_this_process() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_server, peer) = listener.accept().unwrap();
+        assert_eq!(peer.port(), client.local_addr().unwrap().port());
+        assert_eq!(owner_of(peer.port(), port), Some(std::process::id() as i32));
+    }
+}
