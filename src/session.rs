@@ -230,7 +230,9 @@ impl SessionOptions {
             )
             .await
             .map_err(|e| {
-                OpenError::Sandbox(format!("cannot start the network proxy in the sandbox: {e}"))
+                OpenError::Sandbox(format!(
+                    "cannot start the network proxy in the sandbox: {e}"
+                ))
             })?;
             Some(Arc::new(proxy))
         } else {

@@ -15,7 +15,8 @@ pub enum Reserved {
     /// 0.0.0.0, ::, and other addresses that mean "this host".
     Unspecified,
     Multicast,
-    /// Carrier-grade NAT, benchmarking, documentation and other special-purpose ranges.
+    /// Shared address space (carrier-grade NAT, and overlay networks such as Tailscale's)
+    /// and the reserved 240.0.0.0/4 with broadcast: internal by use, never a public host.
     Special,
     /// An address of one of this machine's own interfaces.
     ThisHost,
@@ -61,10 +62,8 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Reserved> {
         (169, 254, _) => Reserved::LinkLocal,
         (0, _, _) => Reserved::Unspecified,
         (224..=239, _, _) => Reserved::Multicast,
-        (100, 64..=127, _) => Reserved::Special, // carrier-grade NAT
-        (192, 0, 0) | (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => Reserved::Special,
-        (198, 18..=19, _) => Reserved::Special, // benchmarking
-        (240..=255, _, _) => Reserved::Special, // reserved, and broadcast
+        (100, 64..=127, _) => Reserved::Special, // shared address space
+        (240..=255, _, _) => Reserved::Special,  // reserved, and broadcast
         _ => return None,
     })
 }
@@ -84,7 +83,6 @@ fn classify_v6(ip: Ipv6Addr) -> Option<Reserved> {
         0xfe80..=0xfebf => Reserved::LinkLocal,
         0xfc00..=0xfdff => Reserved::Private, // unique local
         0xfec0..=0xfeff => Reserved::Private, // old site-local
-        0x2001 if ip.segments()[1] == 0x0db8 => Reserved::Special, // documentation
         // NAT64 and 6to4 embed an IPv4 address, which decides.
         0x0064 if ip.segments()[1] == 0xff9b => {
             let [.., a, b, c, d] = ip.octets();
@@ -120,7 +118,9 @@ pub fn own_addresses() -> Vec<IpAddr> {
                 match i32::from((*addr).sa_family) {
                     libc::AF_INET => {
                         let sin = &*(addr as *const libc::sockaddr_in);
-                        out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                        out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                            sin.sin_addr.s_addr,
+                        ))));
                     }
                     libc::AF_INET6 => {
                         let sin6 = &*(addr as *const libc::sockaddr_in6);
@@ -163,8 +163,6 @@ mod tests {
             ("ff02::1", Reserved::Multicast),
             ("100.64.0.1", Reserved::Special),
             ("255.255.255.255", Reserved::Special),
-            ("192.0.2.7", Reserved::Special),
-            ("2001:db8::1", Reserved::Special),
         ] {
             assert_eq!(class(addr), Some(want), "{addr}");
         }
@@ -193,6 +191,11 @@ mod tests {
             "100.128.0.0",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            // Documentation and benchmarking ranges are not internal services (some
+            // resolvers hand out 198.18.0.0/15 addresses for every name).
+            "203.0.113.80",
+            "198.18.0.1",
+            "2001:db8::1",
         ] {
             assert_eq!(class(addr), None, "{addr}");
         }

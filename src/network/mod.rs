@@ -98,9 +98,15 @@ pub struct Refusal {
 
 impl Policy {
     /// Judges `host:port` and resolves it; the addresses to try, or why not.
-    pub async fn decide(&self, host: &str, port: u16, own: &[IpAddr]) -> Result<Vec<SocketAddr>, Refusal> {
-        let request = PermissionRequest::new("network", vec![host.to_string()], vec![host.to_string()])
-            .with_metadata(serde_json::json!({ "port": port }));
+    pub async fn decide(
+        &self,
+        host: &str,
+        port: u16,
+        own: &[IpAddr],
+    ) -> Result<Vec<SocketAddr>, Refusal> {
+        let request =
+            PermissionRequest::new("network", vec![host.to_string()], vec![host.to_string()])
+                .with_metadata(serde_json::json!({ "port": port }));
         if let Err(e) = self.gate.ask(&request).await {
             return Err(Refusal {
                 status: 403,
@@ -146,6 +152,11 @@ impl Policy {
                 status: 403,
                 reason: if refused.is_empty() {
                     format!("{host} resolves to no address")
+                } else if host.parse::<IpAddr>().is_ok() {
+                    format!(
+                        "{} is not a public address, and only a rule naming it exactly opens it (network \"{host}\" = \"allow\")",
+                        refused.join(", ")
+                    )
                 } else {
                     format!(
                         "{host} leads to {}, which only a rule naming {host} or the address without wildcards can open (network \"{host}\" = \"allow\")",
@@ -164,7 +175,8 @@ impl Policy {
             .iter()
             .rev()
             .find(|r| {
-                wildcard::matches("network", &r.permission) && wildcard::matches(subject, &r.pattern)
+                wildcard::matches("network", &r.permission)
+                    && wildcard::matches(subject, &r.pattern)
             })
             .is_some_and(|r| {
                 r.action == Action::Allow && r.pattern == subject && !r.pattern.contains(['*', '?'])
@@ -220,14 +232,23 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .get(index)
             .cloned();
-        let observer = self.observer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let observer = self
+            .observer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if let (Some(record), Some(observer)) = (record, observer) {
             observer(&record);
         }
     }
 
     pub fn update(&self, index: usize, f: impl FnOnce(&mut ConnectionRecord)) {
-        if let Some(r) = self.records.lock().unwrap_or_else(|p| p.into_inner()).get_mut(index) {
+        if let Some(r) = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(index)
+        {
             f(r);
         }
     }
@@ -268,7 +289,11 @@ impl NetworkProxy {
 
     /// Tells `observer` of every connection from now on, once it is over.
     pub fn observe(&self, observer: Observer) {
-        *self.shared.observer.lock().unwrap_or_else(|p| p.into_inner()) = Some(observer);
+        *self
+            .shared
+            .observer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(observer);
     }
 
     /// Every connection so far, in the order they were judged.

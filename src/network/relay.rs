@@ -46,7 +46,10 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
                         c.serve().await;
                     }
                     c.close().await;
-                    conns.lock().unwrap_or_else(|p| p.into_inner()).remove(&conn);
+                    conns
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&conn);
                 });
                 continue;
             }
@@ -129,7 +132,10 @@ impl Connection<'_> {
         };
         if s.bytes.load(std::sync::atomic::Ordering::Relaxed) >= s.limits.bytes {
             record.decision = "deny".into();
-            let reason = format!("the run's network allowance of {} bytes is spent", s.limits.bytes);
+            let reason = format!(
+                "the run's network allowance of {} bytes is spent",
+                s.limits.bytes
+            );
             record.reason = Some(reason.clone());
             let index = s.record(record);
             s.finish(index);
@@ -151,7 +157,10 @@ impl Connection<'_> {
         let mut first = Vec::new();
         match req.kind {
             Kind::Connect => {
-                if !self.send(b"HTTP/1.1 200 Connection established\r\n\r\n").await {
+                if !self
+                    .send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                {
                     return;
                 }
                 first.extend(rest);
@@ -304,7 +313,12 @@ async fn connect(addrs: &[std::net::SocketAddr], timeout: Duration) -> std::io::
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => return Ok(s),
             Ok(Err(e)) => last = e,
-            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{addr} did not answer in {timeout:?}")),
+            Err(_) => {
+                last = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{addr} did not answer in {timeout:?}"),
+                )
+            }
         }
     }
     Err(last)

@@ -31,7 +31,8 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 
 /// Parses a complete head; the error is the reason for a `400`.
 pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
-    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8".to_string())?;
+    let text =
+        std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8".to_string())?;
     let mut lines = text.split("\r\n");
     let line = lines.next().unwrap_or_default();
     let mut parts = line.split(' ');
@@ -84,7 +85,8 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
         }
         (host, port, path)
     } else if target.starts_with('/') {
-        let h = host_header.ok_or("a request without a host: no absolute URL and no Host header")?;
+        let h =
+            host_header.ok_or("a request without a host: no absolute URL and no Host header")?;
         let (host, port) = authority(h, Some(80))?;
         (host, port, target)
     } else {
@@ -94,9 +96,14 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
     };
     let mut out = format!("{method} {path} {version}\r\n");
     for (k, v) in &headers {
-        let drop = ["proxy-connection", "proxy-authorization", "connection", "keep-alive"]
-            .iter()
-            .any(|d| k.eq_ignore_ascii_case(d));
+        let drop = [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|d| k.eq_ignore_ascii_case(d));
         if !drop {
             out.push_str(&format!("{k}: {v}\r\n"));
         }
@@ -153,8 +160,12 @@ mod tests {
 
     #[test]
     fn connect_names_host_and_port() {
-        let r = parse(b"CONNECT Example.ORG.:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n").unwrap();
-        assert_eq!((r.host.as_str(), r.port, r.kind), ("example.org", 443, Kind::Connect));
+        let r =
+            parse(b"CONNECT Example.ORG.:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n").unwrap();
+        assert_eq!(
+            (r.host.as_str(), r.port, r.kind),
+            ("example.org", 443, Kind::Connect)
+        );
         let r = parse(b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n").unwrap();
         assert_eq!((r.host.as_str(), r.port), ("2001:db8::1", 8443));
         assert!(parse(b"CONNECT example.org HTTP/1.1\r\n\r\n").is_err());
@@ -168,7 +179,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!((r.host.as_str(), r.port), ("files.test", 8080));
-        let Kind::Forward { head } = r.kind else { panic!() };
+        let Kind::Forward { head } = r.kind else {
+            panic!()
+        };
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "GET /a/b?c=d HTTP/1.1\r\nHost: files.test:8080\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
@@ -177,7 +190,8 @@ mod tests {
 
     #[test]
     fn the_host_judged_is_the_host_the_origin_sees() {
-        let err = parse(b"GET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n").unwrap_err();
+        let err =
+            parse(b"GET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n").unwrap_err();
         assert!(err.contains("another host"), "{err}");
         // A request sent straight to the proxy as if it were the server names its host.
         let r = parse(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n").unwrap();

@@ -187,7 +187,9 @@ pub enum Response {
     Read(ReadResponse),
     Written(WriteResponse),
     Stat(Stat),
-    List { entries: Vec<DirEntry> },
+    List {
+        entries: Vec<DirEntry>,
+    },
     Glob(GlobOutcome),
     Grep(GrepOutcome),
     Tree(TreeOutcome),
@@ -417,7 +419,11 @@ const DATA_HEADER: usize = 16;
 /// a third more bytes and two passes over each.
 pub enum Message {
     Json(Vec<u8>),
-    Data { target: u64, conn: u64, data: Vec<u8> },
+    Data {
+        target: u64,
+        conn: u64,
+        data: Vec<u8>,
+    },
 }
 
 /// Reads one frame of either kind; `Ok(None)` at a clean end of stream.
@@ -482,7 +488,12 @@ pub fn data_frame_len(word: [u8; 4]) -> io::Result<Option<usize>> {
 }
 
 /// Writes one data frame.
-pub fn write_data_frame(out: &mut impl Write, target: u64, conn: u64, data: &[u8]) -> io::Result<()> {
+pub fn write_data_frame(
+    out: &mut impl Write,
+    target: u64,
+    conn: u64,
+    data: &[u8],
+) -> io::Result<()> {
     out.write_all(&data_frame_header(target, conn, data.len())?)
         .and_then(|()| out.write_all(data))
         .and_then(|()| out.flush())
@@ -593,8 +604,14 @@ mod tests {
         let mut buf = Vec::new();
         let payload: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
         write_data_frame(&mut buf, 9, 4, &payload).unwrap();
-        write_frame(&mut buf, &ResponseFrame { id: 9, response: Response::NetOpened { conn: 5 } })
-            .unwrap();
+        write_frame(
+            &mut buf,
+            &ResponseFrame {
+                id: 9,
+                response: Response::NetOpened { conn: 5 },
+            },
+        )
+        .unwrap();
         // No base64: the frame is the payload plus a fixed header.
         assert!(buf.len() < payload.len() + 100);
         let mut input = buf.as_slice();

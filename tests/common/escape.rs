@@ -2977,6 +2977,16 @@ macro_rules! escape_suite {
             escape::run_group($backend, escape::Group::Signals, HOLES).await;
         }
 
+        #[test]
+        fn network_allowlist() {
+            common::allowlist::attacks($backend);
+        }
+
+        #[test]
+        fn network_allowlist_cuts_what_outlives_its_command() {
+            common::allowlist::leftover_connection_is_cut($backend);
+        }
+
         #[tokio::test(flavor = "multi_thread")]
         async fn limits() {
             escape::run_limits($backend).await;

@@ -6,8 +6,10 @@
 //! Each test binary compiles this module separately and uses only part of it.
 #![allow(dead_code)]
 
+pub mod allowlist;
 pub mod engine;
 pub mod escape;
+pub mod outside;
 pub mod provider;
 
 use std::path::{Path, PathBuf};

@@ -91,7 +91,9 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
         ));
     }
     if private_network {
-        loopback_up().map_err(|e| ConfineError::new("network namespace", format!("cannot bring up lo: {e}")))?;
+        loopback_up().map_err(|e| {
+            ConfineError::new("network namespace", format!("cannot bring up lo: {e}"))
+        })?;
     }
     if uid != 0 {
         let write = |file: &str, data: String| {

@@ -109,7 +109,9 @@ impl Proxy {
             Err(e) => {
                 return Response::Error(crate::sandbox::api::ApiError::new(
                     crate::sandbox::api::ErrorKind::Io,
-                    format!("the network proxy cannot listen on 127.0.0.1:{port} in the sandbox: {e}"),
+                    format!(
+                        "the network proxy cannot listen on 127.0.0.1:{port} in the sandbox: {e}"
+                    ),
                 ));
             }
         };
@@ -150,7 +152,11 @@ impl Proxy {
         let (s, proxy) = (sink.clone(), self.clone());
         std::thread::spawn(move || {
             if let Err(e) = write_socket(id, conn, writer, &rx, &*s) {
-                proxy.drop_conn(conn, &*s, Some(format!("writing to the connection failed: {e}")));
+                proxy.drop_conn(
+                    conn,
+                    &*s,
+                    Some(format!("writing to the connection failed: {e}")),
+                );
             }
         });
     }
@@ -292,7 +298,11 @@ fn owner_of(client_port: u16, proxy_port: u16) -> Option<i32> {
         .find_map(|table| socket_inode(&table, client_port, proxy_port))?;
     let wanted = format!("socket:[{inode}]");
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
@@ -318,11 +328,9 @@ fn socket_inode(table: &str, local: u16, remote: u16) -> Option<u64> {
     };
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.len() > 9
-            && port(fields[1]) == Some(local)
-            && port(fields[2]) == Some(remote))
-        .then(|| fields[9].parse().ok())
-        .flatten()
+        (fields.len() > 9 && port(fields[1]) == Some(local) && port(fields[2]) == Some(remote))
+            .then(|| fields[9].parse().ok())
+            .flatten()
     })
 }
 
