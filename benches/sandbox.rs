@@ -13,6 +13,12 @@
 //!    attach can wait for an RCU grace period when it comes cold); docker ready within
 //!    1.5× of `docker run --rm IMAGE true`.
 //!
+//! 3. The allow-list proxy: one 100 MB download from a loopback server through
+//!    `--network allowlist` against the same download with `--network host` (target at
+//!    least 0.5× its speed), timed by the client inside the sandbox.
+//! 4. A copy workspace for a 10,000-file, 200 MB worktree, against one `cp -a` of it
+//!    (target under 1 s where the file system makes reflinks; reported either way).
+//!
 //! Each pair alternates runner and peer so drift hits both alike. Run with
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
 //! `SANDBOX_BENCH_RUNS` sets the number of timed runs (default 30).
@@ -192,7 +198,7 @@ fn main() -> ExitCode {
         target: "< peer + 10 ms".into(),
     });
     // The whole process, as a user meets it.
-    let tool_call = |backend: &str| {
+    let tool_call = |backend: &str, network: &str| {
         std::thread::sleep(Duration::from_millis(100));
         let t = Instant::now();
         let status = Command::new(runner_exe())
@@ -202,7 +208,7 @@ fn main() -> ExitCode {
                 "bash",
                 r#"{"command":"true","description":"b"}"#,
             ])
-            .args(["--sandbox", backend, "--root"])
+            .args(["--sandbox", backend, "--network", network, "--root"])
             .arg(&wt)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -211,19 +217,24 @@ fn main() -> ExitCode {
             .expect("runner tool call");
         assert!(
             status.success(),
-            "runner tool call --sandbox {backend} failed"
+            "runner tool call --sandbox {backend} --network {network} failed"
         );
         t.elapsed()
     };
-    let (mut pl, mut pn) = (vec![], vec![]);
+    let (mut pl, mut pn, mut pa) = (vec![], vec![], vec![]);
     for i in 0..start_runs + 2 {
-        let (l, n) = (tool_call("landlock"), tool_call("none"));
+        let (l, n, a) = (
+            tool_call("landlock", "none"),
+            tool_call("none", "none"),
+            tool_call("landlock", "allowlist"),
+        );
         if i >= 2 {
             pl.push(l);
             pn.push(n);
+            pa.push(a);
         }
     }
-    let (pl, pn) = (median(pl), median(pn));
+    let (pl, pn, pa) = (median(pl), median(pn), median(pa));
     rows.push(Row {
         name: "tool call bash, landlock",
         runner: pl,
@@ -232,6 +243,21 @@ fn main() -> ExitCode {
         pass: pl < pn + Duration::from_millis(10),
         target: "< peer + 10 ms".into(),
     });
+    rows.push(Row {
+        name: "… landlock allowlist",
+        runner: pa,
+        peer: pn,
+        peer_name: "the same, --sandbox none",
+        pass: pa < pn + Duration::from_millis(15),
+        target: "< peer + 15 ms".into(),
+    });
+    match codex_sandbox_true() {
+        Some(codex) => println!(
+            "peer on this machine: `codex sandbox -- true` {:.3} ms (median of {start_runs})",
+            ms(codex)
+        ),
+        None => println!("peer not installed here: codex (its `codex sandbox -- true` is not measured)"),
+    }
     let (dk, dr) = (median(dk), median(dr));
     rows.push(Row {
         name: "docker sandbox ready",
@@ -241,6 +267,32 @@ fn main() -> ExitCode {
         pass: dk.as_secs_f64() <= 1.5 * dr.as_secs_f64(),
         target: "≤ 1.5× peer".into(),
     });
+
+    // 3. The allow-list proxy's throughput against the host's own network.
+    let (proxy, host) = proxy_throughput(&wt, runs.min(5));
+    rows.push(Row {
+        name: "100 MB through the proxy",
+        runner: proxy,
+        peer: host,
+        peer_name: "the same, --network host",
+        pass: host.as_secs_f64() / proxy.as_secs_f64() >= 0.5,
+        target: "≥ 0.5× peer".into(),
+    });
+
+    // 4. A copy workspace's set-up.
+    let (copy, cp) = copy_setup(runs.min(3));
+    rows.push(Row {
+        name: "copy workspace set-up",
+        runner: copy,
+        peer: cp,
+        peer_name: "cp -a of the worktree, once",
+        pass: copy < Duration::from_secs(1) || !reflinks_work(),
+        target: "< 1 s where reflinks work".into(),
+    });
+    println!(
+        "reflinks on this file system: {}",
+        if reflinks_work() { "yes" } else { "no (a plain copy: the 1 s target does not apply)" }
+    );
 
     println!(
         "{:<24} {:>11} {:>11}  {:<28} {:>9}  {:<28} result",
@@ -265,4 +317,148 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `codex sandbox -- true` where codex is installed: its median over `runs`.
+fn codex_sandbox_true() -> Option<Duration> {
+    Command::new("codex").arg("--version").output().ok()?;
+    let mut times = Vec::new();
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        let ok = Command::new("codex")
+            .args(["sandbox", "linux", "--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?
+            .success();
+        if !ok {
+            return None;
+        }
+        times.push(t.elapsed());
+    }
+    Some(median(times))
+}
+
+const DOWNLOAD_BYTES: usize = 100 << 20;
+
+/// One download of 100 MB from a loopback server, timed inside the sandbox by the client
+/// itself (so sandbox start-up is not part of it): through `--network allowlist` (the
+/// proxy) and with `--network host`, alternating, on landlock. Medians.
+fn proxy_throughput(wt: &Path, runs: usize) -> (Duration, Duration) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let body: Arc<Vec<u8>> = Arc::new((0..DOWNLOAD_BYTES).map(|i| i as u8).collect());
+        for stream in listener.incoming().flatten() {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                use std::io::{BufRead, Write};
+                let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut out = stream;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = out.write_all(head.as_bytes());
+                let _ = out.write_all(&body);
+            });
+        }
+    });
+    let config = wt.join("network-bench.toml");
+    std::fs::write(&config, "[permission.network]\n\"127.0.0.1\" = \"allow\"\n").expect("config");
+    let client = format!(
+        "import time, urllib.request\nt = time.time()\nr = urllib.request.urlopen('http://127.0.0.1:{port}/')\nn = 0\nwhile True:\n    b = r.read(1 << 20)\n    if not b:\n        break\n    n += len(b)\nprint(n, time.time() - t)\n"
+    );
+    std::fs::write(wt.join("download.py"), client).expect("client");
+    let download = |network: &str| -> Duration {
+        let args = json!({
+            "command": "no_proxy= NO_PROXY= python3 download.py",
+            "description": "download",
+        })
+        .to_string();
+        let out = Command::new(runner_exe())
+            .args(["tool", "call", "bash", &args, "--sandbox", "landlock"])
+            .args(["--network", network, "--config"])
+            .arg(&config)
+            .arg("--root")
+            .arg(wt)
+            .stdin(Stdio::null())
+            .output()
+            .expect("runner tool call");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut fields = text.split_whitespace();
+        let (n, secs) = (fields.next(), fields.next());
+        assert_eq!(
+            n.and_then(|n| n.parse::<usize>().ok()),
+            Some(DOWNLOAD_BYTES),
+            "the download through --network {network} failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Duration::from_secs_f64(secs.and_then(|s| s.parse().ok()).expect("seconds"))
+    };
+    let (mut proxied, mut direct) = (vec![], vec![]);
+    for i in 0..runs + 1 {
+        let (p, h) = (download("allowlist"), download("host"));
+        if i >= 1 {
+            proxied.push(p);
+            direct.push(h);
+        }
+    }
+    (median(proxied), median(direct))
+}
+
+/// Whether the data directory's file system can clone files (btrfs, XFS, bcachefs).
+fn reflinks_work() -> bool {
+    let dir = tempfile::tempdir_in(runner::workspace::root_dir().parent().unwrap_or(Path::new("/tmp")))
+        .or_else(|_| tempfile::tempdir());
+    let Ok(dir) = dir else { return false };
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&a, b"x").is_ok()
+        && Command::new("cp")
+            .args(["--reflink=always"])
+            .arg(&a)
+            .arg(&b)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// A 10,000-file, 200 MB worktree: `Workspace::create` (the copy the sandbox works in and
+/// the base it is compared with) against one `cp -a` of it. Medians.
+fn copy_setup(runs: usize) -> (Duration, Duration) {
+    let src = tempfile::tempdir().expect("temp dir");
+    let chunk: Vec<u8> = (0..20_000).map(|i| (i % 251) as u8).collect();
+    for d in 0..100 {
+        let dir = src.path().join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f:03}.bin")), &chunk).expect("file");
+        }
+    }
+    let (mut ours, mut peer) = (vec![], vec![]);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let ws = runner::workspace::Workspace::create(src.path()).expect("copy workspace");
+        ours.push(t.elapsed());
+        ws.discard().expect("discard");
+        let dest = tempfile::tempdir().expect("temp dir");
+        let t = Instant::now();
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(src.path())
+            .arg(dest.path().join("copy"))
+            .status()
+            .expect("cp")
+            .success();
+        peer.push(t.elapsed());
+        assert!(ok, "cp -a failed");
+    }
+    (median(ours), median(peer))
 }

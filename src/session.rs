@@ -226,7 +226,11 @@ impl SessionOptions {
             let proxy = crate::network::NetworkProxy::start(
                 ctx.sandbox.client.clone(),
                 policy,
-                crate::network::NetworkLimits::default(),
+                crate::network::NetworkLimits {
+                    connections: spec.limits.net_connections as usize,
+                    bytes: spec.limits.net_bytes,
+                    ..Default::default()
+                },
             )
             .await
             .map_err(|e| {

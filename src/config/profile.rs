@@ -64,6 +64,10 @@ pub struct SandboxSection {
     pub protected: Option<Vec<PathBuf>>,
     /// `direct` (the checkout) or `copy` (a private copy, applied after review).
     pub workspace: Option<crate::workspace::Mode>,
+    /// `--network allowlist`: connections through the proxy open at once.
+    pub network_connections: Option<u64>,
+    /// `--network allowlist`: bytes through the proxy over a run, both ways.
+    pub network_bytes: Option<Size>,
 }
 
 /// A byte size: a number of bytes or a string such as `"512MiB"`, `"4GiB"`, `"1G"`.
@@ -184,6 +188,12 @@ impl SandboxSection {
         }
         if let Some(Size(t)) = self.tmp {
             spec.limits.tmp_bytes = t;
+        }
+        if let Some(c) = self.network_connections {
+            spec.limits.net_connections = c;
+        }
+        if let Some(Size(b)) = self.network_bytes {
+            spec.limits.net_bytes = b;
         }
         if let Some(e) = &self.env {
             spec.env_allow = e.clone();

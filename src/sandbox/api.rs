@@ -16,7 +16,10 @@ use serde::{Deserialize, Serialize};
 
 /// Bytes of one proxied connection that may be in flight, each way, before the receiver
 /// acknowledges them ([`Request::NetAck`], [`Response::NetAck`]).
-pub const NET_WINDOW: u64 = 1 << 20;
+pub const NET_WINDOW: u64 = 8 << 20;
+
+/// The largest piece of a proxied connection in one data frame.
+pub const NET_CHUNK: usize = 1024 * 1024;
 
 /// Upper bound for one frame. A frame this large is a bug or an attack, not a message.
 pub const MAX_FRAME_BYTES: usize = 256 * 1024 * 1024;
@@ -390,9 +393,9 @@ impl ApiError {
 /// Writes one frame: a 4-byte big-endian length, then that many bytes of JSON.
 pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> io::Result<()> {
     let json = serde_json::to_vec(message).map_err(io::Error::other)?;
-    encode_len(json.len())
-        .and_then(|len| out.write_all(&len))
-        .and_then(|()| out.write_all(&json))
+    let len = encode_len(json.len())?;
+    // One buffer, so an unbuffered writer makes one system call per frame.
+    out.write_all(&[&len[..], &json].concat())
         .and_then(|()| out.flush())
 }
 
@@ -413,6 +416,8 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> io::Re
 const DATA_FLAG: u32 = 0x8000_0000;
 /// A data frame's header after the length: the listener's request id and the connection.
 const DATA_HEADER: usize = 16;
+/// A data frame's bytes before its payload: the length word and the header.
+pub const DATA_FRAME_HEADER: usize = 4 + DATA_HEADER;
 
 /// One frame as it arrives: JSON, or the raw bytes of a proxied connection. Data frames
 /// exist because a download through the proxy is bulk data: base64 inside JSON would cost

@@ -15,7 +15,8 @@ use tokio::sync::mpsc;
 
 use crate::sandbox::api::{
     ApiError, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest, GrepOutcome,
-    GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response, ResponseFrame, Stat,
+    DATA_FRAME_HEADER, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
+    ResponseFrame, Stat,
     TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse, data_frame_header,
     data_frame_len, decode_len, encode_len, split_data_header,
 };
@@ -65,6 +66,8 @@ impl SandboxClient {
             closed: Mutex::new(None),
             diagnostics,
         });
+        // Buffered: a frame's length, header and body would otherwise be three reads.
+        let reader = tokio::io::BufReader::with_capacity(512 * 1024, reader);
         tokio::spawn(route_responses(reader, shared.clone()));
         SandboxClient { shared }
     }
@@ -99,19 +102,9 @@ impl SandboxClient {
         let json = serde_json::to_vec(&RequestFrame { id, request })
             .map_err(|e| SandboxError::Protocol(e.to_string()))?;
         let len = encode_len(json.len()).map_err(|e| SandboxError::Protocol(e.to_string()))?;
-        let mut writer = self.shared.writer.lock().await;
-        let written = async {
-            writer.write_all(&len).await?;
-            writer.write_all(&json).await?;
-            writer.flush().await
-        }
-        .await;
-        if let Err(e) = written {
+        if let Err(e) = self.send_raw(&[&len, &json]).await {
             self.forget(id);
-            return Err(SandboxError::Disconnected(
-                self.closed_reason()
-                    .unwrap_or_else(|| format!("cannot send a request: {e}")),
-            ));
+            return Err(e);
         }
         Ok((id, rx))
     }
@@ -122,6 +115,20 @@ impl SandboxClient {
             .map_err(|e| SandboxError::Protocol(e.to_string()))?;
         let len = encode_len(json.len()).map_err(|e| SandboxError::Protocol(e.to_string()))?;
         self.send_raw(&[&len, &json]).await
+    }
+
+    /// Sends a data frame built in place: `frame` starts with [`DATA_FRAME_HEADER`] bytes
+    /// of room, which this fills, followed by the payload.
+    pub async fn send_data_in_place(
+        &self,
+        target: u64,
+        conn: u64,
+        frame: &mut [u8],
+    ) -> Result<(), SandboxError> {
+        let header = data_frame_header(target, conn, frame.len() - DATA_FRAME_HEADER)
+            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        frame[..DATA_FRAME_HEADER].copy_from_slice(&header);
+        self.send_raw(&[frame]).await
     }
 
     /// Sends bytes for connection `conn` of listener `target` as one data frame.
@@ -135,11 +142,15 @@ impl SandboxClient {
         if let Some(reason) = self.closed_reason() {
             return Err(SandboxError::Disconnected(reason));
         }
+        // One buffer, one write: a proxied chunk is not worth two system calls (and a frame
+        // already in one piece is not copied again).
+        let frame: std::borrow::Cow<[u8]> = match parts {
+            [one] => std::borrow::Cow::Borrowed(one),
+            _ => std::borrow::Cow::Owned(parts.concat()),
+        };
         let mut writer = self.shared.writer.lock().await;
         let written = async {
-            for part in parts {
-                writer.write_all(part).await?;
-            }
+            writer.write_all(&frame).await?;
             writer.flush().await
         }
         .await;

@@ -1,6 +1,7 @@
 //! The `none` backend: the server as a plain child process (or, for tests and embedding, a
 //! thread in this process speaking the same wire protocol over a socket pair).
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -163,6 +164,12 @@ pub(super) async fn spawn_server(
             "the server's stdio was not captured".into(),
         ));
     };
+    // Larger pipes: proxied downloads move in 256 KiB chunks, which a 64 KiB pipe would
+    // split into four wake-ups each. Best effort (the size may exceed pipe-max-size).
+    for fd in [stdin.as_raw_fd(), stdout.as_raw_fd()] {
+        // SAFETY: fcntl on a descriptor we own, with an integer argument.
+        unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 1 << 20) };
+    }
     let diagnostics = stderr_tail(stderr);
     let client = SandboxClient::new(stdout, stdin, diagnostics);
     let keepalive = Keepalive {

@@ -86,6 +86,20 @@ pub struct Limits {
     pub cpus: f64,
     pub pids: u64,
     pub tmp_bytes: u64,
+    /// `--network allowlist`: connections through the proxy open at once.
+    #[serde(default = "default_net_connections")]
+    pub net_connections: u64,
+    /// `--network allowlist`: bytes through the proxy, both ways, over the sandbox's life.
+    #[serde(default = "default_net_bytes")]
+    pub net_bytes: u64,
+}
+
+fn default_net_connections() -> u64 {
+    64
+}
+
+fn default_net_bytes() -> u64 {
+    8 << 30
 }
 
 impl Default for Limits {
@@ -95,6 +109,8 @@ impl Default for Limits {
             cpus: 2.0,
             pids: 1024,
             tmp_bytes: 1 << 30,
+            net_connections: default_net_connections(),
+            net_bytes: default_net_bytes(),
         }
     }
 }

@@ -36,10 +36,24 @@ pub fn serve(
 /// The server as a process of its own (`runner sandbox-server`): stdin/stdout, and the
 /// termination signals handled.
 pub fn serve_stdio(roots: &[RootSpec], forbidden: Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
     let running = Arc::new(exec::Running::with_forbidden(forbidden));
     exit_on_signal(running.clone());
-    serve_with(roots, std::io::stdin().lock(), std::io::stdout(), running)
+    // Plain descriptors rather than std's stdio: stdout is line-buffered, which would split
+    // every binary frame at its newlines, and stdin's buffer is small for proxied bulk data.
+    let input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let output = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    serve_with(
+        roots,
+        std::io::BufReader::with_capacity(FRAME_BUFFER, input),
+        output,
+        running,
+    )
 }
+
+/// The server's input buffer: small frames are read in batches, and a proxied chunk,
+/// being larger, is read straight into its own buffer.
+const FRAME_BUFFER: usize = 64 * 1024;
 
 fn serve_with(
     roots: &[RootSpec],
@@ -197,8 +211,13 @@ impl net::Sink for Output {
     }
 
     fn data(&self, id: u64, conn: u64, data: &[u8]) {
+        // Header and payload in one write: one system call per chunk.
+        let mut frame = Vec::with_capacity(data.len() + 20);
+        if write_data_frame(&mut frame, id, conn, data).is_err() {
+            return;
+        }
         let mut out = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = write_data_frame(&mut *out, id, conn, data);
+        let _ = out.write_all(&frame).and_then(|()| out.flush());
     }
 }
 

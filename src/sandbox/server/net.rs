@@ -18,10 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::sandbox::api::{NET_WINDOW as WINDOW, Response};
+use crate::sandbox::api::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
 
-/// One data frame's payload at most.
-const CHUNK: usize = 64 * 1024;
 
 /// What the socket writer of a connection is told.
 enum ToSocket {

@@ -1,0 +1,187 @@
+//! `--network allowlist` with a real package registry: the hosts a download needs are
+//! learned from the session's records (nothing here names a registry), then allowed one by
+//! one.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::allowlist::records;
+
+struct Pip {
+    _tmp: tempfile::TempDir,
+    wt: std::path::PathBuf,
+    data: std::path::PathBuf,
+    config: std::path::PathBuf,
+    runs: std::sync::atomic::AtomicU32,
+}
+
+impl Pip {
+    fn new() -> Pip {
+        common::engine::docker();
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = tmp.path().join("wt");
+        let data = tmp.path().join("data");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        // The host's certificate bundle: where the machine reaches registries through a
+        // TLS-inspecting gateway, its authority is there and not in the image.
+        let bundle = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+        if bundle.exists() {
+            std::fs::copy(bundle, wt.join("ca.crt")).unwrap();
+        }
+        let config = tmp.path().join("network.toml");
+        Pip {
+            _tmp: tmp,
+            wt,
+            data,
+            config,
+            runs: Default::default(),
+        }
+    }
+
+    /// `pip download` of one small package in the docker sandbox under `rules`.
+    fn download(&self, rules: &str, ask: &str) -> Output {
+        std::fs::write(&self.config, format!("[permission.network]\n{rules}")).unwrap();
+        // Everything in the worktree (a path outside it would be a permission of its own),
+        // and each run downloads into a folder of its own.
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let command = format!(
+            "[ -d .venv ] || python3 -m venv .venv; cert=''; [ -f ca.crt ] && cert='--cert ca.crt'; \
+             .venv/bin/pip download -vvv --no-deps --retries 0 --timeout 20 \
+             --disable-pip-version-check $cert -d dl{run} six==1.16.0 2>&1 | grep -E '403|Saved|ERROR'; ls dl{run}"
+        );
+        let args = serde_json::json!({"command": command, "description": "pip", "timeout": 240000})
+            .to_string();
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["tool", "call", "bash", &args, "--sandbox", "docker"])
+            .args(["--network", "allowlist", "--ask", ask, "--config"])
+            .arg(&self.config)
+            .arg("--root")
+            .arg(&self.wt)
+            .env("XDG_DATA_HOME", &self.data)
+            .env("XDG_CONFIG_HOME", self.data.join("config"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn downloaded(out: &Output) -> bool {
+    // The listing of the download folder, not a URL in an error message.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == "six-1.16.0-py2.py3-none-any.whl")
+}
+
+#[test]
+fn pip_download_through_the_proxy_needs_exactly_the_hosts_it_was_seen_to_use() {
+    let pip = Pip::new();
+    // 1. Every host asked, every ask allowed: the download works, and the session records
+    //    which hosts it took.
+    let first = pip.download("\"*\" = \"ask\"\n", "allow");
+    assert!(downloaded(&first), "the first download failed\n{}", text(&first));
+    let mut hosts: Vec<String> = records(&first)
+        .into_iter()
+        .filter(|(decision, _, _)| decision == "allow")
+        .map(|(_, host_port, _)| host_port.rsplit_once(':').unwrap().0.to_string())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    assert!(!hosts.is_empty(), "no connection recorded\n{}", text(&first));
+
+    // 2. Exactly those hosts, everything else denied and nobody asked: it works again.
+    let exact: String = hosts
+        .iter()
+        .map(|h| format!("\"{h}\" = \"allow\"\n"))
+        .collect();
+    let second = pip.download(&format!("\"*\" = \"deny\"\n{exact}"), "deny");
+    assert!(downloaded(&second), "with exactly {hosts:?} allowed\n{}", text(&second));
+    assert!(
+        records(&second).iter().all(|(d, _, _)| d == "allow"),
+        "{}",
+        text(&second)
+    );
+
+    // 3. Without any one of them, it fails, and the refusal is the proxy's.
+    for missing in &hosts {
+        let fewer: String = hosts
+            .iter()
+            .filter(|h| *h != missing)
+            .map(|h| format!("\"{h}\" = \"allow\"\n"))
+            .collect();
+        let third = pip.download(&format!("\"*\" = \"deny\"\n{fewer}"), "deny");
+        let all = text(&third);
+        assert!(!downloaded(&third), "it worked without {missing}\n{all}");
+        assert!(
+            records(&third)
+                .iter()
+                .any(|(d, hp, rest)| d == "deny" && hp.starts_with(missing.as_str()) && rest.contains("\"*\"")),
+            "no refusal of {missing} recorded\n{all}"
+        );
+        assert!(all.contains("403"), "pip did not report the proxy's 403\n{all}");
+    }
+}
+
+/// The limits of a profile: connections open at once, and bytes over the run.
+#[test]
+fn the_proxy_keeps_to_the_profiles_limits() {
+    let s = common::allowlist::setup();
+    let outside = common::outside::Outside::start(3_000_000);
+    let p = outside.port;
+    let profile = s.wt.join("..").join("limited.toml");
+    std::fs::write(
+        &profile,
+        "description = \"two connections, 1 MiB\"\n[sandbox]\nbackend = \"landlock\"\nnetwork = \"allowlist\"\nnetwork_connections = 2\nnetwork_bytes = \"1MiB\"\n",
+    )
+    .unwrap();
+    let command = format!(
+        "export no_proxy= NO_PROXY=; \
+         python3 net.py slow http://127.0.0.1:{p}/slow & python3 net.py slow http://127.0.0.1:{p}/slow & \
+         sleep 1; python3 net.py fetch http://127.0.0.1:{p}/closed; kill %1 %2; wait; \
+         python3 net.py fetch http://127.0.0.1:{p}/blob; python3 net.py fetch http://127.0.0.1:{p}/closed"
+    );
+    let args = serde_json::json!({"command": command, "description": "limits"}).to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["tool", "call", "bash", &args, "--profile"])
+        .arg(&profile)
+        .args(["--ask", "deny", "--config"])
+        .arg(&s.config)
+        .arg("--root")
+        .arg(&s.wt)
+        .env("XDG_DATA_HOME", &s.data)
+        .env("XDG_CONFIG_HOME", s.data.join("config"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let all = text(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert_eq!(fails.len(), 3, "{all}");
+    assert!(
+        fails[0].contains("503") && fails[0].contains("limit of 2 connections"),
+        "a third connection beside two open ones is refused\n{all}"
+    );
+    assert!(
+        !stdout.contains(&format!("OK http://127.0.0.1:{p}/blob")),
+        "3 MB came through a 1 MiB allowance\n{all}"
+    );
+    assert!(
+        fails[2].contains("403") && fails[2].contains("allowance"),
+        "once the allowance is spent, new connections are refused\n{all}"
+    );
+    assert!(
+        records(&out)
+            .iter()
+            .any(|(d, _, rest)| d == "allow" && rest.contains("allowance")),
+        "the cut connection's record says why\n{all}"
+    );
+}
