@@ -256,7 +256,9 @@ fn main() -> ExitCode {
             "peer on this machine: `codex sandbox -- true` {:.3} ms (median of {start_runs})",
             ms(codex)
         ),
-        None => println!("peer not installed here: codex (its `codex sandbox -- true` is not measured)"),
+        None => {
+            println!("peer not installed here: codex (its `codex sandbox -- true` is not measured)")
+        }
     }
     let (dk, dr) = (median(dk), median(dr));
     rows.push(Row {
@@ -291,7 +293,11 @@ fn main() -> ExitCode {
     });
     println!(
         "reflinks on this file system: {}",
-        if reflinks_work() { "yes" } else { "no (a plain copy: the 1 s target does not apply)" }
+        if reflinks_work() {
+            "yes"
+        } else {
+            "no (a plain copy: the 1 s target does not apply)"
+        }
     );
 
     println!(
@@ -416,8 +422,12 @@ fn proxy_throughput(wt: &Path, runs: usize) -> (Duration, Duration) {
 
 /// Whether the data directory's file system can clone files (btrfs, XFS, bcachefs).
 fn reflinks_work() -> bool {
-    let dir = tempfile::tempdir_in(runner::workspace::root_dir().parent().unwrap_or(Path::new("/tmp")))
-        .or_else(|_| tempfile::tempdir());
+    let dir = tempfile::tempdir_in(
+        runner::workspace::root_dir()
+            .parent()
+            .unwrap_or(Path::new("/tmp")),
+    )
+    .or_else(|_| tempfile::tempdir());
     let Ok(dir) = dir else { return false };
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::write(&a, b"x").is_ok()

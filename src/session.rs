@@ -126,6 +126,7 @@ impl SessionOptions {
         }
         if let Some(task) = &self.in_image {
             spec.backend = BackendKind::Docker;
+            spec.network = task.network();
             spec.worktree = task.workdir().to_path_buf();
             spec.docker.in_image = Some(task.clone());
         }

@@ -628,3 +628,54 @@ fn the_example_harbor_tasks_resolve_with_their_own_solutions() {
     let words = read_json(&out.join("tasks/count-words/result.json"));
     assert_eq!(words["rewards"], json!({"exists": 1.0, "right": 1.0}));
 }
+
+/// Harbor's `allow_internet`: the oracle's download from the package registry the machine
+/// reaches works through the proxy in a task that allows the internet, and fails in the
+/// same task without it. (The registry is pip's default; nothing here names it.)
+#[test]
+fn allow_internet_opens_the_proxy_and_only_for_the_task_that_asks() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let dockerfile = format!("{DOCKERFILE}COPY ca.crt /app/ca.crt\n");
+    let test = "#!/bin/bash\nls /app/dl/six-1.16.0-py2.py3-none-any.whl && echo 1 > /logs/verifier/reward.txt\n";
+    for (id, allow) in [("online", true), ("offline", false)] {
+        let task = dir.join(id);
+        let toml = format!("{TOML}[environment]\nallow_internet = {allow}\n");
+        harbor_task(&task, "Download six.\n", &toml, &dockerfile, test);
+        // The machine's certificate bundle: a TLS-inspecting gateway's authority is there.
+        std::fs::copy(
+            "/etc/ssl/certs/ca-certificates.crt",
+            task.join("environment/ca.crt"),
+        )
+        .unwrap();
+        std::fs::write(
+            task.join("solution/solve.sh"),
+            "python3 -m venv /tmp/v && /tmp/v/bin/pip download --no-deps --retries 0 --timeout 20 \
+             --disable-pip-version-check --cert /app/ca.crt -d /app/dl six==1.16.0\n",
+        )
+        .unwrap();
+    }
+    let out = dir.join("out");
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "2"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "");
+    let status = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
+    assert_eq!(
+        status("online")["status"],
+        "resolved",
+        "{}",
+        status("online")
+    );
+    assert_eq!(
+        status("offline")["status"],
+        "unresolved",
+        "{}",
+        status("offline")
+    );
+    let log = std::fs::read_to_string(out.join("tasks/offline/agent.log")).unwrap_or_default();
+    assert!(
+        !log.contains("Saved"),
+        "the offline task downloaded something:\n{log}"
+    );
+}

@@ -88,7 +88,11 @@ fn pip_download_through_the_proxy_needs_exactly_the_hosts_it_was_seen_to_use() {
     // 1. Every host asked, every ask allowed: the download works, and the session records
     //    which hosts it took.
     let first = pip.download("\"*\" = \"ask\"\n", "allow");
-    assert!(downloaded(&first), "the first download failed\n{}", text(&first));
+    assert!(
+        downloaded(&first),
+        "the first download failed\n{}",
+        text(&first)
+    );
     let mut hosts: Vec<String> = records(&first)
         .into_iter()
         .filter(|(decision, _, _)| decision == "allow")
@@ -96,7 +100,11 @@ fn pip_download_through_the_proxy_needs_exactly_the_hosts_it_was_seen_to_use() {
         .collect();
     hosts.sort();
     hosts.dedup();
-    assert!(!hosts.is_empty(), "no connection recorded\n{}", text(&first));
+    assert!(
+        !hosts.is_empty(),
+        "no connection recorded\n{}",
+        text(&first)
+    );
 
     // 2. Exactly those hosts, everything else denied and nobody asked: it works again.
     let exact: String = hosts
@@ -104,7 +112,11 @@ fn pip_download_through_the_proxy_needs_exactly_the_hosts_it_was_seen_to_use() {
         .map(|h| format!("\"{h}\" = \"allow\"\n"))
         .collect();
     let second = pip.download(&format!("\"*\" = \"deny\"\n{exact}"), "deny");
-    assert!(downloaded(&second), "with exactly {hosts:?} allowed\n{}", text(&second));
+    assert!(
+        downloaded(&second),
+        "with exactly {hosts:?} allowed\n{}",
+        text(&second)
+    );
     assert!(
         records(&second).iter().all(|(d, _, _)| d == "allow"),
         "{}",
@@ -122,12 +134,15 @@ fn pip_download_through_the_proxy_needs_exactly_the_hosts_it_was_seen_to_use() {
         let all = text(&third);
         assert!(!downloaded(&third), "it worked without {missing}\n{all}");
         assert!(
-            records(&third)
-                .iter()
-                .any(|(d, hp, rest)| d == "deny" && hp.starts_with(missing.as_str()) && rest.contains("\"*\"")),
+            records(&third).iter().any(|(d, hp, rest)| d == "deny"
+                && hp.starts_with(missing.as_str())
+                && rest.contains("\"*\"")),
             "no refusal of {missing} recorded\n{all}"
         );
-        assert!(all.contains("403"), "pip did not report the proxy's 403\n{all}");
+        assert!(
+            all.contains("403"),
+            "pip did not report the proxy's 403\n{all}"
+        );
     }
 }
 

@@ -285,8 +285,8 @@ pub async fn run(
     }
 }
 
-/// The container's recipe: the task's limits over the profile's, no network (Harbor's
-/// `allow_internet` needs the allow-list proxy, which runner does not have yet).
+/// The container's recipe: the task's limits over the profile's; no network, or the
+/// allow-list proxy for a task with `allow_internet`.
 fn task_image(
     task: &HarborTask,
     image: String,
@@ -311,7 +311,11 @@ fn task_image(
         user: task.agent.user.clone(),
         env: e.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         limits,
-        network: Network::None,
+        network: if e.allow_internet {
+            Network::Allowlist
+        } else {
+            Network::None
+        },
         read_only: vec![outputs.to_path_buf()],
         server_exe: spec.server_exe,
         engine_is_local: engine.local,
@@ -368,6 +372,11 @@ async fn model(
             "harbor task container",
             1,
         ));
+    // `allow_internet`: every public host, through the proxy, which still refuses the
+    // host's own services, private networks and cloud metadata.
+    if task.environment.allow_internet {
+        session.session_rules.extend(internet_rules());
+    }
     let mut run_options = RunOptions::new(scratch, Arc::new(NoEvents));
     run_options.session = session;
     run_options.model = options.model.clone();
@@ -434,7 +443,19 @@ async fn oracle(
             );
         }
     };
+    // A task that may use the internet gets it through the proxy, as the model's run does.
+    let proxy = match container.network() {
+        crate::sandbox::spec::Network::Allowlist => match internet_proxy(&sandbox).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                drop_blocking(sandbox).await;
+                return AgentRan::CouldNotStart(e, false);
+            }
+        },
+        _ => None,
+    };
     let ran = attempt::exec(&sandbox, "bash /solution/solve.sh", limit, LOG_LIMIT, stop).await;
+    drop(proxy);
     drop_blocking(sandbox).await;
     match ran {
         Ok(r) if r.interrupted => AgentRan::Interrupted,
@@ -444,6 +465,41 @@ async fn oracle(
         }
         Err(e) => AgentRan::CouldNotStart(e, true),
     }
+}
+
+/// Harbor's `allow_internet`: every public host allowed, nobody asked, and still no
+/// reserved address (the proxy refuses those whatever a wildcard allows).
+fn internet_rules() -> Vec<crate::permission::rules::Rule> {
+    vec![crate::permission::rules::Rule::new(
+        "network",
+        "*",
+        crate::permission::rules::Action::Allow,
+        "harbor task allow_internet",
+        1,
+    )]
+}
+
+async fn internet_proxy(
+    sandbox: &crate::sandbox::Sandbox,
+) -> Result<crate::network::NetworkProxy, String> {
+    let rules = internet_rules();
+    let gate = crate::permission::gate::RuleGate::new(
+        sandbox.worktree(),
+        rules.clone(),
+        Arc::new(crate::permission::gate::PolicyAsker::deny(
+            "an evaluation answers every ask with deny",
+        )),
+    );
+    crate::network::NetworkProxy::start(
+        sandbox.client.clone(),
+        crate::network::Policy {
+            gate: Arc::new(gate),
+            rules,
+        },
+        crate::network::NetworkLimits::default(),
+    )
+    .await
+    .map_err(|e| format!("cannot start the network proxy in the task container: {e}"))
 }
 
 enum Verified {

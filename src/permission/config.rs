@@ -39,9 +39,11 @@ pub enum ConfigError {
 
 /// OpenCode's defaults (`agent.ts`), in its order: everything allowed except `doom_loop`
 /// and `external_directory` (ask), `question` (deny), and `.env` files for reading (ask, with
-/// `*.env.example` allowed).
+/// `*.env.example` allowed). Then runner's own: `network` (the hosts a command may reach
+/// through the allow-list proxy) asks, since an allow-list that allows everything would be
+/// `--network host` with extra steps.
 pub fn defaults() -> Vec<Rule> {
-    let spec: [(&str, &str, Action); 8] = [
+    let spec: [(&str, &str, Action); 9] = [
         ("*", "*", Action::Allow),
         ("doom_loop", "*", Action::Ask),
         ("external_directory", "*", Action::Ask),
@@ -50,6 +52,7 @@ pub fn defaults() -> Vec<Rule> {
         ("read", "*.env", Action::Ask),
         ("read", "*.env.*", Action::Ask),
         ("read", "*.env.example", Action::Allow),
+        ("network", "*", Action::Ask),
     ];
     spec.into_iter()
         .enumerate()

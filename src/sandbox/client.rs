@@ -14,11 +14,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::sandbox::api::{
-    ApiError, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest, GrepOutcome,
-    DATA_FRAME_HEADER, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
-    ResponseFrame, Stat,
-    TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse, data_frame_header,
-    data_frame_len, decode_len, encode_len, split_data_header,
+    ApiError, DATA_FRAME_HEADER, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest,
+    GrepOutcome, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
+    ResponseFrame, Stat, TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
+    data_frame_header, data_frame_len, decode_len, encode_len, split_data_header,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]

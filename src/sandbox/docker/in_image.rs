@@ -79,6 +79,8 @@ pub struct TaskContainer {
     copy_server: Option<PathBuf>,
     /// The image's own user, for commands that name none.
     image_user: String,
+    /// `none`, or `allowlist` when the task may reach the internet through the proxy.
+    network: Network,
     _remove: ContainerGuard,
 }
 
@@ -115,7 +117,10 @@ impl TaskContainer {
         let image_user = config.user.unwrap_or_default();
         let user = task.user.clone().unwrap_or_else(|| image_user.clone());
         let base_env = merged_env(config.env.unwrap_or_default(), &task.env);
-        let env = with_home(base_env.clone(), &user);
+        let mut env = with_home(base_env.clone(), &user);
+        if task.network == Network::Allowlist {
+            crate::sandbox::spec::set_proxy_env(&mut env);
+        }
 
         let read_only: &[PathBuf] = if task.engine_is_local {
             &task.read_only
@@ -184,6 +189,7 @@ impl TaskContainer {
             base_env,
             copy_server: (!task.engine_is_local).then(|| task.server_exe.clone()),
             image_user,
+            network: task.network,
             _remove: ContainerGuard {
                 docker: docker.clone(),
                 id: created.id,
@@ -227,6 +233,11 @@ impl TaskContainer {
 
     pub fn workdir(&self) -> &Path {
         &self.workdir
+    }
+
+    /// What the agent's commands may reach: the proxy's allow-list, or nothing.
+    pub fn network(&self) -> Network {
+        self.network
     }
 
     /// Starts the container with a fresh server and connects to it. Closing the sandbox

@@ -20,7 +20,6 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::sandbox::api::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
 
-
 /// What the socket writer of a connection is told.
 enum ToSocket {
     Data(Vec<u8>),
