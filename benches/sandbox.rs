@@ -18,6 +18,8 @@
 //!    least 0.5× its speed), timed by the client inside the sandbox.
 //! 4. A copy workspace for a 10,000-file, 200 MB worktree, against one `cp -a` of it
 //!    (target under 1 s where the file system makes reflinks; reported either way).
+//!    `SANDBOX_BENCH_COPY_DIR=DIR` puts the worktree and the copies on DIR's file system
+//!    (an XFS or btrfs mount, for reflinks).
 //!
 //! Each pair alternates runner and peer so drift hits both alike. Run with
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
@@ -86,6 +88,12 @@ struct Row {
 }
 
 fn main() -> ExitCode {
+    // A file system that makes reflinks (an XFS or btrfs mount), for the copy workspace:
+    // its copies and the worktree it copies must both live there.
+    if let Some(dir) = std::env::var_os("SANDBOX_BENCH_COPY_DIR") {
+        // SAFETY: the first thing main does, before any thread exists.
+        unsafe { std::env::set_var("XDG_DATA_HOME", Path::new(&dir).join("data")) };
+    }
     let runs: usize = std::env::var("SANDBOX_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -443,7 +451,11 @@ fn reflinks_work() -> bool {
 /// A 10,000-file, 200 MB worktree: `Workspace::create` (the copy the sandbox works in and
 /// the base it is compared with) against one `cp -a` of it. Medians.
 fn copy_setup(runs: usize) -> (Duration, Duration) {
-    let src = tempfile::tempdir().expect("temp dir");
+    let src = match std::env::var_os("SANDBOX_BENCH_COPY_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir),
+        None => tempfile::tempdir(),
+    }
+    .expect("temp dir");
     let chunk: Vec<u8> = (0..20_000).map(|i| (i % 251) as u8).collect();
     for d in 0..100 {
         let dir = src.path().join(format!("d{d:03}"));
@@ -458,7 +470,8 @@ fn copy_setup(runs: usize) -> (Duration, Duration) {
         let ws = runner::workspace::Workspace::create(src.path()).expect("copy workspace");
         ours.push(t.elapsed());
         ws.discard().expect("discard");
-        let dest = tempfile::tempdir().expect("temp dir");
+        let dest = tempfile::tempdir_in(src.path().parent().unwrap_or(Path::new("/tmp")))
+            .expect("temp dir");
         let t = Instant::now();
         let ok = Command::new("cp")
             .arg("-a")

@@ -200,3 +200,74 @@ fn the_proxy_keeps_to_the_profiles_limits() {
         "the cut connection's record says why\n{all}"
     );
 }
+
+/// `sandbox shell --network allowlist`: the shell holds the terminal (here, a pipe), and the
+/// proxy still carries its connections and records them; an ask is refused, since nobody
+/// can answer one from inside a shell.
+#[test]
+fn sandbox_shell_carries_the_proxy_on_both_backends() {
+    use std::io::Write;
+    for backend in ["landlock", "docker"] {
+        if backend == "docker" {
+            common::engine::docker();
+        }
+        let s = common::allowlist::setup();
+        std::fs::create_dir_all(s.wt.join(".runner")).unwrap();
+        std::fs::write(
+            s.wt.join(".runner/config.toml"),
+            "[permission.network]\n\"127.0.0.1\" = \"allow\"\n",
+        )
+        .unwrap();
+        let outside = common::outside::Outside::start(100_000);
+        let p = outside.port;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args([
+                "sandbox",
+                "shell",
+                "--sandbox",
+                backend,
+                "--network",
+                "allowlist",
+            ])
+            .arg("--root")
+            .arg(&s.wt)
+            .env("XDG_DATA_HOME", &s.data)
+            .env("XDG_CONFIG_HOME", s.data.join("config"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let script = format!(
+            "export no_proxy= NO_PROXY=\npython3 net.py fetch http://127.0.0.1:{p}/blob\npython3 net.py fetch http://other.invalid:{p}/blob\nexit 7\n"
+        );
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let all = text(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "{backend}: the shell's status\n{all}"
+        );
+        assert!(
+            all.contains(&format!("OK http://127.0.0.1:{p}/blob 100000")),
+            "{backend}: the allowed fetch\n{all}"
+        );
+        assert!(
+            all.contains("FAIL http://other.invalid") && all.contains("nobody can answer"),
+            "{backend}: the asked host is refused\n{all}"
+        );
+        let recs = records(&out);
+        assert!(
+            recs.iter()
+                .any(|(d, h, _)| d == "allow" && h == &format!("127.0.0.1:{p}")),
+            "{backend}\n{all}"
+        );
+        assert_eq!(outside.accepted(), 1, "{backend}\n{all}");
+    }
+}

@@ -2,6 +2,7 @@
 //! the sandbox the way the agent sees it, and the removal of leftovers.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Subcommand;
 
@@ -242,12 +243,11 @@ fn seccomp_probe() -> Result<(), String> {
 async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
     // The shell owns the terminal where the protocol would run, so there is no channel
     // for the proxy's connections yet.
-    if args
-        .spec(root)
-        .is_ok_and(|s| s.network == crate::sandbox::spec::Network::Allowlist)
-    {
+    if args.spec(root).is_ok_and(|s| {
+        s.network == crate::sandbox::spec::Network::Allowlist && s.backend == BackendKind::None
+    }) {
         eprintln!(
-            "runner: sandbox shell cannot carry --network allowlist yet (the proxy's connections travel over the sandbox protocol, and the shell holds the terminal). Use `runner tool call bash` or `runner run` for allow-listed network, or --network none"
+            "runner: --network allowlist needs a wall: with --sandbox none the shell reaches the network directly. Use --sandbox landlock or docker"
         );
         return exit::USAGE;
     }
@@ -280,6 +280,110 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
     let code = shell_in(work.as_deref().unwrap_or(root), args).await;
     super::changes::report(workspace);
     code
+}
+
+/// The allow-list proxy of a shell's sandbox. The shell holds the terminal, so nobody can
+/// answer an ask: what the rules leave open is refused, with a message that says where to
+/// allow the host.
+fn shell_proxy(
+    root: &Path,
+    args: &SandboxArgs,
+    client: crate::sandbox::SandboxClient,
+    worktree: PathBuf,
+    spec: &crate::sandbox::spec::SandboxSpec,
+) -> impl std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + use<> {
+    use crate::permission::gate::{PolicyAsker, RuleGate};
+    let rules = args
+        .options(root, &super::permission::RuleArgs { config: None }, None)
+        .rules(None)
+        .map(|r| r.rules)
+        .map_err(|e| e.to_string());
+    let limits = crate::network::NetworkLimits {
+        connections: spec.limits.net_connections as usize,
+        bytes: spec.limits.net_bytes,
+        ..Default::default()
+    };
+    async move {
+        let rules = rules?;
+        let asker = PolicyAsker::deny(
+            "the shell holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
+        );
+        let gate = RuleGate::new(&worktree, rules.clone(), Arc::new(asker));
+        crate::network::NetworkProxy::start(
+            client,
+            crate::network::Policy {
+                gate: Arc::new(gate),
+                rules,
+            },
+            limits,
+        )
+        .await
+        .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
+    }
+}
+
+/// The pipes of a landlock shell's protocol: the server reads requests on its descriptor
+/// 3 and answers on 4, beside the terminal the shell holds.
+struct ShellChannel {
+    requests: std::io::PipeWriter,
+    responses: std::io::PipeReader,
+    /// The server's ends, open until it is spawned (the command's `pre_exec` names them).
+    child_ends: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+}
+
+impl ShellChannel {
+    fn attach(command: &mut std::process::Command) -> std::io::Result<ShellChannel> {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let (their_in, requests) = std::io::pipe()?;
+        let (responses, their_out) = std::io::pipe()?;
+        let (their_in, their_out) = (OwnedFd::from(their_in), OwnedFd::from(their_out));
+        let (a, b) = (their_in.as_raw_fd(), their_out.as_raw_fd());
+        command.args(["--protocol-fds", "3,4"]);
+        // SAFETY: only dup, dup2 and close between fork and exec. Both are first moved above
+        // 4, so neither overwrites the other on its way to 3 and 4.
+        unsafe {
+            command.pre_exec(move || {
+                let high_a = libc::fcntl(a, libc::F_DUPFD, 10);
+                let high_b = libc::fcntl(b, libc::F_DUPFD, 10);
+                if high_a < 0
+                    || high_b < 0
+                    || libc::dup2(high_a, 3) < 0
+                    || libc::dup2(high_b, 4) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(high_a);
+                libc::close(high_b);
+                Ok(())
+            });
+        }
+        Ok(ShellChannel {
+            requests,
+            responses,
+            child_ends: Some((their_in, their_out)),
+        })
+    }
+
+    /// The child has its copies: ours must close, or the server's end of the responses
+    /// would never read as closed here.
+    fn spawned(&mut self) {
+        self.child_ends = None;
+    }
+
+    fn client(self) -> Result<crate::sandbox::SandboxClient, String> {
+        use std::os::fd::OwnedFd;
+        let fail = |e: std::io::Error| format!("cannot use the shell's protocol pipes: {e}");
+        let writer = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(self.requests))
+            .map_err(fail)?;
+        let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(self.responses))
+            .map_err(fail)?;
+        Ok(crate::sandbox::SandboxClient::new(
+            reader,
+            writer,
+            Arc::new(String::new),
+        ))
+    }
 }
 
 async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
@@ -319,6 +423,19 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
                 (None, None, None)
             };
             command.arg("--shell");
+            // With the allow-list, the server serves the proxy on two more descriptors
+            // while the shell has the terminal.
+            let channel = if spec.network == crate::sandbox::spec::Network::Allowlist {
+                match ShellChannel::attach(&mut command) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        eprintln!("runner: cannot make the shell's protocol pipes: {e}");
+                        return exit::FAILED;
+                    }
+                }
+            } else {
+                None
+            };
             // Ctrl-C goes to the shell; runner waits it out.
             // SAFETY: only async-signal-safe calls between fork and exec.
             unsafe {
@@ -329,21 +446,69 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
                     Ok(())
                 });
             }
-            match command.status() {
-                Ok(status) => status.code().map_or(exit::FAILED, |c| c as u8),
+            let mut child = match command.spawn() {
+                Ok(c) => c,
                 Err(e) => {
                     eprintln!("runner: cannot start the shell: {e}");
+                    return exit::FAILED;
+                }
+            };
+            let proxy = match channel.map(|mut c| {
+                c.spawned();
+                c.client()
+            }) {
+                Some(Ok(client)) => {
+                    match shell_proxy(root, args, client, worktree.clone(), &spec).await {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            eprintln!("runner: {e}; the shell has no network");
+                            None
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    eprintln!("runner: {e}; the shell has no network");
+                    None
+                }
+                None => None,
+            };
+            let status = tokio::task::spawn_blocking(move || child.wait()).await;
+            for record in proxy.iter().flat_map(|p| p.records()) {
+                eprintln!("network: {}", record.line());
+            }
+            match status {
+                Ok(Ok(status)) => status.code().map_or(exit::FAILED, |c| c as u8),
+                _ => exit::FAILED,
+            }
+        }
+        BackendKind::Docker => {
+            let network = spec.network == crate::sandbox::spec::Network::Allowlist;
+            let opened = crate::sandbox::docker::shell(&spec, |sandbox| {
+                let started = network.then(|| {
+                    let worktree = sandbox.worktree().to_path_buf();
+                    shell_proxy(root, args, sandbox.client.clone(), worktree, &spec)
+                });
+                async move {
+                    match started {
+                        Some(s) => s.await.map(Some),
+                        None => Ok(None),
+                    }
+                }
+            })
+            .await;
+            match opened {
+                Ok((code, proxy)) => {
+                    for record in proxy.iter().flat_map(|p| p.records()) {
+                        eprintln!("network: {}", record.line());
+                    }
+                    code
+                }
+                Err(e) => {
+                    eprintln!("runner: {e}");
                     exit::FAILED
                 }
             }
         }
-        BackendKind::Docker => match crate::sandbox::docker::shell(&spec).await {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("runner: {e}");
-                exit::FAILED
-            }
-        },
     }
 }
 

@@ -55,6 +55,10 @@ pub struct ServerArgs {
     /// After confining, run an interactive shell in the worktree instead of serving.
     #[arg(long)]
     shell: bool,
+    /// With `--shell`: also serve the protocol on these two inherited descriptors (input,
+    /// output) while the shell runs, for the network proxy (`--network allowlist`).
+    #[arg(long = "protocol-fds", value_delimiter = ',', requires = "shell")]
+    protocol_fds: Vec<i32>,
 }
 
 /// Moves this (still single-threaded: it runs before any runtime or thread is started, and
@@ -72,6 +76,42 @@ fn join_cgroup(dir: &std::path::Path) -> std::io::Result<()> {
     } else {
         std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
     }
+}
+
+/// The shell as a child with the terminal, and the server on the protocol descriptors
+/// beside it; this process ends with the shell's status.
+fn shell_beside_server(shell: &str, args: &ServerArgs, input: i32, output: i32) -> u8 {
+    use std::os::fd::FromRawFd;
+    for fd in [input, output] {
+        // SAFETY: fcntl on descriptors the caller handed us; the shell must not inherit them.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    let child = std::process::Command::new(shell)
+        .arg("-i")
+        .current_dir(&args.roots[0].path)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("runner sandbox-server: cannot start {shell}: {e}");
+            return super::exit::FAILED;
+        }
+    };
+    std::thread::spawn(move || {
+        let code = child.wait().ok().and_then(|s| s.code()).unwrap_or(1);
+        std::process::exit(code);
+    });
+    // SAFETY: the two descriptors are ours alone from here on.
+    let (input, output) = unsafe {
+        (
+            std::fs::File::from_raw_fd(input),
+            std::fs::File::from_raw_fd(output),
+        )
+    };
+    let _ = server::serve_with_forbidden(&args.roots, args.forbid.clone(), input, output);
+    // The controller went away before the shell ended: the shell goes on without a network.
+    std::thread::park();
+    super::exit::OK
 }
 
 pub fn run(args: ServerArgs) -> u8 {
@@ -131,6 +171,9 @@ pub fn run(args: ServerArgs) -> u8 {
         } else {
             "/bin/sh"
         };
+        if let [input, output] = args.protocol_fds[..] {
+            return shell_beside_server(shell, &args, input, output);
+        }
         // The caller passes the sandbox's environment to this process for the shell.
         let e = std::process::Command::new(shell)
             .arg("-i")

@@ -160,7 +160,7 @@ pub fn create(
                 "{repo} is not a git repository, so it has no commit to check out"
             ));
         }
-        copy_tree(Path::new(repo), dest)?;
+        crate::workspace::copy_tree(Path::new(repo), dest, None)?;
         git(Some(dest), &["init", "--quiet"]).run("git init")?;
         git(Some(dest), &["add", "-A"]).run("git add")?;
         git(
@@ -181,7 +181,7 @@ pub fn create(
     let base_git = sibling(dest, "base.git");
     std::fs::create_dir(&base_git)
         .map_err(|e| format!("cannot create {}: {e}", base_git.display()))?;
-    copy_tree(&dest.join(".git"), &base_git)?;
+    crate::workspace::copy_tree(&dest.join(".git"), &base_git, None)?;
     Ok(Worktree {
         path: dir.keep(),
         base_git,
@@ -260,27 +260,6 @@ impl RunGit for Command {
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
-}
-
-/// Copies a directory, keeping symlinks as links and file modes.
-fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    let err = |p: &Path, e: std::io::Error| format!("cannot copy {}: {e}", p.display());
-    for entry in std::fs::read_dir(from).map_err(|e| err(from, e))? {
-        let entry = entry.map_err(|e| err(from, e))?;
-        let src = entry.path();
-        let dst: PathBuf = to.join(entry.file_name());
-        let kind = entry.file_type().map_err(|e| err(&src, e))?;
-        if kind.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|e| err(&src, e))?;
-            std::os::unix::fs::symlink(target, &dst).map_err(|e| err(&dst, e))?;
-        } else if kind.is_dir() {
-            std::fs::create_dir(&dst).map_err(|e| err(&dst, e))?;
-            copy_tree(&src, &dst)?;
-        } else {
-            std::fs::copy(&src, &dst).map_err(|e| err(&src, e))?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -104,9 +104,11 @@ impl Policy {
         port: u16,
         own: &[IpAddr],
     ) -> Result<Vec<SocketAddr>, Refusal> {
-        let request =
+        let mut request =
             PermissionRequest::new("network", vec![host.to_string()], vec![host.to_string()])
                 .with_metadata(serde_json::json!({ "port": port }));
+        // Who asks, for the person deciding: not a tool, a command behind the wall.
+        request.tool = Some(format!("a command in the sandbox (port {port})"));
         if let Err(e) = self.gate.ask(&request).await {
             return Err(Refusal {
                 status: 403,

@@ -97,7 +97,7 @@ impl Workspace {
         // it): they are left out, or the copy would copy itself.
         let skip = std::fs::canonicalize(root_dir()).unwrap_or_else(|_| root_dir());
         for side in ["base", "work"] {
-            copy_tree(&source, &ws.dir.join(side), &skip).inspect_err(|_| {
+            copy_tree(&source, &ws.dir.join(side), Some(&skip)).inspect_err(|_| {
                 let _ = std::fs::remove_dir_all(&ws.dir);
             })?;
         }
@@ -251,7 +251,9 @@ pub fn orphans() -> Vec<Workspace> {
 /// `cp -a --reflink=auto`: coreutils already knows how to reflink and how to keep modes,
 /// links, times and special files. Everything of `source` but `skip` goes to `dest`: the
 /// folders on the way to `skip` are made here, everything beside them is copied whole.
-fn copy_tree(source: &Path, dest: &Path, skip: &Path) -> Result<(), String> {
+/// Every private copy runner makes goes through here: a copy workspace's, and an
+/// evaluation attempt's worktree and its base repository (`eval::worktree`).
+pub fn copy_tree(source: &Path, dest: &Path, skip: Option<&Path>) -> Result<(), String> {
     let cp = |args: &mut Command| -> Result<(), String> {
         let out = args
             .output()
@@ -266,12 +268,12 @@ fn copy_tree(source: &Path, dest: &Path, skip: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ))
     };
-    if !skip.starts_with(source) {
+    let Some(skip) = skip.filter(|s| s.starts_with(source)) else {
         return cp(Command::new("cp")
             .args(["-a", "--reflink=auto", "--no-target-directory", "--"])
             .arg(source)
             .arg(dest));
-    }
+    };
     let io = |e: std::io::Error| format!("cannot copy {}: {e}", source.display());
     std::fs::create_dir_all(dest).map_err(io)?;
     let mode = std::fs::metadata(source).map_err(io)?.permissions();
@@ -286,7 +288,7 @@ fn copy_tree(source: &Path, dest: &Path, skip: &Path) -> Result<(), String> {
             copy_tree(
                 &path,
                 &dest.join(path.file_name().unwrap_or_default()),
-                skip,
+                Some(skip),
             )?;
         } else {
             whole.push(path);

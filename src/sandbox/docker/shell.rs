@@ -41,11 +41,19 @@ impl Drop for RawMode {
     }
 }
 
-pub async fn shell(spec: &SandboxSpec) -> Result<u8, String> {
+/// Runs the shell in a fresh sandbox container. `with_sandbox` gets the sandbox before the
+/// shell starts (the network proxy is started there) and what it returns is kept until the
+/// shell ends, then handed back.
+pub async fn shell<T, F, Fut>(spec: &SandboxSpec, with_sandbox: F) -> Result<(u8, T), String>
+where
+    F: FnOnce(&crate::sandbox::Sandbox) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let docker = engine::connect().await?;
     let sandbox = super::open_container(&docker, spec)
         .await
         .map_err(|e| e.to_string())?;
+    let kept = with_sandbox(&sandbox).await?;
     let id = sandbox.container_id.clone().unwrap_or_default();
     let mut env: Vec<String> = sandbox
         .env
@@ -118,5 +126,5 @@ pub async fn shell(spec: &SandboxSpec) -> Result<u8, String> {
         .and_then(|i| i.exit_code)
         .unwrap_or(0);
     drop(sandbox);
-    Ok(code.clamp(0, 255) as u8)
+    Ok((code.clamp(0, 255) as u8, kept))
 }

@@ -33,6 +33,18 @@ pub fn serve(
     serve_with(roots, input, output, Arc::new(exec::Running::default()))
 }
 
+/// The server on two descriptors of its own, beside a shell that holds the terminal.
+pub fn serve_with_forbidden(
+    roots: &[RootSpec],
+    forbidden: Vec<std::path::PathBuf>,
+    input: std::fs::File,
+    output: std::fs::File,
+) -> std::io::Result<()> {
+    let running = Arc::new(exec::Running::with_forbidden(forbidden));
+    let input = std::io::BufReader::with_capacity(FRAME_BUFFER, input);
+    serve_with(roots, input, output, running)
+}
+
 /// The server as a process of its own (`runner sandbox-server`): stdin/stdout, and the
 /// termination signals handled.
 pub fn serve_stdio(roots: &[RootSpec], forbidden: Vec<std::path::PathBuf>) -> std::io::Result<()> {
