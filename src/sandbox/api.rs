@@ -442,8 +442,12 @@ pub fn read_message(input: &mut impl Read) -> io::Result<Option<Message>> {
     if let Some(total) = data_frame_len(len)? {
         let mut header = [0u8; DATA_HEADER];
         input.read_exact(&mut header)?;
-        let mut data = vec![0u8; total - DATA_HEADER];
-        input.read_exact(&mut data)?;
+        // Read into spare capacity: no zeroing of a buffer the read overwrites anyway.
+        let len = total - DATA_HEADER;
+        let mut data = Vec::with_capacity(len);
+        if input.take(len as u64).read_to_end(&mut data)? < len {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
         let (target, conn) = split_data_header(&header);
         return Ok(Some(Message::Data { target, conn, data }));
     }
