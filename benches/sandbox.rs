@@ -37,6 +37,14 @@ use runner::tool::truncate::Truncator;
 use runner::tool::{Registry, Session, ToolContext};
 use serde_json::json;
 
+/// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
+/// `proxy`, `copy`); unset, all of them.
+fn wants(section: &str) -> bool {
+    std::env::var("SANDBOX_BENCH_ONLY")
+        .map(|only| only.split(',').any(|s| s.trim() == section))
+        .unwrap_or(true)
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -107,206 +115,213 @@ fn main() -> ExitCode {
     std::fs::write(wt.join("small.txt"), "one\ntwo\nthree\n").expect("fixture");
     let mut rows = Vec::new();
 
-    // 1. Round trips into one running container.
-    let sandbox: Sandbox = rt
-        .block_on(runner::sandbox::open(&spec(BackendKind::Docker, &wt)))
-        .expect("open the docker sandbox (is the engine running? `runner image build`?)");
-    let id = sandbox.container_id.clone().expect("container id");
-    let ctx = ToolContext::new(
-        Arc::new(sandbox),
-        Arc::new(Session::single_call("bench")),
-        Arc::new(PolicyGate::new(AskPolicy::Allow)),
-        Arc::new(Truncator::new(wt.join(".out"))),
-    );
-    let registry = Registry::builtin();
-    let small = wt.join("small.txt").display().to_string();
-    let read_args = json!({ "filePath": small });
-    let bash_args = json!({ "command": "true", "description": "bench" });
-    let (mut read_runner, mut read_peer, mut bash_runner, mut bash_peer) =
-        (vec![], vec![], vec![], vec![]);
-    for i in 0..runs + 3 {
-        let t = Instant::now();
-        let r = rt.block_on(registry.call("read", read_args.clone(), &ctx));
-        let took = t.elapsed();
-        assert!(
-            r.error.is_none() && r.output.contains("three"),
-            "read failed: {:?}",
-            r.error
-        );
-        let peer = docker_cli(&["exec", &id, "cat", &small]);
-        let t = Instant::now();
-        let r = rt.block_on(registry.call("bash", bash_args.clone(), &ctx));
-        let took_bash = t.elapsed();
-        assert!(r.error.is_none(), "bash failed: {:?}", r.error);
-        let peer_bash = docker_cli(&["exec", &id, "true"]);
-        if i >= 3 {
-            read_runner.push(took);
-            read_peer.push(peer);
-            bash_runner.push(took_bash);
-            bash_peer.push(peer_bash);
-        }
-    }
-    let (rr, rp) = (median(read_runner), median(read_peer));
-    rows.push(Row {
-        name: "read small file",
-        runner: rr,
-        peer: rp,
-        peer_name: "docker exec cat",
-        pass: rp.as_secs_f64() / rr.as_secs_f64() >= 20.0 && rr < Duration::from_millis(2),
-        target: "≥ 20× faster, median < 2 ms".into(),
-    });
-    let (br, bp) = (median(bash_runner), median(bash_peer));
-    rows.push(Row {
-        name: "bash `true`",
-        runner: br,
-        peer: bp,
-        peer_name: "docker exec true",
-        pass: br <= bp,
-        target: "no slower".into(),
-    });
-    drop(ctx);
-
-    // 2. Start-up.
-    let (mut ll, mut nn, mut dk, mut dr) = (vec![], vec![], vec![], vec![]);
-    let start_runs = runs.min(15);
-    let open_close = |kind: BackendKind| {
-        let t = Instant::now();
-        let sb = rt
-            .block_on(runner::sandbox::open(&spec(kind, &wt)))
-            .expect("open sandbox");
-        drop(sb);
-        t.elapsed()
-    };
-    for i in 0..start_runs + 2 {
-        std::thread::sleep(Duration::from_millis(100));
-        let took_ll = open_close(BackendKind::Landlock);
-        std::thread::sleep(Duration::from_millis(100));
-        let took_nn = open_close(BackendKind::None);
-        let t = Instant::now();
-        let sb = rt
+    if wants("roundtrip") {
+        // 1. Round trips into one running container.
+        let sandbox: Sandbox = rt
             .block_on(runner::sandbox::open(&spec(BackendKind::Docker, &wt)))
-            .expect("open docker");
-        let took_dk = t.elapsed();
-        drop(sb);
-        let took_dr = docker_cli(&["run", "--rm", DEFAULT_IMAGE, "true"]);
-        if i >= 2 {
-            ll.push(took_ll);
-            nn.push(took_nn);
-            dk.push(took_dk);
-            dr.push(took_dr);
-        }
-    }
-    let (ll, nn) = (median(ll), median(nn));
-    rows.push(Row {
-        name: "landlock open+close",
-        runner: ll,
-        peer: nn,
-        peer_name: "none open+close",
-        pass: ll < nn + Duration::from_millis(10),
-        target: "< peer + 10 ms".into(),
-    });
-    // The whole process, as a user meets it.
-    let tool_call = |backend: &str, network: &str| {
-        std::thread::sleep(Duration::from_millis(100));
-        let t = Instant::now();
-        let status = Command::new(runner_exe())
-            .args([
-                "tool",
-                "call",
-                "bash",
-                r#"{"command":"true","description":"b"}"#,
-            ])
-            .args(["--sandbox", backend, "--network", network, "--root"])
-            .arg(&wt)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("runner tool call");
-        assert!(
-            status.success(),
-            "runner tool call --sandbox {backend} --network {network} failed"
+            .expect("open the docker sandbox (is the engine running? `runner image build`?)");
+        let id = sandbox.container_id.clone().expect("container id");
+        let ctx = ToolContext::new(
+            Arc::new(sandbox),
+            Arc::new(Session::single_call("bench")),
+            Arc::new(PolicyGate::new(AskPolicy::Allow)),
+            Arc::new(Truncator::new(wt.join(".out"))),
         );
-        t.elapsed()
-    };
-    let (mut pl, mut pn, mut pa) = (vec![], vec![], vec![]);
-    for i in 0..start_runs + 2 {
-        let (l, n, a) = (
-            tool_call("landlock", "none"),
-            tool_call("none", "none"),
-            tool_call("landlock", "allowlist"),
+        let registry = Registry::builtin();
+        let small = wt.join("small.txt").display().to_string();
+        let read_args = json!({ "filePath": small });
+        let bash_args = json!({ "command": "true", "description": "bench" });
+        let (mut read_runner, mut read_peer, mut bash_runner, mut bash_peer) =
+            (vec![], vec![], vec![], vec![]);
+        for i in 0..runs + 3 {
+            let t = Instant::now();
+            let r = rt.block_on(registry.call("read", read_args.clone(), &ctx));
+            let took = t.elapsed();
+            assert!(
+                r.error.is_none() && r.output.contains("three"),
+                "read failed: {:?}",
+                r.error
+            );
+            let peer = docker_cli(&["exec", &id, "cat", &small]);
+            let t = Instant::now();
+            let r = rt.block_on(registry.call("bash", bash_args.clone(), &ctx));
+            let took_bash = t.elapsed();
+            assert!(r.error.is_none(), "bash failed: {:?}", r.error);
+            let peer_bash = docker_cli(&["exec", &id, "true"]);
+            if i >= 3 {
+                read_runner.push(took);
+                read_peer.push(peer);
+                bash_runner.push(took_bash);
+                bash_peer.push(peer_bash);
+            }
+        }
+        let (rr, rp) = (median(read_runner), median(read_peer));
+        rows.push(Row {
+            name: "read small file",
+            runner: rr,
+            peer: rp,
+            peer_name: "docker exec cat",
+            pass: rp.as_secs_f64() / rr.as_secs_f64() >= 20.0 && rr < Duration::from_millis(2),
+            target: "≥ 20× faster, median < 2 ms".into(),
+        });
+        let (br, bp) = (median(bash_runner), median(bash_peer));
+        rows.push(Row {
+            name: "bash `true`",
+            runner: br,
+            peer: bp,
+            peer_name: "docker exec true",
+            pass: br <= bp,
+            target: "no slower".into(),
+        });
+        drop(ctx);
+    }
+    if wants("startup") {
+        // 2. Start-up.
+        let (mut ll, mut nn, mut dk, mut dr) = (vec![], vec![], vec![], vec![]);
+        let start_runs = runs.min(15);
+        let open_close = |kind: BackendKind| {
+            let t = Instant::now();
+            let sb = rt
+                .block_on(runner::sandbox::open(&spec(kind, &wt)))
+                .expect("open sandbox");
+            drop(sb);
+            t.elapsed()
+        };
+        for i in 0..start_runs + 2 {
+            std::thread::sleep(Duration::from_millis(100));
+            let took_ll = open_close(BackendKind::Landlock);
+            std::thread::sleep(Duration::from_millis(100));
+            let took_nn = open_close(BackendKind::None);
+            let t = Instant::now();
+            let sb = rt
+                .block_on(runner::sandbox::open(&spec(BackendKind::Docker, &wt)))
+                .expect("open docker");
+            let took_dk = t.elapsed();
+            drop(sb);
+            let took_dr = docker_cli(&["run", "--rm", DEFAULT_IMAGE, "true"]);
+            if i >= 2 {
+                ll.push(took_ll);
+                nn.push(took_nn);
+                dk.push(took_dk);
+                dr.push(took_dr);
+            }
+        }
+        let (ll, nn) = (median(ll), median(nn));
+        rows.push(Row {
+            name: "landlock open+close",
+            runner: ll,
+            peer: nn,
+            peer_name: "none open+close",
+            pass: ll < nn + Duration::from_millis(10),
+            target: "< peer + 10 ms".into(),
+        });
+        // The whole process, as a user meets it.
+        let tool_call = |backend: &str, network: &str| {
+            std::thread::sleep(Duration::from_millis(100));
+            let t = Instant::now();
+            let status = Command::new(runner_exe())
+                .args([
+                    "tool",
+                    "call",
+                    "bash",
+                    r#"{"command":"true","description":"b"}"#,
+                ])
+                .args(["--sandbox", backend, "--network", network, "--root"])
+                .arg(&wt)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("runner tool call");
+            assert!(
+                status.success(),
+                "runner tool call --sandbox {backend} --network {network} failed"
+            );
+            t.elapsed()
+        };
+        let (mut pl, mut pn, mut pa) = (vec![], vec![], vec![]);
+        for i in 0..start_runs + 2 {
+            let (l, n, a) = (
+                tool_call("landlock", "none"),
+                tool_call("none", "none"),
+                tool_call("landlock", "allowlist"),
+            );
+            if i >= 2 {
+                pl.push(l);
+                pn.push(n);
+                pa.push(a);
+            }
+        }
+        let (pl, pn, pa) = (median(pl), median(pn), median(pa));
+        rows.push(Row {
+            name: "tool call bash, landlock",
+            runner: pl,
+            peer: pn,
+            peer_name: "the same, --sandbox none",
+            pass: pl < pn + Duration::from_millis(10),
+            target: "< peer + 10 ms".into(),
+        });
+        rows.push(Row {
+            name: "… landlock allowlist",
+            runner: pa,
+            peer: pn,
+            peer_name: "the same, --sandbox none",
+            pass: pa < pn + Duration::from_millis(15),
+            target: "< peer + 15 ms".into(),
+        });
+        match codex_sandbox_true() {
+            Some(codex) => println!(
+                "peer on this machine: `codex sandbox -- true` {:.3} ms (median of {start_runs})",
+                ms(codex)
+            ),
+            None => {
+                println!(
+                    "peer not installed here: codex (its `codex sandbox -- true` is not measured)"
+                )
+            }
+        }
+        let (dk, dr) = (median(dk), median(dr));
+        rows.push(Row {
+            name: "docker sandbox ready",
+            runner: dk,
+            peer: dr,
+            peer_name: "docker run --rm IMAGE true",
+            pass: dk.as_secs_f64() <= 1.5 * dr.as_secs_f64(),
+            target: "≤ 1.5× peer".into(),
+        });
+    }
+    if wants("proxy") {
+        // 3. The allow-list proxy's throughput against the host's own network.
+        let (proxy, host) = proxy_throughput(&wt, runs.min(5));
+        rows.push(Row {
+            name: "100 MB through the proxy",
+            runner: proxy,
+            peer: host,
+            peer_name: "the same, --network host",
+            pass: host.as_secs_f64() / proxy.as_secs_f64() >= 0.5,
+            target: "≥ 0.5× peer".into(),
+        });
+    }
+    if wants("copy") {
+        // 4. A copy workspace's set-up.
+        let (copy, cp) = copy_setup(runs.min(3));
+        rows.push(Row {
+            name: "copy workspace set-up",
+            runner: copy,
+            peer: cp,
+            peer_name: "cp -a of the worktree, once",
+            pass: copy < Duration::from_secs(1) || !reflinks_work(),
+            target: "< 1 s where reflinks work".into(),
+        });
+        println!(
+            "reflinks on this file system: {}",
+            if reflinks_work() {
+                "yes"
+            } else {
+                "no (a plain copy: the 1 s target does not apply)"
+            }
         );
-        if i >= 2 {
-            pl.push(l);
-            pn.push(n);
-            pa.push(a);
-        }
     }
-    let (pl, pn, pa) = (median(pl), median(pn), median(pa));
-    rows.push(Row {
-        name: "tool call bash, landlock",
-        runner: pl,
-        peer: pn,
-        peer_name: "the same, --sandbox none",
-        pass: pl < pn + Duration::from_millis(10),
-        target: "< peer + 10 ms".into(),
-    });
-    rows.push(Row {
-        name: "… landlock allowlist",
-        runner: pa,
-        peer: pn,
-        peer_name: "the same, --sandbox none",
-        pass: pa < pn + Duration::from_millis(15),
-        target: "< peer + 15 ms".into(),
-    });
-    match codex_sandbox_true() {
-        Some(codex) => println!(
-            "peer on this machine: `codex sandbox -- true` {:.3} ms (median of {start_runs})",
-            ms(codex)
-        ),
-        None => {
-            println!("peer not installed here: codex (its `codex sandbox -- true` is not measured)")
-        }
-    }
-    let (dk, dr) = (median(dk), median(dr));
-    rows.push(Row {
-        name: "docker sandbox ready",
-        runner: dk,
-        peer: dr,
-        peer_name: "docker run --rm IMAGE true",
-        pass: dk.as_secs_f64() <= 1.5 * dr.as_secs_f64(),
-        target: "≤ 1.5× peer".into(),
-    });
-
-    // 3. The allow-list proxy's throughput against the host's own network.
-    let (proxy, host) = proxy_throughput(&wt, runs.min(5));
-    rows.push(Row {
-        name: "100 MB through the proxy",
-        runner: proxy,
-        peer: host,
-        peer_name: "the same, --network host",
-        pass: host.as_secs_f64() / proxy.as_secs_f64() >= 0.5,
-        target: "≥ 0.5× peer".into(),
-    });
-
-    // 4. A copy workspace's set-up.
-    let (copy, cp) = copy_setup(runs.min(3));
-    rows.push(Row {
-        name: "copy workspace set-up",
-        runner: copy,
-        peer: cp,
-        peer_name: "cp -a of the worktree, once",
-        pass: copy < Duration::from_secs(1) || !reflinks_work(),
-        target: "< 1 s where reflinks work".into(),
-    });
-    println!(
-        "reflinks on this file system: {}",
-        if reflinks_work() {
-            "yes"
-        } else {
-            "no (a plain copy: the 1 s target does not apply)"
-        }
-    );
 
     println!(
         "{:<24} {:>11} {:>11}  {:<28} {:>9}  {:<28} result",

@@ -1549,3 +1549,61 @@ fn a_session_end_hook_runs_when_the_run_ends() {
     assert_eq!(ended["event"], "session_end");
     assert_eq!(ended["reason"], "finished");
 }
+
+/// A run with `--network allowlist`: the model's command downloads through the proxy, and
+/// the session file records each connection (allowed with its bytes, refused with the rule).
+#[test]
+fn a_run_records_its_network_connections_in_the_session_file() {
+    let h = Harness::new();
+    let outside = common::outside::Outside::start(50_000);
+    let p = outside.port;
+    std::fs::write(h.wt.join("net.py"), common::outside::CLIENT_PY).unwrap();
+    let command = format!(
+        "export no_proxy= NO_PROXY=; python3 net.py fetch http://127.0.0.1:{p}/blob; python3 net.py fetch http://refused.invalid:{p}/blob"
+    );
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": command, "description": "Download"}),
+        )),
+        Response::Stream(text("done")),
+    ]);
+    let config =
+        h.config_file("[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n");
+    let out = h.run(
+        &model,
+        &[
+            "--sandbox",
+            "landlock",
+            "--network",
+            "allowlist",
+            "--config",
+            &config,
+            "--model",
+            "openai/gpt-test",
+            "--json",
+            "download",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let result = tool_results(&model, 1).join("\n");
+    assert!(
+        result.contains(&format!("OK http://127.0.0.1:{p}/blob 50000")),
+        "{result}"
+    );
+    let network: Vec<Value> = h
+        .session_records()
+        .into_iter()
+        .filter(|r| r["type"] == "network")
+        .collect();
+    assert_eq!(network.len(), 2, "{network:?}");
+    assert_eq!(network[0]["host"], "127.0.0.1");
+    assert_eq!(network[0]["decision"], "allow");
+    assert!(network[0]["bytes_received"].as_u64().unwrap() >= 50_000);
+    assert_eq!(network[1]["host"], "refused.invalid");
+    assert_eq!(network[1]["decision"], "deny");
+    assert!(
+        network[1]["reason"].as_str().unwrap().contains("\"*\""),
+        "{network:?}"
+    );
+}

@@ -316,3 +316,83 @@ impl Drop for NetworkProxy {
 
 /// The sandbox's events for one connection.
 pub(crate) type Events = tokio::sync::mpsc::UnboundedReceiver<Response>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::permission::gate::{PolicyAsker, RuleGate};
+
+    /// A policy of `rules` (all `network`), where an ask is refused.
+    fn policy(rules: &[(&str, Action)]) -> Policy {
+        let rules: Vec<Rule> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, (pattern, action))| Rule::new("network", pattern, *action, "test", i + 1))
+            .collect();
+        let gate = RuleGate::new(
+            std::path::Path::new("/w"),
+            rules.clone(),
+            Arc::new(PolicyAsker::deny("nobody is there")),
+        );
+        Policy {
+            gate: Arc::new(gate),
+            rules,
+        }
+    }
+
+    // Nothing here connects: `decide` judges and resolves (loopback names come from the
+    // hosts file), the caller connects.
+
+    #[tokio::test]
+    async fn a_wildcard_never_opens_a_reserved_address() {
+        let p = policy(&[("*", Action::Allow)]);
+        for host in [
+            "127.0.0.1",
+            "localhost",
+            "169.254.169.254",
+            "10.0.0.1",
+            "::1",
+        ] {
+            let err = p.decide(host, 80, &[]).await.unwrap_err();
+            assert_eq!(err.status, 403, "{host}");
+            assert!(
+                err.reason.contains("only a rule naming"),
+                "{host}: {}",
+                err.reason
+            );
+        }
+        assert!(p.decide("8.8.8.8", 53, &[]).await.is_ok());
+        // The machine's own public address is the machine.
+        let own: IpAddr = "198.51.100.7".parse().unwrap();
+        let err = p.decide("198.51.100.7", 22, &[own]).await.unwrap_err();
+        assert!(err.reason.contains("own addresses"), "{}", err.reason);
+    }
+
+    #[tokio::test]
+    async fn an_exact_rule_opens_its_address_or_its_name() {
+        let p = policy(&[("*", Action::Deny), ("127.0.0.1", Action::Allow)]);
+        let addrs = p.decide("127.0.0.1", 8080, &[]).await.unwrap();
+        assert_eq!(addrs, vec!["127.0.0.1:8080".parse().unwrap()]);
+        let p = policy(&[("localhost", Action::Allow)]);
+        let addrs = p.decide("localhost", 8080, &[]).await.unwrap();
+        assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
+        // A pattern with a wildcard is not an exact rule, even if it matches only one name.
+        let p = policy(&[("localhos?", Action::Allow)]);
+        assert!(p.decide("localhost", 8080, &[]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_refusal_names_the_rule_or_who_refused() {
+        let p = policy(&[("*", Action::Deny), ("*.example.org", Action::Allow)]);
+        let err = p.decide("evil.test", 443, &[]).await.unwrap_err();
+        assert_eq!(err.status, 403);
+        assert!(
+            err.reason.contains("network \"*\" = \"deny\" (test #1)"),
+            "{}",
+            err.reason
+        );
+        let p = policy(&[("*", Action::Ask)]);
+        let err = p.decide("pypi.org", 443, &[]).await.unwrap_err();
+        assert!(err.reason.contains("nobody is there"), "{}", err.reason);
+    }
+}

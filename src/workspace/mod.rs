@@ -96,10 +96,27 @@ impl Workspace {
         // The workspaces themselves may live inside the checkout (a data directory under
         // it): they are left out, or the copy would copy itself.
         let skip = std::fs::canonicalize(root_dir()).unwrap_or_else(|_| root_dir());
-        for side in ["base", "work"] {
-            copy_tree(&source, &ws.dir.join(side), Some(&skip)).inspect_err(|_| {
-                let _ = std::fs::remove_dir_all(&ws.dir);
-            })?;
+        // Both copies at once: each is mostly waiting on the file system (or, with
+        // reflinks, on metadata), so together they take about as long as one.
+        let copies: Vec<Result<(), String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = ["base", "work"]
+                .iter()
+                .map(|side| {
+                    let (source, dest, skip) = (&source, ws.dir.join(side), &skip);
+                    scope.spawn(move || copy_tree(source, &dest, Some(skip)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("the copy thread panicked".into()))
+                })
+                .collect()
+        });
+        if let Some(Err(e)) = copies.into_iter().find(Result::is_err) {
+            let _ = std::fs::remove_dir_all(&ws.dir);
+            return Err(e);
         }
         Ok(ws)
     }
