@@ -88,7 +88,7 @@ fn serve_with(
                 Err(e) => break Err(e),
             },
             Ok(Some(Message::Data { conn, data, .. })) => {
-                proxy.data(conn, data);
+                proxy.data(conn, data, &*output);
                 continue;
             }
             Ok(None) => break Ok(()),
@@ -99,7 +99,7 @@ fn serve_with(
         // order they were sent.
         match frame.request {
             Request::NetData { conn, data, .. } => {
-                proxy.data(conn, data);
+                proxy.data(conn, data, &*output);
                 continue;
             }
             Request::NetAck { conn, bytes, .. } => {

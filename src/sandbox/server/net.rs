@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -29,10 +29,24 @@ enum ToSocket {
 struct Conn {
     socket: TcpStream,
     to_socket: mpsc::Sender<ToSocket>,
+    /// Messages handed to the writer thread and not yet written.
+    queued: Arc<AtomicUsize>,
     credit: Arc<Credit>,
-    /// The process that connected, found through `/proc` when the connection arrived; its
-    /// process group ties the connection to the command it belongs to.
-    owner: Option<i32>,
+    /// The process that connected; its process group ties the connection to the command
+    /// it belongs to.
+    owner: Owner,
+}
+
+/// Who holds the client end of a connection. Found through `/proc` off the accept path
+/// (a walk of the socket table costs milliseconds that every connection would otherwise
+/// wait before its first byte).
+#[derive(Clone, Copy)]
+enum Owner {
+    /// Still being looked up: kept, whatever ends meanwhile.
+    Pending,
+    Known(i32),
+    /// Not found (the process is gone, or `/proc` does not show it).
+    Unknown,
 }
 
 /// How much the reader may still send, and whether it should stop.
@@ -123,10 +137,7 @@ impl Proxy {
 
     fn accept(self: &Arc<Self>, id: u64, port: u16, socket: TcpStream, sink: &Arc<dyn Sink>) {
         let _ = socket.set_nodelay(true);
-        let owner = socket
-            .peer_addr()
-            .ok()
-            .and_then(|peer| owner_of(peer.port(), port));
+        let peer_port = socket.peer_addr().ok().map(|peer| peer.port());
         let (Ok(reader), Ok(writer)) = (socket.try_clone(), socket.try_clone()) else {
             return;
         };
@@ -134,21 +145,30 @@ impl Proxy {
         let (tx, rx) = mpsc::channel();
         let credit = Arc::new(Credit::default());
         credit.add(WINDOW);
+        let queued = Arc::new(AtomicUsize::new(0));
         self.lock().insert(
             conn,
             Conn {
                 socket,
                 to_socket: tx,
+                queued: queued.clone(),
                 credit: credit.clone(),
-                owner,
+                owner: Owner::Pending,
             },
         );
         sink.response(id, Response::NetOpened { conn });
+        let proxy = self.clone();
+        std::thread::spawn(move || {
+            let found = peer_port.and_then(|p| owner_of(p, port));
+            if let Some(c) = proxy.lock().get_mut(&conn) {
+                c.owner = found.map_or(Owner::Unknown, Owner::Known);
+            }
+        });
         let s = sink.clone();
         std::thread::spawn(move || read_socket(id, conn, reader, &credit, &*s));
         let (s, proxy) = (sink.clone(), self.clone());
         std::thread::spawn(move || {
-            if let Err(e) = write_socket(id, conn, writer, &rx, &*s) {
+            if let Err(e) = write_socket(id, conn, writer, &rx, &queued, &*s) {
                 proxy.drop_conn(
                     conn,
                     &*s,
@@ -160,9 +180,54 @@ impl Proxy {
 
     /// Bytes from the host for a connection. A connection that is gone takes nothing: the
     /// host learns that from the [`Response::NetClosed`] already on its way.
-    pub fn data(&self, conn: u64, data: Vec<u8>) {
-        if let Some(c) = self.lock().get(&conn) {
-            let _ = c.to_socket.send(ToSocket::Data(data));
+    ///
+    /// Written here, on the server's reading thread, when the socket takes it all at once
+    /// (the process inside keeps up): handing every chunk to the writer thread would cost
+    /// two thread switches a chunk. What the socket cannot take now goes to the writer,
+    /// and so does everything after it, so the bytes stay in order.
+    pub fn data(&self, conn: u64, data: Vec<u8>, sink: &dyn Sink) {
+        let map = self.lock();
+        let Some(c) = map.get(&conn) else { return };
+        let mut written = 0;
+        if c.queued.load(Ordering::SeqCst) == 0 {
+            use std::os::fd::AsRawFd;
+            while written < data.len() {
+                let rest = &data[written..];
+                // SAFETY: a send on a socket we own, from a live buffer of `rest.len()` bytes.
+                let n = unsafe {
+                    libc::send(
+                        c.socket.as_raw_fd(),
+                        rest.as_ptr().cast(),
+                        rest.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    )
+                };
+                if n <= 0 {
+                    break;
+                }
+                written += n as usize;
+            }
+        }
+        if written > 0 {
+            let target = *self.target.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(id) = target {
+                sink.response(
+                    id,
+                    Response::NetAck {
+                        conn,
+                        bytes: written as u64,
+                    },
+                );
+            }
+        }
+        if written < data.len() {
+            let rest = if written == 0 {
+                data
+            } else {
+                data[written..].to_vec()
+            };
+            c.queued.fetch_add(1, Ordering::SeqCst);
+            let _ = c.to_socket.send(ToSocket::Data(rest));
         }
     }
 
@@ -174,6 +239,7 @@ impl Proxy {
 
     pub fn eof(&self, conn: u64) {
         if let Some(c) = self.lock().get(&conn) {
+            c.queued.fetch_add(1, Ordering::SeqCst);
             let _ = c.to_socket.send(ToSocket::Eof);
         }
     }
@@ -205,11 +271,14 @@ impl Proxy {
         let orphans: Vec<u64> = self
             .lock()
             .iter()
-            .filter(|(_, c)| {
-                c.owner
+            .filter(|(_, c)| match c.owner {
+                Owner::Pending => false,
+                Owner::Unknown => true,
+                Owner::Known(pid) => {
                     // SAFETY: getpgid takes a pid and touches no memory.
-                    .map(|pid| unsafe { libc::getpgid(pid) })
-                    .is_none_or(|pgid| pgid <= 0 || !live_groups.contains(&pgid))
+                    let pgid = unsafe { libc::getpgid(pid) };
+                    pgid <= 0 || !live_groups.contains(&pgid)
+                }
             })
             .map(|(id, _)| *id)
             .collect();
@@ -264,6 +333,7 @@ fn write_socket(
     conn: u64,
     mut socket: TcpStream,
     rx: &mpsc::Receiver<ToSocket>,
+    queued: &AtomicUsize,
     sink: &dyn Sink,
 ) -> std::io::Result<()> {
     while let Ok(message) = rx.recv() {
@@ -280,6 +350,8 @@ fn write_socket(
             }
             ToSocket::Eof => socket.shutdown(Shutdown::Write)?,
         }
+        // Only now may the reading thread write on its own again.
+        queued.fetch_sub(1, Ordering::SeqCst);
     }
     Ok(())
 }
