@@ -1407,6 +1407,18 @@ fn filesystem(lab: &Lab) -> Vec<Attack> {
 fn proc_attacks(lab: &Lab) -> Vec<Attack> {
     let h = lab.helper_pid;
     vec![
+        // The server's stdin and stdout are the protocol: a command that could open them
+        // through /proc would forge the server's answers to the controller, or send the
+        // server requests of its own. The server (and, in a container, PID 1) hold them.
+        Attack::new(
+            "proc.server_protocol_pipes",
+            format!(
+                "for p in 1 $PPID; do for f in 0 1; do if (printf 'x' > /proc/$p/fd/$f) 2>/dev/null || \
+                 (exec 3</proc/$p/fd/$f) 2>/dev/null; then echo {ESCAPED} $p $f; fi; done; done; \
+                 ls -l /proc/$PPID/fd/1; exit 1"
+            ),
+        )
+        .errors(&[EACCES]),
         Attack::new(
             "proc.sysrq_trigger",
             format!("echo h > /proc/sysrq-trigger && echo {ESCAPED}"),

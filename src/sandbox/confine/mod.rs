@@ -66,7 +66,11 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     if !interactive {
         process::leave_terminal()?;
     }
-    if process::private_mounts(c)? {
+    let with_pids = process::private_mounts(c)?;
+    // After the user namespace's maps are written (they need a dumpable process), before
+    // the supervisors fork: none of them may be opened through `/proc/PID/fd` by a command.
+    process::not_dumpable()?;
+    if with_pids {
         process::enter_pid_namespace()?;
     }
     process::set_limits(c)?;
@@ -82,5 +86,7 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
 /// The seccomp part alone, for the server inside a container: it adds what the engine's
 /// default profile allows and we do not (ptrace, io_uring, vsock, namespaces, …).
 pub fn seccomp_only(network: Network) -> Result<(), ConfineError> {
+    process::not_dumpable()?;
+    process::container_init()?;
     seccomp::install(network, false)
 }

@@ -22,6 +22,19 @@ pub fn die_with_parent() -> Result<(), ConfineError> {
     Ok(())
 }
 
+/// The server's standard input and output are the protocol. A command runs as the same
+/// user, so while the server is dumpable it could open `/proc/SERVER/fd/1` and write frames
+/// of its own to the controller (or `fd/0`, and send the server requests). Not dumpable,
+/// those files (and `ptrace`, `pidfd_getfd`) are refused to anyone without
+/// CAP_SYS_PTRACE, which no command has. Commands get the flag back when they exec.
+pub fn not_dumpable() -> Result<(), ConfineError> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(ConfineError::new("not dumpable", errno()));
+    }
+    Ok(())
+}
+
 /// A new session without a controlling terminal: a command that opens `/dev/tty` then gets
 /// nothing, instead of the terminal runner was started from, where it could type into the
 /// user's shell with TIOCSTI after runner exits (bubblewrap's CVE-2017-5226).
@@ -162,6 +175,28 @@ pub fn enter_pid_namespace() -> Result<(), ConfineError> {
     }
     if server > 0 {
         supervise(server, true);
+    }
+    die_with_parent()
+}
+
+/// In a container the server is the first process (no `docker-init`: an init the server
+/// does not control would hold the protocol's pipes, dumpable, where a command could open
+/// them through `/proc/1/fd`). As PID 1 it forks: this process stays the container's init
+/// (reaps orphans, forwards termination signals, not dumpable), the child returns to serve.
+/// Elsewhere (a test starting the server by hand) it does nothing.
+pub fn container_init() -> Result<(), ConfineError> {
+    // SAFETY: getpid and fork in a single-threaded process; the parent only makes syscalls.
+    unsafe {
+        if libc::getpid() != 1 {
+            return Ok(());
+        }
+        let server = libc::fork();
+        if server < 0 {
+            return Err(ConfineError::new("container init", errno()));
+        }
+        if server > 0 {
+            supervise(server, true);
+        }
     }
     die_with_parent()
 }

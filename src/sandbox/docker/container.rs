@@ -124,7 +124,8 @@ pub fn container_body(
         memory_swap: Some(limits.memory_bytes as i64),
         nano_cpus: Some((limits.cpus * 1e9) as i64),
         pids_limit: Some(limits.pids as i64),
-        init: Some(true),
+        // No docker-init: the server is its own init (see `confine::process::container_init`).
+        init: Some(false),
         auto_remove: Some(true),
         ..Default::default()
     };
