@@ -160,8 +160,8 @@ fn the_proxy_keeps_to_the_profiles_limits() {
     .unwrap();
     let command = format!(
         "export no_proxy= NO_PROXY=; \
-         python3 net.py slow http://127.0.0.1:{p}/slow & python3 net.py slow http://127.0.0.1:{p}/slow & \
-         sleep 1; python3 net.py fetch http://127.0.0.1:{p}/closed; kill %1 %2; wait; \
+         python3 net.py slow http://127.0.0.1:{p}/slow & a=$!; python3 net.py slow http://127.0.0.1:{p}/slow & b=$!; \
+         sleep 1; python3 net.py fetch http://127.0.0.1:{p}/closed; kill $a $b; wait; sleep 0.5; \
          python3 net.py fetch http://127.0.0.1:{p}/blob; python3 net.py fetch http://127.0.0.1:{p}/closed"
     );
     let args = serde_json::json!({"command": command, "description": "limits"}).to_string();

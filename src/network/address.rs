@@ -63,6 +63,7 @@ fn classify_v4(ip: Ipv4Addr) -> Option<Reserved> {
         (0, _, _) => Reserved::Unspecified,
         (224..=239, _, _) => Reserved::Multicast,
         (100, 64..=127, _) => Reserved::Special, // shared address space
+        (192, 0, 0) => Reserved::Special,        // protocol assignments (a cloud's metadata, once)
         (240..=255, _, _) => Reserved::Special,  // reserved, and broadcast
         _ => return None,
     })
@@ -163,6 +164,7 @@ mod tests {
             ("ff02::1", Reserved::Multicast),
             ("100.64.0.1", Reserved::Special),
             ("255.255.255.255", Reserved::Special),
+            ("192.0.0.192", Reserved::Special),
         ] {
             assert_eq!(class(addr), Some(want), "{addr}");
         }

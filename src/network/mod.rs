@@ -10,6 +10,7 @@
 //! ([`address`]), and only then does the host connect. Every connection is recorded.
 
 pub mod address;
+mod pump;
 pub mod relay;
 pub mod request;
 

@@ -1,40 +1,59 @@
-//! One connection from the sandbox: read its proxy request, judge it, connect, and relay
-//! bytes both ways within the sandbox's window until either side is done.
+//! One connection from the sandbox: read its proxy request, judge it, connect, then hand
+//! the two sockets to the pump ([`super::pump`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
+use super::pump::{self, Window};
 use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
-use crate::sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+use crate::sandbox::api::{NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a refused or finished connection waits for the process inside to read the
 /// answer and hang up, before it is cut.
 const LINGER: Duration = Duration::from_secs(10);
 
-/// Routes the listener's events to one task per connection.
+/// Routes the listener's events to one task per connection. The tasks live in a set the
+/// dispatcher owns: when the sandbox goes (the listener's events end) or the proxy is
+/// dropped, every connection still open is dropped with it, host sockets included.
 pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
-    let conns: Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Response>>>> = Arc::default();
-    while let Some(event) = rx.recv().await {
+    let mut conns: HashMap<u64, Route> = HashMap::new();
+    let mut tasks: JoinSet<u64> = JoinSet::new();
+    loop {
+        let event = tokio::select! {
+            event = rx.recv() => match event {
+                Some(e) => e,
+                None => break,
+            },
+            Some(Ok(done)) = tasks.join_next() => {
+                conns.remove(&done);
+                continue;
+            }
+        };
         let conn = match &event {
             Response::NetOpened { conn } => {
                 let (tx, events) = mpsc::unbounded_channel();
-                let open = {
-                    let mut map = conns.lock().unwrap_or_else(|p| p.into_inner());
-                    map.insert(*conn, tx);
-                    map.len()
+                let window = Arc::new(Window::default());
+                let route = Route {
+                    tx,
+                    window: window.clone(),
                 };
-                let (shared, conns, conn) = (shared.clone(), conns.clone(), *conn);
-                tokio::spawn(async move {
+                conns.insert(*conn, route);
+                let (open, shared, conn) = (conns.len(), shared.clone(), *conn);
+                tasks.spawn(async move {
                     let mut c = Connection {
                         shared: &shared,
                         conn,
                         events,
+                        window,
                     };
                     if open > shared.limits.connections {
                         let reason = format!(
@@ -46,35 +65,56 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
                         c.serve().await;
                     }
                     c.close().await;
-                    conns
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&conn);
+                    conn
                 });
                 continue;
             }
-            Response::NetData { conn, .. }
-            | Response::NetAck { conn, .. }
-            | Response::NetEof { conn }
-            | Response::NetClosed { conn, .. } => *conn,
+            // Acknowledgements go straight to the window, not behind the connection's
+            // queue: a write to the destination that waits must not hold up the reads from
+            // it (both sides would wait on each other).
+            Response::NetAck { conn, bytes } => {
+                if let Some(route) = conns.get(conn) {
+                    route.window.release(*bytes);
+                }
+                continue;
+            }
+            Response::NetData { conn, data } => {
+                // A server that keeps to its window never queues more than that here; one
+                // that does not is cut before it fills the host's memory.
+                let over = conns.get(conn).is_some_and(|route| {
+                    route.window.queue(data.len() as u64) > WINDOW + NET_CHUNK as u64
+                });
+                if over {
+                    let (target, conn) = (shared.target, *conn);
+                    conns.remove(&conn);
+                    let _ = shared
+                        .client
+                        .notify(Request::NetClose { target, conn })
+                        .await;
+                    continue;
+                }
+                *conn
+            }
+            Response::NetEof { conn } | Response::NetClosed { conn, .. } => *conn,
             _ => continue,
         };
-        if let Some(tx) = conns.lock().unwrap_or_else(|p| p.into_inner()).get(&conn) {
-            let _ = tx.send(event);
+        if let Some(route) = conns.get(&conn) {
+            let _ = route.tx.send(event);
         }
     }
+}
+
+/// Where the dispatcher sends one connection's events.
+struct Route {
+    tx: mpsc::UnboundedSender<Response>,
+    window: Arc<Window>,
 }
 
 struct Connection<'a> {
     shared: &'a Shared,
     conn: u64,
     events: mpsc::UnboundedReceiver<Response>,
-}
-
-/// How a relay ended.
-enum End {
-    Done,
-    Failed(String),
+    window: Arc<Window>,
 }
 
 impl Connection<'_> {
@@ -157,10 +197,10 @@ impl Connection<'_> {
         let mut first = Vec::new();
         match req.kind {
             Kind::Connect => {
-                if !self
-                    .send(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                    .await
-                {
+                let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+                self.window.send(established.len() as u64);
+                if !self.send(established).await {
+                    s.finish(index);
                     return;
                 }
                 first.extend(rest);
@@ -170,33 +210,75 @@ impl Connection<'_> {
                 first.extend(rest);
             }
         }
-        let end = self.relay(stream, first, index).await;
-        if let End::Failed(reason) = end {
-            s.update(index, |r| r.reason = Some(reason));
+        if !s.spend(first.len() as u64) {
+            s.update(index, |r| r.reason = Some(pump::spent(s.limits.bytes)));
+            s.finish(index);
+            return;
         }
+        let ends = pump::Ends {
+            shared: s,
+            conn: self.conn,
+            events: &mut self.events,
+            window: &self.window,
+        };
+        let (sent, received, failed) = ends.run(stream, first).await;
+        s.update(index, |r| {
+            r.bytes_sent += sent;
+            r.bytes_received += received;
+            if let Some(reason) = failed {
+                r.reason = Some(reason);
+            }
+        });
         s.finish(index);
     }
 
-    /// The request head, and whatever followed it in the same reads.
+    /// The request head, and whatever followed it in the same reads. A client that has not
+    /// finished its head in [`HEAD_TIMEOUT`] is dropped.
     async fn read_head(&mut self) -> Option<(Vec<u8>, Vec<u8>)> {
-        let mut buf = Vec::new();
-        loop {
-            match self.events.recv().await? {
-                Response::NetData { data, .. } => {
-                    self.ack(data.len()).await;
-                    buf.extend(data);
-                    if let Some(end) = request::head_end(&buf) {
-                        let rest = buf.split_off(end);
-                        return Some((buf, rest));
+        let mut buf: Vec<u8> = Vec::new();
+        let (events, window) = (&mut self.events, &self.window);
+        let (shared, conn) = (self.shared, self.conn);
+        let read = async {
+            loop {
+                match events.recv().await? {
+                    Response::NetData { data, .. } => {
+                        window.dequeue(data.len() as u64);
+                        let bytes = data.len() as u64;
+                        let target = shared.target;
+                        let _ = shared
+                            .client
+                            .notify(Request::NetAck {
+                                target,
+                                conn,
+                                bytes,
+                            })
+                            .await;
+                        // Only the new bytes (and the three before them) can end the head.
+                        let from = buf.len().saturating_sub(3);
+                        buf.extend(data);
+                        if let Some(end) = request::head_end(&buf[from..]).map(|e| from + e) {
+                            if end > request::MAX_HEAD {
+                                return Some(Err(()));
+                            }
+                            let rest = buf.split_off(end);
+                            return Some(Ok((std::mem::take(&mut buf), rest)));
+                        }
+                        if buf.len() > request::MAX_HEAD {
+                            return Some(Err(()));
+                        }
                     }
-                    if buf.len() > request::MAX_HEAD {
-                        self.refuse(431, "the request head is over 64 KiB").await;
-                        return None;
-                    }
+                    Response::NetEof { .. } | Response::NetClosed { .. } => return None,
+                    _ => {}
                 }
-                Response::NetEof { .. } | Response::NetClosed { .. } => return None,
-                _ => {}
             }
+        };
+        match tokio::time::timeout(HEAD_TIMEOUT, read).await {
+            Ok(Some(Ok(head))) => Some(head),
+            Ok(Some(Err(()))) => {
+                self.refuse(431, "the request head is over 64 KiB").await;
+                None
+            }
+            Ok(None) | Err(_) => None,
         }
     }
 
@@ -229,7 +311,10 @@ impl Connection<'_> {
         let _ = tokio::time::timeout(LINGER, async {
             while let Some(ev) = self.events.recv().await {
                 match ev {
-                    Response::NetData { data, .. } => self.ack(data.len()).await,
+                    Response::NetData { data, .. } => {
+                        self.window.dequeue(data.len() as u64);
+                        self.ack(data.len()).await
+                    }
                     Response::NetEof { .. } | Response::NetClosed { .. } => return,
                     _ => {}
                 }
@@ -237,86 +322,6 @@ impl Connection<'_> {
         })
         .await;
     }
-
-    async fn relay(&mut self, stream: TcpStream, first: Vec<u8>, index: usize) -> End {
-        let s = self.shared;
-        let (mut rd, mut wr) = stream.into_split();
-        if !first.is_empty() {
-            if let Err(e) = wr.write_all(&first).await {
-                return End::Failed(format!("writing to the destination failed: {e}"));
-            }
-            s.update(index, |r| r.bytes_sent += first.len() as u64);
-        }
-        // Room for the data frame's header in front, so each chunk goes out as it was read.
-        let mut buf = vec![0u8; DATA_FRAME_HEADER + NET_CHUNK];
-        let (mut in_flight, mut up_open, mut down_open) = (0u64, true, true);
-        let (mut sent, mut received) = (0u64, 0u64);
-        let end = loop {
-            if !up_open && !down_open {
-                break End::Done;
-            }
-            tokio::select! {
-                ev = self.events.recv() => match ev {
-                    Some(Response::NetData { data, .. }) => {
-                        if !s.spend(data.len() as u64) {
-                            break End::Failed(spent(s.limits.bytes));
-                        }
-                        if let Err(e) = wr.write_all(&data).await {
-                            break End::Failed(format!("writing to the destination failed: {e}"));
-                        }
-                        sent += data.len() as u64;
-                        self.ack(data.len()).await;
-                    }
-                    Some(Response::NetAck { bytes, .. }) => in_flight = in_flight.saturating_sub(bytes),
-                    Some(Response::NetEof { .. }) => {
-                        let _ = wr.shutdown().await;
-                        up_open = false;
-                    }
-                    Some(Response::NetClosed { reason, .. }) => break End::Failed(reason),
-                    Some(_) => {}
-                    None => break End::Failed("the sandbox closed".into()),
-                },
-                r = rd.read(&mut buf[DATA_FRAME_HEADER..]), if down_open && in_flight < WINDOW => match r {
-                    Ok(0) => {
-                        down_open = false;
-                        let (target, conn) = (s.target, self.conn);
-                        self.notify(Request::NetEof { target, conn }).await;
-                    }
-                    Ok(mut n) => {
-                        // Whatever else has arrived goes in the same frame: each frame costs
-                        // wake-ups on both sides, so fewer, fuller frames move data faster.
-                        let room = (WINDOW - in_flight) as usize;
-                        let end = DATA_FRAME_HEADER + NET_CHUNK.min(room.max(n));
-                        while DATA_FRAME_HEADER + n < end {
-                            match rd.try_read(&mut buf[DATA_FRAME_HEADER + n..end]) {
-                                Ok(0) | Err(_) => break,
-                                Ok(more) => n += more,
-                            }
-                        }
-                        if !s.spend(n as u64) {
-                            break End::Failed(spent(s.limits.bytes));
-                        }
-                        let frame = &mut buf[..DATA_FRAME_HEADER + n];
-                        if s.client.send_data_in_place(s.target, self.conn, frame).await.is_err() {
-                            break End::Failed("the sandbox closed".into());
-                        }
-                        in_flight += n as u64;
-                        received += n as u64;
-                    }
-                    Err(e) => break End::Failed(format!("reading from the destination failed: {e}")),
-                },
-            }
-        };
-        s.update(index, |r| {
-            r.bytes_sent += sent;
-            r.bytes_received += received;
-        });
-        end
-    }
-}
-
-fn spent(limit: u64) -> String {
-    format!("cut: the run's network allowance of {limit} bytes is spent")
 }
 
 async fn connect(addrs: &[std::net::SocketAddr], timeout: Duration) -> std::io::Result<TcpStream> {

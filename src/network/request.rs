@@ -44,14 +44,31 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
     if !version.starts_with("HTTP/1.") {
         return Err(format!("unsupported protocol {version:?}"));
     }
+    // What the origin gets must parse the same way there: no bare CR or LF, no space in a
+    // header name (`Host : x`), one Host only.
     let headers: Vec<(&str, &str)> = lines
         .take_while(|l| !l.is_empty())
         .map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim(), v.trim()))
-                .ok_or_else(|| format!("malformed header line {l:?}"))
+            if l.contains(['\r', '\n']) {
+                return Err(format!("a bare CR or LF in the header line {l:?}"));
+            }
+            match l.split_once(':') {
+                Some((k, v)) if !k.is_empty() && !k.contains([' ', '\t']) => Ok((k, v.trim())),
+                _ => Err(format!("malformed header line {l:?}")),
+            }
         })
         .collect::<Result<_, _>>()?;
+    if line.contains(['\r', '\n']) {
+        return Err(format!("a bare CR or LF in the request line {line:?}"));
+    }
+    if headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .count()
+        > 1
+    {
+        return Err("more than one Host header".into());
+    }
     if method == "CONNECT" {
         let (host, port) = authority(target, None)?;
         return Ok(ProxyRequest {
@@ -200,6 +217,18 @@ mod tests {
         assert!(parse(b"GET https://x.test/ HTTP/1.1\r\n\r\n").is_err());
         assert!(parse(b"GET http://u:p@x.test/ HTTP/1.1\r\n\r\n").is_err());
         assert!(parse(b"\x16\x03\x01 binary").is_err());
+    }
+
+    #[test]
+    fn headers_the_origin_could_read_differently_are_refused() {
+        for head in [
+            &b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n"[..],
+            b"GET /x HTTP/1.1\r\nHost : b.test\r\n\r\n",
+            b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n",
+            b"GET http://a.test/ HTTP/1.1\r\nX: y\rHost: b.test\r\n\r\n",
+        ] {
+            assert!(parse(head).is_err(), "{}", String::from_utf8_lossy(head));
+        }
     }
 
     #[test]

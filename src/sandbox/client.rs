@@ -474,6 +474,11 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
             };
         }
         match data_frame_len(len) {
+            Ok(Some(total)) if total > 16 + crate::sandbox::api::NET_CHUNK => {
+                break format!(
+                    "the server sent a data frame of {total} bytes, over the chunk size"
+                );
+            }
             Ok(Some(total)) => {
                 let mut header = [0u8; 16];
                 let mut data = vec![0u8; total - header.len()];

@@ -151,6 +151,7 @@ pub fn attacks(backend: Backend) {
         // Control: the allowed host, through the proxy, by plain HTTP and by CONNECT.
         format!("no_proxy= NO_PROXY= python3 net.py fetch http://127.0.0.1:{p}/blob"),
         format!("python3 net.py tunnel 127.0.0.1 {p} 3128"),
+        format!("python3 net.py halfclose 127.0.0.1 {p} 3128"),
         // A host no rule allows: refused before any lookup.
         format!("no_proxy= NO_PROXY= python3 net.py fetch http://blocked.example.invalid:{p}/blob"),
         // A raw IP no rule names, and the cloud metadata address.
@@ -191,6 +192,11 @@ pub fn attacks(backend: Backend) {
     expect(
         fetched.ends_with(&format!("{BLOB_LEN} {want}")),
         "the allowed download arrived whole",
+    );
+    let halfclosed = line("OK halfclose");
+    expect(
+        halfclosed.ends_with(&format!("{BLOB_LEN} {want}")),
+        "a client that shut its write half still gets the whole response",
     );
     let tunneled = line("OK tunnel");
     expect(
@@ -249,8 +255,8 @@ pub fn attacks(backend: Backend) {
     };
     let allowed = of(&format!("127.0.0.1:{p}"));
     expect(
-        allowed.len() == 2 && allowed.iter().all(|(d, _, _)| d == "allow"),
-        "two allowed connections recorded",
+        allowed.len() == 3 && allowed.iter().all(|(d, _, _)| d == "allow"),
+        "three allowed connections recorded",
     );
     let received = |rest: &str| -> u64 {
         rest.split(", ")
@@ -284,11 +290,11 @@ pub fn attacks(backend: Backend) {
         }),
         "nothing recorded for what never reached the proxy",
     );
-    // The outside saw exactly the two allowed connections: no direct attempt arrived.
+    // The outside saw exactly the three allowed connections: no direct attempt arrived.
     expect(
-        outside.accepted() == 2,
+        outside.accepted() == 3,
         &format!(
-            "the outside accepted {} connections, not 2",
+            "the outside accepted {} connections, not 3",
             outside.accepted()
         ),
     );
@@ -333,7 +339,7 @@ pub fn attacks(backend: Backend) {
     assert!(recs.iter().all(|(d, _, _)| d == "deny"), "{ctx}");
     assert_eq!(
         outside.accepted(),
-        2,
+        3,
         "a reserved destination was reached\n{ctx}"
     );
 }

@@ -149,6 +149,21 @@ def tunnel(host, port, proxy_port):
     body = data.split(b"\r\n\r\n", 1)[1]
     print("OK tunnel", len(body), hashlib.sha256(body).hexdigest(), flush=True)
 
+def halfclose(host, port, proxy_port):
+    # The request, then the write half shut (an HTTP/1.0 client, `nc -N`): the whole
+    # response must still arrive.
+    s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=20)
+    s.sendall(f"GET http://{host}:{port}/blob HTTP/1.0\r\nHost: {host}:{port}\r\n\r\n".encode())
+    s.shutdown(socket.SHUT_WR)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    body = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
+    print("OK halfclose", len(body), hashlib.sha256(body).hexdigest(), flush=True)
+
 def raw(proxy_port, payload):
     s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=10)
     s.sendall(payload.encode().decode("unicode_escape").encode("latin-1"))

@@ -233,6 +233,18 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    // The server blocks SIGTERM, SIGINT and SIGHUP on every thread (it waits for them on
+    // one), and a child inherits the mask: unblocked here, or `timeout`, a test runner's
+    // Ctrl-C handling or a `kill` from the command itself would not work inside.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -415,6 +427,25 @@ mod tests {
         .unwrap();
         let (bytes, status) = out.into_inner().unwrap();
         (bytes, status.expect("no exit status"))
+    }
+
+    #[test]
+    fn commands_start_with_no_signal_blocked() {
+        // As the server's threads do: SIGTERM blocked, then a command started.
+        let (out, _) = std::thread::spawn(|| {
+            // SAFETY: signal-set calls on a local set, for this thread only.
+            unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGTERM);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            run_collect("grep SigBlk /proc/self/status", 5000, 1 << 16)
+        })
+        .join()
+        .unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("SigBlk:\t0000000000000000"), "{text}");
     }
 
     #[test]

@@ -20,6 +20,9 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::sandbox::api::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
 
+/// Connections open at once in the server, whatever the host's own limit.
+const MAX_CONNS: usize = 256;
+
 /// What the socket writer of a connection is told.
 enum ToSocket {
     Data(Vec<u8>),
@@ -136,6 +139,11 @@ impl Proxy {
     }
 
     fn accept(self: &Arc<Self>, id: u64, port: u16, socket: TcpStream, sink: &Arc<dyn Sink>) {
+        // Three threads a connection: a flood must not use up the sandbox's processes (the
+        // host refuses far fewer at once anyway).
+        if self.lock().len() >= MAX_CONNS {
+            return;
+        }
         let _ = socket.set_nodelay(true);
         let peer_port = socket.peer_addr().ok().map(|peer| peer.port());
         let (Ok(reader), Ok(writer)) = (socket.try_clone(), socket.try_clone()) else {

@@ -1,0 +1,232 @@
+//! Bytes both ways between a sandboxed client and its destination, once the proxy has said
+//! yes. Each direction is its own future, so a write that waits on one side never stops
+//! the other from being read (two peers that both send a lot would otherwise wait on each
+//! other for ever). Towards the sandbox, at most [`WINDOW`] bytes are unacknowledged; the
+//! acknowledgements reach the [`Window`] straight from the dispatcher.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{Notify, mpsc};
+
+use super::Shared;
+use crate::sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+
+/// How long a finished connection waits for the sandbox to take what was sent to it.
+const DRAIN: Duration = Duration::from_secs(30);
+
+/// One connection's flow control, shared by its task and the dispatcher.
+#[derive(Default)]
+pub(crate) struct Window {
+    /// Sent to the sandbox and not yet acknowledged.
+    in_flight: AtomicU64,
+    /// Received from the sandbox and not yet taken off the connection's queue.
+    queued: AtomicU64,
+    changed: Notify,
+}
+
+impl Window {
+    pub fn send(&self, n: u64) {
+        self.in_flight.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub fn release(&self, n: u64) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_sub(n))
+            });
+        self.changed.notify_waiters();
+    }
+
+    /// Counts bytes put on the queue; the new total.
+    pub fn queue(&self, n: u64) -> u64 {
+        self.queued.fetch_add(n, Ordering::SeqCst) + n
+    }
+
+    pub fn dequeue(&self, n: u64) {
+        let _ = self
+            .queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+
+    /// Waits until fewer than `below` bytes are in flight.
+    async fn below(&self, below: u64) {
+        loop {
+            let changed = self.changed.notified();
+            if self.in_flight.load(Ordering::SeqCst) < below {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+pub(crate) fn spent(limit: u64) -> String {
+    format!("cut: the run's network allowance of {limit} bytes is spent")
+}
+
+/// The two ends of one allowed connection.
+pub(crate) struct Ends<'a> {
+    pub shared: &'a Shared,
+    pub conn: u64,
+    pub events: &'a mut mpsc::UnboundedReceiver<Response>,
+    pub window: &'a Window,
+}
+
+impl Ends<'_> {
+    /// Relays until both directions are done, or one fails. Bytes sent, bytes received,
+    /// and why it failed, if it did.
+    pub async fn run(self, stream: TcpStream, first: Vec<u8>) -> (u64, u64, Option<String>) {
+        let (rd, mut wr) = stream.into_split();
+        let sent = AtomicU64::new(0);
+        let received = AtomicU64::new(0);
+        let (shared, conn, window) = (self.shared, self.conn, self.window);
+        if !first.is_empty() {
+            if let Err(e) = wr.write_all(&first).await {
+                let why = format!("writing to the destination failed: {e}");
+                return (0, 0, Some(why));
+            }
+            sent.fetch_add(first.len() as u64, Ordering::Relaxed);
+        }
+        let down_done = Notify::new();
+        let up = up(shared, conn, self.events, wr, window, &sent, &down_done);
+        let down = async {
+            let r = down(shared, conn, rd, window, &received).await;
+            down_done.notify_one();
+            r
+        };
+        let failed = tokio::try_join!(up, down).err();
+        (
+            sent.load(Ordering::Relaxed),
+            received.load(Ordering::Relaxed),
+            failed,
+        )
+    }
+}
+
+async fn notify(shared: &Shared, request: Request) {
+    let _ = shared.client.notify(request).await;
+}
+
+/// Sandbox to destination. Ends once the sandbox has finished sending and everything sent
+/// to it has been taken (so closing cannot cut off the end of a response).
+async fn up(
+    shared: &Shared,
+    conn: u64,
+    events: &mut mpsc::UnboundedReceiver<Response>,
+    mut wr: OwnedWriteHalf,
+    window: &Window,
+    sent: &AtomicU64,
+    down_done: &Notify,
+) -> Result<(), String> {
+    let target = shared.target;
+    let mut open = true;
+    let mut down_finished = false;
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        if !open && down_finished {
+            if window.in_flight.load(Ordering::SeqCst) == 0 {
+                return Ok(());
+            }
+            deadline.get_or_insert_with(|| tokio::time::Instant::now() + DRAIN);
+        }
+        let event = tokio::select! {
+            ev = events.recv() => ev,
+            () = down_done.notified(), if !down_finished => {
+                down_finished = true;
+                continue;
+            }
+            () = window.below(1), if deadline.is_some() => continue,
+            () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
+                if deadline.is_some() => {
+                return Err(format!(
+                    "the sandbox did not take the last bytes in {} s",
+                    DRAIN.as_secs()
+                ));
+            }
+        };
+        match event {
+            Some(Response::NetData { data, .. }) => {
+                window.dequeue(data.len() as u64);
+                if !shared.spend(data.len() as u64) {
+                    return Err(spent(shared.limits.bytes));
+                }
+                wr.write_all(&data)
+                    .await
+                    .map_err(|e| format!("writing to the destination failed: {e}"))?;
+                sent.fetch_add(data.len() as u64, Ordering::Relaxed);
+                let bytes = data.len() as u64;
+                notify(
+                    shared,
+                    Request::NetAck {
+                        target,
+                        conn,
+                        bytes,
+                    },
+                )
+                .await;
+            }
+            Some(Response::NetEof { .. }) => {
+                let _ = wr.shutdown().await;
+                open = false;
+            }
+            Some(Response::NetClosed { reason, .. }) => return Err(reason),
+            Some(_) => {}
+            None => return Err("the sandbox closed".into()),
+        }
+    }
+}
+
+/// Destination to sandbox, within the window.
+async fn down(
+    shared: &Shared,
+    conn: u64,
+    mut rd: OwnedReadHalf,
+    window: &Window,
+    received: &AtomicU64,
+) -> Result<(), String> {
+    let target = shared.target;
+    // Room for the data frame's header in front, so each chunk goes out as it was read.
+    let mut buf = vec![0u8; DATA_FRAME_HEADER + NET_CHUNK];
+    loop {
+        window.below(WINDOW).await;
+        let mut n = rd
+            .read(&mut buf[DATA_FRAME_HEADER..])
+            .await
+            .map_err(|e| format!("reading from the destination failed: {e}"))?;
+        if n == 0 {
+            notify(shared, Request::NetEof { target, conn }).await;
+            return Ok(());
+        }
+        // Whatever else has arrived goes in the same frame: each frame costs wake-ups on
+        // both sides, so fewer, fuller frames move data faster.
+        let room = WINDOW.saturating_sub(window.in_flight.load(Ordering::SeqCst)) as usize;
+        let end = DATA_FRAME_HEADER + NET_CHUNK.min(room.max(n));
+        while DATA_FRAME_HEADER + n < end {
+            match rd.try_read(&mut buf[DATA_FRAME_HEADER + n..end]) {
+                Ok(0) | Err(_) => break,
+                Ok(more) => n += more,
+            }
+        }
+        if !shared.spend(n as u64) {
+            return Err(spent(shared.limits.bytes));
+        }
+        window.send(n as u64);
+        let frame = &mut buf[..DATA_FRAME_HEADER + n];
+        if shared
+            .client
+            .send_data_in_place(target, conn, frame)
+            .await
+            .is_err()
+        {
+            return Err("the sandbox closed".into());
+        }
+        received.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
