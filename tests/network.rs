@@ -4,45 +4,34 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use common::allowlist::records;
 
 struct Pip {
-    _tmp: tempfile::TempDir,
-    wt: std::path::PathBuf,
-    data: std::path::PathBuf,
-    config: std::path::PathBuf,
+    s: common::allowlist::Setup,
     runs: std::sync::atomic::AtomicU32,
 }
 
 impl Pip {
     fn new() -> Pip {
         common::engine::docker();
-        let tmp = tempfile::tempdir().unwrap();
-        let wt = tmp.path().join("wt");
-        let data = tmp.path().join("data");
-        std::fs::create_dir_all(&wt).unwrap();
-        std::fs::create_dir_all(&data).unwrap();
+        let s = common::allowlist::setup();
         // The host's certificate bundle: where the machine reaches registries through a
         // TLS-inspecting gateway, its authority is there and not in the image.
         let bundle = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
         if bundle.exists() {
-            std::fs::copy(bundle, wt.join("ca.crt")).unwrap();
+            std::fs::copy(bundle, s.wt.join("ca.crt")).unwrap();
         }
-        let config = tmp.path().join("network.toml");
         Pip {
-            _tmp: tmp,
-            wt,
-            data,
-            config,
+            s,
             runs: Default::default(),
         }
     }
 
     /// `pip download` of one small package in the docker sandbox under `rules`.
     fn download(&self, rules: &str, ask: &str) -> Output {
-        std::fs::write(&self.config, format!("[permission.network]\n{rules}")).unwrap();
+        std::fs::write(&self.s.config, format!("[permission.network]\n{rules}")).unwrap();
         // Everything in the worktree (a path outside it would be a permission of its own),
         // and each run downloads into a folder of its own.
         let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -53,17 +42,26 @@ impl Pip {
         );
         let args = serde_json::json!({"command": command, "description": "pip", "timeout": 240000})
             .to_string();
-        Command::new(env!("CARGO_BIN_EXE_runner"))
-            .args(["tool", "call", "bash", &args, "--sandbox", "docker"])
-            .args(["--network", "allowlist", "--ask", ask, "--config"])
-            .arg(&self.config)
-            .arg("--root")
-            .arg(&self.wt)
-            .env("XDG_DATA_HOME", &self.data)
-            .env("XDG_CONFIG_HOME", self.data.join("config"))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        let config = self.s.config.display().to_string();
+        common::allowlist::runner(
+            &self.s,
+            &[
+                "tool",
+                "call",
+                "bash",
+                &args,
+                "--sandbox",
+                "docker",
+                "--network",
+                "allowlist",
+                "--ask",
+                ask,
+                "--config",
+                &config,
+            ],
+        )
+        .output()
+        .unwrap()
     }
 }
 
@@ -165,18 +163,27 @@ fn the_proxy_keeps_to_the_profiles_limits() {
          python3 net.py fetch http://127.0.0.1:{p}/blob; python3 net.py fetch http://127.0.0.1:{p}/closed"
     );
     let args = serde_json::json!({"command": command, "description": "limits"}).to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["tool", "call", "bash", &args, "--profile"])
-        .arg(&profile)
-        .args(["--ask", "deny", "--config"])
-        .arg(&s.config)
-        .arg("--root")
-        .arg(&s.wt)
-        .env("XDG_DATA_HOME", &s.data)
-        .env("XDG_CONFIG_HOME", s.data.join("config"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let (profile, config) = (
+        profile.display().to_string(),
+        s.config.display().to_string(),
+    );
+    let out = common::allowlist::runner(
+        &s,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--profile",
+            &profile,
+            "--ask",
+            "deny",
+            "--config",
+            &config,
+        ],
+    )
+    .output()
+    .unwrap();
     let all = text(&out);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
@@ -220,24 +227,22 @@ fn sandbox_shell_carries_the_proxy_on_both_backends() {
         .unwrap();
         let outside = common::outside::Outside::start(100_000);
         let p = outside.port;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-            .args([
+        let mut child = common::allowlist::runner(
+            &s,
+            &[
                 "sandbox",
                 "shell",
                 "--sandbox",
                 backend,
                 "--network",
                 "allowlist",
-            ])
-            .arg("--root")
-            .arg(&s.wt)
-            .env("XDG_DATA_HOME", &s.data)
-            .env("XDG_CONFIG_HOME", s.data.join("config"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            ],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
         let script = format!(
             "export no_proxy= NO_PROXY=\npython3 net.py fetch http://127.0.0.1:{p}/blob\npython3 net.py fetch http://other.invalid:{p}/blob\nexit 7\n"
         );

@@ -51,53 +51,68 @@ pub fn setup() -> Setup {
     }
 }
 
-/// `runner tool call bash COMMAND --network allowlist` (or `tool script` when `script` is
-/// set); the output.
-pub fn call(s: &Setup, backend: Backend, command: &str) -> Output {
-    let args = serde_json::json!({"command": command, "description": "network", "timeout": 60000})
-        .to_string();
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["tool", "call", "bash", &args, "--network", "allowlist"])
-        .args([
-            "--sandbox",
-            backend_arg(backend),
-            "--ask",
-            "deny",
-            "--config",
-        ])
-        .arg(&s.config)
+/// `runner ARGS… --root WT` with the setup's data and config directories and no stdin.
+pub fn runner(s: &Setup, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
+    c.args(args)
         .arg("--root")
         .arg(&s.wt)
         .env("XDG_DATA_HOME", &s.data)
         .env("XDG_CONFIG_HOME", s.data.join("config"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+        .stdin(Stdio::null());
+    c
 }
 
+/// The flags every allow-list call here shares: the backend, asks refused, the config.
+fn allowlist_flags(s: &Setup, backend: Backend) -> Vec<String> {
+    [
+        "--network",
+        "allowlist",
+        "--sandbox",
+        backend_arg(backend),
+        "--ask",
+        "deny",
+        "--config",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([s.config.display().to_string()])
+    .collect()
+}
+
+fn bash_args(command: &str) -> String {
+    serde_json::json!({"command": command, "description": "network", "timeout": 60000}).to_string()
+}
+
+/// `runner tool call bash COMMAND --network allowlist`; the output.
+pub fn call(s: &Setup, backend: Backend, command: &str) -> Output {
+    let mut args = vec![
+        "tool".to_string(),
+        "call".into(),
+        "bash".into(),
+        bash_args(command),
+    ];
+    args.extend(allowlist_flags(s, backend));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    runner(s, &args).output().unwrap()
+}
+
+/// `runner tool script` of one bash call per command, in one session; the output.
 pub fn script(s: &Setup, backend: Backend, commands: &[&str]) -> Output {
     let lines: Vec<String> = commands
         .iter()
-        .map(|c| {
-            serde_json::json!({"tool": "bash", "args": {"command": c, "description": "network", "timeout": 60000}})
-                .to_string()
-        })
+        .map(|c| format!("{{\"tool\": \"bash\", \"args\": {}}}", bash_args(c)))
         .collect();
     let file = s.wt.join("..").join("calls.jsonl");
     std::fs::write(&file, lines.join("\n")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["tool", "script"])
-        .arg(&file)
-        .args(["--network", "allowlist", "--sandbox", backend_arg(backend)])
-        .args(["--ask", "deny", "--config"])
-        .arg(&s.config)
-        .arg("--root")
-        .arg(&s.wt)
-        .env("XDG_DATA_HOME", &s.data)
-        .env("XDG_CONFIG_HOME", s.data.join("config"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    let mut args = vec![
+        "tool".to_string(),
+        "script".into(),
+        file.display().to_string(),
+    ];
+    args.extend(allowlist_flags(s, backend));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    runner(s, &args).output().unwrap()
 }
 
 /// The `network:` lines a command printed: (decision, host:port, rest).
