@@ -3,7 +3,8 @@
 //!
 //! Nothing here reads what the bytes say. The proxy request (`CONNECT host:port`, or a
 //! plain HTTP request naming its host) is parsed, judged and connected on the host, so a
-//! process that takes over this server gains nothing but the same relay. The sandbox itself
+//! process that took over this server would gain nothing but the same relay (and the host
+//! cuts a connection whose server sends past its window). The sandbox itself
 //! has no route out (a container without a network, or a private network namespace with only
 //! `lo`), which makes this listener the only way out.
 //!
