@@ -433,6 +433,24 @@ pub enum Message {
 
 /// Reads one frame of either kind; `Ok(None)` at a clean end of stream.
 pub fn read_message(input: &mut impl Read) -> io::Result<Option<Message>> {
+    match read_message_head(input)? {
+        None => Ok(None),
+        Some(MessageHead::Json(body)) => Ok(Some(Message::Json(body))),
+        Some(MessageHead::Data { target, conn, len }) => {
+            let data = read_payload(input, len)?;
+            Ok(Some(Message::Data { target, conn, data }))
+        }
+    }
+}
+
+/// A frame up to a data frame's payload, which the caller then moves as it likes (the
+/// server hands it to a socket without copying it where it can).
+pub enum MessageHead {
+    Json(Vec<u8>),
+    Data { target: u64, conn: u64, len: usize },
+}
+
+pub fn read_message_head(input: &mut impl Read) -> io::Result<Option<MessageHead>> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len) {
         Ok(()) => {}
@@ -442,18 +460,23 @@ pub fn read_message(input: &mut impl Read) -> io::Result<Option<Message>> {
     if let Some(total) = data_frame_len(len)? {
         let mut header = [0u8; DATA_HEADER];
         input.read_exact(&mut header)?;
-        // Read into spare capacity: no zeroing of a buffer the read overwrites anyway.
-        let len = total - DATA_HEADER;
-        let mut data = Vec::with_capacity(len);
-        if input.take(len as u64).read_to_end(&mut data)? < len {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
         let (target, conn) = split_data_header(&header);
-        return Ok(Some(Message::Data { target, conn, data }));
+        let len = total - DATA_HEADER;
+        return Ok(Some(MessageHead::Data { target, conn, len }));
     }
     let mut body = vec![0u8; decode_len(len)?];
     input.read_exact(&mut body)?;
-    Ok(Some(Message::Json(body)))
+    Ok(Some(MessageHead::Json(body)))
+}
+
+/// A data frame's payload of `len` bytes, read into spare capacity (no zeroing of a buffer
+/// the read overwrites anyway).
+pub fn read_payload(input: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(len);
+    if input.take(len as u64).read_to_end(&mut data)? < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(data)
 }
 
 pub fn parse_frame<T: for<'de> Deserialize<'de>>(body: &[u8]) -> io::Result<T> {

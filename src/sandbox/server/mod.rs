@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::OFlags;
 
 use crate::sandbox::api::{
-    ApiError, ErrorKind, Message, Request, RequestFrame, Response, ResponseFrame, parse_frame,
-    read_message, write_data_frame, write_frame,
+    ApiError, ErrorKind, MessageHead, Request, RequestFrame, Response, ResponseFrame, parse_frame,
+    read_message_head, write_data_frame, write_frame,
 };
 pub use roots::RootSpec;
 use roots::Roots;
@@ -30,7 +30,14 @@ pub fn serve(
     input: impl Read,
     output: impl Write + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_with(roots, input, output, Arc::new(exec::Running::default()))
+    let input = std::io::BufReader::with_capacity(FRAME_BUFFER, input);
+    serve_with(
+        roots,
+        input,
+        None,
+        output,
+        Arc::new(exec::Running::default()),
+    )
 }
 
 /// The server on two descriptors of its own, beside a shell that holds the terminal.
@@ -40,9 +47,11 @@ pub fn serve_with_forbidden(
     input: std::fs::File,
     output: std::fs::File,
 ) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
     let running = Arc::new(exec::Running::with_forbidden(forbidden));
+    let raw = input.as_raw_fd();
     let input = std::io::BufReader::with_capacity(FRAME_BUFFER, input);
-    serve_with(roots, input, output, running)
+    serve_with(roots, input, Some(raw), output, running)
 }
 
 /// The server as a process of its own (`runner sandbox-server`): stdin/stdout, and the
@@ -53,11 +62,14 @@ pub fn serve_stdio(roots: &[RootSpec], forbidden: Vec<std::path::PathBuf>) -> st
     exit_on_signal(running.clone());
     // Plain descriptors rather than std's stdio: stdout is line-buffered, which would split
     // every binary frame at its newlines, and stdin's buffer is small for proxied bulk data.
+    use std::os::fd::AsRawFd;
     let input = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
     let output = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let raw = input.as_raw_fd();
     serve_with(
         roots,
         std::io::BufReader::with_capacity(FRAME_BUFFER, input),
+        Some(raw),
         output,
         running,
     )
@@ -67,9 +79,12 @@ pub fn serve_stdio(roots: &[RootSpec], forbidden: Vec<std::path::PathBuf>) -> st
 /// being larger, is read straight into its own buffer.
 const FRAME_BUFFER: usize = 64 * 1024;
 
-fn serve_with(
+/// `raw_input` is the descriptor under `input`, when the server may splice proxied bytes
+/// from it straight into a socket (it must then be a pipe; anything else falls back).
+fn serve_with<R: Read>(
     roots: &[RootSpec],
-    mut input: impl Read,
+    mut input: std::io::BufReader<R>,
+    raw_input: Option<std::os::fd::RawFd>,
     output: impl Write + Send + 'static,
     running: Arc<exec::Running>,
 ) -> std::io::Result<()> {
@@ -82,13 +97,15 @@ fn serve_with(
         running.set_after_command(Box::new(move |live| proxy.command_ended(live, &*output)));
     }
     let result = loop {
-        let frame: RequestFrame = match read_message(&mut input) {
-            Ok(Some(Message::Json(body))) => match parse_frame(&body) {
+        let frame: RequestFrame = match read_message_head(&mut input) {
+            Ok(Some(MessageHead::Json(body))) => match parse_frame(&body) {
                 Ok(frame) => frame,
                 Err(e) => break Err(e),
             },
-            Ok(Some(Message::Data { conn, data, .. })) => {
-                proxy.data(conn, data, &*output);
+            Ok(Some(MessageHead::Data { conn, len, .. })) => {
+                if let Err(e) = proxy.data_from(conn, len, &mut input, raw_input, &*output) {
+                    break Err(e);
+                }
                 continue;
             }
             Ok(None) => break Ok(()),

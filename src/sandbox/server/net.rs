@@ -187,6 +187,60 @@ impl Proxy {
         });
     }
 
+    /// A data frame's payload of `len` bytes, still in `input`, for a connection. Where the
+    /// socket takes it at once, it goes there without passing through this process: what
+    /// `input` already buffered is sent, the rest spliced from the pipe beneath
+    /// (`raw_input`) into the socket, the kernel moving pages instead of two copies. What
+    /// the socket cannot take now is read and handed on as [`Proxy::data`] does.
+    pub fn data_from<R: Read>(
+        &self,
+        conn: u64,
+        len: usize,
+        input: &mut std::io::BufReader<R>,
+        raw_input: Option<std::os::fd::RawFd>,
+        sink: &dyn Sink,
+    ) -> std::io::Result<()> {
+        use std::io::BufRead;
+        use std::os::fd::AsRawFd;
+        let socket = self
+            .lock()
+            .get(&conn)
+            .filter(|c| c.queued.load(Ordering::SeqCst) == 0)
+            .and_then(|c| c.socket.try_clone().ok());
+        let mut moved = 0;
+        if let Some(socket) = &socket {
+            let fd = socket.as_raw_fd();
+            // What the reader already holds first, then the pipe.
+            let buffered = input.buffer();
+            let take = buffered.len().min(len);
+            let sent = send_now(fd, &buffered[..take]);
+            input.consume(sent);
+            moved += sent;
+            if sent == take
+                && let Some(pipe) = raw_input
+                && input.buffer().is_empty()
+            {
+                moved += splice_now(pipe, fd, len - moved);
+            }
+        }
+        if moved > 0 {
+            self.acknowledge(conn, moved, sink);
+        }
+        if moved < len {
+            let rest = crate::sandbox::api::read_payload(input, len - moved)?;
+            self.data(conn, rest, sink);
+        }
+        Ok(())
+    }
+
+    fn acknowledge(&self, conn: u64, bytes: usize, sink: &dyn Sink) {
+        let target = *self.target.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = target {
+            let bytes = bytes as u64;
+            sink.response(id, Response::NetAck { conn, bytes });
+        }
+    }
+
     /// Bytes from the host for a connection. A connection that is gone takes nothing: the
     /// host learns that from the [`Response::NetClosed`] already on its way.
     ///
@@ -200,34 +254,10 @@ impl Proxy {
         let mut written = 0;
         if c.queued.load(Ordering::SeqCst) == 0 {
             use std::os::fd::AsRawFd;
-            while written < data.len() {
-                let rest = &data[written..];
-                // SAFETY: a send on a socket we own, from a live buffer of `rest.len()` bytes.
-                let n = unsafe {
-                    libc::send(
-                        c.socket.as_raw_fd(),
-                        rest.as_ptr().cast(),
-                        rest.len(),
-                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                    )
-                };
-                if n <= 0 {
-                    break;
-                }
-                written += n as usize;
-            }
+            written = send_now(c.socket.as_raw_fd(), &data);
         }
         if written > 0 {
-            let target = *self.target.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(id) = target {
-                sink.response(
-                    id,
-                    Response::NetAck {
-                        conn,
-                        bytes: written as u64,
-                    },
-                );
-            }
+            self.acknowledge(conn, written, sink);
         }
         if written < data.len() {
             let rest = if written == 0 {
@@ -299,6 +329,81 @@ impl Proxy {
             );
         }
     }
+}
+
+/// Sends what the socket takes without waiting; how much that was.
+fn send_now(fd: std::os::fd::RawFd, data: &[u8]) -> usize {
+    let mut written = 0;
+    while written < data.len() {
+        let rest = &data[written..];
+        // SAFETY: a send on a socket we own, from a live buffer of `rest.len()` bytes.
+        let n = unsafe {
+            libc::send(
+                fd,
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        written += n as usize;
+    }
+    written
+}
+
+/// Moves up to `len` bytes from `pipe` to the socket `fd` while both are ready: it waits
+/// for the pipe (the payload may still be on its way) but never for the socket. How many
+/// bytes moved; the caller reads the rest.
+fn splice_now(pipe: std::os::fd::RawFd, fd: std::os::fd::RawFd, len: usize) -> usize {
+    let mut moved = 0;
+    while moved < len {
+        // SAFETY: splice between two descriptors we own, with no offsets.
+        let n = unsafe {
+            libc::splice(
+                pipe,
+                std::ptr::null_mut(),
+                fd,
+                std::ptr::null_mut(),
+                len - moved,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if n > 0 {
+            moved += n as usize;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if n < 0 && e.kind() == std::io::ErrorKind::WouldBlock && pipe_empty_socket_ready(pipe, fd)
+        {
+            continue;
+        }
+        // The socket is full, not a pipe, or gone: the rest goes the slow way.
+        break;
+    }
+    moved
+}
+
+/// After a splice that would block: true once the pipe has data again, if the socket can
+/// still take more (then it was the pipe that was empty, and waiting for it is right).
+fn pipe_empty_socket_ready(pipe: std::os::fd::RawFd, fd: std::os::fd::RawFd) -> bool {
+    let mut socket = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd we own.
+    if unsafe { libc::poll(&mut socket, 1, 0) } != 1 || socket.revents & libc::POLLOUT == 0 {
+        return false;
+    }
+    let mut input = libc::pollfd {
+        fd: pipe,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: as above; the payload is on its way, so this wait is short.
+    unsafe { libc::poll(&mut input, 1, -1) == 1 && input.revents & libc::POLLIN != 0 }
 }
 
 /// Socket to host, within the window.
