@@ -227,11 +227,7 @@ impl SessionOptions {
             let proxy = crate::network::NetworkProxy::start(
                 ctx.sandbox.client.clone(),
                 policy,
-                crate::network::NetworkLimits {
-                    connections: spec.limits.net_connections as usize,
-                    bytes: spec.limits.net_bytes,
-                    ..Default::default()
-                },
+                crate::network::NetworkLimits::of(&spec.limits),
             )
             .await
             .map_err(|e| {

@@ -1462,15 +1462,8 @@ fn the_projects_own_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
         "boolean"
     );
     // The model reads what the command printed: the test's verdict, then its arguments.
-    let result = model.requests()[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .cloned()
-        .unwrap();
-    let content = result["content"].as_str().unwrap();
+    let results = tool_results(&model, 1);
+    let content = results.last().unwrap();
     assert!(content.contains("FAIL"), "{content}");
     assert!(content.contains(r#"{"verbose":true}"#), "{content}");
 }
@@ -1512,21 +1505,9 @@ fn an_mcp_servers_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
     for t in ["t_echo", "t_read", "t_crash"] {
         assert!(offered.contains(&t.to_string()), "{offered:?}");
     }
-    let result = model.requests()[1].body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .cloned()
-        .unwrap();
-    assert!(
-        result["content"]
-            .as_str()
-            .unwrap()
-            .contains("echo $(($1 - $2))"),
-        "{result}"
-    );
+    let results = tool_results(&model, 1);
+    let result = results.last().unwrap();
+    assert!(result.contains("echo $(($1 - $2))"), "{result}");
 }
 
 #[test]

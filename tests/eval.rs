@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::git;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -100,18 +102,6 @@ struct TaskSet {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
     file: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 /// Twenty tasks and one broken line. Task t00 is a git repository whose HEAD already

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::git;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -14,18 +16,6 @@ struct Checkout {
     _tmp: tempfile::TempDir,
     root: PathBuf,
     data: PathBuf,
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
 }
 
 /// A repository with committed, untracked and ignored files, a binary and a script.

@@ -138,7 +138,7 @@ pub async fn run(args: RunArgs) -> u8 {
         hooks.session_end(end.reason(), &run.open.ctx).await;
     }
     if !args.json {
-        super::tool::report_network(&run.open.ctx);
+        super::tool::report_network(run.open.ctx.network.as_deref());
         eprintln!(
             "runner: session {} saved in {}",
             run.agent.id,

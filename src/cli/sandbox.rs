@@ -292,33 +292,21 @@ fn shell_proxy(
     worktree: PathBuf,
     spec: &crate::sandbox::spec::SandboxSpec,
 ) -> impl std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + use<> {
-    use crate::permission::gate::{PolicyAsker, RuleGate};
     let rules = args
         .options(root, &super::permission::RuleArgs { config: None }, None)
         .rules(None)
         .map(|r| r.rules)
         .map_err(|e| e.to_string());
-    let limits = crate::network::NetworkLimits {
-        connections: spec.limits.net_connections as usize,
-        bytes: spec.limits.net_bytes,
-        ..Default::default()
-    };
+    let limits = crate::network::NetworkLimits::of(&spec.limits);
     async move {
-        let rules = rules?;
-        let asker = PolicyAsker::deny(
+        let policy = crate::network::Policy::without_asks(
+            &worktree,
+            rules?,
             "the shell holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
         );
-        let gate = RuleGate::new(&worktree, rules.clone(), Arc::new(asker));
-        crate::network::NetworkProxy::start(
-            client,
-            crate::network::Policy {
-                gate: Arc::new(gate),
-                rules,
-            },
-            limits,
-        )
-        .await
-        .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
+        crate::network::NetworkProxy::start(client, policy, limits)
+            .await
+            .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
     }
 }
 
@@ -473,9 +461,7 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
                 None => None,
             };
             let status = tokio::task::spawn_blocking(move || child.wait()).await;
-            for record in proxy.iter().flat_map(|p| p.records()) {
-                eprintln!("network: {}", record.line());
-            }
+            super::tool::report_network(proxy.as_ref());
             match status {
                 Ok(Ok(status)) => status.code().map_or(exit::FAILED, |c| c as u8),
                 _ => exit::FAILED,
@@ -498,9 +484,7 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
             .await;
             match opened {
                 Ok((code, proxy)) => {
-                    for record in proxy.iter().flat_map(|p| p.records()) {
-                        eprintln!("network: {}", record.line());
-                    }
+                    super::tool::report_network(proxy.as_ref());
                     code
                 }
                 Err(e) => {

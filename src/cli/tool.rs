@@ -92,7 +92,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             };
             let result = registry.call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
-            report_network(&ctx);
+            report_network(ctx.network.as_deref());
             // The sandbox closes (its processes die) before the copy is handed over.
             drop(ctx);
             super::changes::report(workspace);
@@ -141,8 +141,8 @@ fn list(json: bool, scope: &Scope) -> u8 {
 
 /// One line per connection the sandbox made through the proxy, on standard error: what a
 /// person reviews, and what an allow-list is written from.
-pub(super) fn report_network(ctx: &ToolContext) {
-    if let Some(network) = &ctx.network {
+pub(super) fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
+    if let Some(network) = proxy {
         for record in network.records() {
             eprintln!("network: {}", record.line());
         }
@@ -325,7 +325,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             first_failure = code;
         }
     }
-    report_network(&ctx);
+    report_network(ctx.network.as_deref());
     drop(ctx);
     super::changes::report(workspace);
     first_failure

@@ -482,20 +482,14 @@ fn internet_rules() -> Vec<crate::permission::rules::Rule> {
 async fn internet_proxy(
     sandbox: &crate::sandbox::Sandbox,
 ) -> Result<crate::network::NetworkProxy, String> {
-    let rules = internet_rules();
-    let gate = crate::permission::gate::RuleGate::new(
+    let policy = crate::network::Policy::without_asks(
         sandbox.worktree(),
-        rules.clone(),
-        Arc::new(crate::permission::gate::PolicyAsker::deny(
-            "an evaluation answers every ask with deny",
-        )),
+        internet_rules(),
+        "an evaluation answers every ask with deny",
     );
     crate::network::NetworkProxy::start(
         sandbox.client.clone(),
-        crate::network::Policy {
-            gate: Arc::new(gate),
-            rules,
-        },
+        policy,
         crate::network::NetworkLimits::default(),
     )
     .await

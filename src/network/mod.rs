@@ -47,6 +47,17 @@ impl Default for NetworkLimits {
     }
 }
 
+impl NetworkLimits {
+    /// The limits a sandbox spec carries (profile keys `network_connections`, `network_bytes`).
+    pub fn of(limits: &crate::sandbox::spec::Limits) -> NetworkLimits {
+        NetworkLimits {
+            connections: limits.net_connections as usize,
+            bytes: limits.net_bytes,
+            ..NetworkLimits::default()
+        }
+    }
+}
+
 /// One connection as the session keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ConnectionRecord {
@@ -98,6 +109,17 @@ pub struct Refusal {
 }
 
 impl Policy {
+    /// `rules` alone decide: what they leave open is refused with `why_no_ask` (a shell
+    /// holding the terminal, an evaluation nobody watches).
+    pub fn without_asks(worktree: &std::path::Path, rules: Vec<Rule>, why_no_ask: &str) -> Policy {
+        let asker = crate::permission::gate::PolicyAsker::deny(why_no_ask);
+        let gate = crate::permission::gate::RuleGate::new(worktree, rules.clone(), Arc::new(asker));
+        Policy {
+            gate: Arc::new(gate),
+            rules,
+        }
+    }
+
     /// Judges `host:port` and resolves it; the addresses to try, or why not.
     pub async fn decide(
         &self,
@@ -321,7 +343,6 @@ pub(crate) type Events = tokio::sync::mpsc::UnboundedReceiver<Response>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permission::gate::{PolicyAsker, RuleGate};
 
     /// A policy of `rules` (all `network`), where an ask is refused.
     fn policy(rules: &[(&str, Action)]) -> Policy {
@@ -330,15 +351,7 @@ mod tests {
             .enumerate()
             .map(|(i, (pattern, action))| Rule::new("network", pattern, *action, "test", i + 1))
             .collect();
-        let gate = RuleGate::new(
-            std::path::Path::new("/w"),
-            rules.clone(),
-            Arc::new(PolicyAsker::deny("nobody is there")),
-        );
-        Policy {
-            gate: Arc::new(gate),
-            rules,
-        }
+        Policy::without_asks(std::path::Path::new("/w"), rules, "nobody is there")
     }
 
     // Nothing here connects: `decide` judges and resolves (loopback names come from the

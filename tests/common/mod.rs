@@ -21,6 +21,19 @@ use runner::tool::truncate::Truncator;
 use runner::tool::{CallResult, Registry, Session, ToolContext};
 use serde_json::Value;
 
+/// Runs git in `dir` with a throwaway identity; fails the test if git does.
+pub fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
 /// Where the sandbox server runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

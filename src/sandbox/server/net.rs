@@ -88,10 +88,6 @@ impl Credit {
         }
     }
 
-    fn give_back(&self, bytes: u64) {
-        self.add(bytes);
-    }
-
     fn stopped(&self) -> bool {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).1
     }
@@ -419,10 +415,10 @@ fn read_socket(id: u64, conn: u64, mut socket: TcpStream, credit: &Credit, sink:
                 return;
             }
             Ok(n) => {
-                credit.give_back(allowed - n as u64);
+                credit.add(allowed - n as u64);
                 sink.data(id, conn, &buf[..n]);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => credit.give_back(allowed),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => credit.add(allowed),
             Err(e) => {
                 // Stopped on purpose (closed or cut): the host already knows.
                 if credit.stopped() {
