@@ -7,13 +7,15 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+use crate::sandbox::splice::SplicePipe;
 
 /// How long a finished connection waits for the sandbox to take what was sent to it.
 const DRAIN: Duration = Duration::from_secs(30);
@@ -94,20 +96,48 @@ impl Ends<'_> {
             }
             sent.fetch_add(first.len() as u64, Ordering::Relaxed);
         }
+        // Neither direction is dropped part-way: one stopped in the middle of a frame to
+        // the sandbox would cut the protocol for every connection and command. A failure
+        // on one side tells the other to stop where it waits.
+        let stop = CancellationToken::new();
         let down_done = Notify::new();
-        let up = up(shared, conn, self.events, wr, window, &sent, &down_done);
+        let link = Link {
+            shared,
+            conn,
+            window,
+            stop: &stop,
+        };
+        let up = async {
+            let r = up(&link, self.events, wr, &sent, &down_done).await;
+            stop.cancel();
+            r
+        };
         let down = async {
-            let r = down(shared, conn, rd, window, &received).await;
+            let r = down(&link, rd, &received).await;
+            if r.is_err() {
+                stop.cancel();
+            }
             down_done.notify_one();
             r
         };
-        let failed = tokio::try_join!(up, down).err();
+        let (up, down) = tokio::join!(up, down);
+        let failed = up.err().or(down.err());
         (
             sent.load(Ordering::Relaxed),
             received.load(Ordering::Relaxed),
             failed,
         )
     }
+}
+
+/// What both directions of one connection share.
+#[derive(Clone, Copy)]
+struct Link<'a> {
+    shared: &'a Shared,
+    conn: u64,
+    window: &'a Window,
+    /// Cancelled when one direction fails, so that the other stops where it waits.
+    stop: &'a CancellationToken,
 }
 
 async fn notify(shared: &Shared, request: Request) {
@@ -117,14 +147,18 @@ async fn notify(shared: &Shared, request: Request) {
 /// Sandbox to destination. Ends once the sandbox has finished sending and everything sent
 /// to it has been taken (so closing cannot cut off the end of a response).
 async fn up(
-    shared: &Shared,
-    conn: u64,
+    link: &Link<'_>,
     events: &mut mpsc::UnboundedReceiver<Response>,
     mut wr: OwnedWriteHalf,
-    window: &Window,
     sent: &AtomicU64,
     down_done: &Notify,
 ) -> Result<(), String> {
+    let Link {
+        shared,
+        conn,
+        window,
+        stop,
+    } = *link;
     let target = shared.target;
     let mut open = true;
     let mut down_finished = false;
@@ -137,6 +171,8 @@ async fn up(
             deadline.get_or_insert_with(|| tokio::time::Instant::now() + DRAIN);
         }
         let event = tokio::select! {
+            // The other direction failed and says why.
+            () = stop.cancelled() => return Ok(()),
             ev = events.recv() => ev,
             () = down_done.notified(), if !down_finished => {
                 down_finished = true;
@@ -183,31 +219,53 @@ async fn up(
     }
 }
 
-/// Destination to sandbox, within the window.
-async fn down(
-    shared: &Shared,
-    conn: u64,
+/// Destination to sandbox, within the window: spliced where the client's channel is the
+/// server's pipe, else read and copied.
+async fn down(link: &Link<'_>, rd: OwnedReadHalf, received: &AtomicU64) -> Result<(), String> {
+    if link.shared.client.splices() {
+        let pipe =
+            SplicePipe::new(NET_CHUNK).map_err(|e| format!("cannot make a relay pipe: {e}"))?;
+        return down_spliced(link, rd, received, &pipe).await;
+    }
+    down_copied(link, rd, received).await
+}
+
+/// Room left in the window for one frame, at least `floor`.
+fn frame_room(window: &Window, floor: usize) -> usize {
+    let room = WINDOW.saturating_sub(window.in_flight.load(Ordering::SeqCst)) as usize;
+    NET_CHUNK.min(room.max(floor))
+}
+
+async fn down_copied(
+    link: &Link<'_>,
     mut rd: OwnedReadHalf,
-    window: &Window,
     received: &AtomicU64,
 ) -> Result<(), String> {
+    let Link {
+        shared,
+        conn,
+        window,
+        stop,
+    } = *link;
     let target = shared.target;
     // Room for the data frame's header in front, so each chunk goes out as it was read.
     let mut buf = vec![0u8; DATA_FRAME_HEADER + NET_CHUNK];
     loop {
-        window.below(WINDOW).await;
-        let mut n = rd
-            .read(&mut buf[DATA_FRAME_HEADER..])
-            .await
-            .map_err(|e| format!("reading from the destination failed: {e}"))?;
+        let read = async {
+            window.below(WINDOW).await;
+            rd.read(&mut buf[DATA_FRAME_HEADER..]).await
+        };
+        let mut n = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            n = read => n.map_err(|e| format!("reading from the destination failed: {e}"))?,
+        };
         if n == 0 {
             notify(shared, Request::NetEof { target, conn }).await;
             return Ok(());
         }
         // Whatever else has arrived goes in the same frame: each frame costs wake-ups on
         // both sides, so fewer, fuller frames move data faster.
-        let room = WINDOW.saturating_sub(window.in_flight.load(Ordering::SeqCst)) as usize;
-        let end = DATA_FRAME_HEADER + NET_CHUNK.min(room.max(n));
+        let end = DATA_FRAME_HEADER + frame_room(window, n);
         while DATA_FRAME_HEADER + n < end {
             match rd.try_read(&mut buf[DATA_FRAME_HEADER + n..end]) {
                 Ok(0) | Err(_) => break,
@@ -226,6 +284,51 @@ async fn down(
             .is_err()
         {
             return Err("the sandbox closed".into());
+        }
+        received.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+async fn down_spliced(
+    link: &Link<'_>,
+    rd: OwnedReadHalf,
+    received: &AtomicU64,
+    pipe: &SplicePipe,
+) -> Result<(), String> {
+    let Link {
+        shared,
+        conn,
+        window,
+        stop,
+    } = *link;
+    let target = shared.target;
+    let socket: &TcpStream = rd.as_ref();
+    loop {
+        let fill = async {
+            window.below(WINDOW).await;
+            loop {
+                socket.readable().await?;
+                let max = frame_room(window, 1);
+                match socket.try_io(Interest::READABLE, || pipe.fill_from(socket, max)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    other => return other,
+                }
+            }
+        };
+        let n = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            n = fill => n.map_err(|e| format!("reading from the destination failed: {e}"))?,
+        };
+        if n == 0 {
+            notify(shared, Request::NetEof { target, conn }).await;
+            return Ok(());
+        }
+        if !shared.spend(n as u64) {
+            return Err(spent(shared.limits.bytes));
+        }
+        window.send(n as u64);
+        if let Err(e) = shared.client.send_spliced(target, conn, pipe, n).await {
+            return Err(format!("the sandbox closed: {e}"));
         }
         received.fetch_add(n as u64, Ordering::Relaxed);
     }

@@ -6,6 +6,7 @@
 //! (and what the server last printed), instead of hanging.
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,7 @@ use crate::sandbox::api::{
     ResponseFrame, Stat, TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
     data_frame_header, data_frame_len, decode_len, encode_len, split_data_header,
 };
+use crate::sandbox::splice::{PipeWriter, SplicePipe};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SandboxError {
@@ -36,8 +38,18 @@ pub enum SandboxError {
 
 type Pending = Mutex<HashMap<u64, mpsc::UnboundedSender<Response>>>;
 
+/// Where frames to the server go.
+enum Writer {
+    /// The server's input pipe, which proxied bytes can be spliced into.
+    Pipe(PipeWriter),
+    /// Any other stream (docker's attach stream, a shell's channel).
+    Stream(Box<dyn AsyncWrite + Send + Unpin>),
+}
+
 struct Shared {
-    writer: tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
+    writer: tokio::sync::Mutex<Writer>,
+    /// Whether [`SandboxClient::send_spliced`] can be used.
+    splices: bool,
     pending: Pending,
     next_id: AtomicU64,
     /// Why the connection ended, once it has.
@@ -58,8 +70,29 @@ impl SandboxClient {
         writer: impl AsyncWrite + Send + Unpin + 'static,
         diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
     ) -> Self {
+        Self::start_router(reader, Writer::Stream(Box::new(writer)), diagnostics)
+    }
+
+    /// A client whose frames go into the server's input pipe, so that proxied downloads
+    /// can be spliced in ([`Self::send_spliced`]).
+    pub(crate) fn over_pipe(
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        pipe: OwnedFd,
+        diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
+    ) -> std::io::Result<Self> {
+        let writer = Writer::Pipe(PipeWriter::new(pipe)?);
+        Ok(Self::start_router(reader, writer, diagnostics))
+    }
+
+    fn start_router(
+        reader: impl AsyncRead + Send + Unpin + 'static,
+        writer: Writer,
+        diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
+    ) -> Self {
+        let splices = matches!(writer, Writer::Pipe(_));
         let shared = Arc::new(Shared {
-            writer: tokio::sync::Mutex::new(Box::new(writer)),
+            writer: tokio::sync::Mutex::new(writer),
+            splices,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             closed: Mutex::new(None),
@@ -148,17 +181,59 @@ impl SandboxClient {
             _ => std::borrow::Cow::Owned(parts.concat()),
         };
         let mut writer = self.shared.writer.lock().await;
+        let written = match &mut *writer {
+            Writer::Pipe(pipe) => pipe.write_all(&frame).await,
+            Writer::Stream(stream) => {
+                async {
+                    stream.write_all(&frame).await?;
+                    stream.flush().await
+                }
+                .await
+            }
+        };
+        written.map_err(|e| self.send_failed(e))
+    }
+
+    fn send_failed(&self, e: std::io::Error) -> SandboxError {
+        SandboxError::Disconnected(
+            self.closed_reason()
+                .unwrap_or_else(|| format!("cannot send to the sandbox: {e}")),
+        )
+    }
+
+    /// Whether this client can take proxied bytes by [`Self::send_spliced`].
+    pub(crate) fn splices(&self) -> bool {
+        self.shared.splices
+    }
+
+    /// Sends the `len` bytes `from` holds as one data frame for connection `conn` of
+    /// listener `target`, spliced from pipe to pipe. On a client that does not splice,
+    /// a protocol error.
+    pub(crate) async fn send_spliced(
+        &self,
+        target: u64,
+        conn: u64,
+        from: &SplicePipe,
+        len: usize,
+    ) -> Result<(), SandboxError> {
+        if let Some(reason) = self.closed_reason() {
+            return Err(SandboxError::Disconnected(reason));
+        }
+        let header = data_frame_header(target, conn, len)
+            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        let mut writer = self.shared.writer.lock().await;
+        let Writer::Pipe(pipe) = &mut *writer else {
+            return Err(SandboxError::Protocol(
+                "this sandbox's channel cannot take spliced data".into(),
+            ));
+        };
+        // Header and payload under one hold of the lock, so no other frame comes between.
         let written = async {
-            writer.write_all(&frame).await?;
-            writer.flush().await
+            pipe.write_all(&header).await?;
+            pipe.splice_all(from, len).await
         }
         .await;
-        written.map_err(|e| {
-            SandboxError::Disconnected(
-                self.closed_reason()
-                    .unwrap_or_else(|| format!("cannot send to the sandbox: {e}")),
-            )
-        })
+        written.map_err(|e| self.send_failed(e))
     }
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the

@@ -171,7 +171,13 @@ pub(super) async fn spawn_server(
         unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, 1 << 20) };
     }
     let diagnostics = stderr_tail(stderr);
-    let client = SandboxClient::new(stdout, stdin, diagnostics);
+    // The bare pipe, so that proxied downloads can be spliced into it.
+    let stdin = stdin.into_owned_fd().map_err(|e| {
+        SandboxError::Disconnected(format!("cannot take the server's input pipe: {e}"))
+    })?;
+    let client = SandboxClient::over_pipe(stdout, stdin, diagnostics).map_err(|e| {
+        SandboxError::Disconnected(format!("cannot drive the server's input pipe: {e}"))
+    })?;
     let keepalive = Keepalive {
         child: Some(child),
         guards,

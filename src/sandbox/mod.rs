@@ -13,6 +13,7 @@ pub mod local;
 pub mod owner;
 pub mod server;
 pub mod spec;
+pub(crate) mod splice;
 pub mod worktree_guard;
 
 use std::path::{Path, PathBuf};
