@@ -683,3 +683,36 @@ fn two_engines_share_the_tasks_and_a_stopped_one_hands_its_tasks_over() {
         "containers left on the first engine"
     );
 }
+
+/// A profile that works on a private copy (`untrusted`) must not make the session copy
+/// the attempt's own workspace again: the agent would change a copy nobody diffs or
+/// verifies, and the copies would pile up in the data directory.
+#[test]
+fn a_copy_workspace_profile_works_in_the_attempts_own_workspace() {
+    common::engine::docker();
+    let set = task_set(2, false);
+    let model = ScriptedModel::responding(answer);
+    let out = set.dir.join("out");
+    let (run, _) = eval(&model, &set, &out, &["--profile", "untrusted"]);
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(run.status.code(), Some(0), "{said}");
+    for id in ["t00", "t01"] {
+        let r = read_json(&out.join("tasks").join(id).join("result.json"));
+        assert_eq!(r["status"], "resolved", "{id}: {r:#}\n{said}");
+    }
+    let diff = std::fs::read_to_string(out.join("tasks/t00/diff.patch")).unwrap();
+    assert!(diff.contains("+echo $(($1 + $2))"), "{diff}");
+    let copies = set.dir.join("data/runner/workspaces");
+    let left: Vec<_> = std::fs::read_dir(&copies)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "the session made copies of its own: {left:?}"
+    );
+    assert!(!out.join(".work").exists(), "workspaces left behind");
+}

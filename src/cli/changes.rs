@@ -93,14 +93,17 @@ fn show(id: &str, json: bool) -> u8 {
     let shown = if json {
         ws.changes()
             .and_then(|c| serde_json::to_string(&c).map_err(|e| e.to_string()))
+            .map(|text| format!("{text}\n").into_bytes())
     } else {
-        ws.diff()
+        ws.diff(crate::workspace::PatchFormat::Review)
     };
     match shown {
-        Ok(text) => {
-            print!("{text}");
-            if json {
-                println!();
+        Ok(bytes) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(&bytes).and_then(|()| out.flush()) {
+                eprintln!("runner: cannot write the changes: {e}");
+                return exit::FAILED;
             }
             exit::OK
         }

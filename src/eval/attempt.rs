@@ -25,6 +25,7 @@ use crate::sandbox::api::ExecRequest;
 use crate::sandbox::client::ExecEvent;
 use crate::session::{OpenError, OpenSession, SessionOptions};
 use crate::tool::Session;
+use crate::workspace::{PatchFormat, Workspace};
 
 /// Output kept from setup and verify commands (head and tail beyond it).
 pub(super) const LOG_LIMIT: u64 = 1 << 20;
@@ -62,25 +63,26 @@ pub async fn run(
         options.out.join(".work"),
     );
     let name = format!("{}-{attempt}", task.id);
-    let wt = match tokio::task::spawn_blocking(move || {
+    let (ws, base) = match tokio::task::spawn_blocking(move || {
         worktree::create(&repo, commit.as_deref(), &parent, &name)
     })
     .await
     {
-        Ok(Ok(wt)) => wt,
+        Ok(Ok(made)) => made,
         Ok(Err(e)) => return infra(result, "prepare", e, false),
         Err(e) => return infra(result, "prepare", e.to_string(), false),
     };
-    let removing = Removing(Some(wt));
-    let wt = removing.0.as_ref().expect("present until dropped");
-    result.base = Some(wt.base.clone());
-    let mut session = session_options(task, options, wt.path());
+    let removing = Removing(Some(ws));
+    let ws = removing.0.as_ref().expect("present until dropped");
+    let root = ws.work();
+    result.base = Some(base);
+    let mut session = session_options(task, options, &root);
     session.docker_host = engine.and_then(|e| e.host.clone());
-    session.output_dir = Some(wt.outputs());
+    session.output_dir = Some(ws.outputs());
 
     // Setup and the agent, in one sandbox.
     let agent_started = Instant::now();
-    let mut run_options = RunOptions::new(wt.path(), Arc::new(NoEvents));
+    let mut run_options = RunOptions::new(&root, Arc::new(NoEvents));
     run_options.session = session.clone();
     run_options.model = options.model.clone();
     run_options.sessions_dir = out.to_path_buf();
@@ -156,8 +158,8 @@ pub async fn run(
     // The diff, from the host's copy of the base, and the verdict, in a fresh sandbox. A
     // timed-out or crashed agent still gets its diff recorded.
     let verify_started = Instant::now();
-    let differ = wt.differ();
-    match tokio::task::spawn_blocking(move || differ.diff()).await {
+    let patching = ws.clone();
+    match tokio::task::spawn_blocking(move || patching.diff(PatchFormat::Git)).await {
         Ok(Ok(patch)) => {
             let _ = write_file(&out.join("diff.patch"), &patch);
         }
@@ -354,15 +356,15 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// A worktree removed off the async threads when the attempt is done with it (a large
+/// A workspace removed off the async threads when the attempt is done with it (a large
 /// tree takes a while), before the evaluation ends.
-pub(super) struct Removing(Option<worktree::Worktree>);
+pub(super) struct Removing(pub(super) Option<Workspace>);
 
 impl Drop for Removing {
     fn drop(&mut self) {
-        if let Some(wt) = self.0.take() {
+        if let Some(ws) = self.0.take() {
             super::CLOSING.spawn(async move {
-                let _ = tokio::task::spawn_blocking(move || drop(wt)).await;
+                let _ = tokio::task::spawn_blocking(move || ws.discard()).await;
             });
         }
     }
@@ -374,6 +376,10 @@ pub(super) fn session_options_for(
     root: &Path,
 ) -> SessionOptions {
     let mut s = SessionOptions::new(root);
+    // The worktree is already private (the attempt's workspace, or the task's container):
+    // the session works in it and makes no copy of its own, whatever the profile says.
+    // A copy would leave the attempt's diff and verifier looking at the untouched files.
+    s.workspace = Some(crate::workspace::Mode::Direct);
     s.profile = Some(options.profile.clone());
     s.backend = options.backend;
     s.image = image.or(options.image.clone());

@@ -18,7 +18,7 @@
 //! uses. The tests are hidden, no process of the agent's survives into the verdict, and
 //! neither a planted reward nor planted tests count.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,16 +32,13 @@ use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
 use super::results::{Status, TaskResult};
-use super::worktree::remove_tree;
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
 use crate::sandbox::docker::in_image::{TaskContainer, TaskImage};
 use crate::sandbox::spec::{Limits, Network};
-use crate::workspace::diff::{self as tree_diff, Snapshot};
+use crate::workspace::Workspace;
 
-/// The largest worktree snapshot read for the diff.
-const SNAPSHOT_LIMIT: u64 = 512 << 20;
 /// How long one engine operation (a start, a copy in or out) may take before the engine
 /// counts as not answering.
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -108,24 +105,17 @@ pub async fn run(
         }
     };
 
-    // Scratch space on the host: where config files are looked for (none: the task's
-    // files are in the image) and where full tool outputs are saved.
-    let scratch = options
-        .out
-        .join(".work")
-        .join(format!("{}-{attempt}", task.id));
-    let outputs = scratch.with_file_name(format!("{}-{attempt}.outputs", task.id));
-    let _cleanup = Scratch(vec![scratch.clone(), outputs.clone()]);
-    for dir in [&scratch, &outputs] {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            return infra(
-                result,
-                "prepare",
-                format!("cannot create {}: {e}", dir.display()),
-                false,
-            );
-        }
-    }
+    // The attempt's workspace: the worktree is the image's; on the host, the session's
+    // root (where config files are looked for: none, the task's files are in the image)
+    // and the folder where full tool outputs are saved.
+    let name = format!("{}-{attempt}", task.id);
+    let ws = match Workspace::for_image(&options.out.join(".work"), &name, &image) {
+        Ok(ws) => ws,
+        Err(e) => return infra(result, "prepare", e, false),
+    };
+    let removing = attempt::Removing(Some(ws));
+    let ws = removing.0.as_ref().expect("present until dropped");
+    let (scratch, outputs) = (ws.work(), ws.outputs());
     let spec = match task_image(task, image, options, engine, &outputs) {
         Ok(s) => s,
         Err(e) => return infra(result, "prepare", e, false),
@@ -144,23 +134,8 @@ pub async fn run(
     // The one long-lived handle is the owner's, so that the container is removed where it
     // says (off the async threads), not wherever the last clone happens to go.
     let container = owner.0.as_ref().expect("owned until dropped");
-    let workdir = container.workdir().to_path_buf();
-    // The snapshot only serves the diff: without one the attempt still runs.
-    let before = if workdir == Path::new("/") {
-        result.diff_error = Some(
-            "the worktree is the whole file system (the image names no WORKDIR): no diff is taken"
-                .into(),
-        );
-        None
-    } else {
-        match snapshot(container, &workdir).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                result.diff_error = Some(e);
-                None
-            }
-        }
-    };
+    // The base only serves the diff: without one the attempt still runs.
+    ws.take_base(container).await;
 
     // The agent, or the task's own solution.
     let agent_started = Instant::now();
@@ -203,16 +178,11 @@ pub async fn run(
 
     // The diff, from the stopped container.
     let verify_started = Instant::now();
-    if let Some(before) = &before {
-        match snapshot(container, &workdir).await {
-            Ok(after) => {
-                let _ = write_file(
-                    &out.join("diff.patch"),
-                    tree_diff::diff(before, &after).as_bytes(),
-                );
-            }
-            Err(e) => result.diff_error = Some(e),
+    match ws.image_patch(container).await {
+        Ok(patch) => {
+            let _ = write_file(&out.join("diff.patch"), &patch);
         }
+        Err(e) => result.diff_error = Some(e),
     }
     if matches!(result.status, Status::Timeout | Status::AgentError) {
         result.timings.total_ms = started.elapsed().as_millis() as u64;
@@ -634,15 +604,6 @@ fn first_file(tar: &[u8]) -> Option<String> {
     None
 }
 
-async fn snapshot(container: &TaskContainer, workdir: &Path) -> Result<Snapshot, String> {
-    let tar = engine_call(container.download(workdir, SNAPSHOT_LIMIT))
-        .await?
-        .ok_or_else(|| format!("the worktree {} is not in the container", workdir.display()))?;
-    tokio::task::spawn_blocking(move || Snapshot::read(&tar))
-        .await
-        .map_err(|e| e.to_string())?
-}
-
 /// A host folder as a tar whose entries sit under `name/`.
 fn pack_as(dir: &Path, name: &str) -> Result<Vec<u8>, String> {
     let mut tar = tar::Builder::new(Vec::new());
@@ -670,18 +631,5 @@ impl Drop for Owned {
                 let _ = tokio::task::spawn_blocking(move || drop(c)).await;
             });
         }
-    }
-}
-
-/// Host folders of the attempt, removed when it ends.
-struct Scratch(Vec<PathBuf>);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let dirs = std::mem::take(&mut self.0);
-        super::CLOSING.spawn(async move {
-            let _ =
-                tokio::task::spawn_blocking(move || dirs.iter().for_each(|d| remove_tree(d))).await;
-        });
     }
 }

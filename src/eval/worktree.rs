@@ -1,4 +1,4 @@
-//! A fresh, private copy of a task's repository for one attempt.
+//! How an attempt's workspace is filled: the task's repository at its commit.
 //!
 //! The copy is a full clone without hard links and without `--shared`: the worktree is
 //! mounted writable into the sandbox, so a hard-linked object would let the agent change
@@ -6,127 +6,30 @@
 //! cannot see (git inside would then fail). A directory that is not a repository is copied
 //! and committed once, so that every attempt has a base to diff against.
 //!
-//! Once the agent has worked in the copy, its `.git` is the agent's: the diff is then taken
-//! with a bare copy made before (our config, our objects, our index) and the worktree
-//! read as plain files.
+//! The rest is [`Workspace`]'s: `base/` is copied from the filled `work/` before the agent
+//! starts, and the patch is taken against that base's repository, not the agent's.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use super::tasks::looks_like_url;
+use crate::workspace::Workspace;
+use crate::workspace::git::{RunGit, git};
 
-pub struct Worktree {
-    path: PathBuf,
-    /// A bare copy of the untouched worktree's repository, outside the sandbox's reach:
-    /// the diff is taken against it, not against the `.git` the agent could rewrite
-    /// (replace refs, index bits, a deleted base object).
-    base_git: PathBuf,
-    /// The commit the attempt started from.
-    pub base: String,
-}
-
-impl Worktree {
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Where this attempt's full tool outputs are saved: beside the worktree, readable by
-    /// its sandbox, and gone with it, so no other attempt sees them.
-    pub fn outputs(&self) -> PathBuf {
-        sibling(&self.path, "outputs")
-    }
-
-    /// What taking the diff needs, to take it off the async threads.
-    pub fn differ(&self) -> Differ {
-        Differ {
-            path: self.path.clone(),
-            base_git: self.base_git.clone(),
-            base: self.base.clone(),
-        }
-    }
-}
-
-pub struct Differ {
-    path: PathBuf,
-    base_git: PathBuf,
-    base: String,
-}
-
-impl Differ {
-    /// The agent's changes since the base commit, as a binary-safe patch. Host git reads
-    /// the worktree only as data: the repository, its config and its index are ours, and
-    /// no diff driver or text conversion runs.
-    pub fn diff(&self) -> Result<Vec<u8>, String> {
-        let index = self.base_git.with_extension("index");
-        let _ = std::fs::remove_file(&index);
-        let tree = |args: &[&str]| {
-            let mut c = git(None, &[]);
-            c.arg("--git-dir")
-                .arg(&self.base_git)
-                .arg("--work-tree")
-                .arg(&self.path)
-                .args(args)
-                .env("GIT_INDEX_FILE", &index)
-                .env("GIT_NO_REPLACE_OBJECTS", "1");
-            c
-        };
-        tree(&["add", "-A", "--", "."]).run("stage the agent's changes")?;
-        let patch = tree(&[
-            "diff",
-            "--cached",
-            "--binary",
-            "--no-textconv",
-            "--no-ext-diff",
-            "--no-color",
-            &self.base,
-        ])
-        .output()
-        .map_err(|e| format!("cannot diff the worktree: {e}"))?;
-        let _ = std::fs::remove_file(&index);
-        if !patch.status.success() {
-            return Err(format!(
-                "cannot diff the worktree: {}",
-                String::from_utf8_lossy(&patch.stderr).trim()
-            ));
-        }
-        Ok(patch.stdout)
-    }
-}
-
-impl Drop for Worktree {
-    fn drop(&mut self) {
-        remove_tree(&self.path);
-        remove_tree(&self.base_git);
-        remove_tree(&self.outputs());
-    }
-}
-
-/// `NAME.SUFFIX` beside `path`. Not `with_extension`: a task id may hold dots, and
-/// `t.v2-1` and `t.v2-2` must not share a sibling.
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!("{name}.{suffix}"))
-}
-
-pub use crate::workspace::remove_tree;
-
-/// Clones (or copies) `repo` at `commit` into a new directory under `parent`.
+/// The attempt's own workspace under `parent`, with `repo` at `commit` (HEAD if none), and
+/// the commit it starts from.
 pub fn create(
     repo: &str,
     commit: Option<&str>,
     parent: &Path,
     name: &str,
-) -> Result<Worktree, String> {
-    std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("{name}-"))
-        .tempdir_in(parent)
-        .map_err(|e| format!("cannot create a worktree in {}: {e}", parent.display()))?;
-    let dest = dir.path();
+) -> Result<(Workspace, String), String> {
+    Workspace::prepare(parent, name, repo, |dest| {
+        fill(repo, commit, dest)?;
+        head_commit(dest)
+    })
+}
+
+fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), String> {
     let is_git = looks_like_url(repo) || Path::new(repo).join(".git").exists();
     if is_git {
         git(
@@ -153,7 +56,7 @@ pub fn create(
                 target,
             ],
         )
-        .run(&format!("check out {target} of {repo}"))?;
+        .run(&format!("check out {target} of {repo}"))
     } else {
         if commit.is_some() {
             return Err(format!(
@@ -174,19 +77,8 @@ pub fn create(
                 "task base",
             ],
         )
-        .run("commit the task's files")?;
+        .run("commit the task's files")
     }
-    let base = head_commit(dest)?;
-    // A plain copy of the fresh `.git` (no git process: this runs for every attempt).
-    let base_git = sibling(dest, "base.git");
-    std::fs::create_dir(&base_git)
-        .map_err(|e| format!("cannot create {}: {e}", base_git.display()))?;
-    crate::workspace::copy_tree(&dest.join(".git"), &base_git, None)?;
-    Ok(Worktree {
-        path: dir.keep(),
-        base_git,
-        base,
-    })
 }
 
 /// The commit HEAD names, read from the files a fresh clone or commit leaves (a detached
@@ -213,58 +105,10 @@ fn head_commit(dest: &Path) -> Result<String, String> {
     }
 }
 
-/// Host git with nothing from the machine's configuration and an identity for the base
-/// commit.
-fn git(cwd: Option<&Path>, args: &[&str]) -> Command {
-    let mut c = Command::new("git");
-    if let Some(d) = cwd {
-        c.arg("-C").arg(d);
-    }
-    c.args([
-        "-c",
-        "user.name=runner",
-        "-c",
-        "user.email=runner@localhost",
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "advice.detachedHead=false",
-    ])
-    .args(args)
-    .env("GIT_CONFIG_NOSYSTEM", "1")
-    .env("GIT_CONFIG_GLOBAL", "/dev/null")
-    .env("GIT_TERMINAL_PROMPT", "0")
-    .stdin(std::process::Stdio::null());
-    c
-}
-
-trait RunGit {
-    fn run(&mut self, what: &str) -> Result<(), String>;
-    fn output_text(&mut self, what: &str) -> Result<String, String>;
-}
-
-impl RunGit for Command {
-    fn run(&mut self, what: &str) -> Result<(), String> {
-        self.output_text(what).map(drop)
-    }
-
-    fn output_text(&mut self, what: &str) -> Result<String, String> {
-        let out = self
-            .output()
-            .map_err(|e| format!("cannot {what}: git did not start ({e}); is git installed?"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "cannot {what}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workspace::{Kind, PatchFormat};
 
     #[test]
     fn a_plain_directory_becomes_a_repository_and_the_source_is_untouched() {
@@ -272,18 +116,67 @@ mod tests {
         std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
         std::os::unix::fs::symlink("a.txt", src.path().join("link")).unwrap();
         let out = tempfile::tempdir().unwrap();
-        let wt = create(&src.path().display().to_string(), None, out.path(), "t").unwrap();
-        assert_eq!(wt.base.len(), 40);
-        assert!(wt.path().join("link").is_symlink());
+        let (ws, base) = create(&src.path().display().to_string(), None, out.path(), "t").unwrap();
+        let work = ws.work();
+        assert_eq!(base.len(), 40);
+        assert_eq!(ws.kind(), Kind::Owned);
+        assert!(work.join("link").is_symlink());
         assert!(!src.path().join(".git").exists());
-        std::fs::write(wt.path().join("a.txt"), "two\n").unwrap();
-        std::fs::write(wt.path().join("new.txt"), "new\n").unwrap();
-        let patch = String::from_utf8(wt.differ().diff().unwrap()).unwrap();
+        std::fs::write(work.join("a.txt"), "two\n").unwrap();
+        std::fs::write(work.join("new.txt"), "new\n").unwrap();
+        let patch = String::from_utf8(ws.diff(PatchFormat::Git).unwrap()).unwrap();
         assert!(patch.contains("-one") && patch.contains("+two"), "{patch}");
         assert!(patch.contains("+new"), "{patch}");
-        let path = wt.path().to_path_buf();
-        drop(wt);
-        assert!(!path.exists(), "the worktree goes with its attempt");
+        assert!(patch.contains("index "), "git's own format: {patch}");
+        let review = String::from_utf8(ws.diff(PatchFormat::Review).unwrap()).unwrap();
+        assert!(
+            review.contains("+two") && !review.contains("index "),
+            "{review}"
+        );
+        let changed: Vec<String> = ws.changes().unwrap().into_iter().map(|c| c.path).collect();
+        assert_eq!(changed, ["a.txt", "new.txt"]);
+        let folder = work.parent().unwrap().to_path_buf();
+        ws.discard().unwrap();
+        assert!(!folder.exists(), "the workspace goes with its attempt");
+        assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_agents_own_git_cannot_hide_a_change() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let (ws, _) = create(&src.path().display().to_string(), None, out.path(), "t").unwrap();
+        let work = ws.work();
+        std::fs::write(work.join("a.txt"), "two\n").unwrap();
+        // The agent commits its change and throws its history away.
+        git(Some(&work), &["commit", "--quiet", "-am", "mine"])
+            .run("commit")
+            .unwrap();
+        std::fs::remove_dir_all(work.join(".git")).unwrap();
+        let patch = String::from_utf8(ws.diff(PatchFormat::Git).unwrap()).unwrap();
+        assert!(patch.contains("-one") && patch.contains("+two"), "{patch}");
+    }
+
+    #[test]
+    fn an_attempts_workspace_is_never_applied_and_a_failed_fill_leaves_nothing() {
+        let out = tempfile::tempdir().unwrap();
+        let (ws, ()) = Workspace::prepare(out.path(), "t", "/nowhere", |w| {
+            std::fs::create_dir(w).map_err(|e| e.to_string())?;
+            std::fs::write(w.join("a"), "1").map_err(|e| e.to_string())
+        })
+        .unwrap();
+        std::fs::write(ws.work().join("a"), "2").unwrap();
+        assert_eq!(ws.changes().unwrap().len(), 1);
+        let no_git = ws.diff(PatchFormat::Git).unwrap_err();
+        assert!(no_git.contains("not a git repository"), "{no_git}");
+        let refused = ws.clone().apply(true).unwrap_err();
+        assert!(refused.contains("not applied anywhere"), "{refused}");
+        assert!(!Path::new("/nowhere").exists());
+        ws.discard().unwrap();
+        let failed = Workspace::prepare(out.path(), "t", "x", |_| Err::<(), _>("no".to_string()));
+        assert_eq!(failed.err().as_deref(), Some("no"));
+        assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
     }
 
     #[test]
@@ -304,7 +197,7 @@ mod tests {
             .run("c2")
             .unwrap();
         let out = tempfile::tempdir().unwrap();
-        let wt = create(
+        let (ws, base) = create(
             &s.display().to_string(),
             Some(first.trim()),
             out.path(),
@@ -312,10 +205,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            std::fs::read_to_string(wt.path().join("f")).unwrap(),
+            std::fs::read_to_string(ws.work().join("f")).unwrap(),
             "v1\n"
         );
-        assert_eq!(wt.base, first.trim());
-        assert!(!wt.path().join(".git/objects/info/alternates").exists());
+        assert_eq!(base, first.trim());
+        assert!(!ws.work().join(".git/objects/info/alternates").exists());
     }
 }

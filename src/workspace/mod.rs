@@ -12,9 +12,19 @@
 //! `cp -a --reflink=auto`: a reflink where the file system can, else a copy that keeps
 //! modes, links and times. `.git` is copied (git works inside) but is never part of the
 //! changes: bringing an agent's `.git` over would bring its hooks and config with it.
+//!
+//! An evaluation attempt works in the same kind of workspace, made with
+//! [`Workspace::prepare`] under the evaluation's own folder: its `work/` is filled with a
+//! clone at the task's commit, and `base/` copied from it before anything runs. Such a
+//! workspace belongs to its attempt ([`Kind::Owned`]): it is never listed, reaped or
+//! applied, and its patch is the one a harness can `git apply` ([`PatchFormat::Git`]).
+//! A Harbor task's worktree lives in its image instead ([`image`]): the same owned
+//! workspace, whose base and work are snapshots of the container.
 
 pub mod changes;
 pub mod diff;
+pub(crate) mod git;
+pub mod image;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,9 +61,47 @@ pub struct Meta {
     pub boot: String,
 }
 
+/// Who a workspace is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `--workspace copy`: under [`root_dir`], listed by `runner changes`, reaped when its
+    /// owner is gone, reviewed, then applied to the checkout or discarded.
+    Kept,
+    /// Made for one run that owns it (an evaluation attempt), in a folder of that run's:
+    /// never listed or reaped (the run removes it), never applied anywhere.
+    Owned,
+}
+
+/// How a patch is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchFormat {
+    /// For a person (`runner changes ID`): every file but `.git`, ignored ones included;
+    /// binaries, links, modes and renames named ([`diff::diff`], the renderer a Harbor
+    /// task's snapshots use too).
+    Review,
+    /// For `git apply` (an evaluation's `diff.patch` and predictions): host git against the
+    /// base's own repository. Files the work tree's `.gitignore` ignores are left out (an
+    /// agent's `__pycache__` is not its answer) and binaries are carried whole, so that
+    /// one of them does not make the harness reject the patch.
+    Git,
+}
+
+#[derive(Clone)]
 pub struct Workspace {
     pub meta: Meta,
     dir: PathBuf,
+    kind: Kind,
+    place: Place,
+}
+
+/// Where the two trees are.
+#[derive(Clone)]
+enum Place {
+    /// `base/` and `work/` under the workspace's folder.
+    Host,
+    /// In a task container ([`image`]): `work/` is only the session's empty root on the
+    /// host, and the base is a snapshot of the container's worktree.
+    Image(std::sync::Arc<image::Base>),
 }
 
 /// Where every workspace lives: `$XDG_DATA_HOME/runner/workspaces`.
@@ -90,6 +138,8 @@ impl Workspace {
                 boot: crate::sandbox::owner::boot_id(),
             },
             dir,
+            kind: Kind::Kept,
+            place: Place::Host,
         };
         // The meta first: a copy cut short is then found and reaped by its dead owner.
         ws.save()?;
@@ -121,6 +171,58 @@ impl Workspace {
         Ok(ws)
     }
 
+    /// A workspace for one run in a new folder `parent/NAME-XXXXXX`: `fill` makes `work/`
+    /// (it is handed the path, which does not exist yet), then `base/` is copied from it,
+    /// `.git` and all, before anything runs there. What `fill` returns comes back with it.
+    /// On any error nothing is left. `source` names where it came from, in messages only.
+    pub fn prepare<T>(
+        parent: &Path,
+        name: &str,
+        source: &str,
+        fill: impl FnOnce(&Path) -> Result<T, String>,
+    ) -> Result<(Workspace, T), String> {
+        let dir = owned_folder(parent, name)?;
+        let work = dir.path().join("work");
+        let filled = fill(&work)?;
+        copy_tree(&work, &dir.path().join("base"), None)?;
+        Ok((Self::owned(dir, source, Place::Host)?, filled))
+    }
+
+    /// An owned workspace in `dir` (which holds `work/`), with its `outputs/`.
+    fn owned(dir: tempfile::TempDir, source: &str, place: Place) -> Result<Workspace, String> {
+        let outputs = dir.path().join("outputs");
+        std::fs::create_dir(&outputs)
+            .map_err(|e| format!("cannot create {}: {e}", outputs.display()))?;
+        let dir = dir.keep();
+        let id = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Workspace {
+            meta: Meta {
+                id,
+                source: PathBuf::from(source),
+                created: now(),
+                owner_pid: std::process::id() as i32,
+                finished: false,
+                boot: crate::sandbox::owner::boot_id(),
+            },
+            dir,
+            kind: Kind::Owned,
+            place,
+        })
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Where a run in an owned workspace saves its full tool outputs: beside the copy,
+    /// readable by its sandbox, and gone with the workspace, so no other run sees them.
+    pub fn outputs(&self) -> PathBuf {
+        self.dir.join("outputs")
+    }
+
     /// The workspace `id` (or a unique prefix of one).
     pub fn open(id: &str) -> Result<Workspace, String> {
         let all = list_all();
@@ -140,6 +242,8 @@ impl Workspace {
     }
 
     /// What the sandbox works in.
+    /// The worktree on the host. For a workspace in an image, the session's root on the
+    /// host: an empty folder where config files are looked for (the files are in the image).
     pub fn work(&self) -> PathBuf {
         self.dir.join("work")
     }
@@ -151,22 +255,61 @@ impl Workspace {
     /// Marks the command that made it as ended: the copy now waits for review.
     pub fn finish(&mut self) -> Result<(), String> {
         self.meta.finished = true;
-        self.save()
+        match self.kind {
+            Kind::Kept => self.save(),
+            // Nobody reviews it; its run removes it.
+            Kind::Owned => Ok(()),
+        }
     }
 
     /// The changes the agent made, against the checkout as it was copied.
     pub fn changes(&self) -> Result<Vec<changes::Change>, String> {
+        self.on_host()?;
         changes::between(&self.base(), &self.work())
     }
 
-    /// The changes as a patch.
-    pub fn diff(&self) -> Result<String, String> {
-        changes::patch(&self.base(), &self.work())
+    /// Refuses what needs both trees on the host.
+    fn on_host(&self) -> Result<(), String> {
+        match self.place {
+            Place::Host => Ok(()),
+            Place::Image(_) => Err(format!(
+                "workspace {} lives in a task container: its changes are read from there",
+                self.meta.id
+            )),
+        }
+    }
+
+    /// The changes as a patch, for a person or for `git apply`.
+    pub fn diff(&self, format: PatchFormat) -> Result<Vec<u8>, String> {
+        self.on_host()?;
+        match format {
+            PatchFormat::Review => {
+                changes::patch(&self.base(), &self.work()).map(String::into_bytes)
+            }
+            PatchFormat::Git => {
+                let base_git = self.base().join(".git");
+                // The base's own repository only. A `.git` file (a linked worktree's)
+                // points at the user's repository, and git would write objects there.
+                if !std::fs::symlink_metadata(&base_git).is_ok_and(|m| m.is_dir()) {
+                    return Err(format!(
+                        "{} is not a git repository of its own, so there is no git patch of it",
+                        self.base().display()
+                    ));
+                }
+                git::patch(&base_git, &self.work(), &self.dir.join("git-index"))
+            }
+        }
     }
 
     /// Brings the changes over to the real checkout and removes the workspace. Refuses
     /// (naming them) where the real files no longer match what was copied, unless `force`.
     pub fn apply(self, force: bool) -> Result<Vec<changes::Change>, String> {
+        if self.kind == Kind::Owned {
+            return Err(format!(
+                "workspace {} belongs to one run (an evaluation attempt) and is not applied anywhere",
+                self.meta.id
+            ));
+        }
         self.not_in_use()?;
         let list = self.changes()?;
         if !force {
@@ -234,6 +377,16 @@ fn walk(root: &Path) -> ignore::Walk {
         .build()
 }
 
+/// A new folder `parent/NAME-XXXXXX` for an owned workspace, removed unless kept.
+fn owned_folder(parent: &Path, name: &str) -> Result<tempfile::TempDir, String> {
+    std::fs::create_dir_all(parent)
+        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    tempfile::Builder::new()
+        .prefix(&format!("{name}-"))
+        .tempdir_in(parent)
+        .map_err(|e| format!("cannot create a workspace in {}: {e}", parent.display()))
+}
+
 /// Every workspace on this machine, oldest first.
 pub fn list_all() -> Vec<Workspace> {
     let mut all: Vec<Workspace> = std::fs::read_dir(root_dir())
@@ -245,6 +398,8 @@ pub fn list_all() -> Vec<Workspace> {
                     Some(Workspace {
                         meta,
                         dir: e.path(),
+                        kind: Kind::Kept,
+                        place: Place::Host,
                     })
                 })
                 .collect()

@@ -9,7 +9,9 @@ use std::process::{Command, Output, Stdio};
 use super::Backend;
 use super::outside::{CLIENT_PY, Outside, blob};
 
-const BLOB_LEN: usize = 3_000_000;
+/// More than twice the proxy's window each way, so a download runs through flow control
+/// and many spliced frames, not one burst.
+const BLOB_LEN: usize = 20_000_000;
 
 fn backend_arg(backend: Backend) -> &'static str {
     match backend {
