@@ -1,8 +1,8 @@
 //! `runner eval`: many tasks, each in its own sandbox, with results a harness can trust.
 //!
-//! The pieces: [`tasks`] reads task sets, [`worktree`] makes each attempt a private copy,
-//! [`attempt`] runs setup, the agent and the verifier, and [`results`] keeps what came of
-//! it on disk and sums it up. This module schedules: `--jobs` attempts at once, retries
+//! The pieces: [`tasks`] reads task sets, [`worktree`] fills each attempt's private
+//! [`crate::workspace::Workspace`], [`attempt`] runs setup, the agent and the verifier, and
+//! [`results`] keeps what came of it on disk and sums it up. This module schedules: `--jobs` attempts at once, retries
 //! for infrastructure failures only, a pause while the engine keeps failing, and a resume
 //! that skips what is already finished.
 
