@@ -69,6 +69,15 @@ impl Engine {
 pub struct Engines(Vec<Arc<Engine>>);
 
 impl Engines {
+    /// Removes what dead runs left on every engine. Also run once this run is done: an
+    /// engine finishes a request whose client was killed (a container created or started
+    /// just then) in its own time, which can be after the sweep at the start.
+    pub async fn remove_orphans(&self) {
+        for engine in &self.0 {
+            let _ = crate::sandbox::docker::cleanup::remove_orphans(&engine.docker).await;
+        }
+    }
+
     /// Connects to every engine (each must answer now: a host that does not is more likely
     /// a typo than an outage) and removes what earlier runs left on it.
     pub async fn connect(hosts: &[String]) -> Result<Engines, String> {

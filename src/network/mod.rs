@@ -13,6 +13,7 @@ pub mod address;
 mod pump;
 pub mod relay;
 pub mod request;
+mod sni;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,10 +79,12 @@ pub struct ConnectionRecord {
 }
 
 impl ConnectionRecord {
-    /// One line for a person: `allow pypi.org:443 (12 B sent, 3.4 kB received)`.
+    /// One line for a person: `allow pypi.org:443 (12 B sent, 3400 B received)`. The
+    /// bytes are there for every connection that reached its destination, also one cut
+    /// later for what it carried.
     pub fn line(&self) -> String {
         let mut s = format!("{} {}:{}", self.decision, self.host, self.port);
-        if self.decision == "allow" {
+        if self.decision == "allow" || self.address.is_some() {
             s.push_str(&format!(
                 " ({} B sent, {} B received)",
                 self.bytes_sent, self.bytes_received

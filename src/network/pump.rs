@@ -14,6 +14,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::sni::{self, Hello};
 use crate::sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
 use crate::sandbox::splice::SplicePipe;
 
@@ -79,22 +80,43 @@ pub(crate) struct Ends<'a> {
     pub conn: u64,
     pub events: &'a mut mpsc::UnboundedReceiver<Response>,
     pub window: &'a Window,
+    /// For a tunnel, the host it was judged for: the client's TLS must ask for that one.
+    pub tunnel_to: Option<&'a str>,
+}
+
+/// How a relayed connection went.
+pub(crate) struct Relayed {
+    pub sent: u64,
+    pub received: u64,
+    /// Why it ended early, if it did.
+    pub failed: Option<String>,
+    /// It was cut for what it carried, not for a failure.
+    pub refused: bool,
 }
 
 impl Ends<'_> {
-    /// Relays until both directions are done, or one fails. Bytes sent, bytes received,
-    /// and why it failed, if it did.
-    pub async fn run(self, stream: TcpStream, first: Vec<u8>) -> (u64, u64, Option<String>) {
-        let (rd, mut wr) = stream.into_split();
+    /// Relays until both directions are done, or one fails.
+    pub async fn run(self, stream: TcpStream, first: Vec<u8>) -> Relayed {
+        let (rd, wr) = stream.into_split();
         let sent = AtomicU64::new(0);
         let received = AtomicU64::new(0);
         let (shared, conn, window) = (self.shared, self.conn, self.window);
-        if !first.is_empty() {
-            if let Err(e) = wr.write_all(&first).await {
-                let why = format!("writing to the destination failed: {e}");
-                return (0, 0, Some(why));
-            }
-            sent.fetch_add(first.len() as u64, Ordering::Relaxed);
+        let mut to = To {
+            wr,
+            sent: &sent,
+            held: self.tunnel_to.map(|host| Held {
+                host: host.to_string(),
+                buf: Vec::new(),
+            }),
+            refused: false,
+        };
+        if let Err(why) = to.send(first).await {
+            return Relayed {
+                sent: 0,
+                received: 0,
+                failed: Some(why),
+                refused: to.refused,
+            };
         }
         // Neither direction is dropped part-way: one stopped in the middle of a frame to
         // the sandbox would cut the protocol for every connection and command. A failure
@@ -108,7 +130,7 @@ impl Ends<'_> {
             stop: &stop,
         };
         let up = async {
-            let r = up(&link, self.events, wr, &sent, &down_done).await;
+            let r = up(&link, self.events, &mut to, &down_done).await;
             stop.cancel();
             r
         };
@@ -121,12 +143,104 @@ impl Ends<'_> {
             r
         };
         let (up, down) = tokio::join!(up, down);
-        let failed = up.err().or(down.err());
-        (
-            sent.load(Ordering::Relaxed),
-            received.load(Ordering::Relaxed),
-            failed,
-        )
+        Relayed {
+            sent: sent.load(Ordering::Relaxed),
+            received: received.load(Ordering::Relaxed),
+            failed: up.err().or(down.err()),
+            refused: to.refused,
+        }
+    }
+}
+
+/// The destination's side: where the client's bytes go, once they may.
+struct To<'a> {
+    wr: OwnedWriteHalf,
+    sent: &'a AtomicU64,
+    held: Option<Held>,
+    refused: bool,
+}
+
+impl To<'_> {
+    /// Sends `data` on, or holds it while a tunnel's first flight is read.
+    async fn send(&mut self, data: Vec<u8>) -> Result<(), String> {
+        let data = match &mut self.held {
+            None => data,
+            Some(held) => {
+                held.buf.extend(data);
+                match held.release(false) {
+                    Ok(None) => return Ok(()),
+                    Ok(Some(all)) => {
+                        self.held = None;
+                        all
+                    }
+                    Err(why) => {
+                        self.refused = true;
+                        return Err(why);
+                    }
+                }
+            }
+        };
+        self.write(&data).await
+    }
+
+    async fn write(&mut self, data: &[u8]) -> Result<(), String> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.wr
+            .write_all(data)
+            .await
+            .map_err(|e| format!("writing to the destination failed: {e}"))?;
+        self.sent.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The client has finished sending: what is held goes (an unfinished handshake is no
+    /// handshake a server completes), then the destination is told.
+    async fn finish(&mut self) -> Result<(), String> {
+        if let Some(mut held) = self.held.take() {
+            match held.release(true) {
+                Ok(data) => self.write(&data.unwrap_or_default()).await?,
+                Err(why) => {
+                    self.refused = true;
+                    return Err(why);
+                }
+            }
+        }
+        let _ = self.wr.shutdown().await;
+        Ok(())
+    }
+}
+
+/// A tunnel's first bytes, held until they show which host the client's TLS asks for.
+struct Held {
+    host: String,
+    buf: Vec<u8>,
+}
+
+impl Held {
+    /// All the bytes held, once they may go on; `None` while more are needed.
+    fn release(&mut self, at_end: bool) -> Result<Option<Vec<u8>>, String> {
+        let go = match sni::inspect(&self.buf) {
+            Ok(Hello::Incomplete) => at_end,
+            Ok(Hello::NotTls | Hello::Name(None)) => true,
+            Ok(Hello::Name(Some(name))) => {
+                if !sni::same_host(&name, &self.host) {
+                    return Err(format!(
+                        "refused: the tunnel to {} carried a TLS handshake for {name} (one allowed host's tunnel cannot reach another)",
+                        self.host
+                    ));
+                }
+                true
+            }
+            Err(e) => {
+                return Err(format!(
+                    "refused: the tunnel to {} began a TLS handshake that cannot be read ({e}), so the host it asks for is unknown",
+                    self.host
+                ));
+            }
+        };
+        Ok(go.then(|| std::mem::take(&mut self.buf)))
     }
 }
 
@@ -149,8 +263,7 @@ async fn notify(shared: &Shared, request: Request) {
 async fn up(
     link: &Link<'_>,
     events: &mut mpsc::UnboundedReceiver<Response>,
-    mut wr: OwnedWriteHalf,
-    sent: &AtomicU64,
+    to: &mut To<'_>,
     down_done: &Notify,
 ) -> Result<(), String> {
     let Link {
@@ -193,11 +306,8 @@ async fn up(
                 if !shared.spend(data.len() as u64) {
                     return Err(spent(shared.limits.bytes));
                 }
-                wr.write_all(&data)
-                    .await
-                    .map_err(|e| format!("writing to the destination failed: {e}"))?;
-                sent.fetch_add(data.len() as u64, Ordering::Relaxed);
                 let bytes = data.len() as u64;
+                to.send(data).await?;
                 notify(
                     shared,
                     Request::NetAck {
@@ -209,7 +319,7 @@ async fn up(
                 .await;
             }
             Some(Response::NetEof { .. }) => {
-                let _ = wr.shutdown().await;
+                to.finish().await?;
                 open = false;
             }
             Some(Response::NetClosed { reason, .. }) => return Err(reason),

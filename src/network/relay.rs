@@ -195,6 +195,7 @@ impl Connection<'_> {
         let peer = stream.peer_addr().ok();
         s.update(index, |r| r.address = peer.map(|p| p.to_string()));
         let mut first = Vec::new();
+        let tunnel = matches!(req.kind, Kind::Connect);
         match req.kind {
             Kind::Connect => {
                 let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
@@ -220,12 +221,16 @@ impl Connection<'_> {
             conn: self.conn,
             events: &mut self.events,
             window: &self.window,
+            tunnel_to: tunnel.then_some(req.host.as_str()),
         };
-        let (sent, received, failed) = ends.run(stream, first).await;
+        let relayed = ends.run(stream, first).await;
         s.update(index, |r| {
-            r.bytes_sent += sent;
-            r.bytes_received += received;
-            if let Some(reason) = failed {
+            r.bytes_sent += relayed.sent;
+            r.bytes_received += relayed.received;
+            if relayed.refused {
+                r.decision = "deny".into();
+            }
+            if let Some(reason) = relayed.failed {
                 r.reason = Some(reason);
             }
         });

@@ -361,6 +361,58 @@ pub fn attacks(backend: Backend) {
     );
 }
 
+/// A tunnel carries only the host it was judged for: a TLS handshake inside it that asks
+/// for another name (domain fronting: one allowed address serving many sites) is cut
+/// before a byte of it reaches the destination. Controls: a handshake that names no host
+/// (to an IP) goes through, and so does a protocol that is not TLS.
+pub fn tunnel_carries_only_its_host(backend: Backend) {
+    let s = setup();
+    let outside = Outside::start(1000);
+    let p = outside.port;
+    let command = [
+        format!("python3 net.py tls 127.0.0.1 {p} 3128 blocked.example.invalid"),
+        format!("python3 net.py tls 127.0.0.1 {p} 3128 127.0.0.1"),
+        format!("python3 net.py tunnel 127.0.0.1 {p} 3128"),
+    ]
+    .join("; ");
+    let out = call(&s, backend, &command);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let ctx = format!(
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Neither handshake completes (the outside speaks no TLS); what matters is what
+    // reached it, which the records say.
+    assert!(
+        stdout.contains("TLS ENDED blocked.example.invalid"),
+        "{ctx}"
+    );
+    assert!(stdout.contains("TLS ENDED 127.0.0.1"), "{ctx}");
+    assert!(stdout.contains("OK tunnel 1000 "), "{ctx}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 3, "{ctx}");
+    let (decision, _, rest) = &recs[0];
+    assert_eq!(decision, "deny", "{ctx}");
+    assert!(
+        rest.contains("(0 B sent,") && rest.contains("TLS handshake for blocked.example.invalid"),
+        "the fronted handshake was cut before any of it was sent: {rest}\n{ctx}"
+    );
+    let sent = |rest: &str| -> u64 {
+        rest.trim_start_matches('(')
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(recs[1].0, "allow", "{ctx}");
+    assert!(
+        sent(&recs[1].2) > 100,
+        "a handshake that names no host reached the outside: {}\n{ctx}",
+        recs[1].2
+    );
+    assert_eq!(recs[2].0, "allow", "{ctx}");
+}
+
 /// A process that leaves its command's group (`setsid`) keeps its connection only until
 /// the command ends; the next command sees the outside notice the cut.
 pub fn leftover_connection_is_cut(backend: Backend) {

@@ -2995,6 +2995,11 @@ macro_rules! escape_suite {
         }
 
         #[test]
+        fn network_allowlist_tunnel_carries_only_its_host() {
+            common::allowlist::tunnel_carries_only_its_host($backend);
+        }
+
+        #[test]
         fn network_allowlist_cuts_what_outlives_its_command() {
             common::allowlist::leftover_connection_is_cut($backend);
         }

@@ -164,6 +164,29 @@ def halfclose(host, port, proxy_port):
     body = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
     print("OK halfclose", len(body), hashlib.sha256(body).hexdigest(), flush=True)
 
+def tls(host, port, proxy_port, name):
+    # A TLS handshake through a CONNECT tunnel, asking for `name` (an IP sends none).
+    import ssl
+    s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=10)
+    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    if b" 200 " not in answer.split(b"\r\n")[0]:
+        print("FAIL tls", answer.split(b"\r\n")[0].decode(), flush=True)
+        return
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        ctx.wrap_socket(s, server_hostname=name)
+        print("TLS DONE", name, flush=True)
+    except (OSError, ssl.SSLError) as e:
+        print("TLS ENDED", name, type(e).__name__, flush=True)
+
 def raw(proxy_port, payload):
     s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=10)
     s.sendall(payload.encode().decode("unicode_escape").encode("latin-1"))
