@@ -146,6 +146,15 @@ pub(super) fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
         for record in network.records() {
             eprintln!("network: {}", record.line());
         }
+        let past = network.past_limit();
+        if past.allowed + past.denied > 0 {
+            eprintln!(
+                "network: and {} more connections, only counted: {} allowed, {} refused",
+                past.allowed + past.denied,
+                past.allowed,
+                past.denied
+            );
+        }
     }
 }
 

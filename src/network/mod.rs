@@ -11,6 +11,7 @@
 
 pub mod address;
 mod pump;
+pub mod record;
 pub mod relay;
 pub mod request;
 mod sni;
@@ -20,13 +21,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 
 use crate::permission::rules::{Action, Rule};
 use crate::permission::{PermissionError, PermissionGate, PermissionRequest, wildcard};
 use crate::sandbox::SandboxClient;
 use crate::sandbox::api::Response;
 use crate::sandbox::spec::PROXY_PORT;
+
+pub use record::{ConnectionRecord, Uncounted};
 
 /// Limits of one sandbox's network use.
 #[derive(Debug, Clone, Copy)]
@@ -56,44 +58,6 @@ impl NetworkLimits {
             bytes: limits.net_bytes,
             ..NetworkLimits::default()
         }
-    }
-}
-
-/// One connection as the session keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ConnectionRecord {
-    pub host: String,
-    pub port: u16,
-    /// `allow` or `deny`.
-    pub decision: String,
-    /// Why it was refused or failed; the rule that decided, where one did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The address connected to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// From the sandbox to the destination.
-    pub bytes_sent: u64,
-    /// From the destination to the sandbox.
-    pub bytes_received: u64,
-}
-
-impl ConnectionRecord {
-    /// One line for a person: `allow pypi.org:443 (12 B sent, 3400 B received)`. The
-    /// bytes are there for every connection that reached its destination, also one cut
-    /// later for what it carried.
-    pub fn line(&self) -> String {
-        let mut s = format!("{} {}:{}", self.decision, self.host, self.port);
-        if self.decision == "allow" || self.address.is_some() {
-            s.push_str(&format!(
-                " ({} B sent, {} B received)",
-                self.bytes_sent, self.bytes_received
-            ));
-        }
-        if let Some(r) = &self.reason {
-            s.push_str(&format!(": {r}"));
-        }
-        s
     }
 }
 
@@ -236,7 +200,7 @@ pub(crate) struct Shared {
     pub policy: Policy,
     pub limits: NetworkLimits,
     pub own: Vec<IpAddr>,
-    pub records: Mutex<Vec<ConnectionRecord>>,
+    pub records: Mutex<record::Log>,
     pub bytes: AtomicU64,
     /// Told of each connection once it is over (the session file).
     pub observer: Mutex<Option<Observer>>,
@@ -246,20 +210,18 @@ pub(crate) struct Shared {
 pub type Observer = Arc<dyn Fn(&ConnectionRecord) + Send + Sync>;
 
 impl Shared {
-    pub fn record(&self, record: ConnectionRecord) -> usize {
-        let mut r = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        r.push(record);
-        r.len() - 1
+    fn log(&self) -> std::sync::MutexGuard<'_, record::Log> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The connection at `index` is over: its record is final.
-    pub fn finish(&self, index: usize) {
-        let record = self
-            .records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(index)
-            .cloned();
+    /// A connection judged; the number its record goes by.
+    pub fn record(&self, record: ConnectionRecord) -> u64 {
+        self.log().open(record)
+    }
+
+    /// The connection is over: its record is final, and the observer told of it.
+    pub fn finish(&self, id: u64) {
+        let record = self.log().finish(id);
         let observer = self
             .observer
             .lock()
@@ -270,15 +232,8 @@ impl Shared {
         }
     }
 
-    pub fn update(&self, index: usize, f: impl FnOnce(&mut ConnectionRecord)) {
-        if let Some(r) = self
-            .records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(index)
-        {
-            f(r);
-        }
+    pub fn update(&self, id: u64, f: impl FnOnce(&mut ConnectionRecord)) {
+        self.log().update(id, f);
     }
 
     /// Counts bytes against the run's limit; false once it is spent.
@@ -307,7 +262,7 @@ impl NetworkProxy {
             policy,
             limits,
             own: address::own_addresses(),
-            records: Mutex::default(),
+            records: Mutex::new(record::Log::new(record::MAX_KEPT)),
             bytes: AtomicU64::new(0),
             observer: Mutex::default(),
         });
@@ -324,13 +279,14 @@ impl NetworkProxy {
             .unwrap_or_else(|p| p.into_inner()) = Some(observer);
     }
 
-    /// Every connection so far, in the order they were judged.
+    /// The connections kept one by one: those that finished, in order, then those open.
     pub fn records(&self) -> Vec<ConnectionRecord> {
-        self.shared
-            .records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.shared.log().records()
+    }
+
+    /// Connections past [`record::MAX_KEPT`], counted and not kept.
+    pub fn past_limit(&self) -> Uncounted {
+        self.shared.log().past_limit()
     }
 }
 

@@ -165,8 +165,8 @@ impl Connection<'_> {
             Err(refusal) => {
                 record.decision = "deny".into();
                 record.reason = Some(refusal.reason.clone());
-                let index = s.record(record);
-                s.finish(index);
+                let id = s.record(record);
+                s.finish(id);
                 return self.refuse(refusal.status, &refusal.reason).await;
             }
         };
@@ -177,23 +177,23 @@ impl Connection<'_> {
                 s.limits.bytes
             );
             record.reason = Some(reason.clone());
-            let index = s.record(record);
-            s.finish(index);
+            let id = s.record(record);
+            s.finish(id);
             return self.refuse(403, &reason).await;
         }
-        let index = s.record(record);
+        let id = s.record(record);
         let stream = match connect(&addrs, s.limits.connect_timeout).await {
             Ok(st) => st,
             Err(e) => {
                 let reason = format!("cannot connect to {}:{}: {e}", req.host, req.port);
-                s.update(index, |r| r.reason = Some(reason.clone()));
-                s.finish(index);
+                s.update(id, |r| r.reason = Some(reason.clone()));
+                s.finish(id);
                 return self.refuse(502, &reason).await;
             }
         };
         let _ = stream.set_nodelay(true);
         let peer = stream.peer_addr().ok();
-        s.update(index, |r| r.address = peer.map(|p| p.to_string()));
+        s.update(id, |r| r.address = peer.map(|p| p.to_string()));
         let mut first = Vec::new();
         let tunnel = matches!(req.kind, Kind::Connect);
         match req.kind {
@@ -201,7 +201,7 @@ impl Connection<'_> {
                 let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
                 self.window.send(established.len() as u64);
                 if !self.send(established).await {
-                    s.finish(index);
+                    s.finish(id);
                     return;
                 }
                 first.extend(rest);
@@ -212,8 +212,8 @@ impl Connection<'_> {
             }
         }
         if !s.spend(first.len() as u64) {
-            s.update(index, |r| r.reason = Some(pump::spent(s.limits.bytes)));
-            s.finish(index);
+            s.update(id, |r| r.reason = Some(pump::spent(s.limits.bytes)));
+            s.finish(id);
             return;
         }
         let ends = pump::Ends {
@@ -224,7 +224,7 @@ impl Connection<'_> {
             tunnel_to: tunnel.then_some(req.host.as_str()),
         };
         let relayed = ends.run(stream, first).await;
-        s.update(index, |r| {
+        s.update(id, |r| {
             r.bytes_sent += relayed.sent;
             r.bytes_received += relayed.received;
             if relayed.refused {
@@ -234,7 +234,7 @@ impl Connection<'_> {
                 r.reason = Some(reason);
             }
         });
-        s.finish(index);
+        s.finish(id);
     }
 
     /// The request head, and whatever followed it in the same reads. A client that has not

@@ -355,9 +355,15 @@ pub fn run(
             match eof_rx.recv_timeout(left) {
                 Ok(()) => open -= 1,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    kill_group(pgid);
-                    while open > 0 && eof_rx.recv().is_ok() {
-                        open -= 1;
+                    // Again and again until the pipes close: a process forked while the
+                    // group was being killed (a fork bomb's) can miss one signal.
+                    while open > 0 {
+                        kill_group(pgid);
+                        match eof_rx.recv_timeout(Duration::from_millis(100)) {
+                            Ok(()) => open -= 1,
+                            Err(mpsc::RecvTimeoutError::Timeout) => {}
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        }
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
