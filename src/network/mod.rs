@@ -10,6 +10,7 @@
 //! ([`address`]), and only then does the host connect. Every connection is recorded.
 
 pub mod address;
+mod body;
 mod pump;
 pub mod record;
 pub mod relay;
@@ -20,7 +21,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
 
 use crate::permission::rules::{Action, Rule};
 use crate::permission::{PermissionError, PermissionGate, PermissionRequest, wildcard};

@@ -14,6 +14,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::body::Body;
 use super::sni::{self, Hello};
 use crate::sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
 use crate::sandbox::splice::SplicePipe;
@@ -80,8 +81,15 @@ pub(crate) struct Ends<'a> {
     pub conn: u64,
     pub events: &'a mut mpsc::UnboundedReceiver<Response>,
     pub window: &'a Window,
-    /// For a tunnel, the host it was judged for: the client's TLS must ask for that one.
-    pub tunnel_to: Option<&'a str>,
+    pub then: Then<'a>,
+}
+
+/// What the client's bytes after its request head may be.
+pub(crate) enum Then<'a> {
+    /// A tunnel's: anything, once its TLS (if that is what it starts) asks for this host.
+    Tunnel(&'a str),
+    /// A forwarded request's body, and nothing after it.
+    Request(Body),
 }
 
 /// How a relayed connection went.
@@ -92,30 +100,48 @@ pub(crate) struct Relayed {
     pub failed: Option<String>,
     /// It was cut for what it carried, not for a failure.
     pub refused: bool,
+    /// Something worth knowing that did not end it.
+    pub note: Option<String>,
 }
 
 impl Ends<'_> {
-    /// Relays until both directions are done, or one fails.
-    pub async fn run(self, stream: TcpStream, first: Vec<u8>) -> Relayed {
+    /// Relays until both directions are done, or one fails. `head` goes to the destination
+    /// first as it is (a forwarded request's, rewritten), then `rest` and what follows from
+    /// the client, as far as [`Then`] lets it.
+    pub async fn run(self, stream: TcpStream, head: Vec<u8>, rest: Vec<u8>) -> Relayed {
         let (rd, wr) = stream.into_split();
         let sent = AtomicU64::new(0);
         let received = AtomicU64::new(0);
         let (shared, conn, window) = (self.shared, self.conn, self.window);
+        let (held, body) = match self.then {
+            Then::Tunnel(host) => (
+                Some(Held {
+                    host: host.to_string(),
+                    buf: Vec::new(),
+                }),
+                None,
+            ),
+            Then::Request(body) => (None, Some(body)),
+        };
         let mut to = To {
             wr,
             sent: &sent,
-            held: self.tunnel_to.map(|host| Held {
-                host: host.to_string(),
-                buf: Vec::new(),
-            }),
+            held,
+            body,
+            dropped: 0,
             refused: false,
         };
-        if let Err(why) = to.send(first).await {
+        let started = async {
+            to.write(&head).await?;
+            to.send(rest).await
+        };
+        if let Err(why) = started.await {
             return Relayed {
-                sent: 0,
+                sent: sent.load(Ordering::Relaxed),
                 received: 0,
                 failed: Some(why),
                 refused: to.refused,
+                note: None,
             };
         }
         // Neither direction is dropped part-way: one stopped in the middle of a frame to
@@ -148,6 +174,12 @@ impl Ends<'_> {
             received: received.load(Ordering::Relaxed),
             failed: up.err().or(down.err()),
             refused: to.refused,
+            note: (to.dropped > 0).then(|| {
+                format!(
+                    "{} bytes the client sent after its request were not sent on: a connection through the proxy carries one request",
+                    to.dropped
+                )
+            }),
         }
     }
 }
@@ -157,12 +189,21 @@ struct To<'a> {
     wr: OwnedWriteHalf,
     sent: &'a AtomicU64,
     held: Option<Held>,
+    /// A forwarded request's body: what is left of it.
+    body: Option<Body>,
+    /// Bytes after the request's end, not sent.
+    dropped: u64,
     refused: bool,
 }
 
 impl To<'_> {
     /// Sends `data` on, or holds it while a tunnel's first flight is read.
-    async fn send(&mut self, data: Vec<u8>) -> Result<(), String> {
+    async fn send(&mut self, mut data: Vec<u8>) -> Result<(), String> {
+        if let Some(body) = &mut self.body {
+            let keep = body.take(&data);
+            self.dropped += (data.len() - keep) as u64;
+            data.truncate(keep);
+        }
         let data = match &mut self.held {
             None => data,
             Some(held) => {

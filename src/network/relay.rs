@@ -194,9 +194,7 @@ impl Connection<'_> {
         let _ = stream.set_nodelay(true);
         let peer = stream.peer_addr().ok();
         s.update(id, |r| r.address = peer.map(|p| p.to_string()));
-        let mut first = Vec::new();
-        let tunnel = matches!(req.kind, Kind::Connect);
-        match req.kind {
+        let (first, then) = match req.kind {
             Kind::Connect => {
                 let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
                 self.window.send(established.len() as u64);
@@ -204,14 +202,11 @@ impl Connection<'_> {
                     s.finish(id);
                     return;
                 }
-                first.extend(rest);
+                (Vec::new(), pump::Then::Tunnel(&req.host))
             }
-            Kind::Forward { head } => {
-                first.extend(head);
-                first.extend(rest);
-            }
-        }
-        if !s.spend(first.len() as u64) {
+            Kind::Forward { head, body } => (head, pump::Then::Request(body)),
+        };
+        if !s.spend((first.len() + rest.len()) as u64) {
             s.update(id, |r| r.reason = Some(pump::spent(s.limits.bytes)));
             s.finish(id);
             return;
@@ -221,16 +216,16 @@ impl Connection<'_> {
             conn: self.conn,
             events: &mut self.events,
             window: &self.window,
-            tunnel_to: tunnel.then_some(req.host.as_str()),
+            then,
         };
-        let relayed = ends.run(stream, first).await;
+        let relayed = ends.run(stream, first, rest).await;
         s.update(id, |r| {
             r.bytes_sent += relayed.sent;
             r.bytes_received += relayed.received;
             if relayed.refused {
                 r.decision = "deny".into();
             }
-            if let Some(reason) = relayed.failed {
+            if let Some(reason) = relayed.failed.or(relayed.note) {
                 r.reason = Some(reason);
             }
         });

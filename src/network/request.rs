@@ -2,6 +2,8 @@
 //! git over HTTPS, anything TLS), or a plain HTTP request whose target names the host. The
 //! controller reads it on the host, so what is judged is what the sandbox asked for.
 
+use super::body::{Body, Chunked};
+
 /// The largest request head accepted; more is not a proxy request.
 pub const MAX_HEAD: usize = 64 * 1024;
 
@@ -20,8 +22,52 @@ pub enum Kind {
     Connect,
     /// A plain request: `head` is what to send the origin (origin-form target, the proxy's
     /// own headers gone, `Connection: close` so that one connection is one request and one
-    /// host).
-    Forward { head: Vec<u8> },
+    /// host), and `body` where the request ends: nothing after it is sent.
+    Forward { head: Vec<u8>, body: Body },
+}
+
+/// Where a forwarded request's body ends, by its headers. Framing two parsers could read
+/// two ways (both headers, lengths that differ, an encoding other than chunked) is
+/// refused: the origin might find a second request where the proxy saw none.
+fn framing(headers: &[(&str, &str)]) -> Result<Body, String> {
+    let named = |name: &str| -> Vec<&str> {
+        headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    let (lengths, encodings) = (named("content-length"), named("transfer-encoding"));
+    if !encodings.is_empty() {
+        if !lengths.is_empty() {
+            return Err("both Content-Length and Transfer-Encoding".into());
+        }
+        let codings: Vec<String> = encodings
+            .iter()
+            .flat_map(|v| v.split(','))
+            .map(|c| c.trim().to_ascii_lowercase())
+            .collect();
+        if codings != ["chunked"] {
+            return Err(format!(
+                "the Transfer-Encoding {:?} (only chunked goes through)",
+                encodings.join(", ")
+            ));
+        }
+        return Ok(Body::Chunked(Chunked::default()));
+    }
+    let mut length = None;
+    for v in lengths {
+        let n: u64 = v
+            .parse()
+            .ok()
+            .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| format!("the Content-Length {v:?} is not a number"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err("two different Content-Length headers".into());
+        }
+        length = Some(n);
+    }
+    Ok(Body::Length(length.unwrap_or(0)))
 }
 
 /// Where a request head ends (`\r\n\r\n`), counting the terminator.
@@ -111,6 +157,7 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
             "only http:// URLs and CONNECT tunnels go through this proxy, not {target:?} (for https, the client must use CONNECT)"
         ));
     };
+    let body = framing(&headers)?;
     let mut out = format!("{method} {path} {version}\r\n");
     for (k, v) in &headers {
         let drop = [
@@ -131,6 +178,7 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
         port,
         kind: Kind::Forward {
             head: out.into_bytes(),
+            body,
         },
     })
 }
@@ -196,9 +244,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!((r.host.as_str(), r.port), ("files.test", 8080));
-        let Kind::Forward { head } = r.kind else {
+        let Kind::Forward { head, body } = r.kind else {
             panic!()
         };
+        assert_eq!(body, Body::Length(0));
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "GET /a/b?c=d HTTP/1.1\r\nHost: files.test:8080\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
@@ -228,6 +277,36 @@ mod tests {
             b"GET http://a.test/ HTTP/1.1\r\nX: y\rHost: b.test\r\n\r\n",
         ] {
             assert!(parse(head).is_err(), "{}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[test]
+    fn the_body_is_framed_one_way_or_refused() {
+        let body = |extra: &str| {
+            let head = format!("POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\n{extra}\r\n");
+            parse(head.as_bytes()).map(|r| match r.kind {
+                Kind::Forward { body, .. } => body,
+                Kind::Connect => panic!(),
+            })
+        };
+        assert_eq!(body("Content-Length: 12\r\n"), Ok(Body::Length(12)));
+        assert_eq!(
+            body("Content-Length: 12\r\ncontent-length: 12\r\n"),
+            Ok(Body::Length(12))
+        );
+        assert_eq!(
+            body("Transfer-Encoding: Chunked\r\n"),
+            Ok(Body::Chunked(Chunked::default()))
+        );
+        for refused in [
+            "Content-Length: 12\r\nContent-Length: 13\r\n",
+            "Content-Length: +12\r\n",
+            "Content-Length: 1 2\r\n",
+            "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: gzip, chunked\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+        ] {
+            assert!(body(refused).is_err(), "{refused}");
         }
     }
 

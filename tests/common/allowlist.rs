@@ -361,11 +361,12 @@ pub fn attacks(backend: Backend) {
     );
 }
 
-/// A tunnel carries only the host it was judged for: a TLS handshake inside it that asks
-/// for another name (domain fronting: one allowed address serving many sites) is cut
-/// before a byte of it reaches the destination. Controls: a handshake that names no host
-/// (to an IP) goes through, and so does a protocol that is not TLS.
-pub fn tunnel_carries_only_its_host(backend: Backend) {
+/// A connection carries only the host it was judged for (one allowed address may serve
+/// many sites: a CDN). A TLS handshake in a tunnel that asks for another name is cut
+/// before a byte of it reaches the destination; a second request pipelined behind an
+/// allowed plain-HTTP one, naming another host, is not sent. Controls: a handshake that
+/// names no host (to an IP) goes through, and so does a protocol that is not TLS.
+pub fn connection_carries_only_its_host(backend: Backend) {
     let s = setup();
     let outside = Outside::start(1000);
     let p = outside.port;
@@ -373,6 +374,9 @@ pub fn tunnel_carries_only_its_host(backend: Backend) {
         format!("python3 net.py tls 127.0.0.1 {p} 3128 blocked.example.invalid"),
         format!("python3 net.py tls 127.0.0.1 {p} 3128 127.0.0.1"),
         format!("python3 net.py tunnel 127.0.0.1 {p} 3128"),
+        format!(
+            "python3 net.py raw 3128 'GET http://127.0.0.1:{p}/blob HTTP/1.1\\r\\nHost: 127.0.0.1:{p}\\r\\n\\r\\nGET http://127.0.0.1:{p}/closed HTTP/1.1\\r\\nHost: blocked.example.invalid\\r\\n\\r\\n'"
+        ),
     ]
     .join("; ");
     let out = call(&s, backend, &command);
@@ -381,6 +385,7 @@ pub fn tunnel_carries_only_its_host(backend: Backend) {
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(stdout.contains("ANSWER HTTP/1.1 200 OK"), "{ctx}");
     // Neither handshake completes (the outside speaks no TLS); what matters is what
     // reached it, which the records say.
     assert!(
@@ -390,7 +395,7 @@ pub fn tunnel_carries_only_its_host(backend: Backend) {
     assert!(stdout.contains("TLS ENDED 127.0.0.1"), "{ctx}");
     assert!(stdout.contains("OK tunnel 1000 "), "{ctx}");
     let recs = records(&out);
-    assert_eq!(recs.len(), 3, "{ctx}");
+    assert_eq!(recs.len(), 4, "{ctx}");
     let (decision, _, rest) = &recs[0];
     assert_eq!(decision, "deny", "{ctx}");
     assert!(
@@ -411,6 +416,14 @@ pub fn tunnel_carries_only_its_host(backend: Backend) {
         recs[1].2
     );
     assert_eq!(recs[2].0, "allow", "{ctx}");
+    // The pipelined request for another host went nowhere: exactly the first request's
+    // rewritten head was sent, and the record says what was held back.
+    let (decision, _, rest) = &recs[3];
+    assert_eq!(decision, "allow", "{ctx}");
+    let first_head =
+        format!("GET /blob HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nConnection: close\r\n\r\n");
+    assert_eq!(sent(rest), first_head.len() as u64, "{rest}\n{ctx}");
+    assert!(rest.contains("carries one request"), "{rest}\n{ctx}");
 }
 
 /// A process that leaves its command's group (`setsid`) keeps its connection only until

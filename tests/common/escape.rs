@@ -2995,8 +2995,8 @@ macro_rules! escape_suite {
         }
 
         #[test]
-        fn network_allowlist_tunnel_carries_only_its_host() {
-            common::allowlist::tunnel_carries_only_its_host($backend);
+        fn network_allowlist_connection_carries_only_its_host() {
+            common::allowlist::connection_carries_only_its_host($backend);
         }
 
         #[test]

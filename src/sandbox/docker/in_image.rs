@@ -368,20 +368,29 @@ impl TaskContainer {
         // it; the command's own end is what counts, so the engine is asked about it too.
         let mut poll = tokio::time::interval(Duration::from_millis(250));
         let mut exited_at: Option<tokio::time::Instant> = None;
+        // The attached stream can also end before the command does (the engine closes it
+        // under load): the exit status is waited for all the same, or a verifier still
+        // running would be read as one that left no reward.
+        let mut open = true;
         loop {
-            if exited_at.is_some_and(|t| t.elapsed() > Duration::from_millis(200)) {
+            if exited_at.is_some_and(|t| !open || t.elapsed() > Duration::from_millis(200)) {
                 break;
             }
             tokio::select! {
-                item = output.next() => match item {
+                item = output.next(), if open => match item {
                     Some(Ok(LogOutput::StdOut { message } | LogOutput::StdErr { message })) => kept.push(&message),
                     Some(Ok(_)) => {}
                     Some(Err(e)) => return Err(format!("the engine cut the command's output: {e}")),
-                    None => break,
+                    None => open = false,
                 },
                 _ = poll.tick(), if exited_at.is_none() => {
-                    let running = self.docker.inspect_exec(&created.id).await.ok().and_then(|i| i.running);
-                    if running == Some(false) {
+                    let ended = self
+                        .docker
+                        .inspect_exec(&created.id)
+                        .await
+                        .ok()
+                        .is_some_and(|i| i.running == Some(false) && i.exit_code.is_some());
+                    if ended {
                         exited_at = Some(tokio::time::Instant::now());
                     }
                 }
