@@ -16,6 +16,8 @@ pub mod record;
 pub mod relay;
 pub mod request;
 mod sni;
+mod tunnel;
+mod upstream;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,6 +206,8 @@ pub(crate) struct Shared {
     pub bytes: AtomicU64,
     /// Told of each connection once it is over (the session file).
     pub observer: Mutex<Option<Observer>>,
+    /// Holding pipes for downloads spliced into the server's input.
+    pub pipes: crate::sandbox::splice::PipePool,
 }
 
 /// Called with each connection's final record.
@@ -265,6 +269,7 @@ impl NetworkProxy {
             records: Mutex::new(record::Log::new(record::MAX_KEPT)),
             bytes: AtomicU64::new(0),
             observer: Mutex::default(),
+            pipes: Default::default(),
         });
         let task = tokio::spawn(relay::dispatch(shared.clone(), rx));
         Ok(NetworkProxy { shared, task })
@@ -293,6 +298,18 @@ impl NetworkProxy {
 impl Drop for NetworkProxy {
     fn drop(&mut self) {
         self.task.abort();
+        // Connections open now are cut with the sandbox; the session file still hears of
+        // them.
+        let cut = self.shared.log().cut_open("cut: the sandbox closed");
+        let observer = self
+            .shared
+            .observer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(observer) = observer {
+            cut.iter().for_each(|r| observer(r));
+        }
     }
 }
 

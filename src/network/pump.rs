@@ -7,17 +7,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use super::body::Body;
-use super::sni::{self, Hello};
+pub(crate) use super::upstream::Then;
+use super::upstream::To;
 use crate::sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
-use crate::sandbox::splice::SplicePipe;
 
 /// How long a finished connection waits for the sandbox to take what was sent to it.
 const DRAIN: Duration = Duration::from_secs(30);
@@ -84,14 +83,6 @@ pub(crate) struct Ends<'a> {
     pub then: Then<'a>,
 }
 
-/// What the client's bytes after its request head may be.
-pub(crate) enum Then<'a> {
-    /// A tunnel's: anything, once its TLS (if that is what it starts) asks for this host.
-    Tunnel(&'a str),
-    /// A forwarded request's body, and nothing after it.
-    Request(Body),
-}
-
 /// How a relayed connection went.
 pub(crate) struct Relayed {
     pub sent: u64,
@@ -113,24 +104,7 @@ impl Ends<'_> {
         let sent = AtomicU64::new(0);
         let received = AtomicU64::new(0);
         let (shared, conn, window) = (self.shared, self.conn, self.window);
-        let (held, body) = match self.then {
-            Then::Tunnel(host) => (
-                Some(Held {
-                    host: host.to_string(),
-                    buf: Vec::new(),
-                }),
-                None,
-            ),
-            Then::Request(body) => (None, Some(body)),
-        };
-        let mut to = To {
-            wr,
-            sent: &sent,
-            held,
-            body,
-            dropped: 0,
-            refused: false,
-        };
+        let mut to = To::new(wr, &sent, self.then);
         let started = async {
             to.write(&head).await?;
             to.send(rest).await
@@ -181,107 +155,6 @@ impl Ends<'_> {
                 )
             }),
         }
-    }
-}
-
-/// The destination's side: where the client's bytes go, once they may.
-struct To<'a> {
-    wr: OwnedWriteHalf,
-    sent: &'a AtomicU64,
-    held: Option<Held>,
-    /// A forwarded request's body: what is left of it.
-    body: Option<Body>,
-    /// Bytes after the request's end, not sent.
-    dropped: u64,
-    refused: bool,
-}
-
-impl To<'_> {
-    /// Sends `data` on, or holds it while a tunnel's first flight is read.
-    async fn send(&mut self, mut data: Vec<u8>) -> Result<(), String> {
-        if let Some(body) = &mut self.body {
-            let keep = body.take(&data);
-            self.dropped += (data.len() - keep) as u64;
-            data.truncate(keep);
-        }
-        let data = match &mut self.held {
-            None => data,
-            Some(held) => {
-                held.buf.extend(data);
-                match held.release(false) {
-                    Ok(None) => return Ok(()),
-                    Ok(Some(all)) => {
-                        self.held = None;
-                        all
-                    }
-                    Err(why) => {
-                        self.refused = true;
-                        return Err(why);
-                    }
-                }
-            }
-        };
-        self.write(&data).await
-    }
-
-    async fn write(&mut self, data: &[u8]) -> Result<(), String> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        self.wr
-            .write_all(data)
-            .await
-            .map_err(|e| format!("writing to the destination failed: {e}"))?;
-        self.sent.fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The client has finished sending: what is held goes (an unfinished handshake is no
-    /// handshake a server completes), then the destination is told.
-    async fn finish(&mut self) -> Result<(), String> {
-        if let Some(mut held) = self.held.take() {
-            match held.release(true) {
-                Ok(data) => self.write(&data.unwrap_or_default()).await?,
-                Err(why) => {
-                    self.refused = true;
-                    return Err(why);
-                }
-            }
-        }
-        let _ = self.wr.shutdown().await;
-        Ok(())
-    }
-}
-
-/// A tunnel's first bytes, held until they show which host the client's TLS asks for.
-struct Held {
-    host: String,
-    buf: Vec<u8>,
-}
-
-impl Held {
-    /// All the bytes held, once they may go on; `None` while more are needed.
-    fn release(&mut self, at_end: bool) -> Result<Option<Vec<u8>>, String> {
-        let go = match sni::inspect(&self.buf) {
-            Ok(Hello::Incomplete) => at_end,
-            Ok(Hello::NotTls | Hello::Name(None)) => true,
-            Ok(Hello::Name(Some(name))) => {
-                if !sni::same_host(&name, &self.host) {
-                    return Err(format!(
-                        "refused: the tunnel to {} carried a TLS handshake for {name} (one allowed host's tunnel cannot reach another)",
-                        self.host
-                    ));
-                }
-                true
-            }
-            Err(e) => {
-                return Err(format!(
-                    "refused: the tunnel to {} began a TLS handshake that cannot be read ({e}), so the host it asks for is unknown",
-                    self.host
-                ));
-            }
-        };
-        Ok(go.then(|| std::mem::take(&mut self.buf)))
     }
 }
 
@@ -348,7 +221,12 @@ async fn up(
                     return Err(spent(shared.limits.bytes));
                 }
                 let bytes = data.len() as u64;
-                to.send(data).await?;
+                // A destination that stops reading must not hold this side once the
+                // other has failed (these are socket writes: stopping one cuts no frame).
+                tokio::select! {
+                    r = to.send(data) => r?,
+                    () = stop.cancelled() => return Ok(()),
+                }
                 notify(
                     shared,
                     Request::NetAck {
@@ -360,7 +238,10 @@ async fn up(
                 .await;
             }
             Some(Response::NetEof { .. }) => {
-                to.finish().await?;
+                tokio::select! {
+                    r = to.finish() => r?,
+                    () = stop.cancelled() => return Ok(()),
+                }
                 open = false;
             }
             Some(Response::NetClosed { reason, .. }) => return Err(reason),
@@ -374,9 +255,7 @@ async fn up(
 /// server's pipe, else read and copied.
 async fn down(link: &Link<'_>, rd: OwnedReadHalf, received: &AtomicU64) -> Result<(), String> {
     if link.shared.client.splices() {
-        let pipe =
-            SplicePipe::new(NET_CHUNK).map_err(|e| format!("cannot make a relay pipe: {e}"))?;
-        return down_spliced(link, rd, received, &pipe).await;
+        return down_spliced(link, rd, received).await;
     }
     down_copied(link, rd, received).await
 }
@@ -427,14 +306,18 @@ async fn down_copied(
             return Err(spent(shared.limits.bytes));
         }
         window.send(n as u64);
-        let frame = &mut buf[..DATA_FRAME_HEADER + n];
-        if shared
-            .client
-            .send_data_in_place(target, conn, frame)
-            .await
-            .is_err()
-        {
-            return Err("the sandbox closed".into());
+        // In a task of its own, for the reason `down_spliced` gives.
+        let client = shared.client.clone();
+        let mut frame = std::mem::take(&mut buf);
+        let sending = tokio::spawn(async move {
+            let sent = client
+                .send_data_in_place(target, conn, &mut frame[..DATA_FRAME_HEADER + n])
+                .await;
+            (frame, sent)
+        });
+        match sending.await {
+            Ok((frame, Ok(()))) => buf = frame,
+            _ => return Err("the sandbox closed".into()),
         }
         received.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -444,7 +327,6 @@ async fn down_spliced(
     link: &Link<'_>,
     rd: OwnedReadHalf,
     received: &AtomicU64,
-    pipe: &SplicePipe,
 ) -> Result<(), String> {
     let Link {
         shared,
@@ -454,23 +336,35 @@ async fn down_spliced(
     } = *link;
     let target = shared.target;
     let socket: &TcpStream = rd.as_ref();
+    let mut deferred = None;
+    let failed = |e: std::io::Error| format!("reading from the destination failed: {e}");
     loop {
-        let fill = async {
+        let ready = async {
             window.below(WINDOW).await;
-            loop {
-                socket.readable().await?;
-                let max = frame_room(window, 1);
-                match socket.try_io(Interest::READABLE, || pipe.fill_from(socket, max)) {
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                    other => return other,
-                }
-            }
+            socket.readable().await
         };
-        let n = tokio::select! {
+        tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            n = fill => n.map_err(|e| format!("reading from the destination failed: {e}"))?,
+            r = ready => r.map_err(failed)?,
+        };
+        // A pipe only while there is something to move: none is held while waiting.
+        let pipe = shared
+            .pipes
+            .take(NET_CHUNK)
+            .map_err(|e| format!("cannot make a relay pipe: {e}"))?;
+        let max = frame_room(window, 1);
+        let n = match socket.try_io(Interest::READABLE, || {
+            pipe.fill_from(socket, max, &mut deferred)
+        }) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                shared.pipes.give(pipe);
+                continue;
+            }
+            Err(e) => return Err(failed(e)),
+            Ok(n) => n,
         };
         if n == 0 {
+            shared.pipes.give(pipe);
             notify(shared, Request::NetEof { target, conn }).await;
             return Ok(());
         }
@@ -478,8 +372,16 @@ async fn down_spliced(
             return Err(spent(shared.limits.bytes));
         }
         window.send(n as u64);
-        if let Err(e) = shared.client.send_spliced(target, conn, pipe, n).await {
-            return Err(format!("the sandbox closed: {e}"));
+        // In a task of its own, so that the frame is written whole even if this
+        // connection's task is aborted half-way (the proxy ending): a cut frame would
+        // garble the protocol for everything after it.
+        let (client, held) = (shared.client.clone(), pipe.clone());
+        let sending =
+            tokio::spawn(async move { client.send_spliced(target, conn, &held, n).await });
+        match sending.await {
+            Ok(Ok(())) => shared.pipes.give(pipe),
+            Ok(Err(e)) => return Err(format!("the sandbox closed: {e}")),
+            Err(e) => return Err(format!("the sandbox closed: {e}")),
         }
         received.fetch_add(n as u64, Ordering::Relaxed);
     }

@@ -117,6 +117,20 @@ impl Log {
         Some(record)
     }
 
+    /// Ends every connection still open (the proxy is going away), with `reason` where it
+    /// has none; the records to be told on.
+    pub fn cut_open(&mut self, reason: &str) -> Vec<ConnectionRecord> {
+        let ids: Vec<u64> = self.open.keys().copied().collect();
+        ids.into_iter()
+            .filter_map(|id| {
+                self.update(id, |r| {
+                    r.reason.get_or_insert_with(|| reason.to_string());
+                });
+                self.finish(id)
+            })
+            .collect()
+    }
+
     /// The finished connections kept, then those still open.
     pub fn records(&self) -> Vec<ConnectionRecord> {
         self.done
@@ -186,5 +200,12 @@ mod tests {
         assert_eq!(log.finish(id).map(|r| r.bytes_received), Some(42));
         assert!(log.finish(id).is_none());
         assert_eq!(log.records().len(), 1);
+        // What is still open when the proxy goes is finished, and says why.
+        let open = log.open(rec("files.example", "allow"));
+        let cut = log.cut_open("cut: the sandbox closed");
+        assert_eq!(cut.len(), 1);
+        assert_eq!(cut[0].reason.as_deref(), Some("cut: the sandbox closed"));
+        assert!(log.finish(open).is_none());
+        assert_eq!(log.records().len(), 2);
     }
 }

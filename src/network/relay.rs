@@ -202,7 +202,7 @@ impl Connection<'_> {
                     s.finish(id);
                     return;
                 }
-                (Vec::new(), pump::Then::Tunnel(&req.host))
+                (Vec::new(), pump::Then::Tunnel(&req.host, req.port))
             }
             Kind::Forward { head, body } => (head, pump::Then::Request(body)),
         };

@@ -6,11 +6,10 @@
 //! addresses ("domain fronting"). So the relay holds the client's first bytes until they
 //! show the name, and compares it with the judged host.
 //!
-//! Only what starts as a TLS handshake record is read; any other protocol (SSH, say)
-//! passes, since no server would take it for a ClientHello. A handshake that does start
-//! must parse, or the tunnel is refused: a server may accept what a lax parser gave up on.
-//! An encrypted ClientHello (ECH) is judged by its outer name; the inner one is hidden by
-//! design.
+//! What starts with a TLS record must be a handshake that parses, or the tunnel is
+//! refused: a server may accept what a lax parser gave up on, and may skip records (an
+//! alert) in front of the real ClientHello. An encrypted ClientHello (ECH) is judged by its
+//! outer name; the inner one is hidden by design. Other protocols are [`super::tunnel`]'s.
 
 /// The largest first flight read before giving up: a ClientHello is a few KiB, and may
 /// span records, but not this many.
@@ -23,8 +22,8 @@ const HOST_NAME: u8 = 0x00;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Hello {
-    /// More bytes are needed.
-    Incomplete,
+    /// Nothing can be decided before this many bytes in all have arrived.
+    Incomplete(usize),
     /// Not a TLS handshake: nothing to check.
     NotTls,
     /// A ClientHello, and the name it asks for, if any.
@@ -34,8 +33,19 @@ pub enum Hello {
 /// Reads the client's first bytes. `Err` is a handshake that cannot be trusted.
 pub fn inspect(data: &[u8]) -> Result<Hello, String> {
     let Some(&first) = data.first() else {
-        return Ok(Hello::Incomplete);
+        return Ok(Hello::Incomplete(1));
     };
+    // An SSLv2-style hello, or a TLS record of another kind first (an alert, which some
+    // servers skip before the real ClientHello): what the server ends up reading cannot
+    // be told from here.
+    if first & 0x80 != 0 {
+        return Err("an SSLv2-style hello".into());
+    }
+    if (0x14..=0x17).contains(&first) && first != HANDSHAKE {
+        return Err(format!(
+            "a TLS record of type {first:#04x} before the ClientHello"
+        ));
+    }
     if first != HANDSHAKE {
         return Ok(Hello::NotTls);
     }
@@ -44,7 +54,7 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
     let mut at = 0;
     loop {
         let Some(header) = data.get(at..at + 5) else {
-            return incomplete(data);
+            return incomplete(data, at + 5);
         };
         if header[0] != HANDSHAKE {
             return Err("the TLS handshake is interleaved with other records".into());
@@ -54,7 +64,7 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
             return Err(format!("a TLS record of {len} bytes"));
         }
         let Some(body) = data.get(at + 5..at + 5 + len) else {
-            return incomplete(data);
+            return incomplete(data, at + 5 + len);
         };
         message.extend_from_slice(body);
         at += 5 + len;
@@ -74,13 +84,13 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
     }
 }
 
-fn incomplete(data: &[u8]) -> Result<Hello, String> {
-    if data.len() >= MAX_HELLO {
+fn incomplete(data: &[u8], need: usize) -> Result<Hello, String> {
+    if data.len() >= MAX_HELLO || need > MAX_HELLO + 5 {
         return Err(format!(
             "no complete ClientHello in the first {MAX_HELLO} bytes"
         ));
     }
-    Ok(Hello::Incomplete)
+    Ok(Hello::Incomplete(need))
 }
 
 /// A cursor that fails, instead of panicking, where the message is short.
@@ -214,10 +224,14 @@ mod tests {
     #[test]
     fn the_name_is_read_whole_and_only_once_the_hello_is_complete() {
         let bytes = hello(&[sni_ext(&["pypi.org"])], 16384);
-        for cut in [0, 1, 4, 5, 20, bytes.len() - 1] {
+        for cut in [0, 1, 4] {
+            assert!(matches!(inspect(&bytes[..cut]), Ok(Hello::Incomplete(n)) if n > cut));
+        }
+        // Once a record's header is in, its whole length is what is needed.
+        for cut in [5, 20, bytes.len() - 1] {
             assert_eq!(
                 inspect(&bytes[..cut]),
-                Ok(Hello::Incomplete),
+                Ok(Hello::Incomplete(bytes.len())),
                 "cut at {cut}"
             );
         }
@@ -236,7 +250,10 @@ mod tests {
             inspect(&bytes),
             Ok(Hello::Name(Some("files.pythonhosted.org".into())))
         );
-        assert_eq!(inspect(&bytes[..bytes.len() - 3]), Ok(Hello::Incomplete));
+        assert!(matches!(
+            inspect(&bytes[..bytes.len() - 3]),
+            Ok(Hello::Incomplete(_))
+        ));
     }
 
     #[test]
@@ -244,6 +261,12 @@ mod tests {
         assert_eq!(inspect(&hello(&[], 16384)), Ok(Hello::Name(None)));
         assert_eq!(inspect(b"SSH-2.0-OpenSSH_9.2\r\n"), Ok(Hello::NotTls));
         assert_eq!(inspect(b"GET / HTTP/1.1\r\n"), Ok(Hello::NotTls));
+        // An alert (or any record but a handshake) first, and SSLv2-style hellos.
+        let mut alerted = vec![0x15, 3, 1, 0, 2, 1, 0x5a];
+        alerted.extend(hello(&[sni_ext(&["evil.example"])], 16384));
+        assert!(inspect(&alerted).is_err());
+        assert!(inspect(&[0x17, 3, 3, 0, 1, 0]).is_err());
+        assert!(inspect(&[0x80, 0x2e, 0x01]).is_err());
         // Two names, or two extensions: which one the server takes is its choice.
         assert!(inspect(&hello(&[sni_ext(&["a.org", "b.org"])], 16384)).is_err());
         let twice = [sni_ext(&["a.org"]), sni_ext(&["a.org"])];

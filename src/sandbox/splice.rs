@@ -114,23 +114,95 @@ impl SplicePipe {
     /// is the end of the stream; `WouldBlock` means the socket had nothing, so that the
     /// runtime clears its readiness. A pipe that runs out of slots (each splice takes at
     /// least one, however few bytes) ends the fill early instead.
-    pub fn fill_from(&self, socket: impl AsFd, max: usize) -> io::Result<usize> {
+    ///
+    /// An error met after some bytes are in the pipe goes in `deferred`: those bytes go
+    /// first (the last of a response before a reset, say), the error after them.
+    pub fn fill_from(
+        &self,
+        socket: impl AsFd,
+        max: usize,
+        deferred: &mut Option<io::Error>,
+    ) -> io::Result<usize> {
+        if let Some(e) = deferred.take() {
+            return Err(e);
+        }
+        let fd = socket.as_fd().as_raw_fd();
         let want = max.min(self.capacity);
         let mut filled = 0;
         while filled < want {
-            match splice(
-                socket.as_fd().as_raw_fd(),
-                self.write.as_raw_fd(),
-                want - filled,
-            ) {
+            match splice(fd, self.write.as_raw_fd(), want - filled) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && filled > 0 => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Data that splice will not take (TCP stops it at an urgent mark) is
+                    // read the ordinary way, or the download would stall there.
+                    return match unread(fd) {
+                        0 => Err(e),
+                        n => self.copy_in(fd, n.min(want)),
+                    };
+                }
+                Err(e) if filled > 0 => {
+                    *deferred = Some(e);
+                    break;
+                }
                 Err(e) => return Err(e),
             }
         }
         Ok(filled)
     }
+
+    /// Reads up to `n` bytes from the socket and writes them into the (empty) pipe.
+    fn copy_in(&self, fd: RawFd, n: usize) -> io::Result<usize> {
+        let mut buf = vec![0u8; n];
+        // SAFETY: a recv into a live buffer of `buf.len()` bytes.
+        let got = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if got < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let got = got as usize;
+        let mut put = 0;
+        while put < got {
+            put += write(self.write.as_raw_fd(), &buf[put..got])?;
+        }
+        Ok(got)
+    }
+}
+
+/// Holding pipes between fills, so that an idle connection holds none: each is a MiB of
+/// pipe buffers, which count against the user's limit on pipe pages.
+#[derive(Default)]
+pub(crate) struct PipePool {
+    idle: std::sync::Mutex<Vec<std::sync::Arc<SplicePipe>>>,
+}
+
+impl PipePool {
+    /// Pipes kept idle at most.
+    const KEEP: usize = 4;
+
+    pub fn take(&self, size: usize) -> io::Result<std::sync::Arc<SplicePipe>> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match idle {
+            Some(p) => Ok(p),
+            None => SplicePipe::new(size).map(std::sync::Arc::new),
+        }
+    }
+
+    /// Takes back an empty pipe.
+    pub fn give(&self, pipe: std::sync::Arc<SplicePipe>) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < Self::KEEP {
+            idle.push(pipe);
+        }
+    }
+}
+
+/// How many bytes a socket has waiting to be read.
+fn unread(fd: RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointer it is given.
+    let ok = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } == 0;
+    if ok { n.max(0) as usize } else { 0 }
 }
 
 fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {

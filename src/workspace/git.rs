@@ -25,6 +25,12 @@ pub(crate) fn git(cwd: Option<&Path>, args: &[&str]) -> Command {
         "core.hooksPath=/dev/null",
         "-c",
         "advice.detachedHead=false",
+        // Read even with no global config file: the user's own ignore and attributes
+        // files would leave files out of a patch on one machine and not another.
+        "-c",
+        "core.excludesFile=/dev/null",
+        "-c",
+        "core.attributesFile=/dev/null",
     ])
     .args(args)
     .env("GIT_CONFIG_NOSYSTEM", "1")

@@ -372,8 +372,14 @@ impl TaskContainer {
         // under load): the exit status is waited for all the same, or a verifier still
         // running would be read as one that left no reward.
         let mut open = true;
+        let mut closed_at: Option<tokio::time::Instant> = None;
         loop {
             if exited_at.is_some_and(|t| !open || t.elapsed() > Duration::from_millis(200)) {
+                break;
+            }
+            // An engine that closed the stream and never reports the end (the container
+            // died): what it says now is the answer, not a timeout much later.
+            if closed_at.is_some_and(|t| t.elapsed() > EXIT_GRACE) {
                 break;
             }
             tokio::select! {
@@ -381,7 +387,10 @@ impl TaskContainer {
                     Some(Ok(LogOutput::StdOut { message } | LogOutput::StdErr { message })) => kept.push(&message),
                     Some(Ok(_)) => {}
                     Some(Err(e)) => return Err(format!("the engine cut the command's output: {e}")),
-                    None => open = false,
+                    None => {
+                        open = false;
+                        closed_at = Some(tokio::time::Instant::now());
+                    }
                 },
                 _ = poll.tick(), if exited_at.is_none() => {
                     let ended = self
@@ -413,6 +422,9 @@ impl TaskContainer {
         })
     }
 }
+
+/// How long an exec's exit status is waited for once its output stream has ended.
+const EXIT_GRACE: Duration = Duration::from_secs(30);
 
 /// The image's environment with the task's on top, and a `PATH` if neither gives one.
 fn merged_env(image: Vec<String>, task: &[(String, String)]) -> Vec<(String, String)> {

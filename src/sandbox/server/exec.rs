@@ -22,6 +22,8 @@ use crate::sandbox::api::{ExecOutput, ExecRequest, ExecStatus, OutputStream, Res
 /// the group is killed. Long enough to collect output still in flight, short enough that a
 /// forgotten `sleep 1000 &` does not hold the call.
 const DRAIN_GRACE: Duration = Duration::from_millis(250);
+/// How long, after that, output held by a process outside the command's group is read.
+const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
 
 /// Running commands by request id, so that `cancel` can find their process group.
 #[derive(Default)]
@@ -145,13 +147,24 @@ impl Running {
     }
 }
 
-fn kill_group(pgid: i32) {
-    if pgid > 0 {
-        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-    }
+/// Kills the process group; whether it still had a process in it. An empty group is not
+/// signalled again: its number may be handed to another group.
+fn kill_group(pgid: i32) -> bool {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    pgid > 0 && unsafe { libc::kill(-pgid, libc::SIGKILL) } == 0
+}
+
+/// Whether `file` has something to read (or has ended) within `timeout`.
+fn readable_within(file: &std::fs::File, timeout: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut fds = libc::pollfd {
+        fd: file.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd we own, for at most `timeout`.
+    let n = unsafe { libc::poll(&mut fds, 1, timeout.as_millis() as libc::c_int) };
+    n > 0
 }
 
 /// Keeps the first half of the allowed output as it streams and a rolling window of the
@@ -292,24 +305,40 @@ pub fn run(
     let capture = Mutex::new(Capture::new(req.output_limit));
     let (eof_tx, eof_rx) = mpsc::channel::<()>();
     let (exit_tx, exit_rx) = mpsc::channel();
+    let stop_reading = AtomicBool::new(false);
     let status = std::thread::scope(|scope| {
-        let pipes: [(OutputStream, Option<Box<dyn Read + Send>>); 2] = [
+        let pipes: [(OutputStream, Option<std::fs::File>); 2] = [
             (
                 OutputStream::Stdout,
-                child.stdout.take().map(|p| Box::new(p) as _),
+                child
+                    .stdout
+                    .take()
+                    .map(|p| std::os::fd::OwnedFd::from(p).into()),
             ),
             (
                 OutputStream::Stderr,
-                child.stderr.take().map(|p| Box::new(p) as _),
+                child
+                    .stderr
+                    .take()
+                    .map(|p| std::os::fd::OwnedFd::from(p).into()),
             ),
         ];
         for (stream, pipe) in pipes {
             let Some(mut pipe) = pipe else { continue };
             let capture = &capture;
             let eof_tx = eof_tx.clone();
+            let stop_reading = &stop_reading;
             scope.spawn(move || {
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
+                    // Woken now and then to see whether the output is still wanted: a
+                    // process that left the group may hold the pipe for ever.
+                    if !readable_within(&pipe, Duration::from_millis(100)) {
+                        if stop_reading.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        continue;
+                    }
                     match pipe.read(&mut buf) {
                         Ok(0) => break,
                         Ok(n) => {
@@ -347,29 +376,38 @@ pub fn run(
             }
         };
         // The shell is gone; give its leftovers a moment to flush, then end the group so the
-        // pipes close and no stray process outlives the call.
+        // pipes close and no stray process outlives the call. Killed again and again while
+        // it lasts (a process forked as the group was killed, a fork bomb's, can miss one
+        // signal). A process that left the group (`setsid`) and still holds the output is
+        // not waited for past [`LEFTOVER_GRACE`]: the output stops being read, and its
+        // next write to it fails.
         let mut open = 2;
-        let deadline = std::time::Instant::now() + DRAIN_GRACE;
+        let drained_by = std::time::Instant::now() + DRAIN_GRACE;
+        let mut killing_since: Option<std::time::Instant> = None;
+        let mut group_alive = true;
         while open > 0 {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match eof_rx.recv_timeout(left) {
-                Ok(()) => open -= 1,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    // Again and again until the pipes close: a process forked while the
-                    // group was being killed (a fork bomb's) can miss one signal.
-                    while open > 0 {
-                        kill_group(pgid);
-                        match eof_rx.recv_timeout(Duration::from_millis(100)) {
-                            Ok(()) => open -= 1,
-                            Err(mpsc::RecvTimeoutError::Timeout) => {}
-                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                        }
-                    }
+            let now = std::time::Instant::now();
+            let wait = if now < drained_by {
+                drained_by - now
+            } else {
+                let since = *killing_since.get_or_insert(now);
+                if group_alive {
+                    group_alive = kill_group(pgid);
                 }
+                if now.duration_since(since) > LEFTOVER_GRACE {
+                    stop_reading.store(true, Ordering::SeqCst);
+                }
+                Duration::from_millis(100)
+            };
+            match eof_rx.recv_timeout(wait) {
+                Ok(()) => open -= 1,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-        kill_group(pgid);
+        if group_alive {
+            kill_group(pgid);
+        }
         (wait, timed_out)
     });
 
@@ -487,6 +525,20 @@ mod tests {
         assert_eq!(String::from_utf8(out).unwrap(), "started\n");
         assert_eq!(st.code, Some(0));
         assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_process_that_left_the_group_does_not_hold_the_call_by_its_output() {
+        let start = std::time::Instant::now();
+        let (out, st) = run_collect(
+            "setsid sh -c 'sleep 30; echo late' & echo started",
+            10_000,
+            1024,
+        );
+        assert_eq!(String::from_utf8(out).unwrap(), "started\n");
+        assert_eq!(st.code, Some(0));
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "took {took:?}");
     }
 
     #[test]
