@@ -284,7 +284,7 @@ impl NetworkProxy {
             .unwrap_or_else(|p| p.into_inner()) = Some(observer);
     }
 
-    /// The connections kept one by one: those that finished, in order, then those open.
+    /// The connections kept one by one, finished or open, in the order they were judged.
     pub fn records(&self) -> Vec<ConnectionRecord> {
         self.shared.log().records()
     }

@@ -63,8 +63,8 @@ pub(crate) struct Log {
     /// limit on connections at once.
     open: BTreeMap<u64, ConnectionRecord>,
     next: u64,
-    /// Finished, in the order they finished.
-    done: Vec<ConnectionRecord>,
+    /// Finished, by the same numbers: the order they were judged in.
+    done: BTreeMap<u64, ConnectionRecord>,
     past_limit: Uncounted,
     limit: usize,
 }
@@ -74,7 +74,7 @@ impl Log {
         Log {
             open: BTreeMap::new(),
             next: 0,
-            done: Vec::new(),
+            done: BTreeMap::new(),
             past_limit: Uncounted::default(),
             limit: limit.max(1),
         }
@@ -113,7 +113,7 @@ impl Log {
                 None => note,
             });
         }
-        self.done.push(record.clone());
+        self.done.insert(id, record.clone());
         Some(record)
     }
 
@@ -131,13 +131,12 @@ impl Log {
             .collect()
     }
 
-    /// The finished connections kept, then those still open.
+    /// The connections kept, finished or open, in the order they were judged.
     pub fn records(&self) -> Vec<ConnectionRecord> {
-        self.done
-            .iter()
-            .chain(self.open.values())
-            .cloned()
-            .collect()
+        let mut all: Vec<(&u64, &ConnectionRecord)> =
+            self.done.iter().chain(self.open.iter()).collect();
+        all.sort_by_key(|(id, _)| **id);
+        all.into_iter().map(|(_, r)| r.clone()).collect()
     }
 
     pub fn past_limit(&self) -> Uncounted {
@@ -175,8 +174,8 @@ mod tests {
         }
         let recs = log.records();
         let hosts: Vec<&str> = recs.iter().map(|r| r.host.as_str()).collect();
-        assert_eq!(hosts, ["h0", "h1", "h2", "long.example"]);
-        assert!(recs[2].reason.as_deref().unwrap().contains("only counted"));
+        assert_eq!(hosts, ["long.example", "h0", "h1", "h2"]);
+        assert!(recs[3].reason.as_deref().unwrap().contains("only counted"));
         assert_eq!(
             log.past_limit(),
             Uncounted {

@@ -225,9 +225,10 @@ impl Connection<'_> {
             if relayed.refused {
                 r.decision = "deny".into();
             }
-            if let Some(reason) = relayed.failed.or(relayed.note) {
-                r.reason = Some(reason);
-            }
+            r.reason = match (relayed.failed, relayed.note) {
+                (Some(failed), Some(note)) => Some(format!("{failed}; {note}")),
+                (failed, note) => failed.or(note),
+            };
         });
         s.finish(id);
     }

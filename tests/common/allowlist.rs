@@ -362,10 +362,11 @@ pub fn attacks(backend: Backend) {
 }
 
 /// A connection carries only the host it was judged for (one allowed address may serve
-/// many sites: a CDN). A TLS handshake in a tunnel that asks for another name is cut
-/// before a byte of it reaches the destination; a second request pipelined behind an
-/// allowed plain-HTTP one, naming another host, is not sent. Controls: a handshake that
-/// names no host (to an IP) goes through, and so does a protocol that is not TLS.
+/// many sites: a CDN). A TLS handshake or an HTTP request in a tunnel that asks for
+/// another name is cut before a byte of it reaches the destination; a second request
+/// pipelined behind an allowed plain-HTTP one, naming another host, is not sent.
+/// Controls: a handshake that names no host (to an IP), and a request for the tunnel's
+/// own host, go through.
 pub fn connection_carries_only_its_host(backend: Backend) {
     let s = setup();
     let outside = Outside::start(1000);
@@ -374,6 +375,7 @@ pub fn connection_carries_only_its_host(backend: Backend) {
         format!("python3 net.py tls 127.0.0.1 {p} 3128 blocked.example.invalid"),
         format!("python3 net.py tls 127.0.0.1 {p} 3128 127.0.0.1"),
         format!("python3 net.py tunnel 127.0.0.1 {p} 3128"),
+        format!("python3 net.py tunnel 127.0.0.1 {p} 3128 blocked.example.invalid"),
         format!(
             "python3 net.py raw 3128 'GET http://127.0.0.1:{p}/blob HTTP/1.1\\r\\nHost: 127.0.0.1:{p}\\r\\n\\r\\nGET http://127.0.0.1:{p}/closed HTTP/1.1\\r\\nHost: blocked.example.invalid\\r\\n\\r\\n'"
         ),
@@ -394,8 +396,9 @@ pub fn connection_carries_only_its_host(backend: Backend) {
     );
     assert!(stdout.contains("TLS ENDED 127.0.0.1"), "{ctx}");
     assert!(stdout.contains("OK tunnel 1000 "), "{ctx}");
+    assert!(stdout.contains("FAIL tunnel cut 0"), "{ctx}");
     let recs = records(&out);
-    assert_eq!(recs.len(), 4, "{ctx}");
+    assert_eq!(recs.len(), 5, "{ctx}");
     let (decision, _, rest) = &recs[0];
     assert_eq!(decision, "deny", "{ctx}");
     assert!(
@@ -416,9 +419,16 @@ pub fn connection_carries_only_its_host(backend: Backend) {
         recs[1].2
     );
     assert_eq!(recs[2].0, "allow", "{ctx}");
+    // Plain HTTP inside a tunnel, for another host: cut before any of it was sent.
+    let (decision, _, rest) = &recs[3];
+    assert_eq!(decision, "deny", "{ctx}");
+    assert!(
+        rest.contains("(0 B sent,") && rest.contains("an HTTP request for blocked.example.invalid"),
+        "{rest}\n{ctx}"
+    );
     // The pipelined request for another host went nowhere: exactly the first request's
     // rewritten head was sent, and the record says what was held back.
-    let (decision, _, rest) = &recs[3];
+    let (decision, _, rest) = &recs[4];
     assert_eq!(decision, "allow", "{ctx}");
     let first_head =
         format!("GET /blob HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nConnection: close\r\n\r\n");

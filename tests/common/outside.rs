@@ -125,8 +125,10 @@ def dns(name):
     except OSError as e:
         print("NODNS", name, e, flush=True)
 
-def tunnel(host, port, proxy_port):
-    # CONNECT by hand, then plain HTTP through the tunnel.
+def tunnel(host, port, proxy_port, named=None):
+    # CONNECT by hand, then plain HTTP through the tunnel, for `named` (the tunnel's host
+    # unless given).
+    named = named or f"{host}:{port}"
     s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=10)
     s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
     answer = b""
@@ -139,13 +141,19 @@ def tunnel(host, port, proxy_port):
     if " 200 " not in status:
         print("FAIL tunnel", status, flush=True)
         return
-    s.sendall(b"GET /blob HTTP/1.0\r\nHost: x\r\n\r\n")
+    s.sendall(f"GET /blob HTTP/1.0\r\nHost: {named}\r\n\r\n".encode())
     data = b""
     while True:
-        chunk = s.recv(65536)
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
         if not chunk:
             break
         data += chunk
+    if b"\r\n\r\n" not in data:
+        print("FAIL tunnel cut", len(data), flush=True)
+        return
     body = data.split(b"\r\n\r\n", 1)[1]
     print("OK tunnel", len(body), hashlib.sha256(body).hexdigest(), flush=True)
 
