@@ -125,10 +125,8 @@ def dns(name):
     except OSError as e:
         print("NODNS", name, e, flush=True)
 
-def tunnel(host, port, proxy_port, named=None):
-    # CONNECT by hand, then plain HTTP through the tunnel, for `named` (the tunnel's host
-    # unless given).
-    named = named or f"{host}:{port}"
+def connect(host, port, proxy_port):
+    # A CONNECT by hand: the socket and the proxy's status line.
     s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=10)
     s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
     answer = b""
@@ -137,7 +135,13 @@ def tunnel(host, port, proxy_port, named=None):
         if not chunk:
             break
         answer += chunk
-    status = answer.split(b"\r\n")[0].decode()
+    return s, answer.split(b"\r\n")[0].decode()
+
+def tunnel(host, port, proxy_port, named=None):
+    # CONNECT by hand, then plain HTTP through the tunnel, for `named` (the tunnel's host
+    # unless given).
+    named = named or f"{host}:{port}"
+    s, status = connect(host, port, proxy_port)
     if " 200 " not in status:
         print("FAIL tunnel", status, flush=True)
         return
@@ -175,16 +179,9 @@ def halfclose(host, port, proxy_port):
 def tls(host, port, proxy_port, name):
     # A TLS handshake through a CONNECT tunnel, asking for `name` (an IP sends none).
     import ssl
-    s = socket.create_connection(("127.0.0.1", int(proxy_port)), timeout=10)
-    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        answer += chunk
-    if b" 200 " not in answer.split(b"\r\n")[0]:
-        print("FAIL tls", answer.split(b"\r\n")[0].decode(), flush=True)
+    s, status = connect(host, port, proxy_port)
+    if " 200 " not in status:
+        print("FAIL tls", status, flush=True)
         return
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
