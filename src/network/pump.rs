@@ -306,19 +306,12 @@ async fn down_copied(
             return Err(spent(shared.limits.bytes));
         }
         window.send(n as u64);
-        // In a task of its own, for the reason `down_spliced` gives.
-        let client = shared.client.clone();
-        let mut frame = std::mem::take(&mut buf);
-        let sending = tokio::spawn(async move {
-            let sent = client
-                .send_data_in_place(target, conn, &mut frame[..DATA_FRAME_HEADER + n])
-                .await;
-            (frame, sent)
-        });
-        match sending.await {
-            Ok((frame, Ok(()))) => buf = frame,
-            _ => return Err("the sandbox closed".into()),
-        }
+        let frame = std::mem::take(&mut buf);
+        buf = shared
+            .client
+            .send_data_in_place(target, conn, frame, DATA_FRAME_HEADER + n)
+            .await
+            .map_err(|e| format!("the sandbox closed: {e}"))?;
         received.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
@@ -372,17 +365,12 @@ async fn down_spliced(
             return Err(spent(shared.limits.bytes));
         }
         window.send(n as u64);
-        // In a task of its own, so that the frame is written whole even if this
-        // connection's task is aborted half-way (the proxy ending): a cut frame would
-        // garble the protocol for everything after it.
-        let (client, held) = (shared.client.clone(), pipe.clone());
-        let sending =
-            tokio::spawn(async move { client.send_spliced(target, conn, &held, n).await });
-        match sending.await {
-            Ok(Ok(())) => shared.pipes.give(pipe),
-            Ok(Err(e)) => return Err(format!("the sandbox closed: {e}")),
-            Err(e) => return Err(format!("the sandbox closed: {e}")),
-        }
+        shared
+            .client
+            .send_spliced(target, conn, pipe.clone(), n)
+            .await
+            .map_err(|e| format!("the sandbox closed: {e}"))?;
+        shared.pipes.give(pipe);
         received.fetch_add(n as u64, Ordering::Relaxed);
     }
 }

@@ -46,8 +46,39 @@ enum Writer {
     Stream(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
+/// One frame on its way to the server.
+enum Outgoing {
+    /// The first so many bytes of a buffer.
+    Bytes(Vec<u8>, usize),
+    /// A data frame's header, then so many bytes spliced from a holding pipe.
+    Spliced([u8; DATA_FRAME_HEADER], Arc<SplicePipe>, usize),
+}
+
+impl Writer {
+    async fn put(&mut self, out: &Outgoing) -> std::io::Result<()> {
+        match (self, out) {
+            (Writer::Pipe(pipe), Outgoing::Bytes(frame, len)) => {
+                pipe.write_all(&frame[..*len]).await
+            }
+            (Writer::Stream(stream), Outgoing::Bytes(frame, len)) => {
+                stream.write_all(&frame[..*len]).await?;
+                stream.flush().await
+            }
+            // Header and payload under one hold of the lock, so no other frame comes
+            // between.
+            (Writer::Pipe(pipe), Outgoing::Spliced(header, from, len)) => {
+                pipe.write_all(header).await?;
+                pipe.splice_all(from, *len).await
+            }
+            (Writer::Stream(_), Outgoing::Spliced(..)) => Err(std::io::Error::other(
+                "this sandbox's channel cannot take spliced data",
+            )),
+        }
+    }
+}
+
 struct Shared {
-    writer: tokio::sync::Mutex<Writer>,
+    writer: Arc<tokio::sync::Mutex<Writer>>,
     /// Whether [`SandboxClient::send_spliced`] can be used.
     splices: bool,
     pending: Pending,
@@ -91,7 +122,7 @@ impl SandboxClient {
     ) -> Self {
         let splices = matches!(writer, Writer::Pipe(_));
         let shared = Arc::new(Shared {
-            writer: tokio::sync::Mutex::new(writer),
+            writer: Arc::new(tokio::sync::Mutex::new(writer)),
             splices,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -149,18 +180,20 @@ impl SandboxClient {
         self.send_raw(&[&len, &json]).await
     }
 
-    /// Sends a data frame built in place: `frame` starts with [`DATA_FRAME_HEADER`] bytes
-    /// of room, which this fills, followed by the payload.
+    /// Sends a data frame built in place: the first `len` bytes of `frame`, which start
+    /// with [`DATA_FRAME_HEADER`] bytes of room that this fills. The buffer comes back, to
+    /// be filled again.
     pub async fn send_data_in_place(
         &self,
         target: u64,
         conn: u64,
-        frame: &mut [u8],
-    ) -> Result<(), SandboxError> {
-        let header = data_frame_header(target, conn, frame.len() - DATA_FRAME_HEADER)
+        mut frame: Vec<u8>,
+        len: usize,
+    ) -> Result<Vec<u8>, SandboxError> {
+        let header = data_frame_header(target, conn, len - DATA_FRAME_HEADER)
             .map_err(|e| SandboxError::Protocol(e.to_string()))?;
         frame[..DATA_FRAME_HEADER].copy_from_slice(&header);
-        self.send_raw(&[frame]).await
+        self.send_frame(frame, len).await
     }
 
     /// Sends bytes for connection `conn` of listener `target` as one data frame.
@@ -170,28 +203,39 @@ impl SandboxClient {
         self.send_raw(&[&header, data]).await
     }
 
+    /// One buffer, one write: a proxied chunk is not worth two system calls.
     async fn send_raw(&self, parts: &[&[u8]]) -> Result<(), SandboxError> {
+        let frame = parts.concat();
+        let len = frame.len();
+        self.send_frame(frame, len).await.map(drop)
+    }
+
+    /// Writes the first `len` bytes of `frame`; the buffer comes back.
+    async fn send_frame(&self, frame: Vec<u8>, len: usize) -> Result<Vec<u8>, SandboxError> {
+        match self.write_whole(Outgoing::Bytes(frame, len)).await? {
+            Outgoing::Bytes(frame, _) => Ok(frame),
+            Outgoing::Spliced(..) => unreachable!("write_whole gives back what it was given"),
+        }
+    }
+
+    /// Writes one frame in a task of its own that holds the writer's lock: a caller
+    /// dropped half-way (a cancelled tool call, a proxied connection ended with its proxy)
+    /// cannot cut a frame, which would garble the protocol for everything after it. The
+    /// lock is taken here first, so frames still go in the order they were sent. What was
+    /// written comes back (a buffer to fill again).
+    async fn write_whole(&self, out: Outgoing) -> Result<Outgoing, SandboxError> {
         if let Some(reason) = self.closed_reason() {
             return Err(SandboxError::Disconnected(reason));
         }
-        // One buffer, one write: a proxied chunk is not worth two system calls (and a frame
-        // already in one piece is not copied again).
-        let frame: std::borrow::Cow<[u8]> = match parts {
-            [one] => std::borrow::Cow::Borrowed(one),
-            _ => std::borrow::Cow::Owned(parts.concat()),
-        };
-        let mut writer = self.shared.writer.lock().await;
-        let written = match &mut *writer {
-            Writer::Pipe(pipe) => pipe.write_all(&frame).await,
-            Writer::Stream(stream) => {
-                async {
-                    stream.write_all(&frame).await?;
-                    stream.flush().await
-                }
-                .await
-            }
-        };
-        written.map_err(|e| self.send_failed(e))
+        let mut writer = self.shared.writer.clone().lock_owned().await;
+        let task = tokio::spawn(async move {
+            let written = writer.put(&out).await;
+            written.map(|()| out)
+        });
+        match task.await {
+            Ok(written) => written.map_err(|e| self.send_failed(e)),
+            Err(e) => Err(self.send_failed(std::io::Error::other(e))),
+        }
     }
 
     fn send_failed(&self, e: std::io::Error) -> SandboxError {
@@ -213,27 +257,19 @@ impl SandboxClient {
         &self,
         target: u64,
         conn: u64,
-        from: &SplicePipe,
+        from: Arc<SplicePipe>,
         len: usize,
     ) -> Result<(), SandboxError> {
-        if let Some(reason) = self.closed_reason() {
-            return Err(SandboxError::Disconnected(reason));
-        }
-        let header = data_frame_header(target, conn, len)
-            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
-        let mut writer = self.shared.writer.lock().await;
-        let Writer::Pipe(pipe) = &mut *writer else {
+        if !self.splices() {
             return Err(SandboxError::Protocol(
                 "this sandbox's channel cannot take spliced data".into(),
             ));
-        };
-        // Header and payload under one hold of the lock, so no other frame comes between.
-        let written = async {
-            pipe.write_all(&header).await?;
-            pipe.splice_all(from, len).await
         }
-        .await;
-        written.map_err(|e| self.send_failed(e))
+        let header = data_frame_header(target, conn, len)
+            .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+        self.write_whole(Outgoing::Spliced(header, from, len))
+            .await
+            .map(drop)
     }
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the
@@ -602,4 +638,55 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
     *shared.closed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
     // Dropping the senders wakes every waiter with `None`, which reports the reason.
     pending.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sender_dropped_half_way_still_writes_its_frame_whole() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array it is given.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both were just made, and are owned by nobody else.
+        let (read, write) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        // A server that says nothing and does not hang up.
+        let (quiet, _kept) = tokio::io::duplex(64);
+        let client = SandboxClient::over_pipe(quiet, write, Arc::new(String::new)).unwrap();
+        // Far more than the pipe holds: the send waits for a reader, and is given up on.
+        let data = vec![7u8; 4 << 20];
+        let given_up = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            client.send_data(1, 2, &data),
+        )
+        .await;
+        assert!(given_up.is_err(), "the pipe should have been full");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut read = read;
+            let mut frame = vec![0u8; DATA_FRAME_HEADER + data.len()];
+            let _ = tx.send(read.read_exact(&mut frame).map(|()| frame));
+        });
+        // The next frame goes after the whole of the first.
+        client.send_data(1, 2, b"next").await.unwrap();
+        let frame = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the first frame was cut: its reader still waits for the rest")
+            .unwrap();
+        let (target, conn) = split_data_header(&frame[4..DATA_FRAME_HEADER].try_into().unwrap());
+        assert_eq!((target, conn), (1, 2));
+        assert_eq!(
+            data_frame_len(frame[..4].try_into().unwrap()).unwrap(),
+            Some(16 + (4 << 20))
+        );
+        assert!(frame[DATA_FRAME_HEADER..].iter().all(|b| *b == 7));
+    }
 }

@@ -50,7 +50,7 @@ impl Workspace {
     }
 
     /// Why this workspace will have no patch, known before the run.
-    pub fn no_base(&self) -> Option<String> {
+    fn no_base(&self) -> Option<String> {
         match &self.place {
             Place::Image(base) => match base.0.get() {
                 Some(Ok(_)) => None,
