@@ -13,3 +13,10 @@ use common::escape;
 const BACKEND: Backend = Backend::Landlock;
 
 escape::escape_suite!(BACKEND, holes: &[]);
+
+/// The side-door table again, through `runner tool call` as an unprivileged user: the
+/// mounts that keep `.git` read-only then need an unprivileged user namespace.
+#[test]
+fn git_side_doors_as_an_unprivileged_user() {
+    common::side_doors::run_unprivileged();
+}

@@ -45,6 +45,10 @@ pub struct ServerArgs {
     /// A path that must not exist after a command; removed if a command creates it.
     #[arg(long = "forbid")]
     forbid: Vec<PathBuf>,
+    /// Disarm every repository a command makes in the worktree (the repositories there when
+    /// the server starts are left alone): host git would run their config and hooks.
+    #[arg(long = "sweep-repositories")]
+    sweep_repositories: bool,
     /// Without `--confine`: only install the seccomp filter (inside a container, on top of
     /// the engine's own profile).
     #[arg(long)]
@@ -59,6 +63,15 @@ pub struct ServerArgs {
     /// output) while the shell runs, for the network proxy (`--network allowlist`).
     #[arg(long = "protocol-fds", value_delimiter = ',', requires = "shell")]
     protocol_fds: Vec<i32>,
+}
+
+impl ServerArgs {
+    fn git_guard(&self) -> server::GitGuard {
+        server::GitGuard {
+            forbidden: self.forbid.clone(),
+            sweep_repositories: self.sweep_repositories,
+        }
+    }
 }
 
 /// Moves this (still single-threaded: it runs before any runtime or thread is started, and
@@ -108,7 +121,7 @@ fn shell_beside_server(shell: &str, args: &ServerArgs, input: i32, output: i32) 
             std::fs::File::from_raw_fd(output),
         )
     };
-    let _ = server::serve_with_forbidden(&args.roots, args.forbid.clone(), input, output);
+    let _ = server::serve_beside_shell(&args.roots, args.git_guard(), input, output);
     // The controller went away before the shell ended: the shell goes on without a network.
     std::thread::park();
     super::exit::OK
@@ -182,7 +195,7 @@ pub fn run(args: ServerArgs) -> u8 {
         eprintln!("runner sandbox-server: cannot start {shell}: {e}");
         return super::exit::FAILED;
     }
-    match server::serve_stdio(&args.roots, args.forbid.clone()) {
+    match server::serve_stdio(&args.roots, args.git_guard()) {
         Ok(()) => super::exit::OK,
         Err(e) => {
             eprintln!("runner sandbox-server: {e}");

@@ -3010,6 +3010,11 @@ macro_rules! escape_suite {
         }
 
         #[tokio::test(flavor = "multi_thread")]
+        async fn git_side_doors() {
+            common::side_doors::run($backend).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
         async fn positive_controls() {
             escape::run_controls($backend).await;
         }

@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use super::SERVER_PATH;
 use crate::sandbox::local::{self, Keepalive};
 use crate::sandbox::spec::{Network, SandboxSpec};
-use crate::sandbox::worktree_guard::{SweepOnClose, WorktreeGuard};
+use crate::sandbox::worktree_guard::WorktreeGuard;
 use crate::sandbox::{BackendKind, Sandbox, SandboxError};
 
 /// Every container runner makes carries these labels, so that leftovers can be found and
@@ -103,7 +103,7 @@ pub fn container_body(
     }
     // `.git` as a mount point of its own cannot be renamed away and replaced.
     let seen = guard.moved(worktree, inside);
-    if let (Some(host), Some(target)) = (&guard.pin, &seen.pin) {
+    for (host, target) in guard.pins.iter().zip(&seen.pins) {
         mounts.push(bind(host, target, false));
     }
     for (host, target) in guard.read_only.iter().zip(&seen.read_only) {
@@ -234,6 +234,7 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         cmd.push("--forbid".into());
         cmd.push(path.display().to_string());
     }
+    cmd.push("--sweep-repositories".into());
     let body = container_body(spec, &worktree, &inside, &guard, &run_id, cmd);
     let name = format!("runner-{run_id}");
     let created = docker
@@ -257,8 +258,10 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         id: created.id.clone(),
     };
     // Reverse order: the container goes first, then the sweep finds nothing can replant.
-    let guards: Vec<Box<dyn Send + Sync>> =
-        vec![Box::new(SweepOnClose(guard.forbid)), Box::new(container)];
+    let guards: Vec<Box<dyn Send + Sync>> = vec![
+        Box::new(guard.sweep_on_close(&worktree)),
+        Box::new(container),
+    ];
     serve(docker, &created.id, inside, container_env(spec), guards).await
 }
 

@@ -58,7 +58,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
     for path in &guard.read_only {
         flag("protect", path.clone().into());
     }
-    if let Some(dir) = &guard.pin {
+    for dir in &guard.pins {
         flag("pin", dir.clone().into());
     }
     for path in &guard.forbid {
@@ -69,6 +69,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
             flag("cgroup", dir.clone().into());
         }
     }
+    args.push("--sweep-repositories".into());
     let tmp_str = tmp_path.to_string_lossy().into_owned();
     // The common allow-list and the profile's additions, but not the host's HOME (its dot
     // files are outside the wall; the private temp directory stands in) and not PATH as is:
@@ -100,7 +101,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         env,
         tmp,
         cgroup,
-        sweep: SweepOnClose(guard.forbid),
+        sweep: guard.sweep_on_close(worktree),
     })
 }
 
@@ -117,8 +118,13 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     let prepared = prepare(spec, &worktree)?;
     let mut command = tokio::process::Command::new(&spec.server_exe);
     command.args(&prepared.args);
-    // Guards drop in reverse: the cgroup (killing stragglers) before the temp directory.
-    let guards: Vec<Box<dyn Send + Sync>> = vec![Box::new(prepared.tmp), Box::new(prepared.cgroup)];
+    // Guards drop in reverse: the cgroup (killing stragglers) before the temp directory,
+    // and the sweep last, when nothing in the sandbox can plant anything again.
+    let guards: Vec<Box<dyn Send + Sync>> = vec![
+        Box::new(prepared.sweep),
+        Box::new(prepared.tmp),
+        Box::new(prepared.cgroup),
+    ];
     local::spawn_server(
         command,
         &spec.server_exe,

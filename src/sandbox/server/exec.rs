@@ -38,6 +38,8 @@ pub struct Running {
     /// `.git/commondir` would make host git take its config and hooks from a directory the
     /// sandbox controls, and no mount can stop a file from being created.
     forbidden: Vec<std::path::PathBuf>,
+    /// Disarms repositories a command makes (see [`super::git_sweep`]).
+    repositories: Option<super::git_sweep::RepositorySweep>,
     /// Called when a command has ended, before its exit is reported, with the process
     /// groups of the commands still running (the network proxy cuts what the ended
     /// command left connected).
@@ -47,12 +49,18 @@ pub struct Running {
 type AfterCommand = Box<dyn Fn(&[i32]) + Send + Sync>;
 
 impl Running {
-    pub fn with_forbidden(forbidden: Vec<std::path::PathBuf>) -> Running {
+    /// A server that keeps host git safe: `forbidden` paths are removed after every command,
+    /// and with `repositories` every repository a command makes is disarmed.
+    pub fn guarded(
+        forbidden: Vec<std::path::PathBuf>,
+        repositories: Option<super::git_sweep::RepositorySweep>,
+    ) -> Running {
         Running {
             groups: Mutex::default(),
             inputs: Mutex::default(),
             waiting_inputs: Mutex::default(),
             forbidden,
+            repositories,
             after_command: Mutex::default(),
         }
     }
@@ -74,20 +82,37 @@ impl Running {
         }
     }
 
-    /// Removes whatever a command planted at a forbidden path; says what it removed.
-    fn sweep(&self) -> Option<String> {
-        let removed: Vec<String> = self
+    /// Removes whatever a command planted at a forbidden path and disarms the repositories
+    /// it made; says what it did.
+    pub fn sweep(&self) -> Option<String> {
+        let mut done: Vec<String> = self
             .forbidden
             .iter()
             .filter(|p| super::remove_planted(p))
-            .map(|p| p.display().to_string())
+            .map(|p| format!("removed {}", p.display()))
             .collect();
-        (!removed.is_empty()).then(|| {
-            format!(
-                "\n[runner: removed {} — it would let host git run code the sandbox wrote]\n",
-                removed.join(", ")
+        if let Some(repositories) = &self.repositories {
+            done.extend(repositories.sweep());
+        }
+        super::git_sweep::note(&done)
+    }
+
+    /// After a write through the file API: the full sweep when the path names something a
+    /// repository is made of, or a forbidden file (a cheap test: most writes are sources).
+    pub fn sweep_after_write(&self, path: &std::path::Path) {
+        let part_of_repository = path.components().any(|c| {
+            matches!(
+                c.as_os_str().to_str(),
+                Some(".git" | "HEAD" | "objects" | "refs" | "commondir")
             )
-        })
+        });
+        let forbidden = self
+            .forbidden
+            .iter()
+            .any(|f| f.file_name().is_some() && f.file_name() == path.file_name());
+        if part_of_repository || forbidden {
+            let _ = self.sweep();
+        }
     }
 
     /// Kills the group of a running command; false if it already ended.

@@ -7,11 +7,13 @@
 
 mod exec;
 mod files;
+pub mod git_sweep;
 pub mod net;
 pub mod roots;
 pub mod search;
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::OFlags;
@@ -40,15 +42,37 @@ pub fn serve(
     )
 }
 
+/// What the server keeps host git safe from (see [`git_sweep`]): paths that must not exist
+/// after a command, and whether to disarm repositories commands make in the worktree (the
+/// first root). The repositories there when the server starts are the known ones.
+#[derive(Debug, Clone, Default)]
+pub struct GitGuard {
+    pub forbidden: Vec<std::path::PathBuf>,
+    pub sweep_repositories: bool,
+}
+
+impl GitGuard {
+    fn running(self, roots: &[RootSpec]) -> exec::Running {
+        let repositories = roots
+            .first()
+            .filter(|_| self.sweep_repositories)
+            .map(|worktree| {
+                let at_start = git_sweep::Repositories::scan(&worktree.path);
+                git_sweep::RepositorySweep::new(&worktree.path, &at_start)
+            });
+        exec::Running::guarded(self.forbidden, repositories)
+    }
+}
+
 /// The server on two descriptors of its own, beside a shell that holds the terminal.
-pub fn serve_with_forbidden(
+pub fn serve_beside_shell(
     roots: &[RootSpec],
-    forbidden: Vec<std::path::PathBuf>,
+    guard: GitGuard,
     input: std::fs::File,
     output: std::fs::File,
 ) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let running = Arc::new(exec::Running::with_forbidden(forbidden));
+    let running = Arc::new(guard.running(roots));
     let raw = input.as_raw_fd();
     let input = std::io::BufReader::with_capacity(FRAME_BUFFER, input);
     serve_with(roots, input, Some(raw), output, running)
@@ -56,9 +80,9 @@ pub fn serve_with_forbidden(
 
 /// The server as a process of its own (`runner sandbox-server`): stdin/stdout, and the
 /// termination signals handled.
-pub fn serve_stdio(roots: &[RootSpec], forbidden: Vec<std::path::PathBuf>) -> std::io::Result<()> {
+pub fn serve_stdio(roots: &[RootSpec], guard: GitGuard) -> std::io::Result<()> {
     use std::os::fd::AsFd;
-    let running = Arc::new(exec::Running::with_forbidden(forbidden));
+    let running = Arc::new(guard.running(roots));
     exit_on_signal(running.clone());
     // Plain descriptors rather than std's stdio: stdout is line-buffered, which would split
     // every binary frame at its newlines, and stdin's buffer is small for proxied bulk data.
@@ -297,13 +321,22 @@ fn handle(
         | Request::NetEof { .. }
         | Request::NetClose { .. } => Ok(Response::Done),
         Request::Read(req) => files::read(roots, &req).map(Response::Read),
-        Request::Write(req) => files::write(roots, &req).map(Response::Written),
+        Request::Write(req) => {
+            let written = files::write(roots, &req).map(Response::Written);
+            running.sweep_after_write(Path::new(&req.path));
+            written
+        }
         Request::Stat { path } => files::stat(roots, &path).map(Response::Stat),
         Request::List { path } => {
             files::list(roots, &path).map(|entries| Response::List { entries })
         }
         Request::Remove { path } => files::remove(roots, &path).map(|()| Response::Done),
-        Request::Rename { from, to } => files::rename(roots, &from, &to).map(|()| Response::Done),
+        Request::Rename { from, to } => {
+            let renamed = files::rename(roots, &from, &to).map(|()| Response::Done);
+            // A directory moved elsewhere takes its repositories along, to paths not known.
+            let _ = running.sweep();
+            renamed
+        }
         Request::Glob(req) => search_root(roots, &req.root, true)
             .and_then(|root| search::glob(&root, &req.pattern, req.limit).map_err(search_error))
             .map(Response::Glob),
