@@ -49,6 +49,10 @@ pub struct ServerArgs {
     /// the server starts are left alone): host git would run their config and hooks.
     #[arg(long = "sweep-repositories")]
     sweep_repositories: bool,
+    /// A repository (directory or `.git` file) that was in the worktree before the server
+    /// started: the sweep leaves it alone (mounts keep its config and hooks read-only).
+    #[arg(long = "known-repository")]
+    known_repositories: Vec<PathBuf>,
     /// Without `--confine`: only install the seccomp filter (inside a container, on top of
     /// the engine's own profile).
     #[arg(long)]
@@ -70,6 +74,7 @@ impl ServerArgs {
         server::GitGuard {
             forbidden: self.forbid.clone(),
             sweep_repositories: self.sweep_repositories,
+            known: self.known_repositories.clone(),
         }
     }
 }

@@ -128,7 +128,7 @@ impl WorktreeGuard {
     pub fn sweep_on_close(&self, worktree: &Path) -> SweepOnClose {
         SweepOnClose {
             forbid: self.forbid.clone(),
-            repositories: RepositorySweep::new(worktree, &self.repositories),
+            repositories: RepositorySweep::knowing(worktree, &self.repositories),
         }
     }
 }

@@ -2461,12 +2461,13 @@ pub fn controls(lab: &Lab) -> Vec<Attack> {
              git -c user.name=t -c user.email=t@t commit -qm inside-sub && git log --format=%s",
         )
         .require("inside-sub")
+        // Git works inside for the session's length; when the sandbox closes, the
+        // repository is disarmed (`side_doors`: host git would run its config).
         .check(move |_| {
-            let log = host_git_out(&wt2.join("sub"), &["log", "--format=%s"]);
-            if log == "inside-sub" {
+            if wt2.join("sub/a.txt").is_file() && wt2.join("sub/.git/HEAD").is_file() {
                 Ok(())
             } else {
-                Err(format!("the host sees the subrepo log {log:?}"))
+                Err("the subrepo's files are not on the host".into())
             }
         }),
         Attack::control(

@@ -8,8 +8,9 @@
 //! and turns on `extensions.worktreeConfig`); then the host runs the git commands a user
 //! runs (`status`, `diff`, `log`, `stash`, `add`, `commit`, `submodule status|update`,
 //! `fetch`, and `status` in every directory of the checkout and in the linked worktree),
-//! once right after the command and once after the sandbox has closed. The command the
-//! attack planted touches a marker file on the host: it must never appear.
+//! after the sandbox has closed (and the read-only ones at the top right after the
+//! command, while it is still open). The command the attack planted touches a marker file
+//! on the host: it must never appear.
 //!
 //! Every attack is also run with no sandbox at all, straight on the host, and there the
 //! marker must appear: that proves each one is a live attack, not one that fails anyway.
@@ -364,7 +365,16 @@ async fn attempt(backend: Backend, door: &SideDoor) -> Vec<String> {
         broken.push(format!("expected one of {:?}: {}", door.errors, run.all()));
     }
     if !door.late {
-        user_runs_git(&wt, &linked);
+        // While the session runs, the quick sweep after each command covers what plain
+        // git at the top of the checkout reads; the full one when the sandbox closes.
+        for args in [
+            &["status"][..],
+            &["diff"],
+            &["log", "-1"],
+            &["submodule", "status"],
+        ] {
+            host_git(&wt, args);
+        }
         if mark.exists() {
             broken.push("host git ran the planted command while the sandbox was open".into());
             let _ = std::fs::remove_file(&mark);

@@ -230,8 +230,18 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
     cmd.push("--network".into());
     cmd.push(spec.network.as_arg().into());
     let guard = WorktreeGuard::new(&worktree, &spec.protected);
-    for path in guard.moved(&worktree, &inside).forbid {
+    let seen = guard.moved(&worktree, &inside);
+    for path in &seen.forbid {
         cmd.push("--forbid".into());
+        cmd.push(path.display().to_string());
+    }
+    for path in seen
+        .repositories
+        .dirs
+        .iter()
+        .chain(&seen.repositories.pointers)
+    {
+        cmd.push("--known-repository".into());
         cmd.push(path.display().to_string());
     }
     cmd.push("--sweep-repositories".into());

@@ -64,6 +64,14 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
     for path in &guard.forbid {
         flag("forbid", path.clone().into());
     }
+    for path in guard
+        .repositories
+        .dirs
+        .iter()
+        .chain(&guard.repositories.pointers)
+    {
+        flag("known-repository", path.clone().into());
+    }
     if let Some(cg) = &cgroup {
         for dir in &cg.dirs {
             flag("cgroup", dir.clone().into());

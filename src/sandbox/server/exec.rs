@@ -82,36 +82,32 @@ impl Running {
         }
     }
 
-    /// Removes whatever a command planted at a forbidden path and disarms the repositories
-    /// it made; says what it did.
+    /// Removes whatever a command planted at a forbidden path and disarms what it left
+    /// for plain git at the top of the checkout; says what it did.
     pub fn sweep(&self) -> Option<String> {
-        let mut done: Vec<String> = self
-            .forbidden
-            .iter()
-            .filter(|p| super::remove_planted(p))
-            .map(|p| format!("removed {}", p.display()))
-            .collect();
+        let mut done = self.remove_forbidden();
         if let Some(repositories) = &self.repositories {
-            done.extend(repositories.sweep());
+            done.extend(repositories.after_command());
         }
         super::git_sweep::note(&done)
     }
 
-    /// After a write through the file API: the full sweep when the path names something a
-    /// repository is made of, or a forbidden file (a cheap test: most writes are sources).
-    pub fn sweep_after_write(&self, path: &std::path::Path) {
-        let part_of_repository = path.components().any(|c| {
-            matches!(
-                c.as_os_str().to_str(),
-                Some(".git" | "HEAD" | "objects" | "refs" | "commondir")
-            )
-        });
-        let forbidden = self
-            .forbidden
+    fn remove_forbidden(&self) -> Vec<String> {
+        self.forbidden
             .iter()
-            .any(|f| f.file_name().is_some() && f.file_name() == path.file_name());
-        if part_of_repository || forbidden {
-            let _ = self.sweep();
+            .filter(|p| super::remove_planted(p))
+            .map(|p| format!("removed {}", p.display()))
+            .collect()
+    }
+
+    /// After a write or rename through the file API: forbidden paths, and `path` and the
+    /// folders above it (a repository needs a `HEAD` beside its `objects`; one file tool
+    /// call at a time can make one).
+    pub fn after_file_change(&self, path: &std::path::Path) {
+        let _ = self.remove_forbidden();
+        if let Some(repositories) = &self.repositories {
+            let path = repositories.worktree.join(path);
+            let _ = repositories.after_file_change(&path);
         }
     }
 

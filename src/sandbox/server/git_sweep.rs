@@ -47,32 +47,42 @@ impl Repositories {
         let mut found = Repositories::default();
         let mut stack = vec![worktree.to_path_buf()];
         while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
+            let Some(listing) = read_listing(&dir) else {
                 continue;
             };
-            for entry in entries.flatten() {
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let path = entry.path();
-                if entry.file_name() == ".git" {
-                    if kind.is_dir() {
-                        found.add_dir(path);
-                    } else {
-                        found.pointers.push(path);
-                    }
-                } else if kind.is_dir() {
-                    if looks_like_repository(&path) {
-                        found.add_dir(path);
-                    } else {
-                        stack.push(path);
-                    }
+            if listing.is_repository && dir != worktree {
+                found.add_dir(dir);
+                continue;
+            }
+            if let Some(is_dir) = listing.git {
+                let git = dir.join(".git");
+                if is_dir {
+                    found.add_dir(git);
+                } else {
+                    found.pointers.push(git);
                 }
             }
+            stack.extend(listing.subdirs.iter().map(|name| dir.join(name)));
         }
         found.dirs.sort();
         found.pointers.sort();
         found
+    }
+
+    /// `path` if it is a `.git` entry or a folder git would take for a repository.
+    fn consider(&mut self, path: &Path) {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if path.file_name().is_some_and(|n| n == ".git") {
+            if meta.is_dir() {
+                self.add_dir(path.to_path_buf());
+            } else {
+                self.pointers.push(path.to_path_buf());
+            }
+        } else if meta.is_dir() && looks_like_repository(path) {
+            self.add_dir(path.to_path_buf());
+        }
     }
 
     /// A repository directory, and the repositories git keeps inside it.
@@ -115,64 +125,153 @@ pub fn looks_like_repository(dir: &Path) -> bool {
     has("HEAD") && (has("objects") || has("commondir"))
 }
 
+/// What a folder holds, as far as repositories go: one read of the folder gives it all
+/// (entry types come with the listing, so no folder is looked at twice).
+struct Listing {
+    /// Whether git could take the folder itself for a repository.
+    is_repository: bool,
+    /// A `.git` entry in it: `Some(true)` a directory, `Some(false)` anything else.
+    git: Option<bool>,
+    /// Its subfolders but `.git`, not following links.
+    subdirs: Vec<std::ffi::OsString>,
+}
+
+fn read_listing(dir: &Path) -> Option<Listing> {
+    let mut listing = Listing {
+        is_repository: false,
+        git: None,
+        subdirs: Vec::new(),
+    };
+    let (mut head, mut objects) = (false, false);
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let name = entry.file_name();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        match name.to_str() {
+            Some(".git") => listing.git = Some(is_dir),
+            Some("HEAD") => head = true,
+            Some("objects" | "commondir") => objects = true,
+            _ => {}
+        }
+        if is_dir && name != ".git" {
+            listing.subdirs.push(name);
+        }
+    }
+    listing.is_repository = head && objects;
+    Some(listing)
+}
+
 /// The repositories present when the sandbox started, and the sweep that disarms any
 /// other. Paths are as the server sees them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct RepositorySweep {
     pub worktree: PathBuf,
     /// Repository directories and pointers that were there at the start; they are walled
     /// off by mounts instead (read-only config and hooks, pinned directories).
     pub known: BTreeSet<PathBuf>,
+    /// The index as the last quick sweep read it (its identity, and its gitlinks).
+    index: std::sync::Mutex<Option<(IndexStamp, Vec<PathBuf>)>>,
 }
 
+type IndexStamp = (u64, i64, i64, u64);
+
 impl RepositorySweep {
-    pub fn new(worktree: &Path, at_start: &Repositories) -> RepositorySweep {
+    pub fn new(worktree: &Path, known: impl IntoIterator<Item = PathBuf>) -> RepositorySweep {
         RepositorySweep {
             worktree: worktree.to_path_buf(),
-            known: at_start
-                .dirs
-                .iter()
-                .chain(&at_start.pointers)
-                .cloned()
-                .collect(),
+            known: known.into_iter().collect(),
+            index: Default::default(),
         }
     }
 
-    /// Disarms every repository that was not there at the start; returns what it did, one
+    /// The sweep that knows what `at_start` found.
+    pub fn knowing(worktree: &Path, at_start: &Repositories) -> RepositorySweep {
+        let known = at_start.dirs.iter().chain(&at_start.pointers).cloned();
+        RepositorySweep::new(worktree, known)
+    }
+
+    /// Disarms every repository in the worktree that was not there at the start (one
+    /// read of every folder: for when the sandbox has closed); returns what it did, one
     /// line each, worktree-relative.
     pub fn sweep(&self) -> Vec<String> {
-        let now = Repositories::scan(&self.worktree);
-        let mut done = Vec::new();
-        // Directories first: a new `.git` directory loses its `HEAD`, then its name.
-        for dir in now.dirs.iter().filter(|d| !self.known.contains(*d)) {
-            if let Some(line) = self.disarm_dir(dir) {
-                done.push(line);
-            }
+        self.disarm(&Repositories::scan(&self.worktree))
+    }
+
+    /// What a command can leave for plain git at the top of the checkout, checked without
+    /// reading the whole worktree: a new top `.git`, a new repository at a gitlink the
+    /// index records (git enters those), and new repositories under `modules`.
+    pub fn after_command(&self) -> Vec<String> {
+        let mut now = Repositories::default();
+        let top = self.worktree.join(".git");
+        match std::fs::symlink_metadata(&top) {
+            Ok(m) if m.is_dir() => now.add_dir(top.clone()),
+            Ok(_) => now.pointers.push(top.clone()),
+            Err(_) => {}
         }
-        for entry in now.dirs.iter().chain(&now.pointers) {
-            if entry.file_name().is_some_and(|n| n == ".git") && !self.known.contains(entry) {
-                if let Some(line) = self.rename_git_entry(entry) {
-                    done.push(line);
-                }
+        for link in self.gitlinks(&top.join("index")) {
+            let dir = self.worktree.join(link);
+            now.consider(&dir);
+            now.consider(&dir.join(".git"));
+        }
+        for dir in self.known.iter().filter(|d| d.is_dir()) {
+            now.add_dir(dir.clone());
+        }
+        self.disarm(&now)
+    }
+
+    /// After a write or rename through the file tools: `path` itself and the folders
+    /// above it, up to the worktree (and everything below `path` when it is a folder).
+    pub fn after_file_change(&self, path: &Path) -> Vec<String> {
+        let mut now = if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            Repositories::scan(path)
+        } else {
+            Repositories::default()
+        };
+        for a in path
+            .ancestors()
+            .take_while(|a| a.starts_with(&self.worktree))
+        {
+            now.consider(a);
+            now.consider(&a.join(".git"));
+        }
+        self.disarm(&now)
+    }
+
+    fn disarm(&self, now: &Repositories) -> Vec<String> {
+        let mut done = Vec::new();
+        let new = |p: &&PathBuf| !self.known.contains(*p);
+        // Directories first: a new `.git` directory loses its `HEAD`, then its name.
+        let dirs: BTreeSet<&PathBuf> = now.dirs.iter().filter(new).collect();
+        done.extend(dirs.iter().filter_map(|d| self.disarm_dir(d)));
+        let entries: BTreeSet<&PathBuf> =
+            now.dirs.iter().chain(&now.pointers).filter(new).collect();
+        for entry in entries {
+            if entry.file_name().is_some_and(|n| n == ".git") {
+                done.extend(self.rename_git_entry(entry));
             }
         }
         done
     }
 
-    /// The cheap check after a write or rename of `path`: the path itself and the
-    /// directories above it, up to the worktree. A full sweep only if one of them is, or
-    /// holds, a repository that was not there at the start.
-    pub fn sweep_around(&self, path: &Path) -> Vec<String> {
-        let suspect = path
-            .ancestors()
-            .take_while(|a| a.starts_with(&self.worktree))
-            .any(|a| {
-                let new = |p: &Path| !self.known.contains(p);
-                (a.file_name().is_some_and(|n| n == ".git") && new(a))
-                    || (looks_like_repository(a) && new(a))
-                    || (std::fs::symlink_metadata(a.join(".git")).is_ok() && new(&a.join(".git")))
-            });
-        if suspect { self.sweep() } else { Vec::new() }
+    /// The worktree paths the index records as gitlinks, read again only when the index
+    /// file changed.
+    fn gitlinks(&self, index: &Path) -> Vec<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::symlink_metadata(index) else {
+            return Vec::new();
+        };
+        let stamp = (meta.ino(), meta.ctime(), meta.ctime_nsec(), meta.size());
+        let mut seen = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((was, links)) = &*seen
+            && *was == stamp
+        {
+            return links.clone();
+        }
+        let links = std::fs::read(index)
+            .ok()
+            .and_then(|bytes| index_gitlinks(&bytes, 20).or_else(|| index_gitlinks(&bytes, 32)))
+            .unwrap_or_default();
+        *seen = Some((stamp, links.clone()));
+        links
     }
 
     fn relative<'a>(&self, p: &'a Path) -> std::borrow::Cow<'a, str> {
@@ -212,6 +311,71 @@ impl RepositorySweep {
     }
 }
 
+/// The paths of the gitlinks (mode 160000) in a git index, versions 2 to 4, with object
+/// names of `hash` bytes (20 for SHA-1, 32 for SHA-256); `None` if it does not parse so.
+fn index_gitlinks(bytes: &[u8], hash: usize) -> Option<Vec<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt;
+    let be32 = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    if bytes.get(..4)? != b"DIRC" {
+        return None;
+    }
+    let version = be32(4)?;
+    let count = be32(8)? as usize;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let (mut at, mut links, mut path) = (12usize, Vec::new(), Vec::<u8>::new());
+    for _ in 0..count {
+        let mode = be32(at + 24)?;
+        let flags_at = at + 40 + hash;
+        let flags = u16::from_be_bytes(bytes.get(flags_at..flags_at + 2)?.try_into().ok()?);
+        let mut name_at = flags_at + 2;
+        if flags & 0x4000 != 0 {
+            name_at += 2;
+        }
+        if version == 4 {
+            // The path is the previous one, less a varint count of bytes, plus a suffix.
+            let (strip, used) = offset_varint(bytes.get(name_at..)?)?;
+            path.truncate(path.len().checked_sub(strip)?);
+            let rest = bytes.get(name_at + used..)?;
+            let end = rest.iter().position(|b| *b == 0)?;
+            path.extend_from_slice(&rest[..end]);
+            at = name_at + used + end + 1;
+        } else {
+            let rest = bytes.get(name_at..)?;
+            let end = rest.iter().position(|b| *b == 0)?;
+            path = rest[..end].to_vec();
+            // Entries are padded with 1 to 8 NULs to a multiple of 8 bytes.
+            at += (name_at - at + end + 8) & !7;
+        }
+        if path.is_empty() {
+            return None;
+        }
+        if mode == 0o160000 {
+            links.push(PathBuf::from(std::ffi::OsStr::from_bytes(&path)));
+        }
+    }
+    Some(links)
+}
+
+/// Git's "offset" varint (index v4 path prefixes): 7 bits a byte, each continuation
+/// adding one before the shift. Returns the value and the bytes it took.
+fn offset_varint(bytes: &[u8]) -> Option<(usize, usize)> {
+    let mut value = (*bytes.first()? & 0x7f) as usize;
+    let mut used = 1;
+    while bytes[used - 1] & 0x80 != 0 {
+        let b = *bytes.get(used)?;
+        value = ((value + 1) << 7) | (b & 0x7f) as usize;
+        used += 1;
+        if used > 9 {
+            return None;
+        }
+    }
+    Some((value, used))
+}
+
 /// `dir/name`, or `dir/name.N` for the first N not taken.
 fn free_name(dir: &Path, name: &str) -> PathBuf {
     let first = dir.join(name);
@@ -246,11 +410,70 @@ mod tests {
             .arg(dir)
             .args(args)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
             .output()
             .unwrap()
             .status
             .success();
         assert!(ok, "git {args:?}");
+    }
+
+    #[test]
+    fn gitlinks_are_read_from_every_index_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = tmp.path();
+        git(wt, &["init", "-q"]);
+        for (i, name) in ["a.txt", "deep/er/b.txt", "deep/er/c.txt"]
+            .iter()
+            .enumerate()
+        {
+            std::fs::create_dir_all(wt.join(name).parent().unwrap()).unwrap();
+            std::fs::write(wt.join(name), format!("{i}")).unwrap();
+            git(wt, &["add", name]);
+        }
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        for link in ["deep/er/sub", "zz-last"] {
+            git(
+                wt,
+                &[
+                    "update-index",
+                    "--add",
+                    "--cacheinfo",
+                    &format!("160000,{sha},{link}"),
+                ],
+            );
+        }
+        for version in ["2", "3", "4"] {
+            git(wt, &["update-index", "--index-version", version]);
+            let bytes = std::fs::read(wt.join(".git/index")).unwrap();
+            assert_eq!(
+                index_gitlinks(&bytes, 20),
+                Some(vec![PathBuf::from("deep/er/sub"), PathBuf::from("zz-last")]),
+                "index version {version}"
+            );
+        }
+        assert_eq!(index_gitlinks(b"DIRC\0\0\0\x02\0\0\0\x05", 20), None);
+    }
+
+    #[test]
+    fn after_a_command_a_repository_at_a_gitlink_is_disarmed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let wt = tmp.path();
+        git(wt, &["init", "-q"]);
+        let sweep = RepositorySweep::knowing(wt, &Repositories::scan(wt));
+        git(wt, &["init", "-q", "sub"]);
+        git(
+            wt,
+            &["-C", "sub", "commit", "-q", "--allow-empty", "-m", "x"],
+        );
+        // Untracked, it is for the sweep at close; added as a gitlink, for the quick one.
+        assert!(sweep.after_command().is_empty());
+        git(wt, &["add", "sub"]);
+        assert_eq!(sweep.after_command().len(), 2);
+        assert!(wt.join("sub/.git.disarmed").is_dir());
     }
 
     #[test]
@@ -289,7 +512,7 @@ mod tests {
         let wt = tmp.path();
         git(wt, &["init", "-q"]);
         git(wt, &["init", "-q", "old"]);
-        let sweep = RepositorySweep::new(wt, &Repositories::scan(wt));
+        let sweep = RepositorySweep::knowing(wt, &Repositories::scan(wt));
         assert!(sweep.sweep().is_empty(), "nothing new yet");
         git(wt, &["init", "-q", "new"]);
         git(wt, &["init", "-q", "--bare", "bare"]);
@@ -311,12 +534,12 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let wt = tmp.path();
         git(wt, &["init", "-q"]);
-        let sweep = RepositorySweep::new(wt, &Repositories::scan(wt));
+        let sweep = RepositorySweep::knowing(wt, &Repositories::scan(wt));
         std::fs::create_dir_all(wt.join("src")).unwrap();
         std::fs::write(wt.join("src/main.rs"), "fn main() {}").unwrap();
-        assert!(sweep.sweep_around(&wt.join("src/main.rs")).is_empty());
+        assert!(sweep.after_file_change(&wt.join("src/main.rs")).is_empty());
         std::fs::write(wt.join("src/.git"), "gitdir: ../evil\n").unwrap();
-        let done = sweep.sweep_around(&wt.join("src/.git"));
+        let done = sweep.after_file_change(&wt.join("src/.git"));
         assert_eq!(done.len(), 1, "{done:?}");
         assert!(wt.join("src/.git.disarmed").is_file());
     }

@@ -13,7 +13,6 @@ pub mod roots;
 pub mod search;
 
 use std::io::{Read, Write};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rustix::fs::OFlags;
@@ -49,6 +48,9 @@ pub fn serve(
 pub struct GitGuard {
     pub forbidden: Vec<std::path::PathBuf>,
     pub sweep_repositories: bool,
+    /// The repositories (directories and `.git` pointers) the host found before the
+    /// sandbox started; the sweep leaves them to the mounts.
+    pub known: Vec<std::path::PathBuf>,
 }
 
 impl GitGuard {
@@ -56,10 +58,7 @@ impl GitGuard {
         let repositories = roots
             .first()
             .filter(|_| self.sweep_repositories)
-            .map(|worktree| {
-                let at_start = git_sweep::Repositories::scan(&worktree.path);
-                git_sweep::RepositorySweep::new(&worktree.path, &at_start)
-            });
+            .map(|worktree| git_sweep::RepositorySweep::new(&worktree.path, self.known));
         exec::Running::guarded(self.forbidden, repositories)
     }
 }
@@ -323,7 +322,7 @@ fn handle(
         Request::Read(req) => files::read(roots, &req).map(Response::Read),
         Request::Write(req) => {
             let written = files::write(roots, &req).map(Response::Written);
-            running.sweep_after_write(Path::new(&req.path));
+            running.after_file_change(&req.path);
             written
         }
         Request::Stat { path } => files::stat(roots, &path).map(Response::Stat),
@@ -334,7 +333,7 @@ fn handle(
         Request::Rename { from, to } => {
             let renamed = files::rename(roots, &from, &to).map(|()| Response::Done);
             // A directory moved elsewhere takes its repositories along, to paths not known.
-            let _ = running.sweep();
+            running.after_file_change(&to);
             renamed
         }
         Request::Glob(req) => search_root(roots, &req.root, true)
