@@ -43,6 +43,9 @@ pub struct SessionOptions {
     /// Where the sandbox works: the checkout, or a private copy of it (default: the
     /// profile's, else the checkout).
     pub workspace: Option<crate::workspace::Mode>,
+    /// The root is a private worktree of runner's own (an evaluation attempt's), not a
+    /// checkout the user runs git in: repositories made there are left as they are.
+    pub private_worktree: bool,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -180,6 +183,9 @@ impl SessionOptions {
             }
             _ => None,
         };
+        // Only a checkout the user runs git in needs repositories the sandbox makes
+        // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
+        spec.sweep_repositories = workspace.is_none() && !self.private_worktree;
         // The model is told where full outputs are saved; the sandbox must let it read them.
         spec.read_only.push(truncator.dir().to_path_buf());
         let sandbox = match crate::sandbox::open(&spec).await {

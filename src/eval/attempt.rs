@@ -380,6 +380,7 @@ pub(super) fn session_options_for(
     // the session works in it and makes no copy of its own, whatever the profile says.
     // A copy would leave the attempt's diff and verifier looking at the untouched files.
     s.workspace = Some(crate::workspace::Mode::Direct);
+    s.private_worktree = true;
     s.profile = Some(options.profile.clone());
     s.backend = options.backend;
     s.image = image.or(options.image.clone());

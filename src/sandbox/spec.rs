@@ -136,6 +136,9 @@ pub struct SandboxSpec {
     pub env_allow: Vec<String>,
     /// Worktree-relative paths mounted read-only.
     pub protected: Vec<PathBuf>,
+    /// Disarm repositories commands make in the worktree (see
+    /// [`super::server::git_sweep`]): for a checkout the user runs git in.
+    pub sweep_repositories: bool,
     /// The `runner` executable that serves inside the sandbox. It must be static for the
     /// docker backend (every runner build is).
     pub server_exe: PathBuf,
@@ -177,6 +180,7 @@ impl SandboxSpec {
             network: Network::None,
             env_allow: Vec::new(),
             protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
+            sweep_repositories: true,
             server_exe: std::env::current_exe()?,
             docker: DockerSpec::default(),
         })

@@ -124,11 +124,13 @@ impl WorktreeGuard {
         }
     }
 
-    /// What the host sweeps when the sandbox has closed.
-    pub fn sweep_on_close(&self, worktree: &Path) -> SweepOnClose {
+    /// What the host sweeps when the sandbox has closed: the forbidden paths, and with
+    /// `repositories` every repository the sandbox made.
+    pub fn sweep_on_close(&self, worktree: &Path, repositories: bool) -> SweepOnClose {
         SweepOnClose {
             forbid: self.forbid.clone(),
-            repositories: RepositorySweep::knowing(worktree, &self.repositories),
+            repositories: repositories
+                .then(|| RepositorySweep::knowing(worktree, &self.repositories)),
         }
     }
 }
@@ -174,7 +176,7 @@ pub fn config_includes(config: &Path) -> Vec<PathBuf> {
 /// planted by something that outlived its command.
 pub struct SweepOnClose {
     forbid: Vec<PathBuf>,
-    repositories: RepositorySweep,
+    repositories: Option<RepositorySweep>,
 }
 
 impl Drop for SweepOnClose {
@@ -185,7 +187,9 @@ impl Drop for SweepOnClose {
             .filter(|p| super::server::remove_planted(p))
             .map(|p| format!("removed {}", p.display()))
             .collect();
-        done.extend(self.repositories.sweep());
+        if let Some(repositories) = &self.repositories {
+            done.extend(repositories.sweep());
+        }
         if !done.is_empty() {
             eprintln!(
                 "runner: when the sandbox closed, {} (git on the host would have run what \

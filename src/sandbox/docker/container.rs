@@ -244,7 +244,9 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         cmd.push("--known-repository".into());
         cmd.push(path.display().to_string());
     }
-    cmd.push("--sweep-repositories".into());
+    if spec.sweep_repositories {
+        cmd.push("--sweep-repositories".into());
+    }
     let body = container_body(spec, &worktree, &inside, &guard, &run_id, cmd);
     let name = format!("runner-{run_id}");
     let created = docker
@@ -269,7 +271,7 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
     };
     // Reverse order: the container goes first, then the sweep finds nothing can replant.
     let guards: Vec<Box<dyn Send + Sync>> = vec![
-        Box::new(guard.sweep_on_close(&worktree)),
+        Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories)),
         Box::new(container),
     ];
     serve(docker, &created.id, inside, container_env(spec), guards).await

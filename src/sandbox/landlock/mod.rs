@@ -77,7 +77,9 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
             flag("cgroup", dir.clone().into());
         }
     }
-    args.push("--sweep-repositories".into());
+    if spec.sweep_repositories {
+        args.push("--sweep-repositories".into());
+    }
     let tmp_str = tmp_path.to_string_lossy().into_owned();
     // The common allow-list and the profile's additions, but not the host's HOME (its dot
     // files are outside the wall; the private temp directory stands in) and not PATH as is:
@@ -109,7 +111,7 @@ pub fn prepare(spec: &SandboxSpec, worktree: &Path) -> Result<Prepared, SandboxE
         env,
         tmp,
         cgroup,
-        sweep: guard.sweep_on_close(worktree),
+        sweep: guard.sweep_on_close(worktree, spec.sweep_repositories),
     })
 }
 
