@@ -435,6 +435,8 @@ impl Server {
         let why = match ctx.gate.confirm(&request).await {
             Ok(()) => return Ok(()),
             Err(crate::permission::PermissionError::Unanswered { reason, .. }) => {
+                // The asker's own advice (an allow rule) does not apply here: no rule can.
+                let reason = reason.split(" (").next().unwrap_or(&reason);
                 format!("it was refused because {reason}")
             }
             Err(crate::permission::PermissionError::Rejected { .. }) => {
