@@ -243,7 +243,10 @@ fn control_the_users_own_exact_rule_opens_loopback_under_both_profiles() {
         let url = format!("http://127.0.0.1:{}/latest/meta-data", s.port);
         let (out, v) = fetch(&url, &["--profile", profile]);
         assert_eq!(out.status.code(), Some(0), "{profile}: {v}");
-        assert!(v["output"].as_str().unwrap().contains("Secret plans"), "{v}");
+        assert!(
+            v["output"].as_str().unwrap().contains("Secret plans"),
+            "{v}"
+        );
         assert_eq!(s.hits.load(Ordering::SeqCst), 1, "{profile}");
     }
     // The same rule in a file given with --config.
@@ -312,7 +315,11 @@ fn attack_a_redirect_from_an_allowed_server_to_loopback_is_refused() {
             "control: the allowed server was reached"
         );
     }
-    assert_eq!(inner.hits.load(Ordering::SeqCst), 0, "127.0.0.2 was reached");
+    assert_eq!(
+        inner.hits.load(Ordering::SeqCst),
+        0,
+        "127.0.0.2 was reached"
+    );
     assert_eq!(inner6.hits.load(Ordering::SeqCst), 0, "::1 was reached");
 }
 

@@ -449,7 +449,10 @@ fn attack_a_repositorys_remote_server_is_not_contacted_without_an_ask() {
         // `--ask deny` refuses as well.
         let states = list(&p, &["--ask", "deny"]);
         assert!(
-            states[0]["state"].as_str().unwrap_or_default().contains("[mcp.x]"),
+            states[0]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("[mcp.x]"),
             "{states:?}"
         );
     }
@@ -489,7 +492,10 @@ fn attack_an_approved_repository_server_still_cannot_reach_loopback() {
     // The name that leads there is refused at the same point.
     std::fs::write(
         p.root.join(".runner/config.toml"),
-        format!("[mcp.x]\nurl = \"{}\"\n", far.url.replace("127.0.0.1", "localhost")),
+        format!(
+            "[mcp.x]\nurl = \"{}\"\n",
+            far.url.replace("127.0.0.1", "localhost")
+        ),
     )
     .unwrap();
     let states = list(&p, &["--ask", "allow"]);
@@ -508,7 +514,10 @@ fn attack_the_users_own_remote_server_on_loopback_needs_the_address_named() {
     user_config(&p, &format!("[mcp.far]\nurl = \"{}\"\n", far.url));
     let states = list(&p, &[]);
     let state = states[0]["state"].as_str().unwrap_or_default();
-    assert!(state.contains("127.0.0.1 (loopback) is not a public address"), "{state}");
+    assert!(
+        state.contains("127.0.0.1 (loopback) is not a public address"),
+        "{state}"
+    );
     assert!(state.contains("[permission.network]"), "{state}");
     assert_eq!(far.connections(), 0);
     // Control: named, it is reached.

@@ -120,11 +120,12 @@ impl Settings {
                 source: source.to_path_buf(),
             }));
         // A server remembers its file: a repository's remote one needs the user's approval.
-        self.mcp.extend(file.mcp.into_iter().map(|(name, mut spec)| {
-            spec.source = Some(source.to_path_buf());
-            spec.from_project = place == crate::tool::hooks::Place::Sandbox;
-            (name, spec)
-        }));
+        self.mcp
+            .extend(file.mcp.into_iter().map(|(name, mut spec)| {
+                spec.source = Some(source.to_path_buf());
+                spec.from_project = place == crate::tool::hooks::Place::Sandbox;
+                (name, spec)
+            }));
         if file.model.is_some() {
             self.model = file.model;
         }

@@ -192,7 +192,10 @@ impl Openings {
     }
 
     /// Looks `name` up once and keeps the addresses that may be connected to.
-    async fn resolve(&self, name: &str) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+    async fn resolve(
+        &self,
+        name: &str,
+    ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
         let bare = name.trim_start_matches('[').trim_end_matches(']');
         let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, 0)],
@@ -336,7 +339,8 @@ mod tests {
     fn only_the_users_own_exact_rule_opens_an_address() {
         use Action::*;
         use Layer::*;
-        let cases: &[(&[(&str, Action, Layer)], bool)] = &[
+        type Rules<'a> = &'a [(&'a str, Action, Layer)];
+        let cases: &[(Rules, bool)] = &[
             (&[("127.0.0.1", Allow, User)], true),
             (&[("127.0.0.1", Allow, Explicit)], true),
             // A repository's rule, the profile's, or an agent's, cannot.
@@ -350,7 +354,10 @@ mod tests {
             (&[("127.0.0.1", Allow, User), ("*", Ask, User)], false),
             // A repository's later wildcard does not take the user's rule away; its deny does.
             (&[("127.0.0.1", Allow, User), ("*", Allow, Project)], true),
-            (&[("127.0.0.1", Allow, User), ("127.0.0.1", Deny, Project)], false),
+            (
+                &[("127.0.0.1", Allow, User), ("127.0.0.1", Deny, Project)],
+                false,
+            ),
             (&[("127.0.0.1", Deny, User)], false),
         ];
         for (rules, want) in cases {
@@ -432,7 +439,11 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.contains(&crate::permission::config::user_config_path().display().to_string()),
+            err.contains(
+                &crate::permission::config::user_config_path()
+                    .display()
+                    .to_string()
+            ),
             "{err}"
         );
         assert!(

@@ -596,7 +596,10 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
         });
         let layers: Vec<Layer> = merged.iter().map(|r| r.source.layer).collect();
         use Layer::*;
-        assert_eq!(layers, [Defaults, Profile, User, Project, Explicit, Session]);
+        assert_eq!(
+            layers,
+            [Defaults, Profile, User, Project, Explicit, Session]
+        );
         let own: Vec<bool> = layers.iter().map(|l| l.is_users_own()).collect();
         assert_eq!(own, [false, false, true, false, true, false]);
     }

@@ -385,8 +385,12 @@ impl Server {
                 self.name
             ));
         }
-        let not_contacted =
-            |e: String| format!("the MCP server {} at {url} was not contacted: {e}", self.name);
+        let not_contacted = |e: String| {
+            format!(
+                "the MCP server {} at {url} was not contacted: {e}",
+                self.name
+            )
+        };
         ctx.outbound.check(&parsed).await.map_err(not_contacted)?;
         let mut headers = reqwest012::header::HeaderMap::new();
         for (k, v) in &self.spec.headers {
@@ -401,12 +405,14 @@ impl Server {
             client,
             StreamableHttpClientTransportConfig::with_uri(url.to_string()),
         );
-        ().serve(transport).await.map_err(|e| {
-            match crate::network::outbound::Outbound::refusal_in(&e) {
-                Some(refused) => not_contacted(refused.to_string()),
-                None => format!("the MCP server {} at {url} did not start: {e}", self.name),
-            }
-        })
+        ().serve(transport)
+            .await
+            .map_err(
+                |e| match crate::network::outbound::Outbound::refusal_in(&e) {
+                    Some(refused) => not_contacted(refused.to_string()),
+                    None => format!("the MCP server {} at {url} did not start: {e}", self.name),
+                },
+            )
     }
 
     /// A repository's config naming a remote server would have this machine connect where
@@ -421,16 +427,13 @@ impl Server {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| ".runner/config.toml".into());
         let entry = format!("[mcp.{}]", self.name);
-        let mut request = PermissionRequest::new(
-            "remote_mcp",
-            vec![url.to_string()],
-            vec![url.to_string()],
-        )
-        .with_metadata(serde_json::json!({
-            "server": self.name,
-            "source": source,
-            "headers": self.spec.headers.keys().collect::<Vec<_>>(),
-        }));
+        let mut request =
+            PermissionRequest::new("remote_mcp", vec![url.to_string()], vec![url.to_string()])
+                .with_metadata(serde_json::json!({
+                    "server": self.name,
+                    "source": source,
+                    "headers": self.spec.headers.keys().collect::<Vec<_>>(),
+                }));
         request.tool = Some(format!("{source} ({entry}, a repository's config)"));
         let why = match ctx.gate.confirm(&request).await {
             Ok(()) => return Ok(()),

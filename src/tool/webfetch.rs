@@ -140,76 +140,7 @@ async fn fetch(
     secs: u64,
     ctx: &ToolContext,
 ) -> Result<Fetched, ToolError> {
-    let failed = |url: &reqwest::Url, e: reqwest::Error| {
-        if let Some(r) = crate::network::outbound::Outbound::refusal_in(&e) {
-            refused(url, r)
-        } else if e.is_timeout() {
-            timed_out(secs)
-        } else {
-            ToolError::Failed(format!("Fetching {url} failed: {}", error_chain(&e)))
-        }
-    };
-    // Redirects are followed by hand: one to another origin is asked about first, so a
-    // rule that allows one site does not let it send the request somewhere else, and
-    // every hop's address is judged again.
-    let client = ctx.outbound.client().map_err(ToolError::Failed)?;
-    let mut current = reqwest::Url::parse(url)
-        .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
-    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    let mut redirects = 0;
-    let mut response = loop {
-        ctx.outbound
-            .check_url(&current)
-            .map_err(|r| refused(&current, &r))?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let response = client
-            .get(current.clone())
-            .timeout(left)
-            .header(reqwest::header::ACCEPT, accept(format))
-            .header(reqwest::header::ACCEPT_LANGUAGE, "en-US,en;q=0.9")
-            .send();
-        let response = tokio::time::timeout_at(deadline, response)
-            .await
-            .map_err(|_| timed_out(secs))?
-            .map_err(|e| failed(&current, e))?;
-        let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|v| v.to_str().ok());
-        let (true, Some(location)) = (response.status().is_redirection(), location) else {
-            break response;
-        };
-        redirects += 1;
-        if redirects > MAX_REDIRECTS {
-            return Err(ToolError::Failed(format!(
-                "{url} redirected more than {MAX_REDIRECTS} times; gave up at {current}"
-            )));
-        }
-        let next = current.join(location).map_err(|e| {
-            ToolError::Failed(format!(
-                "{current} redirected to {location:?}, which is not a valid URL: {e}"
-            ))
-        })?;
-        if !matches!(next.scheme(), "http" | "https") {
-            return Err(ToolError::Failed(format!(
-                "{current} redirected to {next}, which is not an http:// or https:// URL"
-            )));
-        }
-        if next.origin() != current.origin() {
-            let asked = tokio::time::Instant::now();
-            ctx.ask(
-                PermissionRequest::new("webfetch", vec![next.to_string()], vec!["*".into()])
-                    .with_metadata(serde_json::json!({
-                        "url": next.as_str(),
-                        "redirectedFrom": current.as_str(),
-                        "format": format_name(format),
-                    })),
-            )
-            .await?;
-            deadline += asked.elapsed();
-        }
-        current = next;
-    };
+    let (mut response, current, deadline) = follow(url, format, secs, ctx).await?;
     let status = response.status();
     if !status.is_success() {
         return Err(ToolError::Failed(format!(
@@ -236,7 +167,11 @@ async fn fetch(
         .to_ascii_lowercase();
     let body = async {
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| failed(&current, e))? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| failed(&current, e, secs))?
+        {
             if body.len() + chunk.len() > MAX_BYTES {
                 return Err(too_large());
             }
@@ -253,6 +188,104 @@ async fn fetch(
         content_type,
         body,
     })
+}
+
+/// Sends the GET and follows redirects by hand: one to another origin is asked about
+/// first, so a rule that allows one site does not let it send the request somewhere else,
+/// and every hop's address is judged again (the session's client judges each name when it
+/// connects). The final response, its URL, and the deadline (moved on by the time an ask
+/// waited).
+async fn follow(
+    url: &str,
+    format: Format,
+    secs: u64,
+    ctx: &ToolContext,
+) -> Result<(reqwest::Response, reqwest::Url, tokio::time::Instant), ToolError> {
+    let client = ctx.outbound.client().map_err(ToolError::Failed)?;
+    let mut current = reqwest::Url::parse(url)
+        .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    let mut redirects = 0;
+    loop {
+        ctx.outbound
+            .check_url(&current)
+            .map_err(|r| refused(&current, &r))?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let response = client
+            .get(current.clone())
+            .timeout(left)
+            .header(reqwest::header::ACCEPT, accept(format))
+            .header(reqwest::header::ACCEPT_LANGUAGE, "en-US,en;q=0.9")
+            .send();
+        let response = tokio::time::timeout_at(deadline, response)
+            .await
+            .map_err(|_| timed_out(secs))?
+            .map_err(|e| failed(&current, e, secs))?;
+        let Some(next) = redirect_target(&current, &response)? else {
+            return Ok((response, current, deadline));
+        };
+        redirects += 1;
+        if redirects > MAX_REDIRECTS {
+            return Err(ToolError::Failed(format!(
+                "{url} redirected more than {MAX_REDIRECTS} times; gave up at {current}"
+            )));
+        }
+        // A hop to a closed address is refused before anybody is asked about it.
+        ctx.outbound
+            .check_url(&next)
+            .map_err(|r| refused(&next, &r))?;
+        if next.origin() != current.origin() {
+            let asked = tokio::time::Instant::now();
+            ctx.ask(
+                PermissionRequest::new("webfetch", vec![next.to_string()], vec!["*".into()])
+                    .with_metadata(serde_json::json!({
+                        "url": next.as_str(),
+                        "redirectedFrom": current.as_str(),
+                        "format": format_name(format),
+                    })),
+            )
+            .await?;
+            deadline += asked.elapsed();
+        }
+        current = next;
+    }
+}
+
+/// Where a redirect leads, if the response is one.
+fn redirect_target(
+    current: &reqwest::Url,
+    response: &reqwest::Response,
+) -> Result<Option<reqwest::Url>, ToolError> {
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok());
+    let (true, Some(location)) = (response.status().is_redirection(), location) else {
+        return Ok(None);
+    };
+    let next = current.join(location).map_err(|e| {
+        ToolError::Failed(format!(
+            "{current} redirected to {location:?}, which is not a valid URL: {e}"
+        ))
+    })?;
+    if !matches!(next.scheme(), "http" | "https") {
+        return Err(ToolError::Failed(format!(
+            "{current} redirected to {next}, which is not an http:// or https:// URL"
+        )));
+    }
+    Ok(Some(next))
+}
+
+/// Why a request failed: the address rules' refusal, the timeout, or what reqwest's chain
+/// of causes says.
+fn failed(url: &reqwest::Url, e: reqwest::Error, secs: u64) -> ToolError {
+    if let Some(r) = crate::network::outbound::Outbound::refusal_in(&e) {
+        refused(url, r)
+    } else if e.is_timeout() {
+        timed_out(secs)
+    } else {
+        ToolError::Failed(format!("Fetching {url} failed: {}", error_chain(&e)))
+    }
 }
 
 /// A request the host's address rules stopped before it was made.
@@ -615,10 +648,8 @@ mod tests {
     /// A test context whose user has opened the loopback servers the tests run.
     async fn local() -> TestCtx {
         let mut t = TestCtx::new().await;
-        let outbound = crate::network::outbound::Outbound::new(&users_rules(&[
-            "127.0.0.1",
-            "localhost",
-        ]));
+        let outbound =
+            crate::network::outbound::Outbound::new(&users_rules(&["127.0.0.1", "localhost"]));
         t.ctx = t.ctx.clone().with_outbound(std::sync::Arc::new(outbound));
         t
     }
@@ -911,7 +942,8 @@ mod tests {
                     format!("http://127.0.0.2:{inner}/latest/meta-data")
                 };
                 n += 1;
-                let head = format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
+                let head =
+                    format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
                 let _ = sock.write_all(head.as_bytes()).await;
             }
         });
