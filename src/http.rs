@@ -1,4 +1,5 @@
-//! The one HTTP client setup the host side shares (model providers, `webfetch`).
+//! The one HTTP client setup the host side shares (model providers; `webfetch` and remote
+//! MCP servers through `network::outbound`, which adds the address rules on top).
 //!
 //! TLS is rustls with the `ring` provider: no OpenSSL and no aws-lc build, so the static
 //! binary stays buildable with only a C compiler. rustls needs its provider installed once

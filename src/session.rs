@@ -220,6 +220,9 @@ impl SessionOptions {
             Arc::new(truncator),
         )
         .with_hooks(Arc::new(hooks))
+        .with_outbound(Arc::new(crate::network::outbound::Outbound::new(
+            &rules.rules,
+        )))
         .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
             settings.mcp.clone(),
         )));

@@ -1,8 +1,14 @@
 //! `webfetch` is a way out of the sandbox by design: it runs on the host, where the
 //! network is. These attacks use it to reach what a profile or a rule keeps closed, and
 //! must fail; the controls next to them must succeed. Each is the real binary against a
-//! real HTTP server on loopback, which counts the requests that reach it: an attack that
+//! real HTTP server on loopback, which counts the connections that reach it: an attack that
 //! "fails" after the request was sent has already leaked.
+//!
+//! The host's own addresses are closed to it unless the user's own config names them (as
+//! for the allow-list proxy): loopback in every spelling, a name that leads there, a
+//! redirect there, and a repository's config trying to open it are refused before anything
+//! connects. The servers here are on loopback, so the controls (and the attacks on the
+//! permission rules) run with a user config that names `127.0.0.1`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -12,14 +18,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
-/// A server answering `/page` with HTML, `/away` with a redirect to `target`, counting hits.
+/// A server answering `/page` with HTML, `/away` with a redirect to `target`, counting the
+/// connections it accepts.
 struct Site {
     port: u16,
     hits: Arc<AtomicUsize>,
 }
 
 fn site(redirect_to: Option<String>) -> Site {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    site_on("127.0.0.1", redirect_to)
+}
+
+fn site_on(ip: &str, redirect_to: Option<String>) -> Site {
+    let listener = TcpListener::bind((ip, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
@@ -54,8 +65,39 @@ fn site(redirect_to: Option<String>) -> Site {
     Site { port, hits }
 }
 
+/// The user's own config opening the loopback address the servers listen on.
+const USER_OPENS_LOOPBACK: &str = "[permission.network]\n\"127.0.0.1\" = \"allow\"\n";
+
+/// Where a fetch runs: the user's own config (`$XDG_CONFIG_HOME/runner/config.toml`) and
+/// the repository's (`.runner/config.toml` in the worktree), each if given.
+#[derive(Default)]
+struct Configs<'a> {
+    user: Option<&'a str>,
+    project: Option<&'a str>,
+}
+
 fn fetch(url: &str, extra: &[&str]) -> (Output, Value) {
+    fetch_in(
+        url,
+        extra,
+        Configs {
+            user: Some(USER_OPENS_LOOPBACK),
+            ..Configs::default()
+        },
+    )
+}
+
+fn fetch_in(url: &str, extra: &[&str], configs: Configs) -> (Output, Value) {
     let tmp = tempfile::tempdir().unwrap();
+    if let Some(text) = configs.user {
+        let dir = tmp.path().join("config/runner");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.toml"), text).unwrap();
+    }
+    if let Some(text) = configs.project {
+        std::fs::create_dir_all(tmp.path().join(".runner")).unwrap();
+        std::fs::write(tmp.path().join(".runner/config.toml"), text).unwrap();
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_runner"))
         .current_dir(tmp.path())
         .env("XDG_DATA_HOME", tmp.path().join("data"))
@@ -75,6 +117,18 @@ fn fetch(url: &str, extra: &[&str]) -> (Output, Value) {
     (out, v)
 }
 
+/// The error of a refused fetch, checked to say what was refused and how to open it.
+fn refusal(out: &Output, v: &Value, what: &str) -> String {
+    assert_eq!(out.status.code(), Some(1), "{what}: {v} {out:?}");
+    let err = v["error"].as_str().unwrap_or_default().to_string();
+    assert!(err.contains("webfetch refused"), "{what}: {err}");
+    assert!(
+        err.contains("add `\"") && err.contains("under [permission.network]"),
+        "{what}: the refusal says how to open it: {err}"
+    );
+    err
+}
+
 fn config(text: &str) -> tempfile::NamedTempFile {
     let f = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
     std::fs::write(f.path(), text).unwrap();
@@ -92,6 +146,9 @@ fn control_webfetch_reads_a_page_under_the_default_profile() {
     );
     assert_eq!(s.hits.load(Ordering::SeqCst), 1);
 }
+
+// The permission rules: the user's config opens loopback here, so only the rules stand
+// between the fetch and the server.
 
 #[test]
 fn attack_untrusted_profile_cannot_fetch_without_approval() {
@@ -158,4 +215,133 @@ fn attack_file_and_other_schemes_are_refused() {
             "{url}: {v}"
         );
     }
+}
+
+// The host's own addresses. Each attack runs without a terminal and without `--ask`, the
+// way a model's fetch runs headless, and the server counts what reached it.
+
+#[test]
+fn attack_the_metadata_path_on_loopback_under_the_default_and_laptop_profiles() {
+    for profile in ["default", "laptop"] {
+        let s = site(None);
+        let url = format!("http://127.0.0.1:{}/latest/meta-data", s.port);
+        let (out, v) = fetch_in(&url, &["--profile", profile], Configs::default());
+        let err = refusal(&out, &v, profile);
+        assert!(err.contains("127.0.0.1 (loopback)"), "{profile}: {err}");
+        assert_eq!(
+            s.hits.load(Ordering::SeqCst),
+            0,
+            "{profile}: the loopback server was reached"
+        );
+    }
+}
+
+#[test]
+fn control_the_users_own_exact_rule_opens_loopback_under_both_profiles() {
+    for profile in ["default", "laptop"] {
+        let s = site(None);
+        let url = format!("http://127.0.0.1:{}/latest/meta-data", s.port);
+        let (out, v) = fetch(&url, &["--profile", profile]);
+        assert_eq!(out.status.code(), Some(0), "{profile}: {v}");
+        assert!(
+            v["output"].as_str().unwrap().contains("Secret plans"),
+            "{v}"
+        );
+        assert_eq!(s.hits.load(Ordering::SeqCst), 1, "{profile}");
+    }
+    // The same rule in a file given with --config.
+    let s = site(None);
+    let cfg = config(USER_OPENS_LOOPBACK);
+    let (out, v) = fetch_in(
+        &format!("http://127.0.0.1:{}/page", s.port),
+        &["--config", cfg.path().to_str().unwrap()],
+        Configs::default(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(s.hits.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn attack_every_spelling_and_name_of_loopback_is_refused() {
+    let s = site(None);
+    let s6 = site_on("::1", None);
+    let p = s.port;
+    let urls = [
+        format!("http://localhost:{p}/latest/meta-data"),
+        format!("http://LocalHost:{p}/latest/meta-data"),
+        format!("http://localhost.:{p}/latest/meta-data"),
+        format!("http://0x7f000001:{p}/latest/meta-data"),
+        format!("http://2130706433:{p}/latest/meta-data"),
+        format!("http://0177.0.0.1:{p}/latest/meta-data"),
+        format!("http://127.1:{p}/latest/meta-data"),
+        format!("http://[::ffff:127.0.0.1]:{p}/latest/meta-data"),
+        format!("http://[::ffff:7f00:1]:{p}/latest/meta-data"),
+        format!("http://0.0.0.0:{p}/latest/meta-data"),
+        format!("http://[::1]:{}/latest/meta-data", s6.port),
+        format!("http://[0:0:0:0:0:0:0:1]:{}/latest/meta-data", s6.port),
+    ];
+    for url in &urls {
+        let (out, v) = fetch_in(url, &[], Configs::default());
+        assert_eq!(out.status.code(), Some(1), "{url}: {v}");
+        let err = v["error"].as_str().unwrap_or_default();
+        // `localhost.` may not resolve at all where the hosts file has no such name;
+        // either way nothing connects.
+        assert!(
+            err.contains("webfetch refused") || err.contains("does not resolve"),
+            "{url}: {err}"
+        );
+    }
+    assert_eq!(s.hits.load(Ordering::SeqCst), 0, "127.0.0.1 was reached");
+    assert_eq!(s6.hits.load(Ordering::SeqCst), 0, "::1 was reached");
+}
+
+#[test]
+fn attack_a_redirect_from_an_allowed_server_to_loopback_is_refused() {
+    // The user opened 127.0.0.1; 127.0.0.2 and ::1 are loopback too, and not opened.
+    let inner = site_on("127.0.0.2", None);
+    let inner6 = site_on("::1", None);
+    for to in [
+        format!("http://127.0.0.2:{}/latest/meta-data", inner.port),
+        format!("http://[::1]:{}/latest/meta-data", inner6.port),
+        format!("http://[::ffff:127.0.0.2]:{}/latest/meta-data", inner.port),
+        "http://169.254.169.254/latest/meta-data".to_string(),
+    ] {
+        let outer = site(Some(to.clone()));
+        let (out, v) = fetch(&format!("http://127.0.0.1:{}/away", outer.port), &[]);
+        refusal(&out, &v, &to);
+        assert_eq!(
+            outer.hits.load(Ordering::SeqCst),
+            1,
+            "control: the allowed server was reached"
+        );
+    }
+    assert_eq!(
+        inner.hits.load(Ordering::SeqCst),
+        0,
+        "127.0.0.2 was reached"
+    );
+    assert_eq!(inner6.hits.load(Ordering::SeqCst), 0, "::1 was reached");
+}
+
+#[test]
+fn attack_a_repositorys_config_cannot_open_loopback() {
+    let s = site(None);
+    let url = format!("http://127.0.0.1:{}/latest/meta-data", s.port);
+    let project = "[permission.network]\n\"127.0.0.1\" = \"allow\"\n\"localhost\" = \"allow\"\n";
+    for u in [url.clone(), url.replace("127.0.0.1", "localhost")] {
+        let (out, v) = fetch_in(
+            &u,
+            &[],
+            Configs {
+                project: Some(project),
+                ..Configs::default()
+            },
+        );
+        let err = refusal(&out, &v, &u);
+        assert!(
+            err.contains(".runner/config.toml does not count"),
+            "{u}: the refusal says why the repository's rule did not open it: {err}"
+        );
+    }
+    assert_eq!(s.hits.load(Ordering::SeqCst), 0);
 }

@@ -235,6 +235,14 @@ fn opencodes_mcp_section_is_read_as_it_is() {
 struct FarServer {
     url: String,
     seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Connections accepted, whatever came over them.
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FarServer {
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 fn far_server() -> FarServer {
@@ -243,8 +251,11 @@ fn far_server() -> FarServer {
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
+    let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = connections.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let log = log.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -306,21 +317,36 @@ fn far_server() -> FarServer {
             });
         }
     });
-    FarServer { url, seen }
+    FarServer {
+        url,
+        seen,
+        connections,
+    }
 }
+
+/// The user's own config (`$XDG_CONFIG_HOME/runner/config.toml`), replacing any before.
+fn user_config(p: &Project, text: &str) {
+    let dir = p.data.join("config/runner");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
+/// The user's own rule opening the loopback address the far server listens on.
+const USER_OPENS_LOOPBACK: &str = "[permission.network]\n\"127.0.0.1\" = \"allow\"\n";
 
 #[test]
 fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webfetch_rules() {
     let far = far_server();
     let p = project();
-    std::fs::write(
-        p.root.join(".runner/config.toml"),
-        format!(
-            "[mcp.far]\nurl = \"{}\"\nheaders = {{ X-Token = \"abc123\" }}\n",
+    // The user's own config names the server and opens the loopback address it is on.
+    std::fs::remove_file(p.root.join(".runner/config.toml")).unwrap();
+    user_config(
+        &p,
+        &format!(
+            "{USER_OPENS_LOOPBACK}[mcp.far]\nurl = \"{}\"\nheaders = {{ X-Token = \"abc123\" }}\n",
             far.url
         ),
-    )
-    .unwrap();
+    );
     // The sandbox has no network: the answer can only have come through the host.
     let out = runner(
         &p,
@@ -348,13 +374,14 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
     // A rule that refuses the address keeps the host from connecting at all. The server
     // is named at a path of its own here, so that a late request of the first run (its
     // session closing) cannot be mistaken for one of this run.
-    std::fs::write(
-        p.root.join(".runner/config.toml"),
-        format!("[mcp.far]\nurl = \"{}-denied\"\n", far.url),
-    )
-    .unwrap();
+    user_config(
+        &p,
+        &format!(
+            "{USER_OPENS_LOOPBACK}[mcp.far]\nurl = \"{}-denied\"\n",
+            far.url
+        ),
+    );
     let deny = p.data.join("deny.toml");
-    std::fs::create_dir_all(&p.data).unwrap();
     std::fs::write(&deny, "[permission]\nwebfetch = \"deny\"\n").unwrap();
     let d = deny.display().to_string();
     let out = runner(
@@ -378,6 +405,129 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
         !seen.contains("/mcp-denied"),
         "a denied server was contacted: {seen}"
     );
+}
+
+/// `runner mcp list --json` with no terminal: each server's state.
+fn list(p: &Project, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["mcp", "list", "--json"];
+    args.extend_from_slice(extra);
+    let out = runner(p, &args);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn attack_a_repositorys_remote_server_is_not_contacted_without_an_ask() {
+    let far = far_server();
+    let p = project();
+    let project_config = p.root.join(".runner/config.toml");
+    // The repository names a server on the host's loopback, with headers of its choosing,
+    // and even a rule of its own opening the address.
+    std::fs::write(
+        &project_config,
+        format!(
+            "[mcp.x]\nurl = \"{}\"\nheaders = {{ X-Token = \"from-the-repo\" }}\n\n[permission.network]\n\"127.0.0.1\" = \"allow\"\n",
+            far.url
+        ),
+    )
+    .unwrap();
+    // Headless, with the user's config opening loopback or not: the server is refused,
+    // and the message names the file and the entry.
+    for user in ["", USER_OPENS_LOOPBACK] {
+        user_config(&p, user);
+        let states = list(&p, &[]);
+        let state = states[0]["state"].as_str().unwrap_or_default();
+        assert!(state.starts_with("failed"), "{states:?}");
+        assert!(
+            state.contains(&project_config.display().to_string()) && state.contains("[mcp.x]"),
+            "the refusal names the file and the entry: {state}"
+        );
+        assert!(state.contains("--ask allow"), "{state}");
+        // Calling one of its tools starts it the same way.
+        let out = runner(&p, &["mcp", "call", "x", "hello", "{}", "--json"]);
+        assert_ne!(out.status.code(), Some(0), "{out:?}");
+        // `--ask deny` refuses as well.
+        let states = list(&p, &["--ask", "deny"]);
+        assert!(
+            states[0]["state"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("[mcp.x]"),
+            "{states:?}"
+        );
+    }
+    assert_eq!(
+        far.connections(),
+        0,
+        "the host connected to a server a repository named: {:?}",
+        far.seen.lock().unwrap()
+    );
+
+    // Control: approved (`--ask allow` stands for the person saying yes) and opened by the
+    // user's own config, it is reached, with its headers.
+    user_config(&p, USER_OPENS_LOOPBACK);
+    let states = list(&p, &["--ask", "allow"]);
+    assert_eq!(states[0]["state"], "running", "{states:?}");
+    assert_eq!(states[0]["tools"], json!(["hello"]));
+    assert!(far.connections() > 0);
+}
+
+#[test]
+fn attack_an_approved_repository_server_still_cannot_reach_loopback() {
+    let far = far_server();
+    let p = project();
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!(
+            "[mcp.x]\nurl = \"{}\"\n\n[permission.network]\n\"127.0.0.1\" = \"allow\"\n",
+            far.url
+        ),
+    )
+    .unwrap();
+    // Approved, but only the user's own config can open the host's loopback.
+    let states = list(&p, &["--ask", "allow"]);
+    let state = states[0]["state"].as_str().unwrap_or_default();
+    assert!(state.contains("not a public address"), "{states:?}");
+    assert!(state.contains("does not count"), "{state}");
+    // The name that leads there is refused at the same point.
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!(
+            "[mcp.x]\nurl = \"{}\"\n",
+            far.url.replace("127.0.0.1", "localhost")
+        ),
+    )
+    .unwrap();
+    let states = list(&p, &["--ask", "allow"]);
+    let state = states[0]["state"].as_str().unwrap_or_default();
+    assert!(state.contains("localhost leads to"), "{states:?}");
+    assert_eq!(far.connections(), 0);
+}
+
+#[test]
+fn attack_the_users_own_remote_server_on_loopback_needs_the_address_named() {
+    let far = far_server();
+    let p = project();
+    std::fs::remove_file(p.root.join(".runner/config.toml")).unwrap();
+    // The user's server, but no rule naming the address: a URL someone pasted, or one a
+    // name now resolves to, does not reach the host's own services.
+    user_config(&p, &format!("[mcp.far]\nurl = \"{}\"\n", far.url));
+    let states = list(&p, &[]);
+    let state = states[0]["state"].as_str().unwrap_or_default();
+    assert!(
+        state.contains("127.0.0.1 (loopback) is not a public address"),
+        "{state}"
+    );
+    assert!(state.contains("[permission.network]"), "{state}");
+    assert_eq!(far.connections(), 0);
+    // Control: named, it is reached.
+    user_config(
+        &p,
+        &format!("{USER_OPENS_LOOPBACK}[mcp.far]\nurl = \"{}\"\n", far.url),
+    );
+    let states = list(&p, &[]);
+    assert_eq!(states[0]["state"], "running", "{states:?}");
+    assert!(far.connections() > 0);
 }
 
 #[test]

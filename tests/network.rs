@@ -219,9 +219,10 @@ fn sandbox_shell_carries_the_proxy_on_both_backends() {
             common::engine::docker();
         }
         let s = common::allowlist::setup();
-        std::fs::create_dir_all(s.wt.join(".runner")).unwrap();
+        // The user's own config: only it can open the host's loopback.
+        std::fs::create_dir_all(s.data.join("config/runner")).unwrap();
         std::fs::write(
-            s.wt.join(".runner/config.toml"),
+            s.data.join("config/runner/config.toml"),
             "[permission.network]\n\"127.0.0.1\" = \"allow\"\n",
         )
         .unwrap();

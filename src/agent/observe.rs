@@ -27,45 +27,68 @@ impl PermissionGate for ObservedGate {
             // Plain allows by rule are the common case and not news.
             let quiet = self.inner.verdict(request).action == Action::Allow;
             let result = self.inner.ask(request).await;
-            if quiet && result.is_ok() {
-                return result;
-            }
-            let (decision, message) = match &result {
-                Ok(()) => ("allow", None),
-                Err(e @ PermissionError::Denied(_)) => ("deny", Some(e.to_string())),
-                Err(e @ PermissionError::Rejected { .. }) => ("reject", Some(e.to_string())),
-                Err(e @ PermissionError::Unanswered { .. }) => ("refused", Some(e.to_string())),
-            };
-            if matches!(decision, "reject" | "refused") {
-                let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
-                if refused.is_none() {
-                    *refused = Some(format!(
-                        "{} {} was not approved: {}",
-                        request.permission,
-                        request.patterns.join(", "),
-                        message.clone().unwrap_or_default()
-                    ));
-                }
-            }
-            self.events.emit(&Event::Permission {
-                session: self.session.clone(),
-                tool: request.tool.clone(),
-                permission: request.permission.clone(),
-                patterns: request.patterns.clone(),
-                decision: decision.to_string(),
-                message,
-            });
-            self.recorder.write(&Record::Permission {
-                session: self.session.clone(),
-                permission: request.permission.clone(),
-                patterns: request.patterns.clone(),
-                decision: decision.to_string(),
-            });
-            result
+            self.report(request, quiet, true, result)
+        })
+    }
+
+    fn confirm<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
+        Box::pin(async move {
+            // A refused confirmation (a repository's MCP server nobody approved) leaves
+            // that one thing out; the run goes on without it.
+            let result = self.inner.confirm(request).await;
+            self.report(request, false, false, result)
         })
     }
 
     fn disabled(&self, permission: &str) -> Option<crate::permission::rules::Rule> {
         self.inner.disabled(permission)
+    }
+}
+
+impl ObservedGate {
+    /// Reports a decision (unless `quiet` and allowed) and, when `ends_run`, remembers a
+    /// refusal.
+    fn report(
+        &self,
+        request: &PermissionRequest,
+        quiet: bool,
+        ends_run: bool,
+        result: Result<(), PermissionError>,
+    ) -> Result<(), PermissionError> {
+        if quiet && result.is_ok() {
+            return result;
+        }
+        let (decision, message) = match &result {
+            Ok(()) => ("allow", None),
+            Err(e @ PermissionError::Denied(_)) => ("deny", Some(e.to_string())),
+            Err(e @ PermissionError::Rejected { .. }) => ("reject", Some(e.to_string())),
+            Err(e @ PermissionError::Unanswered { .. }) => ("refused", Some(e.to_string())),
+        };
+        if ends_run && matches!(decision, "reject" | "refused") {
+            let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+            if refused.is_none() {
+                *refused = Some(format!(
+                    "{} {} was not approved: {}",
+                    request.permission,
+                    request.patterns.join(", "),
+                    message.clone().unwrap_or_default()
+                ));
+            }
+        }
+        self.events.emit(&Event::Permission {
+            session: self.session.clone(),
+            tool: request.tool.clone(),
+            permission: request.permission.clone(),
+            patterns: request.patterns.clone(),
+            decision: decision.to_string(),
+            message,
+        });
+        self.recorder.write(&Record::Permission {
+            session: self.session.clone(),
+            permission: request.permission.clone(),
+            patterns: request.patterns.clone(),
+            decision: decision.to_string(),
+        });
+        result
     }
 }

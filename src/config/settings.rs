@@ -119,7 +119,13 @@ impl Settings {
                 place,
                 source: source.to_path_buf(),
             }));
-        self.mcp.extend(file.mcp);
+        // A server remembers its file: a repository's remote one needs the user's approval.
+        self.mcp
+            .extend(file.mcp.into_iter().map(|(name, mut spec)| {
+                spec.source = Some(source.to_path_buf());
+                spec.from_project = place == crate::tool::hooks::Place::Sandbox;
+                (name, spec)
+            }));
         if file.model.is_some() {
             self.model = file.model;
         }
@@ -190,6 +196,25 @@ mod tests {
         assert_eq!(s.model.as_deref(), Some("anthropic/claude-x"));
         assert!(s.provider.is_empty());
         assert!(notes[0].contains("ignored [provider]"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_server_remembers_its_file_and_whether_a_repository_added_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+        let project = dir.path().join(".runner/config.toml");
+        std::fs::write(&project, "[mcp.far]\nurl = \"http://127.0.0.1:1/mcp\"\n").unwrap();
+        let mine = dir.path().join("mine.toml");
+        std::fs::write(&mine, "[mcp.near]\nurl = \"http://127.0.0.1:2/mcp\"\n").unwrap();
+        let (s, _) = Settings::load(dir.path(), Some(&mine)).unwrap();
+        assert!(s.mcp["far"].from_project);
+        assert_eq!(s.mcp["far"].source.as_deref(), Some(project.as_path()));
+        assert!(!s.mcp["near"].from_project);
+        assert_eq!(s.mcp["near"].source.as_deref(), Some(mine.as_path()));
+        // The user's own file taking over the name makes it the user's.
+        std::fs::write(&mine, "[mcp.far]\nurl = \"http://127.0.0.1:1/mcp\"\n").unwrap();
+        let (s, _) = Settings::load(dir.path(), Some(&mine)).unwrap();
+        assert!(!s.mcp["far"].from_project);
     }
 
     #[test]

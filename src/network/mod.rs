@@ -11,6 +11,7 @@
 
 pub mod address;
 mod body;
+pub mod outbound;
 mod pump;
 pub mod record;
 pub mod relay;
@@ -24,8 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::permission::rules::{Action, Rule};
-use crate::permission::{PermissionError, PermissionGate, PermissionRequest, wildcard};
+use crate::permission::rules::Rule;
+use crate::permission::{PermissionError, PermissionGate, PermissionRequest};
 use crate::sandbox::SandboxClient;
 use crate::sandbox::api::Response;
 use crate::sandbox::spec::PROXY_PORT;
@@ -64,7 +65,8 @@ impl NetworkLimits {
 }
 
 /// Who decides: the session's gate, and the configured rules for the reserved-address
-/// check (which only a rule written without wildcards can pass).
+/// check (which only a rule written without wildcards in the user's own config can pass,
+/// as for the host's own requests: [`outbound::opened_by_user`]).
 pub struct Policy {
     pub gate: Arc<dyn PermissionGate>,
     pub rules: Vec<Rule>,
@@ -148,12 +150,12 @@ impl Policy {
                     format!("{host} resolves to no address")
                 } else if host.parse::<IpAddr>().is_ok() {
                     format!(
-                        "{} is not a public address, and only a rule naming it exactly opens it (network \"{host}\" = \"allow\")",
+                        "{} is not a public address, and only a rule naming it exactly in your own config opens it (network \"{host}\" = \"allow\")",
                         refused.join(", ")
                     )
                 } else {
                     format!(
-                        "{host} leads to {}, which only a rule naming {host} or the address without wildcards can open (network \"{host}\" = \"allow\")",
+                        "{host} leads to {}, which only a rule naming {host} or the address without wildcards in your own config can open (network \"{host}\" = \"allow\")",
                         refused.join(", ")
                     )
                 },
@@ -162,19 +164,11 @@ impl Policy {
         Ok(usable)
     }
 
-    /// Whether the last configured `network` rule for `subject` allows it and names it
-    /// exactly.
+    /// Whether the user's own config opens `subject` (see [`outbound::opened_by_user`]):
+    /// a repository's `.runner/config.toml` cannot open the host's private addresses to
+    /// its own commands.
     fn named_exactly(&self, subject: &str) -> bool {
-        self.rules
-            .iter()
-            .rev()
-            .find(|r| {
-                wildcard::matches("network", &r.permission)
-                    && wildcard::matches(subject, &r.pattern)
-            })
-            .is_some_and(|r| {
-                r.action == Action::Allow && r.pattern == subject && !r.pattern.contains(['*', '?'])
-            })
+        outbound::opened_by_user(&self.rules, subject)
     }
 }
 
@@ -319,13 +313,21 @@ pub(crate) type Events = tokio::sync::mpsc::UnboundedReceiver<Response>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::permission::rules::{Action, Layer};
 
-    /// A policy of `rules` (all `network`), where an ask is refused.
+    /// A policy of `rules` (all `network`, from the user's own config), where an ask is
+    /// refused.
     fn policy(rules: &[(&str, Action)]) -> Policy {
+        policy_in(rules, Layer::User)
+    }
+
+    fn policy_in(rules: &[(&str, Action)], layer: Layer) -> Policy {
         let rules: Vec<Rule> = rules
             .iter()
             .enumerate()
-            .map(|(i, (pattern, action))| Rule::new("network", pattern, *action, "test", i + 1))
+            .map(|(i, (pattern, action))| {
+                Rule::new("network", pattern, *action, "test", i + 1).in_layer(layer)
+            })
             .collect();
         Policy::without_asks(std::path::Path::new("/w"), rules, "nobody is there")
     }
@@ -369,6 +371,18 @@ mod tests {
         // A pattern with a wildcard is not an exact rule, even if it matches only one name.
         let p = policy(&[("localhos?", Action::Allow)]);
         assert!(p.decide("localhost", 8080, &[]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_repositorys_exact_rule_does_not_open_the_hosts_addresses() {
+        // The project's config allows the host (the gate lets it through) but cannot open
+        // it: only the user's own files can.
+        let p = policy_in(&[("127.0.0.1", Action::Allow)], Layer::Project);
+        let err = p.decide("127.0.0.1", 8080, &[]).await.unwrap_err();
+        assert_eq!(err.status, 403);
+        assert!(err.reason.contains("your own config"), "{}", err.reason);
+        let p = policy_in(&[("127.0.0.1", Action::Allow)], Layer::Explicit);
+        assert!(p.decide("127.0.0.1", 8080, &[]).await.is_ok());
     }
 
     #[tokio::test]

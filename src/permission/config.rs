@@ -329,7 +329,19 @@ pub fn merge(layers: Layers) -> Vec<Rule> {
         session,
         output_dir,
     } = layers;
-    let mut rules = [defaults, profile, user, project, explicit, session].concat();
+    use super::rules::Layer;
+    let stacked = [
+        (defaults, Layer::Defaults),
+        (profile, Layer::Profile),
+        (user, Layer::User),
+        (project, Layer::Project),
+        (explicit, Layer::Explicit),
+        (session, Layer::Session),
+    ];
+    let mut rules: Vec<Rule> = stacked
+        .into_iter()
+        .flat_map(|(rules, layer)| rules.into_iter().map(move |r| r.in_layer(layer)))
+        .collect();
     if let Some(rule) = output_dir.and_then(|dir| output_rule(&dir, &rules)) {
         rules.push(rule);
     }
@@ -567,6 +579,29 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
                 assert_eq!(d.rule.unwrap().source.origin, names[present - 1]);
             }
         }
+    }
+
+    #[test]
+    fn merged_rules_know_their_layer() {
+        use crate::permission::rules::Layer;
+        let one = |origin: &str| vec![Rule::new("network", "127.0.0.1", Allow, origin, 1)];
+        let merged = merge(Layers {
+            defaults: one("d"),
+            profile: one("p"),
+            user: one("u"),
+            project: one("pr"),
+            explicit: one("e"),
+            session: one("s"),
+            output_dir: None,
+        });
+        let layers: Vec<Layer> = merged.iter().map(|r| r.source.layer).collect();
+        use Layer::*;
+        assert_eq!(
+            layers,
+            [Defaults, Profile, User, Project, Explicit, Session]
+        );
+        let own: Vec<bool> = layers.iter().map(|l| l.is_users_own()).collect();
+        assert_eq!(own, [false, false, true, false, true, false]);
     }
 
     #[test]

@@ -111,6 +111,9 @@ impl Asker for ChannelAsker {
 struct Pending {
     request: PermissionRequest,
     done: oneshot::Sender<Result<(), PermissionError>>,
+    /// Asked with [`PermissionGate::confirm`]: only approvals settle it, never the
+    /// configured rules' allows.
+    confirm: bool,
 }
 
 #[derive(Default)]
@@ -276,6 +279,7 @@ impl RuleGate {
                         source: Source {
                             origin: APPROVAL_ORIGIN.into(),
                             position,
+                            layer: rules::Layer::Other,
                         },
                     });
                 }
@@ -287,7 +291,13 @@ impl RuleGate {
                     .pending
                     .iter()
                     .filter(|(_, p)| {
-                        self.verdict_with(&p.request, &state.approved).action == Action::Allow
+                        let verdict = self.verdict_with(&p.request, &state.approved);
+                        if p.confirm {
+                            verdict.action != Action::Deny
+                                && Self::approved_covers(&p.request, &state.approved)
+                        } else {
+                            verdict.action == Action::Allow
+                        }
                     })
                     .map(|(id, _)| *id)
                     .collect();
@@ -312,7 +322,7 @@ impl RuleGate {
     }
 
     async fn ask_inner(&self, request: &PermissionRequest) -> Result<(), PermissionError> {
-        let (id, mut done) = {
+        let (id, done) = {
             let mut state = self.lock();
             let verdict = self.verdict_with(request, &state.approved);
             match verdict.action {
@@ -320,18 +330,62 @@ impl RuleGate {
                 Action::Deny => return Err(self.denied(request, verdict)),
                 Action::Ask => {}
             }
-            state.next_id += 1;
-            let id = state.next_id;
-            let (tx, rx) = oneshot::channel();
-            state.pending.insert(
-                id,
-                Pending {
-                    request: request.clone(),
-                    done: tx,
-                },
-            );
-            (id, rx)
+            Self::enqueue(&mut state, request, false)
         };
+        self.answer(id, done, request).await
+    }
+
+    /// [`PermissionGate::confirm`]: the configured rules can refuse but not allow; only a
+    /// person's answer, now or an "always" earlier in the session, lets it through.
+    async fn confirm_inner(&self, request: &PermissionRequest) -> Result<(), PermissionError> {
+        let (id, done) = {
+            let mut state = self.lock();
+            let verdict = self.verdict_with(request, &state.approved);
+            if verdict.action == Action::Deny {
+                return Err(self.denied(request, verdict));
+            }
+            if Self::approved_covers(request, &state.approved) {
+                return Ok(());
+            }
+            Self::enqueue(&mut state, request, true)
+        };
+        self.answer(id, done, request).await
+    }
+
+    /// Whether this session's "always" answers cover every pattern of the request.
+    fn approved_covers(request: &PermissionRequest, approved: &[Rule]) -> bool {
+        request.patterns.iter().all(|p| {
+            rules::evaluate(&request.permission, &[p], &[], approved).action == Action::Allow
+        })
+    }
+
+    /// Records an ask as pending; its id, and where its outcome will arrive.
+    fn enqueue(
+        state: &mut State,
+        request: &PermissionRequest,
+        confirm: bool,
+    ) -> (u64, oneshot::Receiver<Result<(), PermissionError>>) {
+        state.next_id += 1;
+        let id = state.next_id;
+        let (tx, rx) = oneshot::channel();
+        state.pending.insert(
+            id,
+            Pending {
+                request: request.clone(),
+                done: tx,
+                confirm,
+            },
+        );
+        (id, rx)
+    }
+
+    /// Puts a pending ask to the asker and waits for its outcome (or another reply's).
+    async fn answer(
+        &self,
+        id: u64,
+        mut done: oneshot::Receiver<Result<(), PermissionError>>,
+        request: &PermissionRequest,
+    ) -> Result<(), PermissionError> {
         // If this call is dropped (cancelled) while waiting, its ask must not linger.
         let _forget = ForgetOnDrop { gate: self, id };
         let ask = Ask {
@@ -375,6 +429,10 @@ impl Drop for ForgetOnDrop<'_> {
 impl PermissionGate for RuleGate {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
         Box::pin(self.ask_inner(request))
+    }
+
+    fn confirm<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
+        Box::pin(self.confirm_inner(request))
     }
 
     fn disabled(&self, permission: &str) -> Option<Rule> {
@@ -445,6 +503,51 @@ mod tests {
             .await
             .expect("the ask settles")
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_confirmation_asks_whatever_the_rules_allow() {
+        // The defaults allow everything, and a rule names the very subject: still asked.
+        let (g, mut asks) = channel_gate(&[
+            ("*", "*", Allow),
+            ("bash", "*", ASK),
+            ("remote_mcp", "http://x/", Allow),
+        ]);
+        let request = req("remote_mcp", &["http://x/"], &["http://x/"]);
+        let r = request.clone();
+        let g2 = g.clone();
+        let h = tokio::spawn(async move { g2.confirm(&r).await });
+        let ask = tokio::time::timeout(Duration::from_secs(5), asks.recv())
+            .await
+            .expect("the confirmation reaches the asker")
+            .unwrap();
+        // Another ask's "always" settles asks its approvals cover, never a confirmation
+        // the configured rules happen to allow.
+        let (other, ho) = start(&g, &mut asks, req("bash", &["x"], &["x"])).await;
+        g.reply(other, Reply::Always).unwrap();
+        outcome(ho).await.unwrap();
+        assert_eq!(g.pending().len(), 1, "the confirmation is still waiting");
+        g.reply(ask.id, Reply::Always).unwrap();
+        outcome(h).await.unwrap();
+        // Its own "always" counts for the rest of the session.
+        g.confirm(&request).await.unwrap();
+        assert!(asks.try_recv().is_err());
+
+        // A configured deny refuses at once; nobody to ask refuses too.
+        let (g, mut asks) = channel_gate(&[("remote_mcp", "*", Deny)]);
+        assert!(matches!(
+            g.confirm(&request).await,
+            Err(PermissionError::Denied(_))
+        ));
+        assert!(asks.try_recv().is_err());
+        let g = gate(
+            &[("*", "*", Allow)],
+            Arc::new(PolicyAsker::deny("nobody is there")),
+        );
+        assert!(matches!(
+            g.confirm(&request).await,
+            Err(PermissionError::Unanswered { .. })
+        ));
     }
 
     #[tokio::test]

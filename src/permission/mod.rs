@@ -152,6 +152,15 @@ pub type AskFuture<'a> = Pin<Box<dyn Future<Output = Result<(), PermissionError>
 pub trait PermissionGate: Send + Sync {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a>;
 
+    /// Asks the person even where the configured rules allow: for what a repository's
+    /// config would have this machine do (connect to a server it names), which neither the
+    /// repository's own rules nor a blanket allow may wave through. A configured deny still
+    /// refuses at once; with nobody to ask (no terminal, `--ask deny`) it is refused. A gate
+    /// without rules asks as it always does.
+    fn confirm<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
+        self.ask(request)
+    }
+
     /// The rule that hides a tool of this permission from the model (its last rule is a
     /// `"*"` deny), if any.
     fn disabled(&self, _permission: &str) -> Option<rules::Rule> {

@@ -47,6 +47,38 @@ pub struct Source {
     pub origin: String,
     /// 1-based position within its origin.
     pub position: usize,
+    /// The layer it was stacked in ([`super::config::merge`] sets it). Not shown: the
+    /// origin already says where it came from.
+    #[serde(skip)]
+    pub layer: Layer,
+}
+
+/// The config layer a rule was stacked in. Most rules mean the same whatever their layer;
+/// the one difference is what only the user may decide, such as opening a private address
+/// to requests this machine makes (see `network::outbound`): a repository's
+/// `.runner/config.toml` is the repository's word, not the user's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Layer {
+    Defaults,
+    Profile,
+    /// `$XDG_CONFIG_HOME/runner/config.toml`.
+    User,
+    /// The worktree's `.runner/config.toml`.
+    Project,
+    /// `--config FILE`.
+    Explicit,
+    Session,
+    /// Anything else: approvals, rules made in code.
+    #[default]
+    Other,
+}
+
+impl Layer {
+    /// Whether the person running runner wrote it themselves: their own config file, or
+    /// the file they named with `--config`.
+    pub fn is_users_own(self) -> bool {
+        matches!(self, Layer::User | Layer::Explicit)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -72,8 +104,15 @@ impl Rule {
             source: Source {
                 origin: origin.to_string(),
                 position,
+                layer: Layer::Other,
             },
         }
+    }
+
+    /// This rule, stacked in `layer`.
+    pub fn in_layer(mut self, layer: Layer) -> Rule {
+        self.source.layer = layer;
+        self
     }
 
     fn matches(&self, permission: &str, subjects: &[&str]) -> bool {

@@ -122,6 +122,10 @@ pub struct ToolContext {
     /// The proxy that is the sandbox's way out (`--network allowlist`); it lives as long
     /// as a context of the session does, and its records are the session's connections.
     pub network: Option<Arc<crate::network::NetworkProxy>>,
+    /// What requests made from the host for the agent (`webfetch`, remote MCP servers) may
+    /// reach, and the client that keeps to it. Without a session's rules, no private
+    /// address at all.
+    pub outbound: Arc<crate::network::outbound::Outbound>,
 }
 
 impl ToolContext {
@@ -148,7 +152,14 @@ impl ToolContext {
             hooks: None,
             mcp: None,
             network: None,
+            outbound: Arc::new(crate::network::outbound::Outbound::new(&[])),
         }
+    }
+
+    /// This context with the policy of its session's host-side requests.
+    pub fn with_outbound(mut self, outbound: Arc<crate::network::outbound::Outbound>) -> Self {
+        self.outbound = outbound;
+        self
     }
 
     /// This context with the sandbox's network proxy.

@@ -14,7 +14,10 @@
 //!
 //! OpenCode's `mcp` section (`{"type": "local", "command": [...], "environment": {...}}`)
 //! is read as it is. A server with a `url` (OpenCode's `"type": "remote"`) is reached over
-//! streamable HTTP from the host, with its `headers`, behind the `webfetch` rules.
+//! streamable HTTP from the host, with its `headers`, behind the `webfetch` rules and the
+//! host's address rules ([`crate::network::outbound`]: no loopback, private or metadata
+//! address unless the user's own config names it). A repository's `.runner/config.toml`
+//! cannot add one without the user's approval: connecting is something this machine does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,6 +60,13 @@ pub struct McpSpec {
     pub headers: BTreeMap<String, String>,
     pub enabled: Option<bool>,
     pub timeout: Option<f64>,
+    /// The file that configured it (set by the loader, never read from a file).
+    #[serde(skip)]
+    pub source: Option<std::path::PathBuf>,
+    /// Whether that file is a repository's `.runner/config.toml`: its remote server is
+    /// connected to only once the user approves (see [`Server::connect_remote`]).
+    #[serde(skip)]
+    pub from_project: bool,
 }
 
 type Client = RunningService<RoleClient, ()>;
@@ -103,6 +113,8 @@ pub fn from_opencode(servers: &Value) -> Result<BTreeMap<String, McpSpec>, Strin
                     .get("timeout")
                     .and_then(Value::as_f64)
                     .map(|ms| ms / 1000.0),
+                source: None,
+                from_project: false,
             },
             _ => McpSpec {
                 command: Some(
@@ -119,6 +131,8 @@ pub fn from_opencode(servers: &Value) -> Result<BTreeMap<String, McpSpec>, Strin
                     .get("timeout")
                     .and_then(Value::as_f64)
                     .map(|ms| ms / 1000.0),
+                source: None,
+                from_project: false,
             },
         };
         out.insert(name.clone(), spec);
@@ -349,16 +363,35 @@ impl Server {
     }
 
     /// A remote server over streamable HTTP, reached from the host: the sandbox has no
-    /// network, and the connection is judged by the `webfetch` rules, as every request the
-    /// host makes for the agent is.
+    /// network. The connection is judged by the `webfetch` rules, as every request the host
+    /// makes for the agent is, and by the host's address rules
+    /// ([`crate::network::outbound`]) when it is made; one a repository's config added
+    /// needs the user's approval first.
     async fn connect_remote(&self, url: &str, ctx: &ToolContext) -> Result<Client, String> {
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        if self.spec.from_project {
+            self.confirm_project_server(url, ctx).await?;
+        }
         let ask = PermissionRequest::new("webfetch", vec![url.to_string()], vec!["*".into()]);
         ctx.ask_all(vec![ask])
             .await
             .map_err(|e| format!("the MCP server {} at {url} was not allowed: {e}", self.name))?;
-        crate::http::install_tls();
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| format!("mcp.{}: url {url:?} is not a valid URL: {e}", self.name))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "mcp.{}: url {url:?} must start with http:// or https://",
+                self.name
+            ));
+        }
+        let not_contacted = |e: String| {
+            format!(
+                "the MCP server {} at {url} was not contacted: {e}",
+                self.name
+            )
+        };
+        ctx.outbound.check(&parsed).await.map_err(not_contacted)?;
         let mut headers = reqwest012::header::HeaderMap::new();
         for (k, v) in &self.spec.headers {
             let name = reqwest012::header::HeaderName::from_bytes(k.as_bytes())
@@ -367,18 +400,58 @@ impl Server {
                 .map_err(|e| format!("mcp.{}: header {k:?}: {e}", self.name))?;
             headers.insert(name, value);
         }
-        let client = reqwest012::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        let client = ctx.outbound.client_012(headers)?;
         let transport = StreamableHttpClientTransport::with_client(
             client,
             StreamableHttpClientTransportConfig::with_uri(url.to_string()),
         );
         ().serve(transport)
             .await
-            .map_err(|e| format!("the MCP server {} at {url} did not start: {e}", self.name))
+            .map_err(
+                |e| match crate::network::outbound::Outbound::refusal_in(&e) {
+                    Some(refused) => not_contacted(refused.to_string()),
+                    None => format!("the MCP server {} at {url} did not start: {e}", self.name),
+                },
+            )
+    }
+
+    /// A repository's config naming a remote server would have this machine connect where
+    /// the repository chose, with the headers it chose: the person decides, whatever the
+    /// rules allow (no rule, not even the repository's own, waves it through). Without
+    /// anybody to ask it is refused, naming the file and the entry.
+    async fn confirm_project_server(&self, url: &str, ctx: &ToolContext) -> Result<(), String> {
+        let source = self
+            .spec
+            .source
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| ".runner/config.toml".into());
+        let entry = format!("[mcp.{}]", self.name);
+        let mut request =
+            PermissionRequest::new("remote_mcp", vec![url.to_string()], vec![url.to_string()])
+                .with_metadata(serde_json::json!({
+                    "server": self.name,
+                    "source": source,
+                    "headers": self.spec.headers.keys().collect::<Vec<_>>(),
+                }));
+        request.tool = Some(format!("{source} ({entry}, a repository's config)"));
+        let why = match ctx.gate.confirm(&request).await {
+            Ok(()) => return Ok(()),
+            Err(crate::permission::PermissionError::Unanswered { reason, .. }) => {
+                // The asker's own advice (an allow rule) does not apply here: no rule can.
+                let reason = reason.split(" (").next().unwrap_or(&reason);
+                format!("it was refused because {reason}")
+            }
+            Err(crate::permission::PermissionError::Rejected { .. }) => {
+                "you refused it".to_string()
+            }
+            Err(e) => e.to_string(),
+        };
+        Err(format!(
+            "the MCP server {} was not contacted: {source} adds it as {entry} (url = {url}), a remote server this machine would connect to with the headers that file chose, and a repository's config needs your approval for that: {why}. Approve it when asked (at a terminal, or with --ask allow), or move {entry} into your own config ({})",
+            self.name,
+            crate::permission::config::user_config_path().display()
+        ))
     }
 
     async fn call(

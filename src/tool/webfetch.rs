@@ -1,8 +1,10 @@
 //! `webfetch`: one HTTP(S) GET, its body returned as markdown, text or raw HTML, or an image
 //! as an attachment. It runs on the host, not in the sandbox (whose network may be off), so
-//! the permission rules are what stands between the model and the network.
+//! the permission rules are what stands between the model and the network, and the
+//! session's [`crate::network::outbound`] policy what stands between it and the host's own
+//! network: loopback, private and metadata addresses, refused when each connection is made
+//! unless the user's own config names them.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use base64::Engine;
@@ -115,20 +117,6 @@ struct Fetched {
     body: Vec<u8>,
 }
 
-fn client() -> Result<&'static reqwest::Client, ToolError> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(c) = CLIENT.get() {
-        return Ok(c);
-    }
-    // Redirects are followed by hand: one to another origin is asked about first, so a
-    // rule that allows one site does not let it send the request somewhere else.
-    let built = crate::http::client_builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| ToolError::Failed(format!("Cannot set up the HTTP client: {e}")))?;
-    Ok(CLIENT.get_or_init(|| built))
-}
-
 fn accept(format: Format) -> &'static str {
     match format {
         Format::Markdown => {
@@ -152,67 +140,7 @@ async fn fetch(
     secs: u64,
     ctx: &ToolContext,
 ) -> Result<Fetched, ToolError> {
-    let failed = |url: &reqwest::Url, e: reqwest::Error| {
-        if e.is_timeout() {
-            timed_out(secs)
-        } else {
-            ToolError::Failed(format!("Fetching {url} failed: {}", error_chain(&e)))
-        }
-    };
-    let mut current = reqwest::Url::parse(url)
-        .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
-    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    let mut redirects = 0;
-    let mut response = loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let response = client()?
-            .get(current.clone())
-            .timeout(left)
-            .header(reqwest::header::ACCEPT, accept(format))
-            .header(reqwest::header::ACCEPT_LANGUAGE, "en-US,en;q=0.9")
-            .send();
-        let response = tokio::time::timeout_at(deadline, response)
-            .await
-            .map_err(|_| timed_out(secs))?
-            .map_err(|e| failed(&current, e))?;
-        let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|v| v.to_str().ok());
-        let (true, Some(location)) = (response.status().is_redirection(), location) else {
-            break response;
-        };
-        redirects += 1;
-        if redirects > MAX_REDIRECTS {
-            return Err(ToolError::Failed(format!(
-                "{url} redirected more than {MAX_REDIRECTS} times; gave up at {current}"
-            )));
-        }
-        let next = current.join(location).map_err(|e| {
-            ToolError::Failed(format!(
-                "{current} redirected to {location:?}, which is not a valid URL: {e}"
-            ))
-        })?;
-        if !matches!(next.scheme(), "http" | "https") {
-            return Err(ToolError::Failed(format!(
-                "{current} redirected to {next}, which is not an http:// or https:// URL"
-            )));
-        }
-        if next.origin() != current.origin() {
-            let asked = tokio::time::Instant::now();
-            ctx.ask(
-                PermissionRequest::new("webfetch", vec![next.to_string()], vec!["*".into()])
-                    .with_metadata(serde_json::json!({
-                        "url": next.as_str(),
-                        "redirectedFrom": current.as_str(),
-                        "format": format_name(format),
-                    })),
-            )
-            .await?;
-            deadline += asked.elapsed();
-        }
-        current = next;
-    };
+    let (mut response, current, deadline) = follow(url, format, secs, ctx).await?;
     let status = response.status();
     if !status.is_success() {
         return Err(ToolError::Failed(format!(
@@ -239,7 +167,11 @@ async fn fetch(
         .to_ascii_lowercase();
     let body = async {
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| failed(&current, e))? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| failed(&current, e, secs))?
+        {
             if body.len() + chunk.len() > MAX_BYTES {
                 return Err(too_large());
             }
@@ -256,6 +188,109 @@ async fn fetch(
         content_type,
         body,
     })
+}
+
+/// Sends the GET and follows redirects by hand: one to another origin is asked about
+/// first, so a rule that allows one site does not let it send the request somewhere else,
+/// and every hop's address is judged again (the session's client judges each name when it
+/// connects). The final response, its URL, and the deadline (moved on by the time an ask
+/// waited).
+async fn follow(
+    url: &str,
+    format: Format,
+    secs: u64,
+    ctx: &ToolContext,
+) -> Result<(reqwest::Response, reqwest::Url, tokio::time::Instant), ToolError> {
+    let client = ctx.outbound.client().map_err(ToolError::Failed)?;
+    let mut current = reqwest::Url::parse(url)
+        .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    let mut redirects = 0;
+    loop {
+        ctx.outbound
+            .check_url(&current)
+            .map_err(|r| refused(&current, &r))?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let response = client
+            .get(current.clone())
+            .timeout(left)
+            .header(reqwest::header::ACCEPT, accept(format))
+            .header(reqwest::header::ACCEPT_LANGUAGE, "en-US,en;q=0.9")
+            .send();
+        let response = tokio::time::timeout_at(deadline, response)
+            .await
+            .map_err(|_| timed_out(secs))?
+            .map_err(|e| failed(&current, e, secs))?;
+        let Some(next) = redirect_target(&current, &response)? else {
+            return Ok((response, current, deadline));
+        };
+        redirects += 1;
+        if redirects > MAX_REDIRECTS {
+            return Err(ToolError::Failed(format!(
+                "{url} redirected more than {MAX_REDIRECTS} times; gave up at {current}"
+            )));
+        }
+        // A hop to a closed address is refused before anybody is asked about it.
+        ctx.outbound
+            .check_url(&next)
+            .map_err(|r| refused(&next, &r))?;
+        if next.origin() != current.origin() {
+            let asked = tokio::time::Instant::now();
+            ctx.ask(
+                PermissionRequest::new("webfetch", vec![next.to_string()], vec!["*".into()])
+                    .with_metadata(serde_json::json!({
+                        "url": next.as_str(),
+                        "redirectedFrom": current.as_str(),
+                        "format": format_name(format),
+                    })),
+            )
+            .await?;
+            deadline += asked.elapsed();
+        }
+        current = next;
+    }
+}
+
+/// Where a redirect leads, if the response is one.
+fn redirect_target(
+    current: &reqwest::Url,
+    response: &reqwest::Response,
+) -> Result<Option<reqwest::Url>, ToolError> {
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok());
+    let (true, Some(location)) = (response.status().is_redirection(), location) else {
+        return Ok(None);
+    };
+    let next = current.join(location).map_err(|e| {
+        ToolError::Failed(format!(
+            "{current} redirected to {location:?}, which is not a valid URL: {e}"
+        ))
+    })?;
+    if !matches!(next.scheme(), "http" | "https") {
+        return Err(ToolError::Failed(format!(
+            "{current} redirected to {next}, which is not an http:// or https:// URL"
+        )));
+    }
+    Ok(Some(next))
+}
+
+/// Why a request failed: the address rules' refusal, the timeout, or what reqwest's chain
+/// of causes says.
+fn failed(url: &reqwest::Url, e: reqwest::Error, secs: u64) -> ToolError {
+    if let Some(r) = crate::network::outbound::Outbound::refusal_in(&e) {
+        refused(url, r)
+    } else if e.is_timeout() {
+        timed_out(secs)
+    } else {
+        ToolError::Failed(format!("Fetching {url} failed: {}", error_chain(&e)))
+    }
+}
+
+/// A request the host's address rules stopped before it was made.
+fn refused(url: &reqwest::Url, why: &crate::network::outbound::Refused) -> ToolError {
+    ToolError::Failed(format!("webfetch refused {url}: {why}"))
 }
 
 fn too_large() -> ToolError {
@@ -592,6 +627,33 @@ mod tests {
         format!("http://{addr}")
     }
 
+    /// `network` rules of the user's own config, naming `hosts` exactly.
+    fn users_rules(hosts: &[&str]) -> Vec<crate::permission::rules::Rule> {
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                crate::permission::rules::Rule::new(
+                    "network",
+                    h,
+                    crate::permission::rules::Action::Allow,
+                    "user config",
+                    i + 1,
+                )
+                .in_layer(crate::permission::rules::Layer::User)
+            })
+            .collect()
+    }
+
+    /// A test context whose user has opened the loopback servers the tests run.
+    async fn local() -> TestCtx {
+        let mut t = TestCtx::new().await;
+        let outbound =
+            crate::network::outbound::Outbound::new(&users_rules(&["127.0.0.1", "localhost"]));
+        t.ctx = t.ctx.clone().with_outbound(std::sync::Arc::new(outbound));
+        t
+    }
+
     fn response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
         let mut r = format!(
             "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -644,7 +706,7 @@ mod tests {
 
     #[tokio::test]
     async fn html_becomes_markdown_text_or_stays_html() {
-        let t = TestCtx::new().await;
+        let t = local().await;
         let base = serve(site).await;
         let reg = Registry::builtin();
         let url = format!("{base}/page");
@@ -698,7 +760,7 @@ mod tests {
 
     #[tokio::test]
     async fn errors_status_size_and_scheme() {
-        let t = TestCtx::new().await;
+        let t = local().await;
         let base = serve(site).await;
         let reg = Registry::builtin();
 
@@ -744,7 +806,7 @@ mod tests {
 
     #[tokio::test]
     async fn redirects_to_another_origin_are_asked_about() {
-        let t = TestCtx::new().await;
+        let t = local().await;
         let base = serve(site).await;
         let reg = Registry::builtin();
         let here = format!("{base}/redirect-here");
@@ -795,9 +857,111 @@ mod tests {
         assert!(r.error.unwrap().contains("redirected more than 10 times"));
     }
 
+    /// A server on `ip` that counts the connections reaching it and answers each with a
+    /// page.
+    async fn counting(ip: &str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock
+                    .write_all(&response("200 OK", "text/plain", b"instance-id: i-123"))
+                    .await;
+            }
+        });
+        (port, hits)
+    }
+
+    #[tokio::test]
+    async fn the_hosts_own_addresses_are_refused_in_every_spelling() {
+        // No rule of the user's opens anything: the plain tool context.
+        let t = TestCtx::new().await;
+        let (port, hits) = counting("127.0.0.1").await;
+        let reg = Registry::builtin();
+        for host in [
+            "127.0.0.1",
+            "localhost",
+            "127.1",
+            "0x7f000001",
+            "2130706433",
+            "0177.0.0.1",
+            "[::ffff:127.0.0.1]",
+            "[::ffff:7f00:1]",
+            "[::1]",
+            "[::]",
+            "0.0.0.0",
+            "169.254.169.254",
+        ] {
+            let url = format!("http://{host}:{port}/latest/meta-data");
+            let r = reg.call("webfetch", json!({ "url": url }), &t.ctx).await;
+            assert_eq!(r.outcome, Outcome::Failed, "{url}: {}", r.output);
+            let err = r.error.unwrap();
+            assert!(err.contains("webfetch refused"), "{url}: {err}");
+            assert!(err.contains("[permission.network]"), "{url}: {err}");
+        }
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "a refused request reached the server"
+        );
+
+        // Control: the user's own rule naming the address opens it, and only it.
+        let opened = crate::network::outbound::Outbound::new(&users_rules(&["127.0.0.1"]));
+        let ctx = t.ctx.clone().with_outbound(std::sync::Arc::new(opened));
+        let url = format!("http://127.0.0.1:{port}/latest/meta-data");
+        let r = reg.call("webfetch", json!({ "url": url }), &ctx).await;
+        assert_eq!(r.outcome, Outcome::Ok, "{:?}", r.error);
+        assert_eq!(r.output, "instance-id: i-123");
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let url = format!("http://[::1]:{port}/latest/meta-data");
+        let r = reg.call("webfetch", json!({ "url": url }), &ctx).await;
+        assert!(r.error.unwrap().contains("webfetch refused"));
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_a_closed_address_is_refused_before_it_connects() {
+        let t = TestCtx::new().await;
+        // 127.0.0.2 is loopback too, and the user's rule names only 127.0.0.1.
+        let (inner, hits) = counting("127.0.0.2").await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let outer = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut n = 0;
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                // Once to the metadata address, then to loopback under another address.
+                let to = if n == 0 {
+                    "http://169.254.169.254/latest/meta-data".to_string()
+                } else {
+                    format!("http://127.0.0.2:{inner}/latest/meta-data")
+                };
+                n += 1;
+                let head =
+                    format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\r\n");
+                let _ = sock.write_all(head.as_bytes()).await;
+            }
+        });
+        let opened = crate::network::outbound::Outbound::new(&users_rules(&["127.0.0.1"]));
+        let ctx = t.ctx.clone().with_outbound(std::sync::Arc::new(opened));
+        let reg = Registry::builtin();
+        let url = format!("http://127.0.0.1:{outer}/away");
+        for target in ["169.254.169.254 (link-local", "127.0.0.2 (loopback"] {
+            let r = reg.call("webfetch", json!({ "url": url }), &ctx).await;
+            let err = r.error.unwrap();
+            assert!(err.contains(target), "{err}");
+        }
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
     #[tokio::test]
     async fn an_image_is_an_attachment() {
-        let t = TestCtx::new().await;
+        let t = local().await;
         let base = serve(site).await;
         let r = Registry::builtin()
             .call(

@@ -359,6 +359,37 @@ pub fn attacks(backend: Backend) {
         3,
         "a reserved destination was reached\n{ctx}"
     );
+
+    // The repository's own config naming the host's loopback exactly: only the user's own
+    // config opens a reserved address, so the repository cannot open it to its commands.
+    std::fs::create_dir_all(s.wt.join(".runner")).unwrap();
+    std::fs::write(
+        s.wt.join(".runner/config.toml"),
+        "[permission.network]\n\"127.0.0.1\" = \"allow\"\n\"localhost\" = \"allow\"\n",
+    )
+    .unwrap();
+    let command = [
+        format!("no_proxy= NO_PROXY= python3 net.py fetch http://127.0.0.1:{p}/blob"),
+        format!("no_proxy= NO_PROXY= python3 net.py fetch http://localhost:{p}/blob"),
+    ]
+    .join("; ");
+    let out = call(&s, backend, &command);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let ctx = format!(
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert_eq!(fails.len(), 2, "a repository's rule opened loopback\n{ctx}");
+    assert!(
+        fails.iter().all(|f| f.contains("your own config")),
+        "the refusal says whose rule opens it\n{ctx}"
+    );
+    assert_eq!(
+        outside.accepted(),
+        3,
+        "a repository's rule reached the host's loopback\n{ctx}"
+    );
 }
 
 /// A connection carries only the host it was judged for (one allowed address may serve
