@@ -84,7 +84,7 @@ pub fn shown(value: impl std::fmt::Display) -> String {
 /// each byte of a non-ASCII character) as a three-digit octal escape. `prefix` (`a/`, `b/`)
 /// goes inside the quotes, as git puts it.
 pub fn quote_path(prefix: &str, name: &str) -> String {
-    let must_quote = |b: u8| b < 0x20 || b >= 0x7f || b == b'"' || b == b'\\';
+    let must_quote = |b: u8| !(0x20..0x7f).contains(&b) || b == b'"' || b == b'\\';
     let whole = format!("{prefix}{name}");
     if !whole.bytes().any(must_quote) {
         return whole;
@@ -126,12 +126,12 @@ impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for TerminalSafe<
         let mut start = 0;
         for (i, c) in fragment.char_indices() {
             if is_unsafe(c) {
-                writer.write_all(fragment[start..i].as_bytes())?;
+                writer.write_all(&fragment.as_bytes()[start..i])?;
                 write!(writer, "\\u{:04x}", c as u32)?;
                 start = i + c.len_utf8();
             }
         }
-        writer.write_all(fragment[start..].as_bytes())
+        writer.write_all(&fragment.as_bytes()[start..])
     }
 
     // Everything else as the wrapped formatter writes it (indentation for pretty output).

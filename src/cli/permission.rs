@@ -183,7 +183,8 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
             )]
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            // It can quote the arguments.
+            eprintln!("runner: {}", crate::display::shown(&e));
             return exit::USAGE;
         }
     };
