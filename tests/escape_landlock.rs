@@ -13,3 +13,10 @@ use common::escape;
 const BACKEND: Backend = Backend::Landlock;
 
 escape::escape_suite!(BACKEND, holes: &[]);
+
+/// The saved-output attacks with runner run by an unprivileged user: landlock without root
+/// must hold them too.
+#[test]
+fn saved_outputs_of_other_sessions_as_an_unprivileged_user() {
+    common::saved_outputs::attacks_unprivileged();
+}

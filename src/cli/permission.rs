@@ -128,7 +128,7 @@ pub fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
         &scope.profile,
         &scope.root,
         &scope.rules,
-        Some(&Truncator::default_dir()),
+        Some(&Truncator::any_session_dir()),
     )?;
     Ok((profile, rules, absolute_root(&scope.root)))
 }

@@ -72,11 +72,11 @@ fn list() -> u8 {
 }
 
 fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool) -> u8 {
-    let (p, rules) = match profile_and_rules(name, root, rule_args, Some(&Truncator::default_dir()))
-    {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    let (p, rules) =
+        match profile_and_rules(name, root, rule_args, Some(&Truncator::any_session_dir())) {
+            Ok(x) => x,
+            Err(code) => return code,
+        };
     let ask = p.ask.unwrap_or(AskMode::Prompt);
     if as_json {
         let out = json!({

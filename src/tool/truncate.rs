@@ -103,6 +103,13 @@ impl Truncator {
         data_home.join("runner").join("tool-output")
     }
 
+    /// A session's folder as rules are shown and checked outside any session (`profile
+    /// show`, `permission check`): no real session's, so a check of another session's
+    /// output says what a session would (ask), not allow.
+    pub fn any_session_dir() -> PathBuf {
+        Self::default_dir().join("SESSION")
+    }
+
     /// The folder this truncator saves into (the one its sandbox mounts).
     pub fn dir(&self) -> &Path {
         &self.dir

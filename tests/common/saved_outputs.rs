@@ -234,6 +234,18 @@ fn judge(step: &Step, result: Option<&(String, String)>) -> Vec<String> {
 
 /// The whole attack on one backend: every step's verdict in one report.
 pub fn attacks(backend: Backend) {
+    run(backend, false);
+}
+
+/// The same on landlock, with runner run by an unprivileged user (`nobody`), whose own
+/// sessions' outputs these all are.
+pub fn attacks_unprivileged() {
+    run(Backend::Landlock, true);
+}
+
+const NOBODY: u32 = 65534;
+
+fn run(backend: Backend, as_nobody: bool) {
     let sandbox = match backend {
         Backend::Landlock => "landlock",
         Backend::Docker => {
@@ -250,6 +262,14 @@ pub fn attacks(backend: Backend) {
     }
     let root = data.join("runner/tool-output");
     let planted = Planted::new(&root);
+    if as_nobody {
+        let chown = Command::new("chown")
+            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+            .arg(&base)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+    }
     let responder_planted = planted.clone();
     let model = ScriptedModel::responding(move |body| {
         let results = tool_results(body);
@@ -268,7 +288,20 @@ pub fn attacks(backend: Backend) {
             None => Response::Stream(text("done")),
         }
     });
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let mut command = if as_nobody {
+        let mut c = Command::new("setpriv");
+        c.args([
+            &format!("--reuid={NOBODY}"),
+            &format!("--regid={NOBODY}"),
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_runner"),
+        ]);
+        c.env("HOME", &base);
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+    };
+    let out = command
         .current_dir(&wt)
         .env("XDG_DATA_HOME", &data)
         .env("XDG_CONFIG_HOME", &config)
@@ -295,12 +328,24 @@ pub fn attacks(backend: Backend) {
     );
     assert_eq!(out.status.code(), Some(0), "{describe}");
     let results = session_results(&data);
-    let mut report = Report::new(backend, "saved outputs");
+    let mut report = Report::new(
+        backend,
+        if as_nobody {
+            "saved outputs (as nobody)"
+        } else {
+            "saved outputs"
+        },
+    );
     // The first call is the session's own long output: saved in a folder of its own.
     let own = results.first().and_then(|(t, _)| saved_path(t));
     let own_ok = own.as_deref().is_some_and(|p| {
+        use std::os::unix::fs::MetadataExt;
         let p = Path::new(p);
-        p.starts_with(&root) && p.parent() != Some(root.as_path()) && p.is_file()
+        // Saved by the user runner ran as (so the unprivileged run really was one).
+        let owner = std::fs::metadata(p).map(|m| m.uid()).ok();
+        p.starts_with(&root)
+            && p.parent() != Some(root.as_path())
+            && owner == Some(if as_nobody { NOBODY } else { 0 })
     });
     report.record(
         "ok.own_output_saved_in_its_own_folder",
