@@ -32,9 +32,12 @@ pub struct SessionOptions {
     pub ask: Option<AskMode>,
     /// Rules after every config layer (an agent's own restrictions).
     pub session_rules: Vec<Rule>,
-    /// Where full tool outputs are saved (default: the user's data directory). The sandbox
-    /// can read it, so runs that must not see each other's outputs get their own.
+    /// Where full tool outputs are saved (default: the user's data directory), each session
+    /// in a folder of its own below it; only that folder is mounted into the sandbox.
     pub output_dir: Option<PathBuf>,
+    /// The session whose folder of saved outputs this one uses: a conversation's id, so that
+    /// a resumed one still reads the outputs its history points at. `None`: a new folder.
+    pub outputs_of: Option<String>,
     /// Open the sandbox over this task container (its image holds the worktree; docker
     /// only). `root` then only names where config files are looked for.
     pub in_image: Option<Arc<crate::sandbox::docker::in_image::TaskContainer>>,
@@ -139,10 +142,11 @@ impl SessionOptions {
     /// Opens the session: rules, sandbox, gate, context. `session` carries the state that
     /// lives as long as the conversation (files read, locks).
     pub async fn open(&self, session: Session) -> Result<OpenSession, OpenError> {
-        let truncator = Truncator::new(
+        let truncator = Truncator::for_session(
             self.output_dir
                 .clone()
                 .unwrap_or_else(Truncator::default_dir),
+            self.outputs_of.as_deref(),
         );
         truncator.prepare().map_err(|e| {
             OpenError::Failed(format!(
@@ -186,7 +190,8 @@ impl SessionOptions {
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
         spec.sweep_repositories = workspace.is_none() && !self.private_worktree;
-        // The model is told where full outputs are saved; the sandbox must let it read them.
+        // The model is told where full outputs are saved; the sandbox must let it read them,
+        // and only them: the session's own folder, never the folders of other sessions.
         spec.read_only.push(truncator.dir().to_path_buf());
         let sandbox = match crate::sandbox::open(&spec).await {
             Ok(s) => s,

@@ -357,10 +357,12 @@ fn bash_exit_status_is_in_metadata() {
     assert_eq!(v["title"], "Exit five");
 }
 
-/// A truncated output is saved under `XDG_DATA_HOME`, and a later call can read it back
-/// (the directory is mounted read-only in the sandbox).
+/// A truncated output is saved under `XDG_DATA_HOME`, in a folder of the call's own session
+/// (the one its sandbox mounts read-only). A later call is another session: its rules do
+/// not allow the folder, and nobody is there to approve it. Reading back within a session
+/// is attacked on both walls in the escape suites (`common/saved_outputs.rs`).
 #[test]
-fn truncated_output_is_saved_under_xdg_data_home_and_readable() {
+fn truncated_output_is_saved_in_a_folder_of_its_session() {
     let cli = Cli::new();
     let (code, v) = cli.call_json(
         "bash",
@@ -369,17 +371,29 @@ fn truncated_output_is_saved_under_xdg_data_home_and_readable() {
     );
     assert_eq!(code, 0);
     assert_eq!(v["metadata"]["truncated"], true);
-    let saved = v["metadata"]["outputPath"].as_str().unwrap();
+    let saved = Path::new(v["metadata"]["outputPath"].as_str().unwrap());
+    let root = cli.data.join("runner/tool-output");
     assert!(
-        Path::new(saved).starts_with(cli.data.join("runner/tool-output")),
-        "{saved}"
+        saved.starts_with(&root) && saved.parent() != Some(root.as_path()),
+        "{}",
+        saved.display()
     );
     let full: String = (1..=3000).map(|i| format!("{i}\n")).collect();
     assert_eq!(std::fs::read_to_string(saved).unwrap(), full);
+    assert!(
+        v["output"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Full output saved to: {}", saved.display())),
+        "{v}"
+    );
 
     let (code, v) = cli.call_json("read", json!({ "filePath": saved, "offset": 3000 }), &[]);
-    assert_eq!(code, 0, "{v}");
-    assert!(v["output"].as_str().unwrap().contains("3000: 3000"));
+    assert_eq!(code, 3, "{v}");
+    assert!(!v["output"].as_str().unwrap_or("").contains("3000: 3000"));
+    // A call that saved nothing leaves no folder behind.
+    let folders = std::fs::read_dir(&root).unwrap().count();
+    assert_eq!(folders, 1, "only the first call's folder");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -20,3 +20,10 @@ escape::escape_suite!(BACKEND, holes: &[]);
 fn git_side_doors_as_an_unprivileged_user() {
     common::side_doors::run_unprivileged();
 }
+
+/// The saved-output attacks with runner run by an unprivileged user: landlock without root
+/// must hold them too.
+#[test]
+fn saved_outputs_of_other_sessions_as_an_unprivileged_user() {
+    common::saved_outputs::attacks_unprivileged();
+}

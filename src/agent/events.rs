@@ -121,7 +121,10 @@ impl<W: Write + Send> JsonLines<W> {
 impl<W: Write + Send> EventSink for JsonLines<W> {
     fn emit(&self, event: &Event) {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        if let Ok(line) = serde_json::to_string(event) {
+        // Exact JSON in which no character a terminal acts on is raw (`--json` may well be
+        // read on one).
+        let line = crate::display::json(event);
+        if !line.is_empty() {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         }

@@ -291,14 +291,16 @@ impl Loaded {
             _ => (String::new(), None),
         };
         let header = serde_json::json!({"type": "replay", "session": self.id(), "model": model, "prompt": prompt, "context_window": window});
-        out.push_str(&header.to_string());
+        // Exact JSON, with nothing raw a terminal would act on (it is printed to stdout).
+        out.push_str(&crate::display::json(&header));
         out.push('\n');
         for r in &self.records {
-            if matches!(r, Record::Turn { .. })
-                && let Ok(line) = serde_json::to_string(r)
-            {
-                out.push_str(&line);
-                out.push('\n');
+            if matches!(r, Record::Turn { .. }) {
+                let line = crate::display::json(r);
+                if !line.is_empty() {
+                    out.push_str(&line);
+                    out.push('\n');
+                }
             }
         }
         out

@@ -88,7 +88,7 @@ pub struct Run {
 
 pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let RunOptions {
-        session,
+        mut session,
         model,
         agent,
         loop_options,
@@ -121,6 +121,9 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             discard_text: r.discard_text,
         })
     });
+    // The conversation's saved outputs live in a folder named by its id (subagents share
+    // it, as they share the sandbox).
+    session.outputs_of = Some(id.clone());
     let open = session
         .open(Session::new(id.clone()))
         .await

@@ -4,9 +4,12 @@
 
 use std::path::PathBuf;
 
+use std::io::IsTerminal;
+
 use clap::Args;
 
 use super::exit;
+use crate::display;
 use crate::workspace::{self, Workspace};
 
 #[derive(Debug, Args)]
@@ -66,9 +69,9 @@ fn list(root: &std::path::Path, json: bool) -> u8 {
         }));
     }
     if json {
-        println!("{}", serde_json::Value::Array(rows));
+        println!("{}", display::json(&serde_json::Value::Array(rows)));
     } else if rows.is_empty() {
-        println!("no workspaces wait for {}", root.display());
+        println!("no workspaces wait for {}", display::shown(root.display()));
     } else {
         for r in rows {
             println!(
@@ -86,16 +89,16 @@ fn show(id: &str, json: bool) -> u8 {
     let ws = match Workspace::open(id) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", display::escape(&e));
             return exit::USAGE;
         }
     };
     let shown = if json {
         ws.changes()
-            .and_then(|c| serde_json::to_string(&c).map_err(|e| e.to_string()))
-            .map(|text| format!("{text}\n").into_bytes())
+            .map(|c| format!("{}\n", display::json(&c)).into_bytes())
     } else {
         ws.diff(crate::workspace::PatchFormat::Review)
+            .map(|patch| for_a_terminal(patch, std::io::stdout().is_terminal()))
     };
     match shown {
         Ok(bytes) => {
@@ -108,7 +111,7 @@ fn show(id: &str, json: bool) -> u8 {
             exit::OK
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", display::escape(&e));
             exit::FAILED
         }
     }
@@ -118,21 +121,38 @@ pub fn apply(args: ApplyArgs) -> u8 {
     let ws = match Workspace::open(&args.id) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", display::escape(&e));
             return exit::USAGE;
         }
     };
     let target = ws.meta.source.clone();
     match ws.apply(args.force) {
         Ok(list) => {
-            println!("applied {} change(s) to {}", list.len(), target.display());
+            println!(
+                "applied {} change(s) to {}",
+                list.len(),
+                display::shown(target.display())
+            );
             exit::OK
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            // It names the files that conflict: the copy's names, which the agent chose.
+            eprintln!("runner: {}", display::escape(&e));
             exit::FAILED
         }
     }
+}
+
+/// The review patch as it is written: on a terminal, every line with what could act on it
+/// shown visibly (an added line's cursor-up and erase-line could otherwise hide it, or the
+/// lines above it); piped, as it is, as `git diff` leaves a patch, so that it still applies.
+/// The names in its headers are quoted either way ([`crate::workspace::diff`]).
+fn for_a_terminal(patch: Vec<u8>, terminal: bool) -> Vec<u8> {
+    if !terminal {
+        return patch;
+    }
+    let text = String::from_utf8_lossy(&patch);
+    display::escape(&text).into_owned().into_bytes()
 }
 
 pub fn discard(args: DiscardArgs) -> u8 {
@@ -143,7 +163,7 @@ pub fn discard(args: DiscardArgs) -> u8 {
     match discarded {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", display::escape(&e));
             exit::FAILED
         }
     }
@@ -153,7 +173,7 @@ pub fn discard(args: DiscardArgs) -> u8 {
 pub fn report(workspace: Option<Workspace>) {
     let Some(mut ws) = workspace else { return };
     if let Err(e) = ws.finish() {
-        eprintln!("runner: {e}");
+        eprintln!("runner: {}", display::escape(&e));
     }
     eprintln!("workspace: {}", ws.meta.id);
 }

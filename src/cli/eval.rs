@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::exit;
 use super::signals::Signals;
+use crate::display;
 use crate::eval::{self, AgentKind, EvalOptions};
 use crate::sandbox::BackendKind;
 
@@ -84,24 +85,24 @@ pub fn run(cmd: EvalCommand) -> u8 {
         EvalCommand::Summary { dir, json } => match eval::summary(&dir) {
             Ok(s) => {
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                    println!("{}", display::json_pretty(&s));
                 } else {
                     println!("{}", summary_line(&s));
                 }
                 exit::OK
             }
             Err(e) => {
-                eprintln!("runner: {e}");
+                eprintln!("runner: {}", display::escape(&e));
                 exit::FAILED
             }
         },
         EvalCommand::Report { dir } => match eval::report::write(&dir) {
             Ok(path) => {
-                println!("{}", path.display());
+                println!("{}", display::shown(path.display()));
                 exit::OK
             }
             Err(e) => {
-                eprintln!("runner: {e}");
+                eprintln!("runner: {}", display::escape(&e));
                 exit::FAILED
             }
         },
@@ -161,12 +162,14 @@ async fn run_eval(args: RunArgs) -> u8 {
             exit::OK
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", display::escape(&e));
             exit::FAILED
         }
     }
 }
 
+/// The counts in one line. A summary read back from disk (`eval summary DIR`) was written
+/// where the tasks' own files live, so its model name is escaped with the rest.
 fn summary_line(s: &eval::results::Summary) -> String {
     let counts: Vec<String> = s
         .counts
@@ -192,5 +195,5 @@ fn summary_line(s: &eval::results::Summary) -> String {
         "; tokens in {} out {} cached {}",
         s.usage.input, s.usage.output, s.usage.cache_read
     ));
-    line
+    display::escape(&line).into_owned()
 }

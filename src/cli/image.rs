@@ -56,7 +56,8 @@ pub async fn run(cmd: ImageCommand) -> u8 {
         fresh_base: args.fresh_base,
     };
     let started = std::time::Instant::now();
-    let mut log = |line: &str| eprintln!("  {line}");
+    // A build prints what its commands print.
+    let mut log = |line: &str| eprintln!("  {}", crate::display::escape(line));
     match image::build(&docker, &req, &mut log).await {
         Ok(()) => {
             eprintln!(

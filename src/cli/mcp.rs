@@ -44,15 +44,14 @@ pub async fn run(cmd: McpCommand) -> u8 {
                 None => Vec::new(),
             };
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&states).unwrap_or_default()
-                );
+                println!("{}", crate::display::json_pretty(&states));
             } else if states.is_empty() {
                 println!("no MCP servers are configured ([mcp.NAME] in a config file)");
             } else {
+                // A server names its tools, and its state can quote what it said.
                 for s in &states {
-                    println!("{}  {}  {}", s.name, s.state, s.tools.join(", "));
+                    let line = format!("{}  {}  {}", s.name, s.state, s.tools.join(", "));
+                    println!("{}", crate::display::escape(&line));
                 }
             }
             drop(ctx);
@@ -73,7 +72,7 @@ pub async fn run(cmd: McpCommand) -> u8 {
                 };
             let (registry, notes) = crate::tool::user::registry(&ctx).await;
             for note in notes {
-                eprintln!("runner: {note}");
+                eprintln!("runner: {}", crate::display::escape(&note));
             }
             let result = registry
                 .call_raw(&format!("{name}_{tool}"), &args, &ctx)

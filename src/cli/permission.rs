@@ -89,12 +89,13 @@ pub fn profile_and_rules(
         config: rules.config.clone(),
         ..SessionOptions::new(root)
     };
+    // A project's config (its errors quote it) and its rules are the repository's text.
     let loaded = options.rules(output_dir).map_err(|e| {
-        eprintln!("runner: {e}");
+        eprintln!("runner: {}", crate::display::shown(&e));
         exit::USAGE
     })?;
     for note in loaded.notes {
-        eprintln!("runner: {note}");
+        eprintln!("runner: {}", crate::display::escape(&note));
     }
     Ok((loaded.profile, loaded.rules))
 }
@@ -127,7 +128,7 @@ pub fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
         &scope.profile,
         &scope.root,
         &scope.rules,
-        Some(&Truncator::default_dir()),
+        Some(&Truncator::any_session_dir()),
     )?;
     Ok((profile, rules, absolute_root(&scope.root)))
 }
@@ -182,7 +183,8 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
             )]
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            // It can quote the arguments.
+            eprintln!("runner: {}", crate::display::shown(&e));
             return exit::USAGE;
         }
     };
@@ -205,7 +207,7 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         }));
     }
     let out = json!({ "decision": overall, "asks": entries });
-    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    println!("{}", crate::display::json_pretty(&out));
     exit::OK
 }
 
@@ -224,13 +226,16 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
     let action = effective(verdict.action, &profile);
     if as_json {
         let out = json!({ "action": action, "rule": verdict.rule });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        println!("{}", crate::display::json_pretty(&out));
         return exit::OK;
     }
     match &verdict.rule {
         Some(r) => println!(
-            "{}  by {} {:?} = {} ({} #{})",
-            action, r.permission, r.pattern, r.action, r.source.origin, r.source.position
+            "{}",
+            crate::display::escape(&format!(
+                "{}  by {} {:?} = {} ({} #{})",
+                action, r.permission, r.pattern, r.action, r.source.origin, r.source.position
+            ))
         ),
         None => println!("{}  (no rule matched; the default is ask)", action),
     }

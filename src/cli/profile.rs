@@ -72,11 +72,11 @@ fn list() -> u8 {
 }
 
 fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool) -> u8 {
-    let (p, rules) = match profile_and_rules(name, root, rule_args, Some(&Truncator::default_dir()))
-    {
-        Ok(x) => x,
-        Err(code) => return code,
-    };
+    let (p, rules) =
+        match profile_and_rules(name, root, rule_args, Some(&Truncator::any_session_dir())) {
+            Ok(x) => x,
+            Err(code) => return code,
+        };
     let ask = p.ask.unwrap_or(AskMode::Prompt);
     if as_json {
         let out = json!({
@@ -93,7 +93,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
             "project_allows": p.project_allows.unwrap_or(true),
             "rules": rules,
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        println!("{}", crate::display::json_pretty(&out));
         return exit::OK;
     }
     println!("{name}: {}", p.description);
@@ -115,7 +115,8 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
     println!("rules (later wins):");
     for r in &rules {
         let action = r.action;
-        println!(
+        // The project's config adds rules of its own choosing.
+        let line = format!(
             "  {:<20} {:<32} {:<5}  {} #{}",
             r.permission,
             format!("{:?}", r.pattern),
@@ -123,6 +124,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
             r.source.origin,
             r.source.position
         );
+        println!("{}", crate::display::escape(&line));
     }
     exit::OK
 }

@@ -17,6 +17,7 @@ use crate::agent::events::{Event, EventSink, JsonLines};
 use crate::agent::start::{Resume, RunOptions, start};
 use crate::agent::{End, LoopOptions, exit};
 use crate::config::profile::AskMode;
+use crate::display::{escape, shown};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -118,12 +119,12 @@ pub async fn run(args: RunArgs) -> u8 {
     let mut run = match start(options).await {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", shown(&e));
             return e.exit_code();
         }
     };
     for note in &run.notes {
-        eprintln!("runner: {note}");
+        eprintln!("runner: {}", escape(note));
     }
     let signals = Signals::listen(None, Box::new(run.on_forced_exit()));
     let end = match prompt.or(run.recorded_prompt.clone()) {
@@ -155,7 +156,7 @@ pub async fn run(args: RunArgs) -> u8 {
             let applied = crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false));
             match applied {
                 Ok(list) => eprintln!("runner: applied {} change(s)", list.len()),
-                Err(e) => eprintln!("runner: {e}"),
+                Err(e) => eprintln!("runner: {}", escape(&e)),
             }
         } else {
             eprintln!(
@@ -196,7 +197,7 @@ async fn conversation(run: &mut crate::agent::start::Run, signals: &Signals, jso
         last = outcome.end;
         match &last {
             End::ProviderError(m) | End::SandboxError(m) => {
-                eprintln!("runner: {m}");
+                eprintln!("runner: {}", escape(m));
                 return last;
             }
             End::Interrupted => eprintln!("\n{}", paint("33", "interrupted")),
@@ -235,11 +236,14 @@ fn colour() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
 }
 
+/// `text` in runner's colour `code`. The text is escaped first (it often holds what the
+/// model or a tool wrote), so the only sequences that reach the terminal are the colour's.
 fn paint(code: &str, text: &str) -> String {
+    let text = escape(text);
     if colour() {
         format!("\x1b[{code}m{text}\x1b[0m")
     } else {
-        text.to_string()
+        text.into_owned()
     }
 }
 
@@ -269,7 +273,9 @@ impl EventSink for TerminalView {
             )),
             Event::Text { delta, .. } => {
                 let mut out = std::io::stdout().lock();
-                let _ = write!(out, "{delta}");
+                // Escaped a character at a time, so a sequence split across deltas is
+                // shown as surely as a whole one.
+                let _ = write!(out, "{}", escape(delta));
                 let _ = out.flush();
                 self.mid_line
                     .store(!delta.ends_with('\n'), Ordering::Relaxed);
@@ -289,9 +295,9 @@ impl EventSink for TerminalView {
                     paint("31", "✗")
                 };
                 let what = if title.is_empty() {
-                    tool.clone()
+                    escape(tool).into_owned()
                 } else {
-                    format!("{tool} {title}")
+                    escape(&format!("{tool} {title}")).into_owned()
                 };
                 let mut text = format!(
                     "  {mark} {what} {}",

@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::exit;
 use crate::agent::record::{self, Loaded, Record};
+use crate::display;
 use crate::llm::Message;
 
 #[derive(Debug, Subcommand)]
@@ -62,12 +63,9 @@ pub fn run(cmd: SessionsCommand) -> u8 {
                 }));
             }
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&rows).unwrap_or_default()
-                );
+                println!("{}", display::json_pretty(&rows));
             } else if rows.is_empty() {
-                println!("no sessions in {}", dir.display());
+                println!("no sessions in {}", display::shown(dir.display()));
             } else {
                 for r in rows {
                     let prompt: String = r["prompt"]
@@ -76,7 +74,9 @@ pub fn run(cmd: SessionsCommand) -> u8 {
                         .chars()
                         .take(60)
                         .collect();
-                    println!(
+                    // Every field was read from a session file, the prompt the model's
+                    // task, so the line is escaped whole.
+                    let line = format!(
                         "{}  {:<10} {:<28} {}  {}",
                         r["id"].as_str().unwrap_or(""),
                         r["end"].as_str().unwrap_or("(running or killed)"),
@@ -84,13 +84,17 @@ pub fn run(cmd: SessionsCommand) -> u8 {
                         r["root"].as_str().unwrap_or(""),
                         prompt.replace('\n', " ")
                     );
+                    println!("{}", display::escape(&line));
                 }
             }
             exit::OK
         }
         SessionsCommand::Show { id } => match load(&dir, &id) {
             Ok(l) => {
-                print!("{}", crate::agent::transcript::transcript(&l));
+                // What the model said and every tool's output, escaped for the terminal
+                // (`export` is the exact record).
+                let text = crate::agent::transcript::transcript(&l);
+                print!("{}", display::escape(&text));
                 exit::OK
             }
             Err(code) => code,
@@ -107,7 +111,7 @@ pub fn run(cmd: SessionsCommand) -> u8 {
 
 fn load(dir: &std::path::Path, id: &str) -> Result<Loaded, u8> {
     let path = record::find(dir, id).map_err(|e| {
-        eprintln!("runner: {e}");
+        eprintln!("runner: {}", display::escape(&e));
         exit::USAGE
     })?;
     Loaded::read(&path).map_err(|e| {

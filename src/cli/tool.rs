@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::exit;
 use super::permission::{RuleArgs, Scope, load_scope};
 use crate::config::profile::AskMode;
+use crate::display;
 use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::sandbox::BackendKind;
 use crate::sandbox::spec::{Network, SandboxSpec};
@@ -86,7 +87,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             } else {
                 let (registry, notes) = crate::tool::user::registry(&ctx).await;
                 for note in notes {
-                    eprintln!("runner: {note}");
+                    eprintln!("runner: {}", display::escape(&note));
                 }
                 registry
             };
@@ -116,7 +117,7 @@ fn list(json: bool, scope: &Scope) -> u8 {
         &taken,
     );
     for note in notes {
-        eprintln!("runner: {note}");
+        eprintln!("runner: {}", display::escape(&note));
     }
     for t in own {
         registry = registry.with(Arc::new(t));
@@ -126,14 +127,12 @@ fn list(json: bool, scope: &Scope) -> u8 {
             .visible(&gate)
             .map(|t| json!({ "id": t.id(), "description": t.description(), "parameters": t.parameters() }))
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&tools).unwrap_or_default()
-        );
+        println!("{}", display::json_pretty(&tools));
     } else {
+        // A project's own tools describe themselves.
         for t in registry.visible(&gate) {
             let first = t.description().lines().next().unwrap_or_default();
-            println!("{:<12} {first}", t.id());
+            println!("{}", display::escape(&format!("{:<12} {first}", t.id())));
         }
     }
     exit::OK
@@ -144,7 +143,7 @@ fn list(json: bool, scope: &Scope) -> u8 {
 pub(super) fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
     if let Some(network) = proxy {
         for record in network.records() {
-            eprintln!("network: {}", record.line());
+            eprintln!("network: {}", display::escape(&record.line()));
         }
         let past = network.past_limit();
         if past.allowed + past.denied > 0 {
@@ -168,7 +167,7 @@ pub(super) async fn start(
     match options.open(session).await {
         Ok(open) => {
             for note in &open.notes {
-                eprintln!("runner: {note}");
+                eprintln!("runner: {}", display::escape(note));
             }
             use std::io::IsTerminal;
             let ctx = open.ctx;
@@ -181,7 +180,7 @@ pub(super) async fn start(
             Ok((ctx, open.workspace))
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", display::shown(&e));
             Err(match e {
                 OpenError::Usage(_) => exit::USAGE,
                 OpenError::Sandbox(_) | OpenError::Failed(_) => exit::FAILED,
@@ -247,23 +246,25 @@ impl SandboxArgs {
     }
 }
 
+/// A call's result for a person (escaped: it is what a command printed or a file held;
+/// `--json` has it exact) or as one line of JSON.
 pub(super) fn print_result(result: &CallResult, json: bool) {
     if json {
-        println!("{}", serde_json::to_string(result).unwrap_or_default());
+        println!("{}", display::json(result));
         return;
     }
     if let Some(error) = &result.error {
-        eprintln!("{error}");
+        eprintln!("{}", display::escape(error));
         return;
     }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", result.output);
+    let _ = writeln!(out, "{}", display::escape(&result.output));
     for a in &result.attachments {
         let _ = writeln!(
             out,
             "[attachment {} {} ({} bytes of data URL)]",
-            a.filename,
-            a.mime,
+            display::escape(&a.filename),
+            display::escape(&a.mime),
             a.url.len()
         );
     }
@@ -304,7 +305,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
     };
     let (registry, notes) = crate::tool::user::registry(&ctx).await;
     for note in notes {
-        eprintln!("runner: {note}");
+        eprintln!("runner: {}", display::escape(&note));
     }
     let mut first_failure = exit::OK;
     for (n, line) in lines.iter().enumerate() {
@@ -328,7 +329,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
                 registry.call_invalid("", error, &ctx).await
             }
         };
-        println!("{}", serde_json::to_string(&result).unwrap_or_default());
+        println!("{}", display::json(&result));
         let code = exit_code(&result);
         if first_failure == exit::OK && code != exit::OK {
             first_failure = code;

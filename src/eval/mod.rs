@@ -516,7 +516,10 @@ impl Progress {
         self.refresh();
     }
 
+    /// A line above the bar. It names tasks (from the task files) and quotes failures
+    /// (what a command printed), so it is escaped.
     fn note(&self, text: &str) {
+        let text = crate::display::escape(text);
         match &self.bar {
             Some(bar) => bar.println(format!("runner: {text}")),
             None => eprintln!("runner: {text}"),

