@@ -90,23 +90,24 @@ fn show(id: &str, json: bool) -> u8 {
             return exit::USAGE;
         }
     };
+    // Written as it is made: a copy's patch can be larger than memory.
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let shown = if json {
-        ws.changes()
-            .and_then(|c| serde_json::to_string(&c).map_err(|e| e.to_string()))
-            .map(|text| format!("{text}\n").into_bytes())
+        ws.changes().and_then(|c| {
+            serde_json::to_writer(&mut out, &c)
+                .map_err(|e| format!("cannot write the changes: {e}"))?;
+            writeln!(out).map_err(|e| format!("cannot write the changes: {e}"))
+        })
     } else {
-        ws.diff(crate::workspace::PatchFormat::Review)
+        ws.write_review(&mut out)
     };
+    let shown = shown.and_then(|()| {
+        out.flush()
+            .map_err(|e| format!("cannot write the changes: {e}"))
+    });
     match shown {
-        Ok(bytes) => {
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            if let Err(e) = out.write_all(&bytes).and_then(|()| out.flush()) {
-                eprintln!("runner: cannot write the changes: {e}");
-                return exit::FAILED;
-            }
-            exit::OK
-        }
+        Ok(()) => exit::OK,
         Err(e) => {
             eprintln!("runner: {e}");
             exit::FAILED
@@ -123,14 +124,72 @@ pub fn apply(args: ApplyArgs) -> u8 {
         }
     };
     let target = ws.meta.source.clone();
-    match ws.apply(args.force) {
-        Ok(list) => {
-            println!("applied {} change(s) to {}", list.len(), target.display());
+    // Ctrl-C, SIGTERM and SIGHUP wait until the apply is made or undone: while files are
+    // staged one stops it (nothing applied), and the renames that make it are never cut.
+    let held = HeldSignals::new();
+    let applied = ws.apply(args.force, &|| held.pending());
+    let code = match applied {
+        Ok(applied) => {
+            for note in &applied.notes {
+                eprintln!("runner: {note}");
+            }
+            println!(
+                "applied {} change(s) to {}",
+                applied.changes.len(),
+                target.display()
+            );
             exit::OK
         }
         Err(e) => {
             eprintln!("runner: {e}");
             exit::FAILED
+        }
+    };
+    // A signal held meanwhile now ends the process, as it would have.
+    drop(held);
+    code
+}
+
+/// The termination signals blocked on this (the only) thread while it lives, and put back
+/// as they were when dropped.
+struct HeldSignals {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl HeldSignals {
+    fn new() -> HeldSignals {
+        // SAFETY: signal-set calls on local values; pthread_sigmask on this thread only.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            HeldSignals { set, old }
+        }
+    }
+
+    /// Whether one of them arrived.
+    fn pending(&self) -> bool {
+        // SAFETY: sigpending fills a local set; sigismember reads it.
+        unsafe {
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].iter().any(|s| {
+                libc::sigismember(&pending, *s) == 1 && libc::sigismember(&self.set, *s) == 1
+            })
+        }
+    }
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's mask as it was.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
         }
     }
 }
