@@ -556,6 +556,8 @@ const REVIEW_RSS: u64 = 100 << 20;
 
 /// Runs `command` to its end: how long it took and its own peak RSS (from `wait4`). It must
 /// exit with one of `codes`.
+// The child is reaped by `wait4`, which also gives its own peak RSS.
+#[allow(clippy::zombie_processes)]
 fn measured(command: &mut Command, codes: &[i32]) -> (Duration, u64) {
     let start = Instant::now();
     let child = command

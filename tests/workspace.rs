@@ -653,6 +653,8 @@ fn a_failed_apply_leaves_the_checkout_exactly_as_it_was() {
 
 /// `runner ARGS` with its output, its peak resident memory (its own, from `wait4`) and how
 /// long it took.
+// The child is reaped by `wait4`, which also gives its own peak RSS.
+#[allow(clippy::zombie_processes)]
 fn runner_measured(c: &Checkout, args: &[&str]) -> (Output, u64, std::time::Duration) {
     let start = std::time::Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))

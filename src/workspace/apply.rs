@@ -107,8 +107,16 @@ pub(crate) fn apply_with(
             )
         }));
     }
-    // Made: the old files go (those swapped out wait under their staged names).
-    for done in &journal {
+    notes.extend(remove_old(&journal));
+    // Made: the old files swapped out go with their staged names.
+    drop(staged);
+    Ok(notes)
+}
+
+/// Once every step is made, the old files set aside go; notes for those that stay.
+fn remove_old(journal: &[Done]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for done in journal {
         if let Done::Aside { backup, path } = done
             && let Err(e) = std::fs::remove_file(backup)
         {
@@ -119,8 +127,7 @@ pub(crate) fn apply_with(
             ));
         }
     }
-    drop(staged);
-    Ok(notes)
+    notes
 }
 
 /// Paths that cannot be applied at all, whatever `--force` says: a path that is not plainly
@@ -438,53 +445,60 @@ fn commit(
         journal.push(Done::Aside { path, backup });
     }
     for (i, (c, _)) in plan.writes.iter().enumerate() {
-        let path = target.join(&c.rel);
-        let fail = |e: io::Error| format!("cannot write {}: {e}", path.display());
-        let mut sub = PathBuf::new();
-        for part in c.rel.parent().into_iter().flat_map(Path::components) {
-            sub.push(part);
-            let dir = target.join(&sub);
-            if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
-                step(&dir)?;
-                std::fs::create_dir(&dir).map_err(fail)?;
-                journal.push(Done::MadeDir(dir));
-            }
-        }
-        let from = staged.path(i);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => {
-                remove_empty_dirs(&path, journal, &mut step).map_err(fail)?;
-                step(&path)?;
-                rename_noreplace(from, &path).map_err(fail)?;
-                journal.push(Done::Placed { path });
-            }
-            Ok(_) => {
-                step(&path)?;
-                match renameat_with(CWD, from, CWD, &path, RenameFlags::EXCHANGE) {
-                    Ok(()) => journal.push(Done::Swapped { path, write: i }),
-                    // A file system that cannot swap: the old file aside, the new one in.
-                    Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-                        let dir = path.parent().unwrap_or(target);
-                        let backup = temp(dir, |p| rename_noreplace(&path, p)).map_err(fail)?;
-                        journal.push(Done::Aside {
-                            path: path.clone(),
-                            backup,
-                        });
-                        step(&path)?;
-                        rename_noreplace(from, &path).map_err(fail)?;
-                        journal.push(Done::Placed { path });
-                    }
-                    Err(e) => return Err(fail(e.into())),
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                step(&path)?;
-                rename_noreplace(from, &path).map_err(fail)?;
-                journal.push(Done::Placed { path });
-            }
-            Err(e) => return Err(fail(e)),
+        put(target, &c.rel, staged.path(i), i, journal, &mut step)?;
+    }
+    Ok(())
+}
+
+/// Puts the staged write `write` (at `from`) in its place `rel`: the folders on the way
+/// made, an empty folder there removed, a file or link there swapped out.
+fn put(
+    target: &Path,
+    rel: &Path,
+    from: &Path,
+    write: usize,
+    journal: &mut Vec<Done>,
+    step: &mut dyn FnMut(&Path) -> Result<(), String>,
+) -> Result<(), String> {
+    let path = target.join(rel);
+    let fail = |e: io::Error| format!("cannot write {}: {e}", path.display());
+    let mut sub = PathBuf::new();
+    for part in rel.parent().into_iter().flat_map(Path::components) {
+        sub.push(part);
+        let dir = target.join(&sub);
+        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            step(&dir)?;
+            std::fs::create_dir(&dir).map_err(fail)?;
+            journal.push(Done::MadeDir(dir));
         }
     }
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.is_dir() => remove_empty_dirs(&path, journal, step).map_err(fail)?,
+        Ok(_) => {
+            step(&path)?;
+            match renameat_with(CWD, from, CWD, &path, RenameFlags::EXCHANGE) {
+                Ok(()) => {
+                    journal.push(Done::Swapped { path, write });
+                    return Ok(());
+                }
+                // A file system that cannot swap: the old file aside, the new one in.
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                    let dir = path.parent().unwrap_or(target);
+                    let backup = temp(dir, |p| rename_noreplace(&path, p)).map_err(fail)?;
+                    journal.push(Done::Aside {
+                        path: path.clone(),
+                        backup,
+                    });
+                }
+                Err(e) => return Err(fail(e.into())),
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    step(&path)?;
+    rename_noreplace(from, &path).map_err(fail)?;
+    journal.push(Done::Placed { path });
     Ok(())
 }
 

@@ -282,23 +282,9 @@ pub fn write_changes(
         if moved_away.contains(c.path.as_str()) {
             continue;
         }
-        let load = &mut |new_side: bool| -> io::Result<Body> {
-            let (entry, root) = if new_side {
-                (&c.after, work)
-            } else {
-                (&c.before, base)
-            };
-            match entry {
-                Some(Entry::Link { target }) => {
-                    Ok(Body::Text(target.to_string_lossy().into_owned()))
-                }
-                Some(Entry::File(f)) if f.size > DIFF_LIMIT => Ok(Body::Large),
-                Some(Entry::File(_)) => Ok(Body::of(content::read_head(
-                    &root.join(&c.rel),
-                    DIFF_LIMIT + 1,
-                )?)),
-                _ => Ok(Body::Binary),
-            }
+        let load = &mut |new_side: bool| match new_side {
+            true => body_on_disk(c.after.as_ref(), &work.join(&c.rel)),
+            false => body_on_disk(c.before.as_ref(), &base.join(&c.rel)),
         };
         write_path(
             out,
@@ -311,6 +297,16 @@ pub fn write_changes(
         .map_err(|e| format!("cannot show {}: {e}", c.path))?;
     }
     Ok(())
+}
+
+/// What `entry` (at `path`) shows: a link's target, a file's text up to [`DIFF_LIMIT`].
+fn body_on_disk(entry: Option<&Entry>, path: &Path) -> io::Result<Body> {
+    match entry {
+        Some(Entry::Link { target }) => Ok(Body::Text(target.to_string_lossy().into_owned())),
+        Some(Entry::File(f)) if f.size > DIFF_LIMIT => Ok(Body::Large),
+        Some(Entry::File(_)) => Ok(Body::of(content::read_head(path, DIFF_LIMIT + 1)?)),
+        _ => Ok(Body::Binary),
+    }
 }
 
 /// Which added files are gone ones under a new name: `(new path → old path)`. Only files of
