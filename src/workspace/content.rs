@@ -172,11 +172,17 @@ fn read_at_most(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
     Ok(got)
 }
 
-/// The first `limit` bytes of a file at most (for showing it), opened as [`open_plain`] does.
-pub fn read_head(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+/// The first `limit` bytes of a file at most (for showing it), opened as [`open_plain`]
+/// does; it must be the file `stamp` names (not another one put on its way meanwhile).
+pub fn read_head(path: &Path, limit: u64, stamp: &Stamp) -> io::Result<Vec<u8>> {
     use std::io::Read;
+    let file = open_plain(path)?;
+    let now = Stamp::of(&file.metadata()?);
+    if (now.dev, now.ino) != (stamp.dev, stamp.ino) {
+        return Err(io::Error::other("it was replaced while being read"));
+    }
     let mut out = Vec::new();
-    open_plain(path)?.take(limit).read_to_end(&mut out)?;
+    file.take(limit).read_to_end(&mut out)?;
     Ok(out)
 }
 

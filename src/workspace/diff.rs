@@ -304,7 +304,11 @@ fn body_on_disk(entry: Option<&Entry>, path: &Path) -> io::Result<Body> {
     match entry {
         Some(Entry::Link { target }) => Ok(Body::Text(target.to_string_lossy().into_owned())),
         Some(Entry::File(f)) if f.size > DIFF_LIMIT => Ok(Body::Large),
-        Some(Entry::File(_)) => Ok(Body::of(content::read_head(path, DIFF_LIMIT + 1)?)),
+        Some(Entry::File(f)) => Ok(Body::of(content::read_head(
+            path,
+            DIFF_LIMIT + 1,
+            &f.stamp,
+        )?)),
         _ => Ok(Body::Binary),
     }
 }
