@@ -667,10 +667,13 @@ impl ReviewLab {
                 .arg(scratch.path()),
             &[0],
         );
+        // An apply ends by removing the copy (its base and work): `rm -rf` of one tree as
+        // big says how much of its time that is.
+        let (rm, _) = measured(Command::new("rm").arg("-rf").arg(scratch.path()), &[0]);
         // Last: an apply removes the copy.
         let (apply, apply_rss) = measured(&mut self.runner(&["apply", &id]), &[0]);
         println!(
-            "review: {case}: changes {:.0} ms, peak RSS {:.1} MiB (diff -rq {:.0} ms, {:.1} MiB); apply {:.0} ms, peak RSS {:.1} MiB (cp -a {:.0} ms, {:.1} MiB)",
+            "review: {case}: changes {:.0} ms, peak RSS {:.1} MiB (diff -rq {:.0} ms, {:.1} MiB); apply {:.0} ms, peak RSS {:.1} MiB (cp -a {:.0} ms, {:.1} MiB; rm -rf of that copy {:.0} ms)",
             ms(changes),
             mib(changes_rss),
             ms(diff),
@@ -678,7 +681,8 @@ impl ReviewLab {
             ms(apply),
             mib(apply_rss),
             ms(cp),
-            mib(cp_rss)
+            mib(cp_rss),
+            ms(rm)
         );
         rows.push(Row {
             name: leak(format!("changes, {case}")),
