@@ -20,6 +20,11 @@
 //!    (target under 1 s where the file system makes reflinks; reported either way).
 //!    `SANDBOX_BENCH_COPY_DIR=DIR` puts the worktree and the copies on DIR's file system
 //!    (an XFS or btrfs mount, for reflinks).
+//! 5. Review and apply of a copy (`runner changes ID`, `runner apply ID`, each a whole
+//!    process): one holding a new 100 GiB sparse file, one holding 100,000 new small files,
+//!    and a 100,000-file copy with one file changed. Target: peak RSS under 100 MiB in
+//!    every case; the time is reported next to `diff -rq` of the two trees and `cp -a` of
+//!    the copy, which do the same reading and writing without review or staging.
 //!
 //! Each pair alternates runner and peer so drift hits both alike. Run with
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
@@ -38,7 +43,7 @@ use runner::tool::{Registry, Session, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
-/// `proxy`, `copy`); unset, all of them.
+/// `proxy`, `copy`, `review`); unset, all of them.
 fn wants(section: &str) -> bool {
     std::env::var("SANDBOX_BENCH_ONLY")
         .map(|only| only.split(',').any(|s| s.trim() == section))
@@ -325,6 +330,11 @@ fn main() -> ExitCode {
         );
     }
 
+    if wants("review") {
+        // 5. Review and apply in bounded memory.
+        rows.extend(review_and_apply());
+    }
+
     println!(
         "{:<24} {:>11} {:>11}  {:<28} {:>9}  {:<28} result",
         "case", "runner ms", "peer ms", "peer", "peer/run", "target"
@@ -539,4 +549,194 @@ fn copy_setup(runs: usize) -> (Duration, Duration) {
         assert!(ok, "cp -a failed");
     }
     (median(ours), median(peer))
+}
+
+/// Peak RSS allowed to `runner changes` and `runner apply`, whatever the copy holds.
+const REVIEW_RSS: u64 = 100 << 20;
+
+/// Runs `command` to its end: how long it took and its own peak RSS (from `wait4`). It must
+/// exit with one of `codes`.
+// The child is reaped by `wait4`, which also gives its own peak RSS.
+#[allow(clippy::zombie_processes)]
+fn measured(command: &mut Command, codes: &[i32]) -> (Duration, u64) {
+    let start = Instant::now();
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut status = 0;
+    // SAFETY: wait4 on our own child, into local values; the Child is not waited again.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let took = start.elapsed();
+    assert!(
+        pid == child.id() as i32
+            && libc::WIFEXITED(status)
+            && codes.contains(&libc::WEXITSTATUS(status)),
+        "{command:?} failed (status {status:#x})"
+    );
+    (took, usage.ru_maxrss as u64 * 1024)
+}
+
+/// A checkout and its data directory for copies, in one temporary folder.
+struct ReviewLab {
+    _tmp: tempfile::TempDir,
+    checkout: PathBuf,
+    data: PathBuf,
+}
+
+impl ReviewLab {
+    fn new() -> ReviewLab {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+        let checkout = root.join("repo");
+        std::fs::create_dir_all(&checkout).expect("checkout");
+        std::fs::write(checkout.join("README"), "a checkout\n").expect("fixture");
+        ReviewLab {
+            _tmp: tmp,
+            checkout,
+            data: root.join("data"),
+        }
+    }
+
+    fn runner(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(runner_exe());
+        c.args(args)
+            .env("XDG_DATA_HOME", &self.data)
+            .env("XDG_CONFIG_HOME", self.data.join("config"))
+            .current_dir(&self.checkout);
+        c
+    }
+
+    /// A new copy workspace of the checkout (a landlock `tool call` that changes nothing):
+    /// its id and the folders of its base and work.
+    fn copy(&self) -> (String, PathBuf, PathBuf) {
+        let out = self
+            .runner(&[
+                "tool",
+                "call",
+                "bash",
+                r#"{"command":"true","description":"b"}"#,
+            ])
+            .args([
+                "--workspace",
+                "copy",
+                "--sandbox",
+                "landlock",
+                "--ask",
+                "allow",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("runner tool call");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let id = err
+            .lines()
+            .find_map(|l| l.strip_prefix("workspace: "))
+            .unwrap_or_else(|| panic!("no workspace made: {err}"))
+            .to_string();
+        let dir = self.data.join("runner/workspaces").join(&id);
+        (id, dir.join("base"), dir.join("work"))
+    }
+
+    /// `runner changes ID` and `runner apply ID`, each against its peer (`diff -rq` of the
+    /// two trees, `cp -a` of the copy into a scratch folder), as rows and a printed line.
+    fn measure(
+        &self,
+        case: &str,
+        (id, base, work): (String, PathBuf, PathBuf),
+        rows: &mut Vec<Row>,
+    ) {
+        let (changes, changes_rss) = measured(&mut self.runner(&["changes", &id]), &[0]);
+        let (diff, diff_rss) = measured(
+            Command::new("diff")
+                .arg("-rq")
+                .arg(&base)
+                .arg(&work)
+                .env("LC_ALL", "C"),
+            // 1: the trees differ.
+            &[0, 1],
+        );
+        let scratch = tempfile::tempdir_in(&self.data).expect("scratch");
+        let (cp, cp_rss) = measured(
+            Command::new("cp")
+                .args(["-a", "--reflink=auto"])
+                .arg(format!("{}/.", work.display()))
+                .arg(scratch.path()),
+            &[0],
+        );
+        // An apply ends by removing the copy (its base and work): `rm -rf` of one tree as
+        // big says how much of its time that is.
+        let (rm, _) = measured(Command::new("rm").arg("-rf").arg(scratch.path()), &[0]);
+        // Last: an apply removes the copy.
+        let (apply, apply_rss) = measured(&mut self.runner(&["apply", &id]), &[0]);
+        println!(
+            "review: {case}: changes {:.0} ms, peak RSS {:.1} MiB (diff -rq {:.0} ms, {:.1} MiB); apply {:.0} ms, peak RSS {:.1} MiB (cp -a {:.0} ms, {:.1} MiB; rm -rf of that copy {:.0} ms)",
+            ms(changes),
+            mib(changes_rss),
+            ms(diff),
+            mib(diff_rss),
+            ms(apply),
+            mib(apply_rss),
+            ms(cp),
+            mib(cp_rss),
+            ms(rm)
+        );
+        rows.push(Row {
+            name: leak(format!("changes, {case}")),
+            runner: changes,
+            peer: diff,
+            peer_name: "diff -rq of the two trees",
+            pass: changes_rss < REVIEW_RSS,
+            target: format!("peak RSS {:.1} < 100 MiB", mib(changes_rss)),
+        });
+        rows.push(Row {
+            name: leak(format!("apply, {case}")),
+            runner: apply,
+            peer: cp,
+            peer_name: "cp -a of the copy",
+            pass: apply_rss < REVIEW_RSS,
+            target: format!("peak RSS {:.1} < 100 MiB", mib(apply_rss)),
+        });
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// A row's name made at run time (the bench lives as long as its rows).
+fn leak(name: String) -> &'static str {
+    Box::leak(name.into_boxed_str())
+}
+
+/// The cases of section 5, each on a fresh copy.
+fn review_and_apply() -> Vec<Row> {
+    let mut rows = Vec::new();
+    let lab = ReviewLab::new();
+    let copy = lab.copy();
+    std::fs::File::create(copy.2.join("big.img"))
+        .and_then(|f| f.set_len(100 << 30))
+        .expect("a sparse file");
+    lab.measure("a new 100 GiB sparse file", copy, &mut rows);
+
+    let lab = ReviewLab::new();
+    let copy = lab.copy();
+    for d in 0..100 {
+        let dir = copy.2.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        for f in 0..1000 {
+            let text = format!("file {f} of folder {d}\nsome text to diff\n");
+            std::fs::write(dir.join(format!("f{f:04}.txt")), text).expect("file");
+        }
+    }
+    lab.measure("100,000 new small files", copy, &mut rows);
+
+    // The same lab's checkout now holds them: a copy of it where one file changed.
+    let copy = lab.copy();
+    std::fs::write(copy.2.join("d050/f0500.txt"), "changed\n").expect("file");
+    lab.measure("100,000 files, one changed", copy, &mut rows);
+    rows
 }

@@ -434,3 +434,313 @@ fn a_copy_without_a_wall_is_refused() {
         "{out:?}"
     );
 }
+
+/// Every entry below `root` but `.git`: its kind and full mode (special bits included) and
+/// its bytes or link target. Two equal snapshots are the same tree, byte for byte.
+fn exact_tree(root: &Path) -> Vec<(String, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            if rel == ".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let body = if meta.file_type().is_symlink() {
+                std::fs::read_link(&path)
+                    .unwrap()
+                    .display()
+                    .to_string()
+                    .into_bytes()
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                Vec::new()
+            } else {
+                std::fs::read(&path).unwrap()
+            };
+            out.push((rel, meta.mode(), body));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Attack: the agent makes a new file setuid and setgid (`chmod 6755`) and an existing one
+/// setuid (`chmod 4755`, and `4644` on a plain file), hoping `apply` brings a setuid file,
+/// owned by the user (root when root), into the checkout. The review names every one of
+/// those modes; the apply drops the special bits (saying so, file by file) and writes
+/// exactly 0755 or 0644. Control: a new 0755 script applies as 0755, a 0644 file as 0644.
+fn special_bits_never_reach_the_checkout(backend: &str) {
+    let c = checkout();
+    for f in ["a.txt", "run.sh"] {
+        set_mode(&c.root.join(f), 0o644);
+    }
+    let id = in_copy(
+        &c,
+        backend,
+        "printf '#!/bin/sh\\nid\\n' > suid.sh && chmod 6755 suid.sh && chmod 4755 run.sh && chmod 4644 a.txt \
+         && printf '#!/bin/sh\\necho ok\\n' > script.sh && chmod 755 script.sh && echo plain > plain.txt && chmod 644 plain.txt",
+    );
+    // The attack took: the copy holds the bits (a wall that refused them would test nothing).
+    let work = c.data.join("runner/workspaces").join(&id).join("work");
+    assert_eq!(mode(&work.join("suid.sh")), 0o6755, "{backend}");
+    assert_eq!(mode(&work.join("run.sh")), 0o4755, "{backend}");
+    assert_eq!(mode(&work.join("a.txt")), 0o4644, "{backend}");
+
+    let patch = String::from_utf8_lossy(&runner(&c, &["changes", &id]).stdout).into_owned();
+    for part in [
+        "diff --git a/suid.sh b/suid.sh\nnew file mode 106755\n",
+        "diff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 104755\n",
+        "diff --git a/a.txt b/a.txt\nold mode 100644\nnew mode 104644\n",
+        // Controls.
+        "diff --git a/script.sh b/script.sh\nnew file mode 100755\n",
+        "diff --git a/plain.txt b/plain.txt\nnew file mode 100644\n",
+    ] {
+        assert!(
+            patch.contains(part),
+            "{backend}: {part:?} missing from\n{patch}"
+        );
+    }
+
+    let applied = runner(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{backend}: {applied:?}");
+    let said = String::from_utf8_lossy(&applied.stderr);
+    for line in [
+        "runner: suid.sh: the setuid and setgid bits dropped: the copy's file has mode 6755, applied as 0755",
+        "runner: run.sh: the setuid bit dropped: the copy's file has mode 4755, applied as 0755",
+        "runner: a.txt: the setuid bit dropped: the copy's file has mode 4644, applied as 0644",
+    ] {
+        assert!(
+            said.contains(line),
+            "{backend}: {line:?} not said in\n{said}"
+        );
+    }
+    for (file, expected) in [
+        ("suid.sh", 0o755),
+        ("run.sh", 0o755),
+        ("a.txt", 0o644),
+        ("script.sh", 0o755),
+        ("plain.txt", 0o644),
+    ] {
+        assert_eq!(
+            mode(&c.root.join(file)),
+            expected,
+            "{backend}: {file} applied as {:o}",
+            mode(&c.root.join(file))
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("suid.sh")).unwrap(),
+        "#!/bin/sh\nid\n"
+    );
+}
+
+#[test]
+fn attack_special_bits_never_reach_the_checkout_on_landlock() {
+    special_bits_never_reach_the_checkout("landlock");
+}
+
+#[test]
+fn attack_special_bits_never_reach_the_checkout_in_docker() {
+    common::engine::docker();
+    special_bits_never_reach_the_checkout("docker");
+}
+
+/// Sets or clears a file's immutable flag (`chattr +i`): not even root may rename, remove
+/// or write it.
+fn immutable(path: &Path, on: bool) {
+    use std::os::fd::AsRawFd;
+    const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+    let file = std::fs::File::open(path).unwrap();
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS/SETFLAGS read and write one int through a valid pointer.
+    unsafe {
+        assert_eq!(
+            libc::ioctl(file.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags),
+            0,
+            "FS_IOC_GETFLAGS on {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        flags = if on {
+            flags | FS_IMMUTABLE_FL
+        } else {
+            flags & !FS_IMMUTABLE_FL
+        };
+        assert_eq!(
+            libc::ioctl(file.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags),
+            0,
+            "FS_IOC_SETFLAGS on {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// An apply that fails half-way (an I/O error on a file it must replace, after a deletion,
+/// a new folder, new files and a replaced file were already put in place) leaves the
+/// checkout byte for byte, mode for mode, as it was: no staged file, no new folder. As root
+/// the failing file is made immutable (root ignores permissions); otherwise a folder holding
+/// the last deletion is made read-only (and the deletion before it is undone). Then, the
+/// obstacle gone, the same copy applies whole.
+#[test]
+fn a_failed_apply_leaves_the_checkout_exactly_as_it_was() {
+    let c = checkout();
+    std::fs::write(c.root.join("src/old.rs"), "old\n").unwrap();
+    let id = in_copy(
+        &c,
+        "landlock",
+        "echo changed > a.txt && rm gone.txt src/old.rs && echo new > new.txt && chmod +x run.sh \
+         && echo more >> src/lib.rs && mkdir -p deep && echo d > deep/file.txt && ln -s a.txt link",
+    );
+    let root = unsafe { libc::geteuid() } == 0;
+    let obstacle = if root {
+        // Written after a.txt, deep/ and new.txt: the commit fails half-way.
+        let target = c.root.join("run.sh");
+        immutable(&target, true);
+        target
+    } else {
+        let target = c.root.join("src");
+        set_mode(&target, 0o555);
+        target
+    };
+    let before = exact_tree(&c.root);
+    for args in [
+        vec!["apply", id.as_str()],
+        vec!["apply", id.as_str(), "--force"],
+    ] {
+        let failed = runner(&c, &args);
+        assert!(!failed.status.success(), "{failed:?}");
+        let said = String::from_utf8_lossy(&failed.stderr);
+        assert!(said.contains("nothing was changed"), "{said}");
+        assert_eq!(exact_tree(&c.root), before, "{args:?}: {said}");
+    }
+    if root {
+        immutable(&obstacle, false);
+    } else {
+        set_mode(&obstacle, 0o755);
+    }
+    let applied = runner(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{applied:?}");
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("deep/file.txt")).unwrap(),
+        "d\n"
+    );
+    assert_eq!(mode(&c.root.join("run.sh")), 0o755);
+    assert!(!c.root.join("src/old.rs").exists());
+    let left: Vec<String> = exact_tree(&c.root)
+        .into_iter()
+        .map(|(p, _, _)| p)
+        .filter(|p| p.contains(".runner-apply-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// `runner ARGS` with its output, its peak resident memory (its own, from `wait4`) and how
+/// long it took.
+// The child is reaped by `wait4`, which also gives its own peak RSS.
+#[allow(clippy::zombie_processes)]
+fn runner_measured(c: &Checkout, args: &[&str]) -> (Output, u64, std::time::Duration) {
+    let start = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(args)
+        .env("XDG_DATA_HOME", &c.data)
+        .env("XDG_CONFIG_HOME", c.data.join("config"))
+        .current_dir(&c.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).unwrap();
+            v
+        })
+    };
+    let out = read(Box::new(child.stdout.take().unwrap()));
+    let err = read(Box::new(child.stderr.take().unwrap()));
+    let mut status = 0;
+    // SAFETY: wait4 on our own child, into local values; the Child is not waited again.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    let took = start.elapsed();
+    let output = Output {
+        status: std::os::unix::process::ExitStatusExt::from_raw(status),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    (output, usage.ru_maxrss as u64 * 1024, took)
+}
+
+/// A copy holding a 100 GiB sparse file the agent made, and another 100 GiB one of the
+/// checkout's that it changed in the middle: `changes` names both as large with their
+/// sizes, `apply` brings both over (still sparse), and neither goes over 100 MiB of memory
+/// nor reads the holes (it would take minutes).
+#[test]
+fn a_100_gib_sparse_file_is_reviewed_and_applied_in_bounded_memory() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    const SIZE: u64 = 100 << 30;
+    const LIMIT: u64 = 100 << 20;
+    let c = checkout();
+    let huge = std::fs::File::create(c.root.join("huge.img")).unwrap();
+    huge.write_all_at(b"head", 0).unwrap();
+    huge.set_len(SIZE).unwrap();
+    drop(huge);
+    let id = in_copy(&c, "landlock", "true");
+    let work = c.data.join("runner/workspaces").join(&id).join("work");
+    std::fs::File::create(work.join("big.img"))
+        .unwrap()
+        .set_len(SIZE)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(work.join("huge.img"))
+        .unwrap()
+        .write_all_at(b"X", SIZE / 2)
+        .unwrap();
+
+    let (shown, rss, took) = runner_measured(&c, &["changes", &id]);
+    assert!(shown.status.success(), "{shown:?}");
+    let patch = String::from_utf8_lossy(&shown.stdout);
+    for part in [
+        "diff --git a/big.img b/big.img\nnew file mode 100644\nLarge files /dev/null and b/big.img differ (107374182400 bytes (100.0 GiB); not shown: over the 1 MiB diff limit)\n",
+        "diff --git a/huge.img b/huge.img\nLarge files a/huge.img and b/huge.img differ (107374182400 bytes (100.0 GiB) → 107374182400 bytes (100.0 GiB); not shown",
+    ] {
+        assert!(patch.contains(part), "{part:?} missing from\n{patch}");
+    }
+    assert!(rss < LIMIT, "changes peaked at {} MiB", rss >> 20);
+    eprintln!("changes: {took:?}, peak RSS {} KiB", rss >> 10);
+
+    let (applied, rss, took) = runner_measured(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{applied:?}");
+    assert!(rss < LIMIT, "apply peaked at {} MiB", rss >> 20);
+    eprintln!("apply: {took:?}, peak RSS {} KiB", rss >> 10);
+    for name in ["big.img", "huge.img"] {
+        let meta = std::fs::metadata(c.root.join(name)).unwrap();
+        assert_eq!(meta.len(), SIZE, "{name}");
+        assert!(meta.blocks() * 512 < 16 << 20, "{name} is no longer sparse");
+    }
+    let huge = std::fs::File::open(c.root.join("huge.img")).unwrap();
+    let (mut head, mut middle) = ([0u8; 4], [0u8; 1]);
+    huge.read_exact_at(&mut head, 0).unwrap();
+    huge.read_exact_at(&mut middle, SIZE / 2).unwrap();
+    assert_eq!((&head, &middle), (b"head", b"X"));
+}

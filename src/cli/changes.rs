@@ -93,23 +93,32 @@ fn show(id: &str, json: bool) -> u8 {
             return exit::USAGE;
         }
     };
+    // Written as it is made: a copy's patch can be larger than memory.
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let shown = if json {
-        ws.changes()
-            .map(|c| format!("{}\n", display::json(&c)).into_bytes())
+        ws.changes().and_then(|c| {
+            writeln!(out, "{}", display::json(&c))
+                .map_err(|e| format!("cannot write the changes: {e}"))
+        })
+    } else if std::io::stdout().is_terminal() {
+        // On a terminal every line is shown escaped: a content line could otherwise move
+        // the cursor over the lines above it. Piped, the patch is git's, raw.
+        let mut escaped = EscapedLines::new(&mut out);
+        ws.write_review(&mut escaped).and_then(|()| {
+            escaped
+                .flush()
+                .map_err(|e| format!("cannot write the changes: {e}"))
+        })
     } else {
-        ws.diff(crate::workspace::PatchFormat::Review)
-            .map(|patch| for_a_terminal(patch, std::io::stdout().is_terminal()))
+        ws.write_review(&mut out)
     };
+    let shown = shown.and_then(|()| {
+        out.flush()
+            .map_err(|e| format!("cannot write the changes: {e}"))
+    });
     match shown {
-        Ok(bytes) => {
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            if let Err(e) = out.write_all(&bytes).and_then(|()| out.flush()) {
-                eprintln!("runner: cannot write the changes: {e}");
-                return exit::FAILED;
-            }
-            exit::OK
-        }
+        Ok(()) => exit::OK,
         Err(e) => {
             eprintln!("runner: {}", display::escape(&e));
             exit::FAILED
@@ -126,11 +135,18 @@ pub fn apply(args: ApplyArgs) -> u8 {
         }
     };
     let target = ws.meta.source.clone();
-    match ws.apply(args.force) {
-        Ok(list) => {
+    // Ctrl-C, SIGTERM and SIGHUP wait until the apply is made or undone: while files are
+    // staged one stops it (nothing applied), and the renames that make it are never cut.
+    let held = HeldSignals::new();
+    let applied = ws.apply(args.force, &|| held.pending());
+    let code = match applied {
+        Ok(applied) => {
+            for note in &applied.notes {
+                eprintln!("runner: {}", display::escape(note));
+            }
             println!(
                 "applied {} change(s) to {}",
-                list.len(),
+                applied.changes.len(),
                 display::shown(target.display())
             );
             exit::OK
@@ -140,6 +156,53 @@ pub fn apply(args: ApplyArgs) -> u8 {
             eprintln!("runner: {}", display::escape(&e));
             exit::FAILED
         }
+    };
+    // A signal held meanwhile now ends the process, as it would have.
+    drop(held);
+    code
+}
+
+/// The termination signals blocked on this (the only) thread while it lives, and put back
+/// as they were when dropped.
+struct HeldSignals {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl HeldSignals {
+    fn new() -> HeldSignals {
+        // SAFETY: signal-set calls on local values; pthread_sigmask on this thread only.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, sig);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            HeldSignals { set, old }
+        }
+    }
+
+    /// Whether one of them arrived.
+    fn pending(&self) -> bool {
+        // SAFETY: sigpending fills a local set; sigismember reads it.
+        unsafe {
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].iter().any(|s| {
+                libc::sigismember(&pending, *s) == 1 && libc::sigismember(&self.set, *s) == 1
+            })
+        }
+    }
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores this thread's mask as it was.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
     }
 }
 
@@ -147,12 +210,46 @@ pub fn apply(args: ApplyArgs) -> u8 {
 /// shown visibly (an added line's cursor-up and erase-line could otherwise hide it, or the
 /// lines above it); piped, as it is, as `git diff` leaves a patch, so that it still applies.
 /// The names in its headers are quoted either way ([`crate::workspace::diff`]).
-fn for_a_terminal(patch: Vec<u8>, terminal: bool) -> Vec<u8> {
-    if !terminal {
-        return patch;
+/// A writer that shows what passes through it escaped for a terminal, a line at a time
+/// (a line is whole before it is escaped, so a character split across writes is kept).
+struct EscapedLines<'a> {
+    out: &'a mut dyn std::io::Write,
+    line: Vec<u8>,
+}
+
+impl<'a> EscapedLines<'a> {
+    fn new(out: &'a mut dyn std::io::Write) -> EscapedLines<'a> {
+        EscapedLines {
+            out,
+            line: Vec::new(),
+        }
     }
-    let text = String::from_utf8_lossy(&patch);
-    display::escape(&text).into_owned().into_bytes()
+
+    fn emit(&mut self) -> std::io::Result<()> {
+        let text = String::from_utf8_lossy(&self.line);
+        self.out.write_all(display::escape(&text).as_bytes())?;
+        self.line.clear();
+        Ok(())
+    }
+}
+
+impl std::io::Write for EscapedLines<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for chunk in buf.split_inclusive(|b| *b == b'\n') {
+            self.line.extend_from_slice(chunk);
+            if chunk.ends_with(b"\n") {
+                self.emit()?;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.line.is_empty() {
+            self.emit()?;
+        }
+        self.out.flush()
+    }
 }
 
 pub fn discard(args: DiscardArgs) -> u8 {

@@ -153,9 +153,15 @@ pub async fn run(args: RunArgs) -> u8 {
         let id = ws.meta.id.clone();
         super::changes::report(Some(ws));
         if args.apply {
-            let applied = crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false));
+            let applied =
+                crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false, &|| false));
             match applied {
-                Ok(list) => eprintln!("runner: applied {} change(s)", list.len()),
+                Ok(applied) => {
+                    for note in &applied.notes {
+                        eprintln!("runner: {}", escape(note));
+                    }
+                    eprintln!("runner: applied {} change(s)", applied.changes.len())
+                }
                 Err(e) => eprintln!("runner: {}", escape(&e)),
             }
         } else {

@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(ws.changes().unwrap().len(), 1);
         let no_git = ws.diff(PatchFormat::Git).unwrap_err();
         assert!(no_git.contains("not a git repository"), "{no_git}");
-        let refused = ws.clone().apply(true).unwrap_err();
+        let refused = ws.clone().apply(true, &|| false).unwrap_err();
         assert!(refused.contains("not applied anywhere"), "{refused}");
         assert!(!Path::new("/nowhere").exists());
         ws.discard().unwrap();

@@ -1,34 +1,118 @@
-//! What differs between two trees, file by file, and bringing those differences over to a
-//! third: the checkout a copy was made from.
+//! What differs between two trees, file by file, and whether a third (the checkout a copy
+//! was made from) still holds what the first did.
 //!
-//! Files are compared by kind (file or link), executable bit and a digest of the content,
-//! so a binary file, a deletion, a rename (a deletion and an addition), a mode change and
-//! a link's new target are all changes. Every `.git` is left out on both sides.
+//! Files are compared by kind (file or link), mode (the executable bit and any special bit,
+//! [`super::diff::review_mode`]) and content, so a binary file, a deletion, a rename (a
+//! deletion and an addition), a mode change and a link's new target are all changes. Every
+//! `.git` is left out on both sides.
 //!
-//! The copy is the agent's, so nothing in it is trusted while applying: names are kept as
-//! the bytes they are (two names that only look alike stay two), a file is opened without
-//! following links and must still hash to what was reviewed, and nothing is written
-//! through a link in the checkout, even with `--force`.
+//! Memory stays bounded whatever the trees hold: the two trees are walked side by side, one
+//! directory at a time, and only the changed paths are kept. Content is compared only where
+//! the sizes agree (a new file, or one whose size changed, is a change without reading it),
+//! and then by a digest read in pieces ([`super::content`]), computed once per file and only
+//! when asked for.
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::cell::OnceCell;
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::content::{self, Digest, Stamp};
+use super::diff::{Leaf, review_mode};
+
 /// One path's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Entry {
-    File {
-        executable: bool,
-        sha256: String,
-    },
+    File(FileEntry),
     Link {
         target: PathBuf,
     },
-    /// A directory where a file was expected (only ever seen in the checkout).
+    /// A directory (only ever a change's side as the checkout holds it).
     Dir,
+}
+
+/// A regular file as it was found.
+#[derive(Debug, Clone)]
+pub struct FileEntry {
+    /// [`review_mode`]: 0o644 or 0o755, with the special bits the file has.
+    pub mode: u32,
+    pub size: u64,
+    /// Which state of the file this describes: its digest is of that state or not taken.
+    pub(crate) stamp: Stamp,
+    digest: OnceCell<Digest>,
+}
+
+impl FileEntry {
+    /// The mode an apply gives the file: 0o644 or 0o755, never a special bit.
+    pub fn applied_mode(&self) -> u32 {
+        self.mode & 0o777
+    }
+
+    /// The digest of the file at `path`, which this entry was read from (taken once).
+    pub(crate) fn digest(&self, path: &Path) -> Result<Digest, String> {
+        if let Some(d) = self.digest.get() {
+            return Ok(*d);
+        }
+        let d = content::digest_at(path, &self.stamp)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(*self.digest.get_or_init(|| d))
+    }
+
+    /// Records the digest of this state, known from a copy of it.
+    pub(crate) fn knows(&self, digest: Digest) {
+        let _ = self.digest.set(digest);
+    }
+
+    pub(crate) fn known_digest(&self) -> Option<Digest> {
+        self.digest.get().copied()
+    }
+}
+
+impl Entry {
+    /// How the patch names it; a directory is not part of a patch.
+    pub(crate) fn leaf(&self) -> Option<Leaf> {
+        match self {
+            Entry::File(f) => Some(Leaf::File {
+                mode: f.mode,
+                size: f.size,
+            }),
+            Entry::Link { target } => Some(Leaf::Link(target.to_string_lossy().into_owned())),
+            Entry::Dir => None,
+        }
+    }
+}
+
+/// Whether two files hold the same bytes: sizes first, digests only when they agree.
+pub(crate) fn same_content(
+    a: &FileEntry,
+    a_path: &Path,
+    b: &FileEntry,
+    b_path: &Path,
+) -> Result<bool, String> {
+    Ok(a.size == b.size && (a.size == 0 || a.digest(a_path)? == b.digest(b_path)?))
+}
+
+/// Whether `a` (at `a_path`) is `b` (at `b_path`): the same kind, mode and content; two
+/// absent paths are the same. `as_applied` compares `b` as an apply writes it.
+pub(crate) fn same(
+    a: Option<&Entry>,
+    a_path: &Path,
+    b: Option<&Entry>,
+    b_path: &Path,
+    as_applied: bool,
+) -> Result<bool, String> {
+    Ok(match (a, b) {
+        (None, None) => true,
+        (Some(Entry::File(x)), Some(Entry::File(y))) => {
+            let mode = if as_applied { y.applied_mode() } else { y.mode };
+            x.mode == mode && same_content(x, a_path, y, b_path)?
+        }
+        (Some(Entry::Link { target: x }), Some(Entry::Link { target: y })) => x == y,
+        (Some(Entry::Dir), Some(Entry::Dir)) => true,
+        _ => false,
+    })
 }
 
 /// One path that differs.
@@ -37,7 +121,7 @@ pub struct Change {
     /// For people and JSON; `rel` is the path itself.
     pub path: String,
     /// `added`, `deleted`, `modified` (content, or a link's target, or file ↔ link) or
-    /// `mode` (only the executable bit).
+    /// `mode` (only the mode: the executable bit or a special bit).
     pub change: &'static str,
     #[serde(skip)]
     pub rel: PathBuf,
@@ -47,104 +131,113 @@ pub struct Change {
     pub after: Option<Entry>,
 }
 
-/// Every file and link below `root`, by relative path.
-fn entries(root: &Path) -> Result<BTreeMap<PathBuf, Entry>, String> {
-    let mut out = BTreeMap::new();
-    for entry in super::walk(root) {
-        let entry = entry.map_err(|e| format!("cannot read {}: {e}", root.display()))?;
-        let rel = match entry.path().strip_prefix(root) {
-            Ok(r) if !r.as_os_str().is_empty() => r.to_path_buf(),
-            _ => continue,
-        };
-        if let Some(state) = state_of(entry.path()).filter(|s| *s != Entry::Dir) {
-            out.insert(rel, state);
-        }
-    }
-    Ok(out)
-}
-
-/// What changed from `base` to `work`.
+/// What changed from `base` to `work`, in path order (a path before what is below it).
 pub fn between(base: &Path, work: &Path) -> Result<Vec<Change>, String> {
-    let (before, after) = (entries(base)?, entries(work)?);
-    let paths: std::collections::BTreeSet<&PathBuf> = before.keys().chain(after.keys()).collect();
     let mut out = Vec::new();
-    for rel in paths {
-        let (b, a) = (before.get(rel), after.get(rel));
-        let change = match (b, a) {
-            (None, Some(_)) => "added",
-            (Some(_), None) => "deleted",
-            (Some(x), Some(y)) if x == y => continue,
-            (Some(Entry::File { sha256: s1, .. }), Some(Entry::File { sha256: s2, .. }))
-                if s1 == s2 =>
-            {
-                "mode"
+    compare_dirs((base, work), (true, true), Path::new(""), &mut out)?;
+    Ok(out)
+}
+
+/// Compares the folder `rel` of both trees (`present`: whether it is a folder on each side).
+fn compare_dirs(
+    roots: (&Path, &Path),
+    present: (bool, bool),
+    rel: &Path,
+    out: &mut Vec<Change>,
+) -> Result<(), String> {
+    let mut names = children(&roots.0.join(rel), present.0)?;
+    names.extend(children(&roots.1.join(rel), present.1)?);
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let rel = rel.join(name);
+        let (b_path, w_path) = (roots.0.join(&rel), roots.1.join(&rel));
+        let before = present.0.then(|| state_of(&b_path)).flatten();
+        let after = present.1.then(|| state_of(&w_path)).flatten();
+        let is_dir = |e: &Option<Entry>| matches!(e, Some(Entry::Dir));
+        let dirs = (is_dir(&before), is_dir(&after));
+        let before = before.filter(|_| !dirs.0);
+        let after = after.filter(|_| !dirs.1);
+        let change = match (&before, &after) {
+            (None, None) => None,
+            (None, Some(_)) => Some("added"),
+            (Some(_), None) => Some("deleted"),
+            (Some(Entry::File(x)), Some(Entry::File(y))) => {
+                match (same_content(x, &b_path, y, &w_path)?, x.mode == y.mode) {
+                    (true, true) => None,
+                    (true, false) => Some("mode"),
+                    (false, _) => Some("modified"),
+                }
             }
-            _ => "modified",
+            (Some(x), Some(y)) => {
+                (!same(Some(x), &b_path, Some(y), &w_path, false)?).then_some("modified")
+            }
         };
-        out.push(Change {
-            path: rel.to_string_lossy().into_owned(),
-            change,
-            rel: rel.clone(),
-            before: b.cloned(),
-            after: a.cloned(),
-        });
+        if let Some(change) = change {
+            out.push(Change {
+                path: rel.to_string_lossy().into_owned(),
+                change,
+                rel: rel.clone(),
+                before,
+                after,
+            });
+        }
+        if dirs.0 || dirs.1 {
+            compare_dirs(roots, dirs, &rel, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The names in a folder but `.git`, in byte order (none when it is not `present`).
+fn children(dir: &Path, present: bool) -> Result<Vec<OsString>, String> {
+    if !present {
+        return Ok(Vec::new());
+    }
+    let fail = |e: std::io::Error| format!("cannot read {}: {e}", dir.display());
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(fail)? {
+        let name = entry.map_err(fail)?.file_name();
+        // A `.git` anywhere (a submodule's, or one the agent made) is not a change: its
+        // config and hooks would run on the host.
+        if name != ".git" {
+            names.push(name);
+        }
+    }
+    names.sort_unstable();
+    Ok(names)
+}
+
+/// The paths whose real state in `target` is neither what was copied nor what the copy
+/// holds (as it is, or as an apply writes it): applying over them would lose someone's work.
+pub fn conflicts(
+    changes: &[Change],
+    base: &Path,
+    work: &Path,
+    target: &Path,
+) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for c in changes {
+        let here = target.join(&c.rel);
+        let now = state_of(&here);
+        let (b, w) = (base.join(&c.rel), work.join(&c.rel));
+        // A folder the copy replaced with a file, still a folder here: its files are
+        // changes of their own, checked one by one.
+        let still_folder =
+            matches!(now, Some(Entry::Dir)) && matches!(state_of(&b), Some(Entry::Dir));
+        let kept = still_folder
+            || same(now.as_ref(), &here, c.before.as_ref(), &b, false)?
+            || same(now.as_ref(), &here, c.after.as_ref(), &w, false)?
+            || same(now.as_ref(), &here, c.after.as_ref(), &w, true)?;
+        if !kept {
+            out.push(c.path.clone());
+        }
     }
     Ok(out)
 }
 
-/// The changes as a git-style patch (text hunks; binary files, renames and modes named).
-pub fn patch(base: &Path, work: &Path) -> Result<String, String> {
-    let (b, w) = (
-        super::diff::Snapshot::from_dir(base)?,
-        super::diff::Snapshot::from_dir(work)?,
-    );
-    Ok(super::diff::diff(&b, &w))
-}
-
-/// Paths that cannot be applied at all, whatever `--force` says: a path that is not plainly
-/// below the checkout, or one whose way there in the checkout goes through a link.
-pub fn unsafe_paths(changes: &[Change], target: &Path) -> Vec<String> {
-    changes
-        .iter()
-        .filter(|c| !plainly_below(target, &c.rel))
-        .map(|c| c.path.clone())
-        .collect()
-}
-
-fn plainly_below(target: &Path, rel: &Path) -> bool {
-    let mut at = target.to_path_buf();
-    let parts: Vec<Component> = rel.components().collect();
-    if parts.is_empty() || !parts.iter().all(|p| matches!(p, Component::Normal(_))) {
-        return false;
-    }
-    for part in &parts[..parts.len() - 1] {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => return false,
-            Ok(m) if !m.is_dir() => return false,
-            Ok(_) => {}
-            // What does not exist yet is made by the apply, as a directory.
-            Err(_) => return true,
-        }
-    }
-    true
-}
-
-/// The paths whose real state in `target` is neither what was copied nor already what the
-/// copy holds: applying over them would lose someone's work.
-pub fn conflicts(changes: &[Change], target: &Path) -> Vec<String> {
-    changes
-        .iter()
-        .filter(|c| {
-            let now = state_of(&target.join(&c.rel));
-            now != c.before && now != c.after
-        })
-        .map(|c| c.path.clone())
-        .collect()
-}
-
-/// One path's state on disk now (`None`: absent).
-fn state_of(path: &Path) -> Option<Entry> {
+/// One path's state on disk now (`None`: absent, or neither a file, a link nor a folder).
+pub(crate) fn state_of(path: &Path) -> Option<Entry> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     if meta.file_type().is_symlink() {
         return Some(Entry::Link {
@@ -157,102 +250,10 @@ fn state_of(path: &Path) -> Option<Entry> {
     if !meta.is_file() {
         return None;
     }
-    Some(Entry::File {
-        executable: meta.permissions().mode() & 0o111 != 0,
-        sha256: digest(&mut open_plain(path).ok()?, None).ok()?,
-    })
-}
-
-/// Opens a file without following a link at its last component.
-fn open_plain(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
-
-/// A file's SHA-256, read in pieces (a large file is not loaded whole), copying it to
-/// `sink` on the way.
-fn digest(
-    file: &mut std::fs::File,
-    mut sink: Option<&mut std::fs::File>,
-) -> std::io::Result<String> {
-    use sha2::{Digest, Sha256};
-    let mut hash = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hash.update(&buf[..n]);
-        if let Some(out) = sink.as_deref_mut() {
-            out.write_all(&buf[..n])?;
-        }
-    }
-    Ok(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Makes each changed path in `target` what it is in `work`: deletions first (a file may
-/// give way to a directory of the same name), then files and links, each written beside
-/// its place and renamed over it, so no file is ever half-written. A path already as the
-/// copy has it is left alone (an apply that stopped half-way can be run again).
-pub fn apply(changes: &[Change], work: &Path, target: &Path) -> Result<(), String> {
-    let refused = unsafe_paths(changes, target);
-    if !refused.is_empty() {
-        return Err(format!(
-            "not applied: these paths lead through a link or out of {}: {}",
-            target.display(),
-            refused.join(", ")
-        ));
-    }
-    for c in changes.iter().filter(|c| c.after.is_none()) {
-        let path = target.join(&c.rel);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot delete {}: {e}", path.display())),
-        }
-    }
-    for c in changes {
-        let Some(after) = &c.after else { continue };
-        let to = target.join(&c.rel);
-        if state_of(&to).as_ref() == Some(after) {
-            continue;
-        }
-        let fail = |e: &dyn std::fmt::Display| format!("cannot write {}: {e}", to.display());
-        let dir = to.parent().unwrap_or(target);
-        std::fs::create_dir_all(dir).map_err(|e| fail(&e))?;
-        let temp = tempfile::Builder::new()
-            .prefix(".runner-apply-")
-            .make_in(dir, |p| match after {
-                Entry::Link { target: link } => std::os::unix::fs::symlink(link, p),
-                _ => Ok(()),
-            })
-            .map_err(|e| fail(&e))?;
-        if let Entry::File { executable, sha256 } = after {
-            // Opened without following a link, and hashed as it is copied: what lands in
-            // the checkout is exactly what was reviewed, or nothing.
-            let from = work.join(&c.rel);
-            let mut src = open_plain(&from).map_err(|e| fail(&e))?;
-            let mut out = std::fs::File::create(temp.path()).map_err(|e| fail(&e))?;
-            let got = digest(&mut src, Some(&mut out)).map_err(|e| fail(&e))?;
-            if got != *sha256 {
-                return Err(format!(
-                    "not applied: {} changed in the copy after it was reviewed; look again with `runner changes`",
-                    c.path
-                ));
-            }
-            let mode = src.metadata().map_err(|e| fail(&e))?.permissions().mode() & 0o7777;
-            let mode = if *executable {
-                mode | 0o100
-            } else {
-                mode & !0o111
-            };
-            std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(mode))
-                .map_err(|e| fail(&e))?;
-        }
-        temp.persist(&to).map_err(|e| fail(&e.error))?;
-    }
-    Ok(())
+    Some(Entry::File(FileEntry {
+        mode: review_mode(meta.permissions().mode()),
+        size: meta.len(),
+        stamp: Stamp::of(&meta),
+        digest: OnceCell::new(),
+    }))
 }

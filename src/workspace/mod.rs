@@ -21,7 +21,9 @@
 //! A Harbor task's worktree lives in its image instead ([`image`]): the same owned
 //! workspace, whose base and work are snapshots of the container.
 
+pub mod apply;
 pub mod changes;
+pub mod content;
 pub mod diff;
 pub(crate) mod git;
 pub mod image;
@@ -84,6 +86,14 @@ pub enum PatchFormat {
     /// agent's `__pycache__` is not its answer) and binaries are carried whole, so that
     /// one of them does not make the harness reject the patch.
     Git,
+}
+
+/// What an apply made.
+#[derive(Debug)]
+pub struct Applied {
+    pub changes: Vec<changes::Change>,
+    /// For the person: special bits dropped, old files that could not be removed.
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -284,7 +294,9 @@ impl Workspace {
         self.on_host()?;
         match format {
             PatchFormat::Review => {
-                changes::patch(&self.base(), &self.work()).map(String::into_bytes)
+                let mut out = Vec::new();
+                self.write_review(&mut out)?;
+                Ok(out)
             }
             PatchFormat::Git => {
                 let base_git = self.base().join(".git");
@@ -301,9 +313,18 @@ impl Workspace {
         }
     }
 
-    /// Brings the changes over to the real checkout and removes the workspace. Refuses
-    /// (naming them) where the real files no longer match what was copied, unless `force`.
-    pub fn apply(self, force: bool) -> Result<Vec<changes::Change>, String> {
+    /// The review patch, written to `out` as it is made (never held whole).
+    pub fn write_review(&self, out: &mut dyn std::io::Write) -> Result<(), String> {
+        self.on_host()?;
+        let list = self.changes()?;
+        diff::write_changes(&list, &self.base(), &self.work(), out)
+    }
+
+    /// Brings the changes over to the real checkout and removes the workspace: all of them
+    /// or, when anything fails, none. Refuses (naming them) where the real files no longer
+    /// match what was copied, unless `force`. `stop` is asked while the files are staged (an
+    /// interrupt): when it says so, nothing is applied.
+    pub fn apply(self, force: bool, stop: &dyn Fn() -> bool) -> Result<Applied, String> {
         if self.kind == Kind::Owned {
             return Err(format!(
                 "workspace {} belongs to one run (an evaluation attempt) and is not applied anywhere",
@@ -312,20 +333,23 @@ impl Workspace {
         }
         self.not_in_use()?;
         let list = self.changes()?;
-        if !force {
-            let conflicts = changes::conflicts(&list, &self.meta.source);
-            if !conflicts.is_empty() {
-                return Err(format!(
+        let (base, work) = (self.base(), self.work());
+        let notes = apply::apply(&list, &base, &work, &self.meta.source, force, stop).map_err(
+            |refused| match refused {
+                apply::Refused::Conflicts(conflicts) => format!(
                     "not applied: these files changed in {} since the copy was made: {}; look at them, then `runner apply {} --force` to overwrite them",
                     self.meta.source.display(),
                     conflicts.join(", "),
                     self.meta.id
-                ));
-            }
-        }
-        changes::apply(&list, &self.work(), &self.meta.source)?;
+                ),
+                apply::Refused::Failed(e) => e,
+            },
+        )?;
         self.discard()?;
-        Ok(list)
+        Ok(Applied {
+            changes: list,
+            notes,
+        })
     }
 
     /// Refuses while the command that made it still runs: its sandbox works in the copy.
@@ -365,16 +389,6 @@ impl Workspace {
         write_file(&self.dir.join("meta.json"), &text)
             .map_err(|e| format!("cannot write {}/meta.json: {e}", self.dir.display()))
     }
-}
-
-/// Every entry below `root`, links not followed and every `.git` left out: the tree as
-/// the changes see it. A `.git` below the top (a submodule's, or one the agent made) is
-/// left out too: its config and hooks would run on the host.
-fn walk(root: &Path) -> ignore::Walk {
-    ignore::WalkBuilder::new(root)
-        .standard_filters(false)
-        .filter_entry(|e| e.file_name() != ".git")
-        .build()
 }
 
 /// A new folder `parent/NAME-XXXXXX` for an owned workspace, removed unless kept.
