@@ -88,7 +88,7 @@ pub(crate) fn apply_with(
             return Err(Refused::Conflicts(conflicts));
         }
     }
-    let plan = Plan::make(changes, work, target)?;
+    let plan = Plan::make(changes, work, target, &deleted)?;
     let mut notes = plan.notes.clone();
     let mut staged = Staged::make(&plan, work, target, stop)?;
     let mut journal = Vec::new();
@@ -175,18 +175,19 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    fn make(changes: &'a [Change], work: &Path, target: &Path) -> Result<Plan<'a>, String> {
+    /// The plan for `changes`, of which `deleted` are the deletions.
+    fn make(
+        changes: &'a [Change],
+        work: &Path,
+        target: &Path,
+        deleted: &BTreeSet<&Path>,
+    ) -> Result<Plan<'a>, String> {
         let mut plan = Plan {
             deletes: Vec::new(),
             writes: Vec::new(),
             replaced: BTreeSet::new(),
             notes: Vec::new(),
         };
-        let deleted: BTreeSet<&Path> = changes
-            .iter()
-            .filter(|c| c.after.is_none())
-            .map(|c| c.rel.as_path())
-            .collect();
         for c in changes {
             let here = target.join(&c.rel);
             let now = state_of(&here);
@@ -221,7 +222,7 @@ impl<'a> Plan<'a> {
                 continue;
             }
             if let Some(Entry::Dir) = now {
-                holds_only(&here, &c.rel, &deleted).map_err(|e| {
+                holds_only(&here, &c.rel, deleted).map_err(|e| {
                     format!(
                         "not applied: {} is a folder in {} {e}",
                         c.path,
