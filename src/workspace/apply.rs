@@ -687,6 +687,24 @@ mod tests {
         )
     }
 
+    /// An apply of `changes` to the fixture's checkout with no step made to fail.
+    fn apply_plain(
+        f: &Fixture,
+        changes: &[Change],
+        force: bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<String>, Refused> {
+        apply_with(
+            changes,
+            &f.base,
+            &f.work,
+            &f.target,
+            force,
+            stop,
+            &mut |_| Ok(()),
+        )
+    }
+
     #[test]
     fn a_failure_at_any_step_of_the_commit_leaves_the_checkout_as_it_was() {
         let mut at = 0;
@@ -762,15 +780,7 @@ mod tests {
             asked.set(asked.get() + 1);
             asked.get() > 2
         };
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            false,
-            &stop,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, false, &stop);
         assert!(
             matches!(&result, Err(Refused::Failed(e)) if e.contains("interrupted")),
             "{result:?}"
@@ -780,15 +790,7 @@ mod tests {
         // The agent's file changes after the listing (same size): refused, nothing written.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(f.work.join("z.txt"), "Z, CHANGED\n").unwrap();
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            false,
-            &|| false,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, false, &|| false);
         assert!(
             matches!(&result, Err(Refused::Failed(e)) if e.contains("z.txt changed in the copy")),
             "{result:?}"
@@ -802,15 +804,7 @@ mod tests {
         write(&f.target.join("was-dir/users.txt"), "user\n", 0o644);
         let before = snapshot(&f.target);
         let changes = super::super::changes::between(&f.base, &f.work).unwrap();
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            true,
-            &|| false,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, true, &|| false);
         assert!(
             matches!(&result, Err(Refused::Failed(e)) if e.contains("was-dir/users.txt")),
             "{result:?}"
@@ -819,15 +813,7 @@ mod tests {
 
         std::fs::write(f.target.join("a.txt"), "the user's\n").unwrap();
         let before = snapshot(&f.target);
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            false,
-            &|| false,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, false, &|| false);
         assert!(
             matches!(&result, Err(Refused::Conflicts(c)) if c.contains(&"a.txt".to_string())),
             "{result:?}"
