@@ -165,9 +165,10 @@ pub fn apply(args: ApplyArgs) -> u8 {
 /// The termination signals blocked on this (the only) thread while it lives, and put back
 /// as they were when dropped.
 struct HeldSignals {
-    set: libc::sigset_t,
     old: libc::sigset_t,
 }
+
+const HELD: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 impl HeldSignals {
     fn new() -> HeldSignals {
@@ -176,11 +177,11 @@ impl HeldSignals {
             let mut set: libc::sigset_t = std::mem::zeroed();
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            for sig in HELD {
                 libc::sigaddset(&mut set, sig);
             }
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            HeldSignals { set, old }
+            HeldSignals { old }
         }
     }
 
@@ -190,9 +191,7 @@ impl HeldSignals {
         unsafe {
             let mut pending: libc::sigset_t = std::mem::zeroed();
             libc::sigpending(&mut pending);
-            [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].iter().any(|s| {
-                libc::sigismember(&pending, *s) == 1 && libc::sigismember(&self.set, *s) == 1
-            })
+            HELD.iter().any(|s| libc::sigismember(&pending, *s) == 1)
         }
     }
 }

@@ -88,7 +88,7 @@ pub(crate) fn apply_with(
             return Err(Refused::Conflicts(conflicts));
         }
     }
-    let plan = Plan::make(changes, work, target)?;
+    let plan = Plan::make(changes, work, target, &deleted)?;
     let mut notes = plan.notes.clone();
     let mut staged = Staged::make(&plan, work, target, stop)?;
     let mut journal = Vec::new();
@@ -175,18 +175,19 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    fn make(changes: &'a [Change], work: &Path, target: &Path) -> Result<Plan<'a>, String> {
+    /// The plan for `changes`, of which `deleted` are the deletions.
+    fn make(
+        changes: &'a [Change],
+        work: &Path,
+        target: &Path,
+        deleted: &BTreeSet<&Path>,
+    ) -> Result<Plan<'a>, String> {
         let mut plan = Plan {
             deletes: Vec::new(),
             writes: Vec::new(),
             replaced: BTreeSet::new(),
             notes: Vec::new(),
         };
-        let deleted: BTreeSet<&Path> = changes
-            .iter()
-            .filter(|c| c.after.is_none())
-            .map(|c| c.rel.as_path())
-            .collect();
         for c in changes {
             let here = target.join(&c.rel);
             let now = state_of(&here);
@@ -221,7 +222,7 @@ impl<'a> Plan<'a> {
                 continue;
             }
             if let Some(Entry::Dir) = now {
-                holds_only(&here, &c.rel, &deleted).map_err(|e| {
+                holds_only(&here, &c.rel, deleted).map_err(|e| {
                     format!(
                         "not applied: {} is a folder in {} {e}",
                         c.path,
@@ -686,6 +687,24 @@ mod tests {
         )
     }
 
+    /// An apply of `changes` to the fixture's checkout with no step made to fail.
+    fn apply_plain(
+        f: &Fixture,
+        changes: &[Change],
+        force: bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<String>, Refused> {
+        apply_with(
+            changes,
+            &f.base,
+            &f.work,
+            &f.target,
+            force,
+            stop,
+            &mut |_| Ok(()),
+        )
+    }
+
     #[test]
     fn a_failure_at_any_step_of_the_commit_leaves_the_checkout_as_it_was() {
         let mut at = 0;
@@ -761,15 +780,7 @@ mod tests {
             asked.set(asked.get() + 1);
             asked.get() > 2
         };
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            false,
-            &stop,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, false, &stop);
         assert!(
             matches!(&result, Err(Refused::Failed(e)) if e.contains("interrupted")),
             "{result:?}"
@@ -779,15 +790,7 @@ mod tests {
         // The agent's file changes after the listing (same size): refused, nothing written.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(f.work.join("z.txt"), "Z, CHANGED\n").unwrap();
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            false,
-            &|| false,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, false, &|| false);
         assert!(
             matches!(&result, Err(Refused::Failed(e)) if e.contains("z.txt changed in the copy")),
             "{result:?}"
@@ -801,15 +804,7 @@ mod tests {
         write(&f.target.join("was-dir/users.txt"), "user\n", 0o644);
         let before = snapshot(&f.target);
         let changes = super::super::changes::between(&f.base, &f.work).unwrap();
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            true,
-            &|| false,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, true, &|| false);
         assert!(
             matches!(&result, Err(Refused::Failed(e)) if e.contains("was-dir/users.txt")),
             "{result:?}"
@@ -818,15 +813,7 @@ mod tests {
 
         std::fs::write(f.target.join("a.txt"), "the user's\n").unwrap();
         let before = snapshot(&f.target);
-        let result = apply_with(
-            &changes,
-            &f.base,
-            &f.work,
-            &f.target,
-            false,
-            &|| false,
-            &mut |_| Ok(()),
-        );
+        let result = apply_plain(&f, &changes, false, &|| false);
         assert!(
             matches!(&result, Err(Refused::Conflicts(c)) if c.contains(&"a.txt".to_string())),
             "{result:?}"
