@@ -1274,7 +1274,9 @@ fn json_events_keep_their_shape() {
     let mut i = 0;
     while i < ev.len() {
         let tool_event = |e: &Value| matches!(e["type"].as_str(), Some("tool_start" | "tool_end"));
-        let end = (i..ev.len()).find(|&j| !tool_event(&ev[j])).unwrap_or(ev.len());
+        let end = (i..ev.len())
+            .find(|&j| !tool_event(&ev[j]))
+            .unwrap_or(ev.len());
         ev[i..end].sort_by_key(|e| {
             (
                 e["type"].as_str() == Some("tool_end"),
