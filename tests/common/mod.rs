@@ -308,3 +308,31 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
         }
     }
 }
+
+/// The runner binary where any user can run it: the build's own path may sit under a
+/// home directory other users cannot enter (a clone in `/root`). Copied into a
+/// world-readable temp folder named by the build, so every test binary and run of the same
+/// build shares one copy.
+pub fn runner_for_any_user() -> PathBuf {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::fs::PermissionsExt;
+        let built = std::fs::metadata(env!("CARGO_BIN_EXE_runner")).expect("the runner build");
+        let dir =
+            std::env::temp_dir().join(format!("runner-bin-{}-{}", built.mtime(), built.size()));
+        let exe = dir.join("runner");
+        if std::fs::metadata(&exe).is_ok_and(|m| m.size() == built.size()) {
+            return exe;
+        }
+        std::fs::create_dir_all(&dir).expect("a folder for the runner copy");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Copied beside, then renamed: two test binaries may do this at once.
+        let part = dir.join(format!("runner.{}", std::process::id()));
+        std::fs::copy(env!("CARGO_BIN_EXE_runner"), &part).expect("copy runner");
+        std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&part, &exe).expect("place the runner copy");
+        exe
+    })
+    .clone()
+}

@@ -294,8 +294,8 @@ fn run(backend: Backend, as_nobody: bool) {
             &format!("--reuid={NOBODY}"),
             &format!("--regid={NOBODY}"),
             "--clear-groups",
-            env!("CARGO_BIN_EXE_runner"),
         ]);
+        c.arg(super::runner_for_any_user());
         c.env("HOME", &base);
         c
     } else {

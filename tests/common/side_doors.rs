@@ -457,7 +457,7 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
         &wt
     };
     let call = |tool: &str, args: serde_json::Value| {
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        Command::new(super::runner_for_any_user())
             .args([
                 "tool",
                 "call",
