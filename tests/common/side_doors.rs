@@ -206,6 +206,39 @@ fn attacks() -> Vec<SideDoor> {
     ]
 }
 
+/// One attack's own folder: the checkout, its linked worktree, and the marker's path.
+struct Scene {
+    _tmp: tempfile::TempDir,
+    base: PathBuf,
+    wt: PathBuf,
+    linked: PathBuf,
+    mark: PathBuf,
+}
+
+impl Scene {
+    fn new(prefix: &str) -> Scene {
+        let tmp = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let (wt, linked) = checkout(&base);
+        Scene {
+            _tmp: tmp,
+            mark: base.join("MARKER"),
+            base,
+            wt,
+            linked,
+        }
+    }
+
+    /// The directory the attack's sandbox is opened on.
+    fn root(&self, door: &SideDoor) -> &Path {
+        if door.root == Root::Linked {
+            &self.linked
+        } else {
+            &self.wt
+        }
+    }
+}
+
 /// A checkout as a user has one, beside its remote, its submodule's origin and a linked
 /// worktree. Returns the checkout and the linked worktree.
 fn checkout(base: &Path) -> (PathBuf, PathBuf) {
@@ -335,18 +368,9 @@ async fn open(backend: Backend, root: &Path) -> Sandbox {
 
 /// Runs one attack behind the wall; returns what went wrong (empty: it held).
 async fn attempt(backend: Backend, door: &SideDoor) -> Vec<String> {
-    let tmp = tempfile::Builder::new()
-        .prefix("runner-sidedoor-")
-        .tempdir()
-        .unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let (wt, linked) = checkout(&base);
-    let mark = base.join("MARKER");
-    let root = if door.root == Root::Linked {
-        &linked
-    } else {
-        &wt
-    };
+    let scene = Scene::new("runner-sidedoor-");
+    let (wt, linked) = (&scene.wt, &scene.linked);
+    let (mark, root) = (&scene.mark, scene.root(door));
     let sb = open(backend, root).await;
     let mut broken = Vec::new();
     for (path, content) in door.writes {
@@ -392,18 +416,9 @@ async fn attempt(backend: Backend, door: &SideDoor) -> Vec<String> {
 
 /// The same attack with no wall: the host must be hit, or the attack proves nothing.
 fn unguarded(door: &SideDoor) -> bool {
-    let tmp = tempfile::Builder::new()
-        .prefix("runner-sidedoor-bare-")
-        .tempdir()
-        .unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let (wt, linked) = checkout(&base);
-    let mark = base.join("MARKER");
-    let root = if door.root == Root::Linked {
-        &linked
-    } else {
-        &wt
-    };
+    let scene = Scene::new("runner-sidedoor-bare-");
+    let (wt, linked) = (&scene.wt, &scene.linked);
+    let (mark, root) = (&scene.mark, scene.root(door));
     for (path, content) in door.writes {
         let p = root.join(path);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -438,24 +453,15 @@ const NOBODY: u32 = 65534;
 /// the checkout, on the landlock backend; returns what went wrong (empty: it held).
 fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
     use std::os::unix::process::CommandExt;
-    let tmp = tempfile::Builder::new()
-        .prefix("runner-sidedoor-user-")
-        .tempdir()
-        .unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let (wt, linked) = checkout(&base);
+    let scene = Scene::new("runner-sidedoor-user-");
+    let (base, wt, linked) = (&scene.base, &scene.wt, &scene.linked);
     let chown = Command::new("chown")
         .args(["-R", &format!("{NOBODY}:{NOBODY}")])
         .arg(&base)
         .status()
         .unwrap();
     assert!(chown.success());
-    let mark = base.join("MARKER");
-    let root = if door.root == Root::Linked {
-        &linked
-    } else {
-        &wt
-    };
+    let (mark, root) = (&scene.mark, scene.root(door));
     let call = |tool: &str, args: serde_json::Value| {
         Command::new(super::runner_for_any_user())
             .args([
@@ -552,12 +558,8 @@ pub async fn run(backend: Backend) {
 
 /// Git inside the wall still does its everyday work, and the host sees the result.
 async fn controls(backend: Backend) -> Vec<String> {
-    let tmp = tempfile::Builder::new()
-        .prefix("runner-sidedoor-ok-")
-        .tempdir()
-        .unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let (wt, _linked) = checkout(&base);
+    let scene = Scene::new("runner-sidedoor-ok-");
+    let wt = &scene.wt;
     let sb = open(backend, &wt).await;
     let mut failures = Vec::new();
     for (name, command) in [
