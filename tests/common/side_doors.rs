@@ -374,12 +374,12 @@ async fn attempt(backend: Backend, door: &SideDoor) -> Vec<String> {
     let sb = open(backend, root).await;
     let mut broken = Vec::new();
     for (path, content) in door.writes {
-        let data = fill(content, &mark).into_bytes();
+        let data = fill(content, mark).into_bytes();
         if let Err(e) = sb.client.write(&root.join(path), data, None).await {
             broken.push(format!("the write tool could not write {path}: {e}"));
         }
     }
-    let run = exec(&sb, &fill(door.command, &mark))
+    let run = exec(&sb, &fill(door.command, mark))
         .await
         .expect("the command runs");
     if run.all().contains(ESCAPED) && !door.errors.is_empty() {
@@ -397,17 +397,17 @@ async fn attempt(backend: Backend, door: &SideDoor) -> Vec<String> {
             &["log", "-1"],
             &["submodule", "status"],
         ] {
-            host_git(&wt, args);
+            host_git(wt, args);
         }
         if mark.exists() {
             broken.push("host git ran the planted command while the sandbox was open".into());
-            let _ = std::fs::remove_file(&mark);
+            let _ = std::fs::remove_file(mark);
         }
     } else {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     drop(sb);
-    user_runs_git(&wt, &linked);
+    user_runs_git(wt, linked);
     if mark.exists() {
         broken.push("host git ran the planted command after the sandbox closed".into());
     }
@@ -422,11 +422,11 @@ fn unguarded(door: &SideDoor) -> bool {
     for (path, content) in door.writes {
         let p = root.join(path);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, fill(content, &mark)).unwrap();
+        std::fs::write(p, fill(content, mark)).unwrap();
     }
     let out = Command::new("bash")
         .arg("-c")
-        .arg(fill(door.command, &mark))
+        .arg(fill(door.command, mark))
         .current_dir(root)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -441,8 +441,8 @@ fn unguarded(door: &SideDoor) -> bool {
         std::thread::sleep(Duration::from_secs(2));
     }
     // The attack itself may already have run it (git inside the attack, on the host).
-    let _ = std::fs::remove_file(&mark);
-    user_runs_git(&wt, &linked);
+    let _ = std::fs::remove_file(mark);
+    user_runs_git(wt, linked);
     mark.exists()
 }
 
@@ -457,7 +457,7 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
     let (base, wt, linked) = (&scene.base, &scene.wt, &scene.linked);
     let chown = Command::new("chown")
         .args(["-R", &format!("{NOBODY}:{NOBODY}")])
-        .arg(&base)
+        .arg(base)
         .status()
         .unwrap();
     assert!(chown.success());
@@ -477,23 +477,22 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
             .args(["--ask", "allow"])
             .uid(NOBODY)
             .gid(NOBODY)
-            .env("HOME", &base)
+            .env("HOME", base)
             .env("XDG_DATA_HOME", base.join("data"))
             .env("XDG_CONFIG_HOME", base.join("config"))
-            .env("TMPDIR", &base)
+            .env("TMPDIR", base)
             .output()
             .expect("runner runs")
     };
     let mut broken = Vec::new();
     for (path, content) in door.writes {
-        let args =
-            serde_json::json!({"filePath": root.join(path), "content": fill(content, &mark)});
+        let args = serde_json::json!({"filePath": root.join(path), "content": fill(content, mark)});
         let out = call("write", args);
         if !out.status.success() {
             broken.push(format!("the write tool failed on {path}: {out:?}"));
         }
     }
-    let args = serde_json::json!({"command": fill(door.command, &mark), "description": "attack"});
+    let args = serde_json::json!({"command": fill(door.command, mark), "description": "attack"});
     let out = call("bash", args);
     let all = format!(
         "{}{}",
@@ -508,7 +507,7 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
     if !door.errors.is_empty() && !door.errors.iter().any(|e| all.contains(e)) {
         broken.push(format!("expected one of {:?}: {all}", door.errors));
     }
-    user_runs_git_as(Some(NOBODY), &wt, &linked);
+    user_runs_git_as(Some(NOBODY), wt, linked);
     if mark.exists() {
         broken.push("host git ran the planted command".into());
     }
@@ -560,7 +559,7 @@ pub async fn run(backend: Backend) {
 async fn controls(backend: Backend) -> Vec<String> {
     let scene = Scene::new("runner-sidedoor-ok-");
     let wt = &scene.wt;
-    let sb = open(backend, &wt).await;
+    let sb = open(backend, wt).await;
     let mut failures = Vec::new();
     for (name, command) in [
         (
@@ -582,7 +581,7 @@ async fn controls(backend: Backend) -> Vec<String> {
         }
     }
     drop(sb);
-    let log = host_git(&wt, &["log", "-1", "--format=%s"]);
+    let log = host_git(wt, &["log", "-1", "--format=%s"]);
     if String::from_utf8_lossy(&log.stdout).trim() != "made inside" {
         failures.push(format!("control commit: the host does not see it: {log:?}"));
     }
