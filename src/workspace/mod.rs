@@ -23,6 +23,7 @@
 
 pub mod changes;
 pub mod diff;
+pub mod disk;
 pub(crate) mod git;
 pub mod image;
 
@@ -59,6 +60,10 @@ pub struct Meta {
     /// something only there.
     #[serde(default)]
     pub boot: String,
+    /// The disk budget of its `work/` file system in bytes ([`disk`]); `None`: no budget
+    /// (the machine could not give one, or a copy made before budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<u64>,
 }
 
 /// Who a workspace is for.
@@ -116,8 +121,10 @@ pub fn root_dir() -> PathBuf {
 }
 
 impl Workspace {
-    /// Copies `source` into a new workspace.
-    pub fn create(source: &Path) -> Result<Workspace, String> {
+    /// Copies `source` into a new workspace whose `work/` holds `budget` bytes more than
+    /// the copy ([`disk`]), or as much as the host's disk where the machine cannot give a
+    /// budget (said once).
+    pub fn create(source: &Path, budget: u64) -> Result<Workspace, String> {
         let source = std::fs::canonicalize(source)
             .map_err(|e| format!("cannot read the worktree {}: {e}", source.display()))?;
         // Copies of runs that were killed before they ended go first, like containers.
@@ -128,7 +135,7 @@ impl Workspace {
         let dir = root_dir().join(&id);
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let ws = Workspace {
+        let mut ws = Workspace {
             meta: Meta {
                 id,
                 source: source.clone(),
@@ -136,6 +143,7 @@ impl Workspace {
                 owner_pid: std::process::id() as i32,
                 finished: false,
                 boot: crate::sandbox::owner::boot_id(),
+                disk: Some(budget),
             },
             dir,
             kind: Kind::Kept,
@@ -146,6 +154,7 @@ impl Workspace {
         // The workspaces themselves may live inside the checkout (a data directory under
         // it): they are left out, or the copy would copy itself.
         let skip = std::fs::canonicalize(root_dir()).unwrap_or_else(|_| root_dir());
+        ws.mount_work(&source, &skip, budget)?;
         // Both copies at once: each is mostly waiting on the file system (or, with
         // reflinks, on metadata), so together they take about as long as one.
         let copies: Vec<Result<(), String>> = std::thread::scope(|scope| {
@@ -165,10 +174,25 @@ impl Workspace {
                 .collect()
         });
         if let Some(Err(e)) = copies.into_iter().find(Result::is_err) {
-            let _ = std::fs::remove_dir_all(&ws.dir);
+            let _ = ws.discard();
             return Err(e);
         }
         Ok(ws)
+    }
+
+    /// Makes `work/` the copy's own file system of the copy's size plus `budget`, before
+    /// anything is copied into it. Where the machine cannot, says so once and records
+    /// that this copy has no budget.
+    fn mount_work(&mut self, source: &Path, skip: &Path, budget: u64) -> Result<(), String> {
+        let work = self.work();
+        std::fs::create_dir(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        let need = disk::measure(source, Some(skip));
+        if let Err(why) = disk::attach(&self.dir, &work, need, budget) {
+            disk::unavailable(&why);
+            self.meta.disk = None;
+            self.save()?;
+        }
+        Ok(())
     }
 
     /// A workspace for one run in a new folder `parent/NAME-XXXXXX`: `fill` makes `work/`
@@ -206,6 +230,7 @@ impl Workspace {
                 owner_pid: std::process::id() as i32,
                 finished: false,
                 boot: crate::sandbox::owner::boot_id(),
+                disk: None,
             },
             dir,
             kind: Kind::Owned,
@@ -268,10 +293,11 @@ impl Workspace {
         changes::between(&self.base(), &self.work())
     }
 
-    /// Refuses what needs both trees on the host.
+    /// Refuses what needs both trees on the host; mounts a budgeted copy's file system
+    /// again where a reboot took it away.
     fn on_host(&self) -> Result<(), String> {
         match self.place {
-            Place::Host => Ok(()),
+            Place::Host => disk::ready(&self.dir, &self.work()),
             Place::Image(_) => Err(format!(
                 "workspace {} lives in a task container: its changes are read from there",
                 self.meta.id
@@ -352,7 +378,10 @@ impl Workspace {
         }
     }
 
+    /// Removes the workspace: its file system first (unmounted, its image removed), so
+    /// that nothing of it is left mounted or on disk.
     pub fn discard(self) -> Result<(), String> {
+        disk::detach(&self.dir, &self.work())?;
         remove_tree(&self.dir);
         if self.dir.exists() {
             return Err(format!("cannot remove {}", self.dir.display()));
