@@ -4,6 +4,8 @@
 //! real HTTP server on loopback, which counts the requests that reach it: an attack that
 //! "fails" after the request was sent has already leaked.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
@@ -56,6 +58,8 @@ fn site(redirect_to: Option<String>) -> Site {
 
 fn fetch(url: &str, extra: &[&str]) -> (Output, Value) {
     let tmp = tempfile::tempdir().unwrap();
+    // A profile with a copy workspace (`untrusted`) leaves its copy mounted.
+    let _mounts = common::CopyMounts(tmp.path().join("data"));
     let out = Command::new(env!("CARGO_BIN_EXE_runner"))
         .current_dir(tmp.path())
         .env("XDG_DATA_HOME", tmp.path().join("data"))
