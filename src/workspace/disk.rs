@@ -30,6 +30,8 @@ const IMAGE: &str = "disk.img";
 const BLOCK: u64 = 4096;
 /// Bytes of budget per inode: as many files as a tree of 16 KiB files would need.
 const BYTES_PER_INODE: u64 = 16 << 10;
+/// Free space under which a copy's file system counts as full ([`full_note`]).
+const FULL_BELOW: u64 = 4 << 20;
 /// ext4's own inode size.
 const INODE_SIZE: u64 = 256;
 
@@ -66,7 +68,7 @@ pub fn measure(source: &Path, skip: Option<&Path>) -> Need {
 fn geometry(need: Need, budget: u64) -> (u64, u64) {
     let inodes = need.inodes + budget / BYTES_PER_INODE + 1024;
     let data = need.bytes + budget;
-    let size = data + inodes * INODE_SIZE + data / 64 + (16 << 20);
+    let size = data + inodes * INODE_SIZE + data / 256 + (4 << 20);
     (size.div_ceil(BLOCK) * BLOCK, inodes)
 }
 
@@ -215,8 +217,11 @@ pub fn full_note(worktree: &Path) -> Option<String> {
         return None;
     }
     let fs = rustix::fs::statvfs(worktree).ok()?;
+    // A writer is refused while a little is still free (ext4 reserves room for the blocks
+    // a write may need, and a big write fails whole): nearly full counts as full.
     let free = fs.f_bavail.saturating_mul(fs.f_frsize);
-    if free >= 2 * BLOCK && fs.f_favail > 0 {
+    let size = fs.f_blocks.saturating_mul(fs.f_frsize);
+    if free >= FULL_BELOW.max(size / 100) && fs.f_favail > 0 {
         return None;
     }
     let budget = std::fs::read_to_string(dir.join("meta.json"))
@@ -279,7 +284,7 @@ mod tests {
         };
         let (size, inodes) = geometry(need, 64 << 20);
         assert!(size >= (164 << 20) + 5000 * INODE_SIZE, "{size}");
-        assert!(size < 200 << 20, "{size}");
+        assert!(size < 175 << 20, "{size}");
         assert!(inodes >= 5000 + (64 << 20) / BYTES_PER_INODE);
         assert_eq!(size % BLOCK, 0);
     }
