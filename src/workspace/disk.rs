@@ -245,7 +245,7 @@ pub fn size_text(bytes: u64) -> String {
     for (name, unit) in UNITS {
         if bytes >= unit {
             let n = bytes as f64 / unit as f64;
-            return if bytes % unit == 0 {
+            return if bytes.is_multiple_of(unit) {
                 format!("{} {name}", bytes / unit)
             } else {
                 format!("{n:.1} {name}")
