@@ -532,7 +532,11 @@ fn copy_setup(runs: usize) -> (Duration, Duration) {
     let (mut ours, mut peer) = (vec![], vec![]);
     for _ in 0..runs {
         let t = Instant::now();
-        let ws = runner::workspace::Workspace::create(src.path()).expect("copy workspace");
+        let ws = runner::workspace::Workspace::create(
+            src.path(),
+            runner::workspace::disk::DEFAULT_BUDGET,
+        )
+        .expect("copy workspace");
         ours.push(t.elapsed());
         ws.discard().expect("discard");
         let dest = tempfile::tempdir_in(src.path().parent().unwrap_or(Path::new("/tmp")))

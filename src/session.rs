@@ -180,8 +180,8 @@ impl SessionOptions {
         }
         let workspace = match mode {
             crate::workspace::Mode::Copy if self.in_image.is_none() => {
-                let ws =
-                    crate::workspace::Workspace::create(&self.root).map_err(OpenError::Failed)?;
+                let ws = crate::workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
+                    .map_err(OpenError::Failed)?;
                 spec.worktree = ws.work();
                 Some(ws)
             }

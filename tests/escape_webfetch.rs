@@ -10,6 +10,8 @@
 //! connects. The servers here are on loopback, so the controls (and the attacks on the
 //! permission rules) run with a user config that names `127.0.0.1`.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
@@ -98,6 +100,8 @@ fn fetch_in(url: &str, extra: &[&str], configs: Configs) -> (Output, Value) {
         std::fs::create_dir_all(tmp.path().join(".runner")).unwrap();
         std::fs::write(tmp.path().join(".runner/config.toml"), text).unwrap();
     }
+    // A profile with a copy workspace (`untrusted`) leaves its copy mounted.
+    let _mounts = common::CopyMounts(tmp.path().join("data"));
     let out = Command::new(env!("CARGO_BIN_EXE_runner"))
         .current_dir(tmp.path())
         .env("XDG_DATA_HOME", tmp.path().join("data"))

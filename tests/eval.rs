@@ -716,3 +716,78 @@ fn a_copy_workspace_profile_works_in_the_attempts_own_workspace() {
     );
     assert!(!out.join(".work").exists(), "workspaces left behind");
 }
+
+/// Attack: an attempt's agent writes 200 MiB into its worktree (from `yes`: the rules keep
+/// `/dev/zero` outside) under a profile whose
+/// `disk` budget is 64 MiB. The write gets ENOSPC (the attempt's `work/` is a file
+/// system of its own), the verifier sees the failed write, and when the run ends nothing
+/// of the attempt is mounted or left on disk. Control: 16 MiB within the budget is written.
+#[test]
+fn an_attempt_cannot_write_past_its_disk_budget() {
+    let set = task_set(1, false);
+    let profile = set.dir.join("budget.toml");
+    std::fs::write(&profile, "[sandbox]\ndisk = \"64MiB\"\n").unwrap();
+    let file = set.dir.join("fill.jsonl");
+    std::fs::write(
+        &file,
+        json!({"id": "fill", "instruction": "TASK t00: fill the disk", "repo": "repos/t00",
+               "verify": "test \"$(cat fits)\" = 0 && test \"$(cat past)\" != 0 && grep -q 'No space left' past.err"})
+        .to_string()
+            + "\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::responding(|body| {
+        let step = body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        Response::Stream(if step == 0 {
+            call(
+                "bash",
+                json!({"command": "yes | head -c 16M > small; echo $? > fits; \
+                                   err=$({ yes | head -c 25M > b1 && yes | head -c 25M > b2 && yes | head -c 25M > b3 && yes | head -c 25M > b4 \
+                                     && yes | head -c 25M > b5 && yes | head -c 25M > b6 && yes | head -c 25M > b7 && yes | head -c 25M > b8; } 2>&1); \
+                                   rc=$?; rm -f b1 b2 b3 b4 b5 b6 b7 b8; echo $rc > past; echo \"$err\" > past.err",
+                       "description": "write past the budget"}),
+            )
+        } else {
+            text("Done.")
+        })
+    });
+    let out = set.dir.join("out");
+    let set = TaskSet { file, ..set };
+    let (run, _) = eval(
+        &model,
+        &set,
+        &out,
+        &[
+            "--sandbox",
+            "landlock",
+            "--profile",
+            profile.to_str().unwrap(),
+        ],
+    );
+    let said = format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let r = read_json(&out.join("tasks/fill/result.json"));
+    let log = std::fs::read_dir(out.join("tasks/fill"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            format!(
+                "{}:\n{}",
+                p.display(),
+                std::fs::read_to_string(&p).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(r["status"], "resolved", "{r:#}\n{said}\n{log}");
+    assert_eq!(common::mounts_under(&out), Vec::<String>::new());
+    assert_eq!(common::loops_under(&out), Vec::<String>::new());
+    assert!(!out.join(".work").exists(), "workspaces left behind");
+}

@@ -6,13 +6,15 @@ mod common;
 
 use common::git;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
 struct Checkout {
+    /// Dropped first: no copy's file system outlives the test.
+    _mounts: common::CopyMounts,
     _tmp: tempfile::TempDir,
     root: PathBuf,
     data: PathBuf,
@@ -37,6 +39,7 @@ fn checkout() -> Checkout {
     std::fs::write(root.join("untracked.txt"), "not committed\n").unwrap();
     std::fs::write(root.join("ignored.log"), "ignored\n").unwrap();
     Checkout {
+        _mounts: common::CopyMounts(base.join("data")),
         data: base.join("data"),
         _tmp: tmp,
         root,
@@ -743,4 +746,193 @@ fn a_100_gib_sparse_file_is_reviewed_and_applied_in_bounded_memory() {
     huge.read_exact_at(&mut head, 0).unwrap();
     huge.read_exact_at(&mut middle, SIZE / 2).unwrap();
     assert_eq!((&head, &middle), (b"head", b"X"));
+}
+
+/// A profile file (outside the checkout) whose copies get `disk` of budget and whose
+/// temp directories hold `tmp`.
+fn budget_profile(c: &Checkout, disk: &str, tmp: &str) -> PathBuf {
+    let path = c.data.join("budget.toml");
+    std::fs::create_dir_all(&c.data).unwrap();
+    std::fs::write(
+        &path,
+        format!("[sandbox]\ndisk = \"{disk}\"\ntmp = \"{tmp}\"\n"),
+    )
+    .unwrap();
+    path
+}
+
+/// Free bytes of the host file system that holds `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut fs: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut fs) }, 0);
+    fs.f_bavail as u64 * fs.f_frsize as u64
+}
+
+/// Attack: a command in a copy with a 64 MiB budget writes 200 MiB into the worktree (in
+/// files of 25 MiB: landlock's file size limit is the temp directory's size). It
+/// gets ENOSPC, the host's disk loses no more than the copy's image holds, and runner's
+/// output names the budget and the key that raises it. Controls in the same run: 16 MiB
+/// within the budget is written, and the temp directory (a 32 MiB tmpfs) takes 20 MiB and
+/// refuses the next 20 with ENOSPC.
+fn a_command_cannot_write_past_the_copy_budget(backend: &str) {
+    let c = checkout();
+    let profile = budget_profile(&c, "64MiB", "32MiB");
+    let free_before = free_bytes(&c.root);
+    let out = copy_call(
+        &c,
+        backend,
+        "echo within > small.txt && dd if=/dev/zero of=fits bs=1M count=16 2>/dev/null && echo FITS; \
+         T=${TMPDIR:-/tmp}; dd if=/dev/zero of=$T/a bs=1M count=20 2>/dev/null && echo TMP_A; \
+         dd if=/dev/zero of=$T/b bs=1M count=20 2>&1 | grep -o 'No space left on device' | sed 's/^/TMP: /'; \
+         rm -f $T/a $T/b; for i in 1 2 3 4 5 6 7 8; do dd if=/dev/zero of=big$i bs=1M count=25 || break; done; false",
+    )
+    .arg("--profile")
+    .arg(&profile)
+    .output()
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("FITS"),
+        "{backend}: within the budget: {text}"
+    );
+    assert!(text.contains("TMP_A"), "{backend}: within tmp: {text}");
+    assert!(
+        text.contains("TMP: No space left on device"),
+        "{backend}: {text}"
+    );
+    assert!(
+        text.contains(": No space left on device\n") && text.contains("error writing 'big"),
+        "{backend}: the write past the budget did not get ENOSPC: {text}"
+    );
+    assert!(
+        text.contains("disk budget of 64 MiB is used up")
+            && text.contains("`disk` under [sandbox]"),
+        "{backend}: runner did not name the budget: {text}"
+    );
+    let id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("workspace: "))
+        .unwrap_or_else(|| panic!("no workspace line: {text}"))
+        .to_string();
+    let dir = c.data.join("runner/workspaces").join(&id);
+    // What the host gave: the image's blocks, however much the command tried to write.
+    let held = std::fs::metadata(dir.join("disk.img")).unwrap().blocks() * 512;
+    assert!(held < 100 << 20, "{backend}: the image holds {held} bytes");
+    // What the command wrote: about the budget, never less, and only ext4's slack more.
+    let written: u64 = std::fs::read_dir(dir.join("work"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("big") || e.file_name() == "fits")
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(
+        ((63 << 20)..=(72 << 20)).contains(&written),
+        "{backend}: the command wrote {written} bytes"
+    );
+    // Other engineers' builds move the host's free space too: a loose bound, but one that
+    // 200 MiB written to the host would break.
+    let dropped = free_before.saturating_sub(free_bytes(&c.root));
+    assert!(
+        dropped < 180 << 20,
+        "{backend}: the host lost {dropped} bytes"
+    );
+    // Nothing of the copy's file system is left once it is discarded.
+    assert!(
+        !common::mounts_under(&dir).is_empty(),
+        "{backend}: work/ is not a mount"
+    );
+    let gone = runner(&c, &["discard", &id]);
+    assert!(gone.status.success(), "{gone:?}");
+    assert_eq!(common::mounts_under(&c.data), Vec::<String>::new());
+    assert_eq!(common::loops_under(&c.data), Vec::<String>::new());
+    assert!(!dir.exists(), "{backend}: the workspace folder is left");
+}
+
+/// Control: a budgeted copy is reviewed and applied as any other, and the apply leaves no
+/// mount, loop device or image.
+fn a_budgeted_copy_applies(backend: &str) {
+    let c = checkout();
+    let profile = budget_profile(&c, "64MiB", "32MiB");
+    let out = copy_call(&c, backend, "echo within > small.txt")
+        .arg("--profile")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("no disk budget"), "{err}");
+    let id = err
+        .lines()
+        .find_map(|l| l.strip_prefix("workspace: "))
+        .unwrap_or_else(|| panic!("no workspace line: {err}"))
+        .to_string();
+    assert_eq!(common::mounts_under(&c.data).len(), 1, "{backend}");
+    let shown = runner(&c, &["changes", &id]);
+    let patch = String::from_utf8_lossy(&shown.stdout);
+    assert!(patch.contains("+within"), "{patch}");
+    assert!(!patch.contains("lost+found"), "{patch}");
+    let applied = runner(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{applied:?}");
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("small.txt")).unwrap(),
+        "within\n"
+    );
+    assert_eq!(common::mounts_under(&c.data), Vec::<String>::new());
+    assert_eq!(common::loops_under(&c.data), Vec::<String>::new());
+    assert!(!c.data.join("runner/workspaces").join(&id).exists());
+}
+
+#[test]
+fn attack_a_command_cannot_fill_the_host_through_a_copy_on_landlock() {
+    a_command_cannot_write_past_the_copy_budget("landlock");
+}
+
+#[test]
+fn attack_a_command_cannot_fill_the_host_through_a_copy_in_docker() {
+    common::engine::docker();
+    a_command_cannot_write_past_the_copy_budget("docker");
+}
+
+#[test]
+fn control_a_budgeted_copy_applies_on_landlock() {
+    a_budgeted_copy_applies("landlock");
+}
+
+#[test]
+fn control_a_budgeted_copy_applies_in_docker() {
+    common::engine::docker();
+    a_budgeted_copy_applies("docker");
+}
+
+/// After a reboot the image is there but not its mount: the next command mounts it again
+/// before reading the copy, rather than reading the empty folder under it as "every file
+/// deleted".
+#[test]
+fn a_copy_whose_mount_is_gone_is_mounted_again_before_it_is_read() {
+    let c = checkout();
+    let profile = budget_profile(&c, "64MiB", "32MiB");
+    let out = copy_call(&c, "landlock", "echo again > small.txt")
+        .arg("--profile")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let id = err
+        .lines()
+        .find_map(|l| l.strip_prefix("workspace: "))
+        .unwrap_or_else(|| panic!("no workspace line: {err}"))
+        .to_string();
+    let work = c.data.join("runner/workspaces").join(&id).join("work");
+    let path = std::ffi::CString::new(work.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::umount2(path.as_ptr(), 0) }, 0);
+    let listed: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
+    assert_eq!(listed[0]["changed_files"], 1, "{listed}");
+    assert_eq!(common::mounts_under(&c.data).len(), 1);
+    assert!(runner(&c, &["discard", &id]).status.success());
+    assert_eq!(common::mounts_under(&c.data), Vec::<String>::new());
 }

@@ -271,5 +271,8 @@ pub fn report(workspace: Option<Workspace>) {
     if let Err(e) = ws.finish() {
         eprintln!("runner: {}", display::escape(&e));
     }
+    if let Some(note) = crate::workspace::disk::full_note(&ws.work()) {
+        eprintln!("runner: workspace {}: {note}", ws.meta.id);
+    }
     eprintln!("workspace: {}", ws.meta.id);
 }

@@ -263,7 +263,10 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
         return exit::USAGE;
     }
     let workspace = match args.workspace_mode() {
-        Ok(crate::workspace::Mode::Copy) => match crate::workspace::Workspace::create(root) {
+        Ok(crate::workspace::Mode::Copy) => match args
+            .spec(root)
+            .and_then(|s| crate::workspace::Workspace::create(root, s.limits.disk_bytes))
+        {
             Ok(ws) => Some(ws),
             Err(e) => {
                 eprintln!("runner: {e}");

@@ -60,6 +60,8 @@ pub struct SandboxSection {
     pub cpus: Option<f64>,
     pub pids: Option<u64>,
     pub tmp: Option<Size>,
+    /// `--workspace copy`: how much commands may write in the copy beyond the copy itself.
+    pub disk: Option<Size>,
     pub env: Option<Vec<String>>,
     pub protected: Option<Vec<PathBuf>>,
     /// `direct` (the checkout) or `copy` (a private copy, applied after review).
@@ -188,6 +190,9 @@ impl SandboxSection {
         }
         if let Some(Size(t)) = self.tmp {
             spec.limits.tmp_bytes = t;
+        }
+        if let Some(Size(d)) = self.disk {
+            spec.limits.disk_bytes = d;
         }
         if let Some(c) = self.network_connections {
             spec.limits.net_connections = c;

@@ -63,8 +63,9 @@ pub async fn run(
         options.out.join(".work"),
     );
     let name = format!("{}-{attempt}", task.id);
+    let budget = disk_budget(options);
     let (ws, base) = match tokio::task::spawn_blocking(move || {
-        worktree::create(&repo, commit.as_deref(), &parent, &name)
+        worktree::create(&repo, commit.as_deref(), &parent, &name, Some(budget))
     })
     .await
     {
@@ -388,6 +389,15 @@ pub(super) fn session_options_for(
     // Nobody watches an evaluation: what a rule would ask is refused.
     s.ask = Some(crate::config::profile::AskMode::Deny);
     s
+}
+
+/// What an attempt's commands may write beyond its clone: the profile's `disk`, else the
+/// default. A profile that does not load fails the attempt later, with its own message.
+fn disk_budget(options: &EvalOptions) -> u64 {
+    crate::config::profile::load(&options.profile)
+        .ok()
+        .and_then(|p| p.sandbox.disk)
+        .map_or(crate::workspace::disk::DEFAULT_BUDGET, |size| size.0)
 }
 
 fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {

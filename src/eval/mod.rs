@@ -152,7 +152,7 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
         .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
     results::claim(&options.out, options.attempts, &options.model_label())?;
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
-    crate::workspace::remove_tree(&options.out.join(".work"));
+    crate::workspace::remove_run_folders(&options.out.join(".work"));
 
     // The engines, where anything runs on docker: Harbor tasks always, the others unless
     // the sandbox is landlock.
@@ -257,7 +257,7 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
         e.remove_orphans().await;
     }
     progress.done();
-    crate::workspace::remove_tree(&options.out.join(".work"));
+    crate::workspace::remove_run_folders(&options.out.join(".work"));
 
     let all = results::collect(&options.out);
     let summary = results::summarize(&all, &options.model_label(), &hash);

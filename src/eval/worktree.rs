@@ -16,14 +16,16 @@ use crate::workspace::Workspace;
 use crate::workspace::git::{RunGit, git};
 
 /// The attempt's own workspace under `parent`, with `repo` at `commit` (HEAD if none), and
-/// the commit it starts from.
+/// the commit it starts from. `budget`: what commands may write beyond the clone
+/// ([`crate::workspace::disk`]).
 pub fn create(
     repo: &str,
     commit: Option<&str>,
     parent: &Path,
     name: &str,
+    budget: Option<u64>,
 ) -> Result<(Workspace, String), String> {
-    Workspace::prepare(parent, name, repo, |dest| {
+    Workspace::prepare(parent, name, repo, budget, |dest| {
         fill(repo, commit, dest)?;
         head_commit(dest)
     })
@@ -116,7 +118,14 @@ mod tests {
         std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
         std::os::unix::fs::symlink("a.txt", src.path().join("link")).unwrap();
         let out = tempfile::tempdir().unwrap();
-        let (ws, base) = create(&src.path().display().to_string(), None, out.path(), "t").unwrap();
+        let (ws, base) = create(
+            &src.path().display().to_string(),
+            None,
+            out.path(),
+            "t",
+            None,
+        )
+        .unwrap();
         let work = ws.work();
         assert_eq!(base.len(), 40);
         assert_eq!(ws.kind(), Kind::Owned);
@@ -146,7 +155,14 @@ mod tests {
         let src = tempfile::tempdir().unwrap();
         std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
         let out = tempfile::tempdir().unwrap();
-        let (ws, _) = create(&src.path().display().to_string(), None, out.path(), "t").unwrap();
+        let (ws, _) = create(
+            &src.path().display().to_string(),
+            None,
+            out.path(),
+            "t",
+            None,
+        )
+        .unwrap();
         let work = ws.work();
         std::fs::write(work.join("a.txt"), "two\n").unwrap();
         // The agent commits its change and throws its history away.
@@ -161,7 +177,7 @@ mod tests {
     #[test]
     fn an_attempts_workspace_is_never_applied_and_a_failed_fill_leaves_nothing() {
         let out = tempfile::tempdir().unwrap();
-        let (ws, ()) = Workspace::prepare(out.path(), "t", "/nowhere", |w| {
+        let (ws, ()) = Workspace::prepare(out.path(), "t", "/nowhere", None, |w| {
             std::fs::create_dir(w).map_err(|e| e.to_string())?;
             std::fs::write(w.join("a"), "1").map_err(|e| e.to_string())
         })
@@ -174,7 +190,9 @@ mod tests {
         assert!(refused.contains("not applied anywhere"), "{refused}");
         assert!(!Path::new("/nowhere").exists());
         ws.discard().unwrap();
-        let failed = Workspace::prepare(out.path(), "t", "x", |_| Err::<(), _>("no".to_string()));
+        let failed = Workspace::prepare(out.path(), "t", "x", None, |_| {
+            Err::<(), _>("no".to_string())
+        });
         assert_eq!(failed.err().as_deref(), Some("no"));
         assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
     }
@@ -202,6 +220,7 @@ mod tests {
             Some(first.trim()),
             out.path(),
             "t",
+            None,
         )
         .unwrap();
         assert_eq!(

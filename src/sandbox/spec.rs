@@ -92,6 +92,14 @@ pub struct Limits {
     /// `--network allowlist`: bytes through the proxy, both ways, over the sandbox's life.
     #[serde(default = "default_net_bytes")]
     pub net_bytes: u64,
+    /// `--workspace copy`: what commands may write in the copy beyond the copy itself
+    /// (its own file system's free space; see [`crate::workspace::disk`]).
+    #[serde(default = "default_disk_bytes")]
+    pub disk_bytes: u64,
+}
+
+fn default_disk_bytes() -> u64 {
+    crate::workspace::disk::DEFAULT_BUDGET
 }
 
 fn default_net_connections() -> u64 {
@@ -111,6 +119,7 @@ impl Default for Limits {
             tmp_bytes: 1 << 30,
             net_connections: default_net_connections(),
             net_bytes: default_net_bytes(),
+            disk_bytes: default_disk_bytes(),
         }
     }
 }

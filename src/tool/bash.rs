@@ -229,6 +229,13 @@ impl Tool for BashTool {
         if status.cancelled {
             notes.push("User aborted the command".to_string());
         }
+        // A copy's disk budget is its file system's size: a command that failed on a full
+        // one is told which budget it hit and what raises it.
+        if status.code != Some(0)
+            && let Some(note) = crate::workspace::disk::full_note(ctx.worktree())
+        {
+            notes.push(note);
+        }
         if !notes.is_empty() {
             text.push_str(&format!(
                 "\n\n<bash_metadata>\n{}\n</bash_metadata>",

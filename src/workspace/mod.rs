@@ -25,6 +25,7 @@ pub mod apply;
 pub mod changes;
 pub mod content;
 pub mod diff;
+pub mod disk;
 pub(crate) mod git;
 pub mod image;
 
@@ -61,6 +62,10 @@ pub struct Meta {
     /// something only there.
     #[serde(default)]
     pub boot: String,
+    /// The disk budget of its `work/` file system in bytes ([`disk`]); `None`: no budget
+    /// (the machine could not give one, or a copy made before budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<u64>,
 }
 
 /// Who a workspace is for.
@@ -126,8 +131,10 @@ pub fn root_dir() -> PathBuf {
 }
 
 impl Workspace {
-    /// Copies `source` into a new workspace.
-    pub fn create(source: &Path) -> Result<Workspace, String> {
+    /// Copies `source` into a new workspace whose `work/` holds `budget` bytes more than
+    /// the copy ([`disk`]), or as much as the host's disk where the machine cannot give a
+    /// budget (said once).
+    pub fn create(source: &Path, budget: u64) -> Result<Workspace, String> {
         let source = std::fs::canonicalize(source)
             .map_err(|e| format!("cannot read the worktree {}: {e}", source.display()))?;
         // Copies of runs that were killed before they ended go first, like containers.
@@ -138,7 +145,7 @@ impl Workspace {
         let dir = root_dir().join(&id);
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let ws = Workspace {
+        let mut ws = Workspace {
             meta: Meta {
                 id,
                 source: source.clone(),
@@ -146,6 +153,7 @@ impl Workspace {
                 owner_pid: std::process::id() as i32,
                 finished: false,
                 boot: crate::sandbox::owner::boot_id(),
+                disk: Some(budget),
             },
             dir,
             kind: Kind::Kept,
@@ -156,6 +164,7 @@ impl Workspace {
         // The workspaces themselves may live inside the checkout (a data directory under
         // it): they are left out, or the copy would copy itself.
         let skip = std::fs::canonicalize(root_dir()).unwrap_or_else(|_| root_dir());
+        ws.mount_work(&source, &skip, budget)?;
         // Both copies at once: each is mostly waiting on the file system (or, with
         // reflinks, on metadata), so together they take about as long as one.
         let copies: Vec<Result<(), String>> = std::thread::scope(|scope| {
@@ -175,27 +184,68 @@ impl Workspace {
                 .collect()
         });
         if let Some(Err(e)) = copies.into_iter().find(Result::is_err) {
-            let _ = std::fs::remove_dir_all(&ws.dir);
+            let _ = ws.discard();
             return Err(e);
         }
         Ok(ws)
     }
 
+    /// Makes `work/` the copy's own file system of the copy's size plus `budget`, before
+    /// anything is copied into it. Where the machine cannot, says so once and records
+    /// that this copy has no budget.
+    fn mount_work(&mut self, source: &Path, skip: &Path, budget: u64) -> Result<(), String> {
+        let work = self.work();
+        std::fs::create_dir(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        let need = disk::measure(source, Some(skip));
+        if let Err(why) = disk::attach(&self.dir, &work, need, budget) {
+            disk::unavailable(&why);
+            self.meta.disk = None;
+            self.save()?;
+        }
+        Ok(())
+    }
+
     /// A workspace for one run in a new folder `parent/NAME-XXXXXX`: `fill` makes `work/`
     /// (it is handed the path, which does not exist yet), then `base/` is copied from it,
     /// `.git` and all, before anything runs there. What `fill` returns comes back with it.
-    /// On any error nothing is left. `source` names where it came from, in messages only.
+    /// On any error nothing is left. `source` names where it came from (in messages, and
+    /// measured when it is a folder on this machine).
+    ///
+    /// With a `budget`, `work/` is first made a file system of its own that holds the
+    /// source's size plus the budget ([`disk`]): what the clone takes beyond the source's
+    /// size comes out of the budget (a repository fetched by URL is not measured).
     pub fn prepare<T>(
         parent: &Path,
         name: &str,
         source: &str,
+        budget: Option<u64>,
         fill: impl FnOnce(&Path) -> Result<T, String>,
     ) -> Result<(Workspace, T), String> {
         let dir = owned_folder(parent, name)?;
         let work = dir.path().join("work");
-        let filled = fill(&work)?;
-        copy_tree(&work, &dir.path().join("base"), None)?;
-        Ok((Self::owned(dir, source, Place::Host)?, filled))
+        if let Some(budget) = budget {
+            std::fs::create_dir(&work)
+                .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+            let local = Path::new(source);
+            let need = if local.is_dir() {
+                disk::measure(local, None)
+            } else {
+                disk::Need::default()
+            };
+            if let Err(why) = disk::attach(dir.path(), &work, need, budget) {
+                disk::unavailable(&why);
+            }
+        }
+        let filled = fill(&work)
+            .and_then(|filled| copy_tree(&work, &dir.path().join("base"), None).map(|()| filled));
+        match filled {
+            Ok(filled) => Ok((Self::owned(dir, source, Place::Host)?, filled)),
+            Err(e) => {
+                // The folder goes with `dir`; its file system first.
+                let _ = disk::detach(dir.path(), &work);
+                Err(e)
+            }
+        }
     }
 
     /// An owned workspace in `dir` (which holds `work/`), with its `outputs/`.
@@ -216,6 +266,7 @@ impl Workspace {
                 owner_pid: std::process::id() as i32,
                 finished: false,
                 boot: crate::sandbox::owner::boot_id(),
+                disk: None,
             },
             dir,
             kind: Kind::Owned,
@@ -278,10 +329,11 @@ impl Workspace {
         changes::between(&self.base(), &self.work())
     }
 
-    /// Refuses what needs both trees on the host.
+    /// Refuses what needs both trees on the host; mounts a budgeted copy's file system
+    /// again where a reboot took it away.
     fn on_host(&self) -> Result<(), String> {
         match self.place {
-            Place::Host => Ok(()),
+            Place::Host => disk::ready(&self.dir, &self.work()),
             Place::Image(_) => Err(format!(
                 "workspace {} lives in a task container: its changes are read from there",
                 self.meta.id
@@ -376,7 +428,10 @@ impl Workspace {
         }
     }
 
+    /// Removes the workspace: its file system first (unmounted, its image removed), so
+    /// that nothing of it is left mounted or on disk.
     pub fn discard(self) -> Result<(), String> {
+        disk::detach(&self.dir, &self.work())?;
         remove_tree(&self.dir);
         if self.dir.exists() {
             return Err(format!("cannot remove {}", self.dir.display()));
@@ -522,6 +577,18 @@ pub fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
 }
 
 /// Removes a tree even where the agent took the write bit off its directories.
+/// Removes a folder of [`Workspace::prepare`]d workspaces that a killed run left behind:
+/// each one's file system is unmounted first (a mount point cannot be removed).
+pub fn remove_run_folders(path: &Path) {
+    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+        let dir = entry.path();
+        if let Err(e) = disk::detach(&dir, &dir.join("work")) {
+            eprintln!("runner: {e}");
+        }
+    }
+    remove_tree(path);
+}
+
 pub fn remove_tree(path: &Path) {
     if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
         return;

@@ -336,3 +336,48 @@ pub fn runner_for_any_user() -> PathBuf {
     })
     .clone()
 }
+
+/// Unmounts the file systems of the copy workspaces under the data directory `data` (a
+/// copy's `work/` is a loop-mounted image) when dropped, so that a test that leaves a copy
+/// behind leaves no mount, no loop device and no image: its temporary folder can go.
+pub struct CopyMounts(pub PathBuf);
+
+impl Drop for CopyMounts {
+    fn drop(&mut self) {
+        let Ok(dirs) = std::fs::read_dir(self.0.join("runner/workspaces")) else {
+            return;
+        };
+        for dir in dirs.flatten() {
+            let work = dir.path().join("work");
+            if let Ok(c) = std::ffi::CString::new(work.as_os_str().as_encoded_bytes()) {
+                // SAFETY: a valid C string; plain syscall. Not mounted: a harmless EINVAL.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            let _ = std::fs::remove_file(dir.path().join("disk.img"));
+        }
+    }
+}
+
+/// The mount points in this process's mount namespace at or below `path`.
+pub fn mounts_under(path: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let path = path.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(path.as_ref()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The loop devices whose backing file is at or below `path`.
+pub fn loops_under(path: &Path) -> Vec<String> {
+    let path = path.to_string_lossy();
+    std::fs::read_dir("/sys/block")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path().join("loop/backing_file")).ok())
+                .filter(|b| b.starts_with(path.as_ref()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
