@@ -113,11 +113,28 @@ impl SessionOptions {
         })
     }
 
-    /// The sandbox spec: the profile's, then each override given.
+    /// The wall picked for this session when neither `--sandbox` nor the profile names
+    /// one ([`crate::sandbox::choose`]); `None` when one was named.
+    pub fn default_wall(
+        &self,
+        profile: &Profile,
+    ) -> Option<Result<crate::sandbox::choose::Chosen, crate::sandbox::choose::NoWall>> {
+        let named =
+            self.backend.is_some() || profile.sandbox.backend.is_some() || self.in_image.is_some();
+        (!named).then(crate::sandbox::choose::default_wall)
+    }
+
+    /// The sandbox spec: the profile's, then each override given; with no backend named
+    /// anywhere, the default wall.
     pub fn spec(&self, profile: &Profile) -> Result<SandboxSpec, OpenError> {
         let mut spec = SandboxSpec::new(BackendKind::None, &self.root)
             .map_err(|e| OpenError::Failed(format!("cannot find the runner executable: {e}")))?;
         profile.sandbox.apply(&mut spec);
+        match self.default_wall(profile) {
+            Some(Ok(chosen)) => spec.backend = chosen.backend,
+            Some(Err(none)) => return Err(OpenError::Sandbox(none.to_string())),
+            None => {}
+        }
         if let Some(b) = self.backend {
             spec.backend = b;
         }
@@ -254,7 +271,9 @@ impl SessionOptions {
             None
         };
         let ctx = ctx.with_network(network.clone());
+        let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
         Ok(OpenSession {
+            wall: wall_line(&spec, chosen.as_ref()),
             ctx,
             profile: rules.profile,
             rules: rules.rules,
@@ -268,8 +287,31 @@ impl SessionOptions {
     }
 }
 
+/// The session's first line: the wall its tools run behind, and why when runner picked it.
+/// Without a wall it is a warning.
+pub fn wall_line(spec: &SandboxSpec, chosen: Option<&crate::sandbox::choose::Chosen>) -> String {
+    let network = match spec.network {
+        Network::None => "no network",
+        Network::Allowlist => "network through the allow-list proxy",
+        Network::Host => "the host's network",
+    };
+    let wall = match spec.backend {
+        BackendKind::None => {
+            return "warning: no sandbox (--sandbox none): the agent's commands run as you, with your files and network; only the permission rules stand in the way".into();
+        }
+        BackendKind::Landlock => format!("sandbox: landlock + seccomp, {network}"),
+        BackendKind::Docker => format!("sandbox: docker ({}), {network}", spec.docker.image),
+    };
+    match chosen {
+        Some(c) => format!("{wall} (the default here: {})", c.reason),
+        None => wall,
+    }
+}
+
 /// An open session: the context every tool call gets, and what it was built from.
 pub struct OpenSession {
+    /// What the first line of the session says: the wall in use ([`wall_line`]).
+    pub wall: String,
     pub ctx: ToolContext,
     pub profile: Profile,
     /// The configured rules (the gate also holds approvals made since).

@@ -1257,7 +1257,14 @@ fn json_events_keep_their_shape() {
     let model = ScriptedModel::start(fixing_script());
     let out = h.run(
         &model,
-        &["--model", "openai/g", "--json", "fix the failing test"],
+        &[
+            "--model",
+            "openai/g",
+            "--json",
+            "--sandbox",
+            "landlock",
+            "fix the failing test",
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     // Values that differ per run are replaced, keys kept: the snapshot pins the shape.
@@ -1603,4 +1610,156 @@ fn a_run_records_its_network_connections_in_the_session_file() {
         network[1]["reason"].as_str().unwrap().contains("\"*\""),
         "{network:?}"
     );
+}
+
+/// A script whose one command reports its process's seccomp mode: `2` (a filter) behind
+/// every wall, `0` as a plain child of runner.
+fn seccomp_script() -> Vec<Response> {
+    vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": "grep Seccomp: /proc/self/status", "description": "seccomp mode"}),
+        )),
+        Response::Stream(text("Done.")),
+    ]
+}
+
+/// The first line runner printed on stderr.
+fn first_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// What the one bash call of [`seccomp_script`] printed, from the saved session.
+fn seccomp_mode(h: &Harness) -> String {
+    let session = std::fs::read_to_string(&h.sessions()[0]).unwrap();
+    // In the JSON the output's tab is `\t`; the command itself has none.
+    let at = session
+        .find("Seccomp:\\t")
+        .expect("the command's output is in the session");
+    session[at..at + "Seccomp:\\tN".len()].to_string()
+}
+
+/// A plain run, no `--sandbox`, no profile: the default wall here is landlock (this
+/// kernel enforces it). The first line names it and says why, and the command really runs
+/// under a seccomp filter. Control: `--sandbox none` says it runs without a wall, and the
+/// same command there has no filter.
+#[test]
+fn a_plain_run_is_walled_and_its_first_line_names_the_wall() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(seccomp_script());
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "what is the seccomp mode?"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let line = first_line(&out);
+    assert!(
+        line.starts_with(
+            "runner: sandbox: landlock + seccomp, no network (the default here: kernel landlock ABI"
+        ),
+        "{line}"
+    );
+    assert_eq!(seccomp_mode(&h), "Seccomp:\\t2");
+
+    let h = Harness::new();
+    let model = ScriptedModel::start(seccomp_script());
+    let out = h.run(
+        &model,
+        &[
+            "--model",
+            "openai/g",
+            "--sandbox",
+            "none",
+            "what is the seccomp mode?",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        first_line(&out).starts_with("runner: warning: no sandbox (--sandbox none)"),
+        "{}",
+        first_line(&out)
+    );
+    assert_eq!(seccomp_mode(&h), "Seccomp:\\t0");
+}
+
+/// runner started where the kernel refuses landlock (a seccomp filter in the test makes
+/// `landlock_create_ruleset` fail with ENOSYS, as on a kernel without it) and `docker`
+/// names `DOCKER_HOST`.
+fn without_landlock(
+    h: &Harness,
+    model: &ScriptedModel,
+    docker_host: &str,
+    args: &[&str],
+) -> Output {
+    use seccompiler::{SeccompAction, SeccompFilter, SeccompRule};
+    use std::os::unix::process::CommandExt;
+    let filter = SeccompFilter::new(
+        [(libc::SYS_landlock_create_ruleset, Vec::<SeccompRule>::new())].into(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        std::env::consts::ARCH.try_into().unwrap(),
+    )
+    .unwrap();
+    let program: seccompiler::BpfProgram = filter.try_into().unwrap();
+    let mut c = h.command(model);
+    c.env("DOCKER_HOST", docker_host).args(args);
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, seccomp).
+    unsafe {
+        c.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
+    }
+    c.output().unwrap()
+}
+
+/// Without landlock the default wall is docker when an engine answers; with no engine
+/// either, runner refuses to start, says what each wall lacked and how to get one or how
+/// to run without a wall on purpose, and the model is never asked. Control: `--sandbox
+/// none` still runs there, on purpose.
+#[test]
+fn without_landlock_the_default_is_docker_and_without_docker_runner_refuses() {
+    common::engine::docker();
+    let h = Harness::new();
+    let model = ScriptedModel::start(seccomp_script());
+    let args = ["--model", "openai/g", "what is the seccomp mode?"];
+    let out = without_landlock(&h, &model, "unix:///var/run/docker.sock", &args);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let line = first_line(&out);
+    assert!(
+        line.starts_with("runner: sandbox: docker (runner-sandbox:bookworm), no network (the default here: landlock is not usable here")
+            && line.contains("the engine at unix:///var/run/docker.sock answers"),
+        "{line}"
+    );
+    assert_eq!(seccomp_mode(&h), "Seccomp:\\t2");
+
+    let h = Harness::new();
+    let model = ScriptedModel::start(seccomp_script());
+    let nowhere = format!("unix://{}/no-engine.sock", h.data.display());
+    let out = without_landlock(&h, &model, &nowhere, &args);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{}", describe(&out));
+    for part in [
+        "no sandbox is available on this machine, so nothing runs: landlock: ",
+        &format!("docker: no engine answers at {nowhere}"),
+        "a running Docker or Podman engine",
+        "choose that on purpose: --sandbox none",
+    ] {
+        assert!(said.contains(part), "{part:?} not in {said}");
+    }
+    assert!(model.requests().is_empty(), "the model was asked");
+    let out = without_landlock(
+        &h,
+        &model,
+        &nowhere,
+        &[
+            "--sandbox",
+            "none",
+            "--model",
+            "openai/g",
+            "what is the seccomp mode?",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 }

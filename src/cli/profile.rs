@@ -64,6 +64,13 @@ fn list() -> u8 {
     }
     for (name, kind) in names {
         match profile::load(&name) {
+            Ok(p) if p.sandbox.backend.is_none() => {
+                let here = match crate::sandbox::choose::default_wall() {
+                    Ok(c) => format!("here: {}", c.backend.name()),
+                    Err(_) => "here: no wall available, so sessions refuse to start".into(),
+                };
+                println!("{name:<12} {kind:<9} {} ({here})", p.description)
+            }
             Ok(p) => println!("{name:<12} {kind:<9} {}", p.description),
             Err(e) => println!("{name:<12} {kind:<9} (broken: {e})"),
         }

@@ -123,6 +123,9 @@ pub async fn run(args: RunArgs) -> u8 {
             return e.exit_code();
         }
     };
+    if !args.json {
+        eprintln!("runner: {}", run.open.wall);
+    }
     for note in &run.notes {
         eprintln!("runner: {}", escape(note));
     }

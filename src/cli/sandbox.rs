@@ -69,7 +69,7 @@ async fn doctor(image_name: &str) -> u8 {
             "boot a kernel with landlock ABI 6 or later (Linux 6.12+, lsm=...,landlock), or use --sandbox docker",
         );
     }
-    match seccomp_probe() {
+    match crate::sandbox::confine::probe_seccomp() {
         Ok(()) => r.ok("seccomp", "filters apply; an AF_INET socket is refused"),
         Err(e) => r.fail(
             "seccomp",
@@ -222,24 +222,6 @@ fn disk(r: &mut Report, what: &str, dir: &Path) {
 }
 
 /// Applies the filter on a throwaway thread and checks that it bites.
-fn seccomp_probe() -> Result<(), String> {
-    std::thread::spawn(|| {
-        let prog =
-            crate::sandbox::confine::seccomp_program(crate::sandbox::spec::Network::None, true)
-                .map_err(|e| e.to_string())?;
-        seccompiler::apply_filter(&prog).map_err(|e| e.to_string())?;
-        // SAFETY: plain syscall; the descriptor, if any, is closed at once.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
-        if fd >= 0 {
-            unsafe { libc::close(fd) };
-            return Err("the filter applied but an AF_INET socket was still created".into());
-        }
-        Ok(())
-    })
-    .join()
-    .unwrap_or_else(|_| Err("the probe thread panicked".into()))
-}
-
 async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
     // The shell owns the terminal where the protocol would run, so there is no channel
     // for the proxy's connections yet.

@@ -215,8 +215,9 @@ mod tests {
 
     #[test]
     fn every_built_in_parses_and_says_its_backend() {
+        // `default` names none: the session picks a wall (`sandbox::choose`).
+        assert_eq!(load("default").unwrap().sandbox.backend, None);
         let want = [
-            ("default", BackendKind::None),
             ("readonly", BackendKind::Landlock),
             ("untrusted", BackendKind::Docker),
             ("laptop", BackendKind::Landlock),

@@ -673,14 +673,17 @@ mod tests {
         std::thread::spawn(move || {
             let mut read = read;
             let mut frame = vec![0u8; DATA_FRAME_HEADER + data.len()];
-            let _ = tx.send(read.read_exact(&mut frame).map(|()| frame));
+            // The read end goes back with the frame: dropped here, it would close the pipe
+            // under the next send.
+            let _ = tx.send(read.read_exact(&mut frame).map(|()| (frame, read)));
         });
         // The next frame goes after the whole of the first.
         client.send_data(1, 2, b"next").await.unwrap();
         let frame = rx
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("the first frame was cut: its reader still waits for the rest")
-            .unwrap();
+            .unwrap()
+            .0;
         let (target, conn) = split_data_header(&frame[4..DATA_FRAME_HEADER].try_into().unwrap());
         assert_eq!((target, conn), (1, 2));
         assert_eq!(

@@ -5,6 +5,7 @@
 //! [`SandboxClient`], so tool code runs unchanged on every backend.
 
 pub mod api;
+pub mod choose;
 pub mod client;
 pub mod confine;
 pub mod docker;

@@ -21,6 +21,25 @@ use crate::sandbox::spec::Network;
 pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
 pub use seccomp::deny_filter as seccomp_program;
 
+/// Whether seccomp filters apply here, found by applying runner's own filter to a
+/// throwaway thread and trying what it forbids (an `AF_INET` socket).
+pub fn probe_seccomp() -> Result<(), String> {
+    std::thread::spawn(|| {
+        let prog = seccomp_program(Network::None, true).map_err(|e| e.to_string())?;
+        seccompiler::apply_filter(&prog).map_err(|e| e.to_string())?;
+        // SAFETY: plain syscall; the descriptor, if any, is closed at once.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        if fd >= 0 {
+            // SAFETY: a descriptor this thread just opened.
+            unsafe { libc::close(fd) };
+            return Err("the filter applied but an AF_INET socket was still created".into());
+        }
+        Ok(())
+    })
+    .join()
+    .unwrap_or_else(|_| Err("the probe thread panicked".into()))
+}
+
 /// What the server must confine itself to. Built from `runner sandbox-server --confine`
 /// flags, so the host-side backend and the server agree through the command line only.
 #[derive(Debug, Clone)]
