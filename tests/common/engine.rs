@@ -129,8 +129,83 @@ fn ensure_image() {
     assert!(status.success(), "runner image build failed ({status})");
 }
 
-/// Call at the start of every docker test.
+// ---------------------------------------------------------------------------------------
+// Test engines: which engine, and which OCI runtime, a test binary's docker tests run on
+// ---------------------------------------------------------------------------------------
+
+/// The engine docker tests run on, and the runtime of their sandbox containers: the
+/// machine's engine with its default runtime unless the test binary chose another with
+/// [`use_engine`] (a dockerd of its own with gVisor registered, [`runsc`]; a Podman
+/// socket). Everything the tests open goes through it: [`apply`] on a spec, [`cli`] on a
+/// `runner` command line, [`client`] for looking at containers, [`label`] in reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TestEngine {
+    /// `unix:///…`; `None`: the machine's engine (DOCKER_HOST or the local socket).
+    pub host: Option<String>,
+    /// The OCI runtime sandbox containers run under (`--runtime`); `None`: the engine's
+    /// default.
+    pub runtime: Option<String>,
+}
+
+static ENGINE: OnceLock<TestEngine> = OnceLock::new();
+
+/// Makes `start`'s engine the one this binary's docker tests use. Each test of such a
+/// binary calls it first (`escape_suite!(…, engine: start)` does): the first call runs
+/// `start`, which makes sure the engine answers and holds the sandbox image; the others
+/// get what it gave. One engine per test binary.
+pub fn use_engine(start: fn() -> TestEngine) -> &'static TestEngine {
+    ENGINE.get_or_init(start)
+}
+
+/// The machine's engine, its default runtime: what a binary that chose none runs on
+/// ([`docker`] still makes it ready, in the tests that use it).
+pub fn machine() -> TestEngine {
+    TestEngine::default()
+}
+
+/// The engine this binary's docker tests run on.
+pub fn engine() -> TestEngine {
+    ENGINE.get().cloned().unwrap_or_default()
+}
+
+/// Points a docker spec at the test engine and runtime.
+pub fn apply(spec: &mut runner::sandbox::spec::SandboxSpec) {
+    let e = engine();
+    if e.host.is_some() {
+        spec.docker.host = e.host;
+    }
+    if let Some(r) = e.runtime {
+        spec.docker.runtime = vec![r];
+    }
+}
+
+/// Points a `runner` command line at the test engine and runtime (`DOCKER_HOST`,
+/// `--runtime`); call it after the subcommand's own arguments.
+pub fn cli(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    let e = engine();
+    if let Some(h) = &e.host {
+        cmd.env("DOCKER_HOST", h);
+    }
+    if let Some(r) = &e.runtime {
+        cmd.args(["--runtime", r]);
+    }
+    cmd
+}
+
+/// `docker`, or `docker/RUNTIME` on another runtime, for reports.
+pub fn label() -> String {
+    match engine().runtime {
+        Some(r) => format!("docker/{r}"),
+        None => "docker".into(),
+    }
+}
+
+/// Call at the start of every docker test: the machine's engine answers and holds the
+/// sandbox image (an engine chosen with [`use_engine`] was made ready when chosen).
 pub fn docker() {
+    if ENGINE.get().is_some_and(|e| e.host.is_some()) {
+        return;
+    }
     static READY: OnceLock<()> = OnceLock::new();
     READY.get_or_init(|| {
         if !engine_answers() {
@@ -140,14 +215,17 @@ pub fn docker() {
     });
 }
 
-/// A client of the engine, for tests that look at containers directly.
+/// A client of the test engine, for tests that look at containers directly.
 pub async fn client() -> bollard::Docker {
     docker();
-    bollard::Docker::connect_with_defaults()
-        .expect("connect")
-        .negotiate_version()
-        .await
-        .expect("engine answers")
+    match engine().host {
+        Some(h) => bollard::Docker::connect_with_host(&h),
+        None => bollard::Docker::connect_with_defaults(),
+    }
+    .expect("connect")
+    .negotiate_version()
+    .await
+    .expect("engine answers")
 }
 
 /// Ids of runner's containers whose owner label is `pid`.

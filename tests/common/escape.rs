@@ -74,8 +74,12 @@ fn kind(backend: Backend) -> BackendKind {
     }
 }
 
-fn backend_name(backend: Backend) -> &'static str {
-    kind(backend).name()
+/// The backend as reports name it: `docker/runsc` on another runtime.
+fn backend_name(backend: Backend) -> String {
+    match backend {
+        Backend::Docker => super::engine::label(),
+        _ => kind(backend).name().to_string(),
+    }
 }
 
 /// Single-quotes a path for the shell (the temp paths never hold a quote).
@@ -498,6 +502,9 @@ impl Lab {
         spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
         spec.limits = limits;
         spec.network = Network::None;
+        if self.backend == Backend::Docker {
+            super::engine::apply(&mut spec);
+        }
         spec
     }
 
@@ -2949,64 +2956,81 @@ pub async fn run_limits(backend: Backend) {
 /// The test functions of one backend's escape suite: a test per attack group, the limits,
 /// and the positive controls. `holes` names attacks known to get through (skipped by the
 /// groups, run by `run_hole` in an ignored test of their own); empty today for both.
+/// `engine` (optional) chooses the engine and runtime of the docker tests.
 // Only the two escape binaries expand it; the others compile this module too.
 #[allow(unused_macros)]
 macro_rules! escape_suite {
     ($backend:expr, holes: $holes:expr) => {
+        $crate::common::escape::escape_suite!($backend, holes: $holes, engine: common::engine::machine);
+    };
+    // `engine`: a `fn() -> TestEngine` that starts (or finds) the engine and runtime the
+    // docker tests run on (see `common::engine::use_engine`).
+    ($backend:expr, holes: $holes:expr, engine: $engine:expr) => {
         const HOLES: &[&str] = $holes;
 
         #[tokio::test(flavor = "multi_thread")]
         async fn filesystem() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Filesystem, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn proc() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Proc, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn env() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Env, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn network() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Network, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn privileges() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Privileges, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn git() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Git, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn signals() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Signals, HOLES).await;
         }
 
         #[test]
         fn network_allowlist() {
+            common::engine::use_engine($engine);
             common::allowlist::attacks($backend);
         }
 
         #[test]
         fn network_allowlist_connection_carries_only_its_host() {
+            common::engine::use_engine($engine);
             common::allowlist::connection_carries_only_its_host($backend);
         }
 
         #[test]
         fn network_allowlist_cuts_what_outlives_its_command() {
+            common::engine::use_engine($engine);
             common::allowlist::leftover_connection_is_cut($backend);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn limits() {
+            common::engine::use_engine($engine);
             escape::run_limits($backend).await;
         }
 
@@ -3014,16 +3038,19 @@ macro_rules! escape_suite {
         /// by the path the model was told (`common/saved_outputs.rs`).
         #[test]
         fn saved_outputs_of_other_sessions() {
+            common::engine::use_engine($engine);
             common::saved_outputs::attacks($backend);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn git_side_doors() {
+            common::engine::use_engine($engine);
             common::side_doors::run($backend).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn positive_controls() {
+            common::engine::use_engine($engine);
             escape::run_controls($backend).await;
         }
     };

@@ -6,6 +6,7 @@
 //! Each test binary compiles this module separately and uses only part of it.
 #![allow(dead_code)]
 
+pub mod agree;
 pub mod allowlist;
 pub mod engine;
 pub mod escape;
@@ -68,6 +69,9 @@ pub async fn open_sandbox(
     let mut spec = runner::sandbox::spec::SandboxSpec::new(kind, wt).expect("spec");
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
     spec.read_only = read_only.to_vec();
+    if kind == BackendKind::Docker {
+        engine::apply(&mut spec);
+    }
     runner::sandbox::open(&spec).await
 }
 
