@@ -2974,6 +2974,14 @@ macro_rules! escape_suite {
             escape::run_group($backend, escape::Group::Filesystem, HOLES).await;
         }
 
+        /// The filesystem group again, every server resolving paths with the openat2
+        /// fallback (`RUNNER_RESOLVE=walk`), so both resolvers face the path attacks.
+        #[test]
+        fn filesystem_with_the_walk() {
+            common::engine::use_engine($engine);
+            common::rerun_with_the_walk(&["--exact", "filesystem"]);
+        }
+
         #[tokio::test(flavor = "multi_thread")]
         async fn proc() {
             common::engine::use_engine($engine);

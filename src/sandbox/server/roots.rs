@@ -71,12 +71,33 @@ impl Resolver {
     /// The resolver of this process, chosen at its first use (the server's start):
     /// [`RESOLVE_VAR`] if set, else `openat2` when the kernel has it, else the walk.
     pub fn chosen() -> Resolver {
+        Resolver::choose(None)
+    }
+
+    /// [`Resolver::chosen`], with `forced` (`walk`, `openat2`: the server's `--resolve`)
+    /// winning over the variable, when this is the first call.
+    pub fn choose(forced: Option<&str>) -> Resolver {
         static CHOSEN: OnceLock<Resolver> = OnceLock::new();
-        *CHOSEN.get_or_init(|| match std::env::var(RESOLVE_VAR).as_deref() {
-            Ok("walk") => Resolver::Walk,
-            Ok("openat2") => Resolver::Openat2,
-            _ => Resolver::detect(),
+        *CHOSEN.get_or_init(|| {
+            match forced
+                .map(str::to_string)
+                .or_else(|| std::env::var(RESOLVE_VAR).ok())
+                .as_deref()
+            {
+                Some("walk") => Resolver::Walk,
+                Some("openat2") => Resolver::Openat2,
+                _ => Resolver::detect(),
+            }
         })
+    }
+
+    /// The `--resolve` flags that pass this process's [`RESOLVE_VAR`] on to a server it
+    /// starts (whose environment is not this one's).
+    pub fn forward_args() -> Vec<std::ffi::OsString> {
+        match std::env::var(RESOLVE_VAR).as_deref() {
+            Ok(v @ ("walk" | "openat2")) => vec!["--resolve".into(), v.into()],
+            _ => Vec::new(),
+        }
     }
 
     /// `openat2` if the kernel answers it, else the walk. `ENOSYS`: no such call (before
