@@ -2216,19 +2216,39 @@ except OSError as e:
 
 /// Collects failures of one group and reports them with the count of attacks that ran.
 pub struct Report {
+    backend: Backend,
     label: String,
     ran: usize,
     skipped: Vec<String>,
+    not_applicable: Vec<String>,
     failures: Vec<String>,
 }
 
 impl Report {
     pub fn new(backend: Backend, group: &str) -> Report {
         Report {
+            backend,
             label: format!("{} {group}", backend_name(backend)),
             ran: 0,
             skipped: Vec::new(),
+            not_applicable: Vec::new(),
             failures: Vec::new(),
+        }
+    }
+
+    /// Whether `name` is to be run here; if it means nothing on the test engine
+    /// (`TestEngine::not_applicable`), records that with the reason and says no.
+    pub fn applies(&mut self, name: &str) -> bool {
+        if self.backend != Backend::Docker {
+            return true;
+        }
+        match super::engine::not_applicable(name) {
+            Some(why) => {
+                eprintln!("  n/a {name}: {why}");
+                self.not_applicable.push(format!("{name} ({why})"));
+                false
+            }
+            None => true,
         }
     }
 
@@ -2246,10 +2266,19 @@ impl Report {
 
     pub fn finish(self) {
         eprintln!(
-            "escape[{}]: {} attacks ran, {} failed{}",
+            "escape[{}]: {} attacks ran, {} failed{}{}",
             self.label,
             self.ran,
             self.failures.len(),
+            if self.not_applicable.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} not applicable here: {}",
+                    self.not_applicable.len(),
+                    self.not_applicable.join("; ")
+                )
+            },
             if self.skipped.is_empty() {
                 String::new()
             } else {
@@ -2291,6 +2320,9 @@ pub async fn run_group(backend: Backend, group: Group, holes: &[&str]) {
     for attack in table(group, &lab) {
         if holes.contains(&attack.name) {
             report.skip(attack.name);
+            continue;
+        }
+        if !report.applies(attack.name) {
             continue;
         }
         let problems = lab.attempt(&sb, &attack).await;
@@ -2560,6 +2592,9 @@ pub async fn run_controls(backend: Backend) {
     let sb = lab.open().await;
     let mut report = Report::new(backend, "positive controls");
     for c in controls(&lab) {
+        if !report.applies(c.name) {
+            continue;
+        }
         let problems = lab.attempt(&sb, &c).await;
         report.record(c.name, problems);
     }
@@ -2669,72 +2704,79 @@ pub async fn run_limits(backend: Backend) {
     let mut report = Report::new(backend, "limits");
     let tag = lab.tag.clone();
 
-    // One process allocating 1 GiB (and touching it) under a 256 MiB limit.
-    let r = exec(
-        &sb,
-        "python3 -c 'b = b\"x\" * (1 << 30); print(\"ALLOCATED\", len(b))'",
-    )
-    .await;
-    let mut p = Vec::new();
-    match &r {
-        Ok(run) => {
-            if run.stdout.contains("ALLOCATED") {
-                p.push("1 GiB was allocated under a 256 MiB limit".into());
+    let memory = [
+        "limit.memory_bomb_one_process",
+        "limit.memory_bomb_many_processes",
+    ];
+    let run_memory: Vec<bool> = memory.iter().map(|n| report.applies(n)).collect();
+    if run_memory.iter().all(|r| *r) {
+        // One process allocating 1 GiB (and touching it) under a 256 MiB limit.
+        let r = exec(
+            &sb,
+            "python3 -c 'b = b\"x\" * (1 << 30); print(\"ALLOCATED\", len(b))'",
+        )
+        .await;
+        let mut p = Vec::new();
+        match &r {
+            Ok(run) => {
+                if run.stdout.contains("ALLOCATED") {
+                    p.push("1 GiB was allocated under a 256 MiB limit".into());
+                }
+                let refused = run.stderr.contains("MemoryError")
+                    || run.signal == Some(libc::SIGKILL)
+                    || run.code == Some(137);
+                if !refused {
+                    p.push(format!(
+                        "neither MemoryError nor an OOM kill: {}",
+                        run.describe()
+                    ));
+                }
             }
-            let refused = run.stderr.contains("MemoryError")
-                || run.signal == Some(libc::SIGKILL)
-                || run.code == Some(137);
-            if !refused {
-                p.push(format!(
-                    "neither MemoryError nor an OOM kill: {}",
-                    run.describe()
-                ));
-            }
+            Err(e) => p.push(format!("the sandbox died: {e}")),
         }
-        Err(e) => p.push(format!("the sandbox died: {e}")),
-    }
-    report.record("limit.memory_bomb_one_process", p);
+        report.record("limit.memory_bomb_one_process", p);
 
-    // Eight processes of 100 MiB each: a per-process limit alone would let them all live.
-    // Each holds its memory until the same wall-clock moment, then reports; the survivors
-    // were all alive at once, so they fit in the limit together.
-    let r = exec_with(
-        &sb,
-        "deadline=$(( $(date +%s) + 5 )); for i in 1 2 3 4 5 6 7 8; do \
-         python3 -c \"import time; b = b'x' * (100 << 20); time.sleep(max(0, $deadline - time.time())); print('SURVIVED', flush=True); time.sleep(0.5)\" & \
-         done; wait; echo all-done",
-        ExecOpts {
-            timeout_ms: 40_000,
-            ..ExecOpts::default()
-        },
-    )
-    .await;
-    let mut p = Vec::new();
-    match &r {
-        Ok(run) => {
-            let survivors = run.stdout.matches("SURVIVED").count() as u64;
-            let most = LIMIT_MEMORY / (100 << 20);
-            if survivors > most {
-                p.push(format!(
-                    "{survivors} processes held 100 MiB each at once under a {} MiB limit",
-                    LIMIT_MEMORY >> 20
-                ));
+        // Eight processes of 100 MiB each: a per-process limit alone would let them all live.
+        // Each holds its memory until the same wall-clock moment, then reports; the survivors
+        // were all alive at once, so they fit in the limit together.
+        let r = exec_with(
+            &sb,
+            "deadline=$(( $(date +%s) + 5 )); for i in 1 2 3 4 5 6 7 8; do \
+             python3 -c \"import time; b = b'x' * (100 << 20); time.sleep(max(0, $deadline - time.time())); print('SURVIVED', flush=True); time.sleep(0.5)\" & \
+             done; wait; echo all-done",
+            ExecOpts {
+                timeout_ms: 40_000,
+                ..ExecOpts::default()
+            },
+        )
+        .await;
+        let mut p = Vec::new();
+        match &r {
+            Ok(run) => {
+                let survivors = run.stdout.matches("SURVIVED").count() as u64;
+                let most = LIMIT_MEMORY / (100 << 20);
+                if survivors > most {
+                    p.push(format!(
+                        "{survivors} processes held 100 MiB each at once under a {} MiB limit",
+                        LIMIT_MEMORY >> 20
+                    ));
+                }
+                if !run.stdout.contains("all-done") {
+                    p.push(format!("the shell did not finish: {}", run.describe()));
+                }
+                eprintln!("limit.memory_bomb_many_processes: {survivors} of 8 survived");
             }
-            if !run.stdout.contains("all-done") {
-                p.push(format!("the shell did not finish: {}", run.describe()));
+            Err(e) => p.push(format!("the sandbox died: {e}")),
+        }
+        match cgroup_file(&sb, "memory", "memory.limit_in_bytes").await {
+            Ok((path, v)) if v == LIMIT_MEMORY.to_string() => {
+                eprintln!("memory limit {} = {v}", path.display());
             }
-            eprintln!("limit.memory_bomb_many_processes: {survivors} of 8 survived");
+            Ok((path, v)) => p.push(format!("{} is {v}, not {LIMIT_MEMORY}", path.display())),
+            Err(e) => p.push(format!("no memory cgroup: {e}")),
         }
-        Err(e) => p.push(format!("the sandbox died: {e}")),
+        report.record("limit.memory_bomb_many_processes", p);
     }
-    match cgroup_file(&sb, "memory", "memory.limit_in_bytes").await {
-        Ok((path, v)) if v == LIMIT_MEMORY.to_string() => {
-            eprintln!("memory limit {} = {v}", path.display());
-        }
-        Ok((path, v)) => p.push(format!("{} is {v}, not {LIMIT_MEMORY}", path.display())),
-        Err(e) => p.push(format!("no memory cgroup: {e}")),
-    }
-    report.record("limit.memory_bomb_many_processes", p);
 
     // Fill /tmp: one big file, then several smaller ones (a per-file limit alone would not
     // stop those).
