@@ -2253,6 +2253,21 @@ impl Report {
     }
 
     pub fn record(&mut self, name: &str, problems: Vec<String>) {
+        // A procedure that ran although it means nothing here (the limits' procedures are
+        // not skipped one by one): not judged, listed with its reason.
+        if self.backend == Backend::Docker
+            && let Some(why) = super::engine::not_applicable(name)
+        {
+            if !self
+                .not_applicable
+                .iter()
+                .any(|n| n.starts_with(&format!("{name} (")))
+            {
+                eprintln!("  n/a {name}: {why} (it reported: {})", problems.join("; "));
+                self.not_applicable.push(format!("{name} ({why})"));
+            }
+            return;
+        }
         self.ran += 1;
         if !problems.is_empty() {
             self.failures
@@ -2778,57 +2793,59 @@ pub async fn run_limits(backend: Backend) {
         report.record("limit.memory_bomb_many_processes", p);
     }
 
-    // Fill /tmp: one big file, then several smaller ones (a per-file limit alone would not
-    // stop those).
-    let r = exec(
-        &sb,
-        "dd if=/dev/zero of=\"$TMPDIR/fill\" bs=1M count=200; \
-         for i in 1 2 3 4; do dd if=/dev/zero of=\"$TMPDIR/fill$i\" bs=1M count=30; done; \
-         echo TOTAL $(find \"$TMPDIR\" -type f -name 'fill*' -printf '%s\\n' | awk '{s+=$1} END {print s+0}')",
-    )
-    .await;
-    let mut p = Vec::new();
-    match &r {
-        Ok(run) => {
-            let total: Option<u64> = run
-                .stdout
-                .lines()
-                .find_map(|l| l.strip_prefix("TOTAL "))
-                .and_then(|t| t.trim().parse().ok());
-            match total {
-                Some(t) if t <= LIMIT_TMP => {
-                    eprintln!("limit.fill_tmp: {t} bytes written of {} allowed", LIMIT_TMP);
+    if report.applies("limit.fill_tmp") {
+        // Fill /tmp: one big file, then several smaller ones (a per-file limit alone would not
+        // stop those).
+        let r = exec(
+            &sb,
+            "dd if=/dev/zero of=\"$TMPDIR/fill\" bs=1M count=200; \
+             for i in 1 2 3 4; do dd if=/dev/zero of=\"$TMPDIR/fill$i\" bs=1M count=30; done; \
+             echo TOTAL $(find \"$TMPDIR\" -type f -name 'fill*' -printf '%s\\n' | awk '{s+=$1} END {print s+0}')",
+        )
+        .await;
+        let mut p = Vec::new();
+        match &r {
+            Ok(run) => {
+                let total: Option<u64> = run
+                    .stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix("TOTAL "))
+                    .and_then(|t| t.trim().parse().ok());
+                match total {
+                    Some(t) if t <= LIMIT_TMP => {
+                        eprintln!("limit.fill_tmp: {t} bytes written of {} allowed", LIMIT_TMP);
+                    }
+                    Some(t) => p.push(format!(
+                        "{t} bytes landed in $TMPDIR, over the {LIMIT_TMP} limit"
+                    )),
+                    None => p.push(format!("no total reported: {}", run.describe())),
                 }
-                Some(t) => p.push(format!(
-                    "{t} bytes landed in $TMPDIR, over the {LIMIT_TMP} limit"
-                )),
-                None => p.push(format!("no total reported: {}", run.describe())),
+                let all = run.all();
+                if ![
+                    "No space left on device",
+                    "File too large",
+                    "File size limit exceeded",
+                ]
+                .iter()
+                .any(|e| all.contains(e))
+                {
+                    p.push(format!("dd reported no limit: {}", run.describe()));
+                }
             }
-            let all = run.all();
-            if ![
-                "No space left on device",
-                "File too large",
-                "File size limit exceeded",
-            ]
-            .iter()
-            .any(|e| all.contains(e))
-            {
-                p.push(format!("dd reported no limit: {}", run.describe()));
-            }
+            Err(e) => p.push(format!("the sandbox died: {e}")),
         }
-        Err(e) => p.push(format!("the sandbox died: {e}")),
+        let host_tmp = match backend {
+            Backend::Landlock => runner::sandbox::landlock::tmp_of(&sb).expect("TMPDIR"),
+            _ => PathBuf::from("/tmp"),
+        };
+        if host_tmp.join("fill").exists() || host_tmp.join("fill1").exists() {
+            p.push(format!(
+                "the fill files reached the host's {}",
+                host_tmp.display()
+            ));
+        }
+        report.record("limit.fill_tmp", p);
     }
-    let host_tmp = match backend {
-        Backend::Landlock => runner::sandbox::landlock::tmp_of(&sb).expect("TMPDIR"),
-        _ => PathBuf::from("/tmp"),
-    };
-    if host_tmp.join("fill").exists() || host_tmp.join("fill1").exists() {
-        p.push(format!(
-            "the fill files reached the host's {}",
-            host_tmp.display()
-        ));
-    }
-    report.record("limit.fill_tmp", p);
     // Free the tmpfs again (it counts towards the memory limit).
     let _ = exec(&sb, "rm -f \"$TMPDIR\"/fill*").await;
 
