@@ -26,6 +26,12 @@
 //!    every case; the time is reported next to `diff -rq` of the two trees and `cp -a` of
 //!    the copy, which do the same reading and writing without review or staging.
 //!
+//! 6. Runtimes, side by side on one engine (`SANDBOX_BENCH_ENGINE=unix:///…`, default
+//!    DOCKER_HOST or the local socket; skipped with a note when the engine has no runsc):
+//!    the read and `bash true` round trips and the sandbox start of (1) and (2), under runc
+//!    and under runsc (gVisor), each against `docker exec` / `docker run --runtime` under
+//!    the same runtime. Reported, no target: gVisor's price is the figure.
+//!
 //! Each pair alternates runner and peer so drift hits both alike. Run with
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
 //! `SANDBOX_BENCH_RUNS` sets the number of timed runs (default 30).
@@ -43,7 +49,7 @@ use runner::tool::{Registry, Session, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
-/// `proxy`, `copy`, `review`); unset, all of them.
+/// `proxy`, `copy`, `review`, `runtimes`); unset, all of them.
 fn wants(section: &str) -> bool {
     std::env::var("SANDBOX_BENCH_ONLY")
         .map(|only| only.split(',').any(|s| s.trim() == section))
@@ -92,7 +98,7 @@ fn docker_cli(args: &[&str]) -> Duration {
 }
 
 struct Row {
-    name: &'static str,
+    name: String,
     runner: Duration,
     peer: Duration,
     peer_name: &'static str,
@@ -162,7 +168,7 @@ fn main() -> ExitCode {
         }
         let (rr, rp) = (median(read_runner), median(read_peer));
         rows.push(Row {
-            name: "read small file",
+            name: "read small file".into(),
             runner: rr,
             peer: rp,
             peer_name: "docker exec cat",
@@ -171,7 +177,7 @@ fn main() -> ExitCode {
         });
         let (br, bp) = (median(bash_runner), median(bash_peer));
         rows.push(Row {
-            name: "bash `true`",
+            name: "bash `true`".into(),
             runner: br,
             peer: bp,
             peer_name: "docker exec true",
@@ -213,7 +219,7 @@ fn main() -> ExitCode {
         }
         let (ll, nn) = (median(ll), median(nn));
         rows.push(Row {
-            name: "landlock open+close",
+            name: "landlock open+close".into(),
             runner: ll,
             peer: nn,
             peer_name: "none open+close",
@@ -259,7 +265,7 @@ fn main() -> ExitCode {
         }
         let (pl, pn, pa) = (median(pl), median(pn), median(pa));
         rows.push(Row {
-            name: "tool call bash, landlock",
+            name: "tool call bash, landlock".into(),
             runner: pl,
             peer: pn,
             peer_name: "the same, --sandbox none",
@@ -267,7 +273,7 @@ fn main() -> ExitCode {
             target: "< peer + 10 ms".into(),
         });
         rows.push(Row {
-            name: "… landlock allowlist",
+            name: "… landlock allowlist".into(),
             runner: pa,
             peer: pn,
             peer_name: "the same, --sandbox none",
@@ -289,7 +295,7 @@ fn main() -> ExitCode {
         }
         let (dk, dr) = (median(dk), median(dr));
         rows.push(Row {
-            name: "docker sandbox ready",
+            name: "docker sandbox ready".into(),
             runner: dk,
             peer: dr,
             peer_name: "docker run --rm IMAGE true",
@@ -301,7 +307,7 @@ fn main() -> ExitCode {
         // 3. The allow-list proxy's throughput against the host's own network.
         let (proxy, host) = proxy_throughput(&wt, runs.min(5));
         rows.push(Row {
-            name: "100 MB through the proxy",
+            name: "100 MB through the proxy".into(),
             runner: proxy,
             peer: host,
             peer_name: "the same, --network host",
@@ -313,7 +319,7 @@ fn main() -> ExitCode {
         // 4. A copy workspace's set-up.
         let (copy, cp) = copy_setup(runs.min(3));
         rows.push(Row {
-            name: "copy workspace set-up",
+            name: "copy workspace set-up".into(),
             runner: copy,
             peer: cp,
             peer_name: "cp -a of the worktree, once",
@@ -333,6 +339,10 @@ fn main() -> ExitCode {
     if wants("review") {
         // 5. Review and apply in bounded memory.
         rows.extend(review_and_apply());
+    }
+    if wants("runtimes") {
+        // 6. runc and runsc side by side on one engine.
+        rows.extend(runtimes(&rt, &wt, runs));
     }
 
     println!(
@@ -358,6 +368,132 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Section 6: per runtime, the read and bash round trips and the sandbox start, each with
+/// its `docker` peer under the same runtime; the runtimes alternate run by run.
+fn runtimes(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) -> Vec<Row> {
+    let host = std::env::var("SANDBOX_BENCH_ENGINE")
+        .ok()
+        .or_else(|| std::env::var("DOCKER_HOST").ok());
+    let have = rt
+        .block_on(async {
+            let docker = runner::sandbox::docker::engine::connect_to(host.as_deref()).await?;
+            runner::sandbox::docker::engine::runtimes(&docker).await
+        })
+        .map(|(names, _)| names)
+        .unwrap_or_default();
+    if !have.iter().any(|n| n == "runsc") {
+        println!(
+            "runtimes: the engine {} has no runsc ({}); set SANDBOX_BENCH_ENGINE to one that has (see the README's gVisor section)",
+            host.as_deref().unwrap_or("(default)"),
+            have.join(", ")
+        );
+        return Vec::new();
+    }
+    let cli = |args: &[&str]| {
+        let mut all: Vec<&str> = Vec::new();
+        if let Some(h) = &host {
+            all.extend(["-H", h.as_str()]);
+        }
+        all.extend(args);
+        docker_cli(&all)
+    };
+    let names = ["runc", "runsc"];
+    let open = |runtime: &str| {
+        let mut s = spec(BackendKind::Docker, wt);
+        s.docker.host = host.clone();
+        s.docker.runtime = vec![runtime.to_string()];
+        let t = Instant::now();
+        let sb = rt
+            .block_on(runner::sandbox::open(&s))
+            .expect("open the docker sandbox");
+        (sb, t.elapsed())
+    };
+    let registry = Registry::builtin();
+    let small = wt.join("small.txt").display().to_string();
+    let read_args = json!({ "filePath": small });
+    let bash_args = json!({ "command": "true", "description": "bench" });
+    // [runtime][read, read peer, bash, bash peer, start, start peer]
+    let mut times: Vec<[Vec<Duration>; 6]> = names.iter().map(|_| Default::default()).collect();
+    let ctxs: Vec<(ToolContext, String)> = names
+        .iter()
+        .map(|r| {
+            let (sb, _) = open(r);
+            let id = sb.container_id.clone().expect("container id");
+            let ctx = ToolContext::new(
+                Arc::new(sb),
+                Arc::new(Session::single_call("bench")),
+                Arc::new(PolicyGate::new(AskPolicy::Allow)),
+                Arc::new(Truncator::new(wt.join(".out"))),
+            );
+            (ctx, id)
+        })
+        .collect();
+    for i in 0..runs + 3 {
+        for (k, (ctx, id)) in ctxs.iter().enumerate() {
+            let t = Instant::now();
+            let r = rt.block_on(registry.call("read", read_args.clone(), ctx));
+            let read = t.elapsed();
+            assert!(r.error.is_none(), "read under {}: {:?}", names[k], r.error);
+            let read_peer = cli(&["exec", id, "cat", &small]);
+            let t = Instant::now();
+            let r = rt.block_on(registry.call("bash", bash_args.clone(), ctx));
+            let bash = t.elapsed();
+            assert!(r.error.is_none(), "bash under {}: {:?}", names[k], r.error);
+            let bash_peer = cli(&["exec", id, "true"]);
+            if i >= 3 {
+                for (slot, d) in [read, read_peer, bash, bash_peer].into_iter().enumerate() {
+                    times[k][slot].push(d);
+                }
+            }
+        }
+    }
+    drop(ctxs);
+    for i in 0..runs.min(10) + 1 {
+        for (k, r) in names.iter().enumerate() {
+            let (sb, took) = open(r);
+            drop(sb);
+            let peer = cli(&[
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--runtime",
+                r,
+                DEFAULT_IMAGE,
+                "true",
+            ]);
+            if i >= 1 {
+                times[k][4].push(took);
+                times[k][5].push(peer);
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (k, r) in names.iter().enumerate() {
+        let [read, read_peer, bash, bash_peer, start, start_peer] = std::mem::take(&mut times[k]);
+        for (what, mine, peer, peer_name) in [
+            ("read small file", read, read_peer, "docker exec cat"),
+            ("bash `true`", bash, bash_peer, "docker exec true"),
+            (
+                "docker sandbox ready",
+                start,
+                start_peer,
+                "docker run --rm IMAGE true",
+            ),
+        ] {
+            rows.push(Row {
+                name: format!("{r}: {what}"),
+                runner: median(mine),
+                peer: median(peer),
+                peer_name,
+                pass: true,
+                target: "reported (same runtime)".into(),
+            });
+        }
+    }
+    rows
 }
 
 /// `codex sandbox -- true` where codex is installed: which binary ran, and its median over
@@ -689,7 +825,7 @@ impl ReviewLab {
             ms(rm)
         );
         rows.push(Row {
-            name: leak(format!("changes, {case}")),
+            name: format!("changes, {case}"),
             runner: changes,
             peer: diff,
             peer_name: "diff -rq of the two trees",
@@ -697,7 +833,7 @@ impl ReviewLab {
             target: format!("peak RSS {:.1} < 100 MiB", mib(changes_rss)),
         });
         rows.push(Row {
-            name: leak(format!("apply, {case}")),
+            name: format!("apply, {case}"),
             runner: apply,
             peer: cp,
             peer_name: "cp -a of the copy",
@@ -709,11 +845,6 @@ impl ReviewLab {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
-}
-
-/// A row's name made at run time (the bench lives as long as its rows).
-fn leak(name: String) -> &'static str {
-    Box::leak(name.into_boxed_str())
 }
 
 /// The cases of section 5, each on a fresh copy.

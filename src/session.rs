@@ -26,6 +26,9 @@ pub struct SessionOptions {
     pub profile: Option<String>,
     pub backend: Option<BackendKind>,
     pub image: Option<String>,
+    /// `--runtime NAME`: the docker backend's OCI runtime (`runsc`, `runc`, `default`),
+    /// instead of the profile's preference.
+    pub runtime: Option<String>,
     pub network: Option<Network>,
     /// `--config FILE`.
     pub config: Option<PathBuf>,
@@ -143,6 +146,9 @@ impl SessionOptions {
         }
         if let Some(i) = &self.image {
             spec.docker.image = i.clone();
+        }
+        if let Some(r) = &self.runtime {
+            spec.docker.runtime = vec![r.clone()];
         }
         if let Some(host) = &self.docker_host {
             spec.docker.host = Some(host.clone());

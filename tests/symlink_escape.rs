@@ -8,6 +8,9 @@
 //! was, create nothing there, and never echo the secret. Every case runs against both the
 //! in-process server and the real child-process server.
 //!
+//! Every test runs a second time with the server's openat2 fallback forced (`RUNNER_RESOLVE=walk`,
+//! the resolver of kernels before 5.6 and of gVisor), so both resolvers face the same links.
+//!
 //! Positive controls at the end show that links staying inside the worktree still work, so
 //! the refusals above are not just every symlink being refused.
 
@@ -439,4 +442,10 @@ async fn dotdot_paths_and_the_read_only_root_are_refused() {
         assert_eq!(std::fs::read_to_string(&saved).unwrap(), "saved output\n");
     })
     .await;
+}
+
+/// Every test above again, each server resolving paths with the walk instead of openat2.
+#[test]
+fn every_test_again_with_the_walk() {
+    common::rerun_with_the_walk(&["--skip", "every_test_again_with_the_walk"]);
 }

@@ -54,6 +54,10 @@ pub struct RunArgs {
     /// The sandbox image for tasks that do not name their own.
     #[arg(long)]
     image: Option<String>,
+    /// The OCI runtime of the sandbox containers (`runsc` for gVisor, `runc`, `default`);
+    /// default: the profile's, else the engine's.
+    #[arg(long, value_name = "NAME")]
+    runtime: Option<String>,
     #[arg(long)]
     config: Option<PathBuf>,
     /// Attempts per task (pass@k is reported for k up to this).
@@ -129,6 +133,7 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.backend = args.backend;
     options.profile = args.profile;
     options.image = args.image;
+    options.runtime = args.runtime;
     options.config = args.config;
     options.attempts = args.attempts;
     options.timeout_multiplier = args.timeout_multiplier;

@@ -93,6 +93,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
             "sandbox": {
                 "backend": p.sandbox.backend.map(|b| b.name()),
                 "image": p.sandbox.image,
+                "runtime": p.sandbox.runtime.as_ref().map(|r| r.names()),
                 "network": p.sandbox.network.map(|n| n.as_arg()),
                 "workspace": p.sandbox.workspace.unwrap_or_default(),
             },
@@ -107,6 +108,12 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
     println!("  from     {}", p.source);
     if let Some(b) = p.sandbox.backend {
         println!("  sandbox  {}", b.name());
+    }
+    if let Some(r) = &p.sandbox.runtime {
+        println!(
+            "  runtime  {} (the first the engine has)",
+            r.names().join(", then ")
+        );
     }
     println!(
         "  asks     {}",

@@ -183,6 +183,28 @@ async fn doctor(image_name: &str) -> u8 {
                 if let Some(dir) = info.docker_root_dir {
                     disk(&mut r, "engine disk", Path::new(&dir));
                 }
+                let mut runtimes: Vec<String> =
+                    info.runtimes.unwrap_or_default().into_keys().collect();
+                runtimes.sort();
+                let default = info.default_runtime.unwrap_or_default();
+                let listed = format!(
+                    "{} (default {default}; choose with --runtime)",
+                    runtimes.join(", ")
+                );
+                if runtimes.iter().any(|n| n == "runsc") {
+                    r.ok(
+                        "runtimes",
+                        format!(
+                            "{listed}; runsc (gVisor) is there, and the untrusted profile uses it"
+                        ),
+                    );
+                } else {
+                    r.ok("runtimes", listed);
+                    r.warn(
+                        "gVisor",
+                        "no runsc runtime: the untrusted profile runs on the engine's default; to add it: apt-get install runsc, \"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\"}} in /etc/docker/daemon.json, restart dockerd",
+                    );
+                }
             }
             if image::exists(&docker, image_name).await {
                 r.ok("image", image_name);

@@ -67,6 +67,12 @@ pub struct ServerArgs {
     /// output) while the shell runs, for the network proxy (`--network allowlist`).
     #[arg(long = "protocol-fds", value_delimiter = ',', requires = "shell")]
     protocol_fds: Vec<i32>,
+    /// How paths are resolved beneath the roots: `openat2` (the kernel's RESOLVE_BENEATH)
+    /// or `walk` (a component at a time, for kernels and runtimes without openat2). Default:
+    /// openat2 where the kernel has it. A switch for tests and diagnosis; the controller
+    /// passes it on from its RUNNER_RESOLVE.
+    #[arg(long, value_parser = ["openat2", "walk"])]
+    resolve: Option<String>,
 }
 
 impl ServerArgs {
@@ -133,6 +139,8 @@ fn shell_beside_server(shell: &str, args: &ServerArgs, input: i32, output: i32) 
 }
 
 pub fn run(args: ServerArgs) -> u8 {
+    // Chosen once, at the start, before any wall goes up.
+    server::roots::Resolver::choose(args.resolve.as_deref());
     if let Some(ConfineKind::Landlock) = args.confine {
         let Some(tmp) = args.tmp.clone() else {
             eprintln!("runner sandbox-server: --confine landlock needs --tmp");

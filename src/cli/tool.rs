@@ -204,6 +204,12 @@ pub struct SandboxArgs {
     /// runner-sandbox:bookworm; see `runner image build`).
     #[arg(long)]
     pub image: Option<String>,
+    /// The OCI runtime the docker backend's container runs under: `runsc` (gVisor, a
+    /// kernel of its own between commands and the host's), `runc`, or `default` (the
+    /// engine's). Default: the profile's (`untrusted`: runsc when the engine has it), else
+    /// the engine's. `runner sandbox doctor` lists the engine's runtimes.
+    #[arg(long, value_name = "NAME")]
+    pub runtime: Option<String>,
     /// Whether commands may reach the network (default: the profile's, else none).
     #[arg(long, value_enum)]
     pub network: Option<Network>,
@@ -221,6 +227,7 @@ impl SandboxArgs {
             profile: Some(self.profile.clone()),
             backend: self.backend,
             image: self.image.clone(),
+            runtime: self.runtime.clone(),
             network: self.network,
             workspace: self.workspace,
             config: rules.config.clone(),

@@ -55,6 +55,10 @@ pub enum AskMode {
 pub struct SandboxSection {
     pub backend: Option<BackendKind>,
     pub image: Option<String>,
+    /// The docker backend's OCI runtime: a name (`"runsc"`, gVisor), or a list in order of
+    /// preference, the first the engine has being used (`["runsc", "default"]`: gVisor when
+    /// the engine has it, else the engine's default).
+    pub runtime: Option<Runtimes>,
     pub network: Option<Network>,
     pub memory: Option<Size>,
     pub cpus: Option<f64>,
@@ -70,6 +74,23 @@ pub struct SandboxSection {
     pub network_connections: Option<u64>,
     /// `--network allowlist`: bytes through the proxy over a run, both ways.
     pub network_bytes: Option<Size>,
+}
+
+/// `runtime = "NAME"` or `runtime = ["NAME", …]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Runtimes {
+    One(String),
+    Preference(Vec<String>),
+}
+
+impl Runtimes {
+    pub fn names(&self) -> Vec<String> {
+        match self {
+            Runtimes::One(n) => vec![n.clone()],
+            Runtimes::Preference(v) => v.clone(),
+        }
+    }
 }
 
 /// A byte size: a number of bytes or a string such as `"512MiB"`, `"4GiB"`, `"1G"`.
@@ -175,6 +196,9 @@ impl SandboxSection {
         }
         if let Some(i) = &self.image {
             spec.docker.image = i.clone();
+        }
+        if let Some(r) = &self.runtime {
+            spec.docker.runtime = r.names();
         }
         if let Some(n) = self.network {
             spec.network = n;

@@ -385,6 +385,7 @@ pub(super) fn session_options_for(
     s.profile = Some(options.profile.clone());
     s.backend = options.backend;
     s.image = image.or(options.image.clone());
+    s.runtime = options.runtime.clone();
     s.config = options.config.clone();
     // Nobody watches an evaluation: what a rule would ask is refused.
     s.ask = Some(crate::config::profile::AskMode::Deny);

@@ -57,6 +57,8 @@ pub struct EvalOptions {
     pub backend: Option<BackendKind>,
     pub profile: String,
     pub image: Option<String>,
+    /// `--runtime`: the sandbox containers' OCI runtime; default the profile's.
+    pub runtime: Option<String>,
     pub config: Option<PathBuf>,
     pub attempts: u32,
     /// For tasks that do not set their own.
@@ -84,6 +86,7 @@ impl EvalOptions {
             backend: None,
             profile: "eval".into(),
             image: None,
+            runtime: None,
             config: None,
             attempts: 1,
             timeouts: tasks::Timeouts::default(),

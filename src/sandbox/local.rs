@@ -117,12 +117,14 @@ pub async fn spawn_child(
     .await
 }
 
-/// `--root WORKTREE --root EXTRA:ro …`
+/// `--root WORKTREE --root EXTRA:ro …`, and `--resolve` when RUNNER_RESOLVE forces a
+/// resolver (every backend's server gets its roots here).
 pub(super) fn root_args(
     worktree: &Path,
     read_only: &[PathBuf],
 ) -> Result<Vec<std::ffi::OsString>, SandboxError> {
     let mut args = vec!["--root".into(), worktree.as_os_str().to_owned()];
+    args.extend(super::server::roots::Resolver::forward_args());
     for dir in read_only {
         let mut spec = absolute(dir)?.into_os_string();
         spec.push(":ro");

@@ -165,7 +165,15 @@ pub struct DockerSpec {
     pub in_image: Option<std::sync::Arc<super::docker::in_image::TaskContainer>>,
     /// The engine (`unix:///…`, `tcp://…`); `None`: DOCKER_HOST or the local socket.
     pub host: Option<String>,
+    /// The OCI runtimes the container may run under, in order of preference: the first one
+    /// the engine has is used (`runsc`, gVisor; `runc`; [`DEFAULT_RUNTIME`] for the engine's
+    /// default). Empty: the engine's default. When the engine has none of them, the sandbox
+    /// does not open and the error names the runtimes it has.
+    pub runtime: Vec<String>,
 }
+
+/// In a runtime preference list: whatever the engine runs containers with by default.
+pub const DEFAULT_RUNTIME: &str = "default";
 
 impl Default for DockerSpec {
     fn default() -> Self {
@@ -174,6 +182,7 @@ impl Default for DockerSpec {
             mount_at: None,
             in_image: None,
             host: None,
+            runtime: Vec::new(),
         }
     }
 }

@@ -65,6 +65,14 @@ pub fn runner(s: &Setup, args: &[&str]) -> Command {
     c
 }
 
+/// A docker call goes to the test engine, on its runtime.
+fn on_engine(mut c: Command, backend: Backend) -> Command {
+    if backend == Backend::Docker {
+        super::engine::cli(&mut c);
+    }
+    c
+}
+
 /// The flags every allow-list call here shares: the backend, asks refused, the config.
 fn allowlist_flags(s: &Setup, backend: Backend) -> Vec<String> {
     [
@@ -96,7 +104,7 @@ pub fn call(s: &Setup, backend: Backend, command: &str) -> Output {
     ];
     args.extend(allowlist_flags(s, backend));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    runner(s, &args).output().unwrap()
+    on_engine(runner(s, &args), backend).output().unwrap()
 }
 
 /// `runner tool script` of one bash call per command, in one session; the output.
@@ -114,7 +122,7 @@ pub fn script(s: &Setup, backend: Backend, commands: &[&str]) -> Output {
     ];
     args.extend(allowlist_flags(s, backend));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    runner(s, &args).output().unwrap()
+    on_engine(runner(s, &args), backend).output().unwrap()
 }
 
 /// The `network:` lines a command printed: (decision, host:port, rest).

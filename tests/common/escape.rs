@@ -74,8 +74,12 @@ fn kind(backend: Backend) -> BackendKind {
     }
 }
 
-fn backend_name(backend: Backend) -> &'static str {
-    kind(backend).name()
+/// The backend as reports name it: `docker/runsc` on another runtime.
+fn backend_name(backend: Backend) -> String {
+    match backend {
+        Backend::Docker => super::engine::label(),
+        _ => kind(backend).name().to_string(),
+    }
 }
 
 /// Single-quotes a path for the shell (the temp paths never hold a quote).
@@ -498,6 +502,9 @@ impl Lab {
         spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
         spec.limits = limits;
         spec.network = Network::None;
+        if self.backend == Backend::Docker {
+            super::engine::apply(&mut spec);
+        }
         spec
     }
 
@@ -2209,23 +2216,58 @@ except OSError as e:
 
 /// Collects failures of one group and reports them with the count of attacks that ran.
 pub struct Report {
+    backend: Backend,
     label: String,
     ran: usize,
     skipped: Vec<String>,
+    not_applicable: Vec<String>,
     failures: Vec<String>,
 }
 
 impl Report {
     pub fn new(backend: Backend, group: &str) -> Report {
         Report {
+            backend,
             label: format!("{} {group}", backend_name(backend)),
             ran: 0,
             skipped: Vec::new(),
+            not_applicable: Vec::new(),
             failures: Vec::new(),
         }
     }
 
+    /// Whether `name` is to be run here; if it means nothing on the test engine
+    /// (`TestEngine::not_applicable`), records that with the reason and says no.
+    pub fn applies(&mut self, name: &str) -> bool {
+        if self.backend != Backend::Docker {
+            return true;
+        }
+        match super::engine::not_applicable(name) {
+            Some(why) => {
+                eprintln!("  n/a {name}: {why}");
+                self.not_applicable.push(format!("{name} ({why})"));
+                false
+            }
+            None => true,
+        }
+    }
+
     pub fn record(&mut self, name: &str, problems: Vec<String>) {
+        // A procedure that ran although it means nothing here (the limits' procedures are
+        // not skipped one by one): not judged, listed with its reason.
+        if self.backend == Backend::Docker
+            && let Some(why) = super::engine::not_applicable(name)
+        {
+            if !self
+                .not_applicable
+                .iter()
+                .any(|n| n.starts_with(&format!("{name} (")))
+            {
+                eprintln!("  n/a {name}: {why} (it reported: {})", problems.join("; "));
+                self.not_applicable.push(format!("{name} ({why})"));
+            }
+            return;
+        }
         self.ran += 1;
         if !problems.is_empty() {
             self.failures
@@ -2239,10 +2281,19 @@ impl Report {
 
     pub fn finish(self) {
         eprintln!(
-            "escape[{}]: {} attacks ran, {} failed{}",
+            "escape[{}]: {} attacks ran, {} failed{}{}",
             self.label,
             self.ran,
             self.failures.len(),
+            if self.not_applicable.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} not applicable here: {}",
+                    self.not_applicable.len(),
+                    self.not_applicable.join("; ")
+                )
+            },
             if self.skipped.is_empty() {
                 String::new()
             } else {
@@ -2284,6 +2335,9 @@ pub async fn run_group(backend: Backend, group: Group, holes: &[&str]) {
     for attack in table(group, &lab) {
         if holes.contains(&attack.name) {
             report.skip(attack.name);
+            continue;
+        }
+        if !report.applies(attack.name) {
             continue;
         }
         let problems = lab.attempt(&sb, &attack).await;
@@ -2553,6 +2607,9 @@ pub async fn run_controls(backend: Backend) {
     let sb = lab.open().await;
     let mut report = Report::new(backend, "positive controls");
     for c in controls(&lab) {
+        if !report.applies(c.name) {
+            continue;
+        }
         let problems = lab.attempt(&sb, &c).await;
         report.record(c.name, problems);
     }
@@ -2662,124 +2719,133 @@ pub async fn run_limits(backend: Backend) {
     let mut report = Report::new(backend, "limits");
     let tag = lab.tag.clone();
 
-    // One process allocating 1 GiB (and touching it) under a 256 MiB limit.
-    let r = exec(
-        &sb,
-        "python3 -c 'b = b\"x\" * (1 << 30); print(\"ALLOCATED\", len(b))'",
-    )
-    .await;
-    let mut p = Vec::new();
-    match &r {
-        Ok(run) => {
-            if run.stdout.contains("ALLOCATED") {
-                p.push("1 GiB was allocated under a 256 MiB limit".into());
-            }
-            let refused = run.stderr.contains("MemoryError")
-                || run.signal == Some(libc::SIGKILL)
-                || run.code == Some(137);
-            if !refused {
-                p.push(format!(
-                    "neither MemoryError nor an OOM kill: {}",
-                    run.describe()
-                ));
-            }
-        }
-        Err(e) => p.push(format!("the sandbox died: {e}")),
-    }
-    report.record("limit.memory_bomb_one_process", p);
-
-    // Eight processes of 100 MiB each: a per-process limit alone would let them all live.
-    // Each holds its memory until the same wall-clock moment, then reports; the survivors
-    // were all alive at once, so they fit in the limit together.
-    let r = exec_with(
-        &sb,
-        "deadline=$(( $(date +%s) + 5 )); for i in 1 2 3 4 5 6 7 8; do \
-         python3 -c \"import time; b = b'x' * (100 << 20); time.sleep(max(0, $deadline - time.time())); print('SURVIVED', flush=True); time.sleep(0.5)\" & \
-         done; wait; echo all-done",
-        ExecOpts {
-            timeout_ms: 40_000,
-            ..ExecOpts::default()
-        },
-    )
-    .await;
-    let mut p = Vec::new();
-    match &r {
-        Ok(run) => {
-            let survivors = run.stdout.matches("SURVIVED").count() as u64;
-            let most = LIMIT_MEMORY / (100 << 20);
-            if survivors > most {
-                p.push(format!(
-                    "{survivors} processes held 100 MiB each at once under a {} MiB limit",
-                    LIMIT_MEMORY >> 20
-                ));
-            }
-            if !run.stdout.contains("all-done") {
-                p.push(format!("the shell did not finish: {}", run.describe()));
-            }
-            eprintln!("limit.memory_bomb_many_processes: {survivors} of 8 survived");
-        }
-        Err(e) => p.push(format!("the sandbox died: {e}")),
-    }
-    match cgroup_file(&sb, "memory", "memory.limit_in_bytes").await {
-        Ok((path, v)) if v == LIMIT_MEMORY.to_string() => {
-            eprintln!("memory limit {} = {v}", path.display());
-        }
-        Ok((path, v)) => p.push(format!("{} is {v}, not {LIMIT_MEMORY}", path.display())),
-        Err(e) => p.push(format!("no memory cgroup: {e}")),
-    }
-    report.record("limit.memory_bomb_many_processes", p);
-
-    // Fill /tmp: one big file, then several smaller ones (a per-file limit alone would not
-    // stop those).
-    let r = exec(
-        &sb,
-        "dd if=/dev/zero of=\"$TMPDIR/fill\" bs=1M count=200; \
-         for i in 1 2 3 4; do dd if=/dev/zero of=\"$TMPDIR/fill$i\" bs=1M count=30; done; \
-         echo TOTAL $(find \"$TMPDIR\" -type f -name 'fill*' -printf '%s\\n' | awk '{s+=$1} END {print s+0}')",
-    )
-    .await;
-    let mut p = Vec::new();
-    match &r {
-        Ok(run) => {
-            let total: Option<u64> = run
-                .stdout
-                .lines()
-                .find_map(|l| l.strip_prefix("TOTAL "))
-                .and_then(|t| t.trim().parse().ok());
-            match total {
-                Some(t) if t <= LIMIT_TMP => {
-                    eprintln!("limit.fill_tmp: {t} bytes written of {} allowed", LIMIT_TMP);
+    let memory = [
+        "limit.memory_bomb_one_process",
+        "limit.memory_bomb_many_processes",
+    ];
+    let run_memory: Vec<bool> = memory.iter().map(|n| report.applies(n)).collect();
+    if run_memory.iter().all(|r| *r) {
+        // One process allocating 1 GiB (and touching it) under a 256 MiB limit.
+        let r = exec(
+            &sb,
+            "python3 -c 'b = b\"x\" * (1 << 30); print(\"ALLOCATED\", len(b))'",
+        )
+        .await;
+        let mut p = Vec::new();
+        match &r {
+            Ok(run) => {
+                if run.stdout.contains("ALLOCATED") {
+                    p.push("1 GiB was allocated under a 256 MiB limit".into());
                 }
-                Some(t) => p.push(format!(
-                    "{t} bytes landed in $TMPDIR, over the {LIMIT_TMP} limit"
-                )),
-                None => p.push(format!("no total reported: {}", run.describe())),
+                let refused = run.stderr.contains("MemoryError")
+                    || run.signal == Some(libc::SIGKILL)
+                    || run.code == Some(137);
+                if !refused {
+                    p.push(format!(
+                        "neither MemoryError nor an OOM kill: {}",
+                        run.describe()
+                    ));
+                }
             }
-            let all = run.all();
-            if ![
-                "No space left on device",
-                "File too large",
-                "File size limit exceeded",
-            ]
-            .iter()
-            .any(|e| all.contains(e))
-            {
-                p.push(format!("dd reported no limit: {}", run.describe()));
-            }
+            Err(e) => p.push(format!("the sandbox died: {e}")),
         }
-        Err(e) => p.push(format!("the sandbox died: {e}")),
+        report.record("limit.memory_bomb_one_process", p);
+
+        // Eight processes of 100 MiB each: a per-process limit alone would let them all live.
+        // Each holds its memory until the same wall-clock moment, then reports; the survivors
+        // were all alive at once, so they fit in the limit together.
+        let r = exec_with(
+            &sb,
+            "deadline=$(( $(date +%s) + 5 )); for i in 1 2 3 4 5 6 7 8; do \
+             python3 -c \"import time; b = b'x' * (100 << 20); time.sleep(max(0, $deadline - time.time())); print('SURVIVED', flush=True); time.sleep(0.5)\" & \
+             done; wait; echo all-done",
+            ExecOpts {
+                timeout_ms: 40_000,
+                ..ExecOpts::default()
+            },
+        )
+        .await;
+        let mut p = Vec::new();
+        match &r {
+            Ok(run) => {
+                let survivors = run.stdout.matches("SURVIVED").count() as u64;
+                let most = LIMIT_MEMORY / (100 << 20);
+                if survivors > most {
+                    p.push(format!(
+                        "{survivors} processes held 100 MiB each at once under a {} MiB limit",
+                        LIMIT_MEMORY >> 20
+                    ));
+                }
+                if !run.stdout.contains("all-done") {
+                    p.push(format!("the shell did not finish: {}", run.describe()));
+                }
+                eprintln!("limit.memory_bomb_many_processes: {survivors} of 8 survived");
+            }
+            Err(e) => p.push(format!("the sandbox died: {e}")),
+        }
+        match cgroup_file(&sb, "memory", "memory.limit_in_bytes").await {
+            Ok((path, v)) if v == LIMIT_MEMORY.to_string() => {
+                eprintln!("memory limit {} = {v}", path.display());
+            }
+            Ok((path, v)) => p.push(format!("{} is {v}, not {LIMIT_MEMORY}", path.display())),
+            Err(e) => p.push(format!("no memory cgroup: {e}")),
+        }
+        report.record("limit.memory_bomb_many_processes", p);
     }
-    let host_tmp = match backend {
-        Backend::Landlock => runner::sandbox::landlock::tmp_of(&sb).expect("TMPDIR"),
-        _ => PathBuf::from("/tmp"),
-    };
-    if host_tmp.join("fill").exists() || host_tmp.join("fill1").exists() {
-        p.push(format!(
-            "the fill files reached the host's {}",
-            host_tmp.display()
-        ));
+
+    if report.applies("limit.fill_tmp") {
+        // Fill /tmp: one big file, then several smaller ones (a per-file limit alone would not
+        // stop those).
+        let r = exec(
+            &sb,
+            "dd if=/dev/zero of=\"$TMPDIR/fill\" bs=1M count=200; \
+             for i in 1 2 3 4; do dd if=/dev/zero of=\"$TMPDIR/fill$i\" bs=1M count=30; done; \
+             echo TOTAL $(find \"$TMPDIR\" -type f -name 'fill*' -printf '%s\\n' | awk '{s+=$1} END {print s+0}')",
+        )
+        .await;
+        let mut p = Vec::new();
+        match &r {
+            Ok(run) => {
+                let total: Option<u64> = run
+                    .stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix("TOTAL "))
+                    .and_then(|t| t.trim().parse().ok());
+                match total {
+                    Some(t) if t <= LIMIT_TMP => {
+                        eprintln!("limit.fill_tmp: {t} bytes written of {} allowed", LIMIT_TMP);
+                    }
+                    Some(t) => p.push(format!(
+                        "{t} bytes landed in $TMPDIR, over the {LIMIT_TMP} limit"
+                    )),
+                    None => p.push(format!("no total reported: {}", run.describe())),
+                }
+                let all = run.all();
+                if ![
+                    "No space left on device",
+                    "File too large",
+                    "File size limit exceeded",
+                ]
+                .iter()
+                .any(|e| all.contains(e))
+                {
+                    p.push(format!("dd reported no limit: {}", run.describe()));
+                }
+            }
+            Err(e) => p.push(format!("the sandbox died: {e}")),
+        }
+        let host_tmp = match backend {
+            Backend::Landlock => runner::sandbox::landlock::tmp_of(&sb).expect("TMPDIR"),
+            _ => PathBuf::from("/tmp"),
+        };
+        if host_tmp.join("fill").exists() || host_tmp.join("fill1").exists() {
+            p.push(format!(
+                "the fill files reached the host's {}",
+                host_tmp.display()
+            ));
+        }
+        report.record("limit.fill_tmp", p);
     }
-    report.record("limit.fill_tmp", p);
     // Free the tmpfs again (it counts towards the memory limit).
     let _ = exec(&sb, "rm -f \"$TMPDIR\"/fill*").await;
 
@@ -2949,64 +3015,89 @@ pub async fn run_limits(backend: Backend) {
 /// The test functions of one backend's escape suite: a test per attack group, the limits,
 /// and the positive controls. `holes` names attacks known to get through (skipped by the
 /// groups, run by `run_hole` in an ignored test of their own); empty today for both.
+/// `engine` (optional) chooses the engine and runtime of the docker tests.
 // Only the two escape binaries expand it; the others compile this module too.
 #[allow(unused_macros)]
 macro_rules! escape_suite {
     ($backend:expr, holes: $holes:expr) => {
+        $crate::common::escape::escape_suite!($backend, holes: $holes, engine: common::engine::machine);
+    };
+    // `engine`: a `fn() -> TestEngine` that starts (or finds) the engine and runtime the
+    // docker tests run on (see `common::engine::use_engine`).
+    ($backend:expr, holes: $holes:expr, engine: $engine:expr) => {
         const HOLES: &[&str] = $holes;
 
         #[tokio::test(flavor = "multi_thread")]
         async fn filesystem() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Filesystem, HOLES).await;
+        }
+
+        /// The filesystem group again, every server resolving paths with the openat2
+        /// fallback (`RUNNER_RESOLVE=walk`), so both resolvers face the path attacks.
+        #[test]
+        fn filesystem_with_the_walk() {
+            common::engine::use_engine($engine);
+            common::rerun_with_the_walk(&["--exact", "filesystem"]);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn proc() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Proc, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn env() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Env, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn network() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Network, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn privileges() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Privileges, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn git() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Git, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn signals() {
+            common::engine::use_engine($engine);
             escape::run_group($backend, escape::Group::Signals, HOLES).await;
         }
 
         #[test]
         fn network_allowlist() {
+            common::engine::use_engine($engine);
             common::allowlist::attacks($backend);
         }
 
         #[test]
         fn network_allowlist_connection_carries_only_its_host() {
+            common::engine::use_engine($engine);
             common::allowlist::connection_carries_only_its_host($backend);
         }
 
         #[test]
         fn network_allowlist_cuts_what_outlives_its_command() {
+            common::engine::use_engine($engine);
             common::allowlist::leftover_connection_is_cut($backend);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn limits() {
+            common::engine::use_engine($engine);
             escape::run_limits($backend).await;
         }
 
@@ -3014,16 +3105,19 @@ macro_rules! escape_suite {
         /// by the path the model was told (`common/saved_outputs.rs`).
         #[test]
         fn saved_outputs_of_other_sessions() {
+            common::engine::use_engine($engine);
             common::saved_outputs::attacks($backend);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn git_side_doors() {
+            common::engine::use_engine($engine);
             common::side_doors::run($backend).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn positive_controls() {
+            common::engine::use_engine($engine);
             escape::run_controls($backend).await;
         }
     };

@@ -6,6 +6,7 @@
 //! Each test binary compiles this module separately and uses only part of it.
 #![allow(dead_code)]
 
+pub mod agree;
 pub mod allowlist;
 pub mod engine;
 pub mod escape;
@@ -68,6 +69,9 @@ pub async fn open_sandbox(
     let mut spec = runner::sandbox::spec::SandboxSpec::new(kind, wt).expect("spec");
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
     spec.read_only = read_only.to_vec();
+    if kind == BackendKind::Docker {
+        engine::apply(&mut spec);
+    }
     runner::sandbox::open(&spec).await
 }
 
@@ -380,4 +384,37 @@ pub fn loops_under(path: &Path) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Runs tests of this very binary again in a child process with `RUNNER_RESOLVE=walk`, so
+/// that every server (in-process, child, landlock, docker: the variable is passed on as
+/// `--resolve walk`) resolves paths with the openat2 fallback, and the same attacks face
+/// both resolvers on a kernel that has openat2. `args` select the tests (`--exact NAME`,
+/// `--skip NAME`, …); fails with the child's output when a test there fails.
+pub fn rerun_with_the_walk(args: &[&str]) {
+    use runner::sandbox::server::roots::{RESOLVE_VAR, Resolver};
+    if std::env::var(RESOLVE_VAR).is_ok() {
+        // Already the rerun (a filter that matched its own caller): nothing to do twice.
+        assert_eq!(Resolver::chosen(), Resolver::Walk);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(args)
+        .args(["--test-threads", "2"])
+        .env(RESOLVE_VAR, "walk")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("rerun the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = stdout
+        .lines()
+        .filter(|l| l.starts_with("test ") || l.starts_with("test result"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    eprintln!("with {RESOLVE_VAR}=walk:\n{summary}");
+    assert!(
+        out.status.success() && stdout.contains("test result: ok") && !stdout.contains(" 0 passed"),
+        "with {RESOLVE_VAR}=walk, {args:?} failed:\n{stdout}\n{stderr}"
+    );
 }

@@ -301,6 +301,9 @@ fn run(backend: Backend, as_nobody: bool) {
     } else {
         Command::new(env!("CARGO_BIN_EXE_runner"))
     };
+    if backend == Backend::Docker {
+        super::engine::cli(&mut command);
+    }
     let out = command
         .current_dir(&wt)
         .env("XDG_DATA_HOME", &data)

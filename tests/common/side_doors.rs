@@ -361,6 +361,9 @@ async fn open(backend: Backend, root: &Path) -> Sandbox {
     let mut spec = SandboxSpec::new(kind, root).unwrap();
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
     spec.network = Network::None;
+    if kind == BackendKind::Docker {
+        super::engine::apply(&mut spec);
+    }
     runner::sandbox::open(&spec)
         .await
         .expect("the sandbox opens")

@@ -80,6 +80,7 @@ pub(super) fn unique_id() -> String {
 /// The container's configuration. Every wall is here, in one place.
 pub fn container_body(
     spec: &SandboxSpec,
+    runtime: Option<&str>,
     worktree: &Path,
     inside: &Path,
     guard: &WorktreeGuard,
@@ -127,6 +128,8 @@ pub fn container_body(
         // No docker-init: the server is its own init (see `confine::process::container_init`).
         init: Some(false),
         auto_remove: Some(true),
+        // `None`: the engine's default runtime (runc, usually); `runsc` for gVisor.
+        runtime: runtime.map(str::to_string),
         ..Default::default()
     };
     // SAFETY: plain syscalls.
@@ -247,7 +250,23 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
     if spec.sweep_repositories {
         cmd.push("--sweep-repositories".into());
     }
-    let body = container_body(spec, &worktree, &inside, &guard, &run_id, cmd);
+    let runtime = super::engine::choose_runtime(docker, &spec.docker.runtime)
+        .await
+        .map_err(|e| {
+            SandboxError::Api(crate::sandbox::api::ApiError::new(
+                crate::sandbox::api::ErrorKind::InvalidArgument,
+                e,
+            ))
+        })?;
+    let body = container_body(
+        spec,
+        runtime.as_deref(),
+        &worktree,
+        &inside,
+        &guard,
+        &run_id,
+        cmd,
+    );
     let name = format!("runner-{run_id}");
     let created = docker
         .create_container(
