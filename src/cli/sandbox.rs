@@ -141,59 +141,14 @@ async fn doctor(image_name: &str) -> u8 {
     }
 
     println!("docker backend");
-    match engine::connect().await {
+    match engine::Engine::open(None).await {
         Err(e) => r.fail(
             "engine",
             e,
-            "apt-get install docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)",
+            "apt-get install docker.io && (dockerd > /var/log/dockerd.log 2>&1 &), or apt-get \
+             install podman && (podman system service --time=0 &)",
         ),
-        Ok(docker) => {
-            match docker.version().await {
-                Ok(v) => r.ok(
-                    "engine",
-                    format!(
-                        "Docker {} (API {})",
-                        v.version.unwrap_or_default(),
-                        v.api_version.unwrap_or_default()
-                    ),
-                ),
-                Err(e) => r.fail("engine", e, "restart dockerd"),
-            }
-            if let Ok(info) = docker.info().await {
-                r.ok(
-                    "cgroups",
-                    format!(
-                        "cgroup {} with the {} driver; memory, CPU and pids limits enforced",
-                        info.cgroup_version
-                            .map(|v| v.to_string())
-                            .unwrap_or_default(),
-                        info.cgroup_driver
-                            .map(|v| v.to_string())
-                            .unwrap_or_default()
-                    ),
-                );
-                r.ok(
-                    "storage",
-                    format!(
-                        "{} in {}",
-                        info.driver.unwrap_or_default(),
-                        info.docker_root_dir.clone().unwrap_or_default()
-                    ),
-                );
-                if let Some(dir) = info.docker_root_dir {
-                    disk(&mut r, "engine disk", Path::new(&dir));
-                }
-            }
-            if image::exists(&docker, image_name).await {
-                r.ok("image", image_name);
-            } else {
-                r.fail(
-                    "image",
-                    format!("{image_name} is missing"),
-                    "runner image build",
-                );
-            }
-        }
+        Ok(engine) => docker_engine(&mut r, &engine, image_name).await,
     }
     disk(&mut r, "temp disk", &std::env::temp_dir());
     if r.failures == 0 {
@@ -496,6 +451,78 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
                 }
             }
         }
+    }
+}
+
+/// The engine's part of `doctor`: which engine, what it enforces, its storage, the image.
+async fn docker_engine(r: &mut Report, engine: &engine::Engine, image_name: &str) {
+    r.ok(
+        "engine",
+        format!("{} (API {})", engine.describe(), engine.api),
+    );
+    if let Ok(info) = engine.docker.info().await {
+        let cgroups = format!(
+            "cgroup {} with the {} driver",
+            info.cgroup_version
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            info.cgroup_driver
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        );
+        if engine.unenforced.is_empty() {
+            r.ok(
+                "cgroups",
+                format!("{cgroups}; memory, CPU and pids limits enforced"),
+            );
+        } else {
+            r.warn(
+                "cgroups",
+                format!(
+                    "{cgroups}; the engine cannot enforce the {} limit(s) (a rootless Podman \
+                     gets no cgroup controllers on cgroup v1 or without systemd delegation): \
+                     run rootful, or on cgroup v2 with delegated controllers",
+                    engine.unenforced.join(", ")
+                ),
+            );
+        }
+        r.ok(
+            "storage",
+            format!(
+                "{} in {}",
+                info.driver.unwrap_or_default(),
+                info.docker_root_dir.clone().unwrap_or_default()
+            ),
+        );
+        if let Some(dir) = info.docker_root_dir {
+            disk(r, "engine disk", Path::new(&dir));
+        }
+    }
+    if let Some(limits) = engine.ulimits() {
+        let value = |name: &str| {
+            limits
+                .iter()
+                .find(|l| l.name.as_deref() == Some(name))
+                .and_then(|l| l.hard)
+                .unwrap_or_default()
+        };
+        r.ok(
+            "rlimits",
+            format!(
+                "containers get the engine's own hard limits: {} open files, {} processes",
+                value("nofile"),
+                value("nproc")
+            ),
+        );
+    }
+    if image::exists(&engine.docker, image_name).await {
+        r.ok("image", image_name);
+    } else {
+        r.fail(
+            "image",
+            format!("{image_name} is missing"),
+            "runner image build",
+        );
     }
 }
 
