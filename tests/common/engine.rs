@@ -2,6 +2,10 @@
 //! test runs: starts `dockerd` if it is installed but not running, builds the image with
 //! `runner image build` if it is missing. Never skips: without an engine the test fails
 //! and says how to get one.
+//!
+//! A test binary may instead run every docker test against another engine (rootful Podman
+//! today): [`use_engine`] starts it once, copies the image over, and sets DOCKER_HOST for
+//! this process and the runner processes it starts, which is how runner finds an engine.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -12,9 +16,79 @@ use std::time::{Duration, Instant};
 const SOCKET: &str = "/var/run/docker.sock";
 pub const IMAGE: &str = runner::sandbox::spec::DEFAULT_IMAGE;
 
+/// The engine this test binary runs its docker tests on, when not the machine's Docker.
+pub struct Target {
+    /// The engine's socket.
+    pub socket: &'static str,
+    /// Makes the engine answer (called at most once per binary, under a lock shared by the
+    /// binaries, and only when it does not answer yet).
+    pub start: fn(),
+}
+
+static TARGET: OnceLock<&'static Target> = OnceLock::new();
+
+/// Runs this binary's docker tests on `target`: starts it if it does not answer, copies
+/// the sandbox image into it when it lacks it, and points DOCKER_HOST at it. Every test of
+/// the binary calls it first, with the same target.
+pub fn use_engine(target: &'static Target) {
+    let set = TARGET.get_or_init(|| {
+        if !engine_answers_at(target.socket) {
+            let _l = lock("runner-test-engine-start.lock");
+            if !engine_answers_at(target.socket) {
+                (target.start)();
+            }
+        }
+        copy_image_to(target.socket);
+        // SAFETY: the binary's tests all wait on this OnceLock before anything of theirs
+        // reads the environment.
+        unsafe { std::env::set_var("DOCKER_HOST", format!("unix://{}", target.socket)) };
+        target
+    });
+    assert_eq!(
+        set.socket, target.socket,
+        "one test binary, one engine under test"
+    );
+}
+
+/// The `setup` of a suite that runs on the machine's own engine: nothing to do first.
+pub fn as_is() {}
+
+/// The socket the docker tests use.
+fn socket() -> &'static str {
+    TARGET.get().map_or(SOCKET, |t| t.socket)
+}
+
+/// Copies the sandbox image from the machine's Docker engine (made there first if need
+/// be) into the engine at `socket`, unless it has it.
+fn copy_image_to(socket: &str) {
+    if get_at(socket, &format!("/images/{IMAGE}/json")) == Some(200) {
+        return;
+    }
+    let _l = lock("runner-test-image-copy.lock");
+    if get_at(socket, &format!("/images/{IMAGE}/json")) == Some(200) {
+        return;
+    }
+    if !engine_answers_at(SOCKET) {
+        start_engine();
+    }
+    ensure_image_at(SOCKET);
+    let copied = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("docker save {IMAGE} | docker -H unix://{socket} load -q >/dev/null"),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(copied, "cannot copy {IMAGE} into the engine at {socket}");
+}
+
 /// Status code of a GET on the engine's socket, `None` when nothing answers.
 fn get(path: &str) -> Option<u16> {
-    let mut s = UnixStream::connect(SOCKET).ok()?;
+    get_at(socket(), path)
+}
+
+fn get_at(socket: &str, path: &str) -> Option<u16> {
+    let mut s = UnixStream::connect(socket).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").ok()?;
     let mut buf = [0u8; 64];
@@ -24,7 +98,11 @@ fn get(path: &str) -> Option<u16> {
 }
 
 fn engine_answers() -> bool {
-    get("/_ping") == Some(200)
+    engine_answers_at(SOCKET)
+}
+
+fn engine_answers_at(socket: &str) -> bool {
+    get_at(socket, "/_ping") == Some(200)
 }
 
 fn lock(name: &str) -> std::fs::File {
@@ -116,34 +194,39 @@ fn start_engine() {
     }
 }
 
-fn ensure_image() {
+fn ensure_image_at(socket: &str) {
     let _l = lock("runner-test-image.lock");
-    if get(&format!("/images/{IMAGE}/json")) == Some(200) {
+    if get_at(socket, &format!("/images/{IMAGE}/json")) == Some(200) {
         return;
     }
     ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
         .args(["image", "build"])
+        .env("DOCKER_HOST", format!("unix://{socket}"))
         .status()
         .expect("run runner image build");
     assert!(status.success(), "runner image build failed ({status})");
 }
 
-/// Call at the start of every docker test.
+/// Call at the start of every docker test. With a [`Target`] in use, [`use_engine`] has
+/// made that engine ready already.
 pub fn docker() {
     static READY: OnceLock<()> = OnceLock::new();
+    if TARGET.get().is_some() {
+        return;
+    }
     READY.get_or_init(|| {
         if !engine_answers() {
             start_engine();
         }
-        ensure_image();
+        ensure_image_at(SOCKET);
     });
 }
 
-/// A client of the engine, for tests that look at containers directly.
+/// A client of the engine under test, for tests that look at containers directly.
 pub async fn client() -> bollard::Docker {
     docker();
-    bollard::Docker::connect_with_defaults()
+    bollard::Docker::connect_with_unix(socket(), 120, bollard::API_DEFAULT_VERSION)
         .expect("connect")
         .negotiate_version()
         .await

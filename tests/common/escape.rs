@@ -2953,60 +2953,76 @@ pub async fn run_limits(backend: Backend) {
 #[allow(unused_macros)]
 macro_rules! escape_suite {
     ($backend:expr, holes: $holes:expr) => {
+        escape::escape_suite!($backend, holes: $holes, setup: common::engine::as_is);
+    };
+    // `setup` runs first in every test: a binary that attacks another engine (Podman)
+    // points the docker tests at it there (`common::engine::use_engine`).
+    ($backend:expr, holes: $holes:expr, setup: $setup:path) => {
         const HOLES: &[&str] = $holes;
 
         #[tokio::test(flavor = "multi_thread")]
         async fn filesystem() {
+            $setup();
             escape::run_group($backend, escape::Group::Filesystem, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn proc() {
+            $setup();
             escape::run_group($backend, escape::Group::Proc, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn env() {
+            $setup();
             escape::run_group($backend, escape::Group::Env, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn network() {
+            $setup();
             escape::run_group($backend, escape::Group::Network, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn privileges() {
+            $setup();
             escape::run_group($backend, escape::Group::Privileges, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn git() {
+            $setup();
             escape::run_group($backend, escape::Group::Git, HOLES).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn signals() {
+            $setup();
             escape::run_group($backend, escape::Group::Signals, HOLES).await;
         }
 
         #[test]
         fn network_allowlist() {
+            $setup();
             common::allowlist::attacks($backend);
         }
 
         #[test]
         fn network_allowlist_connection_carries_only_its_host() {
+            $setup();
             common::allowlist::connection_carries_only_its_host($backend);
         }
 
         #[test]
         fn network_allowlist_cuts_what_outlives_its_command() {
+            $setup();
             common::allowlist::leftover_connection_is_cut($backend);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn limits() {
+            $setup();
             escape::run_limits($backend).await;
         }
 
@@ -3014,16 +3030,19 @@ macro_rules! escape_suite {
         /// by the path the model was told (`common/saved_outputs.rs`).
         #[test]
         fn saved_outputs_of_other_sessions() {
+            $setup();
             common::saved_outputs::attacks($backend);
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn git_side_doors() {
+            $setup();
             common::side_doors::run($backend).await;
         }
 
         #[tokio::test(flavor = "multi_thread")]
         async fn positive_controls() {
+            $setup();
             escape::run_controls($backend).await;
         }
     };

@@ -7,9 +7,11 @@
 #![allow(dead_code)]
 
 pub mod allowlist;
+pub mod conformance;
 pub mod engine;
 pub mod escape;
 pub mod outside;
+pub mod podman;
 pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;

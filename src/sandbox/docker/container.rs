@@ -256,6 +256,7 @@ pub async fn open_container(
         host.ulimits = engine.ulimits();
         host.userns_mode = engine.userns_mode();
     }
+    body.user = Some(engine.container_user());
     let name = format!("runner-{run_id}");
     let created = docker
         .create_container(

@@ -126,6 +126,8 @@ pub struct Engine {
     /// The resource limits it cannot enforce ("memory", "CPU", "pids"): a rootless Podman
     /// on cgroup v1, or without delegated controllers, ignores them.
     pub unenforced: Vec<&'static str>,
+    /// The uid and gid of the engine's own process, when it runs on this machine.
+    pub owner: Option<(u32, u32)>,
     /// The hard RLIMIT_NOFILE and RLIMIT_NPROC of the engine's own process, when it runs on
     /// this machine and can be read; otherwise this process's.
     pub hard_limits: HardLimits,
@@ -152,9 +154,10 @@ impl Engine {
             .flatten()
             .find(|c| c.name.contains("Podman"));
         let socket = host.strip_prefix("unix://").map(PathBuf::from);
-        let hard_limits = socket
-            .as_deref()
-            .and_then(peer_hard_limits)
+        let peer = socket.as_deref().and_then(peer);
+        let hard_limits = peer
+            .as_ref()
+            .and_then(|p| p.limits)
             .unwrap_or_else(own_hard_limits);
         let mut engine = Engine {
             kind: if podman.is_some() {
@@ -170,6 +173,7 @@ impl Engine {
             rootless: false,
             unenforced: Vec::new(),
             hard_limits,
+            owner: peer.map(|p| (p.uid, p.gid)),
             docker,
             host,
         };
@@ -245,11 +249,28 @@ impl Engine {
 
 impl Engine {
     /// The user namespace a container asks for. A rootless Podman maps the user it runs as
-    /// to root in the container and our uid to a subordinate one that owns nothing here, so
-    /// the sandbox could not write the worktree; `keep-id` maps our uid to itself, as on
-    /// Docker, where the container's uid is the host's.
+    /// to root in the container and every other uid to a subordinate one that owns nothing
+    /// here, so the sandbox could not write the worktree; `keep-id` maps that user's uid to
+    /// itself, as on Docker, where the container's uid is the host's.
     pub fn userns_mode(&self) -> Option<String> {
-        (self.kind == Kind::Podman && self.rootless).then(|| "keep-id".to_string())
+        self.keeps_id().then(|| "keep-id".to_string())
+    }
+
+    /// The `uid:gid` commands run as. Docker and rootful Podman: ours, so files the sandbox
+    /// makes are ours. Rootless Podman: the user the engine runs as, the only one whose
+    /// files its containers can write (the same as ours when we started it).
+    pub fn container_user(&self) -> String {
+        // SAFETY: plain syscalls.
+        let ours = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = match self.owner {
+            Some(owner) if self.keeps_id() => owner,
+            _ => ours,
+        };
+        format!("{uid}:{gid}")
+    }
+
+    fn keeps_id(&self) -> bool {
+        self.kind == Kind::Podman && self.rootless
     }
 }
 
@@ -270,9 +291,17 @@ fn own_hard_limits() -> HardLimits {
     }
 }
 
-/// The hard limits of the process serving `socket` (its pid from SO_PEERCRED, its limits
-/// from /proc); `None` when either cannot be read.
-fn peer_hard_limits(socket: &Path) -> Option<HardLimits> {
+/// The process serving a unix socket: who it runs as, and its hard limits when /proc
+/// shows them.
+struct Peer {
+    uid: u32,
+    gid: u32,
+    limits: Option<HardLimits>,
+}
+
+/// The process serving `socket`, from SO_PEERCRED (the process that listens); `None` when
+/// the socket cannot be reached or says nothing.
+fn peer(socket: &Path) -> Option<Peer> {
     use std::os::fd::AsRawFd;
     let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
     let mut cred = libc::ucred {
@@ -294,8 +323,12 @@ fn peer_hard_limits(socket: &Path) -> Option<HardLimits> {
     if rc != 0 || cred.pid <= 0 {
         return None;
     }
-    let limits = std::fs::read_to_string(format!("/proc/{}/limits", cred.pid)).ok()?;
-    parse_hard_limits(&limits)
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", cred.pid)).ok();
+    Some(Peer {
+        uid: cred.uid,
+        gid: cred.gid,
+        limits: limits.as_deref().and_then(parse_hard_limits),
+    })
 }
 
 /// The hard "Max open files" and "Max processes" of a /proc/PID/limits text ("unlimited"
