@@ -815,6 +815,28 @@ fn time_engine(rt: &tokio::runtime::Runtime, wt: &Path, host: &str, into: &mut E
     }
 }
 
+/// `docker -H HOST run --rm IMAGE true`; on Podman with the engine's own nofile and nproc
+/// limits, without which Podman's container does not start here (the same fix runner's
+/// containers get).
+fn run_rm_true(rt: &tokio::runtime::Runtime, host: &str) -> Duration {
+    let engine = rt
+        .block_on(runner::sandbox::docker::engine::Engine::open(Some(host)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut args = vec![
+        "-H".to_string(),
+        host.to_string(),
+        "run".into(),
+        "--rm".into(),
+    ];
+    if engine.kind == runner::sandbox::docker::engine::Kind::Podman {
+        let l = engine.hard_limits;
+        args.push(format!("--ulimit=nofile={0}:{0}", l.nofile));
+        args.push(format!("--ulimit=nproc={0}:{0}", l.nproc));
+    }
+    args.extend([DEFAULT_IMAGE.to_string(), "true".into()]);
+    docker_cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 /// Section 6: the engines take turns, `runs` times (after one warm-up round each).
 fn engines_side_by_side(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) {
     let hosts = bench_engines();
@@ -823,9 +845,7 @@ fn engines_side_by_side(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) {
         for (host, into) in hosts.iter().zip(times.iter_mut()) {
             let mut round = EngineTimes::default();
             time_engine(rt, wt, host, &mut round);
-            round
-                .run
-                .push(docker_cli(&["-H", host, "run", "--rm", DEFAULT_IMAGE, "true"]));
+            round.run.push(run_rm_true(rt, host));
             if i >= 1 {
                 into.start.extend(round.start);
                 into.read.extend(round.read);
@@ -837,7 +857,10 @@ fn engines_side_by_side(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) {
     println!(
         "{:<40} {:>12} {:>10} {:>10} {:>14}",
         format!("engine (medians of {runs})"),
-        "sandbox ms", "read ms", "bash ms", "run --rm ms"
+        "sandbox ms",
+        "read ms",
+        "bash ms",
+        "run --rm ms"
     );
     for (host, t) in hosts.iter().zip(times) {
         println!(

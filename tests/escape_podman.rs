@@ -47,5 +47,9 @@ async fn sandbox_runs_on_podman() {
     let (code, stdout, stderr, _) = escape::run(&sb, "ulimit -Hn; ulimit -Sn").await;
     assert_eq!(code, Some(0), "{stdout:?} {stderr:?}");
     let want = engine.hard_limits.nofile.to_string();
-    assert_eq!(stdout, format!("{want}\n{want}\n"), "RLIMIT_NOFILE in the sandbox");
+    assert_eq!(
+        stdout,
+        format!("{want}\n{want}\n"),
+        "RLIMIT_NOFILE in the sandbox"
+    );
 }

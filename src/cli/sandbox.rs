@@ -499,19 +499,21 @@ async fn docker_engine(r: &mut Report, engine: &engine::Engine, image_name: &str
         }
     }
     if let Some(limits) = engine.ulimits() {
-        let value = |name: &str| {
-            limits
-                .iter()
-                .find(|l| l.name.as_deref() == Some(name))
-                .and_then(|l| l.hard)
-                .unwrap_or_default()
-        };
+        let shown: Vec<String> = limits
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}",
+                    l.name.as_deref().unwrap_or_default(),
+                    l.hard.unwrap_or_default()
+                )
+            })
+            .collect();
         r.ok(
             "rlimits",
             format!(
-                "containers get the engine's own hard limits: {} open files, {} processes",
-                value("nofile"),
-                value("nproc")
+                "containers ask for the engine's own hard limits: {}",
+                shown.join(", ")
             ),
         );
     }

@@ -225,20 +225,21 @@ impl Engine {
         format!("{name} {}{rootless} at {}", self.version, self.host)
     }
 
-    /// The RLIMIT_NOFILE and RLIMIT_NPROC a container asks for. Podman sets both to the
+    /// The rlimits a container asks for. Podman sets RLIMIT_NOFILE and RLIMIT_NPROC to the
     /// kernel's maximum when not told otherwise, and the OCI runtime then fails to start
     /// the container wherever the engine may not raise its own hard limits (no
     /// CAP_SYS_RESOURCE): "error setting rlimit type 7: operation not permitted". So on
-    /// Podman the container asks for exactly the engine's own hard limits, which are always
-    /// allowed. Docker passes its own limits on by itself: nothing is asked there.
+    /// Podman the container asks for the engine's own hard limits, which are always
+    /// allowed. Docker passes its own
+    /// limits on by itself: nothing is asked there.
     pub fn ulimits(&self) -> Option<Vec<bollard::models::ResourcesUlimits>> {
         if self.kind != Kind::Podman {
             return None;
         }
         let limit = |name: &str, value: u64| bollard::models::ResourcesUlimits {
             name: Some(name.into()),
-            soft: Some(value as i64),
-            hard: Some(value as i64),
+            soft: Some(value.min(i64::MAX as u64) as i64),
+            hard: Some(value.min(i64::MAX as u64) as i64),
         };
         Some(vec![
             limit("nofile", self.hard_limits.nofile),
@@ -283,7 +284,11 @@ fn own_hard_limits() -> HardLimits {
         };
         // SAFETY: getrlimit writes into the struct we own.
         let ok = unsafe { libc::getrlimit(resource, &mut rl) } == 0;
-        if ok { rl.rlim_max.min(i64::MAX as u64) } else { 1024 }
+        if ok {
+            rl.rlim_max.min(i64::MAX as u64)
+        } else {
+            1024
+        }
     };
     HardLimits {
         nofile: hard(libc::RLIMIT_NOFILE),
@@ -402,8 +407,14 @@ mod tests {
                 nproc: 32768
             })
         );
-        let unlimited = text.replace("32768                processes", "unlimited            processes");
-        assert_eq!(parse_hard_limits(&unlimited).unwrap().nproc, i64::MAX as u64);
+        let unlimited = text.replace(
+            "32768                processes",
+            "unlimited            processes",
+        );
+        assert_eq!(
+            parse_hard_limits(&unlimited).unwrap().nproc,
+            i64::MAX as u64
+        );
         assert_eq!(parse_hard_limits("Max open files 1 2 files\n"), None);
     }
 

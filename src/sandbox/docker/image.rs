@@ -224,10 +224,9 @@ async fn name_import(docker: &Docker, repo: &str, tag: &str) -> Result<(), Strin
         .repo(repo)
         .tag(tag)
         .build();
-    docker
-        .tag_image(&imported, Some(opts))
-        .await
-        .map_err(|e| format!("cannot name the imported base {name} (it came in as {imported}): {e}"))?;
+    docker.tag_image(&imported, Some(opts)).await.map_err(|e| {
+        format!("cannot name the imported base {name} (it came in as {imported}): {e}")
+    })?;
     let untag = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
     let _ = docker.remove_image(&imported, Some(untag), None).await;
     if exists(docker, &name).await {
