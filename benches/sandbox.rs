@@ -31,6 +31,11 @@
 //!    the read and `bash true` round trips and the sandbox start of (1) and (2), under runc
 //!    and under runsc (gVisor), each against `docker exec` / `docker run --runtime` under
 //!    the same runtime. Reported, no target: gVisor's price is the figure.
+//! 7. Engines side by side (`SANDBOX_BENCH_ONLY=engines`): on each engine host of
+//!    `SANDBOX_BENCH_ENGINES` (comma-separated; default: the machine's Docker and rootful
+//!    Podman), sandbox start (opened, first request answered), the `read` and `bash true`
+//!    round trips, and `docker -H HOST run --rm IMAGE true`, the engines taking turns.
+//!    Reported, with no target: it shows what an engine costs.
 //!
 //! Each pair alternates runner and peer so drift hits both alike. Run with
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
@@ -49,7 +54,7 @@ use runner::tool::{Registry, Session, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
-/// `proxy`, `copy`, `review`, `runtimes`); unset, all of them.
+/// `proxy`, `copy`, `review`, `runtimes`, `engines`); unset, all of them.
 fn wants(section: &str) -> bool {
     std::env::var("SANDBOX_BENCH_ONLY")
         .map(|only| only.split(',').any(|s| s.trim() == section))
@@ -343,6 +348,10 @@ fn main() -> ExitCode {
     if wants("runtimes") {
         // 6. runc and runsc side by side on one engine.
         rows.extend(runtimes(&rt, &wt, runs));
+    }
+    if wants("engines") {
+        // 7. The same sandbox on each engine.
+        engines_side_by_side(&rt, &wt, runs.min(15));
     }
 
     println!(
@@ -874,4 +883,123 @@ fn review_and_apply() -> Vec<Row> {
     std::fs::write(copy.2.join("d050/f0500.txt"), "changed\n").expect("file");
     lab.measure("100,000 files, one changed", copy, &mut rows);
     rows
+}
+
+/// The engine hosts section 6 compares: `SANDBOX_BENCH_ENGINES`, else Docker's and rootful
+/// Podman's sockets.
+fn bench_engines() -> Vec<String> {
+    match std::env::var("SANDBOX_BENCH_ENGINES") {
+        Ok(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(String::from)
+            .collect(),
+        Err(_) => vec![
+            format!("unix://{}", runner::sandbox::docker::engine::DOCKER_SOCKET),
+            format!("unix://{}", runner::sandbox::docker::engine::PODMAN_SOCKET),
+        ],
+    }
+}
+
+/// One engine's medians: sandbox start, read, bash `true`, `run --rm IMAGE true`.
+#[derive(Default)]
+struct EngineTimes {
+    start: Vec<Duration>,
+    read: Vec<Duration>,
+    bash: Vec<Duration>,
+    run: Vec<Duration>,
+}
+
+/// Opens a sandbox on `host` and times its start and one `read` and one `bash true`.
+fn time_engine(rt: &tokio::runtime::Runtime, wt: &Path, host: &str, into: &mut EngineTimes) {
+    let mut spec = spec(BackendKind::Docker, wt);
+    spec.docker.host = Some(host.to_string());
+    let t = Instant::now();
+    let sandbox = rt
+        .block_on(runner::sandbox::open(&spec))
+        .unwrap_or_else(|e| panic!("open a sandbox on {host}: {e}"));
+    into.start.push(t.elapsed());
+    let ctx = ToolContext::new(
+        Arc::new(sandbox),
+        Arc::new(Session::single_call("bench")),
+        Arc::new(PolicyGate::new(AskPolicy::Allow)),
+        Arc::new(Truncator::new(wt.join(".out"))),
+    );
+    let registry = Registry::builtin();
+    let read = json!({ "filePath": wt.join("small.txt").display().to_string() });
+    let bash = json!({ "command": "true", "description": "bench" });
+    for (args, tool, into) in [
+        (read, "read", &mut into.read),
+        (bash, "bash", &mut into.bash),
+    ] {
+        // The first call of a fresh sandbox warms it; the second is timed.
+        for timed in [false, true] {
+            let t = Instant::now();
+            let r = rt.block_on(registry.call(tool, args.clone(), &ctx));
+            assert!(r.error.is_none(), "{tool} on {host}: {:?}", r.error);
+            if timed {
+                into.push(t.elapsed());
+            }
+        }
+    }
+}
+
+/// `docker -H HOST run --rm IMAGE true`; on Podman with the engine's own nofile and nproc
+/// limits, without which Podman's container does not start here (the same fix runner's
+/// containers get).
+fn run_rm_true(rt: &tokio::runtime::Runtime, host: &str) -> Duration {
+    let engine = rt
+        .block_on(runner::sandbox::docker::engine::Engine::open(Some(host)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut args = vec![
+        "-H".to_string(),
+        host.to_string(),
+        "run".into(),
+        "--rm".into(),
+    ];
+    if engine.kind == runner::sandbox::docker::engine::Kind::Podman {
+        let l = engine.hard_limits;
+        args.push(format!("--ulimit=nofile={0}:{0}", l.nofile));
+        args.push(format!("--ulimit=nproc={0}:{0}", l.nproc));
+    }
+    args.extend([DEFAULT_IMAGE.to_string(), "true".into()]);
+    docker_cli(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// Section 6: the engines take turns, `runs` times (after one warm-up round each).
+fn engines_side_by_side(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) {
+    let hosts = bench_engines();
+    let mut times: Vec<EngineTimes> = hosts.iter().map(|_| EngineTimes::default()).collect();
+    for i in 0..runs + 1 {
+        for (host, into) in hosts.iter().zip(times.iter_mut()) {
+            let mut round = EngineTimes::default();
+            time_engine(rt, wt, host, &mut round);
+            round.run.push(run_rm_true(rt, host));
+            if i >= 1 {
+                into.start.extend(round.start);
+                into.read.extend(round.read);
+                into.bash.extend(round.bash);
+                into.run.extend(round.run);
+            }
+        }
+    }
+    println!(
+        "{:<40} {:>12} {:>10} {:>10} {:>14}",
+        format!("engine (medians of {runs})"),
+        "sandbox ms",
+        "read ms",
+        "bash ms",
+        "run --rm ms"
+    );
+    for (host, t) in hosts.iter().zip(times) {
+        println!(
+            "{:<40} {:>12.1} {:>10.2} {:>10.2} {:>14.1}",
+            host,
+            ms(median(t.start)),
+            ms(median(t.read)),
+            ms(median(t.bash)),
+            ms(median(t.run))
+        );
+    }
 }

@@ -141,81 +141,14 @@ async fn doctor(image_name: &str) -> u8 {
     }
 
     println!("docker backend");
-    match engine::connect().await {
+    match engine::Engine::open(None).await {
         Err(e) => r.fail(
             "engine",
             e,
-            "apt-get install docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)",
+            "apt-get install docker.io && (dockerd > /var/log/dockerd.log 2>&1 &), or apt-get \
+             install podman && (podman system service --time=0 &)",
         ),
-        Ok(docker) => {
-            match docker.version().await {
-                Ok(v) => r.ok(
-                    "engine",
-                    format!(
-                        "Docker {} (API {})",
-                        v.version.unwrap_or_default(),
-                        v.api_version.unwrap_or_default()
-                    ),
-                ),
-                Err(e) => r.fail("engine", e, "restart dockerd"),
-            }
-            if let Ok(info) = docker.info().await {
-                r.ok(
-                    "cgroups",
-                    format!(
-                        "cgroup {} with the {} driver; memory, CPU and pids limits enforced",
-                        info.cgroup_version
-                            .map(|v| v.to_string())
-                            .unwrap_or_default(),
-                        info.cgroup_driver
-                            .map(|v| v.to_string())
-                            .unwrap_or_default()
-                    ),
-                );
-                r.ok(
-                    "storage",
-                    format!(
-                        "{} in {}",
-                        info.driver.unwrap_or_default(),
-                        info.docker_root_dir.clone().unwrap_or_default()
-                    ),
-                );
-                if let Some(dir) = info.docker_root_dir {
-                    disk(&mut r, "engine disk", Path::new(&dir));
-                }
-                let mut runtimes: Vec<String> =
-                    info.runtimes.unwrap_or_default().into_keys().collect();
-                runtimes.sort();
-                let default = info.default_runtime.unwrap_or_default();
-                let listed = format!(
-                    "{} (default {default}; choose with --runtime)",
-                    runtimes.join(", ")
-                );
-                if runtimes.iter().any(|n| n == "runsc") {
-                    r.ok(
-                        "runtimes",
-                        format!(
-                            "{listed}; runsc (gVisor) is there, and the untrusted profile uses it"
-                        ),
-                    );
-                } else {
-                    r.ok("runtimes", listed);
-                    r.warn(
-                        "gVisor",
-                        "no runsc runtime: the untrusted profile runs on the engine's default; to add it: apt-get install runsc, \"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\"}} in /etc/docker/daemon.json, restart dockerd",
-                    );
-                }
-            }
-            if image::exists(&docker, image_name).await {
-                r.ok("image", image_name);
-            } else {
-                r.fail(
-                    "image",
-                    format!("{image_name} is missing"),
-                    "runner image build",
-                );
-            }
-        }
+        Ok(engine) => docker_engine(&mut r, &engine, image_name).await,
     }
     disk(&mut r, "temp disk", &std::env::temp_dir());
     if r.failures == 0 {
@@ -500,6 +433,105 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
                 }
             }
         }
+    }
+}
+
+/// The engine's part of `doctor`: which engine, what it enforces, its storage, the image.
+/// The engine's OCI runtimes, and whether gVisor is among them (the `untrusted` profile
+/// uses it when it is).
+fn runtimes(r: &mut Report, info: bollard::models::SystemInfo) {
+    let mut runtimes: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+    runtimes.sort();
+    let default = info.default_runtime.unwrap_or_default();
+    let listed = format!(
+        "{} (default {default}; choose with --runtime)",
+        runtimes.join(", ")
+    );
+    if runtimes.iter().any(|n| n == "runsc") {
+        r.ok(
+            "runtimes",
+            format!("{listed}; runsc (gVisor) is there, and the untrusted profile uses it"),
+        );
+    } else {
+        r.ok("runtimes", listed);
+        r.warn(
+            "gVisor",
+            "no runsc runtime: the untrusted profile runs on the engine's default; to add it: apt-get install runsc, \"runtimes\": {\"runsc\": {\"path\": \"/usr/bin/runsc\"}} in /etc/docker/daemon.json, restart dockerd",
+        );
+    }
+}
+
+async fn docker_engine(r: &mut Report, engine: &engine::Engine, image_name: &str) {
+    r.ok(
+        "engine",
+        format!("{} (API {})", engine.describe(), engine.api),
+    );
+    if let Ok(info) = engine.docker.info().await {
+        let cgroups = format!(
+            "cgroup {} with the {} driver",
+            info.cgroup_version
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            info.cgroup_driver
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        );
+        if engine.unenforced.is_empty() {
+            r.ok(
+                "cgroups",
+                format!("{cgroups}; memory, CPU and pids limits enforced"),
+            );
+        } else {
+            r.warn(
+                "cgroups",
+                format!(
+                    "{cgroups}; the engine cannot enforce the {} limit(s) (a rootless Podman \
+                     gets no cgroup controllers on cgroup v1 or without systemd delegation): \
+                     run rootful, or on cgroup v2 with delegated controllers",
+                    engine.unenforced.join(", ")
+                ),
+            );
+        }
+        r.ok(
+            "storage",
+            format!(
+                "{} in {}",
+                info.driver.clone().unwrap_or_default(),
+                info.docker_root_dir.clone().unwrap_or_default()
+            ),
+        );
+        if let Some(dir) = info.docker_root_dir.clone() {
+            disk(r, "engine disk", Path::new(&dir));
+        }
+        runtimes(r, info);
+    }
+    if let Some(limits) = engine.ulimits() {
+        let shown: Vec<String> = limits
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}",
+                    l.name.as_deref().unwrap_or_default(),
+                    l.hard.unwrap_or_default()
+                )
+            })
+            .collect();
+        r.ok(
+            "rlimits",
+            format!(
+                "containers ask for the engine's own hard limits: {}",
+                shown.join(", ")
+            ),
+        );
+    }
+    if image::exists(&engine.docker, image_name).await {
+        r.ok("image", image_name);
+    } else {
+        r.fail(
+            "image",
+            format!("{image_name} is missing"),
+            "runner image build",
+        );
     }
 }
 

@@ -2,6 +2,10 @@
 //! test runs: starts `dockerd` if it is installed but not running, builds the image with
 //! `runner image build` if it is missing. Never skips: without an engine the test fails
 //! and says how to get one.
+//!
+//! A test binary may instead run every docker test against another engine (rootful Podman
+//! today): [`use_engine`] starts it once, copies the image over, and sets DOCKER_HOST for
+//! this process and the runner processes it starts, which is how runner finds an engine.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -14,10 +18,10 @@ pub const IMAGE: &str = runner::sandbox::spec::DEFAULT_IMAGE;
 
 /// Status code of a GET on the engine's socket, `None` when nothing answers.
 fn get(path: &str) -> Option<u16> {
-    get_on(SOCKET, path)
+    get_at(SOCKET, path)
 }
 
-fn get_on(socket: &str, path: &str) -> Option<u16> {
+fn get_at(socket: &str, path: &str) -> Option<u16> {
     let mut s = UnixStream::connect(socket).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n").ok()?;
@@ -37,10 +41,14 @@ pub fn close_inherited() {
 }
 
 fn engine_answers() -> bool {
-    get("/_ping") == Some(200)
+    engine_answers_at(SOCKET)
 }
 
-fn lock(name: &str) -> std::fs::File {
+pub fn engine_answers_at(socket: &str) -> bool {
+    get_at(socket, "/_ping") == Some(200)
+}
+
+pub fn lock(name: &str) -> std::fs::File {
     let f = std::fs::File::create(std::env::temp_dir().join(name)).expect("lock file");
     f.lock().expect("lock");
     f
@@ -130,14 +138,15 @@ fn start_engine() {
     }
 }
 
-fn ensure_image() {
+fn ensure_image_at(socket: &str) {
     let _l = lock("runner-test-image.lock");
-    if get(&format!("/images/{IMAGE}/json")) == Some(200) {
+    if get_at(socket, &format!("/images/{IMAGE}/json")) == Some(200) {
         return;
     }
     ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
         .args(["image", "build"])
+        .env("DOCKER_HOST", format!("unix://{socket}"))
         .status()
         .expect("run runner image build");
     assert!(status.success(), "runner image build failed ({status})");
@@ -239,7 +248,7 @@ pub fn docker() {
         if !engine_answers() {
             start_engine();
         }
-        ensure_image();
+        ensure_image_at(SOCKET);
     });
 }
 
@@ -556,7 +565,7 @@ pub fn runsc_engine() -> String {
 
 /// Answers, and has runsc registered.
 fn runsc_answers(socket: &str) -> bool {
-    get_on(socket, "/_ping") == Some(200)
+    get_at(socket, "/_ping") == Some(200)
         && std::process::Command::new("docker")
             .args([
                 "-H",
@@ -653,7 +662,7 @@ fn start_runsc_engine(socket: &str) {
 
 /// The machine engine's sandbox image, on the engine at `host` too (copied when it is
 /// missing there or differs).
-fn copy_image_to(host: &str) {
+pub fn copy_image_to(host: &str) {
     let id = |h: Option<&str>| {
         let mut c = std::process::Command::new("docker");
         if let Some(h) = h {

@@ -11,6 +11,7 @@ pub mod allowlist;
 pub mod engine;
 pub mod escape;
 pub mod outside;
+pub mod podman;
 pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;

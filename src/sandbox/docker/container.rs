@@ -215,7 +215,11 @@ pub async fn remove(docker: &Docker, id: &str) {
     let _ = docker.remove_container(id, Some(opts)).await;
 }
 
-pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
+pub async fn open_container(
+    engine: &super::engine::Engine,
+    spec: &SandboxSpec,
+) -> Result<Sandbox, SandboxError> {
+    let docker = &engine.docker;
     let worktree = local::absolute(&spec.worktree)?;
     let worktree = std::fs::canonicalize(&worktree).unwrap_or(worktree);
     let inside: PathBuf = spec
@@ -258,7 +262,7 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
                 e,
             ))
         })?;
-    let body = container_body(
+    let mut body = container_body(
         spec,
         runtime.as_deref(),
         &worktree,
@@ -267,6 +271,11 @@ pub async fn open_container(docker: &Docker, spec: &SandboxSpec) -> Result<Sandb
         &run_id,
         cmd,
     );
+    if let Some(host) = body.host_config.as_mut() {
+        host.ulimits = engine.ulimits();
+        host.userns_mode = engine.userns_mode();
+    }
+    body.user = Some(engine.container_user());
     let name = format!("runner-{run_id}");
     let created = docker
         .create_container(

@@ -1,34 +1,395 @@
-//! Reaching the Docker engine, with errors that say how to make it answer.
+//! Reaching the container engine — Docker, or Podman through its Docker-compatible API —
+//! with errors that say how to make it answer.
+//!
+//! With no host given and no DOCKER_HOST, runner looks for an engine by itself: Docker's
+//! socket first, then rootful Podman's, then the calling user's rootless Podman. The first
+//! that answers is used, so a machine with only Podman needs no setting.
 
-use bollard::Docker;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::sandbox::spec::DEFAULT_RUNTIME;
+use bollard::{API_DEFAULT_VERSION, Docker};
 
-/// Connects (DOCKER_HOST or the local socket) and negotiates the API version down to what
-/// the engine speaks (20.10 speaks 1.41); the negotiation's request is the check that the
-/// engine answers.
+/// Docker's socket, the first place runner looks.
+pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+/// Rootful Podman's socket (`podman system service` as root).
+pub const PODMAN_SOCKET: &str = "/run/podman/podman.sock";
+
+/// bollard's own request timeout, kept for sockets runner finds itself.
+const TIMEOUT_SECS: u64 = 120;
+
+/// Connects (the given host, else DOCKER_HOST, else the first local engine that answers)
+/// and negotiates the API version down to what the engine speaks (20.10 and Podman 4
+/// speak 1.41); the negotiation's request is the check that the engine answers.
 pub async fn connect() -> Result<Docker, String> {
     connect_to(None).await
 }
 
-/// Connects to `host` (`unix:///path`, `tcp://host:port`; `None`: DOCKER_HOST or the local
-/// socket), as [`connect`] does.
+/// Connects to `host` (`unix:///path`, `tcp://host:port`; `None`: DOCKER_HOST or the first
+/// local engine that answers), as [`connect`] does.
 pub async fn connect_to(host: Option<&str>) -> Result<Docker, String> {
-    let docker = match host {
-        Some(h) => Docker::connect_with_host(h)
-            .map_err(|e| format!("cannot reach the Docker engine at {h}: {e}"))?,
-        None => Docker::connect_with_defaults().map_err(|e| {
-            format!("cannot reach the Docker engine: {e}. Start it (`dockerd &` or `systemctl start docker`) or set DOCKER_HOST")
-        })?,
+    Ok(reach(host).await?.0)
+}
+
+/// The engine and the address it was reached at.
+async fn reach(host: Option<&str>) -> Result<(Docker, String), String> {
+    if let Some(h) = host {
+        let docker = Docker::connect_with_host(h)
+            .map_err(|e| format!("cannot reach the engine at {h}: {e}"))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| format!("the engine at {h} does not answer: {e}"))?;
+        return Ok((docker, h.to_string()));
+    }
+    if let Ok(h) = std::env::var("DOCKER_HOST")
+        && !h.is_empty()
+    {
+        // bollard reads DOCKER_HOST (and DOCKER_CERT_PATH for TLS) itself.
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| format!("cannot reach the engine at DOCKER_HOST={h}: {e}"))?;
+        let docker = docker.negotiate_version().await.map_err(|e| {
+            format!("the engine at DOCKER_HOST={h} does not answer: {e}. Start it, or unset DOCKER_HOST to use a local one")
+        })?;
+        return Ok((docker, h));
+    }
+    discover().await
+}
+
+/// The sockets runner tries, in order, when nothing names one: Docker's, rootful Podman's,
+/// then this user's rootless Podman (`$XDG_RUNTIME_DIR/podman/podman.sock`).
+pub fn local_sockets() -> Vec<PathBuf> {
+    let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        // SAFETY: plain syscall.
+        .unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", unsafe { libc::getuid() })));
+    vec![
+        PathBuf::from(DOCKER_SOCKET),
+        PathBuf::from(PODMAN_SOCKET),
+        runtime_dir.join("podman/podman.sock"),
+    ]
+}
+
+/// The first local socket whose engine answers; an error that says what each one did.
+async fn discover() -> Result<(Docker, String), String> {
+    let mut tried = Vec::new();
+    for socket in local_sockets() {
+        if !socket.exists() {
+            tried.push(format!("{} (no such socket)", socket.display()));
+            continue;
+        }
+        let path = socket.display().to_string();
+        let answer = async {
+            let docker = Docker::connect_with_unix(&path, TIMEOUT_SECS, API_DEFAULT_VERSION)
+                .map_err(|e| e.to_string())?;
+            // A socket nobody serves refuses at once; one whose engine hangs gets a while.
+            tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
+                .await
+                .map_err(|_| "no answer within 10 s".to_string())?
+                .map_err(|e| e.to_string())
+        };
+        match answer.await {
+            Ok(docker) => return Ok((docker, format!("unix://{path}"))),
+            Err(e) => tried.push(format!("{path} ({e})")),
+        }
+    }
+    Err(format!(
+        "no container engine answers: tried {}. Start Docker (`dockerd &`; Debian: `apt-get \
+         install docker.io`) or Podman (`podman system service --time=0 &`; Debian: `apt-get \
+         install podman`), or point DOCKER_HOST at a running engine",
+        tried.join(", ")
+    ))
+}
+
+/// Which engine speaks the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Docker,
+    Podman,
+}
+
+/// An engine reached and identified: what it is, where, and what it can enforce. A sandbox
+/// container's configuration depends on it (see [`Engine::ulimits`]).
+#[derive(Clone)]
+pub struct Engine {
+    pub docker: Docker,
+    /// Where it was reached: `unix:///…`, `tcp://…`.
+    pub host: String,
+    pub kind: Kind,
+    pub version: String,
+    /// The Docker API version it speaks.
+    pub api: String,
+    /// A rootless Podman (an unprivileged user's own service).
+    pub rootless: bool,
+    /// The resource limits it cannot enforce ("memory", "CPU", "pids"): a rootless Podman
+    /// on cgroup v1, or without delegated controllers, ignores them.
+    pub unenforced: Vec<&'static str>,
+    /// The uid and gid of the engine's own process, when it runs on this machine.
+    pub owner: Option<(u32, u32)>,
+    /// The hard RLIMIT_NOFILE and RLIMIT_NPROC of the engine's own process, when it runs on
+    /// this machine and can be read; otherwise this process's.
+    pub hard_limits: HardLimits,
+}
+
+/// Hard resource limits of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HardLimits {
+    pub nofile: u64,
+    pub nproc: u64,
+}
+
+impl Engine {
+    /// Connects as [`connect_to`] does, then asks the engine what it is.
+    pub async fn open(host: Option<&str>) -> Result<Engine, String> {
+        let (docker, host) = reach(host).await?;
+        let version = docker
+            .version()
+            .await
+            .map_err(|e| format!("the engine at {host} does not say what it is: {e}"))?;
+        let podman = version
+            .components
+            .iter()
+            .flatten()
+            .find(|c| c.name.contains("Podman"));
+        let socket = host.strip_prefix("unix://").map(PathBuf::from);
+        let peer = socket.as_deref().and_then(peer);
+        let hard_limits = peer
+            .as_ref()
+            .and_then(|p| p.limits)
+            .unwrap_or_else(own_hard_limits);
+        let mut engine = Engine {
+            kind: if podman.is_some() {
+                Kind::Podman
+            } else {
+                Kind::Docker
+            },
+            version: podman
+                .map(|c| c.version.clone())
+                .or(version.version)
+                .unwrap_or_default(),
+            api: version.api_version.clone().unwrap_or_default(),
+            rootless: false,
+            unenforced: Vec::new(),
+            hard_limits,
+            owner: peer.map(|p| (p.uid, p.gid)),
+            docker,
+            host,
+        };
+        engine.find_unenforced(socket.as_deref()).await;
+        Ok(engine)
+    }
+
+    /// Fills `rootless` and `unenforced`. Podman's Docker-compatible `/info` claims every
+    /// limit even where it ignores them, so its own `/libpod/info` is asked instead (it
+    /// lists the cgroup controllers containers get); Docker's `/info` is truthful.
+    async fn find_unenforced(&mut self, socket: Option<&Path>) {
+        let (memory, cpu, pids) = match self.kind {
+            Kind::Podman => {
+                let Some(info) = socket.and_then(libpod_info) else {
+                    return;
+                };
+                let host = &info["host"];
+                self.rootless = host["security"]["rootless"].as_bool().unwrap_or(false);
+                let has = |name: &str| {
+                    host["cgroupControllers"]
+                        .as_array()
+                        .is_some_and(|c| c.iter().any(|v| v == name))
+                };
+                (has("memory"), has("cpu"), has("pids"))
+            }
+            Kind::Docker => match self.docker.info().await {
+                Ok(info) => (
+                    info.memory_limit.unwrap_or(true),
+                    info.cpu_cfs_quota.unwrap_or(true),
+                    info.pids_limit.unwrap_or(true),
+                ),
+                Err(_) => return,
+            },
+        };
+        for (enforced, name) in [(memory, "memory"), (cpu, "CPU"), (pids, "pids")] {
+            if !enforced {
+                self.unenforced.push(name);
+            }
+        }
+    }
+
+    /// "Docker 20.10.24" or "Podman 4.3.1 (rootless)", with where it was reached.
+    pub fn describe(&self) -> String {
+        let name = match self.kind {
+            Kind::Docker => "Docker",
+            Kind::Podman => "Podman",
+        };
+        let rootless = if self.rootless { " (rootless)" } else { "" };
+        format!("{name} {}{rootless} at {}", self.version, self.host)
+    }
+
+    /// The rlimits a container asks for. Podman sets RLIMIT_NOFILE and RLIMIT_NPROC to the
+    /// kernel's maximum when not told otherwise, and the OCI runtime then fails to start
+    /// the container wherever the engine may not raise its own hard limits (no
+    /// CAP_SYS_RESOURCE): "error setting rlimit type 7: operation not permitted". So on
+    /// Podman the container asks for the engine's own hard limits, which are always
+    /// allowed. Docker passes its own
+    /// limits on by itself: nothing is asked there.
+    pub fn ulimits(&self) -> Option<Vec<bollard::models::ResourcesUlimits>> {
+        if self.kind != Kind::Podman {
+            return None;
+        }
+        let limit = |name: &str, value: u64| bollard::models::ResourcesUlimits {
+            name: Some(name.into()),
+            soft: Some(value.min(i64::MAX as u64) as i64),
+            hard: Some(value.min(i64::MAX as u64) as i64),
+        };
+        Some(vec![
+            limit("nofile", self.hard_limits.nofile),
+            limit("nproc", self.hard_limits.nproc),
+        ])
+    }
+}
+
+impl Engine {
+    /// The user namespace a container asks for. A rootless Podman maps the user it runs as
+    /// to root in the container and every other uid to a subordinate one that owns nothing
+    /// here, so the sandbox could not write the worktree; `keep-id` maps that user's uid to
+    /// itself, as on Docker, where the container's uid is the host's.
+    pub fn userns_mode(&self) -> Option<String> {
+        self.keeps_id().then(|| "keep-id".to_string())
+    }
+
+    /// The `uid:gid` commands run as. Docker and rootful Podman: ours, so files the sandbox
+    /// makes are ours. Rootless Podman: the user the engine runs as, the only one whose
+    /// files its containers can write (the same as ours when we started it).
+    pub fn container_user(&self) -> String {
+        // SAFETY: plain syscalls.
+        let ours = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = match self.owner {
+            Some(owner) if self.keeps_id() => owner,
+            _ => ours,
+        };
+        format!("{uid}:{gid}")
+    }
+
+    fn keeps_id(&self) -> bool {
+        self.kind == Kind::Podman && self.rootless
+    }
+}
+
+/// This process's hard limits, capped at what fits an i64.
+fn own_hard_limits() -> HardLimits {
+    let hard = |resource| {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we own.
+        let ok = unsafe { libc::getrlimit(resource, &mut rl) } == 0;
+        if ok {
+            rl.rlim_max.min(i64::MAX as u64)
+        } else {
+            1024
+        }
     };
-    let docker = docker.negotiate_version().await.map_err(|e| match host {
-        Some(h) => format!("the Docker engine at {h} does not answer: {e}"),
-        None => format!(
-            "the Docker engine does not answer: {e}. Is dockerd running? Start it with `dockerd &` \
-             (Debian: `apt-get install docker.io`), or point DOCKER_HOST at a running engine"
-        ),
-    })?;
-    Ok(docker)
+    HardLimits {
+        nofile: hard(libc::RLIMIT_NOFILE),
+        nproc: hard(libc::RLIMIT_NPROC),
+    }
+}
+
+/// The process serving a unix socket: who it runs as, and its hard limits when /proc
+/// shows them.
+struct Peer {
+    uid: u32,
+    gid: u32,
+    limits: Option<HardLimits>,
+}
+
+/// The process serving `socket`, from SO_PEERCRED (the process that listens); `None` when
+/// the socket cannot be reached or says nothing.
+fn peer(socket: &Path) -> Option<Peer> {
+    use std::os::fd::AsRawFd;
+    let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the struct we own.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || cred.pid <= 0 {
+        return None;
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", cred.pid)).ok();
+    Some(Peer {
+        uid: cred.uid,
+        gid: cred.gid,
+        limits: limits.as_deref().and_then(parse_hard_limits),
+    })
+}
+
+/// The hard "Max open files" and "Max processes" of a /proc/PID/limits text ("unlimited"
+/// reads as i64::MAX).
+fn parse_hard_limits(text: &str) -> Option<HardLimits> {
+    let hard = |label: &str| -> Option<u64> {
+        let rest = text.lines().find_map(|l| l.strip_prefix(label))?;
+        match rest.split_whitespace().nth(1)? {
+            "unlimited" => Some(i64::MAX as u64),
+            n => n.parse().ok(),
+        }
+    };
+    Some(HardLimits {
+        nofile: hard("Max open files")?,
+        nproc: hard("Max processes")?,
+    })
+}
+
+/// Podman's own `GET /libpod/info` over its unix socket (bollard speaks only the Docker
+/// API); `None` when it does not answer with JSON.
+fn libpod_info(socket: &Path) -> Option<serde_json::Value> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET /v4.0.0/libpod/info HTTP/1.0\r\nHost: podman\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).ok()?;
+    let at = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    serde_json::from_slice(&response[at + 4..]).ok()
+}
+
+/// Says once per engine and process which limits the engine cannot enforce, so that a
+/// sandbox without them is never a surprise.
+pub fn warn_unenforced(engine: &Engine) {
+    static WARNED: std::sync::Mutex<Option<HashSet<String>>> = std::sync::Mutex::new(None);
+    if engine.unenforced.is_empty() {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if !warned
+        .get_or_insert_with(HashSet::new)
+        .insert(engine.host.clone())
+    {
+        return;
+    }
+    eprintln!(
+        "runner: {} cannot enforce the sandbox's {} limit(s) (no such cgroup controller for \
+         its containers); commands run without them. `runner sandbox doctor` says more",
+        engine.describe(),
+        engine.unenforced.join(", ")
+    );
 }
 
 /// The engine's OCI runtimes (sorted) and its default one, from `docker info`.
@@ -87,4 +448,38 @@ pub fn missing_runtime(wanted: &[String], have: &[String], default: Option<&str>
         );
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_hard_limits_of_proc_limits() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                    Max processes             32768                32768                processes \n\
+                    Max open files            1024                 20000                files     \n";
+        assert_eq!(
+            parse_hard_limits(text),
+            Some(HardLimits {
+                nofile: 20000,
+                nproc: 32768
+            })
+        );
+        let unlimited = text.replace(
+            "32768                processes",
+            "unlimited            processes",
+        );
+        assert_eq!(
+            parse_hard_limits(&unlimited).unwrap().nproc,
+            i64::MAX as u64
+        );
+        assert_eq!(parse_hard_limits("Max open files 1 2 files\n"), None);
+    }
+
+    #[test]
+    fn own_process_limits_match_proc_self() {
+        let text = std::fs::read_to_string("/proc/self/limits").unwrap();
+        assert_eq!(parse_hard_limits(&text), Some(own_hard_limits()));
+    }
 }

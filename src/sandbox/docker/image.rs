@@ -43,6 +43,21 @@ pub async fn exists(docker: &Docker, name: &str) -> bool {
     docker.inspect_image(name).await.is_ok()
 }
 
+/// The full name the engine gives the image `name`: `name` itself on Docker, and on Podman,
+/// which files local images under `localhost/` (or an import under `docker.io/library/`),
+/// that longer name. Podman's Docker-compatible build resolves a short `FROM` name on
+/// docker.io alone and pulls it, so the build is given this one. `None`: no such image.
+pub async fn full_name(docker: &Docker, name: &str) -> Option<String> {
+    let image = docker.inspect_image(name).await.ok()?;
+    let tags = image.repo_tags.unwrap_or_default();
+    let suffix = format!("/{name}");
+    tags.iter()
+        .find(|t| *t == name)
+        .or_else(|| tags.iter().find(|t| t.ends_with(&suffix)))
+        .cloned()
+        .or(image.id)
+}
+
 /// Builds `req.tag`; `log` gets progress lines.
 pub async fn build(
     docker: &Docker,
@@ -70,12 +85,15 @@ pub async fn build(
     }
     let context = context_tar(dockerfile, package_list)
         .map_err(|e| format!("cannot pack the build context: {e}"))?;
+    let base = full_name(docker, &req.base)
+        .await
+        .ok_or_else(|| format!("the base {} is not on the engine", req.base))?;
     let opts = BuildImageOptionsBuilder::new()
         .dockerfile("Dockerfile")
         .t(&req.tag)
         .rm(true)
         .forcerm(true)
-        .buildargs(&HashMap::from([("BASE", req.base.as_str())]))
+        .buildargs(&HashMap::from([("BASE", base.as_str())]))
         .labels(&HashMap::from([("runner.image", req.recipe.as_str())]))
         .build();
     let mut stream = docker.build_image(opts, None, Some(bollard::body_full(context.into())));
@@ -189,8 +207,33 @@ pub async fn build_base(
     while let Some(item) = stream.next().await {
         item.map_err(|e| format!("docker import of the base failed: {e}"))?;
     }
+    name_import(docker, repo, tag).await?;
     log(&format!("imported base {name}"));
     Ok(())
+}
+
+/// Makes sure an import answers to `repo:tag`. Podman 4's Docker-compatible import ignores
+/// the tag and names the image `repo:latest`; that name is then moved to the tag asked for.
+async fn name_import(docker: &Docker, repo: &str, tag: &str) -> Result<(), String> {
+    let name = format!("{repo}:{tag}");
+    if exists(docker, &name).await {
+        return Ok(());
+    }
+    let imported = format!("{repo}:latest");
+    let opts = bollard::query_parameters::TagImageOptionsBuilder::new()
+        .repo(repo)
+        .tag(tag)
+        .build();
+    docker.tag_image(&imported, Some(opts)).await.map_err(|e| {
+        format!("cannot name the imported base {name} (it came in as {imported}): {e}")
+    })?;
+    let untag = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
+    let _ = docker.remove_image(&imported, Some(untag), None).await;
+    if exists(docker, &name).await {
+        Ok(())
+    } else {
+        Err(format!("the imported base does not answer to {name}"))
+    }
 }
 
 fn host_sources() -> Vec<std::path::PathBuf> {

@@ -19,14 +19,15 @@ pub use shell::shell;
 pub const SERVER_PATH: &str = "/opt/runner/runner";
 
 pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
-    let docker = engine::connect_to(spec.docker.host.as_deref())
+    let engine = engine::Engine::open(spec.docker.host.as_deref())
         .await
         .map_err(SandboxError::Disconnected)?;
+    engine::warn_unenforced(&engine);
     // Leftovers of runs that died without cleaning up go first, so they never pile up.
-    let _ = cleanup::remove_orphans(&docker).await;
+    let _ = cleanup::remove_orphans(&engine.docker).await;
     match &spec.docker.in_image {
         // The worktree is a directory of that container's image: a sandbox over it.
         Some(task) => task.serve().await,
-        None => open_container(&docker, spec).await,
+        None => open_container(&engine, spec).await,
     }
 }

@@ -49,8 +49,10 @@ where
     F: FnOnce(&crate::sandbox::Sandbox) -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let docker = engine::connect().await?;
-    let sandbox = super::open_container(&docker, spec)
+    let engine = engine::Engine::open(spec.docker.host.as_deref()).await?;
+    engine::warn_unenforced(&engine);
+    let docker = engine.docker.clone();
+    let sandbox = super::open_container(&engine, spec)
         .await
         .map_err(|e| e.to_string())?;
     let kept = with_sandbox(&sandbox).await?;
