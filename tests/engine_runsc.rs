@@ -16,15 +16,15 @@ use common::escape;
 
 const BACKEND: Backend = Backend::Docker;
 
-/// Known holes under gVisor (Debian's runsc 0.0~20221219); each also has an ignored
-/// `HOLE` test below that fails while it is open.
-/// - `proc.server_protocol_pipes`: this gVisor ignores PR_SET_DUMPABLE for
-///   `/proc/PID/fd`, so a command (same user as the server) can open the server's
-///   protocol pipes and write into the stream to the controller (the session then ends
-///   with a framing error).
-/// - `sig.kill_controller_via_ppid_chain`: gVisor delivers SIGKILL to the container's init
-///   from inside its own PID namespace (Linux ignores it), so a command can end its own
-///   sandbox; the host and the controller are untouched.
+// Known holes under gVisor (Debian's runsc 0.0~20221219); each also has an ignored
+// `HOLE` test below that fails while it is open.
+// - `proc.server_protocol_pipes`: this gVisor ignores PR_SET_DUMPABLE for
+//   `/proc/PID/fd`, so a command (same user as the server) can open the server's
+//   protocol pipes and write into the stream to the controller (the session then ends
+//   with a framing error).
+// - `sig.kill_controller_via_ppid_chain`: gVisor delivers SIGKILL to the container's init
+//   from inside its own PID namespace (Linux ignores it), so a command can end its own
+//   sandbox; the host and the controller are untouched.
 escape::escape_suite!(
     BACKEND,
     holes: &["proc.server_protocol_pipes", "sig.kill_controller_via_ppid_chain"],
