@@ -218,7 +218,10 @@ fn the_image_builds_offline_and_runs_eval_against_the_hosts_engine() {
     assert!(diff.contains("+echo $(($1 + $2))"), "diff.patch:\n{diff}");
     assert!(
         !out.join(".work").exists()
-            || std::fs::read_dir(out.join(".work")).unwrap().next().is_none(),
+            || std::fs::read_dir(out.join(".work"))
+                .unwrap()
+                .next()
+                .is_none(),
         "worktrees left behind"
     );
 

@@ -197,8 +197,8 @@ pub fn in_container() -> bool {
 /// replaced, never changed in place: a container still mounting it keeps the file it had.
 pub fn server_copy(dir: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find the runner executable: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the runner executable: {e}"))?;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let dest = dir.join("runner");
     let made = (|| {
