@@ -52,6 +52,10 @@ pub struct SessionOptions {
     /// The root is a private worktree of runner's own (an evaluation attempt's), not a
     /// checkout the user runs git in: repositories made there are left as they are.
     pub private_worktree: bool,
+    /// The runner binary sandbox containers mount as their server, where this executable
+    /// is not at that path on the engine's host (runner in a container, see
+    /// [`crate::sandbox::spec::IN_CONTAINER_ENV`]); `None`: this executable.
+    pub server_exe: Option<PathBuf>,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -158,6 +162,20 @@ impl SessionOptions {
             spec.network = task.network();
             spec.worktree = task.workdir().to_path_buf();
             spec.docker.in_image = Some(task.clone());
+        }
+        match &self.server_exe {
+            Some(exe) => spec.server_exe = exe.clone(),
+            None if spec.backend == BackendKind::Docker
+                && spec.docker.in_image.is_none()
+                && crate::sandbox::spec::in_container() =>
+            {
+                return Err(OpenError::Sandbox(format!(
+                    "runner runs in a container ({} is set): the engine would mount {} and the worktree from its own host, not from here; in this image use `runner eval` (its out folder mounted at the same path), or run runner on the host",
+                    crate::sandbox::spec::IN_CONTAINER_ENV,
+                    spec.server_exe.display()
+                )));
+            }
+            None => {}
         }
         Ok(spec)
     }

@@ -389,6 +389,7 @@ pub(super) fn session_options_for(
     s.config = options.config.clone();
     // Nobody watches an evaluation: what a rule would ask is refused.
     s.ask = Some(crate::config::profile::AskMode::Deny);
+    s.server_exe = options.server_exe.clone();
     s
 }
 

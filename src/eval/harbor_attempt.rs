@@ -287,7 +287,7 @@ fn task_image(
             Network::None
         },
         read_only: vec![outputs.to_path_buf()],
-        server_exe: spec.server_exe,
+        server_exe: options.server_exe.clone().unwrap_or(spec.server_exe),
         engine_is_local: engine.local,
     })
 }

@@ -71,6 +71,10 @@ pub struct EvalOptions {
     pub progress: bool,
     /// Docker engines to spread tasks over (`--docker-host`); empty: the default one.
     pub docker_hosts: Vec<String>,
+    /// The runner binary sandbox containers mount; `None`: this executable. Set by [`run`]
+    /// to a copy in the out folder when runner runs in a container
+    /// ([`crate::sandbox::spec::IN_CONTAINER_ENV`]).
+    pub server_exe: Option<PathBuf>,
 }
 
 impl EvalOptions {
@@ -95,6 +99,7 @@ impl EvalOptions {
             infra_retries: 2,
             progress: false,
             docker_hosts: Vec::new(),
+            server_exe: None,
         }
     }
 
@@ -124,7 +129,7 @@ pub struct Report {
 
 /// Runs every task set into `options.out` and writes `summary.json` and
 /// `predictions.jsonl`. Attempts already finished there are not run again.
-pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report, String> {
+pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Report, String> {
     if options.agent == AgentKind::Model && options.model.is_none() {
         return Err("no model: pass --model provider/model, or --agent oracle to run the tasks' own solutions".into());
     }
@@ -175,6 +180,13 @@ pub async fn run(options: EvalOptions, stop: CancellationToken) -> Result<Report
         return Err(format!(
             "the engine {far} is not reached through a Unix socket, so it may not see this machine's files, and JSON-lines tasks mount their worktree from here; run them on local engines, or use Harbor task folders (their files live in the image)"
         ));
+    }
+    // In a container, this executable is not on the engine's host: the sandboxes mount a
+    // copy in the out folder, which the attempts' worktrees already need at the same path.
+    if on_docker && options.server_exe.is_none() && crate::sandbox::spec::in_container() {
+        options.server_exe = Some(crate::sandbox::spec::server_copy(
+            &options.out.join(".server"),
+        )?);
     }
     let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
     for l in &loaded {

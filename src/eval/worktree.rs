@@ -48,17 +48,14 @@ fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), String> {
         .arg(dest)
         .run(&format!("clone {repo}"))?;
         let target = commit.unwrap_or("HEAD");
-        git(
-            Some(dest),
-            &[
-                "checkout",
-                "--quiet",
-                "--detach",
-                "--end-of-options",
-                target,
-            ],
-        )
-        .run(&format!("check out {target} of {repo}"))
+        // A commit from the task file must not read as an option. Refused here rather than
+        // with `--end-of-options`, which the `git checkout` of Debian bookworm (2.39, in
+        // runner's own image) takes for the commit and then fails.
+        if target.starts_with('-') {
+            return Err(format!("{target:?} is not a commit"));
+        }
+        git(Some(dest), &["checkout", "--quiet", "--detach", target])
+            .run(&format!("check out {target} of {repo}"))
     } else {
         if commit.is_some() {
             return Err(format!(
@@ -229,5 +226,18 @@ mod tests {
         );
         assert_eq!(base, first.trim());
         assert!(!ws.work().join(".git/objects/info/alternates").exists());
+
+        // A "commit" that would read as an option of `git checkout` is refused, not run.
+        let refused = create(
+            &s.display().to_string(),
+            Some("--orphan=x"),
+            out.path(),
+            "u",
+            None,
+        );
+        let Err(e) = refused else {
+            panic!("an option taken for a commit")
+        };
+        assert!(e.contains("is not a commit"), "{e}");
     }
 }

@@ -187,6 +187,47 @@ impl Default for DockerSpec {
     }
 }
 
+/// Set (by the runner image's Dockerfile, or by hand) when runner itself runs in a
+/// container and drives the host's engine through its mounted socket. The engine resolves
+/// every bind mount on its own host, so runner's own executable (`/usr/local/bin/runner` in
+/// the image) is not what it would mount as the sandbox server: `runner eval` then copies
+/// itself into the out folder, which must be mounted at the same path anyway (the attempts'
+/// worktrees live there), and other commands refuse the docker backend with the reason.
+pub const IN_CONTAINER_ENV: &str = "RUNNER_IN_CONTAINER";
+
+/// Whether [`IN_CONTAINER_ENV`] is set to anything but empty or `0`.
+pub fn in_container() -> bool {
+    std::env::var_os(IN_CONTAINER_ENV).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Copies this executable to `dir/runner` (mode 0755, written whole or not at all) for
+/// sandbox containers to mount when runner runs in a container ([`IN_CONTAINER_ENV`]):
+/// `dir` must be at the same path on the engine's host. A copy of an earlier run is
+/// replaced, never changed in place: a container still mounting it keeps the file it had.
+pub fn server_copy(dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the runner executable: {e}"))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let dest = dir.join("runner");
+    let made = (|| {
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::copy(&mut std::fs::File::open(&exe)?, tmp.as_file_mut())?;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o755))?;
+        tmp.persist(&dest).map_err(|e| e.error)?;
+        std::io::Result::Ok(())
+    })();
+    made.map_err(|e| {
+        format!(
+            "cannot copy {} to {} for the sandbox containers to mount: {e}",
+            exe.display(),
+            dest.display()
+        )
+    })?;
+    Ok(dest)
+}
+
 impl SandboxSpec {
     /// A spec with the defaults for `backend`, served by this very executable.
     pub fn new(backend: BackendKind, worktree: &Path) -> std::io::Result<SandboxSpec> {

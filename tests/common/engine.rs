@@ -152,6 +152,29 @@ fn ensure_image_at(socket: &str) {
     assert!(status.success(), "runner image build failed ({status})");
 }
 
+/// The Debian base `runner image build` makes offline (mmdebstrap + `docker import`): the
+/// default base of the top-level Dockerfile. Made with `runner image build` when missing
+/// (it makes the base only when the engine lacks it), after the sandbox image is there.
+pub fn ensure_base() {
+    docker();
+    let base = runner::sandbox::docker::image::DEFAULT_BASE;
+    let _l = lock("runner-test-image.lock");
+    if get(&format!("/images/{base}/json")) == Some(200) {
+        return;
+    }
+    ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["image", "build"])
+        .status()
+        .expect("run runner image build");
+    assert!(status.success(), "runner image build failed ({status})");
+    assert_eq!(
+        get(&format!("/images/{base}/json")),
+        Some(200),
+        "runner image build left no {base}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Test engines: which engine, and which OCI runtime, a test binary's docker tests run on
 // ---------------------------------------------------------------------------------------
