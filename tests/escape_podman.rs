@@ -30,9 +30,10 @@ async fn tools_agree_with_the_reference() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sandbox_runs_on_podman() {
     on_podman();
-    let engine = runner::sandbox::docker::engine::Engine::open(None)
-        .await
-        .expect("the engine answers");
+    let engine =
+        runner::sandbox::docker::engine::Engine::open(common::engine::engine().host.as_deref())
+            .await
+            .expect("the engine answers");
     assert_eq!(engine.kind, runner::sandbox::docker::engine::Kind::Podman);
     assert!(engine.host.ends_with(common::podman::ROOTFUL_SOCKET));
     let lab = escape::Lab::new(BACKEND);

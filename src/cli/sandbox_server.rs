@@ -183,6 +183,17 @@ pub fn run(args: ServerArgs) -> u8 {
             return super::exit::FAILED;
         }
     }
+    // In a container (seccomp without landlock) the image may lack a shell; say so now
+    // rather than fail every command later.
+    if args.seccomp
+        && args.confine.is_none()
+        && !["/bin/bash", "/bin/sh"]
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
+    {
+        eprintln!("{}", crate::sandbox::start_error::NO_SHELL_MARK);
+        return super::exit::FAILED;
+    }
     if args.seccomp
         && args.confine.is_none()
         && let Err(e) = confine::seccomp_only(args.network)

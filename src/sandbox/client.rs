@@ -34,6 +34,9 @@ pub enum SandboxError {
     Disconnected(String),
     #[error("sandbox protocol error: {0}")]
     Protocol(String),
+    /// The sandbox never started (no session was lost).
+    #[error(transparent)]
+    Start(#[from] crate::sandbox::start_error::SandboxStartError),
 }
 
 type Pending = Mutex<HashMap<u64, mpsc::UnboundedSender<Response>>>;

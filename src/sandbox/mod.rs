@@ -15,6 +15,7 @@ pub mod owner;
 pub mod server;
 pub mod spec;
 pub(crate) mod splice;
+pub mod start_error;
 pub mod worktree_guard;
 
 use std::path::{Path, PathBuf};

@@ -47,6 +47,7 @@ fn start_rootful() {
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
+            super::engine::close_inherited();
             libc::setsid();
             Ok(())
         });
@@ -76,11 +77,20 @@ pub struct Rootless {
     pub env: Vec<(String, String)>,
 }
 
+/// Runs `cmd` with `sh -c`. What it starts in the background must not keep the test
+/// process's descriptors (a lock cargo runs under would be held as long as it runs).
 fn sh(cmd: &str) -> bool {
-    std::process::Command::new("sh")
-        .args(["-c", cmd])
-        .status()
-        .is_ok_and(|s| s.success())
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new("sh");
+    c.args(["-c", cmd]);
+    // SAFETY: close_range only, between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            super::engine::close_inherited();
+            Ok(())
+        });
+    }
+    c.status().is_ok_and(|s| s.success())
 }
 
 fn id_of(flag: &str) -> Option<u32> {
@@ -146,7 +156,9 @@ pub fn rootless() -> &'static Rootless {
             let log = std::env::temp_dir().join("runner-test-podman-rootless.log");
             assert!(
                 sh(&format!(
-                    "setsid {as_user} podman system service --time=0 > {} 2>&1 < /dev/null &",
+                    "cd / && setsid runuser -u {ROOTLESS_USER} -- env HOME={home} XDG_RUNTIME_DIR={} \
+                     podman system service --time=0 > {} 2>&1 < /dev/null &",
+                    env[1].1,
                     log.display()
                 )),
                 "cannot start {ROOTLESS_USER}'s podman service"
@@ -165,7 +177,7 @@ pub fn rootless() -> &'static Rootless {
         if !sh(&format!("{as_user} podman image exists {image}")) {
             super::engine::docker();
             assert!(
-                sh(&format!("docker save {image} | {as_user} podman load -q >/dev/null")),
+                sh(&format!("docker save {image} | ({as_user} podman load -q) >/dev/null")),
                 "cannot load {image} into {ROOTLESS_USER}'s storage"
             );
         }

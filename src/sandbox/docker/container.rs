@@ -17,6 +17,7 @@ use tokio::io::AsyncWriteExt;
 use super::SERVER_PATH;
 use crate::sandbox::local::{self, Keepalive};
 use crate::sandbox::spec::{Network, SandboxSpec};
+use crate::sandbox::start_error::{NO_SHELL_MARK, SandboxStartError};
 use crate::sandbox::worktree_guard::WorktreeGuard;
 use crate::sandbox::{BackendKind, Sandbox, SandboxError};
 
@@ -256,12 +257,7 @@ pub async fn open_container(
     }
     let runtime = super::engine::choose_runtime(docker, &spec.docker.runtime)
         .await
-        .map_err(|e| {
-            SandboxError::Api(crate::sandbox::api::ApiError::new(
-                crate::sandbox::api::ErrorKind::InvalidArgument,
-                e,
-            ))
-        })?;
+        .map_err(SandboxStartError::MissingRuntime)?;
     let mut body = container_body(
         spec,
         runtime.as_deref(),
@@ -286,11 +282,11 @@ pub async fn open_container(
         .map_err(|e| match &e {
             bollard::errors::Error::DockerResponseServerError {
                 status_code: 404, ..
-            } => SandboxError::Disconnected(format!(
-                "docker: the sandbox image {} is missing: build it with `runner image build`, \
-                     or name another image in the profile ({e})",
-                spec.docker.image
-            )),
+            } => SandboxStartError::MissingImage {
+                image: spec.docker.image.clone(),
+                engine: engine.describe(),
+            }
+            .into(),
             _ => docker_error("cannot create the sandbox container", e),
         })?;
     let container = ContainerGuard {
@@ -302,7 +298,17 @@ pub async fn open_container(
         Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories)),
         Box::new(container),
     ];
-    serve(docker, &created.id, inside, container_env(spec), guards).await
+    serve(docker, &created.id, inside, container_env(spec), guards)
+        .await
+        .map_err(|e| match e {
+            SandboxError::Disconnected(why) if why.contains(NO_SHELL_MARK) => {
+                SandboxStartError::NoShell {
+                    image: spec.docker.image.clone(),
+                }
+                .into()
+            }
+            e => e,
+        })
 }
 
 /// Starts a created (or stopped) container whose main process is the server and connects

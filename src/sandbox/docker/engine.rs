@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::sandbox::spec::DEFAULT_RUNTIME;
+use crate::sandbox::start_error::SandboxStartError;
 use bollard::{API_DEFAULT_VERSION, Docker};
 
 /// Docker's socket, the first place runner looks.
@@ -30,32 +31,56 @@ pub async fn connect() -> Result<Docker, String> {
 /// Connects to `host` (`unix:///path`, `tcp://host:port`; `None`: DOCKER_HOST or the first
 /// local engine that answers), as [`connect`] does.
 pub async fn connect_to(host: Option<&str>) -> Result<Docker, String> {
-    Ok(reach(host).await?.0)
+    Ok(reach(host).await.map_err(|e| e.to_string())?.0)
 }
 
 /// The engine and the address it was reached at.
-async fn reach(host: Option<&str>) -> Result<(Docker, String), String> {
+async fn reach(host: Option<&str>) -> Result<(Docker, String), SandboxStartError> {
+    let down = SandboxStartError::EngineDown;
     if let Some(h) = host {
+        refused_to_us(h)?;
         let docker = Docker::connect_with_host(h)
-            .map_err(|e| format!("cannot reach the engine at {h}: {e}"))?;
+            .map_err(|e| down(format!("cannot reach the engine at {h}: {e}")))?;
         let docker = docker
             .negotiate_version()
             .await
-            .map_err(|e| format!("the engine at {h} does not answer: {e}"))?;
+            .map_err(|e| down(format!("the engine at {h} does not answer: {e}")))?;
         return Ok((docker, h.to_string()));
     }
     if let Ok(h) = std::env::var("DOCKER_HOST")
         && !h.is_empty()
     {
+        refused_to_us(&h)?;
         // bollard reads DOCKER_HOST (and DOCKER_CERT_PATH for TLS) itself.
-        let docker = Docker::connect_with_defaults()
-            .map_err(|e| format!("cannot reach the engine at DOCKER_HOST={h}: {e}"))?;
-        let docker = docker.negotiate_version().await.map_err(|e| {
-            format!("the engine at DOCKER_HOST={h} does not answer: {e}. Start it, or unset DOCKER_HOST to use a local one")
-        })?;
+        let not_there = |e: String| {
+            down(format!(
+                "no engine answers at DOCKER_HOST={h} ({e}): start it there, or unset DOCKER_HOST to use a local one"
+            ))
+        };
+        let docker = Docker::connect_with_defaults().map_err(|e| not_there(e.to_string()))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| not_there(e.to_string()))?;
         return Ok((docker, h));
     }
     discover().await
+}
+
+/// A unix socket this user may not open (`EACCES`): the engine may be running, and the
+/// fix is a group or another engine, not starting one.
+fn refused_to_us(host: &str) -> Result<(), SandboxStartError> {
+    let Some(path) = host.strip_prefix("unix://") else {
+        return Ok(());
+    };
+    match std::os::unix::net::UnixStream::connect(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(SandboxStartError::EnginePermission {
+                socket: path.to_string(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The sockets runner tries, in order, when nothing names one: Docker's, rootful Podman's,
@@ -74,14 +99,20 @@ pub fn local_sockets() -> Vec<PathBuf> {
 }
 
 /// The first local socket whose engine answers; an error that says what each one did.
-async fn discover() -> Result<(Docker, String), String> {
+async fn discover() -> Result<(Docker, String), SandboxStartError> {
     let mut tried = Vec::new();
+    let mut refused = None;
     for socket in local_sockets() {
         if !socket.exists() {
             tried.push(format!("{} (no such socket)", socket.display()));
             continue;
         }
         let path = socket.display().to_string();
+        if let Err(e) = refused_to_us(&format!("unix://{path}")) {
+            refused.get_or_insert(e);
+            tried.push(format!("{path} (permission denied)"));
+            continue;
+        }
         let answer = async {
             let docker = Docker::connect_with_unix(&path, TIMEOUT_SECS, API_DEFAULT_VERSION)
                 .map_err(|e| e.to_string())?;
@@ -96,12 +127,16 @@ async fn discover() -> Result<(Docker, String), String> {
             Err(e) => tried.push(format!("{path} ({e})")),
         }
     }
-    Err(format!(
+    // An engine that is there but closed to us is the more useful thing to say.
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    Err(SandboxStartError::EngineDown(format!(
         "no container engine answers: tried {}. Start Docker (`dockerd &`; Debian: `apt-get \
          install docker.io`) or Podman (`podman system service --time=0 &`; Debian: `apt-get \
          install podman`), or point DOCKER_HOST at a running engine",
         tried.join(", ")
-    ))
+    )))
 }
 
 /// Which engine speaks the API.
@@ -143,12 +178,13 @@ pub struct HardLimits {
 
 impl Engine {
     /// Connects as [`connect_to`] does, then asks the engine what it is.
-    pub async fn open(host: Option<&str>) -> Result<Engine, String> {
+    pub async fn open(host: Option<&str>) -> Result<Engine, SandboxStartError> {
         let (docker, host) = reach(host).await?;
-        let version = docker
-            .version()
-            .await
-            .map_err(|e| format!("the engine at {host} does not say what it is: {e}"))?;
+        let version = docker.version().await.map_err(|e| {
+            SandboxStartError::EngineDown(format!(
+                "the engine at {host} does not say what it is: {e}"
+            ))
+        })?;
         let podman = version
             .components
             .iter()

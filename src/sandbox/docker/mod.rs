@@ -19,9 +19,7 @@ pub use shell::shell;
 pub const SERVER_PATH: &str = "/opt/runner/runner";
 
 pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
-    let engine = engine::Engine::open(spec.docker.host.as_deref())
-        .await
-        .map_err(SandboxError::Disconnected)?;
+    let engine = engine::Engine::open(spec.docker.host.as_deref()).await?;
     engine::warn_unenforced(&engine);
     // Leftovers of runs that died without cleaning up go first, so they never pile up.
     let _ = cleanup::remove_orphans(&engine.docker).await;

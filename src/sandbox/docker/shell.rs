@@ -49,7 +49,9 @@ where
     F: FnOnce(&crate::sandbox::Sandbox) -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let engine = engine::Engine::open(spec.docker.host.as_deref()).await?;
+    let engine = engine::Engine::open(spec.docker.host.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
     engine::warn_unenforced(&engine);
     let docker = engine.docker.clone();
     let sandbox = super::open_container(&engine, spec)

@@ -1,0 +1,41 @@
+//! Why a sandbox could not start, one case per thing the user can do something about.
+//!
+//! A sandbox that never started is not a server that died: the session has not begun, and
+//! "start a new session" would only fail the same way. Each case says what happened and
+//! what to do; `runner run` exits with [`crate::agent::exit::SANDBOX`] for all of them.
+
+/// The wall could not be put up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxStartError {
+    /// The engine answered but does not have the image the spec names.
+    #[error(
+        "the sandbox image {image} is not in the engine at {engine}: build it with `runner image build`, \
+         or name another image (--image, or `image` under [sandbox] in the profile)"
+    )]
+    MissingImage { image: String, engine: String },
+    /// The engine's socket is there, but this user may not open it.
+    #[error(
+        "permission denied on the container engine's socket {socket}: this user may not use that engine. \
+         Join the group that owns it (for Docker: `sudo usermod -aG docker $USER`, then log in again), \
+         or run your own rootless Podman (`systemctl --user start podman.socket`), or use --sandbox landlock"
+    )]
+    EnginePermission { socket: String },
+    /// No engine answers where runner looked (the message names each place and why).
+    #[error("{0}")]
+    EngineDown(String),
+    /// The OCI runtime asked for is not registered with the engine.
+    #[error("{0}")]
+    MissingRuntime(String),
+    /// The image has no shell to run commands with.
+    #[error(
+        "the image {image} has no shell: runner runs every command with /bin/bash or /bin/sh, and the image has neither. \
+         Use an image with a POSIX shell (add busybox-static to it for a small one), or `runner image build`"
+    )]
+    NoShell { image: String },
+}
+
+/// What a sandbox server prints (on its stderr, which the controller keeps the tail of)
+/// when the image has no shell, before it exits: the controller finds it there and says
+/// [`SandboxStartError::NoShell`] instead of "the server is gone".
+pub const NO_SHELL_MARK: &str =
+    "runner sandbox-server: no shell in this image (neither /bin/bash nor /bin/sh)";
