@@ -288,6 +288,7 @@ pub(super) async fn finish(
         backend,
         env,
         container_id: None,
+        notes: Vec::new(),
         _keepalive: keepalive,
     })
 }

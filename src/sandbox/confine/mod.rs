@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use crate::sandbox::spec::Network;
 
 pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
+pub use process::{kill_orphans, namespaces_refused};
 pub use seccomp::deny_filter as seccomp_program;
 
 /// Whether seccomp filters apply here, found by applying runner's own filter to a
@@ -55,6 +56,10 @@ pub struct Confinement {
     pub protected: Vec<PathBuf>,
     /// Directories bound onto themselves, so they cannot be renamed (`.git`).
     pub pinned: Vec<PathBuf>,
+    /// Whether to make the mount and PID namespaces. The host says no where the machine
+    /// refuses them ([`namespaces_refused`]): landlock and seccomp need none, and the
+    /// protected paths are then kept by copy (see [`crate::sandbox::server::restore`]).
+    pub namespaces: bool,
     pub network: Network,
     pub memory_bytes: u64,
     pub pids: u64,
@@ -85,7 +90,12 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     if !interactive {
         process::leave_terminal()?;
     }
-    let with_pids = process::private_mounts(c)?;
+    let with_pids = if c.namespaces {
+        process::private_mounts(c)?
+    } else {
+        process::become_subreaper()?;
+        false
+    };
     // After the user namespace's maps are written (they need a dumpable process), before
     // the supervisors fork: none of them may be opened through `/proc/PID/fd` by a command.
     process::not_dumpable()?;
