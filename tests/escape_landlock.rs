@@ -169,6 +169,28 @@ fn without_user_namespaces_landlock_starts_says_what_it_gave_up_and_still_confin
     );
     assert!(said(&bare).contains("SECRET-OUTSIDE"), "{}", said(&bare));
     assert!(planted.exists());
+    // `sandbox doctor` says the same, with how to get the namespaces.
+    let doctor = doctor_as_nobody(&base);
+    for part in [
+        "warn  namespaces: none (unshare: Operation not permitted",
+        "Landlock still starts, without them",
+        "--network allowlist is refused. To get them: allow unprivileged user namespaces",
+        "warn  limits: no cgroup",
+    ] {
+        assert!(doctor.contains(part), "{part:?} not in {doctor}");
+    }
+}
+
+fn doctor_as_nobody(base: &Path) -> String {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(common::runner_for_any_user());
+    c.args(["sandbox", "doctor"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .env("HOME", base)
+        .env("TMPDIR", base);
+    common::without_user_namespaces(&mut c);
+    said(&c.output().expect("runner runs"))
 }
 
 /// `--network allowlist` needs a private network namespace (the proxy is the only way out

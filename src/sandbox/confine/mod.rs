@@ -7,8 +7,10 @@
 //! capabilities, then landlock, then seccomp (which forbids the syscalls the earlier steps
 //! used).
 //!
-//! Nothing here falls back: a step that cannot be applied is an error, and the server exits
-//! before serving anything.
+//! Nothing here falls back on its own: a step that cannot be applied is an error, and the
+//! server exits before serving anything. The one choice is the host's, made before the
+//! server starts ([`namespaces_refused`]): where the machine refuses the namespaces, the
+//! server is told to make none, and the host has said what that gives up.
 
 mod landlock;
 mod process;
