@@ -247,6 +247,7 @@ impl SessionOptions {
                 )));
             }
         };
+        rules.notes.extend(sandbox.notes.iter().cloned());
         // Host hooks run where the agent's files are on the host: the checkout, or its copy.
         let host_root = match (&workspace, &self.in_image) {
             (Some(ws), _) => ws.work(),

@@ -56,6 +56,55 @@ impl Report {
     }
 }
 
+/// The mount and PID namespaces, tried the way the server makes them. Without them
+/// landlock still starts, and this says what it goes without.
+fn namespaces(r: &mut Report) {
+    let limits = crate::sandbox::spec::Limits::default();
+    match crate::sandbox::confine::namespaces_refused() {
+        None => r.ok(
+            "namespaces",
+            "mount and PID namespaces: .git/hooks and .git/config read-only, a size-limited \
+             tmpfs as $TMPDIR, a /proc of the sandbox's own, --network allowlist",
+        ),
+        Some(why) => r.warn(
+            "namespaces",
+            format!(
+                "none ({why}). Landlock still starts, without them: .git/hooks, .git/config \
+                 and the other files host git runs are put back after every command and at \
+                 close instead of being read-only; $TMPDIR is a folder on disk (each file up \
+                 to {} MiB, the total not bounded); /proc shows the host's processes; \
+                 --network allowlist is refused. To get them: allow unprivileged user \
+                 namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=0 or an \
+                 AppArmor profile for runner with `userns,`; user.max_user_namespaces > 0), \
+                 or use --sandbox docker",
+                limits.tmp_bytes >> 20
+            ),
+        ),
+    }
+}
+
+/// The cgroup limits a landlock sandbox would get here.
+fn limits(r: &mut Report) {
+    let limits = crate::sandbox::spec::Limits::default();
+    let cg = cgroup::create(&limits);
+    match cgroup::missing_limits(cg.as_ref()) {
+        None => r.ok("limits", "a cgroup per sandbox: memory, processes and CPU"),
+        Some(missing) => r.warn(
+            "limits",
+            format!(
+                "{missing}. To get them: run as root, or give runner a delegated cgroup v2 \
+                 tree (systemd-run --user --scope -p Delegate=yes runner …); runner does \
+                 not use a systemd scope itself yet"
+            ),
+        ),
+    }
+    if let Some(cg) = cg {
+        let dirs = cg.dirs.clone();
+        drop(cg);
+        cgroup::destroy(&dirs);
+    }
+}
+
 async fn doctor(image_name: &str) -> u8 {
     let mut r = Report { failures: 0 };
     println!("landlock backend");
@@ -77,68 +126,8 @@ async fn doctor(image_name: &str) -> u8 {
             "use a kernel built with CONFIG_SECCOMP_FILTER",
         ),
     }
-    // SAFETY: plain syscall.
-    let root = unsafe { libc::geteuid() } == 0;
-    let userns = std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone")
-        .map(|s| s.trim() != "0")
-        .unwrap_or(true)
-        && std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
-            .map(|s| s.trim() != "0")
-            .unwrap_or(true);
-    if root {
-        r.ok(
-            "mount namespace",
-            "running as root: .git/hooks read-only, tmpfs size limit",
-        );
-    } else if userns {
-        r.ok(
-            "user namespaces",
-            "allowed: .git/hooks read-only, tmpfs size limit",
-        );
-    } else {
-        r.fail(
-            "user namespaces",
-            "unprivileged user namespaces are off, so .git/hooks cannot be kept read-only (and /proc shows the host's processes)",
-            "sysctl -w kernel.unprivileged_userns_clone=1 (or allow runner in AppArmor), or use --sandbox docker",
-        );
-    }
-    let limits = crate::sandbox::spec::Limits::default();
-    match cgroup::create(&limits) {
-        Some(cg) => {
-            let dirs = cg.dirs.clone();
-            if cg.enforces_pids {
-                r.ok("pids limit", "cgroup pids.max per sandbox");
-            } else {
-                r.warn(
-                    "pids limit",
-                    "no pids cgroup: RLIMIT_NPROC only (never applies to root)",
-                );
-            }
-            if cg.enforces_memory {
-                r.ok("memory limit", "cgroup memory limit per sandbox");
-            } else {
-                r.warn(
-                    "memory limit",
-                    "no memory cgroup: RLIMIT_AS per process only",
-                );
-            }
-            drop(cg);
-            cgroup::destroy(&dirs);
-        }
-        None => {
-            r.warn(
-                "limits",
-                "no cgroup can be made: memory is limited per process (RLIMIT_AS), processes by \
-                 RLIMIT_NPROC (not for root), CPUs not at all; run as root or delegate a cgroup",
-            );
-        }
-    }
-    if !root && !userns {
-        r.warn(
-            "temp space",
-            "per-file limit only (RLIMIT_FSIZE), no tmpfs size limit",
-        );
-    }
+    namespaces(&mut r);
+    limits(&mut r);
 
     println!("docker backend");
     match engine::Engine::open(None).await {
@@ -340,6 +329,9 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
                         return exit::FAILED;
                     }
                 };
+                if let Some(line) = &prepared.given_up {
+                    eprintln!("runner: {line}");
+                }
                 command.args(&prepared.args).env_clear().envs(prepared.env);
                 (Some(prepared.tmp), prepared.cgroup, Some(prepared.sweep))
             } else {

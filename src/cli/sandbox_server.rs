@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use crate::sandbox::confine::{self, Confinement};
+use crate::sandbox::server::restore::ProtectedCopy;
 use crate::sandbox::server::{self, RootSpec};
 use crate::sandbox::spec::{Limits, Network};
 
@@ -53,6 +54,10 @@ pub struct ServerArgs {
     /// started: the sweep leaves it alone (mounts keep its config and hooks read-only).
     #[arg(long = "known-repository")]
     known_repositories: Vec<PathBuf>,
+    /// Make no mount or PID namespace (the host found that this machine refuses them): the
+    /// `--protect`ed paths are then copied now and put back after every command.
+    #[arg(long = "no-namespaces", requires = "confine")]
+    no_namespaces: bool,
     /// Without `--confine`: only install the seccomp filter (inside a container, on top of
     /// the engine's own profile).
     #[arg(long)]
@@ -76,11 +81,12 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    fn git_guard(&self) -> server::GitGuard {
+    fn git_guard(&self, kept: Option<ProtectedCopy>) -> server::GitGuard {
         server::GitGuard {
             forbidden: self.forbid.clone(),
             sweep_repositories: self.sweep_repositories,
             known: self.known_repositories.clone(),
+            kept,
         }
     }
 }
@@ -104,7 +110,13 @@ fn join_cgroup(dir: &std::path::Path) -> std::io::Result<()> {
 
 /// The shell as a child with the terminal, and the server on the protocol descriptors
 /// beside it; this process ends with the shell's status.
-fn shell_beside_server(shell: &str, args: &ServerArgs, input: i32, output: i32) -> u8 {
+fn shell_beside_server(
+    shell: &str,
+    args: &ServerArgs,
+    kept: Option<ProtectedCopy>,
+    input: i32,
+    output: i32,
+) -> u8 {
     use std::os::fd::FromRawFd;
     for fd in [input, output] {
         // SAFETY: fcntl on descriptors the caller handed us; the shell must not inherit them.
@@ -132,55 +144,76 @@ fn shell_beside_server(shell: &str, args: &ServerArgs, input: i32, output: i32) 
             std::fs::File::from_raw_fd(output),
         )
     };
-    let _ = server::serve_beside_shell(&args.roots, args.git_guard(), input, output);
+    let _ = server::serve_beside_shell(&args.roots, args.git_guard(kept), input, output);
     // The controller went away before the shell ended: the shell goes on without a network.
     std::thread::park();
     super::exit::OK
 }
 
+/// Joins the cgroups and confines this process. Without namespaces, the protected paths
+/// are copied first (nothing has run yet), to be put back after every command.
+fn confine_landlock(args: &ServerArgs) -> Result<Option<ProtectedCopy>, u8> {
+    let Some(tmp) = args.tmp.clone() else {
+        eprintln!("runner sandbox-server: --confine landlock needs --tmp");
+        return Err(super::exit::USAGE);
+    };
+    for dir in &args.cgroups {
+        if let Err(e) = join_cgroup(dir) {
+            eprintln!(
+                "runner sandbox-server: cannot join cgroup {}: {e}",
+                dir.display()
+            );
+            return Err(super::exit::FAILED);
+        }
+    }
+    let kept = if args.no_namespaces {
+        let copy = ProtectedCopy::take(&args.roots[0].path, &args.protect).map_err(|e| {
+            eprintln!("runner sandbox-server: {e}");
+            super::exit::FAILED
+        })?;
+        Some(copy).filter(|c| !c.is_empty())
+    } else {
+        None
+    };
+    let defaults = Limits::default();
+    let confinement = Confinement {
+        writable: args
+            .roots
+            .iter()
+            .filter(|r| r.writable)
+            .map(|r| r.path.clone())
+            .chain([tmp.clone()])
+            .collect(),
+        readable: args
+            .roots
+            .iter()
+            .filter(|r| !r.writable)
+            .map(|r| r.path.clone())
+            .collect(),
+        tmp,
+        protected: args.protect.clone(),
+        pinned: args.pin.clone(),
+        namespaces: !args.no_namespaces,
+        network: args.network,
+        memory_bytes: args.memory.unwrap_or(defaults.memory_bytes),
+        pids: args.pids.unwrap_or(defaults.pids),
+        tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
+    };
+    if let Err(e) = confine::apply(&confinement, args.shell) {
+        eprintln!("runner sandbox-server: {e}");
+        return Err(super::exit::FAILED);
+    }
+    Ok(kept)
+}
+
 pub fn run(args: ServerArgs) -> u8 {
     // Chosen once, at the start, before any wall goes up.
     server::roots::Resolver::choose(args.resolve.as_deref());
+    let mut kept = None;
     if let Some(ConfineKind::Landlock) = args.confine {
-        let Some(tmp) = args.tmp.clone() else {
-            eprintln!("runner sandbox-server: --confine landlock needs --tmp");
-            return super::exit::USAGE;
-        };
-        for dir in &args.cgroups {
-            if let Err(e) = join_cgroup(dir) {
-                eprintln!(
-                    "runner sandbox-server: cannot join cgroup {}: {e}",
-                    dir.display()
-                );
-                return super::exit::FAILED;
-            }
-        }
-        let defaults = Limits::default();
-        let confinement = Confinement {
-            writable: args
-                .roots
-                .iter()
-                .filter(|r| r.writable)
-                .map(|r| r.path.clone())
-                .chain([tmp.clone()])
-                .collect(),
-            readable: args
-                .roots
-                .iter()
-                .filter(|r| !r.writable)
-                .map(|r| r.path.clone())
-                .collect(),
-            tmp,
-            protected: args.protect.clone(),
-            pinned: args.pin.clone(),
-            network: args.network,
-            memory_bytes: args.memory.unwrap_or(defaults.memory_bytes),
-            pids: args.pids.unwrap_or(defaults.pids),
-            tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
-        };
-        if let Err(e) = confine::apply(&confinement, args.shell) {
-            eprintln!("runner sandbox-server: {e}");
-            return super::exit::FAILED;
+        match confine_landlock(&args) {
+            Ok(k) => kept = k,
+            Err(code) => return code,
         }
     }
     // In a container (seccomp without landlock) the image may lack a shell; say so now
@@ -209,7 +242,7 @@ pub fn run(args: ServerArgs) -> u8 {
             "/bin/sh"
         };
         if let [input, output] = args.protocol_fds[..] {
-            return shell_beside_server(shell, &args, input, output);
+            return shell_beside_server(shell, &args, kept, input, output);
         }
         // The caller passes the sandbox's environment to this process for the shell.
         let e = std::process::Command::new(shell)
@@ -219,7 +252,7 @@ pub fn run(args: ServerArgs) -> u8 {
         eprintln!("runner sandbox-server: cannot start {shell}: {e}");
         return super::exit::FAILED;
     }
-    match server::serve_stdio(&args.roots, args.git_guard()) {
+    match server::serve_stdio(&args.roots, args.git_guard(kept)) {
         Ok(()) => super::exit::OK,
         Err(e) => {
             eprintln!("runner sandbox-server: {e}");

@@ -290,6 +290,7 @@ pub(super) async fn finish(
         backend,
         env,
         container_id: None,
+        notes: Vec::new(),
         _keepalive: keepalive,
     })
 }

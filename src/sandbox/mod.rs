@@ -80,6 +80,9 @@ pub struct Sandbox {
     pub env: Vec<(String, String)>,
     /// The container the server runs in (docker backend), e.g. for `docker exec`.
     pub container_id: Option<String>,
+    /// What the person running runner should know about this wall, once, at the start
+    /// (what the machine made it go without).
+    pub notes: Vec<String>,
     _keepalive: local::Keepalive,
 }
 

@@ -18,11 +18,17 @@
 //!
 //! Repositories the sandbox makes are disarmed by [`RepositorySweep`], in the server after
 //! each command and here once more when the sandbox has closed.
+//!
+//! The read-only mounts and the pins need a mount namespace. Where the machine refuses one
+//! (a user without unprivileged user namespaces), the read-only paths are copied at the
+//! start and put back instead ([`ProtectedCopy`]), after every command and here at close:
+//! a replaced `.git` then gets the same config and hooks back, so the pins are not needed.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::server::git_sweep::{Repositories, RepositorySweep};
+use super::server::restore::ProtectedCopy;
 
 /// The files of a repository directory whose contents git runs, or that redirect it to
 /// another repository whose contents it runs.
@@ -124,10 +130,17 @@ impl WorktreeGuard {
         }
     }
 
-    /// What the host sweeps when the sandbox has closed: the forbidden paths, and with
+    /// What the host sweeps when the sandbox has closed: the protected paths put back
+    /// from `kept` (where no mount kept them read-only), the forbidden paths, and with
     /// `repositories` every repository the sandbox made.
-    pub fn sweep_on_close(&self, worktree: &Path, repositories: bool) -> SweepOnClose {
+    pub fn sweep_on_close(
+        &self,
+        worktree: &Path,
+        repositories: bool,
+        kept: Option<ProtectedCopy>,
+    ) -> SweepOnClose {
         SweepOnClose {
+            kept,
             forbid: self.forbid.clone(),
             repositories: repositories
                 .then(|| RepositorySweep::knowing(worktree, &self.repositories)),
@@ -175,18 +188,26 @@ pub fn config_includes(config: &Path) -> Vec<PathBuf> {
 /// made, once nothing in it runs any more. What it found is said on standard error: it was
 /// planted by something that outlived its command.
 pub struct SweepOnClose {
+    kept: Option<ProtectedCopy>,
     forbid: Vec<PathBuf>,
     repositories: Option<RepositorySweep>,
 }
 
 impl Drop for SweepOnClose {
     fn drop(&mut self) {
-        let mut done: Vec<String> = self
-            .forbid
-            .iter()
-            .filter(|p| super::server::remove_planted(p))
-            .map(|p| format!("removed {}", p.display()))
-            .collect();
+        // First what was there at the start, then what must not be: a restored `.git`
+        // directory must not keep a `commondir` planted in the one it replaced.
+        let mut done = self
+            .kept
+            .as_ref()
+            .map(ProtectedCopy::restore)
+            .unwrap_or_default();
+        done.extend(
+            self.forbid
+                .iter()
+                .filter(|p| super::server::remove_planted(p))
+                .map(|p| format!("removed {}", p.display())),
+        );
         if let Some(repositories) = &self.repositories {
             done.extend(repositories.sweep());
         }

@@ -342,6 +342,58 @@ pub fn runner_for_any_user() -> PathBuf {
     .clone()
 }
 
+/// Makes `command` run as on a machine that refuses unprivileged user namespaces (Ubuntu
+/// 24.04's AppArmor policy, `user.max_user_namespaces=0`): a seccomp filter, installed
+/// after the switch of user and inherited by everything the command starts, fails
+/// `unshare` and `clone` with `CLONE_NEWUSER` with EPERM, as those policies do. `clone3`,
+/// whose flags a filter cannot read, gets ENOSYS, so the C library falls back to `clone`.
+pub fn without_user_namespaces(command: &mut std::process::Command) {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    use std::os::unix::process::CommandExt;
+    let arch = std::env::consts::ARCH.try_into().unwrap();
+    let new_user = || {
+        let flag = libc::CLONE_NEWUSER as u64;
+        let when = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        );
+        vec![SeccompRule::new(vec![when.unwrap()]).unwrap()]
+    };
+    let refuse: seccompiler::BpfProgram = SeccompFilter::new(
+        [
+            (libc::SYS_unshare, new_user()),
+            (libc::SYS_clone, new_user()),
+        ]
+        .into(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    let no_clone3: seccompiler::BpfProgram = SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::<SeccompRule>::new())].into(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .unwrap()
+    .try_into()
+    .unwrap();
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, seccomp).
+    unsafe {
+        command.pre_exec(move || {
+            seccompiler::apply_filter(&refuse).map_err(std::io::Error::other)?;
+            seccompiler::apply_filter(&no_clone3).map_err(std::io::Error::other)
+        });
+    }
+}
+
 /// Unmounts the file systems of the copy workspaces under the data directory `data` (a
 /// copy's `work/` is a loop-mounted image) when dropped, so that a test that leaves a copy
 /// behind leaves no mount, no loop device and no image: its temporary folder can go.

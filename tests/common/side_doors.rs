@@ -183,11 +183,13 @@ fn attacks() -> Vec<SideDoor> {
         },
         SideDoor {
             late: true,
+            // The command waits until the process has left its group: ended at once, the
+            // kill of its group could take the process before `setsid` does.
             ..door(
                 "planted_after_the_command_ends",
                 "setsid sh -c 'sleep 1; git init -q late && \
                  git -C late config core.fsmonitor \"touch MARK; false\"' \
-                 </dev/null >/dev/null 2>&1 & echo started",
+                 </dev/null >/dev/null 2>&1 & sleep 0.3; echo started",
             )
         },
         SideDoor {
@@ -452,9 +454,47 @@ fn unguarded(door: &SideDoor) -> bool {
 /// The user the unprivileged suite runs as.
 const NOBODY: u32 = 65534;
 
+/// The files host git runs from the checkout that an attack may change: with a mount
+/// namespace they are read-only; without one they must be as they were once the session
+/// is over. With their modes (an executable hook is one git runs).
+fn protected_files(base: &Path) -> Vec<(String, u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut paths: Vec<PathBuf> = [
+        "wt/.git/config",
+        "wt/.git/modules/lib/config",
+        "wt/.git/worktrees/linked/commondir",
+        "wt/lib/.git",
+        "wt/project.gitconfig",
+        "linked/.git",
+    ]
+    .iter()
+    .map(|p| base.join(p))
+    .collect();
+    for hooks in ["wt/.git/hooks", "wt/.git/modules/lib/hooks"] {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(base.join(hooks))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        entries.sort();
+        paths.push(base.join(hooks));
+        paths.extend(entries);
+    }
+    paths
+        .iter()
+        .map(|p| {
+            let meta = std::fs::symlink_metadata(p);
+            let mode = meta.map_or(0, |m| m.permissions().mode());
+            let data = std::fs::read(p).unwrap_or_default();
+            (p.display().to_string(), mode, data)
+        })
+        .collect()
+}
+
 /// Runs one attack through the real `runner tool call`, as an unprivileged user who owns
-/// the checkout, on the landlock backend; returns what went wrong (empty: it held).
-fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
+/// the checkout, on the landlock backend; returns what went wrong (empty: it held). With
+/// `no_userns`, on a machine that refuses unprivileged user namespaces
+/// ([`super::without_user_namespaces`]): nothing is read-only then, so the attack's
+/// command may succeed, but what it changed must be put back.
+fn attempt_unprivileged(door: &SideDoor, no_userns: bool) -> Vec<String> {
     use std::os::unix::process::CommandExt;
     let scene = Scene::new("runner-sidedoor-user-");
     let (base, wt, linked) = (&scene.base, &scene.wt, &scene.linked);
@@ -465,27 +505,31 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
         .unwrap();
     assert!(chown.success());
     let (mark, root) = (&scene.mark, scene.root(door));
+    let before = protected_files(base);
     let call = |tool: &str, args: serde_json::Value| {
-        Command::new(super::runner_for_any_user())
-            .args([
-                "tool",
-                "call",
-                tool,
-                &args.to_string(),
-                "--sandbox",
-                "landlock",
-            ])
-            .arg("--root")
-            .arg(root)
-            .args(["--ask", "allow"])
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .env("HOME", base)
-            .env("XDG_DATA_HOME", base.join("data"))
-            .env("XDG_CONFIG_HOME", base.join("config"))
-            .env("TMPDIR", base)
-            .output()
-            .expect("runner runs")
+        let mut c = Command::new(super::runner_for_any_user());
+        if no_userns {
+            super::without_user_namespaces(&mut c);
+        }
+        c.args([
+            "tool",
+            "call",
+            tool,
+            &args.to_string(),
+            "--sandbox",
+            "landlock",
+        ])
+        .arg("--root")
+        .arg(root)
+        .args(["--ask", "allow"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .env("HOME", base)
+        .env("XDG_DATA_HOME", base.join("data"))
+        .env("XDG_CONFIG_HOME", base.join("config"))
+        .env("TMPDIR", base)
+        .output()
+        .expect("runner runs")
     };
     let mut broken = Vec::new();
     for (path, content) in door.writes {
@@ -507,7 +551,16 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
             "the landlock sandbox did not start as uid {NOBODY}: {all}"
         ));
     }
-    if !door.errors.is_empty() && !door.errors.iter().any(|e| all.contains(e)) {
+    if door.late {
+        // Long enough for a survivor to plant its repository before host git looks.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    if no_userns {
+        broken.extend(check_without_userns(door, &all));
+        if protected_files(base) != before {
+            broken.push("a protected file was not put back after the session".into());
+        }
+    } else if !door.errors.is_empty() && !door.errors.iter().any(|e| all.contains(e)) {
         broken.push(format!("expected one of {:?}: {all}", door.errors));
     }
     user_runs_git_as(Some(NOBODY), wt, linked);
@@ -517,13 +570,32 @@ fn attempt_unprivileged(door: &SideDoor) -> Vec<String> {
     broken
 }
 
+/// Without user namespaces: the session said once what it went without, and an attack on
+/// a protected file was put back (the output says so) rather than refused.
+fn check_without_userns(door: &SideDoor, all: &str) -> Vec<String> {
+    let mut broken = Vec::new();
+    let said = all
+        .matches("landlock here goes without: no mount or PID namespace")
+        .count();
+    if said != 1 {
+        broken.push(format!(
+            "the start note was said {said} times, not once: {all}"
+        ));
+    }
+    let put_back = all.contains("[runner: put back") || all.contains("[runner: disarmed");
+    if !door.errors.is_empty() && !put_back {
+        broken.push(format!("the output does not say what was put back: {all}"));
+    }
+    broken
+}
+
 /// The table through `runner tool call` as an unprivileged user (landlock only: docker
-/// needs the engine's socket).
-pub fn run_unprivileged() {
+/// needs the engine's socket); with `no_userns`, where user namespaces are refused.
+pub fn run_unprivileged(no_userns: bool) {
     let failures: Vec<String> = attacks()
         .iter()
         .flat_map(|door| {
-            attempt_unprivileged(door)
+            attempt_unprivileged(door, no_userns)
                 .into_iter()
                 .map(move |p| format!("{}: {p}", door.name))
         })

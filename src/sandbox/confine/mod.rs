@@ -7,8 +7,10 @@
 //! capabilities, then landlock, then seccomp (which forbids the syscalls the earlier steps
 //! used).
 //!
-//! Nothing here falls back: a step that cannot be applied is an error, and the server exits
-//! before serving anything.
+//! Nothing here falls back on its own: a step that cannot be applied is an error, and the
+//! server exits before serving anything. The one choice is the host's, made before the
+//! server starts ([`namespaces_refused`]): where the machine refuses the namespaces, the
+//! server is told to make none, and the host has said what that gives up.
 
 mod landlock;
 mod process;
@@ -19,6 +21,7 @@ use std::path::PathBuf;
 use crate::sandbox::spec::Network;
 
 pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
+pub use process::{kill_orphans, namespaces_refused};
 pub use seccomp::deny_filter as seccomp_program;
 
 /// Whether seccomp filters apply here, found by applying runner's own filter to a
@@ -55,6 +58,10 @@ pub struct Confinement {
     pub protected: Vec<PathBuf>,
     /// Directories bound onto themselves, so they cannot be renamed (`.git`).
     pub pinned: Vec<PathBuf>,
+    /// Whether to make the mount and PID namespaces. The host says no where the machine
+    /// refuses them ([`namespaces_refused`]): landlock and seccomp need none, and the
+    /// protected paths are then kept by copy (see [`crate::sandbox::server::restore`]).
+    pub namespaces: bool,
     pub network: Network,
     pub memory_bytes: u64,
     pub pids: u64,
@@ -85,7 +92,12 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     if !interactive {
         process::leave_terminal()?;
     }
-    let with_pids = process::private_mounts(c)?;
+    let with_pids = if c.namespaces {
+        process::private_mounts(c)?
+    } else {
+        process::become_subreaper()?;
+        false
+    };
     // After the user namespace's maps are written (they need a dumpable process), before
     // the supervisors fork: none of them may be opened through `/proc/PID/fd` by a command.
     process::not_dumpable()?;

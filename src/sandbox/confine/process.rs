@@ -59,11 +59,7 @@ pub fn leave_terminal() -> Result<(), ConfineError> {
 pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
     // SAFETY: plain syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let mut flags = if uid == 0 {
-        libc::CLONE_NEWNS
-    } else {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
-    };
+    let mut flags = namespace_flags();
     let private_network = c.network == Network::Allowlist;
     if private_network {
         flags |= libc::CLONE_NEWNET;
@@ -143,6 +139,131 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
     )
     .map_err(|e| ConfineError::new("temp directory", format!("{}: {e}", c.tmp.display())))?;
     Ok(with_pids)
+}
+
+/// The namespaces [`private_mounts`] makes, for this user: root needs only a mount
+/// namespace, anyone else a user namespace to make it in.
+fn namespace_flags() -> libc::c_int {
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } == 0 {
+        libc::CLONE_NEWNS
+    } else {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    }
+}
+
+/// Why this process could not make the server's namespaces, or `None` when it can. Tried
+/// in a forked child, as the server would: `unshare(CLONE_NEWUSER)` refuses a
+/// multi-threaded caller, and only a real attempt sees every policy that may refuse it (a
+/// sysctl, AppArmor, a seccomp filter, a container's profile).
+pub fn namespaces_refused() -> Option<String> {
+    let flags = namespace_flags();
+    // SAFETY: the child makes only async-signal-safe calls (unshare, _exit) before it
+    // exits; the parent reaps it.
+    let code = unsafe {
+        let child = libc::fork();
+        if child == 0 {
+            let rc = libc::unshare(flags);
+            let e = *libc::__errno_location();
+            libc::_exit(if rc == 0 { 0 } else { e.clamp(1, 255) });
+        }
+        if child < 0 {
+            return Some(format!("cannot fork to try them: {}", errno()));
+        }
+        let mut status = 0;
+        if libc::waitpid(child, &mut status, 0) != child || !libc::WIFEXITED(status) {
+            return Some("the process that tried them did not exit normally".into());
+        }
+        libc::WEXITSTATUS(status)
+    };
+    (code != 0).then(|| {
+        let e = std::io::Error::from_raw_os_error(code);
+        format!("unshare: {e}; {}", userns_policy())
+    })
+}
+
+/// What on this machine refuses user namespaces, as far as the sysctls tell.
+fn userns_policy() -> &'static str {
+    let is =
+        |file: &str, value: &str| std::fs::read_to_string(file).is_ok_and(|s| s.trim() == value);
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } == 0 {
+        "root without CAP_SYS_ADMIN (a container?) cannot make a mount namespace"
+    } else if is(
+        "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+        "1",
+    ) {
+        "AppArmor restricts unprivileged user namespaces \
+         (kernel.apparmor_restrict_unprivileged_userns=1)"
+    } else if is("/proc/sys/user/max_user_namespaces", "0") {
+        "user namespaces are off (user.max_user_namespaces=0)"
+    } else if is("/proc/sys/kernel/unprivileged_userns_clone", "0") {
+        "unprivileged user namespaces are off (kernel.unprivileged_userns_clone=0)"
+    } else {
+        "something refuses unprivileged user namespaces (a seccomp filter, a container's \
+         policy)"
+    }
+}
+
+/// Set once the server is the subreaper of everything its commands leave behind.
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Without a PID namespace nothing dies with the sandbox: a `setsid` process would outlive
+/// it, and could change the worktree after the host has put the protected files back. As a
+/// child subreaper the server inherits every orphan of its commands instead of init, so
+/// [`kill_orphans`] can find them all when it stops.
+pub fn become_subreaper() -> Result<(), ConfineError> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(ConfineError::new("child subreaper", errno()));
+    }
+    SUBREAPER.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Kills and reaps every child of the server (its commands and the orphans they left),
+/// again and again as the children of the dying are handed to it, for up to two seconds.
+/// Does nothing unless [`become_subreaper`] ran (a PID namespace kills them by itself).
+pub fn kill_orphans() {
+    if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: plain syscall.
+    let me = unsafe { libc::getpid() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let children = children_of(me);
+        if children.is_empty() || std::time::Instant::now() > deadline {
+            return;
+        }
+        for &pid in &children {
+            // SAFETY: kill and a non-blocking waitpid on our own children.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The processes whose parent is `parent`, from `/proc/PID/stat` (after the command
+/// name, which may hold spaces and parentheses: state, then the parent's pid).
+fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
 }
 
 /// After `unshare(CLONE_NEWPID)` only children enter the new namespace, so this forks

@@ -295,7 +295,7 @@ pub async fn open_container(
     };
     // Reverse order: the container goes first, then the sweep finds nothing can replant.
     let guards: Vec<Box<dyn Send + Sync>> = vec![
-        Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories)),
+        Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories, None)),
         Box::new(container),
     ];
     serve(docker, &created.id, inside, container_env(spec), guards)

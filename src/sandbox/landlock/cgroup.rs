@@ -21,6 +21,7 @@ pub struct SandboxCgroup {
     /// Which limits are enforced, for `sandbox doctor`.
     pub enforces_pids: bool,
     pub enforces_memory: bool,
+    pub enforces_cpu: bool,
 }
 
 /// What the process's own cgroups are, per hierarchy: (mount point, own path).
@@ -67,6 +68,7 @@ pub fn create(limits: &Limits) -> Option<SandboxCgroup> {
         dirs: Vec::new(),
         enforces_pids: false,
         enforces_memory: false,
+        enforces_cpu: false,
     };
     // cgroup v1: one directory per controller.
     for (controller, own_path) in &own {
@@ -102,6 +104,7 @@ pub fn create(limits: &Limits) -> Option<SandboxCgroup> {
         if ok {
             cg.enforces_pids |= controller == "pids";
             cg.enforces_memory |= controller == "memory";
+            cg.enforces_cpu |= controller == "cpu";
             cg.dirs.push(dir);
         } else {
             let _ = std::fs::remove_dir(&dir);
@@ -127,16 +130,42 @@ pub fn create(limits: &Limits) -> Option<SandboxCgroup> {
             {
                 cg.enforces_memory = true;
             }
-            if subtree.contains("cpu") {
-                let _ = write(
+            if subtree.contains("cpu")
+                && write(
                     &dir.join("cpu.max"),
                     &format!("{} 100000", (limits.cpus * 100_000.0) as u64),
-                );
+                )
+                .is_ok()
+            {
+                cg.enforces_cpu = true;
             }
             cg.dirs.push(dir);
         }
     }
     if cg.dirs.is_empty() { None } else { Some(cg) }
+}
+
+/// The limits a sandbox goes without, said once when it starts: `None` when its cgroup
+/// enforces them all. Without one, memory is bounded per process only (RLIMIT_AS: a tree
+/// of processes can use more), processes by RLIMIT_NPROC, and CPU time not at all.
+pub fn missing_limits(cg: Option<&SandboxCgroup>) -> Option<String> {
+    let Some(cg) = cg else {
+        return Some(
+            "no cgroup (only root may make one on cgroup v1, and no delegated cgroup v2 \
+             tree is writable): memory is limited per process (RLIMIT_AS), not for the \
+             whole sandbox, processes by RLIMIT_NPROC, CPU not at all"
+                .into(),
+        );
+    };
+    let missing: Vec<&str> = [
+        (!cg.enforces_memory).then_some("memory (RLIMIT_AS per process only)"),
+        (!cg.enforces_pids).then_some("processes (RLIMIT_NPROC only, never for root)"),
+        (!cg.enforces_cpu).then_some("CPU (not limited)"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!missing.is_empty()).then(|| format!("no cgroup limit for {}", missing.join(", ")))
 }
 
 fn pids_in(dir: &Path) -> Vec<i32> {

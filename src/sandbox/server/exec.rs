@@ -40,6 +40,9 @@ pub struct Running {
     forbidden: Vec<std::path::PathBuf>,
     /// Disarms repositories a command makes (see [`super::git_sweep`]).
     repositories: Option<super::git_sweep::RepositorySweep>,
+    /// Without a mount namespace: the protected paths, put back after every command (see
+    /// [`super::restore`]).
+    kept: Option<super::restore::ProtectedCopy>,
     /// Called when a command has ended, before its exit is reported, with the process
     /// groups of the commands still running (the network proxy cuts what the ended
     /// command left connected).
@@ -54,6 +57,7 @@ impl Running {
     pub fn guarded(
         forbidden: Vec<std::path::PathBuf>,
         repositories: Option<super::git_sweep::RepositorySweep>,
+        kept: Option<super::restore::ProtectedCopy>,
     ) -> Running {
         Running {
             groups: Mutex::default(),
@@ -61,6 +65,7 @@ impl Running {
             waiting_inputs: Mutex::default(),
             forbidden,
             repositories,
+            kept,
             after_command: Mutex::default(),
         }
     }
@@ -85,11 +90,27 @@ impl Running {
     /// Removes whatever a command planted at a forbidden path and disarms what it left
     /// for plain git at the top of the checkout; says what it did.
     pub fn sweep(&self) -> Option<String> {
+        let restored = self.restore();
         let mut done = self.remove_forbidden();
         if let Some(repositories) = &self.repositories {
             done.extend(repositories.after_command());
         }
-        super::git_sweep::note(&done)
+        let notes: Vec<String> = [
+            super::restore::note(&restored),
+            super::git_sweep::note(&done),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!notes.is_empty()).then(|| notes.concat())
+    }
+
+    /// Puts the protected paths back, where no mount keeps them read-only.
+    fn restore(&self) -> Vec<String> {
+        self.kept
+            .as_ref()
+            .map(super::restore::ProtectedCopy::restore)
+            .unwrap_or_default()
     }
 
     fn remove_forbidden(&self) -> Vec<String> {
@@ -104,6 +125,7 @@ impl Running {
     /// folders above it (a repository needs a `HEAD` beside its `objects`; one file tool
     /// call at a time can make one).
     pub fn after_file_change(&self, path: &std::path::Path) {
+        let _ = self.restore();
         let _ = self.remove_forbidden();
         if let Some(repositories) = &self.repositories {
             let path = repositories.worktree.join(path);
@@ -160,11 +182,16 @@ impl Running {
     }
 
     /// Kills every running group: the controller went away, nobody will read the results.
+    /// Without a PID namespace, also every process the commands left behind (a `setsid`
+    /// daemon), which would otherwise outlive the sandbox.
     pub fn kill_all(&self) {
-        let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        for (pgid, _) in groups.values() {
-            kill_group(*pgid);
+        {
+            let groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            for (pgid, _) in groups.values() {
+                kill_group(*pgid);
+            }
         }
+        crate::sandbox::confine::kill_orphans();
     }
 }
 

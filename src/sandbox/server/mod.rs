@@ -9,6 +9,7 @@ mod exec;
 mod files;
 pub mod git_sweep;
 pub mod net;
+pub mod restore;
 pub mod roots;
 pub mod search;
 
@@ -51,6 +52,9 @@ pub struct GitGuard {
     /// The repositories (directories and `.git` pointers) the host found before the
     /// sandbox started; the sweep leaves them to the mounts.
     pub known: Vec<std::path::PathBuf>,
+    /// Where no mount namespace keeps the protected paths read-only: their contents at the
+    /// start, put back after every command and write.
+    pub kept: Option<restore::ProtectedCopy>,
 }
 
 impl GitGuard {
@@ -59,7 +63,7 @@ impl GitGuard {
             .first()
             .filter(|_| self.sweep_repositories)
             .map(|worktree| git_sweep::RepositorySweep::new(&worktree.path, self.known));
-        exec::Running::guarded(self.forbidden, repositories)
+        exec::Running::guarded(self.forbidden, repositories, self.kept)
     }
 }
 
