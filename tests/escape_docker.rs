@@ -22,9 +22,6 @@ escape::escape_suite!(BACKEND, holes: &[]);
 /// there, running commands with `/bin/sh`.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_runs_in_a_busybox_only_image() {
-    use bollard::query_parameters::CreateImageOptionsBuilder;
-    use futures_util::StreamExt;
-
     const IMAGE: &str = "runner-test-busybox";
     const BUSYBOX: &str = "/bin/busybox";
     // Debian's `busybox` package also installs a /bin/busybox, linked against libc: only
@@ -63,25 +60,7 @@ async fn server_runs_in_a_busybox_only_image() {
     }
     let bytes = tar.into_inner().unwrap();
 
-    let docker = bollard::Docker::connect_with_defaults()
-        .unwrap()
-        .negotiate_version()
-        .await
-        .unwrap();
-    let mut stream = docker.create_image(
-        Some(
-            CreateImageOptionsBuilder::new()
-                .from_src("-")
-                .repo(IMAGE)
-                .tag("latest")
-                .build(),
-        ),
-        Some(bollard::body_full(bytes.into())),
-        None,
-    );
-    while let Some(item) = stream.next().await {
-        item.expect("docker import of the busybox image");
-    }
+    common::engine::import_image(IMAGE, bytes).await;
 
     let lab = escape::Lab::new(BACKEND);
     let mut spec = lab.spec(runner::sandbox::spec::Limits::default());

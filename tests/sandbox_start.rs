@@ -140,7 +140,6 @@ fn a_socket_this_user_may_not_open_says_permission_denied() {
 /// not a sandbox failure).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_image_without_a_shell_is_named() {
-    use futures_util::StreamExt;
     common::engine::docker();
     const IMAGE: &str = "runner-test-noshell";
     let mut tar = tar::Builder::new(Vec::new());
@@ -152,21 +151,7 @@ async fn an_image_without_a_shell_is_named() {
         tar.append_data(&mut h, d, std::io::empty()).unwrap();
     }
     let bytes = tar.into_inner().unwrap();
-    let docker = common::engine::client().await;
-    let mut stream = docker.create_image(
-        Some(
-            bollard::query_parameters::CreateImageOptionsBuilder::new()
-                .from_src("-")
-                .repo(IMAGE)
-                .tag("latest")
-                .build(),
-        ),
-        Some(bollard::body_full(bytes.into())),
-        None,
-    );
-    while let Some(item) = stream.next().await {
-        item.expect("docker import of the shell-less image");
-    }
+    common::engine::import_image(IMAGE, bytes).await;
     let p = Place::new();
     let out = p.run(
         RUNNER.into(),

@@ -31,6 +31,20 @@ fn get_at(socket: &str, path: &str) -> Option<u16> {
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Makes `cmd` start a daemon that outlives this test process for the next ones: a session
+/// of its own, and none of this process's descriptors ([`close_inherited`]).
+pub fn as_daemon(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid and close_range are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            close_inherited();
+            Ok(())
+        });
+    }
+}
+
 /// In a child about to exec a daemon that outlives the tests: closes every descriptor but
 /// stdio. Whatever the test process inherited stays with it, not with the daemon: a lock
 /// that `cargo` runs under (`flock FILE cargo …`) would otherwise be held by dockerd for
@@ -114,16 +128,7 @@ fn start_engine() {
     cmd.stdout(log.try_clone().expect("log"))
         .stderr(log)
         .stdin(std::process::Stdio::null());
-    // Its own session, so it outlives this test process for the next ones.
-    // SAFETY: setsid is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::setsid();
-            close_inherited();
-            Ok(())
-        });
-    }
+    as_daemon(&mut cmd);
     cmd.spawn().expect("start dockerd");
     let start = Instant::now();
     while !engine_answers() {
@@ -286,6 +291,22 @@ pub async fn client() -> bollard::Docker {
     .negotiate_version()
     .await
     .expect("engine answers")
+}
+
+/// Imports `tar` (a root file system) into the test engine as `NAME:latest`, as `docker
+/// import -` does: tests make small images of exactly the files they need.
+pub async fn import_image(name: &str, tar: Vec<u8>) {
+    use futures_util::StreamExt;
+    let docker = client().await;
+    let options = bollard::query_parameters::CreateImageOptionsBuilder::new()
+        .from_src("-")
+        .repo(name)
+        .tag("latest")
+        .build();
+    let mut stream = docker.create_image(Some(options), Some(bollard::body_full(tar.into())), None);
+    while let Some(item) = stream.next().await {
+        item.unwrap_or_else(|e| panic!("docker import of {name}: {e}"));
+    }
 }
 
 /// Ids of runner's containers whose owner label is `pid`.
@@ -662,16 +683,7 @@ fn start_runsc_engine(socket: &str) {
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log);
-    // Its own session, so it outlives this test process for the next ones.
-    // SAFETY: setsid is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::setsid();
-            close_inherited();
-            Ok(())
-        });
-    }
+    as_daemon(&mut cmd);
     cmd.spawn().expect("start the runsc test dockerd");
     let start = Instant::now();
     while !runsc_answers(socket) {

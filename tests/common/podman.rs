@@ -43,15 +43,7 @@ fn start_rootful() {
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log);
-    // SAFETY: setsid is async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            super::engine::close_inherited();
-            libc::setsid();
-            Ok(())
-        });
-    }
+    super::engine::as_daemon(&mut cmd);
     cmd.spawn().expect("start podman system service");
     let start = Instant::now();
     while std::os::unix::net::UnixStream::connect(ROOTFUL_SOCKET).is_err() {
