@@ -151,3 +151,14 @@ fn block_on_plain(command: impl std::future::Future<Output = u8>) -> u8 {
         }
     }
 }
+
+/// `--network`'s values: the protocol's modes (which know nothing of clap), listed in
+/// `--help` and checked by clap like any value enum.
+fn network_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::spec::Network> {
+    use crate::sandbox::spec::Network;
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Network::ALL.map(Network::as_arg)).map(|s| {
+        s.parse::<Network>()
+            .expect("clap checked it is a listed mode")
+    })
+}

@@ -28,7 +28,7 @@ pub struct ServerArgs {
     /// The private temp directory (read-write inside the confinement).
     #[arg(long, requires = "confine")]
     tmp: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "none")]
+    #[arg(long, value_parser = super::network_arg(), default_value = "none")]
     network: Network,
     #[arg(long)]
     memory: Option<u64>,

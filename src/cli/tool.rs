@@ -211,7 +211,7 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "NAME")]
     pub runtime: Option<String>,
     /// Whether commands may reach the network (default: the profile's, else none).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::network_arg())]
     pub network: Option<Network>,
     /// Where the sandbox works: direct (the checkout itself) or copy (a private copy;
     /// review it with `runner changes ID`, bring it over with `runner apply ID`). Default:

@@ -4,15 +4,17 @@
 //! Backends differ only in how the server is started; every tool talks to the same
 //! [`SandboxClient`], so tool code runs unchanged on every backend.
 
-pub mod api;
+/// The sandbox API: its own crate, shared by both sides of the wall.
+pub use runner_protocol as api;
 pub mod choose;
 pub mod client;
-pub mod confine;
+pub use runner_sandbox_server::confine;
 pub mod docker;
 pub mod landlock;
 pub mod local;
 pub mod owner;
-pub mod server;
+/// What runs inside the wall: its own crate, which cannot link the host's code.
+pub use runner_sandbox_server as server;
 pub mod spec;
 pub(crate) mod splice;
 pub mod start_error;

@@ -6,77 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::BackendKind;
 
-/// Whether commands may reach a network.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Network {
-    /// No sockets but Unix ones (landlock: seccomp + landlock TCP rules; docker:
-    /// `network_mode=none`).
-    #[default]
-    None,
-    /// No route out but a proxy on the sandbox's own loopback, which carries each
-    /// connection to the host, where the `network` permission rules decide (see
-    /// [`crate::network`]).
-    Allowlist,
-    /// The host's network, unfiltered.
-    Host,
-}
-
-impl Network {
-    /// The name the command line uses.
-    pub fn as_arg(self) -> &'static str {
-        match self {
-            Network::None => "none",
-            Network::Allowlist => "allowlist",
-            Network::Host => "host",
-        }
-    }
-
-    /// The engine's `network_mode`: an allow-list container has no network of its own.
-    pub fn docker_mode(self) -> &'static str {
-        match self {
-            Network::None | Network::Allowlist => "none",
-            Network::Host => "host",
-        }
-    }
-}
-
-/// Where the proxy listens inside the sandbox (its own loopback; nothing else is there).
-pub const PROXY_PORT: u16 = 3128;
-
-/// Points HTTP clients at the proxy, replacing any proxy variables the profile passed on
-/// from the host.
-pub fn set_proxy_env(env: &mut Vec<(String, String)>) {
-    let proxy = proxy_env();
-    env.retain(|(k, _)| !proxy.iter().any(|(p, _)| p == k));
-    env.extend(proxy);
-}
-
-/// The variables that point HTTP clients at the proxy: both spellings, since curl reads
-/// only the lower-case `http_proxy` and some tools only the upper-case ones. Loopback stays
-/// direct, so a test server the command starts in the sandbox is still reachable.
-pub fn proxy_env() -> Vec<(String, String)> {
-    let url = format!("http://127.0.0.1:{PROXY_PORT}");
-    let mut env = Vec::new();
-    for key in ["http_proxy", "https_proxy", "all_proxy"] {
-        env.push((key.to_string(), url.clone()));
-        env.push((key.to_uppercase(), url.clone()));
-    }
-    let direct = "localhost,127.0.0.1,::1".to_string();
-    env.push(("no_proxy".into(), direct.clone()));
-    env.push(("NO_PROXY".into(), direct));
-    env
-}
+// The network mode and where the proxy listens are part of the protocol: the server
+// inside the wall needs them as much as the host does.
+pub use runner_protocol::network::{Network, PROXY_PORT, proxy_env, set_proxy_env};
 
 /// Resource limits. Each backend enforces what it can; `runner sandbox doctor` says which it
 /// cannot.

@@ -59,7 +59,7 @@ use ignore::{DirEntry, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, Wal
 
 // The outcomes are the sandbox API's own types: the engine fills in exactly what travels
 // back to the controller.
-pub use crate::sandbox::api::{
+pub use runner_protocol::{
     FileHit, GlobOutcome, GrepMatch, GrepOutcome, TreeOutcome as ListOutcome,
 };
 

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::sandbox::api::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
+use runner_protocol::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
 
 /// Connections open at once in the server, whatever the host's own limit.
 const MAX_CONNS: usize = 256;
@@ -118,8 +118,8 @@ impl Proxy {
         let listener = match TcpListener::bind(("127.0.0.1", port)) {
             Ok(l) => l,
             Err(e) => {
-                return Response::Error(crate::sandbox::api::ApiError::new(
-                    crate::sandbox::api::ErrorKind::Io,
+                return Response::Error(runner_protocol::ApiError::new(
+                    runner_protocol::ErrorKind::Io,
                     format!(
                         "the network proxy cannot listen on 127.0.0.1:{port} in the sandbox: {e}"
                     ),
@@ -223,7 +223,7 @@ impl Proxy {
             self.acknowledge(conn, moved, sink);
         }
         if moved < len {
-            let rest = crate::sandbox::api::read_payload(input, len - moved)?;
+            let rest = runner_protocol::read_payload(input, len - moved)?;
             self.data(conn, rest, sink);
         }
         Ok(())

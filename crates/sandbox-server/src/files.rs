@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::roots::{Roots, errno_error, mkdir_beneath, open_at_root, open_beneath};
-use crate::sandbox::api::{
+use runner_protocol::{
     ApiError, DirEntry, ErrorKind, FileKind, FileStamp, ReadRequest, ReadResponse, Stat,
     WritePrecondition, WriteRequest, WriteResponse,
 };
@@ -388,7 +388,7 @@ fn dot(rel: &Path) -> &Path {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::server::roots::RootSpec;
+    use crate::roots::RootSpec;
     use std::os::unix::fs::{PermissionsExt, symlink};
 
     struct Fixture {

@@ -18,7 +18,7 @@ mod seccomp;
 
 use std::path::PathBuf;
 
-use crate::sandbox::spec::Network;
+use runner_protocol::Network;
 
 pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
 pub use process::{kill_orphans, namespaces_refused};
@@ -60,7 +60,7 @@ pub struct Confinement {
     pub pinned: Vec<PathBuf>,
     /// Whether to make the mount and PID namespaces. The host says no where the machine
     /// refuses them ([`namespaces_refused`]): landlock and seccomp need none, and the
-    /// protected paths are then kept by copy (see [`crate::sandbox::server::restore`]).
+    /// protected paths are then kept by copy (see [`crate::restore`]).
     pub namespaces: bool,
     pub network: Network,
     pub memory_bytes: u64,

@@ -1,7 +1,7 @@
 //! Protected paths kept by copy, where no mount namespace can make them read-only.
 //!
 //! The landlock backend keeps `.git/hooks`, `.git/config` and the other files host git runs
-//! (see [`crate::sandbox::worktree_guard`]) read-only with bind mounts in a mount namespace
+//! (see the host's `sandbox::worktree_guard`) read-only with bind mounts in a mount namespace
 //! of the server's own. Where the machine refuses one (an unprivileged user on Ubuntu
 //! 24.04's AppArmor policy, `user.max_user_namespaces=0`), landlock alone cannot help: its
 //! rights on a directory cover the whole tree below it, so nothing under the writable

@@ -10,7 +10,7 @@ use landlock::{
 };
 
 use super::{ConfineError, Confinement};
-use crate::sandbox::spec::Network;
+use runner_protocol::Network;
 
 /// The ABI whose every right we request. V6 is the first with signal and abstract-socket
 /// scopes; the sandbox is refused on kernels that cannot enforce all of it.

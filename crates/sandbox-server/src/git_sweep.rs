@@ -3,7 +3,7 @@
 //! Host git trusts whatever repository it finds: its `config` (`core.fsmonitor`,
 //! `core.hooksPath`, `diff.external`, `filter.*`, …) and its hooks are commands it runs as
 //! the user. The worktree's own `.git` and every repository already in it when the sandbox
-//! starts are walled off by mounts (see [`crate::sandbox::worktree_guard`]); this module
+//! starts are walled off by mounts (see the host's `sandbox::worktree_guard`); this module
 //! handles what no mount can stop, a repository the sandbox *makes*:
 //!
 //! - a nested `.git` (directory, `gitdir:` file or symlink) anywhere below the worktree's

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::{ConfineError, Confinement};
-use crate::sandbox::spec::Network;
+use runner_protocol::Network;
 
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()

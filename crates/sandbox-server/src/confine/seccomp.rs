@@ -12,7 +12,7 @@ use seccompiler::{
 };
 
 use super::ConfineError;
-use crate::sandbox::spec::Network;
+use runner_protocol::Network;
 
 const DENIED: &[libc::c_long] = &[
     libc::SYS_ptrace,

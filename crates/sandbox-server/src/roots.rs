@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use crate::sandbox::api::{ApiError, ErrorKind};
+use runner_protocol::{ApiError, ErrorKind};
 
 /// A root as the server is told about it on its command line.
 #[derive(Debug, Clone)]

@@ -14,6 +14,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub mod network;
+pub use network::Network;
+
 /// Bytes of one proxied connection that may be in flight, each way, before the receiver
 /// acknowledges them ([`Request::NetAck`], [`Response::NetAck`]).
 pub const NET_WINDOW: u64 = 8 << 20;
@@ -364,13 +367,21 @@ pub enum ErrorKind {
 }
 
 /// An error with the path it is about and a message meant for a human or a model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{message}")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {
     pub kind: ErrorKind,
     pub message: String,
     pub path: Option<PathBuf>,
 }
+
+// Written out rather than derived: this crate stays plain data with serde alone.
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
 
 impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {

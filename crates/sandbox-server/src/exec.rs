@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::sandbox::api::{ExecOutput, ExecRequest, ExecStatus, OutputStream, Response};
+use runner_protocol::{ExecOutput, ExecRequest, ExecStatus, OutputStream, Response};
 
 /// After the shell exits, how long its background children may keep the pipes open before
 /// the group is killed. Long enough to collect output still in flight, short enough that a
@@ -191,7 +191,7 @@ impl Running {
                 kill_group(*pgid);
             }
         }
-        crate::sandbox::confine::kill_orphans();
+        crate::confine::kill_orphans();
     }
 }
 

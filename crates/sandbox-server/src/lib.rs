@@ -2,9 +2,14 @@
 //! streams (its stdin/stdout when started as a child).
 //!
 //! It runs inside the isolation boundary, so it is deliberately small and imports nothing of
-//! the agent, the LLM code or the tools: only the API types. Plain threads, no async runtime:
+//! the agent, the LLM code or the tools: only the API types (`runner-protocol`). Being a
+//! crate of its own makes that a build fact: this crate cannot name the Docker client, the
+//! HTTP client, the MCP SDK or tree-sitter, because it does not depend on them.
+//! [`confine`] is the other half of the wall's inside: what the server does to its own
+//! process (landlock, seccomp, namespaces) before it serves. Plain threads, no async runtime:
 //! each request gets a thread, which is what lets a long `exec` run beside quick reads.
 
+pub mod confine;
 mod exec;
 mod files;
 pub mod git_sweep;
@@ -18,12 +23,12 @@ use std::sync::{Arc, Mutex};
 
 use rustix::fs::OFlags;
 
-use crate::sandbox::api::{
+pub use roots::RootSpec;
+use roots::Roots;
+use runner_protocol::{
     ApiError, ErrorKind, MessageHead, Request, RequestFrame, Response, ResponseFrame, parse_frame,
     read_message_head, write_data_frame, write_frame,
 };
-pub use roots::RootSpec;
-use roots::Roots;
 
 /// Serves requests until the input ends, then kills whatever is still running: if the
 /// controller is gone, nobody is left to see those commands' results.
