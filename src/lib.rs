@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod cli;
 pub mod config;
+pub mod dirs;
 pub mod display;
 pub mod eval;
 pub mod http;

@@ -105,7 +105,7 @@ impl SessionOptions {
         let profile = profile::load(self.profile_name()).map_err(|e| usage(&e))?;
         let root = absolute_root(&self.root);
         let (layers, notes) = rule_config::load(Sources {
-            profile: &profile,
+            profile: profile.permission_rules(),
             worktree: &root,
             explicit: self.config.as_deref(),
             output_dir,
@@ -161,12 +161,12 @@ impl SessionOptions {
             spec.backend = BackendKind::Docker;
             spec.network = task.network();
             spec.worktree = task.workdir().to_path_buf();
-            spec.docker.in_image = Some(task.clone());
+            spec.docker.over_task_image = true;
         }
         match &self.server_exe {
             Some(exe) => spec.server_exe = exe.clone(),
             None if spec.backend == BackendKind::Docker
-                && spec.docker.in_image.is_none()
+                && !spec.docker.over_task_image
                 && crate::sandbox::spec::in_container() =>
             {
                 return Err(OpenError::Sandbox(format!(
@@ -234,7 +234,11 @@ impl SessionOptions {
         // The model is told where full outputs are saved; the sandbox must let it read them,
         // and only them: the session's own folder, never the folders of other sessions.
         spec.read_only.push(truncator.dir().to_path_buf());
-        let sandbox = match crate::sandbox::open(&spec).await {
+        let opened = match &self.in_image {
+            Some(task) => crate::sandbox::docker::open_over(task).await,
+            None => crate::sandbox::open(&spec).await,
+        };
+        let sandbox = match opened {
             Ok(s) => s,
             Err(e) => {
                 // Nothing ran in the copy: it is not worth a review.

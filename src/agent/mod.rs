@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::llm::config::ModelInfo;
+use crate::llm::models::ModelInfo;
 use crate::llm::{LlmError, Message, Provider, Usage};
 use crate::permission::gate::{Asker, RuleGate};
 use crate::permission::rules::Rule;
@@ -176,7 +176,7 @@ impl Runtime {
             rules,
             asker,
             base,
-            user_config: crate::config::config_dir(),
+            user_config: crate::dirs::config_dir(),
             refused: Arc::new(Mutex::new(None)),
             children: tokio::sync::Mutex::new(HashMap::new()),
             lineage: Mutex::new(HashMap::new()),

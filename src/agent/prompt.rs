@@ -52,7 +52,7 @@ pub async fn build(
 fn environment(env: &Environment) -> String {
     let wt = env.worktree.display();
     let wall = match env.spec.backend {
-        BackendKind::Docker if env.spec.docker.in_image.is_some() => format!(
+        BackendKind::Docker if env.spec.docker.over_task_image => format!(
             "Your commands and file tools run inside a Docker container made from the image {}. The worktree {wt} is a directory of that image, not a folder of anyone's machine: the whole file system of the container is yours to read and change, and nothing outside the container is visible. The file tools work inside the worktree; use bash for the rest of the container. Installed programs are the image's.",
             env.spec.docker.image
         ),

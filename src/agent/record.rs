@@ -176,10 +176,7 @@ fn end_torn_line(file: &mut File) -> std::io::Result<()> {
 
 /// `$XDG_DATA_HOME/runner/sessions` (default `~/.local/share/runner/sessions`).
 pub fn sessions_dir() -> PathBuf {
-    std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+    crate::dirs::data_home()
         .unwrap_or_else(|| PathBuf::from(".local/share"))
         .join("runner")
         .join("sessions")

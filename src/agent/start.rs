@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{Event, EventSink};
 use super::record::{self, Loaded, Record, Recorder};
 use super::{Agent, End, LoopOptions, Outcome, Runtime, agents};
-use crate::llm::config::resolve;
+use crate::llm::models::resolve;
 use crate::llm::retry::Retry;
 use crate::session::{OpenError, OpenSession, SessionOptions};
 use crate::tool::{Session, UserChannel};
@@ -137,7 +137,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let model_spec = model.or(settings.model.clone());
     let mut base = open.ctx.clone();
     base.user = user;
-    let user_agents = crate::config::config_dir().join("agents");
+    let user_agents = crate::dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
     let def = all
@@ -160,8 +160,13 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             "no model: pass --model provider/model (e.g. anthropic/claude-sonnet-4-5, openai/gpt-5, replay/FILE) or set model = \"…\" in the config".into(),
         )
     })?;
-    let (provider, info) = resolve(&model_spec, &settings, on_retry.clone())
-        .map_err(|e| StartError::Provider(e.to_string()))?;
+    let (provider, info) = resolve(
+        &model_spec,
+        &settings.provider,
+        settings.retry,
+        on_retry.clone(),
+    )
+    .map_err(|e| StartError::Provider(e.to_string()))?;
     let recorded_prompt = match model_spec.split_once('/') {
         Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
             .ok()
@@ -203,7 +208,12 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     );
     let subagent_settings = settings.clone();
     rt.set_model_resolver(Box::new(move |spec| {
-        resolve(spec, &subagent_settings, on_retry.clone())
+        resolve(
+            spec,
+            &subagent_settings.provider,
+            subagent_settings.retry,
+            on_retry.clone(),
+        )
     }));
     let history = resumed
         .as_ref()

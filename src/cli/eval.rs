@@ -137,7 +137,7 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.config = args.config;
     options.attempts = args.attempts;
     options.timeout_multiplier = args.timeout_multiplier;
-    let secs = |v: Option<f64>, d| v.and_then(crate::eval::tasks::seconds).unwrap_or(d);
+    let secs = |v: Option<f64>, d| v.and_then(crate::eval::fields::seconds).unwrap_or(d);
     let d = options.timeouts;
     options.timeouts = crate::eval::tasks::Timeouts {
         setup: secs(args.setup_timeout, d.setup),

@@ -113,7 +113,7 @@ fn list(json: bool, scope: &Scope) -> u8 {
     let taken: Vec<&str> = registry.tools().map(|t| t.id()).collect();
     let (own, notes) = crate::tool::user::discover_on_host(
         &root,
-        &crate::config::config_dir().join("tools"),
+        &crate::dirs::config_dir().join("tools"),
         &taken,
     );
     for note in notes {

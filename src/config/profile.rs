@@ -38,6 +38,17 @@ pub struct Profile {
     pub source: String,
 }
 
+impl Profile {
+    /// What this profile says about permissions, for the permission layers.
+    pub fn permission_rules(&self) -> crate::permission::config::ProfileRules<'_> {
+        crate::permission::config::ProfileRules {
+            rules: self.permission.as_ref(),
+            project_allows: self.project_allows,
+            source: &self.source,
+        }
+    }
+}
+
 /// Who answers an ask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -150,7 +161,7 @@ pub enum ProfileError {
 
 /// `$XDG_CONFIG_HOME/runner/profiles` (default `~/.config/runner/profiles`).
 pub fn user_dir() -> PathBuf {
-    super::config_dir().join("profiles")
+    crate::dirs::config_dir().join("profiles")
 }
 
 pub fn parse(text: &str, source: &str) -> Result<Profile, ProfileError> {

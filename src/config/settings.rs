@@ -11,34 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderSettings {
-    /// `openai` (Chat Completions, the default) or `anthropic` (Messages).
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    pub base_url: Option<String>,
-    /// The environment variable holding the key (the key itself never sits in a file).
-    pub api_key_env: Option<String>,
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// The model's context window in tokens.
-    pub context_window: Option<u64>,
-    /// Output tokens to ask for per turn (Anthropic requires a number).
-    pub max_tokens: Option<u32>,
-    /// Seconds a streaming answer may stay silent before the turn counts as cut and is
-    /// tried again (default 300: reasoning models can think for minutes between bytes).
-    pub idle_timeout_secs: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetrySettings {
-    /// Retries after the first attempt (default 5).
-    pub attempts: Option<u32>,
-    /// The first backoff in milliseconds, doubled each retry (default 1000).
-    pub base_ms: Option<u64>,
-}
+pub use crate::llm::models::ProviderSettings;
+pub use crate::llm::retry::RetrySettings;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,7 +63,7 @@ impl Settings {
     ) -> Result<(Settings, Vec<String>), SettingsError> {
         let mut settings = Settings::default();
         let mut notes = Vec::new();
-        let user = crate::config::config_dir().join("config.toml");
+        let user = crate::dirs::config_dir().join("config.toml");
         use crate::tool::hooks::Place;
         if user.is_file() {
             settings.merge(read(&user)?, &user, Place::Host);

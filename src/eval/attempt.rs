@@ -25,7 +25,7 @@ use crate::sandbox::api::ExecRequest;
 use crate::sandbox::client::ExecEvent;
 use crate::session::{OpenError, OpenSession, SessionOptions};
 use crate::tool::Session;
-use crate::workspace::{PatchFormat, Workspace};
+use crate::workspace::{PatchFormat, Workspace, write_file};
 
 /// Output kept from setup and verify commands (head and tail beyond it).
 pub(super) const LOG_LIMIT: u64 = 1 << 20;
@@ -518,5 +518,3 @@ async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), String> {
     }
     Ok(())
 }
-
-pub use crate::workspace::write_file;

@@ -131,7 +131,7 @@ pub fn load_set(dir: &Path) -> Result<Vec<LoadedTask>, String> {
 pub fn load(dir: &Path) -> LoadedTask {
     let id = dir
         .file_name()
-        .map(|n| super::tasks::sanitize(&n.to_string_lossy()))
+        .map(|n| super::fields::sanitize(&n.to_string_lossy()))
         .unwrap_or_else(|| "task".into());
     let fail = |reason: String| (id.clone(), reason);
     let text = std::fs::read_to_string(dir.join("task.toml"))
@@ -167,7 +167,7 @@ pub fn load(dir: &Path) -> LoadedTask {
         ),
         (None, None) => None,
     };
-    let secs = |v: Option<f64>| v.and_then(super::tasks::seconds);
+    let secs = |v: Option<f64>| v.and_then(super::fields::seconds);
     let solution = dir.join("solution");
     Ok(HarborTask {
         id,

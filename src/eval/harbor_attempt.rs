@@ -25,9 +25,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::EvalOptions;
-use super::attempt::{
-    self, LOG_LIMIT, Verdict, drop_blocking, fresh_dir, infra, judge_end, write_file,
-};
+use super::attempt::{self, LOG_LIMIT, Verdict, drop_blocking, fresh_dir, infra, judge_end};
 use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
@@ -37,7 +35,7 @@ use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
 use crate::sandbox::docker::in_image::{TaskContainer, TaskImage};
 use crate::sandbox::spec::{Limits, Network};
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, write_file};
 
 /// How long one engine operation (a start, a copy in or out) may take before the engine
 /// counts as not answering.

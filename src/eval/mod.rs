@@ -8,6 +8,7 @@
 
 pub mod attempt;
 pub mod engines;
+pub mod fields;
 pub mod harbor;
 pub mod harbor_attempt;
 pub mod images;
@@ -277,7 +278,7 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     let all = results::collect(&options.out);
     let summary = results::summarize(&all, &options.model_label(), &hash);
     write_json(&options.out.join("summary.json"), &summary)?;
-    attempt::write_file(
+    crate::workspace::write_file(
         &options.out.join("predictions.jsonl"),
         results::predictions(&options.out, &all, &options.model_label(), options.attempts)
             .as_bytes(),
@@ -462,7 +463,8 @@ fn write_result(dir: &Path, r: &TaskResult) -> Result<(), String> {
 fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), String> {
     let mut text = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
     text.push(b'\n');
-    attempt::write_file(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    crate::workspace::write_file(path, &text)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// The live line: done / running / failed, resolved so far, elapsed, ETA.

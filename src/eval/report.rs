@@ -50,7 +50,7 @@ pub fn write(out: &Path) -> Result<PathBuf, String> {
     let data = json!({"summary": summary, "rows": rows, "statuses": statuses});
     let html = page(&data);
     let path = out.join("report.html");
-    super::attempt::write_file(&path, html.as_bytes())
+    crate::workspace::write_file(&path, html.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }

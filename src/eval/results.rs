@@ -154,7 +154,7 @@ pub fn claim(out: &Path, attempts: u32, model: &str) -> Result<(), String> {
         model: model.to_string(),
     })
     .map_err(|e| e.to_string())?;
-    super::attempt::write_file(&path, &text)
+    crate::workspace::write_file(&path, &text)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

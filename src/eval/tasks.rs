@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::fields::{sanitize, seconds, valid_id};
+
 /// One task, as the task set describes it.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -62,13 +64,6 @@ impl Timeouts {
             verify: scale(self.verify),
         }
     }
-}
-
-/// A positive number of seconds as a duration, at most thirty days (a longer limit is no
-/// limit, and an absurd one must not overflow a timer).
-pub fn seconds(s: f64) -> Option<Duration> {
-    const MAX: f64 = 30.0 * 24.0 * 3600.0;
-    (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s.min(MAX)))
 }
 
 /// A task, or why its description could not be used.
@@ -213,29 +208,6 @@ fn check(l: Line, base: &Path, defaults: Timeouts) -> Loaded {
 
 pub fn looks_like_url(repo: &str) -> bool {
     repo.contains("://") || repo.starts_with("git@")
-}
-
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id != "."
-        && id != ".."
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-pub(super) fn sanitize(id: &str) -> String {
-    let s: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if valid_id(&s) { s } else { "task".into() }
 }
 
 /// The task set's identity: a hash over the task files, so two runs can tell whether they

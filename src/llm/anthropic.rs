@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::config::Endpoint;
+use super::endpoint::Endpoint;
 use super::sse::{Fold, Http, stream_turn};
 use super::{
     Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,

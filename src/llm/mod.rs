@@ -7,7 +7,8 @@
 //! (the whole turn again, see [`retry`]). The loop never sees a wire format.
 
 pub mod anthropic;
-pub mod config;
+pub mod endpoint;
+pub mod models;
 pub mod openai;
 pub mod replay;
 pub mod retry;

@@ -2,11 +2,21 @@
 //! streams are tried again with exponential backoff and jitter, honouring `Retry-After`,
 //! a bounded number of times. Each retry is announced, so a run that is waiting says so.
 
+use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LlmError, Provider, Request, TextSink, TurnFuture};
-use crate::config::settings::RetrySettings;
+
+/// The `[retry]` table of a config file.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    /// Retries after the first attempt (default 5).
+    pub attempts: Option<u32>,
+    /// The first backoff in milliseconds, doubled each retry (default 1000).
+    pub base_ms: Option<u64>,
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {

@@ -8,7 +8,7 @@ use eventsource_stream::{Event, Eventsource};
 use futures_util::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
 
-use super::config::Endpoint;
+use super::endpoint::Endpoint;
 use super::{LlmError, TextSink, Turn};
 
 /// An endpoint and the client that talks to it.

@@ -17,7 +17,6 @@ use serde_json::{Map, Value};
 
 use super::rules::{Action, Rule};
 use super::wildcard;
-use crate::config::profile::Profile;
 
 /// A config file that could not be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -295,7 +294,7 @@ pub fn strip_json_comments(text: &str) -> String {
 
 /// `$XDG_CONFIG_HOME/runner/config.toml` (default `~/.config/runner/config.toml`).
 pub fn user_config_path() -> PathBuf {
-    crate::config::config_dir().join("config.toml")
+    crate::dirs::config_dir().join("config.toml")
 }
 
 /// `.runner/config.toml` in the worktree.
@@ -348,9 +347,19 @@ pub fn merge(layers: Layers) -> Vec<Rule> {
     rules
 }
 
+/// What a profile says about permissions: its rules, and whether a project's file may
+/// loosen anything.
+pub struct ProfileRules<'a> {
+    /// The profile's `[permission]` table, in OpenCode's shape.
+    pub rules: Option<&'a serde_json::Value>,
+    pub project_allows: Option<bool>,
+    /// Where the profile came from, for messages.
+    pub source: &'a str,
+}
+
 /// Everything a command that evaluates permissions needs to build its layers.
 pub struct Sources<'a> {
-    pub profile: &'a Profile,
+    pub profile: ProfileRules<'a>,
     pub worktree: &'a Path,
     /// `--config FILE`.
     pub explicit: Option<&'a Path>,
@@ -365,8 +374,8 @@ pub struct Sources<'a> {
 pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
     let home = std::env::var("HOME").unwrap_or_default();
     let mut notes = Vec::new();
-    let profile = match &sources.profile.permission {
-        Some(value) => rules_from_value(value, &sources.profile.source, &home)?,
+    let profile = match sources.profile.rules {
+        Some(value) => rules_from_value(value, sources.profile.source, &home)?,
         None => Vec::new(),
     };
     let optional = |path: PathBuf| -> Result<Vec<Rule>, ConfigError> {

@@ -25,13 +25,18 @@ pub struct Limits {
     #[serde(default = "default_net_bytes")]
     pub net_bytes: u64,
     /// `--workspace copy`: what commands may write in the copy beyond the copy itself
-    /// (its own file system's free space; see [`crate::workspace::disk`]).
+    /// (its own file system's free space; the workspace module makes it).
     #[serde(default = "default_disk_bytes")]
     pub disk_bytes: u64,
 }
 
+/// `disk_bytes` when the profile names none: room for a large build (a Rust or C++ target
+/// folder, `node_modules`, a model checkpoint or two) while a runaway loop still stops long
+/// before a typical host disk is full. The copy's image is sparse: only what is written costs.
+pub const DEFAULT_DISK_BUDGET: u64 = 10 << 30;
+
 fn default_disk_bytes() -> u64 {
-    crate::workspace::disk::DEFAULT_BUDGET
+    DEFAULT_DISK_BUDGET
 }
 
 fn default_net_connections() -> u64 {
@@ -92,9 +97,11 @@ pub struct DockerSpec {
     /// Where the worktree appears in the container; `None` keeps the host path, so paths in
     /// tool output and in the model's context mean the same thing on both sides.
     pub mount_at: Option<PathBuf>,
-    /// A task container whose image holds the worktree (an evaluation's Harbor task): the
-    /// sandbox is opened over it instead of a new container with the worktree mounted.
-    pub in_image: Option<std::sync::Arc<super::docker::in_image::TaskContainer>>,
+    /// The worktree is a directory of an existing task container's image (an evaluation's
+    /// Harbor task), opened with [`super::docker::open_over`] instead of a new container
+    /// with the worktree mounted. The spec only says so (the prompt tells the model); the
+    /// container itself is the session's.
+    pub over_task_image: bool,
     /// The engine (`unix:///…`, `tcp://…`); `None`: DOCKER_HOST or the local socket.
     pub host: Option<String>,
     /// The OCI runtimes the container may run under, in order of preference: the first one
@@ -112,7 +119,7 @@ impl Default for DockerSpec {
         DockerSpec {
             image: DEFAULT_IMAGE.to_string(),
             mount_at: None,
-            in_image: None,
+            over_task_image: false,
             host: None,
             runtime: Vec::new(),
         }

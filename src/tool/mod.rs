@@ -4,6 +4,7 @@
 //! Tool logic runs on the host; every effect on files or processes goes through
 //! [`ToolContext::sandbox`], so the same code runs behind every isolation backend.
 
+mod builtin;
 mod context;
 mod diff;
 mod filetime;

@@ -42,32 +42,10 @@ pub struct Registry {
     tools: Vec<Arc<dyn DynTool>>,
 }
 
-impl Default for Registry {
-    fn default() -> Self {
-        Self::builtin()
-    }
-}
-
 impl Registry {
-    /// Every built-in tool, in the order models are shown them.
-    pub fn builtin() -> Self {
-        let tools: Vec<Arc<dyn DynTool>> = vec![
-            Arc::new(super::bash::BashTool),
-            Arc::new(super::read::ReadTool),
-            Arc::new(super::write::WriteTool),
-            Arc::new(super::edit::EditTool),
-            Arc::new(super::multiedit::MultiEditTool),
-            Arc::new(super::apply_patch::ApplyPatchTool),
-            Arc::new(super::glob::GlobTool),
-            Arc::new(super::grep::GrepTool),
-            Arc::new(super::list::ListTool),
-            Arc::new(super::todo::TodoWriteTool),
-            Arc::new(super::todo::TodoReadTool),
-            Arc::new(super::question::QuestionTool),
-            Arc::new(super::webfetch::WebFetchTool),
-            Arc::new(super::batch::BatchTool),
-            Arc::new(super::invalid::InvalidTool),
-        ];
+    /// A registry of exactly these tools, in this order (the built-in list is
+    /// [`Registry::builtin`], in `builtin.rs`).
+    pub fn of(tools: Vec<Arc<dyn DynTool>>) -> Self {
         Registry { tools }
     }
 

@@ -60,9 +60,9 @@ pub struct SkillTool {
 
 impl SkillTool {
     /// Finds the skills of the worktree (through the sandbox) and of the user's
-    /// configuration directory ([`crate::config::config_dir`]`/skills`).
+    /// configuration directory ([`crate::dirs::config_dir`]`/skills`).
     pub async fn discover(ctx: &ToolContext) -> SkillTool {
-        let user_dir = crate::config::config_dir().join("skills");
+        let user_dir = crate::dirs::config_dir().join("skills");
         Self::discover_in(ctx, Some(&user_dir)).await
     }
 

@@ -185,7 +185,7 @@ impl DynTool for UserTool {
 pub async fn registry(ctx: &ToolContext) -> (super::Registry, Vec<String>) {
     let builtin = super::Registry::builtin();
     let taken: Vec<&str> = builtin.tools().map(|t| t.id()).collect();
-    let (tools, notes) = discover(ctx, &crate::config::config_dir().join("tools"), &taken).await;
+    let (tools, notes) = discover(ctx, &crate::dirs::config_dir().join("tools"), &taken).await;
     let mut registry = builtin.clone();
     let mut notes = notes;
     for t in tools {

@@ -25,7 +25,7 @@ use rustix::fs::{CWD, RenameFlags, renameat_with};
 
 use super::changes::{Change, Entry, FileEntry, conflicts, same, state_of};
 use super::content::{self, Stamp};
-use super::diff::SPECIAL;
+use super::leaf::SPECIAL;
 
 /// What kept an apply from being made.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! was made from) still holds what the first did.
 //!
 //! Files are compared by kind (file or link), mode (the executable bit and any special bit,
-//! [`super::diff::review_mode`]) and content, so a binary file, a deletion, a rename (a
+//! [`super::leaf::review_mode`]) and content, so a binary file, a deletion, a rename (a
 //! deletion and an addition), a mode change and a link's new target are all changes. Every
 //! `.git` is left out on both sides.
 //!
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::content::{self, Digest, Stamp};
-use super::diff::{Leaf, review_mode};
+use super::leaf::{Leaf, review_mode};
 
 /// One path's state.
 #[derive(Debug, Clone)]

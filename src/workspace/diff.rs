@@ -16,28 +16,11 @@ use crate::display::quote_path;
 
 use super::changes::{Change, Entry};
 use super::content;
+use super::leaf::{Leaf, review_mode};
 
 /// Files larger than this are not diffed: the patch says "Large files … differ" with their
 /// sizes. Two files of at most this much are what one hunk is computed from.
 pub const DIFF_LIMIT: u64 = 1 << 20;
-
-/// A file's mode as a review shows it and an apply compares it: 0o644 or 0o755 (the
-/// executable bit, the only permission git keeps), with the setuid, setgid and sticky bits
-/// the file has, which an apply drops ([`SPECIAL`]).
-pub fn review_mode(st_mode: u32) -> u32 {
-    let plain = if st_mode & 0o111 != 0 { 0o755 } else { 0o644 };
-    plain | (st_mode & SPECIAL)
-}
-
-/// setuid, setgid and sticky.
-pub const SPECIAL: u32 = 0o7000;
-
-/// One side of a changed path, as the patch names it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Leaf {
-    File { mode: u32, size: u64 },
-    Link(String),
-}
 
 /// What one side holds, for its hunk.
 pub(crate) enum Body {

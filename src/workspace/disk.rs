@@ -19,10 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The budget when the profile names none: room for a large build (a Rust or C++ target
-/// folder, `node_modules`, a model checkpoint or two) while a runaway loop still stops long
-/// before a typical host disk is full. The image is sparse: only what is written costs.
-pub const DEFAULT_BUDGET: u64 = 10 << 30;
+/// The budget when the profile names none (a sandbox limit, so it lives with the others).
+pub use crate::sandbox::spec::DEFAULT_DISK_BUDGET as DEFAULT_BUDGET;
 
 /// The image file in the workspace's folder.
 const IMAGE: &str = "disk.img";

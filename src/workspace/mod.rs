@@ -28,6 +28,7 @@ pub mod diff;
 pub mod disk;
 pub(crate) mod git;
 pub mod image;
+pub mod leaf;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -121,11 +122,8 @@ enum Place {
 
 /// Where every workspace lives: `$XDG_DATA_HOME/runner/workspaces`.
 pub fn root_dir() -> PathBuf {
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/share")));
-    data.unwrap_or_else(|| std::env::temp_dir().join("runner-data"))
+    crate::dirs::data_home()
+        .unwrap_or_else(|| std::env::temp_dir().join("runner-data"))
         .join("runner")
         .join("workspaces")
 }

@@ -233,6 +233,11 @@ impl TaskContainer {
             .map_err(|e| fail(&e))
     }
 
+    /// The engine the container lives on.
+    pub fn engine(&self) -> &Docker {
+        &self.docker
+    }
+
     pub fn workdir(&self) -> &Path {
         &self.workdir
     }

@@ -23,9 +23,12 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     engine::warn_unenforced(&engine);
     // Leftovers of runs that died without cleaning up go first, so they never pile up.
     let _ = cleanup::remove_orphans(&engine.docker).await;
-    match &spec.docker.in_image {
-        // The worktree is a directory of that container's image: a sandbox over it.
-        Some(task) => task.serve().await,
-        None => open_container(&engine, spec).await,
-    }
+    open_container(&engine, spec).await
+}
+
+/// A sandbox over an existing task container (an evaluation's Harbor task): the worktree is
+/// a directory of that container's image, so nothing is mounted and no container is made.
+pub async fn open_over(task: &in_image::TaskContainer) -> Result<Sandbox, SandboxError> {
+    let _ = cleanup::remove_orphans(task.engine()).await;
+    task.serve().await
 }

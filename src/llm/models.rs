@@ -4,60 +4,40 @@
 //! LiteLLM, OpenRouter). Keys are read here, on the host, and go no further than the
 //! request headers.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
 
 use super::anthropic::Anthropic;
+use super::endpoint::Endpoint;
 use super::openai::OpenAi;
 use super::replay::Replay;
+use super::retry::RetrySettings;
 use super::retry::{RetryPolicy, Retrying};
 use super::{LlmError, Provider};
-use crate::config::settings::{ProviderSettings, Settings};
 
-/// Where a provider's requests go. `Debug` leaves the key out, so no log can print it.
-#[derive(Clone)]
-pub struct Endpoint {
-    pub name: String,
-    pub base_url: String,
-    pub api_key: Option<String>,
-    pub headers: Vec<(String, String)>,
-    /// How long a stream may go without a byte before the turn is given up and retried.
-    pub idle_timeout: Duration,
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
-            .finish()
-    }
-}
-
-impl Endpoint {
-    pub(crate) fn extra_headers(&self) -> Result<HeaderMap, LlmError> {
-        let mut map = HeaderMap::new();
-        for (k, v) in &self.headers {
-            let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| {
-                LlmError::Setup(format!(
-                    "provider {}: {k:?} is not a header name",
-                    self.name
-                ))
-            })?;
-            let value = HeaderValue::from_str(v).map_err(|_| {
-                LlmError::Setup(format!(
-                    "provider {}: the value of header {k} is not valid",
-                    self.name
-                ))
-            })?;
-            map.insert(name, value);
-        }
-        Ok(map)
-    }
+/// A `[provider.NAME]` table of a config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSettings {
+    /// `openai` (Chat Completions, the default) or `anthropic` (Messages).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub base_url: Option<String>,
+    /// The environment variable holding the key (the key itself never sits in a file).
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The model's context window in tokens.
+    pub context_window: Option<u64>,
+    /// Output tokens to ask for per turn (Anthropic requires a number).
+    pub max_tokens: Option<u32>,
+    /// Seconds a streaming answer may stay silent before the turn counts as cut and is
+    /// tried again (default 300: reasoning models can think for minutes between bytes).
+    pub idle_timeout_secs: Option<u64>,
 }
 
 /// What the loop needs to know about the model besides its provider.
@@ -93,11 +73,12 @@ pub fn split(spec: &str) -> Result<(&str, &str), LlmError> {
 /// Builds the provider for `spec`, wrapped in retries.
 pub fn resolve(
     spec: &str,
-    settings: &Settings,
+    providers: &BTreeMap<String, ProviderSettings>,
+    retry: Option<RetrySettings>,
     on_retry: super::retry::RetryNotice,
 ) -> Result<(Arc<dyn Provider>, ModelInfo), LlmError> {
     let (name, model) = split(spec)?;
-    let table = settings.provider.get(name).cloned().unwrap_or_default();
+    let table = providers.get(name).cloned().unwrap_or_default();
     let kind = match (table.kind.as_deref(), name) {
         (Some("openai"), _) => Kind::OpenAi,
         (Some("anthropic"), _) => Kind::Anthropic,
@@ -149,7 +130,7 @@ pub fn resolve(
         )?)?),
     };
     let info = info(None);
-    let policy = RetryPolicy::from_settings(settings.retry);
+    let policy = RetryPolicy::from_settings(retry);
     Ok((Arc::new(Retrying::new(provider, policy, on_retry)), info))
 }
 
@@ -223,8 +204,7 @@ mod tests {
 
     #[test]
     fn a_named_provider_needs_a_table_and_keys_stay_out_of_debug() {
-        let settings = Settings::default();
-        let e = resolve("ollama/qwen", &settings, Arc::new(|_| {}))
+        let e = resolve("ollama/qwen", &BTreeMap::new(), None, Arc::new(|_| {}))
             .err()
             .unwrap();
         assert!(e.to_string().contains("[provider.ollama]"), "{e}");
