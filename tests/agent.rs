@@ -3,7 +3,7 @@
 //! sandboxes. Each test checks what a broken loop would get wrong: the files afterwards,
 //! the session file, the events, the exit status, and what the model was sent.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -6,7 +6,7 @@
 //! `patch.txt`, `expected/` (missing = empty tree), and for failures `error.txt`, a
 //! substring of the error; a failed patch must leave the tree exactly as `input/`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

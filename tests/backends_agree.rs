@@ -4,7 +4,7 @@
 //! child, landlock and docker; outcomes, outputs, errors and metadata are compared after the
 //! per-run paths are replaced.
 
-mod common;
+use crate::common;
 
 use common::Backend;
 

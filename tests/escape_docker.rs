@@ -9,7 +9,7 @@
 //! The last test runs the server in an image that holds nothing but a static busybox (it
 //! installs Debian's busybox-static first when /bin/busybox is missing or not static).
 
-mod common;
+use crate::common;
 
 use common::Backend;
 use common::escape;

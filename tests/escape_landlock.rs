@@ -5,7 +5,7 @@
 //! (one test each, from `escape_suite!`) runs its whole table and lists every attack that
 //! got through. No attack is a known hole today (`holes: &[]`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

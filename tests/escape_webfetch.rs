@@ -10,7 +10,7 @@
 //! connects. The servers here are on loopback, so the controls (and the attacks on the
 //! permission rules) run with a user config that names `127.0.0.1`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

@@ -3,7 +3,7 @@
 //! gives up on others, runs past its time on two, tries to cheat on one, leaves a process
 //! behind on another and kills its own sandbox on one more. The counts must be exactly what the script deserves.
 
-mod common;
+use crate::common;
 
 use common::git;
 

@@ -4,7 +4,7 @@
 //! reward read from `/logs/verifier`. Driven by a scripted model (a real SSE server) and by
 //! `--agent oracle` (each task's `solution/solve.sh`).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -2,7 +2,7 @@
 //! formatter whose changes the next `read` sees, and where each hook runs: the user's own
 //! on the host, a project's inside the sandbox (where the host's files are out of reach).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

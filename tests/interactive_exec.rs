@@ -2,7 +2,7 @@
 //! piece by piece and closed, its output streamed back as it comes (what a stdio MCP server
 //! inside the sandbox needs), on every backend.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

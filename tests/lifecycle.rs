@@ -1,7 +1,7 @@
 //! Lifecycle of sandboxes: what is left behind when runner dies, is interrupted, or runs a
 //! command that ignores SIGTERM. Real engine, real kernel, real `runner` processes.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

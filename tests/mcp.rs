@@ -4,7 +4,7 @@
 //! read the worktree but not the host's files, and killing it mid-call gives a clear error
 //! and a restart.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -2,7 +2,7 @@
 //! learned from the session's records (nothing here names a registry), then allowed one by
 //! one.
 
-mod common;
+use crate::common;
 
 use std::process::{Output, Stdio};
 

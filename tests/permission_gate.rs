@@ -3,7 +3,7 @@
 //! through bash, external directories reached through symlinks, the doom-loop guard, and
 //! tools hidden by a `"*"` deny.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

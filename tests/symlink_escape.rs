@@ -14,7 +14,7 @@
 //! Positive controls at the end show that links staying inside the worktree still work, so
 //! the refusals above are not just every symlink being refused.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Fixture, Options, fixture_with, snapshot_tree};
 use runner::tool::CallResult;

@@ -10,7 +10,7 @@
 //! Each sits next to its control: runner's own colours still show, `--json` is still exact,
 //! a piped patch still carries its lines as `git diff` would.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! deliberate snapshot update, not an accident. Temp paths are filtered to `[WT]` (the
 //! worktree), `[OUT]` (a saved full output) and `[OUT_DIR]`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! while it runs, and `runner changes` / `apply` / `discard` review and bring over what it
 //! did. Real `runner` processes on the landlock and docker backends.
 
-mod common;
+use crate::common;
 
 use common::git;
 

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::EvalOptions;
 use super::results::{Status, TaskResult};
 use super::tasks::Task;
+use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use super::worktree;
 use crate::agent::End;
 use crate::agent::events::NoEvents;
@@ -31,12 +32,6 @@ use crate::workspace::{PatchFormat, Workspace, write_file};
 pub(super) const LOG_LIMIT: u64 = 1 << 20;
 /// How long a cancelled agent gets to wind down before its sandbox is torn down anyway.
 const WIND_DOWN: Duration = Duration::from_secs(30);
-
-/// Whether a failure is the infrastructure's (worth another try) or the task's own.
-pub struct Verdict {
-    pub result: TaskResult,
-    pub retryable: bool,
-}
 
 /// Runs the attempt and writes its files into `out` (except `result.json`, which the
 /// caller writes last, so that its presence means "finished"). `None`: the run was
@@ -160,19 +155,13 @@ pub async fn run(
     // timed-out or crashed agent still gets its diff recorded.
     let verify_started = Instant::now();
     let patching = ws.clone();
-    match tokio::task::spawn_blocking(move || patching.diff(PatchFormat::Git)).await {
-        Ok(Ok(patch)) => {
-            let _ = write_file(&out.join("diff.patch"), &patch);
-        }
-        Ok(Err(e)) => result.diff_error = Some(e),
-        Err(e) => result.diff_error = Some(e.to_string()),
-    }
-    if matches!(result.status, Status::Timeout | Status::AgentError) {
-        result.timings.total_ms = started.elapsed().as_millis() as u64;
-        return Some(Verdict {
-            result,
-            retryable: false,
-        });
+    let patch = match tokio::task::spawn_blocking(move || patching.diff(PatchFormat::Git)).await {
+        Ok(made) => made,
+        Err(e) => Err(e.to_string()),
+    };
+    verdict::record_patch(&mut result, out, patch);
+    if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
+        return decided;
     }
     let verifier = match verifier.take().await {
         Ok(v) => v,
@@ -185,105 +174,11 @@ pub async fn run(
             );
         }
     };
-    let verdict = judge(task, &verifier, timeouts.verify, stop).await;
+    let verified = judge(task, &verifier, timeouts.verify, stop).await;
     drop_blocking(verifier).await;
     result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
     result.timings.total_ms = started.elapsed().as_millis() as u64;
-    match verdict {
-        Judged::Interrupted => None,
-        Judged::Ran(v) => {
-            let _ = write_file(&out.join("verify.log"), &v.output);
-            result.status = if v.timed_out {
-                result.phase = Some("verify".into());
-                result.error = Some(format!("verify ran past {} s", timeouts.verify.as_secs()));
-                Status::Timeout
-            } else if v.code == Some(0) {
-                Status::Resolved
-            } else {
-                Status::Unresolved
-            };
-            result.reward = Some(if result.status == Status::Resolved {
-                1.0
-            } else {
-                0.0
-            });
-            Some(Verdict {
-                result,
-                retryable: false,
-            })
-        }
-        // The verifier runs code the agent wrote: if its sandbox dies under it while the
-        // engine is fine, that is the agent's doing.
-        Judged::Failed(e) if super::engine_alive(engine).await => {
-            result.status = Status::AgentError;
-            result.phase = Some("verify".into());
-            result.error = Some(e);
-            Some(Verdict {
-                result,
-                retryable: false,
-            })
-        }
-        Judged::Failed(e) => infra(result, "verify", format!("the engine failed: {e}"), true),
-    }
-}
-
-/// An attempt that ends as the infrastructure's failure: no verdict, and `retryable` says
-/// whether another try could go differently.
-pub(super) fn infra(
-    mut result: TaskResult,
-    phase: &str,
-    error: String,
-    retryable: bool,
-) -> Option<Verdict> {
-    result.status = Status::InfraError;
-    result.phase = Some(phase.into());
-    result.error = Some(error);
-    Some(Verdict { result, retryable })
-}
-
-/// An attempt's result folder, empty: what an interrupted earlier try left there (no
-/// result.json, or it would not run again) is stale.
-pub(super) fn fresh_dir(out: &Path) -> Result<(), String> {
-    let _ = std::fs::remove_dir_all(out);
-    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))
-}
-
-/// What the agent's end makes of the attempt: a timeout, the agent's own error (it brought
-/// its sandbox down), or (`Err`) the infrastructure's failure (the provider, a dead engine).
-pub(super) async fn judge_end(
-    result: &mut TaskResult,
-    end: Option<&End>,
-    timed_out: bool,
-    limit: Duration,
-    engine: Option<&super::engines::Engine>,
-) -> Result<(), Option<Verdict>> {
-    if timed_out {
-        result.status = Status::Timeout;
-        result.phase = Some("agent".into());
-        result.error = Some(format!("the agent ran past {} s", limit.as_secs()));
-        return Ok(());
-    }
-    match end {
-        Some(End::ProviderError(m)) => Err(infra(result.clone(), "agent", m.clone(), true)),
-        Some(End::SandboxError(m)) => {
-            // The agent's own commands can bring its sandbox down; a dead engine cannot
-            // be blamed on it.
-            if super::engine_alive(engine).await {
-                result.status = Status::AgentError;
-                result.phase = Some("agent".into());
-                result.error = Some(m.clone());
-                Ok(())
-            } else {
-                Err(infra(
-                    result.clone(),
-                    "agent",
-                    format!("the engine failed: {m}"),
-                    true,
-                ))
-            }
-        }
-        _ => Ok(()),
-    }
+    verdict::conclude(result, verified, out, timeouts.verify, engine).await
 }
 
 /// The agent's turn on the instruction, cut off (and given a moment to wind down) past
@@ -310,19 +205,13 @@ pub(super) async fn drive(
     }
 }
 
-enum Judged {
-    Ran(Ran),
-    Failed(String),
-    Interrupted,
-}
-
 /// The hidden tests in place, then the verify command.
 async fn judge(
     task: &Task,
     verifier: &OpenSession,
     timeout: Duration,
     stop: &CancellationToken,
-) -> Judged {
+) -> Verified {
     let sandbox = verifier.sandbox();
     if let Some(dir) = &task.tests_dir {
         // Whatever the agent left at the tests' paths (a symlink out, a directory in the
@@ -337,19 +226,23 @@ async fn judge(
         if !names.is_empty() {
             let clear = format!("rm -rf -- {}", names.join(" "));
             match exec(sandbox, &clear, timeout, LOG_LIMIT, stop).await {
-                Ok(r) if r.interrupted => return Judged::Interrupted,
+                Ok(r) if r.interrupted => return Verified::Interrupted,
                 Ok(_) => {}
-                Err(e) => return Judged::Failed(e),
+                Err(e) => return Verified::Failed(e),
             }
         }
         if let Err(e) = put_tests(sandbox, dir).await {
-            return Judged::Failed(e);
+            return Verified::Failed(e);
         }
     }
     match exec(sandbox, &task.verify, timeout, LOG_LIMIT, stop).await {
-        Ok(v) if v.interrupted => Judged::Interrupted,
-        Ok(v) => Judged::Ran(v),
-        Err(e) => Judged::Failed(e),
+        Ok(v) if v.interrupted => Verified::Interrupted,
+        Ok(v) => Verified::Ran {
+            log: v.output,
+            timed_out: v.timed_out,
+            score: Score::Exit(v.code),
+        },
+        Err(e) => Verified::Failed(e),
     }
 }
 

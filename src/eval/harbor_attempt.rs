@@ -25,11 +25,12 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::EvalOptions;
-use super::attempt::{self, LOG_LIMIT, Verdict, drop_blocking, fresh_dir, infra, judge_end};
+use super::attempt::{self, LOG_LIMIT, drop_blocking};
 use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
-use super::results::{Status, TaskResult};
+use super::results::TaskResult;
+use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
@@ -176,81 +177,16 @@ pub async fn run(
 
     // The diff, from the stopped container.
     let verify_started = Instant::now();
-    match ws.image_patch(container).await {
-        Ok(patch) => {
-            let _ = write_file(&out.join("diff.patch"), &patch);
-        }
-        Err(e) => result.diff_error = Some(e),
+    let patch = ws.image_patch(container).await;
+    verdict::record_patch(&mut result, out, patch);
+    if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
+        return decided;
     }
-    if matches!(result.status, Status::Timeout | Status::AgentError) {
-        result.timings.total_ms = started.elapsed().as_millis() as u64;
-        return Some(Verdict {
-            result,
-            retryable: false,
-        });
-    }
-
-    let verdict = verify(task, container, tests, verify_limit, stop).await;
+    let verified = verify(task, container, tests, verify_limit, stop).await;
     result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
     result.timings.total_ms = started.elapsed().as_millis() as u64;
     drop(owner);
-    match verdict {
-        Verified::Interrupted => None,
-        Verified::Ran {
-            log,
-            timed_out,
-            rewards,
-        } => {
-            let _ = write_file(&out.join("verify.log"), &log);
-            if timed_out {
-                result.status = Status::Timeout;
-                result.phase = Some("verify".into());
-                result.error = Some(format!("verify ran past {} s", verify_limit.as_secs()));
-                return Some(Verdict {
-                    result,
-                    retryable: false,
-                });
-            }
-            match rewards {
-                Ok(map) => {
-                    let least = map.values().copied().fold(f64::INFINITY, f64::min);
-                    result.status = if least >= 1.0 {
-                        Status::Resolved
-                    } else {
-                        Status::Unresolved
-                    };
-                    result.reward = Some(map.get("reward").copied().unwrap_or(least));
-                    if map.len() > 1 || !map.contains_key("reward") {
-                        result.rewards = map;
-                    }
-                }
-                // test.sh that ends without a reward judged nothing: the task is not solved,
-                // and the log says why.
-                Err(e) => {
-                    result.status = Status::Unresolved;
-                    result.reward = Some(0.0);
-                    result.phase = Some("verify".into());
-                    result.error = Some(e);
-                }
-            }
-            Some(Verdict {
-                result,
-                retryable: false,
-            })
-        }
-        // The verifier runs in the file system the agent left: if the container cannot
-        // be brought back while the engine is fine, that is the agent's doing.
-        Verified::Failed(e) if super::engine_alive(Some(engine)).await => {
-            result.status = Status::AgentError;
-            result.phase = Some("verify".into());
-            result.error = Some(e);
-            Some(Verdict {
-                result,
-                retryable: false,
-            })
-        }
-        Verified::Failed(e) => infra(result, "verify", format!("the engine failed: {e}"), true),
-    }
+    verdict::conclude(result, verified, out, verify_limit, Some(engine)).await
 }
 
 /// The container's recipe: the task's limits over the profile's; no network, or the
@@ -464,16 +400,6 @@ async fn internet_proxy(
     .map_err(|e| format!("cannot start the network proxy in the task container: {e}"))
 }
 
-enum Verified {
-    Ran {
-        log: Vec<u8>,
-        timed_out: bool,
-        rewards: Result<std::collections::BTreeMap<String, f64>, String>,
-    },
-    Failed(String),
-    Interrupted,
-}
-
 /// Moves aside what the agent left where the verifier looks (it may have planted a
 /// `conftest.py` in `/tests` or a reward in `/logs/verifier`), and makes both afresh. Run
 /// as root; moving works where deleting might not (a directory the agent made read-only).
@@ -552,7 +478,7 @@ async fn verify(
     Verified::Ran {
         log,
         timed_out: ran.timed_out,
-        rewards,
+        score: Score::Rewards(rewards),
     }
 }
 

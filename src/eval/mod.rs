@@ -15,6 +15,7 @@ pub mod images;
 pub mod report;
 pub mod results;
 pub mod tasks;
+mod verdict;
 pub mod worktree;
 
 use std::path::{Path, PathBuf};

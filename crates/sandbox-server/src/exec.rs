@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -266,6 +267,28 @@ impl Capture {
     }
 }
 
+/// Why a command could not be run or followed to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("cannot start {shell} in {cwd}: {source}")]
+    Spawn {
+        shell: &'static str,
+        cwd: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("lost track of the command: {0}")]
+    Lost(std::io::Error),
+}
+
+/// What the output readers and the waiter share while a command runs.
+struct Pumps<'a> {
+    capture: Mutex<Capture>,
+    /// Set when the output is no longer wanted: a process that left the group may hold a
+    /// pipe for ever.
+    stop_reading: AtomicBool,
+    send: &'a (dyn Fn(Response) + Sync),
+}
+
 /// Runs one command to completion, sending output chunks and then the exit status through
 /// `send`. Never panics on the command's behaviour; spawn failures become an error response.
 pub fn run(
@@ -274,7 +297,70 @@ pub fn run(
     cwd: &Path,
     running: &Running,
     send: &(dyn Fn(Response) + Sync),
-) -> Result<(), String> {
+) -> Result<(), ExecError> {
+    let mut child = match spawn_shell(req, cwd) {
+        Ok(c) => c,
+        Err(e) => {
+            running.forget_input(id);
+            return Err(e);
+        }
+    };
+    let pgid = child.id() as i32;
+    let cancelled = Arc::new(AtomicBool::new(false));
+    running
+        .groups
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id, (pgid, cancelled.clone()));
+    feed_stdin(&mut child, id, req, running);
+
+    let pumps = Pumps {
+        capture: Mutex::new(Capture::new(req.output_limit)),
+        stop_reading: AtomicBool::new(false),
+        send,
+    };
+    let (wait, timed_out) = follow(child, pgid, req.timeout_ms, &pumps);
+
+    running
+        .groups
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+    running.close_input(id);
+    running.command_ended();
+    let mut cap = pumps
+        .capture
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    for (stream, data) in cap.take_tail() {
+        send(Response::Output(ExecOutput {
+            stream,
+            data,
+            tail: true,
+        }));
+    }
+    if let Some(note) = running.sweep() {
+        send(Response::Output(ExecOutput {
+            stream: OutputStream::Stderr,
+            data: note.into_bytes(),
+            tail: true,
+        }));
+    }
+    let status = wait.map_err(ExecError::Lost)?;
+    send(Response::Exit(ExecStatus {
+        code: status.code(),
+        signal: status.signal(),
+        timed_out,
+        cancelled: cancelled.load(Ordering::SeqCst),
+        dropped_bytes: cap.dropped,
+    }));
+    Ok(())
+}
+
+/// The command under bash (sh where the image has no bash), in a process group of its own
+/// so that a timeout or a cancel ends everything it started, with exactly the environment
+/// the request names.
+fn spawn_shell(req: &ExecRequest, cwd: &Path) -> Result<std::process::Child, ExecError> {
     let shell = if Path::new("/bin/bash").exists() {
         "/bin/bash"
     } else {
@@ -306,29 +392,22 @@ pub fn run(
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            running.forget_input(id);
-            return Err(format!("cannot start {shell} in {}: {e}", cwd.display()));
-        }
-    };
-    let pgid = child.id() as i32;
-    let cancelled = Arc::new(AtomicBool::new(false));
-    running
-        .groups
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(id, (pgid, cancelled.clone()));
+    cmd.spawn().map_err(|source| ExecError::Spawn {
+        shell,
+        cwd: cwd.to_path_buf(),
+        source,
+    })
+}
 
+/// Standard input: the request's bytes, then (for an interactive command) whatever `Input`
+/// requests bring, in order, until the input is closed or the command stops reading.
+fn feed_stdin(child: &mut std::process::Child, id: u64, req: &ExecRequest, running: &Running) {
     let waiting = running
         .waiting_inputs
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&id);
     if let (true, Some(rx)) = (req.interactive, waiting) {
-        // The first bytes, then whatever `Input` requests bring, in order, until the input
-        // is closed or the command stops reading.
         if let Some(mut stdin) = child.stdin.take() {
             let first = req.stdin.clone();
             std::thread::spawn(move || {
@@ -349,61 +428,28 @@ pub fn run(
             let _ = stdin.write_all(&data);
         });
     }
+}
 
-    let capture = Mutex::new(Capture::new(req.output_limit));
+/// Reads both output pipes while waiting for the shell (killing its group at the timeout),
+/// then drains what its leftovers still write: (how the shell ended, whether it timed out).
+fn follow(
+    mut child: std::process::Child,
+    pgid: i32,
+    timeout_ms: u64,
+    pumps: &Pumps<'_>,
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
     let (eof_tx, eof_rx) = mpsc::channel::<()>();
     let (exit_tx, exit_rx) = mpsc::channel();
-    let stop_reading = AtomicBool::new(false);
-    let status = std::thread::scope(|scope| {
-        let pipes: [(OutputStream, Option<std::fs::File>); 2] = [
-            (
-                OutputStream::Stdout,
-                child
-                    .stdout
-                    .take()
-                    .map(|p| std::os::fd::OwnedFd::from(p).into()),
-            ),
-            (
-                OutputStream::Stderr,
-                child
-                    .stderr
-                    .take()
-                    .map(|p| std::os::fd::OwnedFd::from(p).into()),
-            ),
+    std::thread::scope(|scope| {
+        let pipes = [
+            (OutputStream::Stdout, child.stdout.take().map(OwnedFd::from)),
+            (OutputStream::Stderr, child.stderr.take().map(OwnedFd::from)),
         ];
         for (stream, pipe) in pipes {
-            let Some(mut pipe) = pipe else { continue };
-            let capture = &capture;
+            let Some(pipe) = pipe else { continue };
             let eof_tx = eof_tx.clone();
-            let stop_reading = &stop_reading;
             scope.spawn(move || {
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    // Woken now and then to see whether the output is still wanted: a
-                    // process that left the group may hold the pipe for ever.
-                    if !readable_within(&pipe, Duration::from_millis(100)) {
-                        if stop_reading.load(Ordering::SeqCst) {
-                            break;
-                        }
-                        continue;
-                    }
-                    match pipe.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            let mut cap = capture.lock().unwrap_or_else(|p| p.into_inner());
-                            let now = cap.push(stream, &buf[..n]);
-                            if !now.is_empty() {
-                                send(Response::Output(ExecOutput {
-                                    stream,
-                                    data: now.to_vec(),
-                                    tail: false,
-                                }));
-                            }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
+                pump(std::fs::File::from(pipe), stream, pumps);
                 let _ = eof_tx.send(());
             });
         }
@@ -413,7 +459,7 @@ pub fn run(
             let _ = exit_tx.send(child.wait());
         });
         let mut timed_out = false;
-        let wait = match exit_rx.recv_timeout(Duration::from_millis(req.timeout_ms)) {
+        let wait = match exit_rx.recv_timeout(Duration::from_millis(timeout_ms)) {
             Ok(status) => status,
             Err(_) => {
                 timed_out = true;
@@ -423,74 +469,74 @@ pub fn run(
                     .unwrap_or_else(|_| Err(std::io::Error::other("waiter lost")))
             }
         };
-        // The shell is gone; give its leftovers a moment to flush, then end the group so the
-        // pipes close and no stray process outlives the call. Killed again and again while
-        // it lasts (a process forked as the group was killed, a fork bomb's, can miss one
-        // signal). A process that left the group (`setsid`) and still holds the output is
-        // not waited for past [`LEFTOVER_GRACE`]: the output stops being read, and its
-        // next write to it fails.
-        let mut open = 2;
-        let drained_by = std::time::Instant::now() + DRAIN_GRACE;
-        let mut killing_since: Option<std::time::Instant> = None;
-        let mut group_alive = true;
-        while open > 0 {
-            let now = std::time::Instant::now();
-            let wait = if now < drained_by {
-                drained_by - now
-            } else {
-                let since = *killing_since.get_or_insert(now);
-                if group_alive {
-                    group_alive = kill_group(pgid);
-                }
-                if now.duration_since(since) > LEFTOVER_GRACE {
-                    stop_reading.store(true, Ordering::SeqCst);
-                }
-                Duration::from_millis(100)
-            };
-            match eof_rx.recv_timeout(wait) {
-                Ok(()) => open -= 1,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        if group_alive {
-            kill_group(pgid);
-        }
+        drain(pgid, &eof_rx, pumps);
         (wait, timed_out)
-    });
+    })
+}
 
-    running
-        .groups
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&id);
-    running.close_input(id);
-    running.command_ended();
-    let (wait, timed_out) = status;
-    let mut cap = capture.into_inner().unwrap_or_else(|p| p.into_inner());
-    for (stream, data) in cap.take_tail() {
-        send(Response::Output(ExecOutput {
-            stream,
-            data,
-            tail: true,
-        }));
+/// One output pipe to its end: the head of the output streams out as it comes, the rest
+/// goes to the tail window. Woken now and then to see whether the output is still wanted.
+fn pump(mut pipe: std::fs::File, stream: OutputStream, pumps: &Pumps<'_>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if !readable_within(&pipe, Duration::from_millis(100)) {
+            if pumps.stop_reading.load(Ordering::SeqCst) {
+                break;
+            }
+            continue;
+        }
+        match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let mut cap = pumps.capture.lock().unwrap_or_else(|p| p.into_inner());
+                let now = cap.push(stream, &buf[..n]);
+                if !now.is_empty() {
+                    (pumps.send)(Response::Output(ExecOutput {
+                        stream,
+                        data: now.to_vec(),
+                        tail: false,
+                    }));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
     }
-    if let Some(note) = running.sweep() {
-        send(Response::Output(ExecOutput {
-            stream: OutputStream::Stderr,
-            data: note.into_bytes(),
-            tail: true,
-        }));
+}
+
+/// The shell is gone; give its leftovers a moment to flush, then end the group so the pipes
+/// close and no stray process outlives the call. Killed again and again while it lasts (a
+/// process forked as the group was killed, a fork bomb's, can miss one signal). A process
+/// that left the group (`setsid`) and still holds the output is not waited for past
+/// [`LEFTOVER_GRACE`]: the output stops being read, and its next write to it fails.
+fn drain(pgid: i32, eof_rx: &mpsc::Receiver<()>, pumps: &Pumps<'_>) {
+    let mut open = 2;
+    let drained_by = std::time::Instant::now() + DRAIN_GRACE;
+    let mut killing_since: Option<std::time::Instant> = None;
+    let mut group_alive = true;
+    while open > 0 {
+        let now = std::time::Instant::now();
+        let wait = if now < drained_by {
+            drained_by - now
+        } else {
+            let since = *killing_since.get_or_insert(now);
+            if group_alive {
+                group_alive = kill_group(pgid);
+            }
+            if now.duration_since(since) > LEFTOVER_GRACE {
+                pumps.stop_reading.store(true, Ordering::SeqCst);
+            }
+            Duration::from_millis(100)
+        };
+        match eof_rx.recv_timeout(wait) {
+            Ok(()) => open -= 1,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
     }
-    let status = wait.map_err(|e| format!("lost track of the command: {e}"))?;
-    send(Response::Exit(ExecStatus {
-        code: status.code(),
-        signal: status.signal(),
-        timed_out,
-        cancelled: cancelled.load(Ordering::SeqCst),
-        dropped_bytes: cap.dropped,
-    }));
-    Ok(())
+    if group_alive {
+        kill_group(pgid);
+    }
 }
 
 #[cfg(test)]

@@ -317,7 +317,7 @@ fn handle(
             };
             return match exec::run(id, &req, &cwd, running, reply) {
                 Ok(()) => None,
-                Err(message) => Some(Response::Error(ApiError::new(ErrorKind::Io, message))),
+                Err(e) => Some(Response::Error(ApiError::new(ErrorKind::Io, e.to_string()))),
             };
         }
         Request::Cancel { .. }

@@ -1,0 +1,207 @@
+//! How an attempt ends, written once for both kinds of task: the infrastructure's failure
+//! (no verdict; maybe worth another try), the agent's own end (a timeout, a sandbox it
+//! brought down), or the verifier's judgement. runner's task files are judged by the verify
+//! command's exit status, Harbor's by the rewards `test.sh` writes; everything around the
+//! score (a verifier past its limit, one that died under code the agent wrote, an engine
+//! that went away) means the same for both.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::engines::Engine;
+use super::results::{Status, TaskResult};
+use crate::agent::End;
+use crate::workspace::write_file;
+
+/// Whether a failure is the infrastructure's (worth another try) or the task's own.
+pub struct Verdict {
+    pub result: TaskResult,
+    pub retryable: bool,
+}
+
+/// How the verifier's run went, whatever ran it.
+pub(super) enum Verified {
+    Ran {
+        log: Vec<u8>,
+        timed_out: bool,
+        score: Score,
+    },
+    /// The verifier could not run to its end: its sandbox or container died, or the engine.
+    Failed(String),
+    Interrupted,
+}
+
+/// What the verifier said of the work.
+pub(super) enum Score {
+    /// A runner task's verify command: exit status 0 resolves it.
+    Exit(Option<i32>),
+    /// A Harbor task's rewards, by name, or why `test.sh` left none.
+    Rewards(Result<BTreeMap<String, f64>, String>),
+}
+
+/// An attempt that ends as the infrastructure's failure: no verdict, and `retryable` says
+/// whether another try could go differently.
+pub(super) fn infra(
+    mut result: TaskResult,
+    phase: &str,
+    error: String,
+    retryable: bool,
+) -> Option<Verdict> {
+    result.status = Status::InfraError;
+    result.phase = Some(phase.into());
+    result.error = Some(error);
+    Some(Verdict { result, retryable })
+}
+
+/// An attempt's result folder, empty: what an interrupted earlier try left there (no
+/// result.json, or it would not run again) is stale.
+pub(super) fn fresh_dir(out: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(out);
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))
+}
+
+/// What the agent's end makes of the attempt: a timeout, the agent's own error (it brought
+/// its sandbox down), or (`Err`) the infrastructure's failure (the provider, a dead engine).
+pub(super) async fn judge_end(
+    result: &mut TaskResult,
+    end: Option<&End>,
+    timed_out: bool,
+    limit: Duration,
+    engine: Option<&super::engines::Engine>,
+) -> Result<(), Option<Verdict>> {
+    if timed_out {
+        result.status = Status::Timeout;
+        result.phase = Some("agent".into());
+        result.error = Some(format!("the agent ran past {} s", limit.as_secs()));
+        return Ok(());
+    }
+    match end {
+        Some(End::ProviderError(m)) => Err(infra(result.clone(), "agent", m.clone(), true)),
+        Some(End::SandboxError(m)) => {
+            // The agent's own commands can bring its sandbox down; a dead engine cannot
+            // be blamed on it.
+            if super::engine_alive(engine).await {
+                result.status = Status::AgentError;
+                result.phase = Some("agent".into());
+                result.error = Some(m.clone());
+                Ok(())
+            } else {
+                Err(infra(
+                    result.clone(),
+                    "agent",
+                    format!("the engine failed: {m}"),
+                    true,
+                ))
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Records the agent's changes as `diff.patch`, or why there are none: a timed-out or
+/// crashed agent still gets its diff recorded.
+pub(super) fn record_patch(result: &mut TaskResult, out: &Path, patch: Result<Vec<u8>, String>) {
+    match patch {
+        Ok(patch) => {
+            let _ = write_file(&out.join("diff.patch"), &patch);
+        }
+        Err(e) => result.diff_error = Some(e),
+    }
+}
+
+/// The verdict when the agent's end already decided the attempt (it ran past its limit, or
+/// brought its own sandbox down): nothing is left to verify.
+pub(super) fn decided_by_the_agent(
+    result: &mut TaskResult,
+    started: Instant,
+) -> Option<Option<Verdict>> {
+    if !matches!(result.status, Status::Timeout | Status::AgentError) {
+        return None;
+    }
+    result.timings.total_ms = started.elapsed().as_millis() as u64;
+    Some(Some(Verdict {
+        result: result.clone(),
+        retryable: false,
+    }))
+}
+
+/// The attempt's verdict from the verifier's run; its log is kept as `verify.log`.
+/// `None`: the run was interrupted.
+pub(super) async fn conclude(
+    mut result: TaskResult,
+    verified: Verified,
+    out: &Path,
+    limit: Duration,
+    engine: Option<&Engine>,
+) -> Option<Verdict> {
+    match verified {
+        Verified::Interrupted => None,
+        Verified::Ran {
+            log,
+            timed_out,
+            score,
+        } => {
+            let _ = write_file(&out.join("verify.log"), &log);
+            if timed_out {
+                result.status = Status::Timeout;
+                result.phase = Some("verify".into());
+                result.error = Some(format!("verify ran past {} s", limit.as_secs()));
+            } else {
+                score_into(&mut result, score);
+            }
+            Some(Verdict {
+                result,
+                retryable: false,
+            })
+        }
+        // The verifier runs code the agent wrote, in what the agent left: if it dies under
+        // that code while the engine is fine, that is the agent's doing.
+        Verified::Failed(e) if super::engine_alive(engine).await => {
+            result.status = Status::AgentError;
+            result.phase = Some("verify".into());
+            result.error = Some(e);
+            Some(Verdict {
+                result,
+                retryable: false,
+            })
+        }
+        Verified::Failed(e) => infra(result, "verify", format!("the engine failed: {e}"), true),
+    }
+}
+
+/// Status and reward from the score: resolved only when every reward is at least 1 (or the
+/// command exited 0).
+fn score_into(result: &mut TaskResult, score: Score) {
+    match score {
+        Score::Exit(code) => {
+            let resolved = code == Some(0);
+            result.status = if resolved {
+                Status::Resolved
+            } else {
+                Status::Unresolved
+            };
+            result.reward = Some(if resolved { 1.0 } else { 0.0 });
+        }
+        Score::Rewards(Ok(map)) => {
+            let least = map.values().copied().fold(f64::INFINITY, f64::min);
+            result.status = if least >= 1.0 {
+                Status::Resolved
+            } else {
+                Status::Unresolved
+            };
+            result.reward = Some(map.get("reward").copied().unwrap_or(least));
+            if map.len() > 1 || !map.contains_key("reward") {
+                result.rewards = map;
+            }
+        }
+        // test.sh that ends without a reward judged nothing: the task is not solved, and
+        // the log says why.
+        Score::Rewards(Err(e)) => {
+            result.status = Status::Unresolved;
+            result.reward = Some(0.0);
+            result.phase = Some("verify".into());
+            result.error = Some(e);
+        }
+    }
+}

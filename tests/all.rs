@@ -1,0 +1,35 @@
+//! Every integration test that can share a process, in one test binary: the shared
+//! fixture (`common`) is compiled once and the runner library linked once, instead of
+//! once per file. Each file is a module of its own, named as before.
+//!
+//! Four suites are binaries of their own because they change or sweep what the whole
+//! process uses: `engine_runsc`, `escape_podman` and `podman_rootless` choose the engine
+//! every sandbox of the process runs on (`common::engine::use_engine`), and
+//! `sandbox_cleanup` removes every runner container on the machine, which would pull
+//! sandboxes from under the tests beside it.
+
+mod common;
+
+mod agent;
+mod apply_patch_scenarios;
+mod architecture;
+mod backends_agree;
+mod cli;
+mod container_image;
+mod escape_docker;
+mod escape_landlock;
+mod escape_webfetch;
+mod eval;
+mod eval_harbor;
+mod hooks;
+mod interactive_exec;
+mod lifecycle;
+mod mcp;
+mod network;
+mod permission_gate;
+mod sandbox_start;
+mod symlink_escape;
+mod terminal_output;
+mod tool_snapshots;
+mod user_tools;
+mod workspace;
