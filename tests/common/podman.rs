@@ -146,7 +146,8 @@ fn id_of(flag: &str) -> Option<u32> {
 }
 
 /// Makes the user (with subordinate id ranges, a runtime folder and overlay storage),
-/// starts its service unless it answers, and loads the image into its storage. Once per
+/// starts its service unless it answers, and copies the machine's sandbox image into its
+/// storage through the service (when missing there or different). Once per
 /// binary, under a lock shared by the binaries.
 pub fn rootless() -> &'static Rootless {
     static READY: std::sync::OnceLock<Rootless> = std::sync::OnceLock::new();
@@ -186,10 +187,6 @@ pub fn rootless() -> &'static Rootless {
             ("HOME".to_string(), home.to_string()),
             ("XDG_RUNTIME_DIR".to_string(), runtime),
         ];
-        let as_user = format!(
-            "cd / && runuser -u {ROOTLESS_USER} -- env HOME={home} XDG_RUNTIME_DIR={}",
-            env[1].1
-        );
         let answers = || {
             sh(&format!(
                 "curl -sf --unix-socket {socket} http://podman/_ping >/dev/null"
@@ -217,14 +214,10 @@ pub fn rootless() -> &'static Rootless {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
-        let image = super::engine::IMAGE;
-        if !sh(&format!("{as_user} podman image exists {image}")) {
-            super::engine::docker();
-            assert!(
-                sh(&format!("docker save {image} | ({as_user} podman load -q) >/dev/null")),
-                "cannot load {image} into {ROOTLESS_USER}'s storage"
-            );
-        }
+        // The machine's image, copied again when it differs: a rebuilt image is the one
+        // tested, not the one loaded first.
+        super::engine::docker();
+        super::engine::copy_image_to(&format!("unix://{socket}"));
         Rootless {
             uid,
             gid,
