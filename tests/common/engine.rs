@@ -3,9 +3,11 @@
 //! `runner image build` if it is missing. Never skips: without an engine the test fails
 //! and says how to get one.
 //!
-//! A test binary may instead run every docker test against another engine (rootful Podman
-//! today): [`use_engine`] starts it once, copies the image over, and sets DOCKER_HOST for
-//! this process and the runner processes it starts, which is how runner finds an engine.
+//! A test binary may instead run every docker test against another engine (a dockerd with
+//! gVisor, rootful Podman, a user's rootless Podman): [`use_engine`] starts it once and
+//! copies the image over; the tests point specs ([`apply`]) and `runner` command lines
+//! ([`cli`]) at it. An engine of another user also names that user ([`TestEngine::owner`]),
+//! to whom the tests hand their folders.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
