@@ -1,16 +1,60 @@
-//! Rootless Podman: an unprivileged user's own `podman system service`, used by that user
-//! running runner (a rootless engine can only mount what its user may read). runner finds
-//! the engine by itself (`$XDG_RUNTIME_DIR/podman/podman.sock`), the sandbox writes the
-//! worktree as the user, and the walls hold: each attack below must fail, next to a control
-//! showing the user itself could do it outside the sandbox. On cgroup v1 the engine has no
-//! cgroup controllers: runner says which limits the engine cannot enforce.
+//! Rootless Podman: an unprivileged user's own `podman system service` (started once per
+//! binary). Two ways in:
+//!
+//! - That user running runner (a rootless engine can only mount what its user may read):
+//!   runner finds the engine by itself (`$XDG_RUNTIME_DIR/podman/podman.sock`), the sandbox
+//!   writes the worktree as the user, and the walls hold: each attack must fail, next to a
+//!   control showing the user itself could do it outside the sandbox. On cgroup v1 the
+//!   engine has no cgroup controllers: runner says which limits it cannot enforce.
+//! - The whole docker escape suite (`escape_suite!`, the same attack table as
+//!   `escape_docker.rs`) and the tool conformance script, on this engine
+//!   (`common::podman::rootless_engine`): the test folders belong to the user, the sandbox
+//!   runs as the user (keep-id), host git and the runner command line run as the user. The
+//!   same holes as on Docker (none). The limits this engine says it cannot enforce are not
+//!   judged, each with its reason (`podman::unenforced_limits`); all the others are.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::podman::{ROOTLESS_USER, Rootless, rootless};
+use common::Backend;
+use common::engine::use_engine;
+use common::escape;
+use common::podman::{ROOTLESS_USER, Rootless, rootless, rootless_engine};
+
+const BACKEND: Backend = Backend::Docker;
+
+escape::escape_suite!(BACKEND, holes: &[], engine: rootless_engine);
+
+/// The tool script of `backends_agree.rs` gives the reference's results on rootless Podman
+/// too, with the worktree the user's.
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_agree_with_the_reference() {
+    use_engine(rootless_engine);
+    common::agree::check(&[Backend::Docker]).await;
+}
+
+/// The suite's sandboxes really are the user's: the engine says it is rootless Podman, the
+/// commands run as the user, and what they make in the worktree is the user's on the host.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_suites_sandbox_runs_as_the_user_on_its_engine() {
+    let test_engine = use_engine(rootless_engine);
+    let owner = test_engine.owner.clone().expect("an owner");
+    let engine = runner::sandbox::docker::engine::Engine::open(test_engine.host.as_deref())
+        .await
+        .expect("the engine answers");
+    assert_eq!(engine.kind, runner::sandbox::docker::engine::Kind::Podman);
+    assert!(engine.rootless, "{}", engine.describe());
+    assert_eq!(engine.owner, Some((owner.uid, owner.gid)));
+    let lab = escape::Lab::new(BACKEND);
+    let sb = lab.open().await;
+    let (code, stdout, stderr, _) = escape::run(&sb, "id -u; id -g; echo x > made.txt").await;
+    assert_eq!(code, Some(0), "{stdout:?} {stderr:?}");
+    assert_eq!(stdout, format!("{}\n{}\n", owner.uid, owner.gid));
+    let made = std::fs::metadata(lab.wt.join("made.txt")).expect("made.txt on the host");
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&made), owner.uid);
+}
 
 /// A lab the user owns: `wt/` (the worktree) and `outside/secret.txt` beside it.
 struct Lab {

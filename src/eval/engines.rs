@@ -28,6 +28,9 @@ pub struct Engine {
     /// binary can be mounted from here.
     pub local: bool,
     pub docker: Docker,
+    /// What it is (Docker or Podman) and what it can do: task containers are made for it
+    /// (`in_image::TaskContainer::create`).
+    pub described: engine::Engine,
     /// Task images are built per engine: an image on one is not on another.
     pub builder: Builder,
     cpus: usize,
@@ -88,7 +91,10 @@ impl Engines {
         };
         let mut engines = Vec::new();
         for host in hosts {
-            let docker = engine::connect_to(host.as_deref()).await?;
+            let described = engine::Engine::open(host.as_deref())
+                .await
+                .map_err(|e| e.to_string())?;
+            let docker = described.docker.clone();
             // Leftovers go first, so they do not count as the engine's load.
             let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
             let info = docker.info().await.map_err(|e| {
@@ -97,13 +103,11 @@ impl Engines {
                     host.as_deref().unwrap_or("default")
                 )
             })?;
-            let address = host
-                .clone()
-                .or_else(|| std::env::var("DOCKER_HOST").ok())
-                .unwrap_or_else(|| "unix://".into());
             engines.push(Arc::new(Engine {
-                local: address.starts_with("unix://"),
+                // Where it was reached (named, DOCKER_HOST, or the local socket found).
+                local: described.host.starts_with("unix://"),
                 builder: Builder::new(docker.clone(), IMAGE_BUILDS),
+                described,
                 docker,
                 cpus: info.ncpu.unwrap_or(1).max(1) as usize,
                 baseline: info.containers_running.unwrap_or(0).max(0) as usize,

@@ -121,7 +121,7 @@ pub async fn run(
     };
     let container = {
         let _engine = super::ENGINE_CALLS.acquire().await;
-        TaskContainer::create(&engine.docker, &spec).await
+        TaskContainer::create(&engine.described, &spec).await
     };
     let owner = match container {
         Ok(c) => Owned(Some(Arc::new(c))),
@@ -203,6 +203,9 @@ fn task_image(
         crate::sandbox::spec::SandboxSpec::new(crate::sandbox::BackendKind::Docker, outputs)
             .map_err(|e| format!("cannot find the runner executable: {e}"))?;
     profile.sandbox.apply(&mut spec);
+    if let Some(r) = &options.runtime {
+        spec.docker.runtime = vec![r.clone()];
+    }
     let e = &task.environment;
     let limits = Limits {
         memory_bytes: e.memory_bytes.unwrap_or(spec.limits.memory_bytes),
@@ -223,6 +226,7 @@ fn task_image(
         read_only: vec![outputs.to_path_buf()],
         server_exe: options.server_exe.clone().unwrap_or(spec.server_exe),
         engine_is_local: engine.local,
+        runtime: spec.docker.runtime,
     })
 }
 

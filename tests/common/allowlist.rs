@@ -45,6 +45,7 @@ pub fn setup() -> Setup {
         "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n",
     )
     .unwrap();
+    super::engine::hand_over(tmp.path());
     Setup {
         _tmp: tmp,
         wt,
@@ -55,7 +56,7 @@ pub fn setup() -> Setup {
 
 /// `runner ARGS… --root WT` with the setup's data and config directories and no stdin.
 pub fn runner(s: &Setup, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
+    let mut c = Command::new(super::engine::runner_exe());
     c.args(args)
         .arg("--root")
         .arg(&s.wt)

@@ -3,9 +3,11 @@
 //! `runner image build` if it is missing. Never skips: without an engine the test fails
 //! and says how to get one.
 //!
-//! A test binary may instead run every docker test against another engine (rootful Podman
-//! today): [`use_engine`] starts it once, copies the image over, and sets DOCKER_HOST for
-//! this process and the runner processes it starts, which is how runner finds an engine.
+//! A test binary may instead run every docker test against another engine (a dockerd with
+//! gVisor, rootful Podman, a user's rootless Podman): [`use_engine`] starts it once and
+//! copies the image over; the tests point specs ([`apply`]) and `runner` command lines
+//! ([`cli`]) at it. An engine of another user also names that user ([`TestEngine::owner`]),
+//! to whom the tests hand their folders.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -201,6 +203,22 @@ pub struct TestEngine {
     /// and listed as such in the report. Known holes are not listed here but in the
     /// suite's `holes`.
     pub not_applicable: &'static [(&'static str, &'static str)],
+    /// The user the sandbox runs as and works for, when it is not this process's: a
+    /// rootless engine runs its containers as the user it runs as (keep-id), and can mount
+    /// and write only what that user may. The tests then hand their folders to that user
+    /// ([`hand_over`]), run host git and `runner` as that user ([`as_owner`], [`cli`]), and
+    /// mount the runner copy any user can read ([`runner_exe`]), as a user running runner
+    /// on their own project would. `None`: this process's user (root, in the tests).
+    pub owner: Option<Owner>,
+}
+
+/// An unprivileged user who owns the test folders ([`TestEngine::owner`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    /// HOME and XDG_RUNTIME_DIR (where its own engine's socket is) for running as the user.
+    pub env: Vec<(String, String)>,
 }
 
 /// Why `name` means nothing on the test engine, if it does not.
@@ -233,7 +251,8 @@ pub fn engine() -> TestEngine {
     ENGINE.get().cloned().unwrap_or_default()
 }
 
-/// Points a docker spec at the test engine and runtime.
+/// Points a docker spec at the test engine and runtime (and, for an engine of another
+/// user, at a server that user can read).
 pub fn apply(spec: &mut runner::sandbox::spec::SandboxSpec) {
     let e = engine();
     if e.host.is_some() {
@@ -242,10 +261,14 @@ pub fn apply(spec: &mut runner::sandbox::spec::SandboxSpec) {
     if let Some(r) = e.runtime {
         spec.docker.runtime = vec![r];
     }
+    if e.owner.is_some() {
+        spec.server_exe = runner_exe();
+    }
 }
 
 /// Points a `runner` command line at the test engine and runtime (`DOCKER_HOST`,
-/// `--runtime`); call it after the subcommand's own arguments.
+/// `--runtime`), run as the engine's user when it has one of its own ([`as_owner`]); call
+/// it after the subcommand's own arguments, on a command made with [`runner_exe`].
 pub fn cli(cmd: &mut std::process::Command) -> &mut std::process::Command {
     let e = engine();
     if let Some(h) = &e.host {
@@ -254,7 +277,57 @@ pub fn cli(cmd: &mut std::process::Command) -> &mut std::process::Command {
     if let Some(r) = &e.runtime {
         cmd.args(["--runtime", r]);
     }
+    as_owner(cmd)
+}
+
+/// The owner of the test folders when it is not this process's user
+/// ([`TestEngine::owner`]).
+pub fn owner() -> Option<Owner> {
+    ENGINE.get().and_then(|e| e.owner.clone())
+}
+
+/// The `runner` binary to run or mount: the build's own, or, when the sandbox runs as
+/// another user, the copy every user can read (the build may sit under a home that user
+/// cannot enter).
+pub fn runner_exe() -> std::path::PathBuf {
+    match owner() {
+        Some(_) => super::runner_for_any_user(),
+        None => env!("CARGO_BIN_EXE_runner").into(),
+    }
+}
+
+/// Makes `cmd` run as the folders' owner, with its own HOME and XDG_RUNTIME_DIR, when it is
+/// another user; otherwise leaves it as it is.
+pub fn as_owner(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    if let Some(o) = owner() {
+        cmd.uid(o.uid).gid(o.gid);
+        for (k, v) in &o.env {
+            cmd.env(k, v);
+        }
+    }
     cmd
+}
+
+/// Gives `path` and everything under it (links themselves, not what they point at) to the
+/// folders' owner, when it is another user; otherwise does nothing. Call it after the host
+/// side of a test writes there, so that the sandbox (running as that user) may write what
+/// a user may write in their own project.
+pub fn hand_over(path: &Path) {
+    let Some(o) = owner() else {
+        return;
+    };
+    let mut todo = vec![path.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        std::os::unix::fs::lchown(&p, Some(o.uid), Some(o.gid))
+            .unwrap_or_else(|e| panic!("hand {} over to uid {}: {e}", p.display(), o.uid));
+        let is_dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
+        if is_dir {
+            for entry in std::fs::read_dir(&p).expect("read_dir").flatten() {
+                todo.push(entry.path());
+            }
+        }
+    }
 }
 
 /// `docker`, or `docker/RUNTIME` on another runtime, for reports.
@@ -513,6 +586,7 @@ pub fn runsc() -> TestEngine {
         host: Some(runsc_engine()),
         runtime: Some("runsc".into()),
         not_applicable: RUNSC_NOT_APPLICABLE,
+        owner: None,
     }
 }
 

@@ -327,8 +327,11 @@ pub struct Lab {
     initial: HostState,
 }
 
+/// Git on the host, as the user who owns the lab (`engine::as_owner`): git refuses to
+/// work in a repository another user owns, and that user is the one whose git the
+/// attacks aim at.
 fn host_git(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git")
+    super::engine::as_owner(&mut Command::new("git"))
         .arg("-C")
         .arg(dir)
         .args(["-c", "user.name=t", "-c", "user.email=t@t"])
@@ -400,6 +403,7 @@ impl Lab {
         for d in [&wt, &outside, &other, &sockets] {
             std::fs::create_dir_all(d).expect("lab dirs");
         }
+        super::engine::hand_over(&base);
         let secret = outside.join("secret.txt");
         std::fs::write(&secret, format!("{OUTSIDE_SECRET}\n")).unwrap();
         std::fs::write(outside.join("notes.txt"), "outside notes\n").unwrap();
@@ -416,6 +420,7 @@ impl Lab {
             assert!(o.status.success(), "host git {args:?}: {o:?}");
         }
         assert!(wt.join(".git/hooks").is_dir() && wt.join(".git/config").is_file());
+        // Made by the lab's owner; the pristine copy keeps that owner (`cp -a`).
         let pristine = tempfile::Builder::new()
             .prefix("runner-escape-pristine-")
             .tempdir()
@@ -466,6 +471,7 @@ impl Lab {
         });
 
         let ssh = SshKey::create(&tag);
+        super::engine::hand_over(&base);
         let mut lab = Lab {
             backend,
             tag,
@@ -646,6 +652,7 @@ impl Lab {
         for s in self.sentinels() {
             let _ = std::fs::remove_file(&s).or_else(|_| std::fs::remove_dir(&s));
         }
+        super::engine::hand_over(&self.base);
         let mut child = self.helper.lock().unwrap_or_else(|p| p.into_inner());
         if matches!(child.try_wait(), Ok(Some(_))) {
             *child = spawn_helper(&self.outside);
@@ -1701,34 +1708,51 @@ print("IFACES", ",".join(sorted(names)))
         )
         .expect(Expect::Any)
         .require("BLOCKED unix connect"),
-        Attack::new(
-            "net.docker_socket",
-            lab.py(
-                r#"
-for p in ["/var/run/docker.sock", "/run/docker.sock", "/run/docker/containerd/containerd.sock", "/run/containerd/containerd.sock"]:
+        net_engine_sockets(lab),
+    ]
+}
+
+/// The engines' sockets: Docker's, containerd's, rootful Podman's, and the test engine's
+/// own (a rootless Podman's is under its user's runtime folder). None may be reached, and
+/// no engine may answer.
+fn net_engine_sockets(lab: &Lab) -> Attack {
+    let mut sockets: Vec<String> = [
+        "/var/run/docker.sock",
+        "/run/docker.sock",
+        "/run/docker/containerd/containerd.sock",
+        "/run/containerd/containerd.sock",
+        runner::sandbox::docker::engine::PODMAN_SOCKET,
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(own) = super::engine::engine()
+        .host
+        .and_then(|h| h.strip_prefix("unix://").map(String::from))
+        && !sockets.contains(&own)
+    {
+        sockets.push(own);
+    }
+    let list = serde_json::to_string(&sockets).expect("json");
+    let body = format!(
+        r#"
+for p in {list}:
     s = attempt("unix connect " + p, lambda: unix_connect(p))
-    if s is not None and p.endswith("docker.sock"):
+    if s is not None and not p.endswith("containerd.sock"):
         s.sendall(b"GET /version HTTP/1.0\r\nHost: docker\r\n\r\n")
         print("ENGINE ANSWERED", s.recv(200).split(b"\r\n")[0], flush=True)
-"#,
-            ),
-        )
+"#
+    );
+    Attack::new("net.docker_socket", lab.py(&body))
         .expect(Expect::Any)
         .forbid("ENGINE ANSWERED")
-        .check(|r| {
-            for p in [
-                "/var/run/docker.sock",
-                "/run/docker.sock",
-                "/run/docker/containerd/containerd.sock",
-                "/run/containerd/containerd.sock",
-            ] {
+        .check(move |r| {
+            for p in &sockets {
                 if !r.stdout.contains(&format!("BLOCKED unix connect {p} ")) {
                     return Err(format!("no refusal reported for {p}"));
                 }
             }
             Ok(())
-        }),
-    ]
+        })
 }
 
 fn privileges(lab: &Lab) -> Vec<Attack> {

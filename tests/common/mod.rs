@@ -127,6 +127,7 @@ pub async fn fixture_with(opts: Options) -> Fixture {
     for d in [&wt, &outside, &out] {
         std::fs::create_dir_all(d).expect("fixture dirs");
     }
+    engine::hand_over(&base);
     let read_only = [out.clone()];
     let sandbox = open_sandbox(opts.backend, &wt, &read_only)
         .await
@@ -200,9 +201,12 @@ impl Fixture {
         self.path(rel).to_string_lossy().into_owned()
     }
 
-    /// Writes a worktree file, creating its parents.
+    /// Writes a worktree file, creating its parents (handed to the worktree's owner, when
+    /// the sandbox runs as another user: `engine::hand_over`).
     pub fn write(&self, rel: &str, content: impl AsRef<[u8]>) -> PathBuf {
-        write_file(&self.path(rel), content.as_ref())
+        let path = write_file(&self.path(rel), content.as_ref());
+        engine::hand_over(&self.wt);
+        path
     }
 
     pub fn read(&self, rel: &str) -> String {

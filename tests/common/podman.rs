@@ -28,6 +28,58 @@ pub fn rootful() -> TestEngine {
     }
 }
 
+/// [`ROOTLESS_USER`]'s own Podman as a test binary's engine
+/// (`escape_suite!(…, engine: common::podman::rootless_engine)`): runner, as root, reaches
+/// it through its socket and runs the sandbox as that user (keep-id); the tests hand their
+/// folders to the user ([`TestEngine::owner`]), since the engine can mount and the sandbox
+/// write only what the user may. The limits the engine says it cannot enforce (a rootless
+/// engine on cgroup v1 has no cgroup controllers) are not judged: see
+/// [`unenforced_limits`].
+pub fn rootless_engine() -> TestEngine {
+    let r = rootless();
+    let host = format!("unix://{}", r.socket);
+    TestEngine {
+        not_applicable: unenforced_limits(&host),
+        host: Some(host),
+        runtime: None,
+        owner: Some(super::engine::Owner {
+            uid: r.uid,
+            gid: r.gid,
+            env: r.env.clone(),
+        }),
+    }
+}
+
+/// The limit procedures of the escape suite that judge a limit the engine at `host` says
+/// it cannot enforce (runner's own `Engine::unenforced`, which it warns about when a
+/// sandbox starts: `sandbox_serves_the_user_on_its_own_engine` checks that warning). Such
+/// a limit is not there to attack; an engine that enforces them gets them all judged.
+fn unenforced_limits(host: &str) -> &'static [(&'static str, &'static str)] {
+    let host = host.to_string();
+    // Its own thread and runtime: the tests that choose the engine may already run in one.
+    let engine = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(runner::sandbox::docker::engine::Engine::open(Some(&host)))
+    })
+    .join()
+    .expect("engine thread")
+    .unwrap_or_else(|e| panic!("the rootless engine does not answer: {e}"));
+    const MEMORY: &str = "NOT ENFORCED: this rootless Podman has no memory cgroup controller for its containers (cgroup v1, or v2 without delegation); runner warns at start";
+    const PIDS: &str = "NOT ENFORCED: this rootless Podman has no pids cgroup controller for its containers (cgroup v1, or v2 without delegation); runner warns at start; the bomb is not run";
+    let mut list = Vec::new();
+    if engine.unenforced.contains(&"memory") {
+        list.push(("limit.memory_bomb_one_process", MEMORY));
+        list.push(("limit.memory_bomb_many_processes", MEMORY));
+    }
+    if engine.unenforced.contains(&"pids") {
+        list.push(("limit.fork_bomb", PIDS));
+    }
+    Box::leak(list.into_boxed_slice())
+}
+
 /// Installs Podman if need be and starts `podman system service --time=0` on
 /// [`ROOTFUL_SOCKET`], in a session of its own so that it outlives this test process.
 // It serves the next test binaries too, so it is never waited for.
@@ -94,7 +146,8 @@ fn id_of(flag: &str) -> Option<u32> {
 }
 
 /// Makes the user (with subordinate id ranges, a runtime folder and overlay storage),
-/// starts its service unless it answers, and loads the image into its storage. Once per
+/// starts its service unless it answers, and copies the machine's sandbox image into its
+/// storage through the service (when missing there or different). Once per
 /// binary, under a lock shared by the binaries.
 pub fn rootless() -> &'static Rootless {
     static READY: std::sync::OnceLock<Rootless> = std::sync::OnceLock::new();
@@ -134,10 +187,6 @@ pub fn rootless() -> &'static Rootless {
             ("HOME".to_string(), home.to_string()),
             ("XDG_RUNTIME_DIR".to_string(), runtime),
         ];
-        let as_user = format!(
-            "cd / && runuser -u {ROOTLESS_USER} -- env HOME={home} XDG_RUNTIME_DIR={}",
-            env[1].1
-        );
         let answers = || {
             sh(&format!(
                 "curl -sf --unix-socket {socket} http://podman/_ping >/dev/null"
@@ -165,14 +214,10 @@ pub fn rootless() -> &'static Rootless {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
-        let image = super::engine::IMAGE;
-        if !sh(&format!("{as_user} podman image exists {image}")) {
-            super::engine::docker();
-            assert!(
-                sh(&format!("docker save {image} | ({as_user} podman load -q) >/dev/null")),
-                "cannot load {image} into {ROOTLESS_USER}'s storage"
-            );
-        }
+        // The machine's image, copied again when it differs: a rebuilt image is the one
+        // tested, not the one loaded first.
+        super::engine::docker();
+        super::engine::copy_image_to(&format!("unix://{socket}"));
         Rootless {
             uid,
             gid,

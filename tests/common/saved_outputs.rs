@@ -262,6 +262,7 @@ fn run(backend: Backend, as_nobody: bool) {
     }
     let root = data.join("runner/tool-output");
     let planted = Planted::new(&root);
+    super::engine::hand_over(&base);
     if as_nobody {
         let chown = Command::new("chown")
             .args(["-R", &format!("{NOBODY}:{NOBODY}")])
@@ -299,7 +300,7 @@ fn run(backend: Backend, as_nobody: bool) {
         c.env("HOME", &base);
         c
     } else {
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        Command::new(super::engine::runner_exe())
     };
     if backend == Backend::Docker {
         super::engine::cli(&mut command);
@@ -344,11 +345,15 @@ fn run(backend: Backend, as_nobody: bool) {
     let own_ok = own.as_deref().is_some_and(|p| {
         use std::os::unix::fs::MetadataExt;
         let p = Path::new(p);
-        // Saved by the user runner ran as (so the unprivileged run really was one).
+        // Saved by the user runner ran as (so the unprivileged run really was one): nobody,
+        // the test engine's own user, or root.
+        let ran_as = match super::engine::owner() {
+            _ if as_nobody => NOBODY,
+            Some(o) => o.uid,
+            None => 0,
+        };
         let owner = std::fs::metadata(p).map(|m| m.uid()).ok();
-        p.starts_with(&root)
-            && p.parent() != Some(root.as_path())
-            && owner == Some(if as_nobody { NOBODY } else { 0 })
+        p.starts_with(&root) && p.parent() != Some(root.as_path()) && owner == Some(ran_as)
     });
     report.record(
         "ok.own_output_saved_in_its_own_folder",

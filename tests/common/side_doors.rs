@@ -222,6 +222,7 @@ impl Scene {
         let tmp = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
         let (wt, linked) = checkout(&base);
+        super::engine::hand_over(&base);
         Scene {
             _tmp: tmp,
             mark: base.join("MARKER"),
@@ -254,6 +255,7 @@ fn checkout(base: &Path) -> (PathBuf, PathBuf) {
         );
     };
     std::fs::create_dir_all(&wt).unwrap();
+    super::engine::hand_over(base);
     git(base, &["init", "-q", "--bare", "remote.git"]);
     git(base, &["init", "-q", "lib-origin"]);
     git(
@@ -277,16 +279,23 @@ fn checkout(base: &Path) -> (PathBuf, PathBuf) {
     (wt, base.join("linked"))
 }
 
+/// Host git as the user who owns the checkout: this process's, or the test engine's own
+/// user (`engine::as_owner`; git refuses a repository another user owns).
 fn host_git(dir: &Path, args: &[&str]) -> std::process::Output {
     host_git_as(None, dir, args)
 }
 
-/// Host git as the user who owns the checkout (`uid`), or as this process.
+/// Host git as the user who owns the checkout (`uid`), or as [`host_git`] runs it.
 fn host_git_as(uid: Option<u32>, dir: &Path, args: &[&str]) -> std::process::Output {
     use std::os::unix::process::CommandExt;
     let mut c = Command::new("timeout");
-    if let Some(id) = uid {
-        c.uid(id).gid(id).env("HOME", dir);
+    match uid {
+        Some(id) => {
+            c.uid(id).gid(id).env("HOME", dir);
+        }
+        None => {
+            super::engine::as_owner(&mut c);
+        }
     }
     c.arg("30")
         .arg("git")
@@ -429,7 +438,8 @@ fn unguarded(door: &SideDoor) -> bool {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, fill(content, mark)).unwrap();
     }
-    let out = Command::new("bash")
+    super::engine::hand_over(&scene.base);
+    let out = super::engine::as_owner(&mut Command::new("bash"))
         .arg("-c")
         .arg(fill(door.command, mark))
         .current_dir(root)

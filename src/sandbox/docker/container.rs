@@ -255,7 +255,8 @@ pub async fn open_container(
     if spec.sweep_repositories {
         cmd.push("--sweep-repositories".into());
     }
-    let runtime = super::engine::choose_runtime(docker, &spec.docker.runtime)
+    let runtime = engine
+        .choose_runtime(&spec.docker.runtime)
         .await
         .map_err(SandboxStartError::MissingRuntime)?;
     let mut body = container_body(

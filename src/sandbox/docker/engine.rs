@@ -310,6 +310,38 @@ impl Engine {
     fn keeps_id(&self) -> bool {
         self.kind == Kind::Podman && self.rootless
     }
+
+    /// The runtime a container runs under, as [`choose_runtime`] chooses it, on this
+    /// engine. Podman's Docker-compatible API takes a container's `Runtime` and runs it
+    /// under Podman's default runtime all the same (Podman 4), so there a runtime other
+    /// than the default is refused rather than silently not applied.
+    pub async fn choose_runtime(&self, wanted: &[String]) -> Result<Option<String>, String> {
+        let chosen = choose_runtime(&self.docker, wanted).await?;
+        let Some(runtime) = chosen else {
+            return Ok(None);
+        };
+        if self.kind != Kind::Podman {
+            return Ok(Some(runtime));
+        }
+        let (_, default) = runtimes(&self.docker).await?;
+        if default.as_deref() == Some(runtime.as_str()) {
+            // Podman's default: what it runs anyway.
+            return Ok(None);
+        }
+        Err(podman_ignores_runtime(&runtime, default.as_deref()))
+    }
+}
+
+/// Why a runtime other than Podman's default is refused, and how to get it.
+fn podman_ignores_runtime(runtime: &str, default: Option<&str>) -> String {
+    format!(
+        "Podman runs every container it is asked for through its Docker-compatible API under \
+         its default runtime ({}), whatever runtime the request names, so the runtime \
+         {runtime:?} would not be applied. Make it Podman's default (`runtime = \"{runtime}\"` \
+         under [engine] in containers.conf, then restart `podman system service`), or use \
+         Docker",
+        default.unwrap_or("unknown")
+    )
 }
 
 /// This process's hard limits, capped at what fits an i64.

@@ -27,7 +27,9 @@ use futures_util::StreamExt;
 
 use super::SERVER_PATH;
 use super::container::{ContainerGuard, docker_error, serve, served, unique_id, wait_in_drop};
+use super::engine::Engine;
 use crate::sandbox::spec::{Limits, Network};
+use crate::sandbox::start_error::SandboxStartError;
 use crate::sandbox::{Sandbox, SandboxError, local};
 
 /// What the task container is made from.
@@ -52,6 +54,41 @@ pub struct TaskImage {
     /// on another machine, over TCP or SSH), the server is copied into the container
     /// instead of mounted, and `read_only` is left out: there is nothing to mount from.
     pub engine_is_local: bool,
+    /// The OCI runtimes the container may run under, in order of preference, as the
+    /// sandbox container's (`SandboxSpec::docker.runtime`): the first the engine has;
+    /// empty, the engine's default. None of them there: the container is not made.
+    pub runtime: Vec<String>,
+}
+
+/// The task container's walls: the sandbox container's (no capabilities, no new
+/// privileges, the network, the limits, the runtime and rlimits the engine gets for it)
+/// but a writable root.
+fn host_config(
+    task: &TaskImage,
+    mounts: Vec<Mount>,
+    runtime: Option<String>,
+    ulimits: Option<Vec<bollard::models::ResourcesUlimits>>,
+) -> HostConfig {
+    let limits = &task.limits;
+    HostConfig {
+        mounts: Some(mounts),
+        network_mode: Some(task.network.docker_mode().into()),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        memory: Some(limits.memory_bytes as i64),
+        memory_swap: Some(limits.memory_bytes as i64),
+        nano_cpus: Some((limits.cpus * 1e9) as i64),
+        pids_limit: Some(limits.pids as i64),
+        ulimits,
+        // `None`: the engine's default runtime.
+        runtime,
+        // No docker-init: the server is its own init (see
+        // `confine::process::container_init`).
+        init: Some(false),
+        // Kept when its main process ends: its files are the task's state.
+        auto_remove: Some(false),
+        ..Default::default()
+    }
 }
 
 /// What a command run through the engine produced.
@@ -94,8 +131,13 @@ impl std::fmt::Debug for TaskContainer {
 }
 
 impl TaskContainer {
-    /// Creates the container (not started). The image must be on the engine.
-    pub async fn create(docker: &Docker, task: &TaskImage) -> Result<TaskContainer, SandboxError> {
+    /// Creates the container (not started) on `engine`, as the sandbox container is made
+    /// there: under the runtime it chooses from `task.runtime`
+    /// ([`Engine::choose_runtime`]), with the rlimits it asks for ([`Engine::ulimits`]:
+    /// Podman's own hard limits, without which its OCI runtime may refuse to start the
+    /// container). The image must be on the engine.
+    pub async fn create(engine: &Engine, task: &TaskImage) -> Result<TaskContainer, SandboxError> {
+        let docker = &engine.docker;
         let inspected = docker.inspect_image(&task.image).await.map_err(|e| {
             SandboxError::Disconnected(format!(
                 "docker: the task image {} is not on the engine: {e}",
@@ -148,7 +190,10 @@ impl TaskContainer {
         for dir in read_only {
             mounts.push(bind(dir, dir));
         }
-        let limits = &task.limits;
+        let runtime = engine
+            .choose_runtime(&task.runtime)
+            .await
+            .map_err(SandboxStartError::MissingRuntime)?;
         let run_id = unique_id();
         let body = ContainerCreateBody {
             image: Some(task.image.clone()),
@@ -157,22 +202,7 @@ impl TaskContainer {
             user: (!user.is_empty()).then_some(user),
             working_dir: Some(workdir.display().to_string()),
             env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            host_config: Some(HostConfig {
-                mounts: Some(mounts),
-                network_mode: Some(task.network.docker_mode().into()),
-                cap_drop: Some(vec!["ALL".into()]),
-                security_opt: Some(vec!["no-new-privileges:true".into()]),
-                memory: Some(limits.memory_bytes as i64),
-                memory_swap: Some(limits.memory_bytes as i64),
-                nano_cpus: Some((limits.cpus * 1e9) as i64),
-                pids_limit: Some(limits.pids as i64),
-                // No docker-init: the server is its own init (see
-                // `confine::process::container_init`).
-                init: Some(false),
-                // Kept when its main process ends: its files are the task's state.
-                auto_remove: Some(false),
-                ..Default::default()
-            }),
+            host_config: Some(host_config(task, mounts, runtime, engine.ulimits())),
             ..served(&run_id, task.network)
         };
         let name = format!("runner-task-{run_id}");
