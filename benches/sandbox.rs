@@ -50,7 +50,7 @@ use runner::permission::{AskPolicy, PolicyGate};
 use runner::sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
 use runner::sandbox::{BackendKind, Sandbox};
 use runner::tool::truncate::Truncator;
-use runner::tool::{Registry, Session, ToolContext};
+use runner::tool::{Conversation, Registry, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
@@ -139,7 +139,7 @@ fn main() -> ExitCode {
         let id = sandbox.container_id.clone().expect("container id");
         let ctx = ToolContext::new(
             Arc::new(sandbox),
-            Arc::new(Session::single_call("bench")),
+            Arc::new(Conversation::single_call("bench")),
             Arc::new(PolicyGate::new(AskPolicy::Allow)),
             Arc::new(Truncator::new(wt.join(".out"))),
         );
@@ -432,7 +432,7 @@ fn runtimes(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) -> Vec<Row> {
             let id = sb.container_id.clone().expect("container id");
             let ctx = ToolContext::new(
                 Arc::new(sb),
-                Arc::new(Session::single_call("bench")),
+                Arc::new(Conversation::single_call("bench")),
                 Arc::new(PolicyGate::new(AskPolicy::Allow)),
                 Arc::new(Truncator::new(wt.join(".out"))),
             );
@@ -922,7 +922,7 @@ fn time_engine(rt: &tokio::runtime::Runtime, wt: &Path, host: &str, into: &mut E
     into.start.push(t.elapsed());
     let ctx = ToolContext::new(
         Arc::new(sandbox),
-        Arc::new(Session::single_call("bench")),
+        Arc::new(Conversation::single_call("bench")),
         Arc::new(PolicyGate::new(AskPolicy::Allow)),
         Arc::new(Truncator::new(wt.join(".out"))),
     );

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::profile::{self, AskMode, Profile};
-use crate::permission::config::{self as rule_config, Sources};
 use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
+use crate::permission::layers::{self as rule_layers, Sources};
 use crate::permission::rules::Rule;
 use crate::permission::terminal::TerminalAsker;
 use crate::sandbox::spec::{Network, SandboxSpec};
 use crate::sandbox::{BackendKind, Sandbox};
 use crate::tool::truncate::Truncator;
-use crate::tool::{Session, ToolContext};
+use crate::tool::{Conversation, ToolContext};
 
 /// What a session is asked to be. Every `Option` left `None` means "the profile's".
 #[derive(Debug, Clone, Default)]
@@ -104,7 +104,7 @@ impl SessionOptions {
         let usage = |e: &dyn std::fmt::Display| OpenError::Usage(e.to_string());
         let profile = profile::load(self.profile_name()).map_err(|e| usage(&e))?;
         let root = absolute_root(&self.root);
-        let (layers, notes) = rule_config::load(Sources {
+        let (layers, notes) = rule_layers::load(Sources {
             profile: profile.permission_rules(),
             worktree: &root,
             explicit: self.config.as_deref(),
@@ -114,7 +114,7 @@ impl SessionOptions {
         .map_err(|e| usage(&e))?;
         Ok(Rules {
             profile,
-            rules: rule_config::merge(layers),
+            rules: rule_layers::merge(layers),
             root,
             notes,
         })
@@ -182,19 +182,8 @@ impl SessionOptions {
 
     /// Opens the session: rules, sandbox, gate, context. `session` carries the state that
     /// lives as long as the conversation (files read, locks).
-    pub async fn open(&self, session: Session) -> Result<OpenSession, OpenError> {
-        let truncator = Truncator::for_session(
-            self.output_dir
-                .clone()
-                .unwrap_or_else(Truncator::default_dir),
-            self.outputs_of.as_deref(),
-        );
-        truncator.prepare().map_err(|e| {
-            OpenError::Failed(format!(
-                "cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",
-                truncator.dir().display()
-            ))
-        })?;
+    pub async fn open(&self, conversation: Conversation) -> Result<OpenSession, OpenError> {
+        let truncator = self.truncator()?;
         let mut rules = self.rules(Some(truncator.dir()))?;
         // The rest of the config (model, providers, hooks, MCP servers), read once here for
         // everything that runs in the session; a broken file stops it before any sandbox.
@@ -203,31 +192,7 @@ impl SessionOptions {
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
         rules.notes.extend(notes);
         let mut spec = self.spec(&rules.profile)?;
-        // A copy workspace: the sandbox works in a private copy, and the checkout is not
-        // touched until the changes are applied.
-        let mode = self
-            .workspace
-            .or(rules.profile.sandbox.workspace)
-            .unwrap_or_default();
-        if spec.network == Network::Allowlist && spec.backend == BackendKind::None {
-            return Err(OpenError::Usage(
-                "--network allowlist needs a wall: with --sandbox none commands reach the network directly and the proxy would be only a suggestion. Use --sandbox landlock or docker".into(),
-            ));
-        }
-        if mode == crate::workspace::Mode::Copy && spec.backend == BackendKind::None {
-            return Err(OpenError::Usage(
-                "--workspace copy needs a wall around the copy: with --sandbox none the agent's commands can still reach the checkout. Use --sandbox landlock or docker".into(),
-            ));
-        }
-        let workspace = match mode {
-            crate::workspace::Mode::Copy if self.in_image.is_none() => {
-                let ws = crate::workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
-                    .map_err(OpenError::Failed)?;
-                spec.worktree = ws.work();
-                Some(ws)
-            }
-            _ => None,
-        };
+        let workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
         spec.sweep_repositories = workspace.is_none() && !self.private_worktree;
@@ -266,7 +231,7 @@ impl SessionOptions {
         let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());
         let ctx = ToolContext::new(
             Arc::new(sandbox),
-            Arc::new(session),
+            Arc::new(conversation),
             Arc::new(gate),
             Arc::new(truncator),
         )
@@ -277,28 +242,7 @@ impl SessionOptions {
         .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
             settings.mcp.clone(),
         )));
-        // The proxy judges with the same gate as every tool call, so an ask about a host
-        // reaches the same person (or policy) as an ask about a command.
-        let network = if spec.network == Network::Allowlist {
-            let policy = crate::network::Policy {
-                gate: ctx.gate.clone(),
-                rules: rules.rules.clone(),
-            };
-            let proxy = crate::network::NetworkProxy::start(
-                ctx.sandbox.client.clone(),
-                policy,
-                crate::network::NetworkLimits::of(&spec.limits),
-            )
-            .await
-            .map_err(|e| {
-                OpenError::Sandbox(format!(
-                    "cannot start the network proxy in the sandbox: {e}"
-                ))
-            })?;
-            Some(Arc::new(proxy))
-        } else {
-            None
-        };
+        let network = start_proxy(&ctx, &rules.rules, &spec).await?;
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
         Ok(OpenSession {
@@ -314,6 +258,83 @@ impl SessionOptions {
             network,
         })
     }
+
+    /// Where the session's full tool outputs are saved, made ready.
+    fn truncator(&self) -> Result<Truncator, OpenError> {
+        let truncator = Truncator::for_session(
+            self.output_dir
+                .clone()
+                .unwrap_or_else(Truncator::default_dir),
+            self.outputs_of.as_deref(),
+        );
+        truncator.prepare().map_err(|e| {
+            OpenError::Failed(format!(
+                "cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",
+                truncator.dir().display()
+            ))
+        })?;
+        Ok(truncator)
+    }
+
+    /// A copy workspace when one is asked for: the sandbox works in a private copy, and the
+    /// checkout is not touched until the changes are applied. A copy or an allow-list
+    /// without a wall is refused: nothing would hold the agent to it.
+    fn workspace_for(
+        &self,
+        profile: &Profile,
+        spec: &mut SandboxSpec,
+    ) -> Result<Option<crate::workspace::Workspace>, OpenError> {
+        let mode = self
+            .workspace
+            .or(profile.sandbox.workspace)
+            .unwrap_or_default();
+        if spec.network == Network::Allowlist && spec.backend == BackendKind::None {
+            return Err(OpenError::Usage(
+                "--network allowlist needs a wall: with --sandbox none commands reach the network directly and the proxy would be only a suggestion. Use --sandbox landlock or docker".into(),
+            ));
+        }
+        if mode == crate::workspace::Mode::Copy && spec.backend == BackendKind::None {
+            return Err(OpenError::Usage(
+                "--workspace copy needs a wall around the copy: with --sandbox none the agent's commands can still reach the checkout. Use --sandbox landlock or docker".into(),
+            ));
+        }
+        if mode != crate::workspace::Mode::Copy || self.in_image.is_some() {
+            return Ok(None);
+        }
+        let ws = crate::workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
+            .map_err(OpenError::Failed)?;
+        spec.worktree = ws.work();
+        Ok(Some(ws))
+    }
+}
+
+/// The allow-list's proxy, for a sandbox whose network is `allowlist`. It judges with the
+/// same gate as every tool call, so an ask about a host reaches the same person (or
+/// policy) as an ask about a command.
+async fn start_proxy(
+    ctx: &ToolContext,
+    rules: &[Rule],
+    spec: &SandboxSpec,
+) -> Result<Option<Arc<crate::network::NetworkProxy>>, OpenError> {
+    if spec.network != Network::Allowlist {
+        return Ok(None);
+    }
+    let policy = crate::network::Policy {
+        gate: ctx.gate.clone(),
+        rules: rules.to_vec(),
+    };
+    let proxy = crate::network::NetworkProxy::start(
+        ctx.sandbox.client.clone(),
+        policy,
+        crate::network::NetworkLimits::of(&spec.limits),
+    )
+    .await
+    .map_err(|e| {
+        OpenError::Sandbox(format!(
+            "cannot start the network proxy in the sandbox: {e}"
+        ))
+    })?;
+    Ok(Some(Arc::new(proxy)))
 }
 
 /// The session's first line: the wall its tools run behind, and why when runner picked it.

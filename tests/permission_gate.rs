@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use common::{Fixture, fixture};
 use runner::permission::PermissionRequest;
-use runner::permission::config::{self, Layers};
 use runner::permission::gate::{PolicyAsker, RuleGate};
+use runner::permission::layers::{self, Layers};
 use runner::permission::rules::{Action, Rule};
 use runner::tool::ToolContext;
 use runner::tool::registry::Outcome;
@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 /// The fixture's context with a rule gate of OpenCode's defaults plus `extra`, where asks
 /// are refused (as without a terminal).
 fn ruled(f: &Fixture, extra: &[(&str, &str, Action)]) -> (ToolContext, Arc<RuleGate>) {
-    let rules = config::merge(Layers {
-        defaults: config::defaults(),
+    let rules = layers::merge(Layers {
+        defaults: layers::defaults(),
         session: extra
             .iter()
             .enumerate()
@@ -290,7 +290,7 @@ async fn a_worktree_named_through_a_symlink_contains_its_files() {
         .unwrap();
     let ctx = ToolContext::new(
         Arc::new(sandbox),
-        f.ctx.session.clone(),
+        f.ctx.conversation.clone(),
         f.ctx.gate.clone(),
         f.ctx.truncator.clone(),
     );

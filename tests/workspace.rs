@@ -654,43 +654,36 @@ fn a_failed_apply_leaves_the_checkout_exactly_as_it_was() {
     assert!(left.is_empty(), "{left:?}");
 }
 
-/// `runner ARGS` with its output, its peak resident memory (its own, from `wait4`) and how
-/// long it took.
-// The child is reaped by `wait4`, which also gives its own peak RSS.
-#[allow(clippy::zombie_processes)]
+/// `runner ARGS` with its output, its peak resident memory and how long it took.
+///
+/// The peak comes from GNU time, which forks runner from its own small process: a child
+/// forked straight from this test process would count this process's pages as its own
+/// peak (Linux carries the memory a process had before `exec` into its maximum), and a
+/// test binary running many suites at once is far above the limit by itself.
 fn runner_measured(c: &Checkout, args: &[&str]) -> (Output, u64, std::time::Duration) {
+    common::engine::ensure_package("time", "/usr/bin/time");
+    let report = c.data.join("peak-rss");
     let start = std::time::Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let output = Command::new("/usr/bin/time")
+        .args(["-f", "%M", "-o"])
+        .arg(&report)
+        .arg(env!("CARGO_BIN_EXE_runner"))
         .args(args)
         .env("XDG_DATA_HOME", &c.data)
         .env("XDG_CONFIG_HOME", c.data.join("config"))
         .current_dir(&c.root)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    let read = |mut r: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            r.read_to_end(&mut v).unwrap();
-            v
-        })
-    };
-    let out = read(Box::new(child.stdout.take().unwrap()));
-    let err = read(Box::new(child.stderr.take().unwrap()));
-    let mut status = 0;
-    // SAFETY: wait4 on our own child, into local values; the Child is not waited again.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32);
     let took = start.elapsed();
-    let output = Output {
-        status: std::os::unix::process::ExitStatusExt::from_raw(status),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    };
-    (output, usage.ru_maxrss as u64 * 1024, took)
+    let text = std::fs::read_to_string(&report).expect("GNU time's report");
+    // On a failure GNU time writes "Command exited with non-zero status N" first.
+    let kib: u64 = text
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak in GNU time's report: {text:?}"));
+    (output, kib * 1024, took)
 }
 
 /// A copy holding a 100 GiB sparse file the agent made, and another 100 GiB one of the

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
-use crate::permission::config::rules_from_value;
+use crate::permission::layers::rules_from_value;
 use crate::permission::rules::{Action, Rule};
 use crate::tool::ToolContext;
 

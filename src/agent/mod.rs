@@ -30,7 +30,7 @@ use crate::llm::{LlmError, Message, Provider, Usage};
 use crate::permission::gate::{Asker, RuleGate};
 use crate::permission::rules::Rule;
 use crate::sandbox::spec::SandboxSpec;
-use crate::tool::{Registry, Session, ToolContext};
+use crate::tool::{Conversation, Registry, ToolContext};
 
 pub use agents::AgentDef;
 pub use events::{Event, EventSink};
@@ -316,7 +316,7 @@ impl Agent {
         });
         let mut ctx = base.clone();
         ctx.gate = observed;
-        ctx.session = Arc::new(Session::new(id.clone()));
+        ctx.conversation = Arc::new(Conversation::new(id.clone()));
         let registry = Arc::new(run::registry_for(rt, &ctx, depth).await);
         // batch reaches the agent's tools (task, skill) through the context.
         ctx.registry = Some(registry.clone());

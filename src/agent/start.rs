@@ -14,7 +14,7 @@ use super::{Agent, End, LoopOptions, Outcome, Runtime, agents};
 use crate::llm::models::resolve;
 use crate::llm::retry::Retry;
 use crate::session::{OpenError, OpenSession, SessionOptions};
-use crate::tool::{Session, UserChannel};
+use crate::tool::{Conversation, UserChannel};
 
 /// Which earlier session to continue.
 #[derive(Debug, Clone)]
@@ -125,7 +125,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     // it, as they share the sandbox).
     session.outputs_of = Some(id.clone());
     let open = session
-        .open(Session::new(id.clone()))
+        .open(Conversation::new(id.clone()))
         .await
         .map_err(|e| match e {
             OpenError::Usage(m) => StartError::Usage(m),

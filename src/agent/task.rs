@@ -76,7 +76,7 @@ impl Tool for TaskTool {
             .upgrade()
             .ok_or_else(|| ToolError::Failed("the run is over".into()))?;
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
-        let parent_id = ctx.session.id.clone();
+        let parent_id = ctx.conversation.id.clone();
         let mut child = match &params.task_id {
             Some(id) => rt.children.lock().await.remove(id).ok_or_else(|| {
                 ToolError::Failed(format!(

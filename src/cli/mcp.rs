@@ -6,7 +6,7 @@ use clap::Subcommand;
 
 use super::exit;
 use super::tool::CommonArgs;
-use crate::tool::Session;
+use crate::tool::Conversation;
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
@@ -35,7 +35,8 @@ pub enum McpCommand {
 pub async fn run(cmd: McpCommand) -> u8 {
     match cmd {
         McpCommand::List { common, json } => {
-            let (ctx, workspace) = match super::tool::start(&common, Session::new("mcp")).await {
+            let (ctx, workspace) = match super::tool::start(&common, Conversation::new("mcp")).await
+            {
                 Ok(x) => x,
                 Err(code) => return code,
             };
@@ -66,7 +67,7 @@ pub async fn run(cmd: McpCommand) -> u8 {
             json,
         } => {
             let (ctx, workspace) =
-                match super::tool::start(&common, Session::single_call("mcp")).await {
+                match super::tool::start(&common, Conversation::single_call("mcp")).await {
                     Ok(x) => x,
                     Err(code) => return code,
                 };

@@ -12,7 +12,7 @@ use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::permission::rules::{Action, Rule};
 use crate::session::{SessionOptions, absolute_root};
 use crate::tool::truncate::Truncator;
-use crate::tool::{Session, ToolContext};
+use crate::tool::{Conversation, ToolContext};
 
 /// The options that decide which rules apply.
 #[derive(Debug, Args, Clone)]
@@ -161,7 +161,7 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
     ));
     let ctx = ToolContext::new(
         Arc::new(sandbox),
-        Arc::new(Session::single_call("check")),
+        Arc::new(Conversation::single_call("check")),
         gate.clone(),
         Arc::new(Truncator::new(Truncator::default_dir())),
     );

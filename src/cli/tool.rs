@@ -18,7 +18,7 @@ use crate::sandbox::BackendKind;
 use crate::sandbox::spec::{Network, SandboxSpec};
 use crate::session::{OpenError, SessionOptions};
 use crate::tool::registry::Outcome;
-use crate::tool::{CallResult, Registry, Session, ToolContext};
+use crate::tool::{CallResult, Conversation, Registry, ToolContext};
 use crate::workspace::Workspace;
 
 #[derive(Debug, Subcommand)]
@@ -76,7 +76,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             common,
             json,
         } => {
-            let (ctx, workspace) = match start(&common, Session::single_call("cli")).await {
+            let (ctx, workspace) = match start(&common, Conversation::single_call("cli")).await {
                 Ok(x) => x,
                 Err(code) => return code,
             };
@@ -159,12 +159,12 @@ pub(super) fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
 
 pub(super) async fn start(
     common: &CommonArgs,
-    session: Session,
+    conversation: Conversation,
 ) -> Result<(ToolContext, Option<Workspace>), u8> {
     let options = common
         .sandbox
         .options(&common.root, &common.rules, common.ask);
-    match options.open(session).await {
+    match options.open(conversation).await {
         Ok(open) => {
             for note in &open.notes {
                 eprintln!("runner: {}", display::escape(note));
@@ -306,7 +306,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             }
         }
     };
-    let (ctx, workspace) = match start(common, Session::new("script")).await {
+    let (ctx, workspace) = match start(common, Conversation::new("script")).await {
         Ok(x) => x,
         Err(code) => return code,
     };

@@ -2,7 +2,7 @@
 //! of the config files. This module loads and merges; each settings type belongs to the
 //! layer that uses it (a provider's table to `llm`, hooks and MCP servers to `tool`), and
 //! where the files live is [`crate::dirs`]. The permission layers have their own loader in
-//! `permission::config`.
+//! `permission::layers`.
 
 pub mod profile;
 pub mod settings;

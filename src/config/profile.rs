@@ -24,7 +24,7 @@ pub struct Profile {
     pub description: String,
     #[serde(default)]
     pub sandbox: SandboxSection,
-    /// Permission rules in OpenCode's shape (see `permission::config`), merged after the
+    /// Permission rules in OpenCode's shape (see `permission::layers`), merged after the
     /// built-in defaults and before the user's config. Kept as a value so that the file's
     /// key order, which is precedence, survives.
     pub permission: Option<serde_json::Value>,
@@ -40,8 +40,8 @@ pub struct Profile {
 
 impl Profile {
     /// What this profile says about permissions, for the permission layers.
-    pub fn permission_rules(&self) -> crate::permission::config::ProfileRules<'_> {
-        crate::permission::config::ProfileRules {
+    pub fn permission_rules(&self) -> crate::permission::layers::ProfileRules<'_> {
+        crate::permission::layers::ProfileRules {
             rules: self.permission.as_ref(),
             project_allows: self.project_allows,
             source: &self.source,

@@ -128,7 +128,7 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
     if is_json {
         // An OpenCode config: its `model` and its `mcp` servers mean the same thing here.
         let doc = serde_json::from_str::<serde_json::Value>(
-            &crate::permission::config::strip_json_comments(&text),
+            &crate::permission::layers::strip_json_comments(&text),
         )
         .ok();
         let model = doc

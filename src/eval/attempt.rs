@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::EvalOptions;
-use super::results::{Status, TaskResult};
+use super::results::TaskResult;
 use super::tasks::Task;
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use super::worktree;
@@ -25,7 +25,7 @@ use crate::sandbox::Sandbox;
 use crate::sandbox::api::ExecRequest;
 use crate::sandbox::client::ExecEvent;
 use crate::session::{OpenError, OpenSession, SessionOptions};
-use crate::tool::Session;
+use crate::tool::Conversation;
 use crate::workspace::{PatchFormat, Workspace, write_file};
 
 /// Output kept from setup and verify commands (head and tail beyond it).
@@ -52,21 +52,9 @@ pub async fn run(
     }
 
     // The worktree, with the task's base commit.
-    let (repo, commit, parent) = (
-        task.repo.clone(),
-        task.commit.clone(),
-        options.out.join(".work"),
-    );
-    let name = format!("{}-{attempt}", task.id);
-    let budget = disk_budget(options);
-    let (ws, base) = match tokio::task::spawn_blocking(move || {
-        worktree::create(&repo, commit.as_deref(), &parent, &name, Some(budget))
-    })
-    .await
-    {
-        Ok(Ok(made)) => made,
-        Ok(Err(e)) => return infra(result, "prepare", e, false),
-        Err(e) => return infra(result, "prepare", e.to_string(), false),
+    let (ws, base) = match prepare_worktree(task, attempt, options).await {
+        Ok(made) => made,
+        Err(e) => return infra(result, "prepare", e, false),
     };
     let removing = Removing(Some(ws));
     let ws = removing.0.as_ref().expect("present until dropped");
@@ -78,70 +66,22 @@ pub async fn run(
 
     // Setup and the agent, in one sandbox.
     let agent_started = Instant::now();
-    let mut run_options = RunOptions::new(&root, Arc::new(NoEvents));
-    run_options.session = session.clone();
-    run_options.model = options.model.clone();
-    run_options.sessions_dir = out.to_path_buf();
-    run_options.loop_options.max_steps = options.max_steps;
     // The verifier's sandbox starts while the agent works, so its start costs no time;
     // it runs nothing until the agent's sandbox is gone.
     let verifier = Prewarmed::open(session.clone());
-    let started_run = {
-        let _engine = super::ENGINE_CALLS.acquire().await;
-        start(run_options).await
-    };
-    let mut run = match started_run {
+    let mut run = match start_agent(&root, session, options, out).await {
         Ok(r) => r,
-        Err(e) => {
-            let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
-            return infra(
-                result,
-                "agent",
-                format!("cannot start the agent: {e}"),
-                retryable,
-            );
-        }
+        Err((e, retryable)) => return infra(result, "agent", e, retryable),
     };
     if let Some(setup) = &task.setup {
-        let setup_started = Instant::now();
-        let ran = exec(run.open.sandbox(), setup, timeouts.setup, LOG_LIMIT, stop).await;
-        result.timings.setup_ms = setup_started.elapsed().as_millis() as u64;
-        let log = match ran {
-            Ok(r) => r,
-            Err(e) => {
-                drop_blocking(run).await;
-                return infra(result, "setup", e, true);
-            }
-        };
-        let _ = write_file(&out.join("setup.log"), &log.output);
-        if log.interrupted {
+        let ran = run_setup(setup, &run, timeouts.setup, out, &mut result, stop).await;
+        if let Err(ended) = ran {
             drop_blocking(run).await;
-            return None;
-        }
-        if log.timed_out || log.code != Some(0) {
-            drop_blocking(run).await;
-            // Setup is the task's, not the agent's: however it fails, it is no verdict.
-            result.status = Status::InfraError;
-            result.phase = Some("setup".into());
-            result.error = Some(match log.code {
-                _ if log.timed_out => format!("setup ran past {} s", timeouts.setup.as_secs()),
-                Some(c) => format!("setup exited with {c} (see setup.log)"),
-                None => "setup was killed by a signal (see setup.log)".into(),
-            });
-            return Some(Verdict {
-                result,
-                retryable: false,
-            });
+            return ended;
         }
     }
     let (end, timed_out) = drive(&mut run, &task.instruction, timeouts.agent, stop).await;
-    run.finish(&end);
-    result.usage = run.agent.usage;
-    result.steps = run.agent.steps;
-    result.end = Some(end.reason().to_string());
-    let session_file = run.session_file().to_path_buf();
-    drop_blocking(run).await;
-    let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
+    keep_the_agents_record(run, &end, out, &mut result).await;
     result.timings.agent_ms = agent_started.elapsed().as_millis() as u64;
     if stop.is_cancelled() && !timed_out {
         return None;
@@ -203,6 +143,94 @@ pub(super) async fn drive(
             (end, true)
         }
     }
+}
+
+/// The agent's run over the attempt's worktree, recorded into `out`. `Err`: why it could
+/// not start, and whether another try could go differently (its sandbox's start failed).
+async fn start_agent(
+    root: &Path,
+    session: SessionOptions,
+    options: &EvalOptions,
+    out: &Path,
+) -> Result<crate::agent::start::Run, (String, bool)> {
+    let mut run_options = RunOptions::new(root, Arc::new(NoEvents));
+    run_options.session = session;
+    run_options.model = options.model.clone();
+    run_options.sessions_dir = out.to_path_buf();
+    run_options.loop_options.max_steps = options.max_steps;
+    let _engine = super::ENGINE_CALLS.acquire().await;
+    start(run_options).await.map_err(|e| {
+        let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
+        (format!("cannot start the agent: {e}"), retryable)
+    })
+}
+
+/// Ends the agent's run: its usage and end into the result, its sandbox gone, its session
+/// file kept as `session.jsonl`.
+async fn keep_the_agents_record(
+    run: crate::agent::start::Run,
+    end: &End,
+    out: &Path,
+    result: &mut TaskResult,
+) {
+    run.finish(end);
+    result.usage = run.agent.usage;
+    result.steps = run.agent.steps;
+    result.end = Some(end.reason().to_string());
+    let session_file = run.session_file().to_path_buf();
+    drop_blocking(run).await;
+    let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
+}
+
+/// A fresh workspace for the attempt, filled with the task's repository at its base
+/// commit (off the async threads: a clone can take a while): the workspace and the base.
+async fn prepare_worktree(
+    task: &Task,
+    attempt: u32,
+    options: &EvalOptions,
+) -> Result<(Workspace, String), String> {
+    let (repo, commit, parent) = (
+        task.repo.clone(),
+        task.commit.clone(),
+        options.out.join(".work"),
+    );
+    let name = format!("{}-{attempt}", task.id);
+    let budget = disk_budget(options);
+    tokio::task::spawn_blocking(move || {
+        worktree::create(&repo, commit.as_deref(), &parent, &name, Some(budget))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// The task's setup command in the agent's sandbox, its log kept as `setup.log`. `Err`:
+/// the attempt ends here (`None` when it was interrupted). Setup is the task's, not the
+/// agent's: however it fails, it is no verdict.
+async fn run_setup(
+    setup: &str,
+    run: &crate::agent::start::Run,
+    limit: Duration,
+    out: &Path,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> Result<(), Option<Verdict>> {
+    let setup_started = Instant::now();
+    let ran = exec(run.open.sandbox(), setup, limit, LOG_LIMIT, stop).await;
+    result.timings.setup_ms = setup_started.elapsed().as_millis() as u64;
+    let log = ran.map_err(|e| infra(result.clone(), "setup", e, true))?;
+    let _ = write_file(&out.join("setup.log"), &log.output);
+    if log.interrupted {
+        return Err(None);
+    }
+    if !log.timed_out && log.code == Some(0) {
+        return Ok(());
+    }
+    let error = match log.code {
+        _ if log.timed_out => format!("setup ran past {} s", limit.as_secs()),
+        Some(c) => format!("setup exited with {c} (see setup.log)"),
+        None => "setup was killed by a signal (see setup.log)".into(),
+    };
+    Err(infra(result.clone(), "setup", error, false))
 }
 
 /// The hidden tests in place, then the verify command.
@@ -307,7 +335,7 @@ impl Prewarmed {
     fn open(session: SessionOptions) -> Prewarmed {
         Prewarmed(Some(tokio::spawn(async move {
             let _engine = super::ENGINE_CALLS.acquire().await;
-            session.open(Session::new("verify")).await
+            session.open(Conversation::new("verify")).await
         })))
     }
 

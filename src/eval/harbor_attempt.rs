@@ -57,13 +57,7 @@ pub async fn run(
     if let Err(e) = fresh_dir(out) {
         return infra(result, "prepare", e, false);
     }
-    // The task's limits where it sets them, the flags' elsewhere; the multiplier on all.
-    let limits = super::tasks::Timeouts {
-        setup: task.environment.build_timeout.unwrap_or(BUILD_TIMEOUT),
-        agent: task.agent.timeout.unwrap_or(options.timeouts.agent),
-        verify: task.verifier.timeout.unwrap_or(options.timeouts.verify),
-    }
-    .scaled(options.timeout_multiplier);
+    let limits = limits(task, options);
     let (agent_limit, verify_limit) = (limits.agent, limits.verify);
     // Read from the task folder now: a folder that cannot be read is the task's failure,
     // found before anything runs.
@@ -74,34 +68,9 @@ pub async fn run(
 
     // The image. A stop during a build ends it: the engine cancels a build whose client
     // went away.
-    let build_started = Instant::now();
-    let limit = limits.setup;
-    let built = async {
-        match (&task.build_context, &task.environment.docker_image) {
-            (Some(context), _) => engine.builder.image_for(context, limit).await,
-            (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
-            (None, None) => Err(format!(
-                "{} has neither environment/Dockerfile nor docker_image",
-                task.dir.display()
-            )),
-        }
-    };
-    let built = tokio::select! {
-        b = built => b,
-        _ = stop.cancelled() => return None,
-    };
-    let image = match built {
-        Ok(built) => {
-            if matches!(built, images::Built::Fresh(_)) {
-                result.timings.build_ms = build_started.elapsed().as_millis() as u64;
-            }
-            built.image().to_string()
-        }
-        Err(e) => {
-            // A step that failed fails again; an engine that went away may not.
-            let retryable = !super::engine_alive(Some(engine)).await;
-            return infra(result, "build", e, retryable);
-        }
+    let image = match build_image(task, engine, limits.setup, &mut result, stop).await {
+        Ok(image) => image,
+        Err(ended) => return ended,
     };
 
     // The attempt's workspace: the worktree is the image's; on the host, the session's
@@ -119,16 +88,9 @@ pub async fn run(
         Ok(s) => s,
         Err(e) => return infra(result, "prepare", e, false),
     };
-    let container = {
-        let _engine = super::ENGINE_CALLS.acquire().await;
-        TaskContainer::create(&engine.described, &spec).await
-    };
-    let owner = match container {
-        Ok(c) => Owned(Some(Arc::new(c))),
-        Err(e) => {
-            let retryable = !super::engine_alive(Some(engine)).await;
-            return infra(result, "prepare", e.to_string(), retryable);
-        }
+    let owner = match create_container(engine, &spec).await {
+        Ok(owner) => owner,
+        Err((e, retryable)) => return infra(result, "prepare", e, retryable),
     };
     // The one long-lived handle is the owner's, so that the container is removed where it
     // says (off the async threads), not wherever the last clone happens to go.
@@ -138,21 +100,14 @@ pub async fn run(
 
     // The agent, or the task's own solution.
     let agent_started = Instant::now();
-    let ran = match options.agent {
-        super::AgentKind::Oracle => oracle(task, container, engine, agent_limit, out, stop).await,
-        super::AgentKind::Model => {
-            let place = Place {
-                container,
-                engine,
-                scratch: &scratch,
-                outputs: &outputs,
-                out,
-            };
-            model(task, place, agent_limit, options, &mut result, stop).await
-        }
+    let place = Place {
+        container,
+        engine,
+        scratch: &scratch,
+        outputs: &outputs,
+        out,
     };
-    // Every process of the agent's dies here, whatever it left running.
-    container.stop().await;
+    let ran = run_agent(task, place, agent_limit, options, &mut result, stop).await;
     result.timings.agent_ms = agent_started.elapsed().as_millis() as u64;
     let (end, timed_out) = match ran {
         AgentRan::Interrupted => return None,
@@ -187,6 +142,90 @@ pub async fn run(
     result.timings.total_ms = started.elapsed().as_millis() as u64;
     drop(owner);
     verdict::conclude(result, verified, out, verify_limit, Some(engine)).await
+}
+
+/// The task's limits where it sets them, the flags' elsewhere; the multiplier on all.
+fn limits(task: &HarborTask, options: &EvalOptions) -> super::tasks::Timeouts {
+    super::tasks::Timeouts {
+        setup: task.environment.build_timeout.unwrap_or(BUILD_TIMEOUT),
+        agent: task.agent.timeout.unwrap_or(options.timeouts.agent),
+        verify: task.verifier.timeout.unwrap_or(options.timeouts.verify),
+    }
+    .scaled(options.timeout_multiplier)
+}
+
+/// The agent (or, with `--agent oracle`, the task's own solution) in the task's container;
+/// every process it left running dies with the container's stop at the end.
+async fn run_agent(
+    task: &HarborTask,
+    place: Place<'_>,
+    limit: Duration,
+    options: &EvalOptions,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> AgentRan {
+    let container = place.container;
+    let ran = match options.agent {
+        super::AgentKind::Oracle => {
+            oracle(task, container, place.engine, limit, place.out, stop).await
+        }
+        super::AgentKind::Model => model(task, place, limit, options, result, stop).await,
+    };
+    container.stop().await;
+    ran
+}
+
+/// The task's image: built from its `environment/Dockerfile`, or its prebuilt
+/// `docker_image`, reused when the engine already has it. `Err`: the attempt ends here
+/// (`None` when it was stopped).
+async fn build_image(
+    task: &HarborTask,
+    engine: &Engine,
+    limit: Duration,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> Result<String, Option<Verdict>> {
+    let build_started = Instant::now();
+    let built = async {
+        match (&task.build_context, &task.environment.docker_image) {
+            (Some(context), _) => engine.builder.image_for(context, limit).await,
+            (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
+            (None, None) => Err(format!(
+                "{} has neither environment/Dockerfile nor docker_image",
+                task.dir.display()
+            )),
+        }
+    };
+    let built = tokio::select! {
+        b = built => b,
+        _ = stop.cancelled() => return Err(None),
+    };
+    match built {
+        Ok(built) => {
+            if matches!(built, images::Built::Fresh(_)) {
+                result.timings.build_ms = build_started.elapsed().as_millis() as u64;
+            }
+            Ok(built.image().to_string())
+        }
+        Err(e) => {
+            // A step that failed fails again; an engine that went away may not.
+            let retryable = !super::engine_alive(Some(engine)).await;
+            Err(infra(result.clone(), "build", e, retryable))
+        }
+    }
+}
+
+/// The task's container, created (not started) and owned by the attempt. `Err`: why, and
+/// whether another try could go differently (an engine that went away).
+async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (String, bool)> {
+    let container = {
+        let _engine = super::ENGINE_CALLS.acquire().await;
+        TaskContainer::create(&engine.described, spec).await
+    };
+    match container {
+        Ok(c) => Ok(Owned(Some(Arc::new(c)))),
+        Err(e) => Err((e.to_string(), !super::engine_alive(Some(engine)).await)),
+    }
 }
 
 /// The container's recipe: the task's limits over the profile's; no network, or the

@@ -132,6 +132,33 @@ pub struct Report {
 /// Runs every task set into `options.out` and writes `summary.json` and
 /// `predictions.jsonl`. Attempts already finished there are not run again.
 pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Report, String> {
+    check(&options)?;
+    let (loaded, hash) = load_sets(&options)?;
+    std::fs::create_dir_all(options.out.join("tasks"))
+        .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
+    results::claim(&options.out, options.attempts, &options.model_label())?;
+    // Worktrees of a run that was killed: nothing of theirs is worth keeping.
+    crate::workspace::remove_run_folders(&options.out.join(".work"));
+    let engines = connect_engines(&mut options, &loaded).await?;
+    let jobs = plan(&loaded, &options)?;
+    let (unfinished, progress) =
+        run_jobs(jobs, Arc::new(options.clone()), engines.clone(), stop).await;
+    CLOSING.close();
+    CLOSING.wait().await;
+    if let Some(e) = &engines {
+        e.remove_orphans().await;
+    }
+    progress.done();
+    crate::workspace::remove_run_folders(&options.out.join(".work"));
+    let summary = write_summary(&options, &hash)?;
+    Ok(Report {
+        summary,
+        unfinished,
+    })
+}
+
+/// Options that cannot make a run, refused before anything is written.
+fn check(options: &EvalOptions) -> Result<(), String> {
     if options.agent == AgentKind::Model && options.model.is_none() {
         return Err("no model: pass --model provider/model, or --agent oracle to run the tasks' own solutions".into());
     }
@@ -141,6 +168,12 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     if options.backend == Some(BackendKind::None) {
         return Err("eval needs a sandbox that ends every process an attempt started before the verdict (docker, or landlock with its PID namespace); --sandbox none has none".into());
     }
+    Ok(())
+}
+
+/// Every task of every set (a folder of Harbor tasks, or a JSON-lines file), each id once,
+/// and the sets' content hash.
+fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), String> {
     let mut loaded = Vec::new();
     let mut files = Vec::new();
     for set in &options.task_sets {
@@ -158,71 +191,78 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     }
     let hash = tasks::content_hash(&files);
     dedupe(&mut loaded);
-    std::fs::create_dir_all(options.out.join("tasks"))
-        .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
-    results::claim(&options.out, options.attempts, &options.model_label())?;
-    // Worktrees of a run that was killed: nothing of theirs is worth keeping.
-    crate::workspace::remove_run_folders(&options.out.join(".work"));
+    Ok((loaded, hash))
+}
 
-    // The engines, where anything runs on docker: Harbor tasks always, the others unless
-    // the sandbox is landlock.
-    let on_docker = loaded.iter().any(|l| matches!(l, Loaded::Harbor(_))) || uses_docker(&options)?;
-    let engines = if on_docker {
-        Some(Arc::new(
-            engines::Engines::connect(&options.docker_hosts).await?,
-        ))
-    } else {
-        None
-    };
-    if let Some(e) = &engines
-        && let Some(far) = e.remote().next()
+/// The engines, where anything runs on docker: Harbor tasks always, the others unless the
+/// sandbox is landlock. In a container, this executable is not on the engine's host: the
+/// sandboxes mount a copy in the out folder, which the attempts' worktrees already need at
+/// the same path.
+async fn connect_engines(
+    options: &mut EvalOptions,
+    loaded: &[Loaded],
+) -> Result<Option<Arc<engines::Engines>>, String> {
+    let on_docker = loaded.iter().any(|l| matches!(l, Loaded::Harbor(_))) || uses_docker(options)?;
+    if !on_docker {
+        return Ok(None);
+    }
+    let engines = engines::Engines::connect(&options.docker_hosts).await?;
+    if let Some(far) = engines.remote().next()
         && loaded.iter().any(|l| matches!(l, Loaded::Task(_)))
-        && uses_docker(&options)?
+        && uses_docker(options)?
     {
         return Err(format!(
             "the engine {far} is not reached through a Unix socket, so it may not see this machine's files, and JSON-lines tasks mount their worktree from here; run them on local engines, or use Harbor task folders (their files live in the image)"
         ));
     }
-    // In a container, this executable is not on the engine's host: the sandboxes mount a
-    // copy in the out folder, which the attempts' worktrees already need at the same path.
-    if on_docker && options.server_exe.is_none() && crate::sandbox::spec::in_container() {
+    if options.server_exe.is_none() && crate::sandbox::spec::in_container() {
         options.server_exe = Some(crate::sandbox::spec::server_copy(
             &options.out.join(".server"),
         )?);
     }
+    Ok(Some(Arc::new(engines)))
+}
+
+/// The attempts still to run: finished means a verdict or the agent's own failure; what
+/// the infrastructure failed runs again. A task that cannot run at all gets its result now.
+fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>, String> {
     let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
-    for l in &loaded {
+    for l in loaded {
         for attempt in 1..=options.attempts {
             let dir = results::attempt_dir(&options.out, l.id(), attempt, options.attempts);
-            // Finished means a verdict or the agent's own failure; what the infrastructure
-            // failed runs again.
             if results::read_result(&dir).is_some_and(|r| r.status != Status::InfraError) {
                 continue;
             }
+            let refused = |reason: &str| {
+                let mut r = TaskResult::new(l.id(), attempt, options.model_label());
+                r.status = Status::InfraError;
+                r.phase = Some("load".into());
+                r.error = Some(reason.to_string());
+                write_result(&dir, &r)
+            };
             match l {
-                Loaded::Broken { id, reason } => {
-                    let mut r = TaskResult::new(id, attempt, options.model_label());
-                    r.status = Status::InfraError;
-                    r.phase = Some("load".into());
-                    r.error = Some(reason.clone());
-                    write_result(&dir, &r)?;
-                }
-                Loaded::Task(_) if options.agent == AgentKind::Oracle => {
-                    let mut r = TaskResult::new(l.id(), attempt, options.model_label());
-                    r.status = Status::InfraError;
-                    r.phase = Some("load".into());
-                    r.error = Some("--agent oracle runs a Harbor task's solution/solve.sh; a JSON-lines task has none".into());
-                    write_result(&dir, &r)?;
-                }
+                Loaded::Broken { reason, .. } => refused(reason)?,
+                Loaded::Task(_) if options.agent == AgentKind::Oracle => refused(
+                    "--agent oracle runs a Harbor task's solution/solve.sh; a JSON-lines task has none",
+                )?,
                 Loaded::Task(t) => jobs.push((Arc::new(Job::Repo((**t).clone())), attempt)),
                 Loaded::Harbor(t) => jobs.push((Arc::new(Job::Harbor((**t).clone())), attempt)),
             }
         }
     }
+    Ok(jobs)
+}
 
+/// Runs the attempts, `options.jobs` at a time, each result written as it finishes: how
+/// many were left unfinished by a stop, and the progress line (done once all is closed).
+async fn run_jobs(
+    jobs: Vec<(Arc<Job>, u32)>,
+    options: Arc<EvalOptions>,
+    engines: Option<Arc<engines::Engines>>,
+    stop: CancellationToken,
+) -> (usize, Progress) {
     let progress = Progress::new(jobs.len(), options.progress);
     let breaker = Breaker::default();
-    let options = Arc::new(options);
     let unfinished = AtomicUsize::new(0);
     let runs = futures_util::stream::iter(jobs)
         .map(|(task, attempt)| {
@@ -268,16 +308,13 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
         })
         .buffer_unordered(options.jobs);
     runs.collect::<Vec<()>>().await;
-    CLOSING.close();
-    CLOSING.wait().await;
-    if let Some(e) = &engines {
-        e.remove_orphans().await;
-    }
-    progress.done();
-    crate::workspace::remove_run_folders(&options.out.join(".work"));
+    (unfinished.into_inner(), progress)
+}
 
+/// `summary.json` and `predictions.jsonl`, from every result on disk.
+fn write_summary(options: &EvalOptions, hash: &str) -> Result<results::Summary, String> {
     let all = results::collect(&options.out);
-    let summary = results::summarize(&all, &options.model_label(), &hash);
+    let summary = results::summarize(&all, &options.model_label(), hash);
     write_json(&options.out.join("summary.json"), &summary)?;
     crate::workspace::write_file(
         &options.out.join("predictions.jsonl"),
@@ -285,10 +322,7 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
             .as_bytes(),
     )
     .map_err(|e| format!("cannot write predictions.jsonl: {e}"))?;
-    Ok(Report {
-        summary,
-        unfinished: unfinished.into_inner(),
-    })
+    Ok(summary)
 }
 
 /// The summary again, from what is on disk.

@@ -247,7 +247,7 @@ impl Openings {
         };
         let mut text = format!(
             "{lead}. Requests runner makes from this machine for the agent reach loopback, private, link-local (cloud metadata) and other reserved addresses only when your own config names the host. To open it on purpose, add `\"{host}\" = \"allow\"` under [permission.network] in {} (or in a file you pass with --config).",
-            crate::permission::config::user_config_path().display()
+            crate::permission::layers::user_config_path().display()
         );
         let subjects: Vec<String> = std::iter::once(host.to_string())
             .chain(refused.iter().map(|(ip, _)| ip.to_string()))
@@ -440,7 +440,7 @@ mod tests {
         );
         assert!(
             err.contains(
-                &crate::permission::config::user_config_path()
+                &crate::permission::layers::user_config_path()
                     .display()
                     .to_string()
             ),

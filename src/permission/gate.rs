@@ -145,7 +145,7 @@ pub struct RuleGate {
 pub struct UnknownAsk(pub u64);
 
 impl RuleGate {
-    /// `configured` is the merged ruleset ([`super::config::merge`]); `worktree` lets a file
+    /// `configured` is the merged ruleset ([`super::layers::merge`]); `worktree` lets a file
     /// rule match a path written either relative to it or absolute.
     pub fn new(worktree: &Path, configured: Vec<Rule>, asker: Arc<dyn Asker>) -> Self {
         RuleGate {

@@ -4,15 +4,15 @@
 //! permission name, concrete patterns, and the patterns an "always" reply would remember)
 //! and await the gate's answer. The real gate is [`gate::RuleGate`]: OpenCode's allow / ask /
 //! deny rules ([`rules`], [`wildcard`]) stacked from defaults, profile and config files
-//! ([`config`]), with approvals and an [`gate::Asker`] for what the rules leave open. Bash
+//! ([`layers`]), with approvals and an [`gate::Asker`] for what the rules leave open. Bash
 //! commands are turned into asks by [`bash_scan`]. [`PolicyGate`] answers every ask with one
 //! fixed policy and records what it was asked: tests and benchmarks use it to pin the asks
 //! themselves.
 
 pub mod arity;
 pub mod bash_scan;
-pub mod config;
 pub mod gate;
+pub mod layers;
 pub mod paths;
 pub mod rules;
 pub mod terminal;

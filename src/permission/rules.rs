@@ -47,7 +47,7 @@ pub struct Source {
     pub origin: String,
     /// 1-based position within its origin.
     pub position: usize,
-    /// The layer it was stacked in ([`super::config::merge`] sets it). Not shown: the
+    /// The layer it was stacked in ([`super::layers::merge`] sets it). Not shown: the
     /// origin already says where it came from.
     #[serde(skip)]
     pub layer: Layer,

@@ -190,7 +190,7 @@ impl Tool for ApplyPatchTool {
         let mut locked: Vec<&PathBuf> = before.keys().collect();
         locked.sort();
         for path in locked {
-            guards.push(ctx.session.lock_file(path).await);
+            guards.push(ctx.conversation.lock_file(path).await);
         }
         apply_all(ctx, &changes, &before).await?;
 
@@ -372,7 +372,7 @@ async fn write_tracked(
     });
     stamps.insert(path.to_path_buf(), Some(written.stamp));
     content_now.insert(path.to_path_buf(), Some(content.to_string()));
-    ctx.session.file_times.record(path, written.stamp);
+    ctx.conversation.file_times.record(path, written.stamp);
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! What a tool call runs with: the sandbox, the session, the permission gate, progress and
+//! What a tool call runs with: the sandbox, the conversation, the permission gate, progress and
 //! cancellation.
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 
 /// State that lives as long as a conversation: which files were read (and in which
 /// version), and a lock per file so that concurrent edits of one file are serialised.
-pub struct Session {
+pub struct Conversation {
     pub id: String,
     pub file_times: FileTimes,
     locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
@@ -31,10 +31,10 @@ pub struct Session {
     todos: Mutex<Vec<Todo>>,
 }
 
-impl Session {
-    /// A session in which a file must be read before it is overwritten.
+impl Conversation {
+    /// A conversation in which a file must be read before it is overwritten.
     pub fn new(id: impl Into<String>) -> Self {
-        Session {
+        Conversation {
             id: id.into(),
             file_times: FileTimes::new(false),
             locks: Mutex::new(HashMap::new()),
@@ -43,12 +43,12 @@ impl Session {
         }
     }
 
-    /// A one-call session: every file counts as read at its start, since there was no
+    /// A one-call conversation: every file counts as read at its start, since there was no
     /// earlier call in which to read it.
     pub fn single_call(id: impl Into<String>) -> Self {
-        Session {
+        Conversation {
             file_times: FileTimes::new(true),
-            ..Session::new(id)
+            ..Conversation::new(id)
         }
     }
 
@@ -99,7 +99,7 @@ pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 #[derive(Clone)]
 pub struct ToolContext {
     pub sandbox: Arc<Sandbox>,
-    pub session: Arc<Session>,
+    pub conversation: Arc<Conversation>,
     pub gate: Arc<dyn PermissionGate>,
     pub truncator: Arc<Truncator>,
     pub progress: ProgressSink,
@@ -131,7 +131,7 @@ pub struct ToolContext {
 impl ToolContext {
     pub fn new(
         sandbox: Arc<Sandbox>,
-        session: Arc<Session>,
+        conversation: Arc<Conversation>,
         gate: Arc<dyn PermissionGate>,
         truncator: Arc<Truncator>,
     ) -> Self {
@@ -140,7 +140,7 @@ impl ToolContext {
         ));
         ToolContext {
             sandbox,
-            session,
+            conversation,
             gate,
             truncator,
             progress: Arc::new(|_| {}),
@@ -226,7 +226,7 @@ impl ToolContext {
                 path.display()
             )));
         }
-        self.session
+        self.conversation
             .file_times
             .check(path, stat.stamp)
             .map_err(ToolError::Failed)?;
@@ -248,7 +248,7 @@ impl ToolContext {
             .await
         {
             Ok(written) => {
-                self.session.file_times.record(path, written.stamp);
+                self.conversation.file_times.record(path, written.stamp);
                 Ok(written.stamp)
             }
             Err(SandboxError::Api(api))

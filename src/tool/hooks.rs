@@ -98,7 +98,7 @@ impl Hooks {
     /// Runs the `before_tool` hooks of `tool`; `Err(message)` when one blocks the call.
     pub async fn before(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Result<(), String> {
         let input = serde_json::json!({
-            "event": "before_tool", "session": ctx.session.id, "tool": tool, "args": args,
+            "event": "before_tool", "session": ctx.conversation.id, "tool": tool, "args": args,
         });
         for hook in self.matching(Event::BeforeTool, Some(tool)) {
             let ran = self.run(hook, &input, ctx).await;
@@ -120,7 +120,7 @@ impl Hooks {
     /// Runs the `after_tool` hooks of `tool` with the call's result.
     pub async fn after(&self, tool: &str, args: &Value, result: Value, ctx: &ToolContext) {
         let input = serde_json::json!({
-            "event": "after_tool", "session": ctx.session.id, "tool": tool, "args": args,
+            "event": "after_tool", "session": ctx.conversation.id, "tool": tool, "args": args,
             "result": result,
         });
         for hook in self.matching(Event::AfterTool, Some(tool)) {
@@ -138,7 +138,7 @@ impl Hooks {
     /// Runs the `session_end` hooks.
     pub async fn session_end(&self, reason: &str, ctx: &ToolContext) {
         let input = serde_json::json!({
-            "event": "session_end", "session": ctx.session.id, "reason": reason,
+            "event": "session_end", "session": ctx.conversation.id, "reason": reason,
         });
         for hook in self.matching(Event::SessionEnd, None) {
             let ran = self.run(hook, &input, ctx).await;

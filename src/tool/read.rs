@@ -366,7 +366,7 @@ async fn read_file(
     if !pending.is_empty() && !lines.capped_by_bytes {
         lines.push(&pending);
     }
-    ctx.session.file_times.record(path, stamp);
+    ctx.conversation.file_times.record(path, stamp);
 
     let total = lines.total;
     if total < offset && !(total == 0 && offset == 1) {

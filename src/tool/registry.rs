@@ -134,7 +134,7 @@ impl Registry {
         }
         // OpenCode's doom-loop guard: the third identical call in a row asks whether the
         // model should go on repeating itself.
-        if ctx.session.record_call(tool.id(), &args) {
+        if ctx.conversation.record_call(tool.id(), &args) {
             let ask = PermissionRequest::new(
                 "doom_loop",
                 vec![tool.id().to_string()],

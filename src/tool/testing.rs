@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::truncate::Truncator;
-use super::{Session, ToolContext};
+use super::{Conversation, ToolContext};
 use crate::permission::{AskPolicy, PolicyGate};
 
 pub struct TestCtx {
@@ -38,7 +38,7 @@ impl TestCtx {
         let gate = Arc::new(PolicyGate::new(policy));
         let ctx = ToolContext::new(
             Arc::new(sandbox),
-            Arc::new(Session::new("test")),
+            Arc::new(Conversation::new("test")),
             gate.clone(),
             Arc::new(Truncator::new(out)),
         );

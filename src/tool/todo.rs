@@ -73,7 +73,7 @@ impl Tool for TodoWriteTool {
     async fn execute(&self, params: TodoWriteParams, ctx: &ToolContext) -> ToolResult {
         validate(&params.todos)?;
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
-        ctx.session.set_todos(params.todos.clone());
+        ctx.conversation.set_todos(params.todos.clone());
         Ok(render(&params.todos))
     }
 }
@@ -103,7 +103,7 @@ impl Tool for TodoReadTool {
 
     async fn execute(&self, params: TodoReadParams, ctx: &ToolContext) -> ToolResult {
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
-        Ok(render(&ctx.session.todos()))
+        Ok(render(&ctx.conversation.todos()))
     }
 }
 
@@ -238,7 +238,7 @@ mod tests {
         assert!(err.starts_with("Only one todo may be in_progress"), "{err}");
         assert!(err.contains("\"a\", \"b\""), "{err}");
         // Nothing was stored and nothing asked.
-        assert!(t.ctx.session.todos().is_empty());
+        assert!(t.ctx.conversation.todos().is_empty());
         assert!(t.asks().is_empty());
     }
 

@@ -47,7 +47,7 @@ impl Tool for WriteTool {
         let edit_ask = asks.pop();
         ctx.ask_all(asks).await?;
         let path = ctx.resolve(&params.file_path)?;
-        let _guard = ctx.session.lock_file(&path).await;
+        let _guard = ctx.conversation.lock_file(&path).await;
         let client = &ctx.sandbox.client;
 
         let existing = ctx.stat_for_overwrite(&path).await?;

@@ -439,6 +439,16 @@ impl SecondEngine {
         }
         let dir = std::path::PathBuf::from(format!("/tmp/rt-{name}"));
         let bridge = format!("rt{name}0");
+        // A test binary killed mid-run leaves its dockerd behind, holding the pid file.
+        if let Ok(pid) = std::fs::read_to_string(dir.join("docker.pid"))
+            && let Ok(pid) = pid.trim().parse::<i32>()
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
+        {
+            // SAFETY: a signal to the dockerd that names this engine's folder.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            std::thread::sleep(Duration::from_millis(500));
+        }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("engine folder");
         let sh = |cmd: &str| {

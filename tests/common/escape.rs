@@ -3062,7 +3062,10 @@ macro_rules! escape_suite {
         #[test]
         fn filesystem_with_the_walk() {
             common::engine::use_engine($engine);
-            common::rerun_with_the_walk(&["--exact", "filesystem"]);
+            common::rerun_with_the_walk(&[
+                "--exact",
+                &common::in_this_binary(module_path!(), "filesystem"),
+            ]);
         }
 
         #[tokio::test(flavor = "multi_thread")]

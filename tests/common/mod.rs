@@ -22,7 +22,7 @@ use std::sync::Arc;
 use runner::permission::{AskPolicy, PermissionRequest, PolicyGate};
 use runner::tool::registry::Outcome;
 use runner::tool::truncate::Truncator;
-use runner::tool::{CallResult, Registry, Session, ToolContext};
+use runner::tool::{CallResult, Conversation, Registry, ToolContext};
 use serde_json::Value;
 
 /// Runs git in `dir` with a throwaway identity; fails the test if git does.
@@ -133,9 +133,9 @@ pub async fn fixture_with(opts: Options) -> Fixture {
         .await
         .expect("sandbox starts");
     let session = if opts.single_call {
-        Session::single_call("t")
+        Conversation::single_call("t")
     } else {
-        Session::new("t")
+        Conversation::new("t")
     };
     let gate = Arc::new(PolicyGate::new(opts.policy));
     let ctx = ToolContext::new(
@@ -448,6 +448,16 @@ pub fn loops_under(path: &Path) -> Vec<String> {
 /// `--resolve walk`) resolves paths with the openat2 fallback, and the same attacks face
 /// both resolvers on a kernel that has openat2. `args` select the tests (`--exact NAME`,
 /// `--skip NAME`, …); fails with the child's output when a test there fails.
+/// A test's name as the test binary's filter sees it: `module` is the caller's
+/// `module_path!()`, whose first part is the binary itself (`all::escape_docker` names
+/// `escape_docker::NAME` in `tests/all.rs`, `engine_runsc` names plain `NAME`).
+pub fn in_this_binary(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 pub fn rerun_with_the_walk(args: &[&str]) {
     use runner::sandbox::server::roots::{RESOLVE_VAR, Resolver};
     if std::env::var(RESOLVE_VAR).is_ok() {

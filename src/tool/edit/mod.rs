@@ -113,7 +113,7 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
     let edit_ask = asks.pop();
     ctx.ask_all(asks).await?;
     let path = ctx.resolve(file_path)?;
-    let _guard = ctx.session.lock_file(&path).await;
+    let _guard = ctx.conversation.lock_file(&path).await;
     let client = &ctx.sandbox.client;
 
     let stat = ctx.stat_for_overwrite(&path).await?;
