@@ -103,26 +103,9 @@ impl Agent {
                 return e;
             }
             let started = Instant::now();
-            let turn = {
-                let events = self.rt.events.clone();
-                let session = self.id.clone();
-                let sink = move |delta: &str| {
-                    events.emit(&Event::Text {
-                        session: session.clone(),
-                        delta: delta.to_string(),
-                    })
-                };
-                let request = Request {
-                    model: &self.model.model,
-                    system: &self.system,
-                    messages: &self.messages,
-                    tools: &tools,
-                    max_tokens: self.model.max_tokens,
-                };
-                tokio::select! {
-                    turn = super::events::ASKING.scope(self.id.clone(), self.provider.turn(&request, &sink)) => turn,
-                    _ = cancel.cancelled() => return End::Interrupted,
-                }
+            let turn = tokio::select! {
+                turn = self.ask_model(&tools) => turn,
+                _ = cancel.cancelled() => return End::Interrupted,
             };
             let turn = match turn {
                 Ok(t) => t,
@@ -136,29 +119,8 @@ impl Agent {
                 Err(e) => return End::ProviderError(provider_message(&e)),
             };
             shrunk_on_refusal = false;
-            self.steps += 1;
-            let elapsed = started.elapsed();
-            let duration_ms = elapsed.as_millis() as u64;
-            self.usage.add(&turn.usage);
-            if self.parent.is_none() {
-                self.rt.note_root_progress(self.steps, self.usage);
-            }
-            self.last_context = turn.usage.context();
             let cut_off = turn.finish == Finish::Length;
-            self.record(Record::Turn {
-                session: self.id.clone(),
-                step: self.steps,
-                duration_ms,
-                turn: turn.clone(),
-                summary: false,
-            });
-            self.rt.events.emit(&Event::StepEnd {
-                session: self.id.clone(),
-                step: self.steps,
-                finish: finish_name(&turn.finish),
-                usage: turn.usage,
-                duration_ms: super::events::millis(elapsed),
-            });
+            self.count_turn(&turn, started.elapsed());
             let Turn {
                 text, tool_calls, ..
             } = turn;
@@ -177,29 +139,7 @@ impl Agent {
                 }
                 return End::Finished;
             }
-            // Only the last call can have been cut short; its arguments cannot be trusted.
-            let (whole, cut) = match cut_off {
-                true => tool_calls.split_at(tool_calls.len() - 1),
-                false => (&tool_calls[..], &[][..]),
-            };
-            let results = self.run_calls(whole, cancel).await;
-            let mut sandbox_lost = None;
-            for (call, result) in whole.iter().zip(results) {
-                if result.outcome == CallOutcome::SandboxLost {
-                    sandbox_lost = result.error.clone();
-                }
-                let message = self.result_message(call, result).await;
-                self.push_recorded(message);
-            }
-            for call in cut {
-                self.push_recorded(Message::Tool {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content: CALL_CUT.to_string(),
-                    is_error: true,
-                    images: Vec::new(),
-                });
-            }
+            let sandbox_lost = self.answer_calls(&tool_calls, cut_off, cancel).await;
             if let Some(e) = sandbox_lost {
                 return End::SandboxError(e);
             }
@@ -212,6 +152,89 @@ impl Agent {
                 return End::Refused(refusal);
             }
         }
+    }
+
+    /// One turn of the model on the conversation so far, its text streamed to the
+    /// observers as it comes.
+    async fn ask_model(&self, tools: &[crate::llm::ToolSpec]) -> Result<Turn, LlmError> {
+        let events = self.rt.events.clone();
+        let session = self.id.clone();
+        let sink = move |delta: &str| {
+            events.emit(&Event::Text {
+                session: session.clone(),
+                delta: delta.to_string(),
+            })
+        };
+        let request = Request {
+            model: &self.model.model,
+            system: &self.system,
+            messages: &self.messages,
+            tools,
+            max_tokens: self.model.max_tokens,
+        };
+        super::events::ASKING
+            .scope(self.id.clone(), self.provider.turn(&request, &sink))
+            .await
+    }
+
+    /// A finished turn counted: steps, usage, the context it filled, its record and its
+    /// event.
+    fn count_turn(&mut self, turn: &Turn, elapsed: std::time::Duration) {
+        self.steps += 1;
+        let duration_ms = elapsed.as_millis() as u64;
+        self.usage.add(&turn.usage);
+        if self.parent.is_none() {
+            self.rt.note_root_progress(self.steps, self.usage);
+        }
+        self.last_context = turn.usage.context();
+        self.record(Record::Turn {
+            session: self.id.clone(),
+            step: self.steps,
+            duration_ms,
+            turn: turn.clone(),
+            summary: false,
+        });
+        self.rt.events.emit(&Event::StepEnd {
+            session: self.id.clone(),
+            step: self.steps,
+            finish: finish_name(&turn.finish),
+            usage: turn.usage,
+            duration_ms: super::events::millis(elapsed),
+        });
+    }
+
+    /// Runs the turn's calls and puts their results in the conversation. Only the last
+    /// call can have been cut short (`cut_off`): its arguments cannot be trusted, so it is
+    /// answered as cut, not run. Returns why the sandbox was lost, if a call lost it.
+    async fn answer_calls(
+        &mut self,
+        tool_calls: &[ToolCall],
+        cut_off: bool,
+        cancel: &CancellationToken,
+    ) -> Option<String> {
+        let (whole, cut) = match cut_off {
+            true => tool_calls.split_at(tool_calls.len() - 1),
+            false => (tool_calls, &[][..]),
+        };
+        let results = self.run_calls(whole, cancel).await;
+        let mut sandbox_lost = None;
+        for (call, result) in whole.iter().zip(results) {
+            if result.outcome == CallOutcome::SandboxLost {
+                sandbox_lost = result.error.clone();
+            }
+            let message = self.result_message(call, result).await;
+            self.push_recorded(message);
+        }
+        for call in cut {
+            self.push_recorded(Message::Tool {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: CALL_CUT.to_string(),
+                is_error: true,
+                images: Vec::new(),
+            });
+        }
+        sandbox_lost
     }
 
     /// Runs a step's calls: at most `parallel` at once, calls that change the same file in

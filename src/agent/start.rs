@@ -64,6 +64,18 @@ pub enum StartError {
     Failed(String),
 }
 
+/// A session that could not open keeps its kind: a usage error, a wall that would not
+/// start, or anything else.
+impl From<OpenError> for StartError {
+    fn from(e: OpenError) -> StartError {
+        match e {
+            OpenError::Usage(m) => StartError::Usage(m),
+            OpenError::Sandbox(m) => StartError::Sandbox(m),
+            OpenError::Failed(m) => StartError::Failed(m),
+        }
+    }
+}
+
 impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
@@ -107,31 +119,11 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         Some(l) => l.id(),
         None => record::new_id(),
     };
-    let retry_events = events.clone();
-    let retry_session = id.clone();
-    let on_retry = Arc::new(move |r: Retry| {
-        retry_events.emit(&Event::Retry {
-            session: super::events::ASKING
-                .try_with(String::clone)
-                .unwrap_or_else(|_| retry_session.clone()),
-            attempt: r.attempt,
-            of: r.of,
-            delay_ms: r.delay.as_millis() as u64,
-            error: r.error,
-            discard_text: r.discard_text,
-        })
-    });
+    let on_retry = retry_notice(&events, &id);
     // The conversation's saved outputs live in a folder named by its id (subagents share
     // it, as they share the sandbox).
     session.outputs_of = Some(id.clone());
-    let open = session
-        .open(Conversation::new(id.clone()))
-        .await
-        .map_err(|e| match e {
-            OpenError::Usage(m) => StartError::Usage(m),
-            OpenError::Sandbox(m) => StartError::Sandbox(m),
-            OpenError::Failed(m) => StartError::Failed(m),
-        })?;
+    let open = session.open(Conversation::new(id.clone())).await?;
     let mut notes = open.notes.clone();
     let settings = open.settings.clone();
     let model_spec = model.or(settings.model.clone());
@@ -140,21 +132,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let user_agents = crate::dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
-    let def = all
-        .iter()
-        .find(|a| a.name == agent && a.mode != agents::Mode::Subagent)
-        .cloned()
-        .ok_or_else(|| {
-            let names: Vec<&str> = all
-                .iter()
-                .filter(|a| a.mode != agents::Mode::Subagent)
-                .map(|a| a.name.as_str())
-                .collect();
-            StartError::Usage(format!(
-                "no agent {agent:?}; agents that can lead a session: {}",
-                names.join(", ")
-            ))
-        })?;
+    let def = lead_agent(&all, &agent)?;
     let model_spec = model_spec.or(def.model.clone()).ok_or_else(|| {
         StartError::Usage(
             "no model: pass --model provider/model (e.g. anthropic/claude-sonnet-4-5, openai/gpt-5, replay/FILE) or set model = \"…\" in the config".into(),
@@ -167,33 +145,12 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         on_retry.clone(),
     )
     .map_err(|e| StartError::Provider(e.to_string()))?;
-    let recorded_prompt = match model_spec.split_once('/') {
-        Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
-            .ok()
-            .and_then(|r| r.prompt().map(str::to_string)),
-        _ => None,
-    };
+    let recorded_prompt = recorded_prompt(&model_spec);
     let mut loop_options = loop_options;
     if let Some(t) = settings.context.and_then(|c| c.threshold) {
         loop_options.context_threshold = t.clamp(0.1, 1.0);
     }
-    let recorder = Arc::new(
-        Recorder::create(sessions_dir.join(format!("{id}.jsonl"))).map_err(|e| {
-            StartError::Failed(format!(
-                "cannot create the session file in {}: {e}; set XDG_DATA_HOME to a writable directory",
-                sessions_dir.display()
-            ))
-        })?,
-    );
-    if let Some(network) = &open.network {
-        let (recorder, session) = (recorder.clone(), id.clone());
-        network.observe(Arc::new(move |c| {
-            recorder.write(&Record::Network {
-                session: session.clone(),
-                connection: c.clone(),
-            })
-        }));
-    }
+    let recorder = recorder(&sessions_dir, &id, open.network.as_deref())?;
     let rt = Runtime::new(
         provider,
         info,
@@ -235,6 +192,75 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         notes,
         recorded_prompt,
     })
+}
+
+/// The system prompt a replayed session was recorded with, so a replay can say when this
+/// run's prompt differs.
+fn recorded_prompt(model_spec: &str) -> Option<String> {
+    match model_spec.split_once('/') {
+        Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
+            .ok()
+            .and_then(|r| r.prompt().map(str::to_string)),
+        _ => None,
+    }
+}
+
+/// Tells the run's observers of every retry of a model request, naming the conversation
+/// that asked (a subagent's, when one was asking).
+fn retry_notice(events: &Arc<dyn EventSink>, id: &str) -> crate::llm::retry::RetryNotice {
+    let (events, session) = (events.clone(), id.to_string());
+    Arc::new(move |r: Retry| {
+        events.emit(&Event::Retry {
+            session: super::events::ASKING
+                .try_with(String::clone)
+                .unwrap_or_else(|_| session.clone()),
+            attempt: r.attempt,
+            of: r.of,
+            delay_ms: r.delay.as_millis() as u64,
+            error: r.error,
+            discard_text: r.discard_text,
+        })
+    })
+}
+
+/// The agent named to lead the session (a subagent cannot), or a usage error listing the
+/// ones that can.
+fn lead_agent(all: &[agents::AgentDef], name: &str) -> Result<agents::AgentDef, StartError> {
+    let leads = || all.iter().filter(|a| a.mode != agents::Mode::Subagent);
+    leads().find(|a| a.name == name).cloned().ok_or_else(|| {
+        let names: Vec<&str> = leads().map(|a| a.name.as_str()).collect();
+        StartError::Usage(format!(
+            "no agent {name:?}; agents that can lead a session: {}",
+            names.join(", ")
+        ))
+    })
+}
+
+/// The session file `ID.jsonl`, which also records every connection through the
+/// allow-list's proxy.
+fn recorder(
+    sessions_dir: &Path,
+    id: &str,
+    network: Option<&crate::network::NetworkProxy>,
+) -> Result<Arc<Recorder>, StartError> {
+    let recorder = Arc::new(
+        Recorder::create(sessions_dir.join(format!("{id}.jsonl"))).map_err(|e| {
+            StartError::Failed(format!(
+                "cannot create the session file in {}: {e}; set XDG_DATA_HOME to a writable directory",
+                sessions_dir.display()
+            ))
+        })?,
+    );
+    if let Some(network) = network {
+        let (recorder, session) = (recorder.clone(), id.to_string());
+        network.observe(Arc::new(move |c| {
+            recorder.write(&Record::Network {
+                session: session.clone(),
+                connection: c.clone(),
+            })
+        }));
+    }
+    Ok(recorder)
 }
 
 fn find_resume(resume: &Resume, dir: &Path, root: &Path) -> Result<Loaded, StartError> {

@@ -6,18 +6,6 @@ use crate::llm::Message;
 /// The transcript: who said what, each tool call with its result, the end.
 pub fn transcript(l: &Loaded) -> String {
     let mut out = String::new();
-    let cut = |s: &str, n: usize| -> String {
-        let lines: Vec<&str> = s.lines().collect();
-        if lines.len() <= n {
-            s.to_string()
-        } else {
-            format!(
-                "{}\n… ({} more lines)",
-                lines[..n].join("\n"),
-                lines.len() - n
-            )
-        }
-    };
     for r in &l.records {
         match r {
             Record::Session {
@@ -54,7 +42,7 @@ pub fn transcript(l: &Loaded) -> String {
                 ..
             } => {
                 let tag = if *is_error { "error" } else { "result" };
-                out.push_str(&format!("[{name} {tag}]\n{}\n", cut(content, 20)));
+                out.push_str(&format!("[{name} {tag}]\n{}\n", first_lines(content, 20)));
             }
             Record::Message { .. } => {}
             // Shown below, with its Compaction record.
@@ -105,4 +93,18 @@ pub fn transcript(l: &Loaded) -> String {
         }
     }
     out
+}
+
+/// The first `n` lines of `s`, and how many more there were.
+fn first_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    if lines.len() <= n {
+        s.to_string()
+    } else {
+        format!(
+            "{}\n… ({} more lines)",
+            lines[..n].join("\n"),
+            lines.len() - n
+        )
+    }
 }

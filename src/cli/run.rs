@@ -93,29 +93,7 @@ pub async fn run(args: RunArgs) -> u8 {
     } else {
         Arc::new(TerminalView::new())
     };
-    let mut options = RunOptions::new(&args.root, view.clone());
-    options.session = args.sandbox.options(
-        &args.root,
-        &super::permission::RuleArgs {
-            config: args.config.clone(),
-        },
-        args.ask,
-    );
-    if interactive_terminal && std::io::stderr().is_terminal() {
-        options.user = Some(Arc::new(crate::tool::question::TerminalUser));
-    }
-    options.model = args.model.clone();
-    options.agent = args.agent.clone();
-    options.loop_options = LoopOptions {
-        max_steps: args.max_steps,
-        continue_on_deny: args.continue_on_deny,
-        ..LoopOptions::default()
-    };
-    options.resume = match (&args.resume, args.continue_last) {
-        (Some(id), _) => Some(Resume::Id(id.clone())),
-        (None, true) => Some(Resume::Last),
-        _ => None,
-    };
+    let options = run_options(&args, view, interactive_terminal);
     let mut run = match start(options).await {
         Ok(r) => r,
         Err(e) => {
@@ -142,7 +120,7 @@ pub async fn run(args: RunArgs) -> u8 {
         hooks.session_end(end.reason(), &run.open.ctx).await;
     }
     if !args.json {
-        super::tool::report_network(run.open.ctx.network.as_deref());
+        super::tool::report_network(run.open.ctx.network.as_deref()).await;
         eprintln!(
             "runner: session {} saved in {}",
             run.agent.id,
@@ -153,27 +131,61 @@ pub async fn run(args: RunArgs) -> u8 {
     // The sandbox closes, and every process in it dies, before the copy is handed over.
     drop(run);
     if let Some(ws) = workspace {
-        let id = ws.meta.id.clone();
-        super::changes::report(Some(ws));
-        if args.apply {
-            let applied =
-                crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false, &|| false));
-            match applied {
-                Ok(applied) => {
-                    for note in &applied.notes {
-                        eprintln!("runner: {}", escape(note));
-                    }
-                    eprintln!("runner: applied {} change(s)", applied.changes.len())
-                }
-                Err(e) => eprintln!("runner: {}", escape(&e)),
-            }
-        } else {
-            eprintln!(
-                "runner: review with `runner changes {id}`, then `runner apply {id}` (or `runner discard {id}`)"
-            );
-        }
+        hand_over(ws, args.apply);
     }
     end.exit_code()
+}
+
+/// The run the command line asks for: its sandbox and rules, model, agent, limits, and
+/// the conversation it resumes.
+fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: bool) -> RunOptions {
+    let mut options = RunOptions::new(&args.root, view);
+    options.session = args.sandbox.options(
+        &args.root,
+        &super::permission::RuleArgs {
+            config: args.config.clone(),
+        },
+        args.ask,
+    );
+    if interactive_terminal && std::io::stderr().is_terminal() {
+        options.user = Some(Arc::new(crate::tool::question::TerminalUser));
+    }
+    options.model = args.model.clone();
+    options.agent = args.agent.clone();
+    options.loop_options = LoopOptions {
+        max_steps: args.max_steps,
+        continue_on_deny: args.continue_on_deny,
+        ..LoopOptions::default()
+    };
+    options.resume = match (&args.resume, args.continue_last) {
+        (Some(id), _) => Some(Resume::Id(id.clone())),
+        (None, true) => Some(Resume::Last),
+        _ => None,
+    };
+    options
+}
+
+/// A copy workspace after its session: its changes listed, then applied (`--apply`) or
+/// left for review.
+fn hand_over(ws: crate::workspace::Workspace, apply: bool) {
+    let id = ws.meta.id.clone();
+    super::changes::report(Some(ws));
+    if !apply {
+        eprintln!(
+            "runner: review with `runner changes {id}`, then `runner apply {id}` (or `runner discard {id}`)"
+        );
+        return;
+    }
+    let applied = crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false, &|| false));
+    match applied {
+        Ok(applied) => {
+            for note in &applied.notes {
+                eprintln!("runner: {}", escape(note));
+            }
+            eprintln!("runner: applied {} change(s)", applied.changes.len())
+        }
+        Err(e) => eprintln!("runner: {}", escape(&e)),
+    }
 }
 
 /// One line, one turn, until Ctrl-D (or a second Ctrl-C at the prompt). A turn that ends
@@ -297,31 +309,13 @@ impl EventSink for TerminalView {
                 duration_ms,
                 error,
                 ..
-            } => {
-                let mark = if outcome == "ok" {
-                    paint("32", "✓")
-                } else {
-                    paint("31", "✗")
-                };
-                let what = if title.is_empty() {
-                    escape(tool).into_owned()
-                } else {
-                    escape(&format!("{tool} {title}")).into_owned()
-                };
-                let mut text = format!(
-                    "  {mark} {what} {}",
-                    paint(
-                        "2",
-                        &short_duration(Duration::from_secs_f64(*duration_ms / 1e3))
-                    )
-                );
-                if let Some(e) = error {
-                    let first = e.lines().next().unwrap_or_default();
-                    let cut: String = first.chars().take(160).collect();
-                    text.push_str(&format!("\n    {}", paint("31", &cut)));
-                }
-                self.line(&text);
-            }
+            } => self.line(&tool_line(
+                tool,
+                title,
+                outcome,
+                *duration_ms,
+                error.as_deref(),
+            )),
             Event::Permission {
                 decision,
                 permission,
@@ -362,38 +356,77 @@ impl EventSink for TerminalView {
                 "2",
                 &format!("  ⋯ context {tokens_before}/{window} tokens: {action}"),
             )),
-            Event::SessionEnd {
-                reason,
-                message,
-                steps,
-                usage,
-                duration_ms,
-                files_changed,
-                ..
-            } => {
+            Event::SessionEnd { message, .. } => {
                 if let Some(m) = message {
                     self.line(&paint("31", &format!("runner: {m}")));
                 }
-                let files = if files_changed.is_empty() {
-                    "no files changed".to_string()
-                } else {
-                    format!(
-                        "{} file(s) changed: {}",
-                        files_changed.len(),
-                        files_changed.join(", ")
-                    )
-                };
-                self.line(&paint(
-                    "2",
-                    &format!(
-                        "── {reason} · {steps} steps · {} in / {} out / {} cached tokens · {} · {files}",
-                        usage.input + usage.cache_write,
-                        usage.output,
-                        usage.cache_read,
-                        short_duration(Duration::from_secs_f64(*duration_ms / 1e3))
-                    ),
-                ));
+                self.line(&paint("2", &end_line(event)));
             }
         }
     }
+}
+
+/// A finished call: a mark, the tool and its title, how long it took, and the first line of
+/// its error.
+fn tool_line(
+    tool: &str,
+    title: &str,
+    outcome: &str,
+    duration_ms: f64,
+    error: Option<&str>,
+) -> String {
+    let mark = if outcome == "ok" {
+        paint("32", "✓")
+    } else {
+        paint("31", "✗")
+    };
+    let what = if title.is_empty() {
+        escape(tool).into_owned()
+    } else {
+        escape(&format!("{tool} {title}")).into_owned()
+    };
+    let mut text = format!(
+        "  {mark} {what} {}",
+        paint(
+            "2",
+            &short_duration(Duration::from_secs_f64(duration_ms / 1e3))
+        )
+    );
+    if let Some(e) = error {
+        let first = e.lines().next().unwrap_or_default();
+        let cut: String = first.chars().take(160).collect();
+        text.push_str(&format!("\n    {}", paint("31", &cut)));
+    }
+    text
+}
+
+/// The session's last line: why it ended, its steps, tokens, time and changed files.
+fn end_line(event: &Event) -> String {
+    let Event::SessionEnd {
+        reason,
+        steps,
+        usage,
+        duration_ms,
+        files_changed,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    let files = if files_changed.is_empty() {
+        "no files changed".to_string()
+    } else {
+        format!(
+            "{} file(s) changed: {}",
+            files_changed.len(),
+            files_changed.join(", ")
+        )
+    };
+    format!(
+        "── {reason} · {steps} steps · {} in / {} out / {} cached tokens · {} · {files}",
+        usage.input + usage.cache_write,
+        usage.output,
+        usage.cache_read,
+        short_duration(Duration::from_secs_f64(*duration_ms / 1e3))
+    )
 }

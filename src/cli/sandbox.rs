@@ -11,6 +11,7 @@ use super::tool::SandboxArgs;
 use crate::sandbox::BackendKind;
 use crate::sandbox::docker::{cleanup, engine, image};
 use crate::sandbox::landlock::cgroup;
+use crate::sandbox::spec::SandboxSpec;
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -219,7 +220,7 @@ fn shell_proxy(
     args: &SandboxArgs,
     client: crate::sandbox::SandboxClient,
     worktree: PathBuf,
-    spec: &crate::sandbox::spec::SandboxSpec,
+    spec: &SandboxSpec,
 ) -> impl std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + use<> {
     let rules = args
         .options(root, &super::permission::RuleArgs { config: None }, None)
@@ -312,118 +313,142 @@ async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
         }
     };
     match spec.backend {
-        BackendKind::None | BackendKind::Landlock => {
-            let worktree = match std::fs::canonicalize(root) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("runner: --root {}: {e}", root.display());
-                    return exit::USAGE;
-                }
-            };
-            let mut command = std::process::Command::new(&spec.server_exe);
-            let _guards = if spec.backend == BackendKind::Landlock {
-                let prepared = match crate::sandbox::landlock::prepare(&spec, &worktree) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        eprintln!("runner: {e}");
-                        return exit::FAILED;
-                    }
-                };
-                if let Some(line) = &prepared.given_up {
-                    eprintln!("runner: {line}");
-                }
-                command.args(&prepared.args).env_clear().envs(prepared.env);
-                (Some(prepared.tmp), prepared.cgroup, Some(prepared.sweep))
-            } else {
-                command
-                    .args(["sandbox-server", "--root"])
-                    .arg(&worktree)
-                    .env_clear()
-                    .envs(crate::sandbox::allowed_env());
-                (None, None, None)
-            };
-            command.arg("--shell");
-            // With the allow-list, the server serves the proxy on two more descriptors
-            // while the shell has the terminal.
-            let channel = if spec.network == crate::sandbox::spec::Network::Allowlist {
-                match ShellChannel::attach(&mut command) {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        eprintln!("runner: cannot make the shell's protocol pipes: {e}");
-                        return exit::FAILED;
-                    }
-                }
-            } else {
-                None
-            };
-            // Ctrl-C goes to the shell; runner waits it out.
-            // SAFETY: only async-signal-safe calls between fork and exec.
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                libc::signal(libc::SIGINT, libc::SIG_IGN);
-                command.pre_exec(|| {
-                    libc::signal(libc::SIGINT, libc::SIG_DFL);
-                    Ok(())
-                });
-            }
-            let mut child = match command.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("runner: cannot start the shell: {e}");
-                    return exit::FAILED;
-                }
-            };
-            let proxy = match channel.map(|mut c| {
-                c.spawned();
-                c.client()
-            }) {
-                Some(Ok(client)) => {
-                    match shell_proxy(root, args, client, worktree.clone(), &spec).await {
-                        Ok(p) => Some(p),
-                        Err(e) => {
-                            eprintln!("runner: {e}; the shell has no network");
-                            None
-                        }
-                    }
-                }
-                Some(Err(e)) => {
-                    eprintln!("runner: {e}; the shell has no network");
-                    None
-                }
-                None => None,
-            };
-            let status = tokio::task::spawn_blocking(move || child.wait()).await;
-            super::tool::report_network(proxy.as_ref());
-            match status {
-                Ok(Ok(status)) => status.code().map_or(exit::FAILED, |c| c as u8),
-                _ => exit::FAILED,
+        BackendKind::None | BackendKind::Landlock => shell_on_host(root, args, &spec).await,
+        BackendKind::Docker => shell_in_docker(root, args, &spec).await,
+    }
+}
+
+/// What a host shell's wall needs kept alive while it runs: the private `/tmp`, the
+/// cgroup, the sweep of the worktree's repositories.
+type HostGuards = (
+    Option<tempfile::TempDir>,
+    Option<cgroup::SandboxCgroup>,
+    Option<crate::sandbox::worktree_guard::SweepOnClose>,
+);
+
+/// The server started in shell mode on the host (landlock, or no wall), the terminal
+/// handed to its shell.
+async fn shell_on_host(root: &Path, args: &SandboxArgs, spec: &SandboxSpec) -> u8 {
+    let worktree = match std::fs::canonicalize(root) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("runner: --root {}: {e}", root.display());
+            return exit::USAGE;
+        }
+    };
+    let (mut command, _guards) = match host_shell_command(spec, &worktree) {
+        Ok(made) => made,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::FAILED;
+        }
+    };
+    // With the allow-list, the server serves the proxy on two more descriptors while the
+    // shell has the terminal.
+    let channel = if spec.network == crate::sandbox::spec::Network::Allowlist {
+        match ShellChannel::attach(&mut command) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("runner: cannot make the shell's protocol pipes: {e}");
+                return exit::FAILED;
             }
         }
-        BackendKind::Docker => {
-            let network = spec.network == crate::sandbox::spec::Network::Allowlist;
-            let opened = crate::sandbox::docker::shell(&spec, |sandbox| {
-                let started = network.then(|| {
-                    let worktree = sandbox.worktree().to_path_buf();
-                    shell_proxy(root, args, sandbox.client.clone(), worktree, &spec)
-                });
-                async move {
-                    match started {
-                        Some(s) => s.await.map(Some),
-                        None => Ok(None),
-                    }
-                }
-            })
-            .await;
-            match opened {
-                Ok((code, proxy)) => {
-                    super::tool::report_network(proxy.as_ref());
-                    code
-                }
-                Err(e) => {
-                    eprintln!("runner: {e}");
-                    exit::FAILED
-                }
+    } else {
+        None
+    };
+    // Ctrl-C goes to the shell; runner waits it out.
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("runner: cannot start the shell: {e}");
+            return exit::FAILED;
+        }
+    };
+    let proxy = match channel.map(|mut c| {
+        c.spawned();
+        c.client()
+    }) {
+        Some(Ok(client)) => match shell_proxy(root, args, client, worktree.clone(), spec).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("runner: {e}; the shell has no network");
+                None
             }
+        },
+        Some(Err(e)) => {
+            eprintln!("runner: {e}; the shell has no network");
+            None
+        }
+        None => None,
+    };
+    let status = tokio::task::spawn_blocking(move || child.wait()).await;
+    super::tool::report_network(proxy.as_ref()).await;
+    match status {
+        Ok(Ok(status)) => status.code().map_or(exit::FAILED, |c| c as u8),
+        _ => exit::FAILED,
+    }
+}
+
+/// The server's command line for a shell: confined by landlock as the backend prepares
+/// it, or (no wall) just serving the worktree.
+fn host_shell_command(
+    spec: &SandboxSpec,
+    worktree: &Path,
+) -> Result<(std::process::Command, HostGuards), String> {
+    let mut command = std::process::Command::new(&spec.server_exe);
+    let guards = if spec.backend == BackendKind::Landlock {
+        let prepared =
+            crate::sandbox::landlock::prepare(spec, worktree).map_err(|e| e.to_string())?;
+        if let Some(line) = &prepared.given_up {
+            eprintln!("runner: {line}");
+        }
+        command.args(&prepared.args).env_clear().envs(prepared.env);
+        (Some(prepared.tmp), prepared.cgroup, Some(prepared.sweep))
+    } else {
+        command
+            .args(["sandbox-server", "--root"])
+            .arg(worktree)
+            .env_clear()
+            .envs(crate::sandbox::allowed_env());
+        (None, None, None)
+    };
+    command.arg("--shell");
+    Ok((command, guards))
+}
+
+/// A shell in a new docker sandbox, the allow-list's proxy beside it when asked for.
+async fn shell_in_docker(root: &Path, args: &SandboxArgs, spec: &SandboxSpec) -> u8 {
+    let network = spec.network == crate::sandbox::spec::Network::Allowlist;
+    let opened = crate::sandbox::docker::shell(spec, |sandbox| {
+        let started = network.then(|| {
+            let worktree = sandbox.worktree().to_path_buf();
+            shell_proxy(root, args, sandbox.client.clone(), worktree, spec)
+        });
+        async move {
+            match started {
+                Some(s) => s.await.map(Some),
+                None => Ok(None),
+            }
+        }
+    })
+    .await;
+    match opened {
+        Ok((code, proxy)) => {
+            super::tool::report_network(proxy.as_ref()).await;
+            code
+        }
+        Err(e) => {
+            eprintln!("runner: {e}");
+            exit::FAILED
         }
     }
 }

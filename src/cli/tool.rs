@@ -93,7 +93,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             };
             let result = registry.call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
-            report_network(ctx.network.as_deref());
+            report_network(ctx.network.as_deref()).await;
             // The sandbox closes (its processes die) before the copy is handed over.
             drop(ctx);
             super::changes::report(workspace);
@@ -140,8 +140,12 @@ fn list(json: bool, scope: &Scope) -> u8 {
 
 /// One line per connection the sandbox made through the proxy, on standard error: what a
 /// person reviews, and what an allow-list is written from.
-pub(super) fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
+/// How long a report waits for connections that are still closing on the host's side.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+pub(super) async fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
     if let Some(network) = proxy {
+        network.settle(SETTLE).await;
         for record in network.records() {
             eprintln!("network: {}", display::escape(&record.line()));
         }
@@ -342,7 +346,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             first_failure = code;
         }
     }
-    report_network(ctx.network.as_deref());
+    report_network(ctx.network.as_deref()).await;
     drop(ctx);
     super::changes::report(workspace);
     first_failure

@@ -283,6 +283,17 @@ impl NetworkProxy {
         self.shared.log().records()
     }
 
+    /// Waits, at most `limit`, for the connections still open to finish. Once the commands
+    /// that made them have ended, what remains is the host's side catching up (the last
+    /// bytes acknowledged, the destination closed); a report made before that would show
+    /// a connection's bytes as not yet counted.
+    pub async fn settle(&self, limit: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.shared.log().any_open() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Connections past [`record::MAX_KEPT`], counted and not kept.
     pub fn past_limit(&self) -> Uncounted {
         self.shared.log().past_limit()

@@ -142,6 +142,11 @@ impl Log {
     pub fn past_limit(&self) -> Uncounted {
         self.past_limit
     }
+
+    /// Whether a connection is still open.
+    pub fn any_open(&self) -> bool {
+        !self.open.is_empty()
+    }
 }
 
 #[cfg(test)]

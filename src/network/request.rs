@@ -99,33 +99,10 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
     if !version.starts_with("HTTP/1.") {
         return Err(format!("unsupported protocol {version:?}"));
     }
-    // What the origin gets must parse the same way there: no bare CR or LF, no space in a
-    // header name (`Host : x`), one Host only.
-    let headers: Vec<(&str, &str)> = lines
-        .take_while(|l| !l.is_empty())
-        .map(|l| {
-            if l.contains(['\r', '\n']) {
-                return Err(format!("a bare CR or LF in the header line {l:?}"));
-            }
-            match l.split_once(':') {
-                Some((k, v)) if is_token(k) && !v.chars().any(|c| c.is_control() && c != '\t') => {
-                    Ok((k, v.trim()))
-                }
-                _ => Err(format!("malformed header line {l:?}")),
-            }
-        })
-        .collect::<Result<_, _>>()?;
     if line.contains(['\r', '\n']) {
         return Err(format!("a bare CR or LF in the request line {line:?}"));
     }
-    if headers
-        .iter()
-        .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
-        .count()
-        > 1
-    {
-        return Err("more than one Host header".into());
-    }
+    let headers = header_lines(lines)?;
     if method == "CONNECT" {
         let (host, port) = authority(target, None)?;
         return Ok(ProxyRequest {
@@ -169,8 +146,52 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
         ));
     };
     let body = framing(&headers)?;
+    let out = forwarded_head(method, path, version, &headers);
+    Ok(ProxyRequest {
+        host,
+        port,
+        kind: Kind::Forward {
+            head: out.into_bytes(),
+            body,
+        },
+    })
+}
+
+/// The header lines up to the blank one. What the origin gets must parse the same way
+/// there: no bare CR or LF, no space in a header name (`Host : x`), one Host only.
+fn header_lines<'a>(
+    lines: impl Iterator<Item = &'a str>,
+) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let headers: Vec<(&str, &str)> = lines
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            if l.contains(['\r', '\n']) {
+                return Err(format!("a bare CR or LF in the header line {l:?}"));
+            }
+            match l.split_once(':') {
+                Some((k, v)) if is_token(k) && !v.chars().any(|c| c.is_control() && c != '\t') => {
+                    Ok((k, v.trim()))
+                }
+                _ => Err(format!("malformed header line {l:?}")),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    if headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .count()
+        > 1
+    {
+        return Err("more than one Host header".into());
+    }
+    Ok(headers)
+}
+
+/// The head the origin gets: origin-form target, the client's headers but the proxy's
+/// and the connection's own, and `Connection: close` (one request per connection).
+fn forwarded_head(method: &str, path: &str, version: &str, headers: &[(&str, &str)]) -> String {
     let mut out = format!("{method} {path} {version}\r\n");
-    for (k, v) in &headers {
+    for (k, v) in headers {
         let drop = [
             "proxy-connection",
             "proxy-authorization",
@@ -184,14 +205,7 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
         }
     }
     out.push_str("Connection: close\r\n\r\n");
-    Ok(ProxyRequest {
-        host,
-        port,
-        kind: Kind::Forward {
-            head: out.into_bytes(),
-            body,
-        },
-    })
+    out
 }
 
 /// `host:port`, `[v6]:port`, or a bare host when a default port is given.

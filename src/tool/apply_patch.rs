@@ -98,18 +98,7 @@ impl Tool for ApplyPatchTool {
         let edit_ask = asks.pop();
         ctx.ask_all(asks).await?;
 
-        let mut before: Before = HashMap::new();
-        for hunk in &hunks {
-            let (path, move_path) = hunk_paths(hunk);
-            for p in std::iter::once(path).chain(move_path) {
-                let resolved = ctx.resolve(p)?;
-                if let std::collections::hash_map::Entry::Vacant(slot) = before.entry(resolved) {
-                    let state = read_before(ctx, slot.key()).await?;
-                    slot.insert(state);
-                }
-            }
-        }
-
+        let before = read_all_before(&hunks, ctx).await?;
         let mut read = |p: &str| -> Result<String, ReadFailure> {
             let resolved = ctx
                 .resolve(p)
@@ -122,63 +111,12 @@ impl Tool for ApplyPatchTool {
         };
         let changes = plan(&hunks, &mut read).map_err(|e| ToolError::Failed(e.tool_message()))?;
 
-        let mut files = Vec::new();
-        let mut patterns = Vec::new();
-        let mut summary = Vec::new();
-        let mut combined = String::new();
-        for change in &changes {
-            let path = ctx.resolve(change.path())?;
-            let rel = ctx.relative(&path);
-            let (kind, before_text, after_text, move_rel, line) = match change {
-                FileChange::Add { content, .. } => {
-                    let old = before
-                        .get(&path)
-                        .and_then(|s| s.as_ref().ok())
-                        .map(|(t, _)| t.as_str());
-                    (
-                        "add",
-                        old.unwrap_or(""),
-                        content.as_str(),
-                        None,
-                        format!("A {rel}"),
-                    )
-                }
-                FileChange::Delete { old_content, .. } => {
-                    ("delete", old_content.as_str(), "", None, format!("D {rel}"))
-                }
-                FileChange::Update {
-                    move_path,
-                    old_content,
-                    new_content,
-                    ..
-                } => {
-                    let target = match move_path {
-                        Some(m) => Some(ctx.relative(&ctx.resolve(m)?)),
-                        None => None,
-                    };
-                    let line = format!("M {}", target.as_deref().unwrap_or(&rel));
-                    let kind = if target.is_some() { "move" } else { "update" };
-                    (
-                        kind,
-                        old_content.as_str(),
-                        new_content.as_str(),
-                        target,
-                        line,
-                    )
-                }
-            };
-            let file_diff = diff::unified(&rel, before_text, after_text);
-            let (additions, deletions) = diff::count_changes(before_text, after_text);
-            combined.push_str(&file_diff);
-            files.push(json!({
-                "filePath": path, "relativePath": rel, "type": kind, "diff": file_diff,
-                "additions": additions, "deletions": deletions, "movePath": move_rel,
-            }));
-            if !patterns.contains(&rel) {
-                patterns.push(rel);
-            }
-            summary.push(line);
-        }
+        let Described {
+            files,
+            patterns,
+            summary,
+            combined,
+        } = describe(&changes, &before, ctx)?;
         if let Some(ask) = edit_ask {
             ctx.ask(ask.with_metadata(
                 json!({ "filepath": patterns.join(", "), "diff": combined, "files": files }),
@@ -205,6 +143,102 @@ impl Tool for ApplyPatchTool {
             attachments: Vec::new(),
         })
     }
+}
+
+/// Every file the hunks name (and every move target), as it is before the patch: read
+/// once, so the plan and the diffs the ask shows see the same text.
+async fn read_all_before(hunks: &[Hunk], ctx: &ToolContext) -> Result<Before, ToolError> {
+    let mut before: Before = HashMap::new();
+    for hunk in hunks {
+        let (path, move_path) = hunk_paths(hunk);
+        for p in std::iter::once(path).chain(move_path) {
+            let resolved = ctx.resolve(p)?;
+            if let std::collections::hash_map::Entry::Vacant(slot) = before.entry(resolved) {
+                let state = read_before(ctx, slot.key()).await?;
+                slot.insert(state);
+            }
+        }
+    }
+    Ok(before)
+}
+
+/// What a patch's changes look like to the person asked and to the model: each file's
+/// diff and counts, the paths, one summary line per file, and the whole diff.
+struct Described {
+    files: Vec<serde_json::Value>,
+    patterns: Vec<String>,
+    summary: Vec<String>,
+    combined: String,
+}
+
+fn describe(
+    changes: &[FileChange],
+    before: &Before,
+    ctx: &ToolContext,
+) -> Result<Described, ToolError> {
+    let mut files = Vec::new();
+    let mut patterns = Vec::new();
+    let mut summary = Vec::new();
+    let mut combined = String::new();
+    for change in changes {
+        let path = ctx.resolve(change.path())?;
+        let rel = ctx.relative(&path);
+        let (kind, before_text, after_text, move_rel, line) = match change {
+            FileChange::Add { content, .. } => {
+                let old = before
+                    .get(&path)
+                    .and_then(|s| s.as_ref().ok())
+                    .map(|(t, _)| t.as_str());
+                (
+                    "add",
+                    old.unwrap_or(""),
+                    content.as_str(),
+                    None,
+                    format!("A {rel}"),
+                )
+            }
+            FileChange::Delete { old_content, .. } => {
+                ("delete", old_content.as_str(), "", None, format!("D {rel}"))
+            }
+            FileChange::Update {
+                move_path,
+                old_content,
+                new_content,
+                ..
+            } => {
+                let target = match move_path {
+                    Some(m) => Some(ctx.relative(&ctx.resolve(m)?)),
+                    None => None,
+                };
+                let line = format!("M {}", target.as_deref().unwrap_or(&rel));
+                let kind = if target.is_some() { "move" } else { "update" };
+                (
+                    kind,
+                    old_content.as_str(),
+                    new_content.as_str(),
+                    target,
+                    line,
+                )
+            }
+        };
+        let file_diff = diff::unified(&rel, before_text, after_text);
+        let (additions, deletions) = diff::count_changes(before_text, after_text);
+        combined.push_str(&file_diff);
+        files.push(json!({
+            "filePath": path, "relativePath": rel, "type": kind, "diff": file_diff,
+            "additions": additions, "deletions": deletions, "movePath": move_rel,
+        }));
+        if !patterns.contains(&rel) {
+            patterns.push(rel);
+        }
+        summary.push(line);
+    }
+    Ok(Described {
+        files,
+        patterns,
+        summary,
+        combined,
+    })
 }
 
 async fn read_before(
@@ -314,6 +348,16 @@ async fn apply_all(
     let Err((path, error)) = result else {
         return Ok(());
     };
+    let rollback = roll_back(client, undo).await;
+    Err(ToolError::Failed(format!(
+        "apply_patch failed while writing {}: {error}. {rollback}",
+        path.display()
+    )))
+}
+
+/// Undoes the writes and removals already made, last first: what to tell the model about
+/// the files as they are now.
+async fn roll_back(client: &crate::sandbox::SandboxClient, undo: Vec<Undo>) -> String {
     let mut unrestored = Vec::new();
     for step in undo.into_iter().rev() {
         let outcome = match &step {
@@ -329,18 +373,14 @@ async fn apply_all(
             });
         }
     }
-    let rollback = if unrestored.is_empty() {
+    if unrestored.is_empty() {
         "The changes already made were undone; no file was changed.".to_string()
     } else {
         format!(
             "These files could not be restored and need a look: {}",
             unrestored.join(", ")
         )
-    };
-    Err(ToolError::Failed(format!(
-        "apply_patch failed while writing {}: {error}. {rollback}",
-        path.display()
-    )))
+    }
 }
 
 async fn write_tracked(

@@ -171,77 +171,8 @@ impl Tool for BashTool {
             })
             .await?;
 
-        let mut output: Vec<u8> = Vec::new();
-        let mut tail_started = false;
-        let mut cancel_sent = false;
-        // The server enforces the timeout; this guard only covers a server that stopped
-        // answering without closing the connection, so a call can never hang for good.
-        let guard = tokio::time::sleep(Duration::from_millis(timeout_ms) + Duration::from_secs(30));
-        tokio::pin!(guard);
-        let status: ExecStatus = loop {
-            let event = tokio::select! {
-                event = execution.next() => event?,
-                _ = ctx.cancel.cancelled(), if !cancel_sent => {
-                    cancel_sent = true;
-                    execution.cancel().await?;
-                    continue;
-                }
-                _ = &mut guard => {
-                    return Err(ToolError::Failed(format!(
-                        "the sandbox did not end the command {} s after its timeout; it may still be running. Check the sandbox with `runner sandbox doctor`",
-                        30
-                    )));
-                }
-            };
-            match event {
-                ExecEvent::Output(chunk) => {
-                    if chunk.tail && !tail_started {
-                        tail_started = true;
-                        output.extend_from_slice(b"\n...[output dropped here]...\n");
-                    }
-                    output.extend_from_slice(&chunk.data);
-                    // Only the end is decoded: decoding all output on every chunk would be
-                    // quadratic in the output size.
-                    let preview = tail_preview(&output, PROGRESS_PREVIEW);
-                    (ctx.progress)(Progress {
-                        tool: "bash",
-                        metadata: crate::meta! { "output" => preview, "description" => params.description },
-                    });
-                }
-                ExecEvent::Exit(status) => break status,
-            }
-        };
-
-        let mut text = String::from_utf8_lossy(&output).into_owned();
-        if status.dropped_bytes > 0 {
-            text = text.replacen(
-                "...[output dropped here]...",
-                &format!("...[{} bytes of output dropped]...", status.dropped_bytes),
-                1,
-            );
-        }
-        let mut notes = Vec::new();
-        if status.timed_out {
-            notes.push(format!(
-                "bash tool terminated command after exceeding timeout {timeout_ms} ms"
-            ));
-        }
-        if status.cancelled {
-            notes.push("User aborted the command".to_string());
-        }
-        // A copy's disk budget is its file system's size: a command that failed on a full
-        // one is told which budget it hit and what raises it.
-        if status.code != Some(0)
-            && let Some(note) = crate::workspace::disk::full_note(ctx.worktree())
-        {
-            notes.push(note);
-        }
-        if !notes.is_empty() {
-            text.push_str(&format!(
-                "\n\n<bash_metadata>\n{}\n</bash_metadata>",
-                notes.join("\n")
-            ));
-        }
+        let (output, status) = follow(&mut execution, timeout_ms, &params.description, ctx).await?;
+        let text = with_notes(&output, &status, timeout_ms, ctx);
         let preview = tail_preview(text.as_bytes(), PROGRESS_PREVIEW);
         let mut metadata = crate::meta! {
             "output" => preview,
@@ -264,6 +195,94 @@ impl Tool for BashTool {
             attachments: Vec::new(),
         })
     }
+}
+
+/// The command's output as it streams (each chunk shown as progress), until its exit
+/// status. A cancel of the call is passed on to the sandbox; the server enforces the
+/// timeout, and the guard here only covers a server that stopped answering without
+/// closing the connection, so a call can never hang for good.
+async fn follow(
+    execution: &mut crate::sandbox::client::Execution,
+    timeout_ms: u64,
+    description: &str,
+    ctx: &ToolContext,
+) -> Result<(Vec<u8>, ExecStatus), ToolError> {
+    let mut output: Vec<u8> = Vec::new();
+    let mut tail_started = false;
+    let mut cancel_sent = false;
+    let guard = tokio::time::sleep(Duration::from_millis(timeout_ms) + Duration::from_secs(30));
+    tokio::pin!(guard);
+    let status: ExecStatus = loop {
+        let event = tokio::select! {
+            event = execution.next() => event?,
+            _ = ctx.cancel.cancelled(), if !cancel_sent => {
+                cancel_sent = true;
+                execution.cancel().await?;
+                continue;
+            }
+            _ = &mut guard => {
+                return Err(ToolError::Failed(format!(
+                    "the sandbox did not end the command {} s after its timeout; it may still be running. Check the sandbox with `runner sandbox doctor`",
+                    30
+                )));
+            }
+        };
+        match event {
+            ExecEvent::Output(chunk) => {
+                if chunk.tail && !tail_started {
+                    tail_started = true;
+                    output.extend_from_slice(b"\n...[output dropped here]...\n");
+                }
+                output.extend_from_slice(&chunk.data);
+                // Only the end is decoded: decoding all output on every chunk would be
+                // quadratic in the output size.
+                let preview = tail_preview(&output, PROGRESS_PREVIEW);
+                (ctx.progress)(Progress {
+                    tool: "bash",
+                    metadata: crate::meta! { "output" => preview, "description" => description },
+                });
+            }
+            ExecEvent::Exit(status) => break status,
+        }
+    };
+    Ok((output, status))
+}
+
+/// The output as text for the model, with how much was dropped in the middle and what
+/// ended the command when it did not end by itself (a timeout, a cancel, a full disk
+/// budget) in a `<bash_metadata>` block.
+fn with_notes(output: &[u8], status: &ExecStatus, timeout_ms: u64, ctx: &ToolContext) -> String {
+    let mut text = String::from_utf8_lossy(output).into_owned();
+    if status.dropped_bytes > 0 {
+        text = text.replacen(
+            "...[output dropped here]...",
+            &format!("...[{} bytes of output dropped]...", status.dropped_bytes),
+            1,
+        );
+    }
+    let mut notes = Vec::new();
+    if status.timed_out {
+        notes.push(format!(
+            "bash tool terminated command after exceeding timeout {timeout_ms} ms"
+        ));
+    }
+    if status.cancelled {
+        notes.push("User aborted the command".to_string());
+    }
+    // A copy's disk budget is its file system's size: a command that failed on a full one
+    // is told which budget it hit and what raises it.
+    if status.code != Some(0)
+        && let Some(note) = crate::workspace::disk::full_note(ctx.worktree())
+    {
+        notes.push(note);
+    }
+    if !notes.is_empty() {
+        text.push_str(&format!(
+            "\n\n<bash_metadata>\n{}\n</bash_metadata>",
+            notes.join("\n")
+        ));
+    }
+    text
 }
 
 /// The last `max_bytes` of output as text, starting on a character boundary, marked with

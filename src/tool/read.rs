@@ -309,33 +309,7 @@ async fn read_file(
     let stamp = first.stamp;
 
     if let Some(mime) = attachment_mime(&first.data) {
-        if first.size > MAX_ATTACHMENT {
-            return Err(ToolError::Failed(format!(
-                "{} is {} bytes, over the {MAX_ATTACHMENT}-byte limit for attachments",
-                path.display(),
-                first.size
-            )));
-        }
-        let whole = client.read_all(path, MAX_ATTACHMENT).await?;
-        let kind = if mime == "application/pdf" {
-            "PDF"
-        } else {
-            "Image"
-        };
-        let data = base64::engine::general_purpose::STANDARD.encode(&whole.data);
-        return Ok(ToolOutput {
-            title: rel.to_string(),
-            output: format!("{kind} read successfully"),
-            metadata: crate::meta! { "preview" => format!("{kind} read successfully"), "truncated" => false },
-            attachments: vec![Attachment {
-                mime: mime.to_string(),
-                url: format!("data:{mime};base64,{data}"),
-                filename: path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default(),
-            }],
-        });
+        return attachment(ctx, path, rel, mime, first.size).await;
     }
     if looks_binary(path, &first.data) {
         return Err(ToolError::Failed(format!(
@@ -344,28 +318,7 @@ async fn read_file(
         )));
     }
 
-    let mut lines = LineCollector::new(offset, limit);
-    let mut pending: Vec<u8> = Vec::new();
-    let mut chunk = first;
-    let mut pos = 0u64;
-    loop {
-        pos += chunk.data.len() as u64;
-        let at_end = chunk.data.is_empty() || pos >= chunk.size;
-        pending.extend_from_slice(&chunk.data);
-        let mut start = 0;
-        while let Some(nl) = memchr(&pending[start..]) {
-            lines.push(&pending[start..start + nl]);
-            start += nl + 1;
-        }
-        pending.drain(..start);
-        if at_end || lines.capped_by_bytes {
-            break;
-        }
-        chunk = client.read(path, pos, CHUNK).await?;
-    }
-    if !pending.is_empty() && !lines.capped_by_bytes {
-        lines.push(&pending);
-    }
+    let lines = collect_lines(client, path, first, offset, limit).await?;
     ctx.conversation.file_times.record(path, stamp);
 
     let total = lines.total;
@@ -416,6 +369,77 @@ async fn read_file(
         },
         attachments: Vec::new(),
     })
+}
+
+/// An image or a PDF, whole, as an attachment the model sees (over the size limit: an
+/// error saying so).
+async fn attachment(
+    ctx: &ToolContext,
+    path: &Path,
+    rel: &str,
+    mime: &str,
+    size: u64,
+) -> ToolResult {
+    if size > MAX_ATTACHMENT {
+        return Err(ToolError::Failed(format!(
+            "{} is {size} bytes, over the {MAX_ATTACHMENT}-byte limit for attachments",
+            path.display(),
+        )));
+    }
+    let whole = ctx.sandbox.client.read_all(path, MAX_ATTACHMENT).await?;
+    let kind = if mime == "application/pdf" {
+        "PDF"
+    } else {
+        "Image"
+    };
+    let data = base64::engine::general_purpose::STANDARD.encode(&whole.data);
+    Ok(ToolOutput {
+        title: rel.to_string(),
+        output: format!("{kind} read successfully"),
+        metadata: crate::meta! { "preview" => format!("{kind} read successfully"), "truncated" => false },
+        attachments: vec![Attachment {
+            mime: mime.to_string(),
+            url: format!("data:{mime};base64,{data}"),
+            filename: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }],
+    })
+}
+
+/// The file's lines from `offset`, read a chunk at a time from the first one, until
+/// `limit` lines or the byte cap: only what is shown (and the count) is ever held.
+async fn collect_lines(
+    client: &crate::sandbox::SandboxClient,
+    path: &Path,
+    first: crate::sandbox::api::ReadResponse,
+    offset: u64,
+    limit: u64,
+) -> Result<LineCollector, ToolError> {
+    let mut lines = LineCollector::new(offset, limit);
+    let mut pending: Vec<u8> = Vec::new();
+    let mut chunk = first;
+    let mut pos = 0u64;
+    loop {
+        pos += chunk.data.len() as u64;
+        let at_end = chunk.data.is_empty() || pos >= chunk.size;
+        pending.extend_from_slice(&chunk.data);
+        let mut start = 0;
+        while let Some(nl) = memchr(&pending[start..]) {
+            lines.push(&pending[start..start + nl]);
+            start += nl + 1;
+        }
+        pending.drain(..start);
+        if at_end || lines.capped_by_bytes {
+            break;
+        }
+        chunk = client.read(path, pos, CHUNK).await?;
+    }
+    if !pending.is_empty() && !lines.capped_by_bytes {
+        lines.push(&pending);
+    }
+    Ok(lines)
 }
 
 fn memchr(haystack: &[u8]) -> Option<usize> {

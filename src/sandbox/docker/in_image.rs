@@ -350,14 +350,15 @@ impl TaskContainer {
     /// image's), in the workdir, with the container's environment plus `env`. Past
     /// `timeout` the container is killed: a command cut off from the host side alone would
     /// go on inside.
-    pub async fn exec(
+    /// `argv` started in the container through the engine, as `user` (else the image's own
+    /// user, root if it names none: not the agent's), with the image's environment and
+    /// `env` over it: the exec's id and its attached output.
+    async fn start_exec(
         &self,
         argv: &[&str],
         user: Option<&str>,
         env: &[(String, String)],
-        timeout: Duration,
-        limit: usize,
-    ) -> Result<ExecOutput, String> {
+    ) -> Result<(String, ExecStream), String> {
         let mut all = self.base_env.clone();
         for (k, v) in env {
             all.retain(|(have, _)| have != k);
@@ -393,9 +394,21 @@ impl TaskContainer {
             .start_exec(&created.id, None::<StartExecOptions>)
             .await
             .map_err(|e| format!("cannot run {argv:?} in the task container: {e}"))?;
-        let StartExecResults::Attached { mut output, .. } = started else {
+        let StartExecResults::Attached { output, .. } = started else {
             return Err("the engine ran the command detached".into());
         };
+        Ok((created.id, output))
+    }
+
+    pub async fn exec(
+        &self,
+        argv: &[&str],
+        user: Option<&str>,
+        env: &[(String, String)],
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<ExecOutput, String> {
+        let (exec_id, mut output) = self.start_exec(argv, user, env).await?;
         let mut kept = Capped::new(limit);
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
@@ -430,7 +443,7 @@ impl TaskContainer {
                 _ = poll.tick(), if exited_at.is_none() => {
                     let ended = self
                         .docker
-                        .inspect_exec(&created.id)
+                        .inspect_exec(&exec_id)
                         .await
                         .ok()
                         .is_some_and(|i| i.running == Some(false) && i.exit_code.is_some());
@@ -447,7 +460,7 @@ impl TaskContainer {
         }
         let inspected = self
             .docker
-            .inspect_exec(&created.id)
+            .inspect_exec(&exec_id)
             .await
             .map_err(|e| format!("cannot read the command's exit status: {e}"))?;
         Ok(ExecOutput {
@@ -457,6 +470,11 @@ impl TaskContainer {
         })
     }
 }
+
+/// An exec's attached output, as the engine streams it.
+type ExecStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+>;
 
 /// How long an exec's exit status is waited for once its output stream has ended.
 const EXIT_GRACE: Duration = Duration::from_secs(30);

@@ -9,6 +9,8 @@ pub mod replace;
 pub mod replacers;
 pub mod text;
 
+use std::path::Path;
+
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -92,6 +94,68 @@ pub fn file_edit_asks(
 
 /// Applies `edits` in order to one file and writes it once. If any edit fails, the file is
 /// not touched and the error names the edit.
+/// The file as it is now and the precondition its write must meet: its text and stamp
+/// (it must not change under the edit), or absent.
+async fn read_current(
+    ctx: &ToolContext,
+    path: &Path,
+) -> Result<(Option<String>, WritePrecondition), ToolError> {
+    let Some(stat) = ctx.stat_for_overwrite(path).await? else {
+        return Ok((None, WritePrecondition::Absent));
+    };
+    let read = ctx.sandbox.client.read_all(path, MAX_FILE).await?;
+    if read.stamp != stat.stamp {
+        return Err(ToolError::Failed(format!(
+            "File {} changed while it was being edited. Read it again, then retry.",
+            path.display()
+        )));
+    }
+    let text = String::from_utf8(read.data).map_err(|_| {
+        ToolError::Failed(format!(
+            "{} is not UTF-8 text; edit works on text files. Use bash to change binary files.",
+            path.display()
+        ))
+    })?;
+    Ok((Some(text), WritePrecondition::Unchanged(stat.stamp)))
+}
+
+/// The edits applied in order to `body`, each written in the file's own line endings. An
+/// empty `old` creates the file, and is refused on a file with content (it would discard
+/// it silently).
+fn apply_edits(
+    body: &str,
+    edits: &[Edit],
+    exists: bool,
+    path: &Path,
+    numbered: &dyn Fn(usize, String) -> String,
+) -> Result<String, ToolError> {
+    let ending = text::detect_line_ending(body);
+    let mut current = body.to_string();
+    for (i, e) in edits.iter().enumerate() {
+        let old = text::convert_line_endings(&e.old, ending);
+        let new = text::convert_line_endings(&e.new, ending);
+        if old.is_empty() {
+            if !current.is_empty() {
+                return Err(ToolError::Failed(numbered(
+                    i,
+                    ReplaceError::EmptyOld.to_string(),
+                )));
+            }
+            current = new;
+            continue;
+        }
+        if !exists && i == 0 {
+            return Err(ToolError::Failed(format!(
+                "File {} not found",
+                path.display()
+            )));
+        }
+        current = replace::replace(&current, &old, &new, e.replace_all)
+            .map_err(|err| ToolError::Failed(numbered(i, err.to_string())))?;
+    }
+    Ok(current)
+}
+
 pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> ToolResult {
     let numbered = |i: usize, msg: String| {
         if edits.len() > 1 {
@@ -114,29 +178,8 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
     ctx.ask_all(asks).await?;
     let path = ctx.resolve(file_path)?;
     let _guard = ctx.conversation.lock_file(&path).await;
-    let client = &ctx.sandbox.client;
 
-    let stat = ctx.stat_for_overwrite(&path).await?;
-    let (original, precondition) = match &stat {
-        Some(s) => {
-            let read = client.read_all(&path, MAX_FILE).await?;
-            if read.stamp != s.stamp {
-                return Err(ToolError::Failed(format!(
-                    "File {} changed while it was being edited. Read it again, then retry.",
-                    path.display()
-                )));
-            }
-            let text = String::from_utf8(read.data).map_err(|_| {
-                ToolError::Failed(format!(
-                    "{} is not UTF-8 text; edit works on text files. Use bash to change binary files.",
-                    path.display()
-                ))
-            })?;
-            (Some(text), WritePrecondition::Unchanged(s.stamp))
-        }
-        None => (None, WritePrecondition::Absent),
-    };
-
+    let (original, precondition) = read_current(ctx, &path).await?;
     let (had_bom, body) = match &original {
         Some(text) => {
             let (bom, rest) = text::split_bom(text);
@@ -144,33 +187,7 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
         }
         None => (false, String::new()),
     };
-    let ending = text::detect_line_ending(&body);
-    let mut current = body.clone();
-    for (i, e) in edits.iter().enumerate() {
-        let old = text::convert_line_endings(&e.old, ending);
-        let new = text::convert_line_endings(&e.new, ending);
-        if old.is_empty() {
-            // An empty oldString creates the file; on an existing file with content it would
-            // silently discard that content, so it is refused.
-            if !current.is_empty() {
-                return Err(ToolError::Failed(numbered(
-                    i,
-                    ReplaceError::EmptyOld.to_string(),
-                )));
-            }
-            current = new;
-            continue;
-        }
-        if original.is_none() && i == 0 {
-            return Err(ToolError::Failed(format!(
-                "File {} not found",
-                path.display()
-            )));
-        }
-        current = replace::replace(&current, &old, &new, e.replace_all)
-            .map_err(|err| ToolError::Failed(numbered(i, err.to_string())))?;
-    }
-
+    let current = apply_edits(&body, edits, original.is_some(), &path, &numbered)?;
     let rel = ctx.relative(&path);
     let patch = text::trim_diff(&diff::unified(&rel, &body, &current));
     let (additions, deletions) = diff::count_changes(&body, &current);
