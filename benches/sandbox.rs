@@ -679,7 +679,7 @@ fn copy_setup(runs: usize) -> (Duration, Duration) {
         let t = Instant::now();
         let ws = runner::workspace::Workspace::create(
             src.path(),
-            runner::workspace::disk::DEFAULT_BUDGET,
+            runner::sandbox::spec::DEFAULT_DISK_BUDGET,
         )
         .expect("copy workspace");
         ours.push(t.elapsed());

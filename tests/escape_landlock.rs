@@ -10,8 +10,8 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::Backend;
 use common::escape;
+use common::{Backend, NOBODY};
 
 const BACKEND: Backend = Backend::Landlock;
 
@@ -32,8 +32,6 @@ fn git_side_doors_without_user_namespaces() {
     common::side_doors::run_unprivileged(true);
 }
 
-/// The user the unprivileged tests run as.
-const NOBODY: u32 = 65534;
 
 /// `runner tool call bash COMMAND` on landlock as `nobody`, where user namespaces are
 /// refused (with `blocked`), in `base/wt`, with `extra` arguments.
@@ -78,12 +76,7 @@ fn nobody_scene() -> (tempfile::TempDir, PathBuf) {
     std::fs::write(base.join("wt/inside.txt"), "inside\n").unwrap();
     std::fs::write(base.join("secret"), "SECRET-OUTSIDE\n").unwrap();
     std::fs::create_dir(base.join("open")).unwrap();
-    let chown = Command::new("chown")
-        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
-        .arg(&base)
-        .status()
-        .unwrap();
-    assert!(chown.success());
+    common::chown_tree(&base, NOBODY, NOBODY);
     std::fs::set_permissions(base.join("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
     (tmp, base)
 }

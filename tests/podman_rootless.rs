@@ -79,13 +79,7 @@ fn lab(engine: &Rootless) -> Lab {
     // other users cannot enter).
     let runner = base.join("runner");
     std::fs::copy(env!("CARGO_BIN_EXE_runner"), &runner).unwrap();
-    let ok = Command::new("chown")
-        .args(["-R", &format!("{}:{}", engine.uid, engine.gid)])
-        .arg(&base)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "chown the lab to {ROOTLESS_USER}");
+    common::chown_tree(&base, engine.uid, engine.gid);
     let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
     std::fs::set_permissions(&base, mode).unwrap();
     Lab {

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use crate::llm::models::ProviderSettings;
-pub use crate::llm::retry::RetrySettings;
+use crate::llm::models::ProviderSettings;
+use crate::llm::retry::RetrySettings;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]

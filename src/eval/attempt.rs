@@ -320,7 +320,7 @@ fn disk_budget(options: &EvalOptions) -> u64 {
     crate::config::profile::load(&options.profile)
         .ok()
         .and_then(|p| p.sandbox.disk)
-        .map_or(crate::workspace::disk::DEFAULT_BUDGET, |size| size.0)
+        .map_or(crate::sandbox::spec::DEFAULT_DISK_BUDGET, |size| size.0)
 }
 
 fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {

@@ -141,8 +141,8 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     crate::workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;
     let jobs = plan(&loaded, &options)?;
-    let (unfinished, progress) =
-        run_jobs(jobs, Arc::new(options.clone()), engines.clone(), stop).await;
+    let options = Arc::new(options);
+    let (unfinished, progress) = run_jobs(jobs, options.clone(), engines.clone(), stop).await;
     CLOSING.close();
     CLOSING.wait().await;
     if let Some(e) = &engines {

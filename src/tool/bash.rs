@@ -6,6 +6,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::collect::Following;
 use super::{Progress, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient, truncate};
 use crate::permission::PermissionRequest;
 use crate::permission::bash_scan::{self, ScanContext};
@@ -157,7 +158,7 @@ impl Tool for BashTool {
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
         let cwd = workdir(&params, ctx)?;
 
-        let mut execution = ctx
+        let execution = ctx
             .sandbox
             .client
             .exec(ExecRequest {
@@ -171,7 +172,7 @@ impl Tool for BashTool {
             })
             .await?;
 
-        let (output, status) = follow(&mut execution, timeout_ms, &params.description, ctx).await?;
+        let (output, status) = follow(execution, timeout_ms, &params.description, ctx).await?;
         let text = with_notes(&output, &status, timeout_ms, ctx);
         let preview = tail_preview(text.as_bytes(), PROGRESS_PREVIEW);
         let mut metadata = crate::meta! {
@@ -198,36 +199,18 @@ impl Tool for BashTool {
 }
 
 /// The command's output as it streams (each chunk shown as progress), until its exit
-/// status. A cancel of the call is passed on to the sandbox; the server enforces the
-/// timeout, and the guard here only covers a server that stopped answering without
-/// closing the connection, so a call can never hang for good.
+/// status.
 async fn follow(
-    execution: &mut crate::sandbox::client::Execution,
+    execution: crate::sandbox::client::Execution,
     timeout_ms: u64,
     description: &str,
     ctx: &ToolContext,
 ) -> Result<(Vec<u8>, ExecStatus), ToolError> {
+    let mut following = Following::new(execution, ctx, Duration::from_millis(timeout_ms));
     let mut output: Vec<u8> = Vec::new();
     let mut tail_started = false;
-    let mut cancel_sent = false;
-    let guard = tokio::time::sleep(Duration::from_millis(timeout_ms) + Duration::from_secs(30));
-    tokio::pin!(guard);
-    let status: ExecStatus = loop {
-        let event = tokio::select! {
-            event = execution.next() => event?,
-            _ = ctx.cancel.cancelled(), if !cancel_sent => {
-                cancel_sent = true;
-                execution.cancel().await?;
-                continue;
-            }
-            _ = &mut guard => {
-                return Err(ToolError::Failed(format!(
-                    "the sandbox did not end the command {} s after its timeout; it may still be running. Check the sandbox with `runner sandbox doctor`",
-                    30
-                )));
-            }
-        };
-        match event {
+    loop {
+        match following.next().await? {
             ExecEvent::Output(chunk) => {
                 if chunk.tail && !tail_started {
                     tail_started = true;
@@ -242,10 +225,9 @@ async fn follow(
                     metadata: crate::meta! { "output" => preview, "description" => description },
                 });
             }
-            ExecEvent::Exit(status) => break status,
+            ExecEvent::Exit(status) => return Ok((output, status)),
         }
-    };
-    Ok((output, status))
+    }
 }
 
 /// The output as text for the model, with how much was dropped in the middle and what

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{ToolContext, ToolError};
 use crate::sandbox::api::{ExecRequest, ExecStatus, OutputStream};
-use crate::sandbox::client::ExecEvent;
+use crate::sandbox::client::{ExecEvent, Execution};
 
 /// How long past its timeout a command may go unanswered before the call gives up on it.
 const GRACE: Duration = Duration::from_secs(30);
@@ -25,7 +25,7 @@ pub async fn run(
     timeout: Duration,
     limit: u64,
 ) -> Result<Collected, ToolError> {
-    let mut execution = ctx
+    let execution = ctx
         .sandbox
         .client
         .exec(ExecRequest {
@@ -38,27 +38,10 @@ pub async fn run(
             interactive: false,
         })
         .await?;
+    let mut following = Following::new(execution, ctx, timeout);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    let mut cancel_sent = false;
-    let guard = tokio::time::sleep(timeout + GRACE);
-    tokio::pin!(guard);
     loop {
-        let event = tokio::select! {
-            event = execution.next() => event?,
-            _ = ctx.cancel.cancelled(), if !cancel_sent => {
-                cancel_sent = true;
-                execution.cancel().await?;
-                continue;
-            }
-            _ = &mut guard => {
-                let _ = execution.cancel().await;
-                return Err(ToolError::Failed(format!(
-                    "the sandbox did not end the command {} s after its timeout",
-                    GRACE.as_secs()
-                )));
-            }
-        };
-        match event {
+        match following.next().await? {
             ExecEvent::Output(chunk) => match chunk.stream {
                 OutputStream::Stdout => stdout.extend_from_slice(&chunk.data),
                 OutputStream::Stderr => stderr.extend_from_slice(&chunk.data),
@@ -69,6 +52,53 @@ pub async fn run(
                     stderr,
                     status,
                 });
+            }
+        }
+    }
+}
+
+/// A running command followed for a tool call: the call's cancel is passed on to the
+/// sandbox (once), and a server still silent [`GRACE`] past the command's own timeout ends
+/// the wait, so no call can hang for good.
+pub(super) struct Following<'a> {
+    execution: Execution,
+    ctx: &'a ToolContext,
+    cancel_sent: bool,
+    give_up_at: tokio::time::Instant,
+}
+
+impl<'a> Following<'a> {
+    pub(super) fn new(execution: Execution, ctx: &'a ToolContext, timeout: Duration) -> Self {
+        Following {
+            execution,
+            ctx,
+            cancel_sent: false,
+            give_up_at: tokio::time::Instant::now() + timeout + GRACE,
+        }
+    }
+
+    /// The command's next event.
+    pub(super) async fn next(&mut self) -> Result<ExecEvent, ToolError> {
+        let Following {
+            execution,
+            ctx,
+            cancel_sent,
+            give_up_at,
+        } = self;
+        loop {
+            tokio::select! {
+                event = execution.next() => return Ok(event?),
+                _ = ctx.cancel.cancelled(), if !*cancel_sent => {
+                    *cancel_sent = true;
+                    execution.cancel().await?;
+                }
+                _ = tokio::time::sleep_until(*give_up_at) => {
+                    let _ = execution.cancel().await;
+                    return Err(ToolError::Failed(format!(
+                        "the sandbox did not end the command {} s after its timeout; it may still be running. Check the sandbox with `runner sandbox doctor`",
+                        GRACE.as_secs()
+                    )));
+                }
             }
         }
     }

@@ -19,9 +19,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The budget when the profile names none (a sandbox limit, so it lives with the others).
-pub use crate::sandbox::spec::DEFAULT_DISK_BUDGET as DEFAULT_BUDGET;
-
 /// The image file in the workspace's folder.
 const IMAGE: &str = "disk.img";
 /// The file system's block size, fixed so that the copy's size can be estimated.

@@ -314,19 +314,8 @@ pub fn as_owner(cmd: &mut std::process::Command) -> &mut std::process::Command {
 /// side of a test writes there, so that the sandbox (running as that user) may write what
 /// a user may write in their own project.
 pub fn hand_over(path: &Path) {
-    let Some(o) = owner() else {
-        return;
-    };
-    let mut todo = vec![path.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        std::os::unix::fs::lchown(&p, Some(o.uid), Some(o.gid))
-            .unwrap_or_else(|e| panic!("hand {} over to uid {}: {e}", p.display(), o.uid));
-        let is_dir = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir());
-        if is_dir {
-            for entry in std::fs::read_dir(&p).expect("read_dir").flatten() {
-                todo.push(entry.path());
-            }
-        }
+    if let Some(o) = owner() {
+        super::chown_tree(path, o.uid, o.gid);
     }
 }
 

@@ -25,6 +25,24 @@ use runner::tool::truncate::Truncator;
 use runner::tool::{CallResult, Conversation, Registry, ToolContext};
 use serde_json::Value;
 
+/// `nobody`'s uid and gid, for tests that run runner as a user with no rights of its own.
+pub const NOBODY: u32 = 65534;
+
+/// Gives `path` and everything under it to `uid:gid` (links themselves, not what they
+/// point at), as `chown -R` would; fails the test on the first file it cannot change.
+pub fn chown_tree(path: &Path, uid: u32, gid: u32) {
+    let mut todo = vec![path.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid))
+            .unwrap_or_else(|e| panic!("hand {} over to uid {uid}: {e}", p.display()));
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            for entry in std::fs::read_dir(&p).expect("read_dir").flatten() {
+                todo.push(entry.path());
+            }
+        }
+    }
+}
+
 /// Runs git in `dir` with a throwaway identity; fails the test if git does.
 pub fn git(dir: &Path, args: &[&str]) {
     let ok = std::process::Command::new("git")

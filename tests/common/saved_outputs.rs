@@ -15,9 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use super::Backend;
 use super::escape::Report;
 use super::provider::{Response, ScriptedModel, call, text};
+use super::{Backend, NOBODY};
 
 const OTHER_SECRET: &str = "OTHER-SESSION-OUTPUT-SECRET-5e81b0";
 const LEGACY_SECRET: &str = "FLAT-SAVED-OUTPUT-SECRET-c47d19";
@@ -243,8 +243,6 @@ pub fn attacks_unprivileged() {
     run(Backend::Landlock, true);
 }
 
-const NOBODY: u32 = 65534;
-
 fn run(backend: Backend, as_nobody: bool) {
     let sandbox = match backend {
         Backend::Landlock => "landlock",
@@ -264,12 +262,7 @@ fn run(backend: Backend, as_nobody: bool) {
     let planted = Planted::new(&root);
     super::engine::hand_over(&base);
     if as_nobody {
-        let chown = Command::new("chown")
-            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
-            .arg(&base)
-            .status()
-            .unwrap();
-        assert!(chown.success());
+        super::chown_tree(&base, NOBODY, NOBODY);
     }
     let responder_planted = planted.clone();
     let model = ScriptedModel::responding(move |body| {

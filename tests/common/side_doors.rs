@@ -23,8 +23,8 @@ use std::time::Duration;
 use runner::sandbox::spec::{Network, SandboxSpec};
 use runner::sandbox::{BackendKind, Sandbox};
 
-use super::Backend;
 use super::escape::{ESCAPED, exec};
+use super::{Backend, NOBODY};
 
 const EROFS: &str = "Read-only file system";
 const EBUSY: &str = "Device or resource busy";
@@ -461,8 +461,6 @@ fn unguarded(door: &SideDoor) -> bool {
     mark.exists()
 }
 
-/// The user the unprivileged suite runs as.
-const NOBODY: u32 = 65534;
 
 /// The files host git runs from the checkout that an attack may change: with a mount
 /// namespace they are read-only; without one they must be as they were once the session
@@ -508,12 +506,7 @@ fn attempt_unprivileged(door: &SideDoor, no_userns: bool) -> Vec<String> {
     use std::os::unix::process::CommandExt;
     let scene = Scene::new("runner-sidedoor-user-");
     let (base, wt, linked) = (&scene.base, &scene.wt, &scene.linked);
-    let chown = Command::new("chown")
-        .args(["-R", &format!("{NOBODY}:{NOBODY}")])
-        .arg(base)
-        .status()
-        .unwrap();
-    assert!(chown.success());
+    super::chown_tree(base, NOBODY, NOBODY);
     let (mark, root) = (&scene.mark, scene.root(door));
     let before = protected_files(base);
     let call = |tool: &str, args: serde_json::Value| {
