@@ -32,7 +32,6 @@ fn git_side_doors_without_user_namespaces() {
     common::side_doors::run_unprivileged(true);
 }
 
-
 /// `runner tool call bash COMMAND` on landlock as `nobody`, where user namespaces are
 /// refused (with `blocked`), in `base/wt`, with `extra` arguments.
 fn bash_as_nobody(base: &Path, command: &str, blocked: bool, extra: &[&str]) -> Output {

@@ -461,7 +461,6 @@ fn unguarded(door: &SideDoor) -> bool {
     mark.exists()
 }
 
-
 /// The files host git runs from the checkout that an attack may change: with a mount
 /// namespace they are read-only; without one they must be as they were once the session
 /// is over. With their modes (an executable hook is one git runs).
