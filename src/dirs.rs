@@ -12,6 +12,12 @@ pub fn config_dir() -> PathBuf {
         .join("runner")
 }
 
+/// `$XDG_CONFIG_HOME/runner/config.toml` (default `~/.config/runner/config.toml`): the
+/// user's own permission rules, MCP servers and network settings.
+pub fn user_config() -> PathBuf {
+    config_dir().join("config.toml")
+}
+
 /// `$XDG_DATA_HOME` (default `~/.local/share`), or nothing when neither it nor `HOME` is
 /// set: each caller says where its files go then.
 pub fn data_home() -> Option<PathBuf> {

@@ -4,13 +4,15 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod dirs;
-pub mod display;
 pub mod eval;
-pub mod http;
-pub mod llm;
 pub mod network;
-pub mod permission;
 pub mod sandbox;
 pub mod session;
 pub mod tool;
 pub mod workspace;
+
+// The layers carved out as crates of their own, under the names the rest of the code uses.
+pub use runner_display as display;
+pub use runner_http as http;
+pub use runner_llm as llm;
+pub use runner_permission as permission;

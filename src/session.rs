@@ -107,6 +107,7 @@ impl SessionOptions {
         let (layers, notes) = rule_layers::load(Sources {
             profile: profile.permission_rules(),
             worktree: &root,
+            user_config: &crate::dirs::user_config(),
             explicit: self.config.as_deref(),
             output_dir,
             session: self.session_rules.clone(),

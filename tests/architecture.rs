@@ -1,6 +1,7 @@
 //! The crate boundaries hold: what runs inside the wall (`runner-sandbox-server`) links no
-//! HTTP client, Docker client, MCP SDK, tree-sitter or command-line parser, and the
-//! protocol both sides share is plain data. The compiler enforces this for the code as it
+//! HTTP client, Docker client, MCP SDK, tree-sitter or command-line parser, the protocol
+//! both sides share is plain data, and the host-side layers (permissions, providers) link
+//! nothing above or beside them. The compiler enforces this for the code as it
 //! is; these tests catch a dependency added to a crate's manifest later, which would
 //! quietly put that code inside the wall.
 
@@ -36,25 +37,81 @@ fn tree(package: &str, depth: Option<u32>) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn the_server_links_nothing_of_the_host_side() {
-    let linked = tree("runner-sandbox-server", None);
-    assert!(linked.contains(&"landlock".to_string()), "{linked:?}");
-    for forbidden in [
-        "reqwest",
-        "hyper",
-        "bollard",
-        "rmcp",
-        "tree-sitter",
-        "clap",
-        "tokio",
-        "runner",
-    ] {
+/// Fails when `package` links any of `forbidden`, at any depth; `expected` is one package
+/// it must link, so an empty or wrong tree cannot pass.
+fn links_none(package: &str, expected: &str, forbidden: &[&str]) {
+    let linked = tree(package, None);
+    assert!(
+        linked.iter().any(|p| p == expected),
+        "{package} should link {expected}: {linked:?}"
+    );
+    for forbidden in forbidden {
         assert!(
             !linked.iter().any(|p| p == forbidden),
-            "runner-sandbox-server links {forbidden}: {linked:?}"
+            "{package} links {forbidden}: {linked:?}"
         );
     }
+}
+
+#[test]
+fn the_server_links_nothing_of_the_host_side() {
+    links_none(
+        "runner-sandbox-server",
+        "landlock",
+        &[
+            "reqwest",
+            "hyper",
+            "bollard",
+            "rmcp",
+            "tree-sitter",
+            "clap",
+            "tokio",
+            "runner",
+            "runner-llm",
+            "runner-permission",
+        ],
+    );
+}
+
+/// Permissions decide from rules and a command's syntax tree: no network, no engine, no
+/// provider, no sandbox.
+#[test]
+fn permissions_link_no_network_engine_or_provider() {
+    links_none(
+        "runner-permission",
+        "tree-sitter-bash",
+        &[
+            "reqwest",
+            "hyper",
+            "bollard",
+            "rmcp",
+            "clap",
+            "runner",
+            "runner-llm",
+            "runner-protocol",
+            "runner-sandbox-server",
+        ],
+    );
+}
+
+/// Providers speak HTTP to a model: they know nothing of tools' permissions, the sandbox or
+/// Docker.
+#[test]
+fn providers_link_no_sandbox_engine_or_permissions() {
+    links_none(
+        "runner-llm",
+        "reqwest",
+        &[
+            "bollard",
+            "rmcp",
+            "tree-sitter",
+            "clap",
+            "runner",
+            "runner-permission",
+            "runner-protocol",
+            "runner-sandbox-server",
+        ],
+    );
 }
 
 #[test]

@@ -247,7 +247,7 @@ impl Openings {
         };
         let mut text = format!(
             "{lead}. Requests runner makes from this machine for the agent reach loopback, private, link-local (cloud metadata) and other reserved addresses only when your own config names the host. To open it on purpose, add `\"{host}\" = \"allow\"` under [permission.network] in {} (or in a file you pass with --config).",
-            crate::permission::layers::user_config_path().display()
+            crate::dirs::user_config().display()
         );
         let subjects: Vec<String> = std::iter::once(host.to_string())
             .chain(refused.iter().map(|(ip, _)| ip.to_string()))
@@ -439,11 +439,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.contains(
-                &crate::permission::layers::user_config_path()
-                    .display()
-                    .to_string()
-            ),
+            err.contains(&crate::dirs::user_config().display().to_string()),
             "{err}"
         );
         assert!(

@@ -450,7 +450,7 @@ impl Server {
         Err(format!(
             "the MCP server {} was not contacted: {source} adds it as {entry} (url = {url}), a remote server this machine would connect to with the headers that file chose, and a repository's config needs your approval for that: {why}. Approve it when asked (at a terminal, or with --ask allow), or move {entry} into your own config ({})",
             self.name,
-            crate::permission::layers::user_config_path().display()
+            crate::dirs::user_config().display()
         ))
     }
 

@@ -292,11 +292,6 @@ pub fn strip_json_comments(text: &str) -> String {
     out
 }
 
-/// `$XDG_CONFIG_HOME/runner/config.toml` (default `~/.config/runner/config.toml`).
-pub fn user_config_path() -> PathBuf {
-    crate::dirs::config_dir().join("config.toml")
-}
-
 /// `.runner/config.toml` in the worktree.
 pub fn project_config_path(worktree: &Path) -> PathBuf {
     worktree.join(".runner").join("config.toml")
@@ -361,6 +356,9 @@ pub struct ProfileRules<'a> {
 pub struct Sources<'a> {
     pub profile: ProfileRules<'a>,
     pub worktree: &'a Path,
+    /// The user's own rules (`$XDG_CONFIG_HOME/runner/config.toml`, see the binary's `dirs`):
+    /// where it is depends on the host, which this crate does not read.
+    pub user_config: &'a Path,
     /// `--config FILE`.
     pub explicit: Option<&'a Path>,
     /// Where saved tool output lives (pre-approved for reading, see [`defaults`]).
@@ -385,7 +383,7 @@ pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
             Ok(Vec::new())
         }
     };
-    let user = optional(user_config_path())?;
+    let user = optional(sources.user_config.to_path_buf())?;
     let project_path = project_config_path(sources.worktree);
     let mut project = optional(project_path.clone())?;
     if sources.profile.project_allows == Some(false) {
@@ -429,7 +427,7 @@ pub fn denies_only(rules: &mut Vec<Rule>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permission::rules::evaluate;
+    use crate::rules::evaluate;
     use Action::*;
 
     fn triples(rules: &[Rule]) -> Vec<(String, String, Action, usize)> {
@@ -592,7 +590,7 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
 
     #[test]
     fn merged_rules_know_their_layer() {
-        use crate::permission::rules::Layer;
+        use crate::rules::Layer;
         let one = |origin: &str| vec![Rule::new("network", "127.0.0.1", Allow, origin, 1)];
         let merged = merge(Layers {
             defaults: one("d"),

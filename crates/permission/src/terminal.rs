@@ -16,7 +16,7 @@ use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 
 use super::gate::{Ask, Asker, Reply, ReplyFuture};
-use crate::display::escape;
+use runner_display::escape;
 
 /// Reads answers from standard input, which must be a terminal (the CLI checks), and
 /// writes prompts to stderr.
@@ -63,7 +63,7 @@ impl Asker for TerminalAsker {
 }
 
 /// What the person sees for one ask. Everything in it but runner's own words came from the
-/// model or the repository, so all of it is escaped ([`crate::display::escape`]): a command
+/// model or the repository, so all of it is escaped ([`runner_display::escape`]): a command
 /// whose carriage return or escape sequences would redraw the line shows those bytes
 /// instead. A command is shown whole, as it will run, each further line indented under the
 /// first, above the parts the rules judged.
@@ -253,7 +253,7 @@ impl Drop for SingleKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permission::PermissionRequest;
+    use crate::PermissionRequest;
 
     struct Scripted {
         bytes: std::collections::VecDeque<u8>,
@@ -385,7 +385,7 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want}: {text}");
         }
-        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        assert!(!text.chars().any(runner_display::is_unsafe), "{text:?}");
     }
 
     /// The whole command, as it will run, each further line under the first; the parts the

@@ -19,7 +19,7 @@ pub(crate) struct Http {
 
 impl Http {
     pub fn new(endpoint: Endpoint) -> Result<Self, LlmError> {
-        let client = crate::http::client_builder()
+        let client = runner_http::client_builder()
             .build()
             .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
         Ok(Http { endpoint, client })

@@ -319,8 +319,8 @@ impl Provider for Anthropic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::ToolSpec;
-    use crate::llm::sse::Fold;
+    use crate::ToolSpec;
+    use crate::sse::Fold;
 
     #[test]
     fn tool_results_merge_into_one_user_turn_and_the_tail_is_cached() {

@@ -304,7 +304,7 @@ impl Provider for OpenAi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{Image, ToolCall};
+    use crate::{Image, ToolCall};
 
     #[test]
     fn images_wait_until_the_steps_tool_messages_are_done() {
