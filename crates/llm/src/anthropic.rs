@@ -139,6 +139,72 @@ enum Block {
     Other,
 }
 
+impl Accumulator {
+    /// `message_start`: the usage so far (input counted, output only begun).
+    fn start_message(&mut self, usage: &Value) {
+        self.usage.input = count(usage, "input_tokens");
+        self.usage.cache_read = count(usage, "cache_read_input_tokens");
+        self.usage.cache_write = count(usage, "cache_creation_input_tokens");
+        self.usage.output = count(usage, "output_tokens");
+    }
+
+    /// `content_block_start`: a text or tool-use block opens at `index`; other kinds
+    /// (thinking, server tools) are kept as placeholders so their deltas are not errors.
+    fn start_block(&mut self, index: u64, b: &Value) {
+        let block = match b["type"].as_str() {
+            Some("text") => Block::Text(b["text"].as_str().unwrap_or_default().to_string()),
+            Some("tool_use") => Block::Tool {
+                id: b["id"].as_str().unwrap_or_default().to_string(),
+                name: b["name"].as_str().unwrap_or_default().to_string(),
+                json: String::new(),
+            },
+            _ => Block::Other,
+        };
+        self.blocks.insert(index, block);
+    }
+
+    /// `content_block_delta`: text to show (returned) or a piece of a tool call's JSON.
+    fn block_delta(&mut self, index: u64, d: &Value) -> Result<Option<String>, String> {
+        match (self.blocks.get_mut(&index), d["type"].as_str()) {
+            (Some(Block::Text(t)), Some("text_delta")) => {
+                let piece = d["text"].as_str().unwrap_or_default();
+                t.push_str(piece);
+                if !piece.is_empty() {
+                    return Ok(Some(piece.to_string()));
+                }
+            }
+            (Some(Block::Tool { json, .. }), Some("input_json_delta")) => {
+                json.push_str(d["partial_json"].as_str().unwrap_or_default());
+            }
+            (None, _) => return Err(format!("a delta for block {index}, which never started")),
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// `message_delta`: why the message stopped and the final usage.
+    fn message_delta(&mut self, delta: &Value, u: &Value) {
+        if let Some(reason) = delta["stop_reason"].as_str() {
+            self.finish = Some(match reason {
+                "end_turn" | "stop_sequence" => Finish::Stop,
+                "tool_use" => Finish::ToolCalls,
+                "max_tokens" => Finish::Length,
+                other => Finish::Other(other.to_string()),
+            });
+        }
+        if u.get("output_tokens").is_some() {
+            self.usage.output = count(u, "output_tokens");
+        }
+        // Newer servers repeat the input counts here; keep the larger.
+        let usage = &mut self.usage;
+        usage.input = usage.input.max(count(u, "input_tokens"));
+        usage.cache_read = usage.cache_read.max(count(u, "cache_read_input_tokens"));
+        usage.cache_write = usage
+            .cache_write
+            .max(count(u, "cache_creation_input_tokens"));
+    }
+}
+
 impl Fold for Accumulator {
     fn done(&self) -> bool {
         self.stopped
@@ -166,100 +232,15 @@ impl Fold for Accumulator {
             "" | "message" => v["type"].as_str().unwrap_or(event),
             named => named,
         };
-        let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
         match event {
-            "message_start" => {
-                let u = &v["message"]["usage"];
-                self.usage.input = n(u, "input_tokens");
-                self.usage.cache_read = n(u, "cache_read_input_tokens");
-                self.usage.cache_write = n(u, "cache_creation_input_tokens");
-                self.usage.output = n(u, "output_tokens");
-            }
-            "content_block_start" => {
-                let b = &v["content_block"];
-                let block = match b["type"].as_str() {
-                    Some("text") => Block::Text(b["text"].as_str().unwrap_or_default().to_string()),
-                    Some("tool_use") => Block::Tool {
-                        id: b["id"].as_str().unwrap_or_default().to_string(),
-                        name: b["name"].as_str().unwrap_or_default().to_string(),
-                        json: String::new(),
-                    },
-                    _ => Block::Other,
-                };
-                self.blocks.insert(index, block);
-            }
-            "content_block_delta" => {
-                let d = &v["delta"];
-                match (self.blocks.get_mut(&index), d["type"].as_str()) {
-                    (Some(Block::Text(t)), Some("text_delta")) => {
-                        let piece = d["text"].as_str().unwrap_or_default();
-                        t.push_str(piece);
-                        if !piece.is_empty() {
-                            return Ok(Some(piece.to_string()));
-                        }
-                    }
-                    (Some(Block::Tool { json, .. }), Some("input_json_delta")) => {
-                        json.push_str(d["partial_json"].as_str().unwrap_or_default());
-                    }
-                    (None, _) => {
-                        return Err(protocol(format!(
-                            "a delta for block {index}, which never started"
-                        )));
-                    }
-                    _ => {}
-                }
-            }
-            "content_block_stop" => {}
-            "message_delta" => {
-                if let Some(reason) = v["delta"]["stop_reason"].as_str() {
-                    self.finish = Some(match reason {
-                        "end_turn" | "stop_sequence" => Finish::Stop,
-                        "tool_use" => Finish::ToolCalls,
-                        "max_tokens" => Finish::Length,
-                        other => Finish::Other(other.to_string()),
-                    });
-                }
-                let u = &v["usage"];
-                if u.get("output_tokens").is_some() {
-                    self.usage.output = n(u, "output_tokens");
-                }
-                // Newer servers repeat the input counts here; keep the larger.
-                self.usage.input = self.usage.input.max(n(u, "input_tokens"));
-                self.usage.cache_read = self.usage.cache_read.max(n(u, "cache_read_input_tokens"));
-                self.usage.cache_write = self
-                    .usage
-                    .cache_write
-                    .max(n(u, "cache_creation_input_tokens"));
-            }
+            "message_start" => self.start_message(&v["message"]["usage"]),
+            "content_block_start" => self.start_block(index, &v["content_block"]),
+            "content_block_delta" => return self.block_delta(index, &v["delta"]).map_err(protocol),
+            "message_delta" => self.message_delta(&v["delta"], &v["usage"]),
             "message_stop" => self.stopped = true,
-            "error" => {
-                let e = &v["error"];
-                let kind = e["type"].as_str().unwrap_or("error");
-                // Anthropic's documented error types and the statuses they stand for.
-                let status = match kind {
-                    "overloaded_error" => 529,
-                    "rate_limit_error" => 429,
-                    "api_error" => 500,
-                    "timeout_error" => 504,
-                    "invalid_request_error" => 400,
-                    "authentication_error" => 401,
-                    "billing_error" => 402,
-                    "permission_error" => 403,
-                    "not_found_error" => 404,
-                    "request_too_large" => 413,
-                    _ => 500,
-                };
-                return Err(LlmError::Status {
-                    provider: provider.to_string(),
-                    status,
-                    message: format!(
-                        "{} ({kind})",
-                        e["message"].as_str().unwrap_or("unknown error")
-                    ),
-                    retry_after: None,
-                });
-            }
+            "error" => return Err(stream_error(&v["error"], provider)),
+            // `content_block_stop` and event types added later carry nothing a turn needs.
             _ => {}
         }
         Ok(None)
@@ -313,6 +294,39 @@ impl Provider for Anthropic {
             let url = self.http.url("/v1/messages");
             stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text).await
         })
+    }
+}
+
+/// A token count from a usage object; absent counts are 0.
+fn count(usage: &Value, key: &str) -> u64 {
+    usage.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// An `error` event mid-stream, as the status its documented type stands for, so retries
+/// treat it as they would the same error before the stream began.
+fn stream_error(e: &Value, provider: &str) -> LlmError {
+    let kind = e["type"].as_str().unwrap_or("error");
+    let status = match kind {
+        "overloaded_error" => 529,
+        "rate_limit_error" => 429,
+        "api_error" => 500,
+        "timeout_error" => 504,
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "billing_error" => 402,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        _ => 500,
+    };
+    LlmError::Status {
+        provider: provider.to_string(),
+        status,
+        message: format!(
+            "{} ({kind})",
+            e["message"].as_str().unwrap_or("unknown error")
+        ),
+        retry_after: None,
     }
 }
 

@@ -120,54 +120,13 @@ impl Accumulator {
         })?;
         if let Some(error) = chunk.get("error") {
             // Some servers report a failure mid-stream as a chunk.
-            let message = error
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown error")
-                .to_string();
-            let code = error.get("code");
-            let kind = code
-                .and_then(Value::as_str)
-                .or_else(|| error.get("type").and_then(Value::as_str));
-            let status = match (code.and_then(Value::as_u64), kind) {
-                (Some(n), _) => n as u16,
-                (None, Some("rate_limit_exceeded" | "insufficient_quota")) => 429,
-                (None, Some("invalid_api_key")) => 401,
-                (None, Some("model_not_found")) => 404,
-                (None, Some("context_length_exceeded" | "invalid_request_error")) => 400,
-                _ => 500,
-            };
-            return Err(LlmError::Status {
-                provider: provider.to_string(),
-                status,
-                message: match kind {
-                    Some(kind) => format!("{message} ({kind})"),
-                    None => message,
-                },
-                retry_after: None,
-            });
+            return Err(chunk_error(error, provider));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-            let prompt = n(usage, "prompt_tokens");
-            let cached = usage
-                .get("prompt_tokens_details")
-                .map(|d| n(d, "cached_tokens"))
-                .unwrap_or(0);
-            self.usage = Usage {
-                input: prompt.saturating_sub(cached),
-                output: n(usage, "completion_tokens"),
-                cache_read: cached,
-                cache_write: 0,
-            };
+            self.usage = usage_of(usage);
         }
         let mut delta_text = None;
-        for choice in chunk
-            .get("choices")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for choice in array(&chunk, "choices") {
             let delta = choice.get("delta").unwrap_or(&Value::Null);
             if let Some(t) = delta.get("content").and_then(Value::as_str)
                 && !t.is_empty()
@@ -175,44 +134,8 @@ impl Accumulator {
                 self.text.push_str(t);
                 delta_text.get_or_insert_with(String::new).push_str(t);
             }
-            for call in delta
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let id = call
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .filter(|i| !i.is_empty());
-                // Servers that leave out `index` send each call whole or start it with a
-                // new id: a new id is a new call, anything else continues the last one.
-                let index = match call.get("index").and_then(Value::as_u64) {
-                    Some(i) => i,
-                    None => {
-                        let last = self.calls.last_key_value();
-                        match (last, id) {
-                            (Some((i, c)), Some(id)) if c.0 == id => *i,
-                            (Some((i, _)), None) => *i,
-                            (Some((i, _)), Some(_)) => i + 1,
-                            (None, _) => 0,
-                        }
-                    }
-                };
-                let entry = self.calls.entry(index).or_default();
-                if let Some(id) = id {
-                    entry.0 = id.to_string();
-                }
-                let function = call.get("function").unwrap_or(&Value::Null);
-                if let Some(name) = function.get("name").and_then(Value::as_str) {
-                    // Some servers repeat the whole name in every fragment.
-                    if entry.1.is_empty() || !entry.1.ends_with(name) {
-                        entry.1.push_str(name);
-                    }
-                }
-                if let Some(args) = function.get("arguments").and_then(Value::as_str) {
-                    entry.2.push_str(args);
-                }
+            for call in array(delta, "tool_calls") {
+                self.push_call(call);
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finish = Some(match reason {
@@ -224,6 +147,92 @@ impl Accumulator {
             }
         }
         Ok(delta_text)
+    }
+
+    /// One fragment of a tool call: its id and name (first fragment) and a piece of its
+    /// arguments' JSON.
+    fn push_call(&mut self, call: &Value) {
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|i| !i.is_empty());
+        // Servers that leave out `index` send each call whole or start it with a new id:
+        // a new id is a new call, anything else continues the last one.
+        let index = match call.get("index").and_then(Value::as_u64) {
+            Some(i) => i,
+            None => match (self.calls.last_key_value(), id) {
+                (Some((i, c)), Some(id)) if c.0 == id => *i,
+                (Some((i, _)), None) => *i,
+                (Some((i, _)), Some(_)) => i + 1,
+                (None, _) => 0,
+            },
+        };
+        let entry = self.calls.entry(index).or_default();
+        if let Some(id) = id {
+            entry.0 = id.to_string();
+        }
+        let function = call.get("function").unwrap_or(&Value::Null);
+        if let Some(name) = function.get("name").and_then(Value::as_str) {
+            // Some servers repeat the whole name in every fragment.
+            if entry.1.is_empty() || !entry.1.ends_with(name) {
+                entry.1.push_str(name);
+            }
+        }
+        if let Some(args) = function.get("arguments").and_then(Value::as_str) {
+            entry.2.push_str(args);
+        }
+    }
+}
+
+/// The items of `v[key]` when it is an array; none otherwise.
+fn array<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    v.get(key).and_then(Value::as_array).into_iter().flatten()
+}
+
+/// A chunk's usage; cached prompt tokens are counted as cache reads, not input.
+fn usage_of(usage: &Value) -> Usage {
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let prompt = n(usage, "prompt_tokens");
+    let cached = usage
+        .get("prompt_tokens_details")
+        .map(|d| n(d, "cached_tokens"))
+        .unwrap_or(0);
+    Usage {
+        input: prompt.saturating_sub(cached),
+        output: n(usage, "completion_tokens"),
+        cache_read: cached,
+        cache_write: 0,
+    }
+}
+
+/// An error chunk as the status it stands for (a numeric `code`, else what its named code
+/// or type means), so retries treat it as the same error before the stream began.
+fn chunk_error(error: &Value, provider: &str) -> LlmError {
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown error")
+        .to_string();
+    let code = error.get("code");
+    let kind = code
+        .and_then(Value::as_str)
+        .or_else(|| error.get("type").and_then(Value::as_str));
+    let status = match (code.and_then(Value::as_u64), kind) {
+        (Some(n), _) => n as u16,
+        (None, Some("rate_limit_exceeded" | "insufficient_quota")) => 429,
+        (None, Some("invalid_api_key")) => 401,
+        (None, Some("model_not_found")) => 404,
+        (None, Some("context_length_exceeded" | "invalid_request_error")) => 400,
+        _ => 500,
+    };
+    LlmError::Status {
+        provider: provider.to_string(),
+        status,
+        message: match kind {
+            Some(kind) => format!("{message} ({kind})"),
+            None => message,
+        },
+        retry_after: None,
     }
 }
 
