@@ -124,3 +124,22 @@ fn the_protocol_is_plain_data() {
         "runner-protocol's direct dependencies"
     );
 }
+
+/// The host side of the wall starts servers and speaks the sandbox API: it decides nothing
+/// (permissions), asks no model (providers) and parses no command line.
+#[test]
+fn the_host_sandbox_links_no_provider_permissions_or_cli() {
+    links_none(
+        "runner-sandbox",
+        "bollard",
+        &[
+            "reqwest",
+            "rmcp",
+            "tree-sitter",
+            "clap",
+            "runner",
+            "runner-llm",
+            "runner-permission",
+        ],
+    );
+}

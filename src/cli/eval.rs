@@ -47,7 +47,7 @@ pub struct RunArgs {
     #[arg(long)]
     jobs: Option<usize>,
     /// The isolation backend (default: the profile's; docker for `eval`).
-    #[arg(long = "sandbox", value_enum)]
+    #[arg(long = "sandbox", value_parser = super::backend_arg())]
     backend: Option<BackendKind>,
     #[arg(long, default_value = "eval")]
     profile: String,

@@ -152,6 +152,16 @@ fn block_on_plain(command: impl std::future::Future<Output = u8>) -> u8 {
     }
 }
 
+/// `--sandbox`'s values: the backends (which know nothing of clap), each with what it is in
+/// `--help`.
+fn backend_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::BackendKind> {
+    use crate::sandbox::BackendKind;
+    use clap::builder::{PossibleValue, TypedValueParser};
+    let values = BackendKind::ALL.map(|b| PossibleValue::new(b.name()).help(b.about()));
+    clap::builder::PossibleValuesParser::new(values)
+        .map(|s| BackendKind::from_name(&s).expect("clap checked it is a listed backend"))
+}
+
 /// `--network`'s values: the protocol's modes (which know nothing of clap), listed in
 /// `--help` and checked by clap like any value enum.
 fn network_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::spec::Network> {

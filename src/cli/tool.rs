@@ -202,7 +202,7 @@ pub struct SandboxArgs {
     #[arg(long, default_value = "default")]
     pub profile: String,
     /// The isolation backend (default: the profile's).
-    #[arg(long = "sandbox", value_enum)]
+    #[arg(long = "sandbox", value_parser = super::backend_arg())]
     pub backend: Option<BackendKind>,
     /// The image the docker backend runs (default: the profile's, else
     /// runner-sandbox:bookworm; see `runner image build`).

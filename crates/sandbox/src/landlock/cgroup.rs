@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::sandbox::owner;
-use crate::sandbox::spec::Limits;
+use crate::owner;
+use crate::spec::Limits;
 
 /// Every cgroup runner makes is named `runner-<pid>-<n>`, so cleanup can find them.
 pub const PREFIX: &str = "runner-";

@@ -16,7 +16,7 @@ pub mod owner;
 /// What runs inside the wall: its own crate, which cannot link the host's code.
 pub use runner_sandbox_server as server;
 pub mod spec;
-pub(crate) mod splice;
+pub mod splice;
 pub mod start_error;
 pub mod worktree_guard;
 
@@ -25,9 +25,7 @@ use std::path::{Path, PathBuf};
 pub use client::{SandboxClient, SandboxError};
 
 /// Which wall the tools run behind.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// No isolation: the server is a plain child process; only the permission rules and the
@@ -41,6 +39,32 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    pub const ALL: [BackendKind; 3] = [
+        BackendKind::None,
+        BackendKind::Landlock,
+        BackendKind::Docker,
+    ];
+
+    /// What the wall is, in a sentence (the variants' docs, for `--help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            BackendKind::None => {
+                "No isolation: the server is a plain child process; only the permission rules and the server's own path resolution stand between the agent and the machine"
+            }
+            BackendKind::Landlock => {
+                "The server confines itself with landlock and seccomp before serving: the worktree read-write, system directories read-only, a private temp directory, no network"
+            }
+            BackendKind::Docker => {
+                "The server runs in a hardened container that sees only the worktree"
+            }
+        }
+    }
+
+    /// The inverse of [`BackendKind::name`].
+    pub fn from_name(name: &str) -> Option<BackendKind> {
+        Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::None => "none",

@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 /// The built-in image recipes: name → (Dockerfile, package list).
 pub const RECIPES: &[(&str, &str, &str)] = &[(
     "default",
-    include_str!("../../../images/default/Dockerfile"),
-    include_str!("../../../images/default/packages.txt"),
+    include_str!("../../../../images/default/Dockerfile"),
+    include_str!("../../../../images/default/packages.txt"),
 )];
 
 /// The base `runner image build` starts from unless told otherwise. It is a local name: no

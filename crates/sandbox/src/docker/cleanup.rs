@@ -7,7 +7,7 @@ use bollard::Docker;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
 use super::container::{LABEL, LABEL_BOOT, LABEL_OWNER, remove};
-use crate::sandbox::owner;
+use crate::owner;
 
 /// Runner's containers: (id, owner pid, owner's machine and boot).
 pub async fn list(docker: &Docker) -> Result<Vec<Owned>, bollard::errors::Error> {

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::engine;
-use crate::sandbox::spec::SandboxSpec;
+use crate::spec::SandboxSpec;
 
 /// Puts the terminal in raw mode and restores it on drop.
 struct RawMode(Option<libc::termios>);
@@ -46,7 +46,7 @@ impl Drop for RawMode {
 /// shell ends, then handed back.
 pub async fn shell<T, F, Fut>(spec: &SandboxSpec, with_sandbox: F) -> Result<(u8, T), String>
 where
-    F: FnOnce(&crate::sandbox::Sandbox) -> Fut,
+    F: FnOnce(&crate::Sandbox) -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
     let engine = engine::Engine::open(spec.docker.host.as_deref())

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::sandbox::spec::DEFAULT_RUNTIME;
-use crate::sandbox::start_error::SandboxStartError;
+use crate::spec::DEFAULT_RUNTIME;
+use crate::start_error::SandboxStartError;
 use bollard::{API_DEFAULT_VERSION, Docker};
 
 /// Docker's socket, the first place runner looks.

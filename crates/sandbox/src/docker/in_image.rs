@@ -28,9 +28,9 @@ use futures_util::StreamExt;
 use super::SERVER_PATH;
 use super::container::{ContainerGuard, docker_error, serve, served, unique_id, wait_in_drop};
 use super::engine::Engine;
-use crate::sandbox::spec::{Limits, Network};
-use crate::sandbox::start_error::SandboxStartError;
-use crate::sandbox::{Sandbox, SandboxError, local};
+use crate::spec::{Limits, Network};
+use crate::start_error::SandboxStartError;
+use crate::{Sandbox, SandboxError, local};
 
 /// What the task container is made from.
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ impl TaskContainer {
         let base_env = merged_env(config.env.unwrap_or_default(), &task.env);
         let mut env = with_home(base_env.clone(), &user);
         if task.network == Network::Allowlist {
-            crate::sandbox::spec::set_proxy_env(&mut env);
+            crate::spec::set_proxy_env(&mut env);
         }
 
         let read_only: &[PathBuf] = if task.engine_is_local {

@@ -1,5 +1,5 @@
 //! The `landlock` backend: `runner` re-executes itself as the server, which confines itself
-//! (see [`crate::sandbox::confine`]) before serving. The host side prepares what the
+//! (see [`crate::confine`]) before serving. The host side prepares what the
 //! confinement needs: a private temp directory, a cgroup where the machine allows one, and
 //! the command line that tells the server its walls.
 

@@ -14,13 +14,13 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::sandbox::api::{
+use crate::api::{
     ApiError, DATA_FRAME_HEADER, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest,
     GrepOutcome, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
     ResponseFrame, Stat, TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
     data_frame_header, data_frame_len, decode_len, encode_len, split_data_header,
 };
-use crate::sandbox::splice::{PipeWriter, SplicePipe};
+use crate::splice::{PipeWriter, SplicePipe};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SandboxError {
@@ -36,7 +36,7 @@ pub enum SandboxError {
     Protocol(String),
     /// The sandbox never started (no session was lost).
     #[error(transparent)]
-    Start(#[from] crate::sandbox::start_error::SandboxStartError),
+    Start(#[from] crate::start_error::SandboxStartError),
 }
 
 type Pending = Mutex<HashMap<u64, mpsc::UnboundedSender<Response>>>;
@@ -249,14 +249,14 @@ impl SandboxClient {
     }
 
     /// Whether this client can take proxied bytes by [`Self::send_spliced`].
-    pub(crate) fn splices(&self) -> bool {
+    pub fn splices(&self) -> bool {
         self.shared.splices
     }
 
     /// Sends the `len` bytes `from` holds as one data frame for connection `conn` of
     /// listener `target`, spliced from pipe to pipe. On a client that does not splice,
     /// a protocol error.
-    pub(crate) async fn send_spliced(
+    pub async fn send_spliced(
         &self,
         target: u64,
         conn: u64,
@@ -276,7 +276,7 @@ impl SandboxClient {
     }
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the
-    /// returned receiver (see [`crate::sandbox::api::Request::ProxyListen`]).
+    /// returned receiver (see [`crate::api::Request::ProxyListen`]).
     pub async fn proxy_listen(
         &self,
         port: u16,
@@ -345,7 +345,7 @@ impl SandboxClient {
         let mut first = self.read(path, 0, limit.saturating_add(1)).await?;
         if first.data.len() as u64 > limit || first.size > limit {
             return Err(SandboxError::Api(ApiError::at(
-                crate::sandbox::api::ErrorKind::InvalidArgument,
+                crate::api::ErrorKind::InvalidArgument,
                 path,
                 format!(
                     "{} is {} bytes, over the {limit}-byte limit for this operation; use bash (sed, head, split) to work on it in parts",
@@ -495,7 +495,7 @@ fn unexpected(op: &str, response: &Response) -> SandboxError {
 /// What a running command reports.
 #[derive(Debug)]
 pub enum ExecEvent {
-    Output(crate::sandbox::api::ExecOutput),
+    Output(crate::api::ExecOutput),
     Exit(ExecStatus),
 }
 
@@ -588,7 +588,7 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
             };
         }
         match data_frame_len(len) {
-            Ok(Some(total)) if total > 16 + crate::sandbox::api::NET_CHUNK => {
+            Ok(Some(total)) if total > 16 + crate::api::NET_CHUNK => {
                 break format!(
                     "the server sent a data frame of {total} bytes, over the chunk size"
                 );

@@ -78,7 +78,7 @@ impl AsyncWrite for PipeWriter {
 }
 
 /// A connection's holding pipe: what was spliced off its socket and not yet framed.
-pub(crate) struct SplicePipe {
+pub struct SplicePipe {
     read: OwnedFd,
     write: OwnedFd,
     /// How many bytes the pipe holds at most; a fill asks for no more, so that running out
@@ -172,7 +172,7 @@ impl SplicePipe {
 /// Holding pipes between fills, so that an idle connection holds none: each is a MiB of
 /// pipe buffers, which count against the user's limit on pipe pages.
 #[derive(Default)]
-pub(crate) struct PipePool {
+pub struct PipePool {
     idle: std::sync::Mutex<Vec<std::sync::Arc<SplicePipe>>>,
 }
 

@@ -300,8 +300,8 @@ pub fn absolute(path: &Path) -> Result<PathBuf, SandboxError> {
         .ok()
         .and_then(|p| super::server::roots::normalize(&p))
         .ok_or_else(|| {
-            SandboxError::Api(crate::sandbox::api::ApiError::at(
-                crate::sandbox::api::ErrorKind::InvalidArgument,
+            SandboxError::Api(crate::api::ApiError::at(
+                crate::api::ErrorKind::InvalidArgument,
                 path,
                 format!("cannot make {} absolute", path.display()),
             ))

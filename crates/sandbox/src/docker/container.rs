@@ -15,11 +15,11 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
 use super::SERVER_PATH;
-use crate::sandbox::local::{self, Keepalive};
-use crate::sandbox::spec::{Network, SandboxSpec};
-use crate::sandbox::start_error::{NO_SHELL_MARK, SandboxStartError};
-use crate::sandbox::worktree_guard::WorktreeGuard;
-use crate::sandbox::{BackendKind, Sandbox, SandboxError};
+use crate::local::{self, Keepalive};
+use crate::spec::{Network, SandboxSpec};
+use crate::start_error::{NO_SHELL_MARK, SandboxStartError};
+use crate::worktree_guard::WorktreeGuard;
+use crate::{BackendKind, Sandbox, SandboxError};
 
 /// Every container runner makes carries these labels, so that leftovers can be found and
 /// attributed: `runner=1`, the run id, the owning process and the creation time.
@@ -27,7 +27,7 @@ pub const LABEL: &str = "runner";
 pub const LABEL_RUN: &str = "runner.run-id";
 pub const LABEL_OWNER: &str = "runner.owner-pid";
 pub const LABEL_CREATED: &str = "runner.created";
-/// The boot of the machine whose process owns it ([`crate::sandbox::owner::boot_id`]).
+/// The boot of the machine whose process owns it ([`crate::owner::boot_id`]).
 pub const LABEL_BOOT: &str = "runner.owner-boot";
 
 /// Docker watches an attached stdin for a detach sequence and, on seeing it, cuts the
@@ -63,7 +63,7 @@ fn container_env(spec: &SandboxSpec) -> Vec<(String, String)> {
         }
     }
     if spec.network == Network::Allowlist {
-        crate::sandbox::spec::set_proxy_env(&mut env);
+        crate::spec::set_proxy_env(&mut env);
     }
     env
 }
@@ -166,7 +166,7 @@ pub(super) fn served(run_id: &str, network: Network) -> ContainerCreateBody {
             (LABEL_RUN.to_string(), run_id.to_string()),
             (LABEL_OWNER.to_string(), std::process::id().to_string()),
             (LABEL_CREATED.to_string(), created.to_string()),
-            (LABEL_BOOT.to_string(), crate::sandbox::owner::boot_id()),
+            (LABEL_BOOT.to_string(), crate::owner::boot_id()),
         ])),
         network_disabled: Some(network == Network::None),
         open_stdin: Some(true),
@@ -368,7 +368,7 @@ pub(super) async fn serve(
             }
         }
     });
-    let client = crate::sandbox::SandboxClient::new(
+    let client = crate::SandboxClient::new(
         from_server,
         attach.input,
         local::tail_diagnostics(stderr_tail),
