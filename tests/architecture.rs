@@ -1,7 +1,7 @@
 //! The crate boundaries hold: what runs inside the wall (`runner-sandbox-server`) links no
 //! HTTP client, Docker client, MCP SDK, tree-sitter or command-line parser, the protocol
-//! both sides share is plain data, and the host-side layers (permissions, providers) link
-//! nothing above or beside them. The compiler enforces this for the code as it
+//! both sides share is plain data, and each host-side layer (permissions, providers, the
+//! host sandbox, workspaces, the network, tools) links nothing above or beside it. The compiler enforces this for the code as it
 //! is; these tests catch a dependency added to a crate's manifest later, which would
 //! quietly put that code inside the wall.
 
@@ -141,5 +141,53 @@ fn the_host_sandbox_links_no_provider_permissions_or_cli() {
             "runner-llm",
             "runner-permission",
         ],
+    );
+}
+
+/// Workspaces copy, compare and apply files: no network, no model, no permission rules.
+#[test]
+fn workspaces_link_no_network_provider_or_permissions() {
+    links_none(
+        "runner-workspace",
+        "similar",
+        &[
+            "reqwest",
+            "rmcp",
+            "clap",
+            "runner",
+            "runner-llm",
+            "runner-permission",
+            "runner-network",
+            "runner-tool",
+        ],
+    );
+}
+
+/// The allow-list's host side checks and relays connections; it runs no tool and asks no
+/// model.
+#[test]
+fn the_network_layer_links_no_tool_provider_or_cli() {
+    links_none(
+        "runner-network",
+        "runner-permission",
+        &[
+            "rmcp",
+            "clap",
+            "runner",
+            "runner-llm",
+            "runner-tool",
+            "runner-workspace",
+        ],
+    );
+}
+
+/// Tools run behind the wall and ask the gate; the model that calls them is the agent's
+/// business, so a tool cannot reach a provider or the command line.
+#[test]
+fn tools_link_no_provider_or_cli() {
+    links_none(
+        "runner-tool",
+        "runner-sandbox",
+        &["clap", "runner", "runner-llm", "eventsource-stream"],
     );
 }

@@ -162,6 +162,15 @@ fn backend_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox:
         .map(|s| BackendKind::from_name(&s).expect("clap checked it is a listed backend"))
 }
 
+/// `--workspace`'s values: the workspace modes (which know nothing of clap).
+fn workspace_arg() -> impl clap::builder::TypedValueParser<Value = crate::workspace::Mode> {
+    use crate::workspace::Mode;
+    use clap::builder::{PossibleValue, TypedValueParser};
+    let values = Mode::ALL.map(|m| PossibleValue::new(m.name()).help(m.about()));
+    clap::builder::PossibleValuesParser::new(values)
+        .map(|s| Mode::from_name(&s).expect("clap checked it is a listed mode"))
+}
+
 /// `--network`'s values: the protocol's modes (which know nothing of clap), listed in
 /// `--help` and checked by clap like any value enum.
 fn network_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::spec::Network> {

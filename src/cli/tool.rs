@@ -220,7 +220,7 @@ pub struct SandboxArgs {
     /// Where the sandbox works: direct (the checkout itself) or copy (a private copy;
     /// review it with `runner changes ID`, bring it over with `runner apply ID`). Default:
     /// the profile's, else direct.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::workspace_arg())]
     pub workspace: Option<crate::workspace::Mode>,
 }
 

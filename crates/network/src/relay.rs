@@ -1,0 +1,343 @@
+//! One connection from the sandbox: read its proxy request, judge it, connect, then hand
+//! the two sockets to the pump ([`super::pump`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::pump::{self, Window};
+use super::request::{self, Kind};
+use super::{ConnectionRecord, Events, Shared};
+use runner_sandbox::api::{NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a refused or finished connection waits for the process inside to read the
+/// answer and hang up, before it is cut.
+const LINGER: Duration = Duration::from_secs(10);
+
+/// Routes the listener's events to one task per connection. The tasks live in a set the
+/// dispatcher owns: when the sandbox goes (the listener's events end) or the proxy is
+/// dropped, every connection still open is dropped with it, host sockets included.
+pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
+    let mut conns: HashMap<u64, Route> = HashMap::new();
+    let mut tasks: JoinSet<u64> = JoinSet::new();
+    loop {
+        let event = tokio::select! {
+            event = rx.recv() => match event {
+                Some(e) => e,
+                None => break,
+            },
+            Some(Ok(done)) = tasks.join_next() => {
+                conns.remove(&done);
+                continue;
+            }
+        };
+        let conn = match &event {
+            Response::NetOpened { conn } => {
+                let (tx, events) = mpsc::unbounded_channel();
+                let window = Arc::new(Window::default());
+                let route = Route {
+                    tx,
+                    window: window.clone(),
+                };
+                conns.insert(*conn, route);
+                let (open, shared, conn) = (conns.len(), shared.clone(), *conn);
+                tasks.spawn(async move {
+                    let mut c = Connection {
+                        shared: &shared,
+                        conn,
+                        events,
+                        window,
+                    };
+                    if open > shared.limits.connections {
+                        let reason = format!(
+                            "over the limit of {} connections open at once",
+                            shared.limits.connections
+                        );
+                        c.refuse(503, &reason).await;
+                    } else {
+                        c.serve().await;
+                    }
+                    c.close().await;
+                    conn
+                });
+                continue;
+            }
+            // Acknowledgements go straight to the window, not behind the connection's
+            // queue: a write to the destination that waits must not hold up the reads from
+            // it (both sides would wait on each other).
+            Response::NetAck { conn, bytes } => {
+                if let Some(route) = conns.get(conn) {
+                    route.window.release(*bytes);
+                }
+                continue;
+            }
+            Response::NetData { conn, data } => {
+                // A server that keeps to its window never queues more than that here; one
+                // that does not is cut before it fills the host's memory.
+                let over = conns.get(conn).is_some_and(|route| {
+                    route.window.queue(data.len() as u64) > WINDOW + NET_CHUNK as u64
+                });
+                if over {
+                    let (target, conn) = (shared.target, *conn);
+                    conns.remove(&conn);
+                    let _ = shared
+                        .client
+                        .notify(Request::NetClose { target, conn })
+                        .await;
+                    continue;
+                }
+                *conn
+            }
+            Response::NetEof { conn } | Response::NetClosed { conn, .. } => *conn,
+            _ => continue,
+        };
+        if let Some(route) = conns.get(&conn) {
+            let _ = route.tx.send(event);
+        }
+    }
+}
+
+/// Where the dispatcher sends one connection's events.
+struct Route {
+    tx: mpsc::UnboundedSender<Response>,
+    window: Arc<Window>,
+}
+
+struct Connection<'a> {
+    shared: &'a Shared,
+    conn: u64,
+    events: mpsc::UnboundedReceiver<Response>,
+    window: Arc<Window>,
+}
+
+impl Connection<'_> {
+    async fn notify(&self, request: Request) {
+        let _ = self.shared.client.notify(request).await;
+    }
+
+    async fn ack(&self, bytes: usize) {
+        let (target, conn) = (self.shared.target, self.conn);
+        self.notify(Request::NetAck {
+            target,
+            conn,
+            bytes: bytes as u64,
+        })
+        .await;
+    }
+
+    async fn send(&self, data: &[u8]) -> bool {
+        let s = self.shared;
+        s.client.send_data(s.target, self.conn, data).await.is_ok()
+    }
+
+    async fn close(&self) {
+        let (target, conn) = (self.shared.target, self.conn);
+        self.notify(Request::NetClose { target, conn }).await;
+    }
+
+    async fn serve(&mut self) {
+        let Some((head, rest)) = self.read_head().await else {
+            return;
+        };
+        let req = match request::parse(&head) {
+            Ok(r) => r,
+            Err(e) => return self.refuse(400, &format!("not a proxy request: {e}")).await,
+        };
+        let mut record = ConnectionRecord {
+            host: req.host.clone(),
+            port: req.port,
+            decision: "allow".into(),
+            reason: None,
+            address: None,
+            bytes_sent: 0,
+            bytes_received: 0,
+        };
+        let s = self.shared;
+        let addrs = match s.policy.decide(&req.host, req.port, &s.own).await {
+            Ok(a) => a,
+            Err(refusal) => {
+                record.decision = "deny".into();
+                record.reason = Some(refusal.reason.clone());
+                let id = s.record(record);
+                s.finish(id);
+                return self.refuse(refusal.status, &refusal.reason).await;
+            }
+        };
+        if s.bytes.load(std::sync::atomic::Ordering::Relaxed) >= s.limits.bytes {
+            record.decision = "deny".into();
+            let reason = format!(
+                "the run's network allowance of {} bytes is spent",
+                s.limits.bytes
+            );
+            record.reason = Some(reason.clone());
+            let id = s.record(record);
+            s.finish(id);
+            return self.refuse(403, &reason).await;
+        }
+        let id = s.record(record);
+        let stream = match connect(&addrs, s.limits.connect_timeout).await {
+            Ok(st) => st,
+            Err(e) => {
+                let reason = format!("cannot connect to {}:{}: {e}", req.host, req.port);
+                s.update(id, |r| r.reason = Some(reason.clone()));
+                s.finish(id);
+                return self.refuse(502, &reason).await;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let peer = stream.peer_addr().ok();
+        s.update(id, |r| r.address = peer.map(|p| p.to_string()));
+        let (first, then) = match req.kind {
+            Kind::Connect => {
+                let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+                self.window.send(established.len() as u64);
+                if !self.send(established).await {
+                    s.finish(id);
+                    return;
+                }
+                (Vec::new(), pump::Then::Tunnel(&req.host, req.port))
+            }
+            Kind::Forward { head, body } => (head, pump::Then::Request(body)),
+        };
+        if !s.spend((first.len() + rest.len()) as u64) {
+            s.update(id, |r| r.reason = Some(pump::spent(s.limits.bytes)));
+            s.finish(id);
+            return;
+        }
+        let ends = pump::Ends {
+            shared: s,
+            conn: self.conn,
+            events: &mut self.events,
+            window: &self.window,
+            then,
+        };
+        let relayed = ends.run(stream, first, rest).await;
+        s.update(id, |r| {
+            r.bytes_sent += relayed.sent;
+            r.bytes_received += relayed.received;
+            if relayed.refused {
+                r.decision = "deny".into();
+            }
+            r.reason = match (relayed.failed, relayed.note) {
+                (Some(failed), Some(note)) => Some(format!("{failed}; {note}")),
+                (failed, note) => failed.or(note),
+            };
+        });
+        s.finish(id);
+    }
+
+    /// The request head, and whatever followed it in the same reads. A client that has not
+    /// finished its head in [`HEAD_TIMEOUT`] is dropped.
+    async fn read_head(&mut self) -> Option<(Vec<u8>, Vec<u8>)> {
+        let mut buf: Vec<u8> = Vec::new();
+        let (events, window) = (&mut self.events, &self.window);
+        let (shared, conn) = (self.shared, self.conn);
+        let read = async {
+            loop {
+                match events.recv().await? {
+                    Response::NetData { data, .. } => {
+                        window.dequeue(data.len() as u64);
+                        let bytes = data.len() as u64;
+                        let target = shared.target;
+                        let _ = shared
+                            .client
+                            .notify(Request::NetAck {
+                                target,
+                                conn,
+                                bytes,
+                            })
+                            .await;
+                        // Only the new bytes (and the three before them) can end the head.
+                        let from = buf.len().saturating_sub(3);
+                        buf.extend(data);
+                        if let Some(end) = request::head_end(&buf[from..]).map(|e| from + e) {
+                            if end > request::MAX_HEAD {
+                                return Some(Err(()));
+                            }
+                            let rest = buf.split_off(end);
+                            return Some(Ok((std::mem::take(&mut buf), rest)));
+                        }
+                        if buf.len() > request::MAX_HEAD {
+                            return Some(Err(()));
+                        }
+                    }
+                    Response::NetEof { .. } | Response::NetClosed { .. } => return None,
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(HEAD_TIMEOUT, read).await {
+            Ok(Some(Ok(head))) => Some(head),
+            Ok(Some(Err(()))) => {
+                self.refuse(431, "the request head is over 64 KiB").await;
+                None
+            }
+            Ok(None) | Err(_) => None,
+        }
+    }
+
+    /// Answers with an error the client shows, then waits for it to hang up.
+    async fn refuse(&mut self, status: u16, reason: &str) {
+        let phrase = match status {
+            400 => "Bad Request",
+            403 => "Forbidden",
+            431 => "Request Header Fields Too Large",
+            502 => "Bad Gateway",
+            503 => "Service Unavailable",
+            _ => "Gateway Timeout",
+        };
+        // The reason goes in the status line too: most clients print only that
+        // (`Tunnel connection failed: 403 …`).
+        let line: String = reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let body = format!("runner network proxy: {reason}\n");
+        let answer = format!(
+            "HTTP/1.1 {status} {phrase}: {line}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        if !self.send(answer.as_bytes()).await {
+            return;
+        }
+        let (target, conn) = (self.shared.target, self.conn);
+        self.notify(Request::NetEof { target, conn }).await;
+        let _ = tokio::time::timeout(LINGER, async {
+            while let Some(ev) = self.events.recv().await {
+                match ev {
+                    Response::NetData { data, .. } => {
+                        self.window.dequeue(data.len() as u64);
+                        self.ack(data.len()).await
+                    }
+                    Response::NetEof { .. } | Response::NetClosed { .. } => return,
+                    _ => {}
+                }
+            }
+        })
+        .await;
+    }
+}
+
+async fn connect(addrs: &[std::net::SocketAddr], timeout: Duration) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::other("no address to connect to");
+    for addr in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = e,
+            Err(_) => {
+                last = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{addr} did not answer in {timeout:?}"),
+                )
+            }
+        }
+    }
+    Err(last)
+}

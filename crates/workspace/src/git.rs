@@ -1,0 +1,106 @@
+//! Host git, for the workspaces that start from a repository of their own (an evaluation
+//! attempt's clone): making that base, and taking the patch a harness can `git apply`.
+//!
+//! Git here reads the work tree only as data. Its configuration is none of the machine's
+//! and none of the agent's, hooks are off, and the repository and index are the base's
+//! copy, which the sandbox never sees: the agent's own `.git` (replace refs, index bits, a
+//! deleted base object) cannot hide a change.
+
+use std::path::Path;
+use std::process::Command;
+
+/// Host git with nothing from the machine's configuration and an identity for the
+/// commits it makes.
+pub fn git(cwd: Option<&Path>, args: &[&str]) -> Command {
+    let mut c = Command::new("git");
+    if let Some(d) = cwd {
+        c.arg("-C").arg(d);
+    }
+    c.args([
+        "-c",
+        "user.name=runner",
+        "-c",
+        "user.email=runner@localhost",
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "advice.detachedHead=false",
+        // Read even with no global config file: the user's own ignore and attributes
+        // files would leave files out of a patch on one machine and not another.
+        "-c",
+        "core.excludesFile=/dev/null",
+        "-c",
+        "core.attributesFile=/dev/null",
+    ])
+    .args(args)
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    .env("GIT_TERMINAL_PROMPT", "0")
+    .stdin(std::process::Stdio::null());
+    c
+}
+
+pub trait RunGit {
+    fn run(&mut self, what: &str) -> Result<(), String>;
+    fn output_text(&mut self, what: &str) -> Result<String, String>;
+}
+
+impl RunGit for Command {
+    fn run(&mut self, what: &str) -> Result<(), String> {
+        self.output_text(what).map(drop)
+    }
+
+    fn output_text(&mut self, what: &str) -> Result<String, String> {
+        let out = self
+            .output()
+            .map_err(|e| format!("cannot {what}: git did not start ({e}); is git installed?"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot {what}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// `work`'s changes since `base_git`'s HEAD, as a binary-safe patch: every file git does
+/// not ignore, staged into `index` (a file of ours, removed before and after). No diff
+/// driver or text conversion runs.
+pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8>, String> {
+    let _ = std::fs::remove_file(index);
+    let tree = |args: &[&str]| {
+        let mut c = git(None, &[]);
+        c.arg("--git-dir")
+            .arg(base_git)
+            .arg("--work-tree")
+            .arg(work)
+            .args(args)
+            .env("GIT_INDEX_FILE", index)
+            .env("GIT_NO_REPLACE_OBJECTS", "1");
+        c
+    };
+    let staged = tree(&["add", "-A", "--", "."]).run("stage the agent's changes");
+    let patch = staged.and_then(|()| {
+        tree(&[
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-textconv",
+            "--no-ext-diff",
+            "--no-color",
+            "HEAD",
+        ])
+        .output()
+        .map_err(|e| format!("cannot diff the worktree: {e}"))
+    });
+    let _ = std::fs::remove_file(index);
+    let patch = patch?;
+    if !patch.status.success() {
+        return Err(format!(
+            "cannot diff the worktree: {}",
+            String::from_utf8_lossy(&patch.stderr).trim()
+        ));
+    }
+    Ok(patch.stdout)
+}
