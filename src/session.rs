@@ -325,7 +325,7 @@ async fn start_proxy(
         rules: rules.to_vec(),
     };
     let proxy = crate::network::NetworkProxy::start(
-        ctx.sandbox.client.clone(),
+        ctx.services.sandbox.client.clone(),
         policy,
         crate::network::NetworkLimits::of(&spec.limits),
     )
@@ -382,7 +382,7 @@ pub struct OpenSession {
 
 impl OpenSession {
     pub fn sandbox(&self) -> &Arc<Sandbox> {
-        &self.ctx.sandbox
+        &self.ctx.services.sandbox
     }
 }
 

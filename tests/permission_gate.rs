@@ -292,9 +292,9 @@ async fn a_worktree_named_through_a_symlink_contains_its_files() {
         Arc::new(sandbox),
         f.ctx.conversation.clone(),
         f.ctx.gate.clone(),
-        f.ctx.truncator.clone(),
+        f.ctx.services.truncator.clone(),
     );
-    assert_eq!(ctx.real_worktree.as_path(), f.wt.as_path());
+    assert_eq!(ctx.services.real_worktree.as_path(), f.wt.as_path());
     assert!(
         ctx.external_request(&alias.join("sub/a.txt"), false)
             .is_none()

@@ -141,7 +141,7 @@ pub async fn all(ctx: &ToolContext, user_dir: &Path) -> (Vec<AgentDef>, Vec<Stri
         }
     }
     let dir = ctx.worktree().join(".runner").join("agents");
-    if let Ok(entries) = ctx.sandbox.client.list(&dir).await {
+    if let Ok(entries) = ctx.services.sandbox.client.list(&dir).await {
         let mut names: Vec<String> = entries
             .into_iter()
             .map(|e| e.name)
@@ -150,7 +150,13 @@ pub async fn all(ctx: &ToolContext, user_dir: &Path) -> (Vec<AgentDef>, Vec<Stri
         names.sort();
         for name in names {
             let path = dir.join(&name);
-            let Ok(r) = ctx.sandbox.client.read_all(&path, 256 * 1024).await else {
+            let Ok(r) = ctx
+                .services
+                .sandbox
+                .client
+                .read_all(&path, 256 * 1024)
+                .await
+            else {
                 continue;
             };
             let text = String::from_utf8_lossy(&r.data);

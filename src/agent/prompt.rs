@@ -89,7 +89,13 @@ fn environment(env: &Environment) -> String {
 pub async fn project_instructions(ctx: &ToolContext) -> Option<(String, String)> {
     for name in INSTRUCTION_FILES {
         let path = ctx.worktree().join(name);
-        if let Ok(r) = ctx.sandbox.client.read_all(&path, MAX_INSTRUCTIONS).await {
+        if let Ok(r) = ctx
+            .services
+            .sandbox
+            .client
+            .read_all(&path, MAX_INSTRUCTIONS)
+            .await
+        {
             return Some((
                 name.to_string(),
                 String::from_utf8_lossy(&r.data).into_owned(),

@@ -418,7 +418,7 @@ impl Agent {
                 }
                 if let Ok(r) = self
                     .ctx
-                    .sandbox
+                    .sandbox()
                     .client
                     .read_all(&candidate, 64 * 1024)
                     .await

@@ -128,7 +128,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let settings = open.settings.clone();
     let model_spec = model.or(settings.model.clone());
     let mut base = open.ctx.clone();
-    base.user = user;
+    base.services_mut().user = user;
     let user_agents = crate::dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);

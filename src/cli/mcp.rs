@@ -40,7 +40,7 @@ pub async fn run(cmd: McpCommand) -> u8 {
                 Ok(x) => x,
                 Err(code) => return code,
             };
-            let states = match &ctx.mcp {
+            let states = match &ctx.services.mcp {
                 Some(m) => m.tools(&ctx).await.1,
                 None => Vec::new(),
             };

@@ -116,11 +116,11 @@ pub async fn run(args: RunArgs) -> u8 {
         None => conversation(&mut run, &signals, args.json).await,
     };
     run.finish(&end);
-    if let Some(hooks) = run.open.ctx.hooks.clone() {
+    if let Some(hooks) = run.open.ctx.services.hooks.clone() {
         hooks.session_end(end.reason(), &run.open.ctx).await;
     }
     if !args.json {
-        super::tool::report_network(run.open.ctx.network.as_deref()).await;
+        super::tool::report_network(run.open.ctx.services.network.as_deref()).await;
         eprintln!(
             "runner: session {} saved in {}",
             run.agent.id,

@@ -93,7 +93,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             };
             let result = registry.call_raw(&name, &args, &ctx).await;
             print_result(&result, json);
-            report_network(ctx.network.as_deref()).await;
+            report_network(ctx.services.network.as_deref()).await;
             // The sandbox closes (its processes die) before the copy is handed over.
             drop(ctx);
             super::changes::report(workspace);
@@ -346,7 +346,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
             first_failure = code;
         }
     }
-    report_network(ctx.network.as_deref()).await;
+    report_network(ctx.services.network.as_deref()).await;
     drop(ctx);
     super::changes::report(workspace);
     first_failure

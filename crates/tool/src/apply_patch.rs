@@ -245,7 +245,7 @@ async fn read_before(
     ctx: &ToolContext,
     path: &Path,
 ) -> Result<Result<(String, FileStamp), ReadFailure>, ToolError> {
-    match ctx.sandbox.client.read_all(path, MAX_FILE).await {
+    match ctx.services.sandbox.client.read_all(path, MAX_FILE).await {
         Ok(r) => Ok(match String::from_utf8(r.data) {
             Ok(text) => Ok((text, r.stamp)),
             Err(_) => Err(ReadFailure::Other(format!(
@@ -273,7 +273,7 @@ async fn apply_all(
     changes: &[FileChange],
     before: &Before,
 ) -> Result<(), ToolError> {
-    let client = &ctx.sandbox.client;
+    let client = &ctx.services.sandbox.client;
     // Expected stamps: a file patched twice is expected in the version the first write left.
     let mut stamps: HashMap<PathBuf, Option<FileStamp>> = before
         .iter()
@@ -396,7 +396,7 @@ async fn write_tracked(
         None => WritePrecondition::Absent,
     };
     let written = ctx
-        .sandbox
+        .sandbox()
         .client
         .write(path, content.as_bytes().to_vec(), Some(precondition))
         .await
@@ -422,7 +422,8 @@ async fn remove_tracked(
     content_now: &mut HashMap<PathBuf, Option<String>>,
     undo: &mut Vec<Undo>,
 ) -> Result<(), (PathBuf, SandboxError)> {
-    ctx.sandbox
+    ctx.services
+        .sandbox
         .client
         .remove(path)
         .await

@@ -90,7 +90,7 @@ impl Tool for BashTool {
     ) -> Result<Vec<PermissionRequest>, ToolError> {
         let cwd = workdir(params, ctx)?;
         let home = ctx
-            .sandbox
+            .sandbox()
             .env
             .iter()
             .find(|(k, _)| k == "HOME")
@@ -159,12 +159,12 @@ impl Tool for BashTool {
         let cwd = workdir(&params, ctx)?;
 
         let execution = ctx
-            .sandbox
+            .sandbox()
             .client
             .exec(ExecRequest {
                 command: params.command.clone(),
                 cwd: cwd.clone(),
-                env: ctx.sandbox.env.clone(),
+                env: ctx.services.sandbox.env.clone(),
                 timeout_ms,
                 stdin: None,
                 output_limit: CAPTURE_LIMIT,

@@ -26,12 +26,12 @@ pub async fn run(
     limit: u64,
 ) -> Result<Collected, ToolError> {
     let execution = ctx
-        .sandbox
+        .sandbox()
         .client
         .exec(ExecRequest {
             command: command.to_string(),
             cwd: ctx.worktree().to_path_buf(),
-            env: ctx.sandbox.env.clone(),
+            env: ctx.services.sandbox.env.clone(),
             timeout_ms: timeout.as_millis() as u64,
             stdin: Some(stdin),
             output_limit: limit,

@@ -1,4 +1,5 @@
-//! What a tool call runs with: the sandbox, the conversation, the permission gate, progress and
+//! What a tool call runs with: the session's shared services (the sandbox, hooks, MCP, the
+//! ways out), the calling agent's conversation and gate, and the call's own progress and
 //! cancellation.
 
 use std::collections::HashMap;
@@ -96,25 +97,19 @@ pub struct Progress {
 
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
+/// What every call of a session shares: the wall, how long output may be, who answers
+/// questions, and the session's hooks, MCP servers and ways out. Built once as the session
+/// opens; every context (each call, each subagent) holds the same one.
 #[derive(Clone)]
-pub struct ToolContext {
+pub struct Services {
     pub sandbox: Arc<Sandbox>,
-    pub conversation: Arc<Conversation>,
-    pub gate: Arc<dyn PermissionGate>,
     pub truncator: Arc<Truncator>,
-    pub progress: ProgressSink,
-    pub cancel: CancellationToken,
-    /// The tool this context is running, for the person an ask reaches.
-    pub tool: Option<&'static str>,
     /// The worktree with its own symlinks resolved, found once: resolved paths are compared
     /// against it (a worktree under `/tmp -> /private/tmp` still contains its files).
-    pub real_worktree: Arc<PathBuf>,
+    pub real_worktree: PathBuf,
     /// Who answers the `question` tool; `None` when nobody is there (the tool then tells
     /// the model to decide for itself).
     pub user: Option<Arc<dyn UserChannel>>,
-    /// The registry `batch` runs its calls through. The agent sets it to the registry it
-    /// offers the model; without one, `batch` uses [`Registry::builtin`].
-    pub registry: Option<Arc<Registry>>,
     /// The session's hooks (run around every call the registry makes).
     pub hooks: Option<Arc<super::hooks::Hooks>>,
     /// The session's MCP servers, started on first use.
@@ -128,6 +123,24 @@ pub struct ToolContext {
     pub outbound: Arc<runner_network::outbound::Outbound>,
 }
 
+/// What one tool call runs with: the session's [`Services`], what belongs to the agent
+/// making the call (its conversation, its gate, the registry it offers), and what belongs
+/// to the call alone (progress, cancellation, which tool asks).
+#[derive(Clone)]
+pub struct ToolContext {
+    pub services: Arc<Services>,
+    pub conversation: Arc<Conversation>,
+    /// The agent's gate (a subagent's observes its parent's).
+    pub gate: Arc<dyn PermissionGate>,
+    /// The registry `batch` runs its calls through. The agent sets it to the registry it
+    /// offers the model; without one, `batch` uses [`Registry::builtin`].
+    pub registry: Option<Arc<Registry>>,
+    pub progress: ProgressSink,
+    pub cancel: CancellationToken,
+    /// The tool this context is running, for the person an ask reaches.
+    pub tool: Option<&'static str>,
+}
+
 impl ToolContext {
     pub fn new(
         sandbox: Arc<Sandbox>,
@@ -135,54 +148,60 @@ impl ToolContext {
         gate: Arc<dyn PermissionGate>,
         truncator: Arc<Truncator>,
     ) -> Self {
-        let real_worktree = Arc::new(runner_permission::paths::resolve_existing(
-            sandbox.worktree(),
-        ));
+        let real_worktree = runner_permission::paths::resolve_existing(sandbox.worktree());
         ToolContext {
-            sandbox,
+            services: Arc::new(Services {
+                sandbox,
+                truncator,
+                real_worktree,
+                user: None,
+                hooks: None,
+                mcp: None,
+                network: None,
+                outbound: Arc::new(runner_network::outbound::Outbound::new(&[])),
+            }),
             conversation,
             gate,
-            truncator,
+            registry: None,
             progress: Arc::new(|_| {}),
             cancel: CancellationToken::new(),
             tool: None,
-            real_worktree,
-            user: None,
-            registry: None,
-            hooks: None,
-            mcp: None,
-            network: None,
-            outbound: Arc::new(runner_network::outbound::Outbound::new(&[])),
         }
+    }
+
+    /// The services to change while the session is being put together (a copy when
+    /// another context already shares them, so contexts made earlier keep theirs).
+    pub fn services_mut(&mut self) -> &mut Services {
+        Arc::make_mut(&mut self.services)
     }
 
     /// This context with the policy of its session's host-side requests.
     pub fn with_outbound(mut self, outbound: Arc<runner_network::outbound::Outbound>) -> Self {
-        self.outbound = outbound;
+        self.services_mut().outbound = outbound;
         self
     }
 
     /// This context with the sandbox's network proxy.
     pub fn with_network(mut self, network: Option<Arc<runner_network::NetworkProxy>>) -> Self {
-        self.network = network;
+        self.services_mut().network = network;
         self
     }
 
     /// This context with MCP servers whose tools join the built-ins.
     pub fn with_mcp(mut self, mcp: Arc<super::mcp::McpServers>) -> Self {
-        self.mcp = (!mcp.is_empty()).then_some(mcp);
+        self.services_mut().mcp = (!mcp.is_empty()).then_some(mcp);
         self
     }
 
     /// This context with hooks around its calls.
     pub fn with_hooks(mut self, hooks: Arc<super::hooks::Hooks>) -> Self {
-        self.hooks = (!hooks.is_empty()).then_some(hooks);
+        self.services_mut().hooks = (!hooks.is_empty()).then_some(hooks);
         self
     }
 
     /// This context with someone to answer the `question` tool.
     pub fn with_user(mut self, user: Arc<dyn UserChannel>) -> Self {
-        self.user = Some(user);
+        self.services_mut().user = Some(user);
         self
     }
 
@@ -200,13 +219,18 @@ impl ToolContext {
         }
     }
 
+    /// The sandbox the session's calls run in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.services.sandbox
+    }
+
     pub fn worktree(&self) -> &Path {
-        self.sandbox.worktree()
+        self.services.sandbox.worktree()
     }
 
     /// The file's stat, or `None` when nothing exists at the path.
     pub async fn stat_if_exists(&self, path: &Path) -> Result<Option<Stat>, SandboxError> {
-        match self.sandbox.client.stat(path).await {
+        match self.services.sandbox.client.stat(path).await {
             Ok(stat) => Ok(Some(stat)),
             Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -242,6 +266,7 @@ impl ToolContext {
         precondition: WritePrecondition,
     ) -> Result<FileStamp, ToolError> {
         match self
+            .services
             .sandbox
             .client
             .write(path, bytes, Some(precondition))
@@ -339,7 +364,7 @@ impl ToolContext {
         let outside = if !self.is_inside_worktree(path) {
             path
         } else if real.starts_with(self.worktree())
-            || real.starts_with(self.real_worktree.as_path())
+            || real.starts_with(self.services.real_worktree.as_path())
         {
             return None;
         } else {

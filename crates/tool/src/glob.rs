@@ -54,14 +54,14 @@ impl Tool for GlobTool {
         }
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
         let root = search_root(params.path.as_deref(), ctx)?;
-        if ctx.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
+        if ctx.services.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
             return Err(ToolError::Failed(format!(
                 "glob path must be a directory: {}",
                 root.display()
             )));
         }
         let found = ctx
-            .sandbox
+            .sandbox()
             .client
             .glob(root.clone(), &params.pattern, LIMIT)
             .await?;

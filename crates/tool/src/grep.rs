@@ -60,7 +60,7 @@ impl Tool for GrepTool {
         let root = super::glob::search_root(params.path.as_deref(), ctx)?;
         let include = params.include.as_deref().filter(|i| !i.trim().is_empty());
         let found = ctx
-            .sandbox
+            .sandbox()
             .client
             .grep(root.clone(), &params.pattern, include, LIMIT)
             .await?;

@@ -55,14 +55,14 @@ impl Tool for ListTool {
     async fn execute(&self, params: ListParams, ctx: &ToolContext) -> ToolResult {
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
         let root = super::glob::search_root(params.path.as_deref(), ctx)?;
-        if ctx.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
+        if ctx.services.sandbox.client.stat(&root).await?.kind != FileKind::Dir {
             return Err(ToolError::Failed(format!(
                 "{} is not a directory",
                 root.display()
             )));
         }
         let found = ctx
-            .sandbox
+            .sandbox()
             .client
             .tree(root.clone(), params.ignore.unwrap_or_default(), LIMIT)
             .await?;

@@ -291,13 +291,13 @@ impl Server {
             .map(|a| shell_quote(a))
             .collect::<Vec<_>>()
             .join(" ");
-        let mut env = ctx.sandbox.env.clone();
+        let mut env = ctx.services.sandbox.env.clone();
         for (k, v) in &self.spec.env {
             env.retain(|(have, _)| have != k);
             env.push((k.clone(), v.clone()));
         }
         let mut execution = ctx
-            .sandbox
+            .sandbox()
             .client
             .exec(ExecRequest {
                 command: format!("exec {line}"),
@@ -391,7 +391,11 @@ impl Server {
                 self.name
             )
         };
-        ctx.outbound.check(&parsed).await.map_err(not_contacted)?;
+        ctx.services
+            .outbound
+            .check(&parsed)
+            .await
+            .map_err(not_contacted)?;
         let mut headers = reqwest012::header::HeaderMap::new();
         for (k, v) in &self.spec.headers {
             let name = reqwest012::header::HeaderName::from_bytes(k.as_bytes())
@@ -400,7 +404,7 @@ impl Server {
                 .map_err(|e| format!("mcp.{}: header {k:?}: {e}", self.name))?;
             headers.insert(name, value);
         }
-        let client = ctx.outbound.client_012(headers)?;
+        let client = ctx.services.outbound.client_012(headers)?;
         let transport = StreamableHttpClientTransport::with_client(
             client,
             StreamableHttpClientTransportConfig::with_uri(url.to_string()),

@@ -96,7 +96,7 @@ impl Tool for QuestionTool {
         ctx.ask_all(self.permissions(&params, ctx).await?).await?;
         let n = params.questions.len();
         let title = format!("Asked {n} question{}", if n == 1 { "" } else { "s" });
-        let Some(user) = ctx.user.as_ref() else {
+        let Some(user) = ctx.services.user.as_ref() else {
             return Ok(ToolOutput {
                 title,
                 output: "Nobody is available to answer questions in this session, so none were asked. Continue on your own best judgement: pick the option that seems most reasonable, and say clearly which assumptions you made so the user can correct them later.".into(),

@@ -112,7 +112,7 @@ async fn not_found_message(ctx: &ToolContext, path: &Path) -> String {
     let (Some(dir), Some(base)) = (path.parent(), path.file_name()) else {
         return not_found;
     };
-    let Ok(entries) = ctx.sandbox.client.list(dir).await else {
+    let Ok(entries) = ctx.services.sandbox.client.list(dir).await else {
         return not_found;
     };
     let base = base.to_string_lossy();
@@ -205,7 +205,7 @@ async fn read_dir(
     limit: u64,
 ) -> ToolResult {
     let mut entries: Vec<String> = ctx
-        .sandbox
+        .sandbox()
         .client
         .list(path)
         .await?
@@ -304,7 +304,7 @@ async fn read_file(
     offset: u64,
     limit: u64,
 ) -> ToolResult {
-    let client = &ctx.sandbox.client;
+    let client = &ctx.services.sandbox.client;
     let first = client.read(path, 0, CHUNK).await?;
     let stamp = first.stamp;
 
@@ -386,7 +386,12 @@ async fn attachment(
             path.display(),
         )));
     }
-    let whole = ctx.sandbox.client.read_all(path, MAX_ATTACHMENT).await?;
+    let whole = ctx
+        .services
+        .sandbox
+        .client
+        .read_all(path, MAX_ATTACHMENT)
+        .await?;
     let kind = if mime == "application/pdf" {
         "PDF"
     } else {

@@ -128,7 +128,7 @@ impl Registry {
                 rule.source.origin,
                 rule.source.position
             ));
-            let mut result = finish(tool.as_ref(), Err(error), &ctx.truncator);
+            let mut result = finish(tool.as_ref(), Err(error), &ctx.services.truncator);
             result.outcome = Outcome::Denied;
             return result;
         }
@@ -142,19 +142,19 @@ impl Registry {
             )
             .with_metadata(serde_json::json!({ "tool": tool.id(), "input": args }));
             if let Err(e) = ctx.ask(ask).await {
-                return finish(tool.as_ref(), Err(e), &ctx.truncator);
+                return finish(tool.as_ref(), Err(e), &ctx.services.truncator);
             }
         }
-        let Some(hooks) = ctx.hooks.clone() else {
+        let Some(hooks) = ctx.services.hooks.clone() else {
             let result = tool.call(args, ctx).await;
-            return finish(tool.as_ref(), result, &ctx.truncator);
+            return finish(tool.as_ref(), result, &ctx.services.truncator);
         };
         // A before_tool hook that says no blocks the call; what it said is the message.
         if let Err(message) = hooks.before(tool.id(), &args, ctx).await {
             let mut result = finish(
                 tool.as_ref(),
                 Err(ToolError::Failed(message)),
-                &ctx.truncator,
+                &ctx.services.truncator,
             );
             result.outcome = Outcome::Denied;
             return result;
@@ -162,7 +162,7 @@ impl Registry {
         let result = finish(
             tool.as_ref(),
             tool.call(args.clone(), ctx).await,
-            &ctx.truncator,
+            &ctx.services.truncator,
         );
         let seen = serde_json::json!({
             "output": result.output, "error": result.error, "outcome": result.outcome,
@@ -203,7 +203,7 @@ impl Registry {
         let mut result = finish(
             &invalid,
             DynTool::call(&invalid, args, ctx).await,
-            &ctx.truncator,
+            &ctx.services.truncator,
         );
         result.error = Some(result.output.clone());
         result.outcome = Outcome::Failed;

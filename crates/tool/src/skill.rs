@@ -231,7 +231,7 @@ fn xml_escape(s: &str) -> String {
 /// worktree.
 async fn worktree_skills(ctx: &ToolContext, problems: &mut Vec<String>) -> Vec<Skill> {
     let root = ctx.worktree().join(WORKTREE_DIR);
-    let entries = match ctx.sandbox.client.list(&root).await {
+    let entries = match ctx.services.sandbox.client.list(&root).await {
         Ok(entries) => entries,
         Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => return Vec::new(),
         Err(e) => {
@@ -249,7 +249,13 @@ async fn worktree_skills(ctx: &ToolContext, problems: &mut Vec<String>) -> Vec<S
     for name in names {
         let dir = root.join(&name);
         let file = dir.join(SKILL_FILE);
-        let text = match ctx.sandbox.client.read_all(&file, MAX_SKILL_BYTES).await {
+        let text = match ctx
+            .services
+            .sandbox
+            .client
+            .read_all(&file, MAX_SKILL_BYTES)
+            .await
+        {
             Ok(r) => String::from_utf8_lossy(&r.data).into_owned(),
             Err(SandboxError::Api(e)) if e.kind == ErrorKind::NotFound => continue,
             Err(e) => {
@@ -331,7 +337,7 @@ async fn skill_files(skill: &Skill, ctx: &ToolContext) -> (Vec<String>, bool) {
             .collect()
     };
     match ctx
-        .sandbox
+        .sandbox()
         .client
         .tree(skill.dir.clone(), Vec::new(), MAX_FILES + 1)
         .await

@@ -191,7 +191,7 @@ pub async fn registry(ctx: &ToolContext) -> (super::Registry, Vec<String>) {
     for t in tools {
         registry = registry.with(std::sync::Arc::new(t));
     }
-    if let Some(mcp) = &ctx.mcp {
+    if let Some(mcp) = &ctx.services.mcp {
         let (tools, states) = mcp.tools(ctx).await;
         notes.extend(
             states
@@ -215,13 +215,13 @@ pub async fn discover(
 ) -> (Vec<UserTool>, Vec<String>) {
     let mut files = user_files(user_dir);
     let dir = ctx.worktree().join(TOOLS_DIR);
-    let names: Vec<String> = match ctx.sandbox.client.list(&dir).await {
+    let names: Vec<String> = match ctx.services.sandbox.client.list(&dir).await {
         Ok(entries) => entries.into_iter().map(|e| e.name).collect(),
         Err(_) => Vec::new(),
     };
     for (name, file) in toml_files(&names) {
         let path = dir.join(file);
-        let text = match ctx.sandbox.client.read_all(&path, MAX_FILE).await {
+        let text = match ctx.services.sandbox.client.read_all(&path, MAX_FILE).await {
             Ok(r) => Ok(String::from_utf8_lossy(&r.data).into_owned()),
             Err(e) => Err(format!("cannot read {}: {e}", path.display())),
         };

@@ -201,13 +201,14 @@ async fn follow(
     secs: u64,
     ctx: &ToolContext,
 ) -> Result<(reqwest::Response, reqwest::Url, tokio::time::Instant), ToolError> {
-    let client = ctx.outbound.client().map_err(ToolError::Failed)?;
+    let client = ctx.services.outbound.client().map_err(ToolError::Failed)?;
     let mut current = reqwest::Url::parse(url)
         .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
     let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut redirects = 0;
     loop {
-        ctx.outbound
+        ctx.services
+            .outbound
             .check_url(&current)
             .map_err(|r| refused(&current, &r))?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -231,7 +232,8 @@ async fn follow(
             )));
         }
         // A hop to a closed address is refused before anybody is asked about it.
-        ctx.outbound
+        ctx.services
+            .outbound
             .check_url(&next)
             .map_err(|r| refused(&next, &r))?;
         if next.origin() != current.origin() {

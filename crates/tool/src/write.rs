@@ -48,7 +48,7 @@ impl Tool for WriteTool {
         ctx.ask_all(asks).await?;
         let path = ctx.resolve(&params.file_path)?;
         let _guard = ctx.conversation.lock_file(&path).await;
-        let client = &ctx.sandbox.client;
+        let client = &ctx.services.sandbox.client;
 
         let existing = ctx.stat_for_overwrite(&path).await?;
         let (before, precondition) = match &existing {

@@ -103,7 +103,7 @@ async fn read_current(
     let Some(stat) = ctx.stat_for_overwrite(path).await? else {
         return Ok((None, WritePrecondition::Absent));
     };
-    let read = ctx.sandbox.client.read_all(path, MAX_FILE).await?;
+    let read = ctx.services.sandbox.client.read_all(path, MAX_FILE).await?;
     if read.stamp != stat.stamp {
         return Err(ToolError::Failed(format!(
             "File {} changed while it was being edited. Read it again, then retry.",
