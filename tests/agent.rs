@@ -1763,3 +1763,244 @@ fn without_landlock_the_default_is_docker_and_without_docker_runner_refuses() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 }
+
+/// Anthropic's events for an answer of `text` that stops for `stop_reason`, each closed by
+/// a blank line.
+fn anthropic_events(text: &str, stop_reason: &str) -> Vec<String> {
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    vec![
+        event(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "m", "type": "message",
+                "role": "assistant", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ),
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        event(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 5}}),
+        ),
+        event("message_stop", json!({"type": "message_stop"})),
+    ]
+}
+
+/// The official SDKs dispatch a body's last event even when no blank line follows it; a
+/// complete answer must not be taken for a cut stream (and asked for again).
+#[test]
+fn a_last_event_without_a_blank_line_still_ends_the_answer() {
+    for (anthropic, ending) in [(true, "\n"), (true, ""), (false, "\n"), (false, "")] {
+        let h = Harness::new();
+        let mut pieces = if anthropic {
+            anthropic_events("all done", "end_turn")
+        } else {
+            common::provider::render(&text("all done"), false)
+        };
+        let last = pieces.pop().unwrap();
+        pieces.push(format!("{}{ending}", last.trim_end_matches('\n')));
+        let model = ScriptedModel::start(vec![Response::Raw(pieces)]);
+        let spec = if anthropic { "anthropic/c" } else { "openai/g" };
+        let out = h.run(&model, &["--model", spec, "--json", "finish"]);
+        let case = format!("anthropic {anthropic}, ending {ending:?}");
+        assert_eq!(out.status.code(), Some(0), "{case}: {}", describe(&out));
+        let ev = events(&out);
+        assert!(of_type(&ev, "retry").is_empty(), "{case}: {ev:?}");
+        assert_eq!(model.requests().len(), 1, "{case}: asked twice");
+        assert_eq!(end_of(&ev)["reason"], "finished", "{case}");
+    }
+}
+
+/// A body that ends inside an event (half its JSON) is a cut stream: tried again, never
+/// a malformed answer.
+#[test]
+fn a_stream_cut_inside_an_event_is_tried_again() {
+    for anthropic in [false, true] {
+        let h = Harness::new();
+        let mut pieces = if anthropic {
+            anthropic_events("almost", "end_turn")
+        } else {
+            common::provider::render(&text("almost"), false)
+        };
+        pieces.truncate(3);
+        let half = pieces.pop().unwrap();
+        pieces.push(half[..half.len() / 2].to_string());
+        let model = ScriptedModel::start(vec![
+            Response::Raw(pieces),
+            Response::Stream(text("whole now")),
+        ]);
+        let cfg = h.config_file("[retry]\nbase_ms = 10\n");
+        let spec = if anthropic { "anthropic/c" } else { "openai/g" };
+        let out = h.run(&model, &["--model", spec, "--config", &cfg, "--json", "go"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let ev = events(&out);
+        let retries = of_type(&ev, "retry");
+        assert_eq!(retries.len(), 1, "{ev:?}");
+        assert!(
+            retries[0]
+                .to_string()
+                .contains("broke off in the middle of an event"),
+            "{:?}",
+            retries[0]
+        );
+    }
+}
+
+/// A model that declines says so in its own words, and the run ends with its own reason
+/// and exit status (7), not as a finished answer.
+#[test]
+fn a_refusal_is_shown_and_ends_the_run_with_its_own_status() {
+    let words = "I can't help with that request.";
+    let openai = {
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c", "object": "chat.completion.chunk", "model": "g",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        vec![
+            chunk(json!({"role": "assistant", "refusal": ""}), Value::Null),
+            chunk(json!({"refusal": &words[..10]}), Value::Null),
+            chunk(json!({"refusal": &words[10..]}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            "data: [DONE]\n\n".to_string(),
+        ]
+    };
+    for (spec, pieces) in [
+        ("openai/g", openai),
+        ("anthropic/c", anthropic_events(words, "refusal")),
+    ] {
+        let h = Harness::new();
+        let model = ScriptedModel::start(vec![Response::Raw(pieces.clone())]);
+        let out = h.run(&model, &["--model", spec, "--json", "do it"]);
+        assert_eq!(out.status.code(), Some(7), "{spec}: {}", describe(&out));
+        let ev = events(&out);
+        let end = end_of(&ev);
+        assert_eq!(end["reason"], "model_refused", "{spec}: {end}");
+        let shown: String = of_type(&ev, "text")
+            .iter()
+            .filter_map(|e| e["delta"].as_str())
+            .collect();
+        assert!(
+            shown.contains(words),
+            "{spec}: the refusal was not shown: {ev:?}"
+        );
+
+        // Without --json, the words reach the terminal and the end says why.
+        let model = ScriptedModel::start(vec![Response::Raw(pieces)]);
+        let out = h.run(&model, &["--model", spec, "do it"]);
+        assert_eq!(out.status.code(), Some(7), "{spec}: {}", describe(&out));
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(all.contains(words), "{spec}: {all}");
+        assert!(all.contains("declined"), "{spec}: {all}");
+    }
+}
+
+/// An error event inside a 200 answer is reported as the event says (its type and message),
+/// not as an HTTP status nobody sent; whether it is tried again follows its type.
+#[test]
+fn an_error_event_in_an_answer_is_reported_as_that_event() {
+    let anthropic_error = |kind: &str, message: &str| {
+        let mut pieces = anthropic_events("", "end_turn");
+        pieces.truncate(1);
+        pieces.push(format!(
+            "event: error\ndata: {}\n\n",
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        ));
+        pieces
+    };
+    let openai_error = |kind: &str, message: &str| {
+        vec![format!(
+            "data: {}\n\n",
+            json!({"error": {"message": message, "type": kind, "code": kind}})
+        )]
+    };
+    for (spec, refused, passing) in [
+        (
+            "anthropic/c",
+            anthropic_error("invalid_request_error", "the tools list is malformed"),
+            anthropic_error("overloaded_error", "Overloaded"),
+        ),
+        (
+            "openai/g",
+            openai_error("invalid_request_error", "the tools list is malformed"),
+            openai_error("rate_limit_exceeded", "Rate limit reached"),
+        ),
+    ] {
+        let h = Harness::new();
+        let cfg = h.config_file("[retry]\nattempts = 2\nbase_ms = 10\n");
+        let model = ScriptedModel::start(vec![Response::Raw(refused)]);
+        let out = h.run(&model, &["--model", spec, "--config", &cfg, "go"]);
+        assert_eq!(out.status.code(), Some(4), "{spec}: {}", describe(&out));
+        let err = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            err.contains("reported an error in its answer: the tools list is malformed (invalid_request_error)"),
+            "{spec}: {err}"
+        );
+        assert!(
+            !err.contains("answered 400"),
+            "{spec}: an invented status: {err}"
+        );
+        assert_eq!(
+            model.requests().len(),
+            1,
+            "{spec}: a rejected request was retried"
+        );
+
+        let model = ScriptedModel::start(vec![
+            Response::Raw(passing),
+            Response::Stream(text("fine now")),
+        ]);
+        let out = h.run(&model, &["--model", spec, "--config", &cfg, "--json", "go"]);
+        assert_eq!(out.status.code(), Some(0), "{spec}: {}", describe(&out));
+        let ev = events(&out);
+        let retries = of_type(&ev, "retry");
+        assert_eq!(retries.len(), 1, "{spec}: {ev:?}");
+        assert!(
+            !retries[0].to_string().contains("answered 5"),
+            "{spec}: {:?}",
+            retries[0]
+        );
+    }
+}
+
+/// `--json` lines stay one line each for readers that also split at U+2028 and U+2029
+/// (JavaScript's line terminators).
+#[test]
+fn json_events_escape_the_unicode_line_separators() {
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![Response::Stream(text("one\u{2028}two\u{2029}three"))]);
+    let out = h.run(&model, &["--model", "openai/g", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains('\u{2028}') && !stdout.contains('\u{2029}'),
+        "a raw separator in --json: {stdout:?}"
+    );
+    assert!(stdout.contains("\\u2028"), "{stdout}");
+    let shown: String = of_type(&events(&out), "text")
+        .iter()
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert_eq!(
+        shown, "one\u{2028}two\u{2029}three",
+        "the text itself is unchanged"
+    );
+}

@@ -46,6 +46,9 @@ pub enum End {
     ProviderError(String),
     /// A person said no to an ask, or nobody could answer it.
     Refused(String),
+    /// The model declined to answer (its provider says so: a refusal stop reason or
+    /// refusal text); what it said is its last message.
+    ModelRefused(String),
     Interrupted,
     SandboxError(String),
 }
@@ -57,6 +60,7 @@ impl End {
             End::MaxSteps => "max_steps",
             End::ProviderError(_) => "provider_error",
             End::Refused(_) => "refused",
+            End::ModelRefused(_) => "model_refused",
             End::Interrupted => "interrupted",
             End::SandboxError(_) => "sandbox_error",
         }
@@ -64,7 +68,10 @@ impl End {
 
     pub fn message(&self) -> Option<&str> {
         match self {
-            End::ProviderError(m) | End::Refused(m) | End::SandboxError(m) => Some(m),
+            End::ProviderError(m)
+            | End::Refused(m)
+            | End::ModelRefused(m)
+            | End::SandboxError(m) => Some(m),
             _ => None,
         }
     }
@@ -74,6 +81,7 @@ impl End {
         match self {
             End::Finished => exit::FINISHED,
             End::Refused(_) => exit::REFUSED,
+            End::ModelRefused(_) => exit::MODEL_REFUSED,
             End::ProviderError(_) => exit::PROVIDER,
             End::MaxSteps => exit::MAX_STEPS,
             End::SandboxError(_) => exit::SANDBOX,
@@ -93,6 +101,8 @@ pub mod exit {
     pub const PROVIDER: u8 = 4;
     pub const MAX_STEPS: u8 = 5;
     pub const SANDBOX: u8 = 6;
+    /// The model declined to answer.
+    pub const MODEL_REFUSED: u8 = 7;
     /// 128 + SIGINT, as shells report an interrupted program.
     pub const INTERRUPTED: u8 = 130;
 }

@@ -120,6 +120,7 @@ impl Agent {
             };
             shrunk_on_refusal = false;
             let cut_off = turn.finish == Finish::Length;
+            let declined = turn.finish == Finish::Refusal;
             self.count_turn(&turn, started.elapsed());
             let Turn {
                 text, tool_calls, ..
@@ -129,6 +130,10 @@ impl Agent {
                 tool_calls: tool_calls.clone(),
             });
             self.chars_at_turn = compact::chars(&self.messages);
+            if declined {
+                // Its calls, if a refusal came with any, are not run.
+                return End::ModelRefused(MODEL_DECLINED.to_string());
+            }
             if tool_calls.is_empty() {
                 if cut_off {
                     // An answer cut at the output limit is not an end: ask for the rest.
@@ -513,16 +518,17 @@ impl Agent {
 }
 
 /// The provider refused the request for its size: our estimate fell short of its count.
+/// Said with a status before the answer, or as an error event inside it.
 fn too_long(e: &LlmError) -> bool {
-    let LlmError::Status {
-        status: 400 | 413,
-        message,
-        ..
-    } = e
-    else {
-        return false;
+    let m = match e {
+        LlmError::Status {
+            status: 400 | 413,
+            message,
+            ..
+        } => message.to_ascii_lowercase(),
+        LlmError::Stream { kind, message, .. } => format!("{kind} {message}").to_ascii_lowercase(),
+        _ => return false,
     };
-    let m = message.to_ascii_lowercase();
     [
         "context_length_exceeded",
         "context length",
@@ -535,6 +541,11 @@ fn too_long(e: &LlmError) -> bool {
     .iter()
     .any(|p| m.contains(p))
 }
+
+/// What a run that ends in the model's refusal says (the refusal itself was shown as the
+/// model's text).
+const MODEL_DECLINED: &str =
+    "the model declined to answer (its provider marked the answer a refusal)";
 
 fn provider_message(e: &LlmError) -> String {
     let hint = match e {
@@ -552,7 +563,12 @@ fn provider_message(e: &LlmError) -> String {
         } if message.contains("insufficient_quota") => {
             " (the account is out of credit: check its plan and billing)"
         }
-        LlmError::Status { message, .. } | LlmError::Transport { message, .. }
+        LlmError::Stream { kind, .. } if kind == "insufficient_quota" => {
+            " (the account is out of credit: check its plan and billing)"
+        }
+        LlmError::Status { message, .. }
+        | LlmError::Transport { message, .. }
+        | LlmError::Stream { message, .. }
             if message.contains("gave up after") =>
         {
             " (the provider kept failing; try again later)"
@@ -567,6 +583,7 @@ fn finish_name(f: &Finish) -> String {
         Finish::Stop => "stop".into(),
         Finish::ToolCalls => "tool_calls".into(),
         Finish::Length => "length".into(),
+        Finish::Refusal => "refusal".into(),
         Finish::Other(o) => o.clone(),
     }
 }

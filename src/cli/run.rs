@@ -223,7 +223,7 @@ async fn conversation(run: &mut crate::agent::start::Run, signals: &Signals, jso
             }
             End::Interrupted => eprintln!("\n{}", paint("33", "interrupted")),
             End::MaxSteps => eprintln!("{}", paint("33", "step limit reached")),
-            End::Refused(m) => eprintln!("{}", paint("33", m)),
+            End::Refused(m) | End::ModelRefused(m) => eprintln!("{}", paint("33", m)),
             End::Finished => {}
         }
     }

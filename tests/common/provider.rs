@@ -60,6 +60,10 @@ pub enum Response {
     Status(u16, Vec<(String, String)>, String),
     /// Waits before answering (for cancellation tests).
     Slow(Answer, Duration),
+    /// A 200 event stream whose body is these pieces exactly, each written as it comes:
+    /// for recorded streams and the shapes [`render`] never makes (no blank line after the
+    /// last event, an error event, a refusal).
+    Raw(Vec<String>),
 }
 
 #[derive(Debug, Clone)]
@@ -235,6 +239,7 @@ fn serve(
         }
         Response::Stream(a) => send(&mut stream, &render(&a, anthropic), None),
         Response::Cut(a, n) => send(&mut stream, &render(&a, anthropic), Some(n)),
+        Response::Raw(pieces) => send(&mut stream, &pieces, None),
         Response::Slow(a, d) => {
             std::thread::sleep(d);
             send(&mut stream, &render(&a, anthropic), None)

@@ -114,7 +114,8 @@ pub fn quote_path(prefix: &str, name: &str) -> String {
 
 /// A serde_json formatter that also writes DEL, the C1 controls and the bidi controls as
 /// `\uXXXX` (serde_json escapes only U+0000–U+001F): the same JSON value, safe to land on a
-/// terminal.
+/// terminal. U+2028 and U+2029 too: JSON allows them raw, but readers that split lines the
+/// way JavaScript does (and `str::lines` in some languages) would cut a record there.
 struct TerminalSafe<F>(F);
 
 impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for TerminalSafe<F> {
@@ -125,7 +126,7 @@ impl<F: serde_json::ser::Formatter> serde_json::ser::Formatter for TerminalSafe<
     ) -> std::io::Result<()> {
         let mut start = 0;
         for (i, c) in fragment.char_indices() {
-            if is_unsafe(c) {
+            if is_unsafe(c) || matches!(c, '\u{2028}' | '\u{2029}') {
                 writer.write_all(&fragment.as_bytes()[start..i])?;
                 write!(writer, "\\u{:04x}", c as u32)?;
                 start = i + c.len_utf8();

@@ -189,6 +189,7 @@ impl Accumulator {
                 "end_turn" | "stop_sequence" => Finish::Stop,
                 "tool_use" => Finish::ToolCalls,
                 "max_tokens" => Finish::Length,
+                "refusal" => Finish::Refusal,
                 other => Finish::Other(other.to_string()),
             });
         }
@@ -302,31 +303,19 @@ fn count(usage: &Value, key: &str) -> u64 {
     usage.get(key).and_then(Value::as_u64).unwrap_or(0)
 }
 
-/// An `error` event mid-stream, as the status its documented type stands for, so retries
-/// treat it as they would the same error before the stream began.
+/// An `error` event mid-stream, as the event says it: its type and message. Whether trying
+/// again helps follows Anthropic's documented types (overloaded, rate limited, its own
+/// error, a timeout); a request it rejects fails the same way again.
 fn stream_error(e: &Value, provider: &str) -> LlmError {
     let kind = e["type"].as_str().unwrap_or("error");
-    let status = match kind {
-        "overloaded_error" => 529,
-        "rate_limit_error" => 429,
-        "api_error" => 500,
-        "timeout_error" => 504,
-        "invalid_request_error" => 400,
-        "authentication_error" => 401,
-        "billing_error" => 402,
-        "permission_error" => 403,
-        "not_found_error" => 404,
-        "request_too_large" => 413,
-        _ => 500,
-    };
-    LlmError::Status {
+    LlmError::Stream {
         provider: provider.to_string(),
-        status,
-        message: format!(
-            "{} ({kind})",
-            e["message"].as_str().unwrap_or("unknown error")
+        kind: kind.to_string(),
+        message: e["message"].as_str().unwrap_or("unknown error").to_string(),
+        retryable: matches!(
+            kind,
+            "overloaded_error" | "rate_limit_error" | "api_error" | "timeout_error"
         ),
-        retry_after: None,
     }
 }
 

@@ -115,6 +115,9 @@ pub enum Finish {
     ToolCalls,
     /// The output hit `max_tokens`.
     Length,
+    /// The model declined to answer (Anthropic's `refusal` stop reason, OpenAI's
+    /// `delta.refusal`): its words, if any, are the turn's text.
+    Refusal,
     Other(String),
 }
 
@@ -136,6 +139,16 @@ pub enum LlmError {
         status: u16,
         message: String,
         retry_after: Option<Duration>,
+    },
+    /// The answer began (status 200) and then the stream carried an error event: the
+    /// provider's own kind and message, never a status it did not send.
+    #[error("{provider} reported an error in its answer: {message} ({kind})")]
+    Stream {
+        provider: String,
+        kind: String,
+        message: String,
+        /// The kind is one that passes (overload, rate limit, a server error).
+        retryable: bool,
     },
     /// The connection failed or the stream ended before the turn did.
     #[error("{provider}: {message}")]
@@ -163,6 +176,7 @@ impl LlmError {
             LlmError::Status { status, .. } => {
                 matches!(status, 408 | 409 | 429 | 529) || *status >= 500
             }
+            LlmError::Stream { retryable, .. } => *retryable,
             LlmError::Transport { .. } => true,
             LlmError::Protocol { .. } | LlmError::Setup(_) => false,
         }

@@ -100,6 +100,9 @@ pub fn body(request: &Request) -> Value {
 #[derive(Default)]
 pub struct Accumulator {
     text: String,
+    /// What the model said instead of answering (`delta.refusal`); also in `text`, so it
+    /// is shown and kept like any answer.
+    refusal: String,
     /// By `index`: id, name, argument fragments joined.
     calls: BTreeMap<u64, (String, String, String)>,
     finish: Option<Finish>,
@@ -133,6 +136,13 @@ impl Accumulator {
             {
                 self.text.push_str(t);
                 delta_text.get_or_insert_with(String::new).push_str(t);
+            }
+            if let Some(r) = delta.get("refusal").and_then(Value::as_str)
+                && !r.is_empty()
+            {
+                self.refusal.push_str(r);
+                self.text.push_str(r);
+                delta_text.get_or_insert_with(String::new).push_str(r);
             }
             for call in array(delta, "tool_calls") {
                 self.push_call(call);
@@ -205,8 +215,9 @@ fn usage_of(usage: &Value) -> Usage {
     }
 }
 
-/// An error chunk as the status it stands for (a numeric `code`, else what its named code
-/// or type means), so retries treat it as the same error before the stream began.
+/// An error chunk as the stream says it: its code (or type) and message, never a status the
+/// server did not send. Trying again helps for rate limits (not an exhausted quota) and
+/// server-side failures; a numeric code is judged as the HTTP status it names.
 fn chunk_error(error: &Value, provider: &str) -> LlmError {
     let message = error
         .get("message")
@@ -214,25 +225,32 @@ fn chunk_error(error: &Value, provider: &str) -> LlmError {
         .unwrap_or("unknown error")
         .to_string();
     let code = error.get("code");
-    let kind = code
+    let named = code
         .and_then(Value::as_str)
         .or_else(|| error.get("type").and_then(Value::as_str));
-    let status = match (code.and_then(Value::as_u64), kind) {
-        (Some(n), _) => n as u16,
-        (None, Some("rate_limit_exceeded" | "insufficient_quota")) => 429,
-        (None, Some("invalid_api_key")) => 401,
-        (None, Some("model_not_found")) => 404,
-        (None, Some("context_length_exceeded" | "invalid_request_error")) => 400,
-        _ => 500,
+    let (kind, retryable) = match (code.and_then(Value::as_u64), named) {
+        (Some(n), _) => (
+            format!("code {n}"),
+            matches!(n, 408 | 409 | 429) || n >= 500,
+        ),
+        (None, Some(kind)) => (
+            kind.to_string(),
+            !matches!(
+                kind,
+                "insufficient_quota"
+                    | "invalid_api_key"
+                    | "model_not_found"
+                    | "context_length_exceeded"
+                    | "invalid_request_error"
+            ),
+        ),
+        (None, None) => ("error".to_string(), true),
     };
-    LlmError::Status {
+    LlmError::Stream {
         provider: provider.to_string(),
-        status,
-        message: match kind {
-            Some(kind) => format!("{message} ({kind})"),
-            None => message,
-        },
-        retry_after: None,
+        kind,
+        message,
+        retryable,
     }
 }
 
@@ -253,7 +271,7 @@ impl Fold for Accumulator {
     /// The turn, once the stream has ended. A stream that stops before a finish reason
     /// (or `[DONE]`) was cut, and the turn cannot be trusted.
     fn finish(self, provider: &str) -> Result<Turn, LlmError> {
-        let Some(finish) = self
+        let Some(mut finish) = self
             .finish
             .or(if self.done { Some(Finish::Stop) } else { None })
         else {
@@ -262,6 +280,9 @@ impl Fold for Accumulator {
                 message: "the stream ended before the answer was complete".into(),
             });
         };
+        if !self.refusal.is_empty() {
+            finish = Finish::Refusal;
+        }
         let tool_calls = self
             .calls
             .into_iter()

@@ -127,6 +127,17 @@ impl Provider for Retrying {
                                 provider,
                                 message: format!("{message} (gave up after {n} retries)"),
                             },
+                            LlmError::Stream {
+                                provider,
+                                kind,
+                                message,
+                                retryable,
+                            } => LlmError::Stream {
+                                provider,
+                                kind,
+                                message: format!("{message} (gave up after {n} retries)"),
+                                retryable,
+                            },
                             other => other,
                         });
                     }

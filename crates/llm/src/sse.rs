@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use eventsource_stream::{Event, Eventsource};
 use futures_util::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
@@ -88,7 +89,20 @@ pub(crate) async fn stream_turn<F: Fold>(
         .map_err(|_| silent())?
     {
         let event = event?;
-        if let Some(delta) = acc.push(&event.event, &event.data, name)? {
+        let delta = match acc.push(&event.event, &event.data, name) {
+            // The body's last event is dispatched even without a blank line after it
+            // ([`ended`]); when it does not parse, the body was cut in the middle of it.
+            Err(LlmError::Protocol { .. })
+                if matches!(tokio::time::timeout(idle, events.next()).await, Ok(None)) =>
+            {
+                return Err(LlmError::Transport {
+                    provider: name.to_string(),
+                    message: "the stream broke off in the middle of an event".into(),
+                });
+            }
+            pushed => pushed?,
+        };
+        if let Some(delta) = delta {
             text(&delta);
         }
         if acc.done() {
@@ -140,12 +154,28 @@ pub(crate) async fn post_stream(
         });
     }
     let provider = provider.to_string();
-    Ok(response.bytes_stream().eventsource().map(move |item| {
-        item.map_err(|e| LlmError::Transport {
-            provider: provider.clone(),
-            message: format!("the stream broke off: {e}"),
-        })
-    }))
+    Ok(ended(response.bytes_stream())
+        .eventsource()
+        .map(move |item| {
+            item.map_err(|e| LlmError::Transport {
+                provider: provider.clone(),
+                message: format!("the stream broke off: {e}"),
+            })
+        }))
+}
+
+/// The body with a blank line after its end. An SSE parser drops an event that no blank
+/// line closes, but the providers' own SDKs dispatch the last event of a body that ends
+/// without one, and a server that closes right after `message_stop` sent a whole answer.
+/// After a complete event the extra blank line dispatches nothing; an event cut in the
+/// middle fails to parse, which [`stream_turn`] reports as a cut stream.
+fn ended<S>(body: S) -> impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + use<S>
+where
+    S: Stream<Item = Result<Bytes, reqwest::Error>> + Send,
+{
+    body.chain(futures_util::stream::once(std::future::ready(Ok(
+        Bytes::from_static(b"\n\n"),
+    ))))
 }
 
 /// reqwest's Display hides the cause ("error sending request"); the chain says what
