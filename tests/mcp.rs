@@ -171,7 +171,8 @@ fn a_server_that_cannot_start_says_so_and_the_rest_goes_on() {
     )
     .unwrap();
     let listed = runner(&p, &["mcp", "list", "--json", "--sandbox", "landlock"]);
-    assert!(listed.status.success(), "{listed:?}");
+    // Listed, and the exit status says a server failed.
+    assert_eq!(listed.status.code(), Some(1), "{listed:?}");
     let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert!(
         states[0]["state"].as_str().unwrap().starts_with("failed"),
@@ -407,13 +408,17 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
     );
 }
 
-/// `runner mcp list --json` with no terminal: each server's state.
+/// `runner mcp list --json` with no terminal: each server's state (the status is 1 when
+/// one failed, which these tests read from the states).
 fn list(p: &Project, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["mcp", "list", "--json"];
     args.extend_from_slice(extra);
     let out = runner(p, &args);
-    assert!(out.status.success(), "{out:?}");
-    serde_json::from_slice(&out.stdout).unwrap()
+    let states: Vec<Value> =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let failed = states.iter().any(|s| s["state"] != "running");
+    assert_eq!(out.status.code(), Some(i32::from(failed)), "{out:?}");
+    states
 }
 
 #[test]
@@ -548,4 +553,81 @@ fn permission_check_knows_a_servers_tools_without_starting_it() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(v["decision"], "deny", "{out:?}");
     assert_eq!(v["asks"][0]["permission"], "t_echo");
+}
+
+/// `mcp call` names what is wrong: a server nobody configured, a server that did not start
+/// (and why), a tool the server does not have. And it starts only the server it calls.
+#[test]
+fn mcp_call_says_which_server_failed_and_starts_only_its_own() {
+    let p = project();
+    let server = p.root.join(".bin/runner");
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!(
+            "[mcp.t]\ncommand = \"{}\"\nargs = [\"mcp\", \"test-server\"]\n\n\
+             [mcp.other]\ncommand = \"sh\"\nargs = [\"-c\", \"touch {}/other-started; exec cat\"]\n\n\
+             [mcp.gone]\ncommand = \"/no/such/server\"\n",
+            server.display(),
+            p.root.display()
+        ),
+    )
+    .unwrap();
+    let text = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    let (out, v) = call(&p, "landlock", "echo", json!({"text": "hi"}), &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(v["output"].as_str().map(str::trim), Some("hi"), "{v}");
+    assert!(
+        !p.root.join("other-started").exists(),
+        "calling t started the server other too"
+    );
+
+    let out = runner(
+        &p,
+        &[
+            "mcp",
+            "call",
+            "nosuch",
+            "echo",
+            "{}",
+            "--sandbox",
+            "landlock",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out).contains("no MCP server nosuch is configured (there are: gone, other, t)"),
+        "{}",
+        text(&out)
+    );
+
+    let out = runner(
+        &p,
+        &["mcp", "call", "gone", "x", "{}", "--sandbox", "landlock"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out);
+    assert!(
+        err.contains("the MCP server gone") && !err.contains("Unknown tool"),
+        "{err}"
+    );
+
+    let out = runner(
+        &p,
+        &[
+            "mcp",
+            "call",
+            "t",
+            "teleport",
+            "{}",
+            "--sandbox",
+            "landlock",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out).contains("the MCP server t has no tool teleport (there are: echo, read, crash)"),
+        "{}",
+        text(&out)
+    );
 }

@@ -4,9 +4,11 @@
 
 use clap::Subcommand;
 
+use std::sync::Arc;
+
 use super::exit;
 use super::tool::CommonArgs;
-use crate::tool::Conversation;
+use crate::tool::{Conversation, DynTool, mcp};
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
@@ -57,7 +59,12 @@ pub async fn run(cmd: McpCommand) -> u8 {
             }
             drop(ctx);
             super::changes::report(workspace);
-            exit::OK
+            // A server that did not start is a failure, whatever the others did.
+            if states.iter().all(|s| s.state == "running") {
+                exit::OK
+            } else {
+                exit::FAILED
+            }
         }
         McpCommand::Call {
             name,
@@ -71,13 +78,23 @@ pub async fn run(cmd: McpCommand) -> u8 {
                     Ok(x) => x,
                     Err(code) => return code,
                 };
-            let (registry, notes) = crate::tool::user::registry(&ctx).await;
-            for note in notes {
-                eprintln!("runner: {}", crate::display::escape(&note));
-            }
-            let result = registry
-                .call_raw(&format!("{name}_{tool}"), &args, &ctx)
-                .await;
+            let found = mcp::find_tool(ctx.services.mcp.as_deref(), &name, &tool, &ctx).await;
+            let tool = match found {
+                Ok(tool) => Arc::new(tool),
+                Err(e) => {
+                    eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+                    drop(ctx);
+                    super::changes::report(workspace);
+                    return match e {
+                        mcp::McpCallError::NotStarted { .. } => exit::FAILED,
+                        _ => exit::USAGE,
+                    };
+                }
+            };
+            // The one tool, through the registry's pipeline (gate, hooks, truncation).
+            let id = tool.id();
+            let registry = crate::tool::Registry::builtin().with(tool);
+            let result = registry.call_raw(id, &args, &ctx).await;
             super::tool::print_result(&result, json);
             drop(ctx);
             super::changes::report(workspace);

@@ -187,30 +187,29 @@ impl McpServers {
         self.servers.is_empty()
     }
 
+    /// The server configured under `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Server>> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+
+    /// The configured servers' names.
+    pub fn names(&self) -> Vec<&str> {
+        self.servers.iter().map(|s| s.name.as_str()).collect()
+    }
+
     /// Every server's tools, starting the servers; a server that cannot start is a note.
     pub async fn tools(&self, ctx: &ToolContext) -> (Vec<McpTool>, Vec<ServerState>) {
         let mut tools = Vec::new();
         let mut states = Vec::new();
         for server in &self.servers {
-            let listed = async {
-                let client = server.client(ctx).await?;
-                client
-                    .list_all_tools()
-                    .await
-                    .map_err(|e| server.failure(&format!("cannot list its tools: {e}")))
-            }
-            .await;
-            match listed {
+            match tools_of(server, ctx).await {
                 Ok(list) => {
-                    let names = list.iter().map(|t| t.name.to_string()).collect();
-                    for t in list {
-                        tools.push(McpTool::new(server.clone(), t));
-                    }
                     states.push(ServerState {
                         name: server.name.clone(),
                         state: "running".into(),
-                        tools: names,
+                        tools: list.iter().map(|t| t.tool.clone()).collect(),
                     });
+                    tools.extend(list);
                 }
                 Err(e) => states.push(ServerState {
                     name: server.name.clone(),
@@ -221,6 +220,77 @@ impl McpServers {
         }
         (tools, states)
     }
+}
+
+/// Why `runner mcp call SERVER TOOL` cannot reach the tool it names.
+#[derive(Debug, thiserror::Error)]
+pub enum McpCallError {
+    #[error("no MCP server {name} is configured{}", listed(configured))]
+    NoServer {
+        name: String,
+        configured: Vec<String>,
+    },
+    /// The server is configured but did not start (or could not list its tools).
+    #[error("{why}")]
+    NotStarted { why: String },
+    #[error("the MCP server {server} has no tool {tool}{}", listed(tools))]
+    NoTool {
+        server: String,
+        tool: String,
+        tools: Vec<String>,
+    },
+}
+
+fn listed(names: &[String]) -> String {
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (there are: {})", names.join(", "))
+    }
+}
+
+/// The tool `tool` of the server `server`, starting that server alone. `tool` is the
+/// server's own name for it or its id in the registry.
+pub async fn find_tool(
+    servers: Option<&McpServers>,
+    server: &str,
+    tool: &str,
+    ctx: &ToolContext,
+) -> Result<McpTool, McpCallError> {
+    let Some(found) = servers.and_then(|s| s.get(server)) else {
+        return Err(McpCallError::NoServer {
+            name: server.to_string(),
+            configured: servers
+                .map(|s| s.names().into_iter().map(str::to_string).collect())
+                .unwrap_or_default(),
+        });
+    };
+    let tools = tools_of(found, ctx)
+        .await
+        .map_err(|why| McpCallError::NotStarted { why })?;
+    let names = tools.iter().map(|t| t.tool.clone()).collect();
+    tools
+        .into_iter()
+        .find(|t| t.tool == tool || t.id == tool)
+        .ok_or_else(|| McpCallError::NoTool {
+            server: server.to_string(),
+            tool: tool.to_string(),
+            tools: names,
+        })
+}
+
+/// One server's tools, starting it (and no other) if it is not running; why it could not
+/// start or list them otherwise.
+pub async fn tools_of(server: &Arc<Server>, ctx: &ToolContext) -> Result<Vec<McpTool>, String> {
+    let client = server.client(ctx).await?;
+    let list = client
+        .list_all_tools()
+        .await
+        .map_err(|e| server.failure(&format!("cannot list its tools: {e}")))?;
+    Ok(list
+        .into_iter()
+        .map(|t| McpTool::new(server.clone(), t))
+        .collect())
 }
 
 impl Server {
@@ -527,6 +597,30 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// The id a server's tool has in the registry: OpenCode's `SERVER_TOOL`, in the characters
+/// tool ids take, except that a tool already named for its server keeps its own name
+/// (`mcp-server-git`'s `git_status` under `[mcp.git]` is `git_status`, not
+/// `git_git_status`).
+pub fn tool_id(server: &str, tool: &str) -> String {
+    let prefixed = tool
+        .strip_prefix(server)
+        .is_some_and(|rest| rest.starts_with('_'));
+    let id = if prefixed {
+        tool.to_string()
+    } else {
+        format!("{server}_{tool}")
+    };
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// One tool of one server, as the registry sees it.
 pub struct McpTool {
     id: &'static str,
@@ -538,17 +632,7 @@ pub struct McpTool {
 
 impl McpTool {
     fn new(server: Arc<Server>, t: rmcp::model::Tool) -> McpTool {
-        // OpenCode's naming: the server's name, then the tool's, in characters tool ids take.
-        let id: String = format!("{}_{}", server.name, t.name)
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let id = tool_id(&server.name, &t.name);
         let mut schema = Value::Object((*t.input_schema).clone());
         if let Some(obj) = schema.as_object_mut() {
             obj.entry("type")
@@ -573,6 +657,13 @@ impl McpTool {
             vec!["*".into()],
             vec!["*".into()],
         )]
+    }
+}
+
+impl McpTool {
+    /// The name the server gives the tool.
+    pub fn name(&self) -> &str {
+        &self.tool
     }
 }
 
@@ -607,6 +698,15 @@ impl DynTool for McpTool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_tool_named_for_its_server_keeps_its_own_name() {
+        assert_eq!(tool_id("git", "git_status"), "git_status");
+        assert_eq!(tool_id("git", "status"), "git_status");
+        // Only the whole server name, then `_`, counts as the prefix.
+        assert_eq!(tool_id("git", "github_search"), "git_github_search");
+        assert_eq!(tool_id("my.server", "do it"), "my_server_do_it");
+    }
     use super::*;
 
     #[test]

@@ -200,6 +200,15 @@ pub async fn registry(ctx: &ToolContext) -> (super::Registry, Vec<String>) {
                 .map(|s| s.state),
         );
         for t in tools {
+            // A server may not stand in for a built-in tool (its permission, its checks).
+            if taken.contains(&t.id()) {
+                notes.push(format!(
+                    "the MCP tool {} is not offered: {} is a built-in tool's name",
+                    t.name(),
+                    t.id()
+                ));
+                continue;
+            }
             registry = registry.with(std::sync::Arc::new(t));
         }
     }
