@@ -416,3 +416,52 @@ async fn a_denied_command_names_the_rule_and_runs_nothing() {
     assert_eq!(r.outcome, Outcome::Denied);
     assert!(f.path("keep.txt").exists());
 }
+
+/// OpenCode's asks where runner used to differ: reading a directory outside the worktree
+/// asks for that directory (`O/external/*`), not its parent; a command that only changes
+/// directory asks nothing of `bash`, only `external_directory` when it leaves the worktree.
+#[tokio::test]
+async fn outside_directories_and_a_lone_cd_ask_what_opencode_asks() {
+    let f = fixture().await;
+    let dir = f.outside.join("external");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_text = dir.to_string_lossy().into_owned();
+    let asks = strip(
+        f.registry
+            .permissions("read", json!({ "filePath": dir_text }), &f.ctx)
+            .await
+            .unwrap(),
+    );
+    let pattern = format!("{dir_text}/*");
+    assert_eq!(asks[0].0, "external_directory", "{asks:?}");
+    assert_eq!(asks[0].1, vec![pattern], "{asks:?}");
+
+    for (command, external) in [
+        (format!("cd {dir_text}"), Some(format!("{dir_text}/*"))),
+        ("cd src".to_string(), None),
+    ] {
+        let asks = strip(
+            f.registry
+                .permissions(
+                    "bash",
+                    json!({ "command": command, "description": "d" }),
+                    &f.ctx,
+                )
+                .await
+                .unwrap(),
+        );
+        assert!(
+            asks.iter().all(|a| a.0 != "bash"),
+            "{command}: a lone cd asked bash: {asks:?}"
+        );
+        let outside: Vec<&Vec<String>> = asks
+            .iter()
+            .filter(|a| a.0 == "external_directory")
+            .map(|a| &a.1)
+            .collect();
+        match &external {
+            Some(p) => assert_eq!(outside, vec![&vec![p.clone()]], "{command}"),
+            None => assert!(outside.is_empty(), "{command}: {asks:?}"),
+        }
+    }
+}

@@ -99,8 +99,19 @@ async fn locate(params: &ReadParams, ctx: &ToolContext) -> Result<Target, ToolEr
     Ok(Target { path, stat })
 }
 
+/// `external_directory` names the directory itself when the path is one (OpenCode's kind
+/// `dir`), else its parent. A path outside the sandbox's reach cannot be looked at through
+/// it; where the sandbox shares the host's file system (none, landlock) the host's view says
+/// whether it is a directory, which only picks the pattern asked about.
 fn asks(target: &Target, ctx: &ToolContext) -> Vec<PermissionRequest> {
-    let is_dir = matches!(&target.stat, Ok(Some(s)) if s.kind == FileKind::Dir);
+    let is_dir = match &target.stat {
+        Ok(Some(s)) => s.kind == FileKind::Dir,
+        Ok(None) => false,
+        Err(_) => {
+            ctx.sandbox().backend != runner_sandbox::BackendKind::Docker
+                && std::fs::metadata(&target.path).is_ok_and(|m| m.is_dir())
+        }
+    };
     ctx.file_asks(&target.path, is_dir, "read")
 }
 

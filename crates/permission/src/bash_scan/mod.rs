@@ -96,8 +96,10 @@ pub struct BashScan {
 /// Text tree-sitter cannot parse cleanly yields one exact pattern for the whole line (and an
 /// exact "always"), because a prefix of something we could not read may approve more than the
 /// user saw; the sandbox still bounds what such a command does. So does readable text in
-/// which no pattern was found (`cd /etc`, a lone comment): every line the agent runs is shown
-/// to the rules at least once.
+/// which no pattern was found (a lone comment): every line the agent runs is shown
+/// to the rules at least once, except a line that only changes directory (`cd /etc`): like
+/// OpenCode, that asks nothing of `bash`, only `external_directory` when it leaves the
+/// worktree, since a shell that changes directory and ends has done nothing.
 pub fn scan(command: &str, cx: &ScanContext) -> BashScan {
     let text = command.trim();
     if text.is_empty() {
@@ -107,8 +109,9 @@ pub fn scan(command: &str, cx: &ScanContext) -> BashScan {
     if !scanner.script(text, 0) {
         return unreadable(text);
     }
+    let changed_dir = scanner.changed_dir;
     let mut found = scanner.finish();
-    if found.patterns.is_empty() {
+    if found.patterns.is_empty() && !changed_dir {
         found.patterns.push(text.to_string());
         found.always.push(text.to_string());
     }
@@ -537,4 +540,7 @@ struct Scanner<'a> {
     /// Pattern → its other spellings, in pattern order.
     spellings: Vec<(String, Ordered)>,
     spelling_at: HashMap<String, usize>,
+    /// A plain `cd` (no redirection) was seen: a line that only changes directory has
+    /// nothing for `bash` to ask about, as in OpenCode.
+    changed_dir: bool,
 }

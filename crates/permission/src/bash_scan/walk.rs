@@ -18,6 +18,7 @@ impl<'a> Scanner<'a> {
             reads: Ordered::default(),
             spellings: Vec::new(),
             spelling_at: HashMap::new(),
+            changed_dir: false,
         }
     }
 
@@ -216,6 +217,9 @@ impl<'a> Scanner<'a> {
         let is_cd = name
             .as_deref()
             .is_some_and(|n| CD_COMMANDS.contains(&basename(n)));
+        if is_cd && !parts.redirected {
+            self.changed_dir = true;
+        }
         let asked = (!is_cd || parts.redirected).then(|| self.ask(node, &parts, src, is_cd));
         if let Some(pattern) = &asked {
             // Before `run`, so that the spellings stay in pattern order when a script inside
