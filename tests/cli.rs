@@ -340,6 +340,24 @@ fn call_json_shape() {
     assert_eq!(keys(&v), expected);
     assert_eq!(v["output"], "");
     assert!(v["error"].as_str().unwrap().starts_with("File not found"));
+
+    // An image comes back as OpenCode's file part.
+    let png: &[u8] =
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+    std::fs::write(cli.wt.join("dot.png"), png).unwrap();
+    let (code, v) = cli.call_json("read", json!({ "filePath": "dot.png" }), &[]);
+    assert_eq!(code, 0, "{v}");
+    let a = &v["attachments"][0];
+    assert_eq!(a["type"], "file", "{v}");
+    assert_eq!(a["mime"], "image/png", "{v}");
+    assert_eq!(a["filename"], "dot.png", "{v}");
+    assert!(
+        a["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/png;base64,"),
+        "{v}"
+    );
 }
 
 /// The command's exit status is data (`metadata.exit`); the call itself succeeded.
@@ -1196,4 +1214,37 @@ fn the_terminal_prompt_answers_with_single_keys_or_feedback() {
         "{screen}"
     );
     assert!(!cli.wt.join("made").exists());
+}
+
+/// `write` over a file that starts with a UTF-8 byte order mark keeps the mark (as `edit`
+/// does, and OpenCode); a file without one gets none.
+#[test]
+fn write_keeps_a_byte_order_mark() {
+    let cli = Cli::new();
+    std::fs::write(cli.wt.join("bom.txt"), "\u{feff}old\n").unwrap();
+    cli.write("plain.txt", "old\n");
+    for (file, expected) in [("bom.txt", "\u{feff}new\n"), ("plain.txt", "new\n")] {
+        let (code, v) = cli.call_json(
+            "write",
+            json!({ "filePath": file, "content": "new\n" }),
+            &[],
+        );
+        assert_eq!(code, 0, "{v}");
+        assert_eq!(
+            std::fs::read_to_string(cli.wt.join(file)).unwrap(),
+            expected,
+            "{file}"
+        );
+    }
+    // A mark the model wrote itself is not doubled.
+    let (code, v) = cli.call_json(
+        "write",
+        json!({ "filePath": "bom.txt", "content": "\u{feff}again\n" }),
+        &[],
+    );
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        std::fs::read_to_string(cli.wt.join("bom.txt")).unwrap(),
+        "\u{feff}again\n"
+    );
 }

@@ -62,7 +62,9 @@ pub struct ToolOutput {
 }
 
 /// A file handed to the model beside the text, such as an image the read tool loaded.
+/// Written as OpenCode's file part: `{"type": "file", mime, url, filename}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename = "file")]
 pub struct Attachment {
     pub mime: String,
     /// A `data:` URL with the base64 content.

@@ -3,6 +3,7 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use super::edit::text::{BOM, join_bom, split_bom};
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use runner_permission::PermissionRequest;
 use runner_sandbox::api::WritePrecondition;
@@ -51,27 +52,39 @@ impl Tool for WriteTool {
         let client = &ctx.services.sandbox.client;
 
         let existing = ctx.stat_for_overwrite(&path).await?;
-        let (before, precondition) = match &existing {
-            Some(stat) => {
-                let before = if stat.stamp.size <= DIFF_LIMIT {
-                    let old = client.read_all(&path, DIFF_LIMIT).await?;
-                    String::from_utf8_lossy(&old.data).into_owned()
-                } else {
-                    String::new()
-                };
-                (before, WritePrecondition::Unchanged(stat.stamp))
+        let (before, had_bom, precondition) = match &existing {
+            Some(stat) if stat.stamp.size <= DIFF_LIMIT => {
+                let old = client.read_all(&path, DIFF_LIMIT).await?;
+                let before = String::from_utf8_lossy(&old.data).into_owned();
+                let had_bom = split_bom(&before).0;
+                (before, had_bom, WritePrecondition::Unchanged(stat.stamp))
             }
-            None => (String::new(), WritePrecondition::Absent),
+            Some(stat) => {
+                // Too big to show in the diff: only its first character matters here.
+                let head = client.read(&path, 0, 3).await?;
+                let had_bom = head.data.starts_with("\u{feff}".as_bytes());
+                (
+                    String::new(),
+                    had_bom,
+                    WritePrecondition::Unchanged(stat.stamp),
+                )
+            }
+            None => (String::new(), false, WritePrecondition::Absent),
         };
+        // A file that starts with a byte order mark keeps it, as with `edit`: the model
+        // never writes the invisible U+FEFF, and the tools that want it would stop reading
+        // the file right.
+        let (_, content) = split_bom(&params.content);
+        let content = join_bom(had_bom || params.content.starts_with(BOM), content);
 
         let rel = ctx.relative(&path);
-        let patch = diff::unified(&rel, &before, &params.content);
+        let patch = diff::unified(&rel, &before, &content);
         if let Some(ask) = edit_ask {
             ctx.ask(ask.with_metadata(serde_json::json!({ "filepath": path, "diff": patch })))
                 .await?;
         }
 
-        ctx.write_checked(&path, params.content.into_bytes(), precondition)
+        ctx.write_checked(&path, content.into_bytes(), precondition)
             .await?;
         Ok(ToolOutput {
             title: rel,
