@@ -1248,3 +1248,52 @@ fn write_keeps_a_byte_order_mark() {
         "\u{feff}again\n"
     );
 }
+
+/// `read` brings the instruction files of the folders above the file (the root's is the
+/// system prompt's), outermost first, as a system reminder listed in `metadata.loaded`.
+#[test]
+fn read_brings_the_folders_instructions() {
+    let cli = Cli::new();
+    std::fs::create_dir_all(cli.wt.join("sub/deeper")).unwrap();
+    cli.write("AGENTS.md", "ROOT RULE\n");
+    cli.write("sub/CLAUDE.md", "SUB RULE\n");
+    cli.write("sub/deeper/AGENTS.md", "DEEPER RULE\n");
+    cli.write("sub/deeper/x.rs", "fn x() {}\n");
+    let (code, v) = cli.call_json("read", json!({ "filePath": "sub/deeper/x.rs" }), &[]);
+    assert_eq!(code, 0, "{v}");
+    let out = v["output"].as_str().unwrap();
+    let reminder = &out[out.find("<system-reminder>").expect("a reminder")..];
+    assert!(!reminder.contains("ROOT RULE"), "{out}");
+    let (sub, deeper) = (
+        reminder.find("SUB RULE").expect("sub's"),
+        reminder.find("DEEPER RULE").expect("deeper's"),
+    );
+    assert!(sub < deeper, "outermost first: {out}");
+    assert!(reminder.ends_with("</system-reminder>"), "{out}");
+    let loaded: Vec<&str> = v["metadata"]["loaded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(loaded.len(), 2, "{v}");
+    assert!(loaded[0].ends_with("sub/CLAUDE.md") && loaded[1].ends_with("sub/deeper/AGENTS.md"));
+
+    // A file at the root brings nothing.
+    cli.write("top.rs", "fn t() {}\n");
+    let (code, v) = cli.call_json("read", json!({ "filePath": "top.rs" }), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(
+        !v["output"].as_str().unwrap().contains("<system-reminder>"),
+        "{v}"
+    );
+    // An instruction file read is not brought along as well; the folders above it are.
+    let (code, v) = cli.call_json("read", json!({ "filePath": "sub/deeper/AGENTS.md" }), &[]);
+    assert_eq!(code, 0, "{v}");
+    let out = v["output"].as_str().unwrap();
+    assert!(out.contains("Instructions from sub/CLAUDE.md"), "{out}");
+    assert!(
+        !out.contains("Instructions from sub/deeper/AGENTS.md"),
+        "{out}"
+    );
+}

@@ -814,7 +814,9 @@ async fn write_ask_carries_the_diff() {
     assert_eq!(asked.len(), 1);
     assert_eq!(
         asked[0].metadata["diff"],
-        json!("Index: d.txt\n===================================================================\n--- d.txt\n+++ d.txt\n@@ -0,0 +1 @@\n+x\n")
+        json!(
+            "Index: d.txt\n===================================================================\n--- d.txt\n+++ d.txt\n@@ -0,0 +1 @@\n+x\n"
+        )
     );
     assert_eq!(asked[0].metadata["filepath"], Value::String(f.abs("d.txt")));
 }

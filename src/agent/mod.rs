@@ -18,7 +18,7 @@ pub mod start;
 mod task;
 pub mod transcript;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -280,8 +280,6 @@ pub struct Agent {
     /// The conversation's size in characters right after that turn: what came after it
     /// is estimated.
     chars_at_turn: usize,
-    /// Directories whose AGENTS.md the model has already been given.
-    instructions_seen: HashSet<PathBuf>,
     files_changed: Vec<String>,
 }
 
@@ -362,7 +360,6 @@ impl Agent {
             usage: Usage::default(),
             last_context: 0,
             chars_at_turn: 0,
-            instructions_seen: HashSet::new(),
             files_changed: Vec::new(),
         }
     }

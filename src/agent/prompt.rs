@@ -19,9 +19,6 @@ pub struct Environment<'a> {
     pub date: String,
 }
 
-pub const INSTRUCTION_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
-const MAX_INSTRUCTIONS: u64 = 64 * 1024;
-
 pub async fn build(
     ctx: &ToolContext,
     env: &Environment<'_>,
@@ -85,24 +82,11 @@ fn environment(env: &Environment) -> String {
     )
 }
 
-/// `AGENTS.md` at the worktree root, else `CLAUDE.md`.
+/// `AGENTS.md` at the worktree root, else `CLAUDE.md`: its name and text.
 pub async fn project_instructions(ctx: &ToolContext) -> Option<(String, String)> {
-    for name in INSTRUCTION_FILES {
-        let path = ctx.worktree().join(name);
-        if let Ok(r) = ctx
-            .services
-            .sandbox
-            .client
-            .read_all(&path, MAX_INSTRUCTIONS)
-            .await
-        {
-            return Some((
-                name.to_string(),
-                String::from_utf8_lossy(&r.data).into_owned(),
-            ));
-        }
-    }
-    None
+    let (path, text) = crate::tool::instructions::in_folder(ctx, ctx.worktree()).await?;
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    Some((name, text))
 }
 
 /// Today's date from the system clock, as YYYY-MM-DD (civil from days, UTC).

@@ -1,7 +1,7 @@
 //! One turn of the conversation: steps until the model stops calling tools, the step
 //! limit, a refusal, a provider failure, a dead sandbox or an interruption.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Event;
 use super::record::Record;
-use super::{Agent, End, Outcome, Runtime, compact, prompt, task};
+use super::{Agent, End, Outcome, Runtime, compact, task};
 use crate::llm::{Finish, Image, LlmError, Message, Request, ToolCall, ToolSpec, Turn};
 use crate::tool::registry::{CallResult, Outcome as CallOutcome};
 use crate::tool::{Registry, ToolContext};
@@ -349,23 +349,14 @@ impl Agent {
         result
     }
 
-    /// The message the model reads for a call: the output, or the error; a `read` that
-    /// enters a directory with its own AGENTS.md brings that file along, once.
+    /// The message the model reads for a call: the output, or the error, and the images
+    /// it attached.
     async fn result_message(&mut self, call: &ToolCall, result: CallResult) -> Message {
         let is_error = result.error.is_some();
-        let mut content = match &result.error {
+        let content = match &result.error {
             Some(e) => e.clone(),
             None => result.output.clone(),
         };
-        if !is_error && result.tool == "read" {
-            for (path, text) in self.nested_instructions(call).await {
-                content.push_str(&format!(
-                    "\n\n<instructions from=\"{}\">\n{}\n</instructions>",
-                    self.ctx.relative(&path),
-                    text.trim()
-                ));
-            }
-        }
         let images = result
             .attachments
             .iter()
@@ -385,55 +376,6 @@ impl Agent {
             is_error,
             images,
         }
-    }
-
-    /// AGENTS.md (or CLAUDE.md) files in the directories between the worktree root and
-    /// the file read, not given to the model yet.
-    async fn nested_instructions(&mut self, call: &ToolCall) -> Vec<(PathBuf, String)> {
-        let Some(file) = serde_json::from_str::<Value>(&call.arguments)
-            .ok()
-            .and_then(|v| {
-                v.get("filePath")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
-        else {
-            return Vec::new();
-        };
-        let Ok(path) = self.ctx.resolve(&file) else {
-            return Vec::new();
-        };
-        let root = self.ctx.worktree().to_path_buf();
-        let mut dirs: Vec<PathBuf> = path
-            .ancestors()
-            .skip(1)
-            .take_while(|d| d.starts_with(&root) && *d != root)
-            .map(Path::to_path_buf)
-            .collect();
-        dirs.reverse();
-        let mut found = Vec::new();
-        for dir in dirs {
-            if !self.instructions_seen.insert(dir.clone()) {
-                continue;
-            }
-            for name in prompt::INSTRUCTION_FILES {
-                let candidate = dir.join(name);
-                if candidate == path {
-                    break;
-                }
-                if let Ok(r) = self
-                    .ctx
-                    .sandbox()
-                    .client
-                    .read_all(&candidate, 64 * 1024)
-                    .await
-                {
-                    found.push((candidate, String::from_utf8_lossy(&r.data).into_owned()));
-                    break;
-                }
-            }
-        }
-        found
     }
 
     /// What the next request will fill of the window: the last turn's exact count plus

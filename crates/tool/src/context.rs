@@ -30,6 +30,8 @@ pub struct Conversation {
     recent_calls: Mutex<Vec<(String, Value)>>,
     /// The model's plan, as `todowrite` last set it.
     todos: Mutex<Vec<Todo>>,
+    /// Instruction files already shown to the model (see [`super::instructions`]).
+    instructions: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Conversation {
@@ -41,6 +43,7 @@ impl Conversation {
             locks: Mutex::new(HashMap::new()),
             recent_calls: Mutex::new(Vec::new()),
             todos: Mutex::new(Vec::new()),
+            instructions: Mutex::new(Default::default()),
         }
     }
 
@@ -73,6 +76,15 @@ impl Conversation {
     /// Replaces the todo list (`todowrite` always sends the whole list).
     pub fn set_todos(&self, todos: Vec<Todo>) {
         *self.todos.lock().unwrap_or_else(|p| p.into_inner()) = todos;
+    }
+
+    /// Records that the model has seen the instruction file `path`; false when it already
+    /// had.
+    pub fn first_sight_of_instructions(&self, path: &Path) -> bool {
+        self.instructions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_path_buf())
     }
 
     /// Holds the per-file lock for the duration of a read-modify-write.

@@ -19,6 +19,7 @@ pub mod edit;
 mod glob;
 mod grep;
 pub mod hooks;
+pub mod instructions;
 mod invalid;
 mod list;
 pub mod mcp;

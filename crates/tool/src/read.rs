@@ -77,13 +77,36 @@ impl Tool for ReadTool {
         };
         match stat.kind {
             FileKind::Dir => read_dir(ctx, &path, &rel, offset, limit).await,
-            FileKind::File => read_file(ctx, &path, &rel, offset, limit).await,
+            FileKind::File => {
+                let mut out = read_file(ctx, &path, &rel, offset, limit).await?;
+                if out.attachments.is_empty() {
+                    with_folder_instructions(&mut out, ctx, &path).await;
+                }
+                Ok(out)
+            }
             _ => Err(ToolError::Failed(format!(
                 "{} is not a regular file",
                 path.display()
             ))),
         }
     }
+}
+
+/// Appends the instructions of the folders above a file read for the first time in this
+/// conversation ([`super::instructions`]), and lists them in `metadata.loaded`.
+async fn with_folder_instructions(out: &mut ToolOutput, ctx: &ToolContext, path: &Path) {
+    let found = super::instructions::unseen_around(ctx, path).await;
+    if found.is_empty() {
+        return;
+    }
+    out.output
+        .push_str(&super::instructions::reminder(ctx, &found));
+    let loaded: Vec<String> = found
+        .iter()
+        .map(|(p, _)| p.to_string_lossy().into_owned())
+        .collect();
+    out.metadata
+        .insert("loaded".into(), serde_json::json!(loaded));
 }
 
 /// The path a read names and what is there (a stat failure is kept, not raised: the rules
