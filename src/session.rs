@@ -242,7 +242,8 @@ impl SessionOptions {
         )))
         .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
             settings.mcp.clone(),
-        )));
+        )))
+        .with_search(search_service(&settings)?);
         let network = start_proxy(&ctx, &rules.rules, &spec).await?;
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
@@ -410,4 +411,17 @@ pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
 /// spellings.
 pub fn absolute_root(root: &Path) -> PathBuf {
     crate::sandbox::local::absolute(root).unwrap_or_else(|_| root.to_path_buf())
+}
+
+/// The search service the settings name (`[websearch]`), with the key from the host's
+/// environment; `None` when there is none.
+fn search_service(
+    settings: &crate::config::settings::Settings,
+) -> Result<Option<Arc<crate::tool::search::Search>>, OpenError> {
+    settings
+        .websearch
+        .as_ref()
+        .map(|s| crate::tool::search::Search::from_settings(s).map(Arc::new))
+        .transpose()
+        .map_err(OpenError::Usage)
 }

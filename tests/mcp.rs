@@ -247,6 +247,11 @@ impl FarServer {
 }
 
 fn far_server() -> FarServer {
+    far_server_answering(|_| json!({"content": [{"type": "text", "text": "hello from far away"}]}))
+}
+
+/// A far server whose `tools/call` result is `answer(params)`.
+fn far_server_answering(answer: fn(&Value) -> Value) -> FarServer {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -301,9 +306,7 @@ fn far_server() -> FarServer {
                             "name": "hello", "description": "Greets from far away.",
                             "inputSchema": {"type": "object", "properties": {}}
                         }]})),
-                        "tools/call" => Some(
-                            json!({"content": [{"type": "text", "text": "hello from far away"}]}),
-                        ),
+                        "tools/call" => Some(answer(&request["params"])),
                         _ => None,
                     };
                     match result {
@@ -630,4 +633,254 @@ fn mcp_call_says_which_server_failed_and_starts_only_its_own() {
         "{}",
         text(&out)
     );
+}
+
+/// `runner` as `runner(p, args)` does, with `EXA_API_KEY` set on the host.
+fn runner_with_key(p: &Project, args: &[&str], key: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(args)
+        .arg("--root")
+        .arg(&p.root)
+        .env("XDG_DATA_HOME", &p.data)
+        .env("XDG_CONFIG_HOME", p.data.join("config"))
+        .env("EXA_API_KEY", key)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A search service that says which tool was called with which arguments.
+fn search_server() -> FarServer {
+    far_server_answering(|params| {
+        json!({"content": [{"type": "text", "text": format!(
+            "RESULT of {} for {}", params["name"], params["arguments"]
+        )}]})
+    })
+}
+
+/// The `tools/call` requests the server saw, as JSON.
+fn calls_seen(far: &FarServer) -> Vec<Value> {
+    far.seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.split_once("\n\n").map(|(_, body)| body.to_string()))
+        .filter_map(|body| serde_json::from_str::<Value>(&body).ok())
+        .filter(|v| v["method"] == "tools/call")
+        .collect()
+}
+
+/// `websearch` and `codesearch` call Exa's MCP tools on the configured service, from the
+/// host, with OpenCode's arguments and the key from the host's environment.
+#[test]
+fn search_tools_reach_the_configured_service_with_the_key() {
+    let far = search_server();
+    let p = project();
+    std::fs::remove_file(p.root.join(".runner/config.toml")).unwrap();
+    user_config(
+        &p,
+        &format!(
+            "{USER_OPENS_LOOPBACK}[websearch]\nprovider = \"exa\"\nurl = \"{}\"\n",
+            far.url
+        ),
+    );
+    let call = |tool: &str, args: Value| {
+        let a = args.to_string();
+        let out = runner_with_key(
+            &p,
+            &[
+                "tool",
+                "call",
+                tool,
+                &a,
+                "--json",
+                "--sandbox",
+                "landlock",
+                "--ask",
+                "allow",
+            ],
+            "k-123",
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out, v)
+    };
+    let (out, v) = call("websearch", json!({"query": "rust landlock"}));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        v["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("RESULT of \"web_search_exa\""),
+        "{v}"
+    );
+    let seen = calls_seen(&far);
+    assert_eq!(seen[0]["params"]["name"], "web_search_exa", "{seen:?}");
+    assert_eq!(
+        seen[0]["params"]["arguments"],
+        json!({"query": "rust landlock", "type": "auto", "numResults": 8, "livecrawl": "fallback"}),
+        "{seen:?}"
+    );
+    let heads = far.seen.lock().unwrap().join("\n").to_ascii_lowercase();
+    assert!(heads.contains("x-api-key: k-123"), "{heads}");
+
+    let (out, v) = call("codesearch", json!({"query": "tokio select timeout"}));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        v["output"]
+            .as_str()
+            .unwrap()
+            .contains("get_code_context_exa"),
+        "{v}"
+    );
+    let seen = calls_seen(&far);
+    assert_eq!(
+        seen[1]["params"]["arguments"],
+        json!({"query": "tokio select timeout", "tokensNum": 5000}),
+        "{seen:?}"
+    );
+    // Out of range: refused before anything is sent.
+    let (out, v) = call("codesearch", json!({"query": "x", "tokensNum": 60000}));
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("between 1000 and 50000"),
+        "{v}"
+    );
+    assert_eq!(calls_seen(&far).len(), 2);
+
+    // The query is the permission's pattern: a rule denying it means no connection at all.
+    let deny = p.data.join("deny.toml");
+    std::fs::write(&deny, "[permission.websearch]\n\"secret *\" = \"deny\"\n").unwrap();
+    let d = deny.display().to_string();
+    let before = far.connections();
+    let a = json!({"query": "secret plans"}).to_string();
+    let out = runner_with_key(
+        &p,
+        &[
+            "tool",
+            "call",
+            "websearch",
+            &a,
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--config",
+            &d,
+        ],
+        "k-123",
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(far.connections(), before, "a denied search was sent");
+}
+
+/// Without a `[websearch]` table the two tools do not exist; a repository's own table is
+/// ignored (it would say where the user's key goes), and its server is never contacted.
+#[test]
+fn attack_a_repository_cannot_name_the_search_service() {
+    let far = search_server();
+    let p = project();
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!("[websearch]\nprovider = \"exa\"\nurl = \"{}\"\n", far.url),
+    )
+    .unwrap();
+    user_config(&p, USER_OPENS_LOOPBACK);
+    let a = json!({"query": "anything"}).to_string();
+    let out = runner_with_key(
+        &p,
+        &[
+            "tool",
+            "call",
+            "websearch",
+            &a,
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--ask",
+            "allow",
+        ],
+        "k-123",
+    );
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ignored [websearch]"), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Unknown tool"),
+        "{v}"
+    );
+    assert_eq!(
+        far.connections(),
+        0,
+        "the repository's search server was contacted"
+    );
+
+    // The user's own config naming a loopback service without opening the address: the
+    // host's address rules hold for searches as for webfetch.
+    user_config(
+        &p,
+        &format!("[websearch]\nprovider = \"exa\"\nurl = \"{}\"\n", far.url),
+    );
+    std::fs::remove_file(p.root.join(".runner/config.toml")).unwrap();
+    let out = runner_with_key(
+        &p,
+        &[
+            "tool",
+            "call",
+            "websearch",
+            &a,
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--ask",
+            "allow",
+        ],
+        "k-123",
+    );
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("was not contacted"),
+        "{v}"
+    );
+    assert_eq!(
+        far.connections(),
+        0,
+        "a loopback search service was contacted unopened"
+    );
+
+    // The control: the same server named in the user's own config, its address opened, is
+    // reached.
+    user_config(
+        &p,
+        &format!(
+            "{USER_OPENS_LOOPBACK}[websearch]\nprovider = \"exa\"\nurl = \"{}\"\n",
+            far.url
+        ),
+    );
+    let out = runner_with_key(
+        &p,
+        &[
+            "tool",
+            "call",
+            "websearch",
+            &a,
+            "--json",
+            "--sandbox",
+            "landlock",
+            "--ask",
+            "allow",
+        ],
+        "k-123",
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(far.connections() > 0);
 }

@@ -159,12 +159,19 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         rules,
         Arc::new(PolicyAsker::deny("permission check never asks")),
     ));
+    // The search tools exist where a search service is configured (nothing is sent here).
+    let search = crate::config::settings::Settings::load(&root, scope.rules.config.as_deref())
+        .ok()
+        .and_then(|(s, _)| s.websearch)
+        .and_then(|s| crate::tool::search::Search::from_settings(&s).ok())
+        .map(Arc::new);
     let ctx = ToolContext::new(
         Arc::new(sandbox),
         Arc::new(Conversation::single_call("check")),
         gate.clone(),
         Arc::new(Truncator::new(Truncator::default_dir())),
-    );
+    )
+    .with_search(search);
     let builtin = crate::tool::Registry::builtin();
     let registry = if builtin.get(tool).is_some() {
         builtin

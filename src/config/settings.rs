@@ -33,6 +33,9 @@ pub struct Settings {
     pub hooks: Vec<crate::tool::hooks::Hook>,
     /// MCP servers by name; a later layer's server replaces an earlier one of that name.
     pub mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
+    /// The search service of `websearch` and `codesearch` (never a project's: it says
+    /// where the user's key goes).
+    pub websearch: Option<crate::tool::search::SearchSettings>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,6 +49,7 @@ struct FileSettings {
     hooks: Vec<crate::tool::hooks::HookSpec>,
     #[serde(default)]
     mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
+    websearch: Option<crate::tool::search::SearchSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +81,12 @@ impl Settings {
                     project.display()
                 ));
                 file.provider.clear();
+            }
+            if file.websearch.take().is_some() {
+                notes.push(format!(
+                    "ignored [websearch] in {}: only your own config (or --config) may say where your search key is sent",
+                    project.display()
+                ));
             }
             settings.merge(file, &project, Place::Sandbox);
         }
@@ -112,6 +122,9 @@ impl Settings {
         if file.context.is_some() {
             self.context = file.context;
         }
+        if file.websearch.is_some() {
+            self.websearch = file.websearch;
+        }
     }
 }
 
@@ -145,6 +158,7 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             context: None,
             hooks: Vec::new(),
             mcp,
+            websearch: None,
         });
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;

@@ -133,6 +133,9 @@ pub struct Services {
     /// reach, and the client that keeps to it. Without a session's rules, no private
     /// address at all.
     pub outbound: Arc<runner_network::outbound::Outbound>,
+    /// The search service `websearch` and `codesearch` use; `None`: not configured, and
+    /// the two tools are not offered.
+    pub search: Option<Arc<super::search::Search>>,
 }
 
 /// What one tool call runs with: the session's [`Services`], what belongs to the agent
@@ -171,6 +174,7 @@ impl ToolContext {
                 mcp: None,
                 network: None,
                 outbound: Arc::new(runner_network::outbound::Outbound::new(&[])),
+                search: None,
             }),
             conversation,
             gate,
@@ -190,6 +194,12 @@ impl ToolContext {
     /// This context with the policy of its session's host-side requests.
     pub fn with_outbound(mut self, outbound: Arc<runner_network::outbound::Outbound>) -> Self {
         self.services_mut().outbound = outbound;
+        self
+    }
+
+    /// This context with a search service, which offers `websearch` and `codesearch`.
+    pub fn with_search(mut self, search: Option<Arc<super::search::Search>>) -> Self {
+        self.services_mut().search = search;
         self
     }
 

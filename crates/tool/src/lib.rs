@@ -14,6 +14,7 @@ pub mod truncate;
 mod apply_patch;
 mod bash;
 pub mod batch;
+pub mod codesearch;
 mod collect;
 pub mod edit;
 mod glob;
@@ -27,10 +28,12 @@ mod multiedit;
 pub mod patch;
 pub mod question;
 mod read;
+pub mod search;
 pub mod skill;
 pub mod todo;
 pub mod user;
 pub mod webfetch;
+pub mod websearch;
 mod write;
 
 #[cfg(test)]

@@ -191,6 +191,12 @@ pub async fn registry(ctx: &ToolContext) -> (super::Registry, Vec<String>) {
     for t in tools {
         registry = registry.with(std::sync::Arc::new(t));
     }
+    // Offered only where a search service is configured.
+    if ctx.services.search.is_some() {
+        registry = registry
+            .with(std::sync::Arc::new(super::websearch::WebSearchTool))
+            .with(std::sync::Arc::new(super::codesearch::CodeSearchTool));
+    }
     if let Some(mcp) = &ctx.services.mcp {
         let (tools, states) = mcp.tools(ctx).await;
         notes.extend(
