@@ -2004,3 +2004,104 @@ fn json_events_escape_the_unicode_line_separators() {
         "the text itself is unchanged"
     );
 }
+
+/// Plan mode: `plan` writes its plan and calls `plan_exit`; once the person approves (here
+/// `--ask allow`), the same conversation goes on as `build`, which may edit, and a resumed
+/// session stays `build`. Refused (`--ask deny`), it stays `plan` and cannot edit.
+#[test]
+fn plan_exit_hands_the_session_to_build_once_approved() {
+    let script = || {
+        vec![
+            Response::Stream(calls(vec![
+                (
+                    "write",
+                    json!({"filePath": ".runner/plans/fix.md", "content": "1. make add.sh add\n"}),
+                ),
+                ("plan_exit", json!({})),
+            ])),
+            Response::Stream(call("read", json!({"filePath": "add.sh"}))),
+            Response::Stream(call(
+                "write",
+                json!({"filePath": "add.sh", "content": "echo $(($1 + $2))\n"}),
+            )),
+            Response::Stream(text("Done.")),
+        ]
+    };
+    let system = |model: &ScriptedModel, n: usize| {
+        model.requests()[n].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    let h = Harness::new();
+    let model = ScriptedModel::start(script());
+    let args = [
+        "--model", "openai/g", "--agent", "plan", "--ask", "allow", "--json", "fix it",
+    ];
+    let out = h.run(&model, &args);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        h.read("add.sh"),
+        "echo $(($1 + $2))\n",
+        "build could not edit"
+    );
+    assert!(offered(&model, 0).contains(&"plan_exit".to_string()));
+    assert!(!offered(&model, 0).contains(&"plan_enter".to_string()));
+    assert!(system(&model, 0).contains("plan mode"));
+    // From the step after the approval: build's prompt and tools.
+    assert!(
+        !system(&model, 1).contains("plan mode"),
+        "{}",
+        system(&model, 1)
+    );
+    assert!(offered(&model, 1).contains(&"plan_enter".to_string()));
+    assert!(!offered(&model, 1).contains(&"plan_exit".to_string()));
+    let results = tool_results(&model, 1);
+    assert!(
+        results[1].contains("you are the build agent"),
+        "{results:?}"
+    );
+
+    // Resumed, it is still build.
+    let model = ScriptedModel::start(vec![Response::Stream(text("still here"))]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/g", "--continue", "--json", "and now?"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        !system(&model, 0).contains("plan mode"),
+        "{}",
+        system(&model, 0)
+    );
+    assert!(offered(&model, 0).contains(&"plan_enter".to_string()));
+
+    // Not approved: still plan, and the edit is refused.
+    let h = Harness::new();
+    let model = ScriptedModel::start(script());
+    let deny = [
+        "--model",
+        "openai/g",
+        "--agent",
+        "plan",
+        "--ask",
+        "deny",
+        "--continue-on-deny",
+        "--json",
+        "fix it",
+    ];
+    let out = h.run(&model, &deny);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        h.read("add.sh"),
+        "echo $(($1 - $2))\n",
+        "plan edited after a refusal"
+    );
+    let results = tool_results(&model, 1);
+    assert!(
+        results[1].contains("did not approve leaving plan mode"),
+        "{results:?}"
+    );
+    assert!(system(&model, 1).contains("plan mode"));
+}

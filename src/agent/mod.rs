@@ -11,6 +11,7 @@ pub mod agents;
 pub mod compact;
 pub mod events;
 mod observe;
+mod plan_mode;
 pub mod prompt;
 pub mod record;
 mod run;
@@ -158,6 +159,8 @@ pub struct Runtime {
     /// The root agent's steps and usage so far, for an end written from outside the loop
     /// (a forced exit).
     root_progress: Mutex<(u32, Usage)>,
+    /// A session's approved switch to another agent (plan mode), made between its steps.
+    handoff: Mutex<Option<(String, String)>>,
     started: Instant,
 }
 
@@ -192,8 +195,24 @@ impl Runtime {
             lineage: Mutex::new(HashMap::new()),
             models: std::sync::OnceLock::new(),
             root_progress: Mutex::new((0, Usage::default())),
+            handoff: Mutex::new(None),
             started: Instant::now(),
         })
+    }
+
+    /// Leaves `session`'s switch to `agent` for its step loop.
+    fn request_handoff(&self, session: &str, agent: &str) {
+        *self.handoff.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((session.to_string(), agent.to_string()));
+    }
+
+    /// The agent `session` was handed to, if it was.
+    fn take_handoff(&self, session: &str) -> Option<String> {
+        let mut handoff = self.handoff.lock().unwrap_or_else(|p| p.into_inner());
+        match handoff.as_ref() {
+            Some((s, _)) if s == session => handoff.take().map(|(_, agent)| agent),
+            _ => None,
+        }
     }
 
     /// Lets subagents with a `model:` of their own use it. Without this, they use the
@@ -313,32 +332,15 @@ impl Agent {
         depth: u32,
         (provider, model): (Arc<dyn Provider>, ModelInfo),
     ) -> Agent {
-        let base = &rt.base;
-        let gate = Arc::new(RuleGate::new(base.worktree(), rules, rt.asker.clone()));
-        let observed = Arc::new(observe::ObservedGate {
-            inner: gate,
-            session: id.clone(),
-            events: rt.events.clone(),
-            recorder: rt.recorder.clone(),
-            refused: rt.refused.clone(),
-        });
-        let mut ctx = base.clone();
-        ctx.gate = observed;
-        ctx.conversation = Arc::new(Conversation::new(id.clone()));
-        let registry = Arc::new(run::registry_for(rt, &ctx, depth).await);
-        // batch reaches the agent's tools (task, skill) through the context.
-        ctx.registry = Some(registry.clone());
-        let env = prompt::Environment {
-            worktree: base.worktree(),
-            spec: &rt.spec,
-            date: prompt::today(),
-        };
-        let system = prompt::build(&ctx, &env, &def, &rt.user_config).await;
+        let conversation = Arc::new(Conversation::new(id.clone()));
+        let lead = parent.is_none();
+        let (ctx, registry, system) =
+            Self::equip(rt, &id, &def, rules, depth, lead, conversation).await;
         rt.recorder.write(&record::Record::Session {
             session: id.clone(),
             parent: parent.clone(),
             created_ms: record::now_ms(),
-            root: base.worktree().display().to_string(),
+            root: rt.base.worktree().display().to_string(),
             model: model.spec.clone(),
             agent: def.name.clone(),
             sandbox: rt.spec.backend.name().to_string(),
@@ -362,6 +364,63 @@ impl Agent {
             chars_at_turn: 0,
             files_changed: Vec::new(),
         }
+    }
+
+    /// What an agent works with: its gate (the rules given, observed), its tools and its
+    /// system prompt, over `conversation`.
+    async fn equip(
+        rt: &Arc<Runtime>,
+        id: &str,
+        def: &AgentDef,
+        rules: Vec<Rule>,
+        depth: u32,
+        lead: bool,
+        conversation: Arc<Conversation>,
+    ) -> (ToolContext, Arc<Registry>, String) {
+        let base = &rt.base;
+        let gate = Arc::new(RuleGate::new(base.worktree(), rules, rt.asker.clone()));
+        let observed = Arc::new(observe::ObservedGate {
+            inner: gate,
+            session: id.to_string(),
+            events: rt.events.clone(),
+            recorder: rt.recorder.clone(),
+            refused: rt.refused.clone(),
+        });
+        let mut ctx = base.clone();
+        ctx.gate = observed;
+        ctx.conversation = conversation;
+        let lead = lead.then_some((id, def.name.as_str()));
+        let registry = Arc::new(run::registry_for(rt, &ctx, depth, lead).await);
+        // batch reaches the agent's tools (task, skill) through the context.
+        ctx.registry = Some(registry.clone());
+        let env = prompt::Environment {
+            worktree: base.worktree(),
+            spec: &rt.spec,
+            date: prompt::today(),
+        };
+        let system = prompt::build(&ctx, &env, def, &rt.user_config).await;
+        (ctx, registry, system)
+    }
+
+    /// Hands this session to the agent `name` (plan mode): its rules, tools and system
+    /// prompt from the next step on; the conversation and its state stay. Recorded, so a
+    /// resumed session goes on as the agent it had become. Only `plan` and `build` are
+    /// handed to, and both are built in: another name leaves the session as it is.
+    async fn switch_to(&mut self, name: &str) {
+        let Some(def) = self.rt.agents.iter().find(|a| a.name == name).cloned() else {
+            return;
+        };
+        let mut rules = self.rt.rules.clone();
+        rules.extend(def.rules.iter().cloned());
+        self.rt.remember(&self.id, rules.clone(), 0);
+        let conversation = self.ctx.conversation.clone();
+        let (ctx, registry, system) =
+            Self::equip(&self.rt, &self.id, &def, rules, 0, true, conversation).await;
+        (self.ctx, self.registry, self.system, self.def) = (ctx, registry, system, def);
+        self.rt.recorder.write(&record::Record::Agent {
+            session: self.id.clone(),
+            agent: name.to_string(),
+        });
     }
 
     pub fn system_prompt(&self) -> &str {

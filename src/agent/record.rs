@@ -65,6 +65,8 @@ pub enum Record {
         patterns: Vec<String>,
         decision: String,
     },
+    /// The session was handed to another agent (plan mode) from here on.
+    Agent { session: String, agent: String },
     /// The conversation up to here was replaced by a summary.
     Compaction { session: String, summary: String },
     /// A connection through the network proxy (`--network allowlist`), once it is over.
@@ -93,6 +95,7 @@ impl Record {
             | Record::Tool { session, .. }
             | Record::Permission { session, .. }
             | Record::Compaction { session, .. }
+            | Record::Agent { session, .. }
             | Record::Network { session, .. }
             | Record::End { session, .. } => session,
         }
@@ -232,6 +235,21 @@ impl Loaded {
         self.records
             .iter()
             .find(|r| matches!(r, Record::Session { parent: None, .. }))
+    }
+
+    /// The agent leading the root session at its end: the last one it started as or was
+    /// handed to (plan mode).
+    pub fn lead_agent(&self) -> Option<String> {
+        let id = self.id();
+        self.records.iter().rev().find_map(|r| match r {
+            Record::Agent { session, agent } if *session == id => Some(agent.clone()),
+            Record::Session {
+                parent: None,
+                agent,
+                ..
+            } => Some(agent.clone()),
+            _ => None,
+        })
     }
 
     pub fn id(&self) -> String {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Event;
 use super::record::Record;
-use super::{Agent, End, Outcome, Runtime, compact, task};
+use super::{Agent, End, Outcome, Runtime, compact, plan_mode, task};
 use crate::llm::{Finish, Image, LlmError, Message, Request, ToolCall, ToolSpec, Turn};
 use crate::tool::registry::{CallResult, Outcome as CallOutcome};
 use crate::tool::{Registry, ToolContext};
@@ -25,12 +25,29 @@ const CALL_CUT: &str = "Not run: your answer was cut off at the output token lim
 
 /// The tools an agent is offered: the built-ins, the user's and the project's own tools,
 /// the skills found for this worktree, and `task` while it may still nest.
-pub(super) async fn registry_for(rt: &Arc<Runtime>, ctx: &ToolContext, depth: u32) -> Registry {
+/// An agent's tools: the session's, its skills, `task` while subagents may nest deeper,
+/// and for the session's lead (`lead`: its id and agent) the plan-mode switch its agent
+/// has (`plan_exit` for `plan`, `plan_enter` for `build`).
+pub(super) async fn registry_for(
+    rt: &Arc<Runtime>,
+    ctx: &ToolContext,
+    depth: u32,
+    lead: Option<(&str, &str)>,
+) -> Registry {
     let skills = crate::tool::skill::SkillTool::discover(ctx).await;
     let (registry, _) = crate::tool::user::registry(ctx).await;
     let mut registry = registry.with(Arc::new(skills));
     if depth < MAX_DEPTH {
         registry = registry.with(Arc::new(task::TaskTool::new(rt)));
+    }
+    match lead {
+        Some((session, "plan")) => {
+            registry = registry.with(Arc::new(plan_mode::PlanExit::new(rt, session)));
+        }
+        Some((session, "build")) => {
+            registry = registry.with(Arc::new(plan_mode::PlanEnter::new(rt, session)));
+        }
+        _ => {}
     }
     registry
 }
@@ -85,7 +102,7 @@ impl Agent {
     }
 
     async fn steps_until_end(&mut self, cancel: &CancellationToken) -> End {
-        let tools = self.tools();
+        let mut tools = self.tools();
         // The limit is per prompt: a conversation, or a subagent resumed by `task_id`,
         // gets the full budget for each new message.
         let first_step = self.steps;
@@ -147,6 +164,10 @@ impl Agent {
             let sandbox_lost = self.answer_calls(&tool_calls, cut_off, cancel).await;
             if let Some(e) = sandbox_lost {
                 return End::SandboxError(e);
+            }
+            if let Some(agent) = self.rt.take_handoff(&self.id) {
+                self.switch_to(&agent).await;
+                tools = self.tools();
             }
             if cancel.is_cancelled() {
                 return End::Interrupted;

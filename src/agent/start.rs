@@ -28,7 +28,8 @@ pub struct RunOptions {
     pub session: SessionOptions,
     /// `provider/model`; else the config's `model`, else the agent's.
     pub model: Option<String>,
-    pub agent: String,
+    /// The lead agent; `None`: the one a resumed session had become, else `build`.
+    pub agent: Option<String>,
     pub loop_options: LoopOptions,
     pub resume: Option<Resume>,
     pub events: Arc<dyn EventSink>,
@@ -42,7 +43,7 @@ impl RunOptions {
         RunOptions {
             session: SessionOptions::new(root),
             model: None,
-            agent: "build".into(),
+            agent: None,
             loop_options: LoopOptions::default(),
             resume: None,
             events,
@@ -132,6 +133,10 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let user_agents = crate::dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
+    // Named, or the one a resumed session had become, or `build`.
+    let agent = agent
+        .or_else(|| resumed.as_ref().and_then(record::Loaded::lead_agent))
+        .unwrap_or_else(|| "build".into());
     let def = lead_agent(&all, &agent)?;
     let model_spec = model_spec.or(def.model.clone()).ok_or_else(|| {
         StartError::Usage(

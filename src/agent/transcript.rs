@@ -45,6 +45,9 @@ pub fn transcript(l: &Loaded) -> String {
                 out.push_str(&format!("[{name} {tag}]\n{}\n", first_lines(content, 20)));
             }
             Record::Message { .. } => {}
+            Record::Agent { agent, .. } => {
+                out.push_str(&format!("\n=== now the {agent} agent\n"));
+            }
             // Shown below, with its Compaction record.
             Record::Turn { summary: true, .. } => {}
             Record::Turn { turn, step, .. } => {

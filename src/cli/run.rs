@@ -33,10 +33,10 @@ pub struct RunArgs {
     /// The worktree the agent works in.
     #[arg(long, default_value = ".")]
     pub root: PathBuf,
-    /// The agent: build (default), plan (edits only its plan under .runner/plans/), or one
-    /// of the user's own.
-    #[arg(long, default_value = "build")]
-    pub agent: String,
+    /// The agent: build (the default), plan (edits only its plan under .runner/plans/), or
+    /// one of the user's own. A resumed session goes on as the agent it last had.
+    #[arg(long)]
+    pub agent: Option<String>,
     /// Model turns before the run stops.
     #[arg(long, default_value_t = 100)]
     pub max_steps: u32,
