@@ -30,6 +30,7 @@ pub mod question;
 mod read;
 pub mod search;
 pub mod skill;
+pub mod stdio;
 pub mod todo;
 pub mod user;
 pub mod webfetch;

@@ -29,22 +29,17 @@ use rmcp::model::{CallToolRequestParam, RawContent};
 use rmcp::service::{RoleClient, RunningService};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{
     Attachment, DynTool, PermissionsFuture, ToolContext, ToolError, ToolFuture, ToolOutput,
 };
 use runner_permission::PermissionRequest;
-use runner_sandbox::api::{ExecRequest, OutputStream};
-use runner_sandbox::client::ExecEvent;
 
 /// Starts of one server after the first, per session.
 pub const MAX_RESTARTS: u32 = 3;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a server may take to start and answer `initialize`.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// A server lives as long as its session; this only bounds a runaway.
-const LIFETIME: Duration = Duration::from_secs(24 * 3600);
 
 /// `[mcp.NAME]` as a config file writes it.
 #[derive(Debug, Clone, Deserialize)]
@@ -146,8 +141,8 @@ pub struct Server {
     spec: McpSpec,
     conn: tokio::sync::Mutex<Option<Arc<Client>>>,
     starts: AtomicU32,
-    /// What the server last wrote to stderr, to explain a failure.
-    stderr: Arc<std::sync::Mutex<String>>,
+    /// What the server's latest process last wrote to stderr, to explain a failure.
+    stderr: std::sync::Mutex<Arc<std::sync::Mutex<String>>>,
 }
 
 /// A session's MCP servers.
@@ -176,7 +171,7 @@ impl McpServers {
                         spec,
                         conn: tokio::sync::Mutex::new(None),
                         starts: AtomicU32::new(0),
-                        stderr: Arc::default(),
+                        stderr: Default::default(),
                     })
                 })
                 .collect(),
@@ -303,11 +298,12 @@ impl Server {
     }
 
     fn failure(&self, what: &str) -> String {
-        let tail = self
+        let process = self
             .stderr
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        let tail = process.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let tail = tail.trim();
         if tail.is_empty() {
             format!("the MCP server {} {what}", self.name)
@@ -356,76 +352,21 @@ impl Server {
                 self.name
             ));
         };
-        let line = std::iter::once(command)
+        let argv: Vec<String> = std::iter::once(command)
             .chain(&self.spec.args)
-            .map(|a| shell_quote(a))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut env = ctx.services.sandbox.env.clone();
-        for (k, v) in &self.spec.env {
-            env.retain(|(have, _)| have != k);
-            env.push((k.clone(), v.clone()));
-        }
-        let mut execution = ctx
-            .sandbox()
-            .client
-            .exec(ExecRequest {
-                command: format!("exec {line}"),
-                cwd: ctx.worktree().to_path_buf(),
-                env,
-                timeout_ms: LIFETIME.as_millis() as u64,
-                stdin: None,
-                output_limit: u64::MAX,
-                interactive: true,
-            })
+            .cloned()
+            .collect();
+        let env: Vec<(String, String)> = self
+            .spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let started = super::stdio::spawn(ctx, &argv, &env)
             .await
             .map_err(|e| format!("cannot start the MCP server {}: {e}", self.name))?;
-        // The protocol runs over two pipes of our own, pumped to and from the sandbox.
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let (mut from_server, mut to_client) = tokio::io::split(theirs);
-        let input = execution.input();
-        let stderr = self.stderr.clone();
-        tokio::spawn(async move {
-            while let Ok(event) = execution.next().await {
-                match event {
-                    ExecEvent::Output(o) if o.stream == OutputStream::Stdout => {
-                        if to_client.write_all(&o.data).await.is_err() {
-                            break;
-                        }
-                    }
-                    ExecEvent::Output(o) => {
-                        let mut tail = stderr.lock().unwrap_or_else(|p| p.into_inner());
-                        tail.push_str(&String::from_utf8_lossy(&o.data));
-                        let cut = tail.len().saturating_sub(2048);
-                        if cut > 0 {
-                            let at = (cut..=tail.len())
-                                .find(|&i| tail.is_char_boundary(i))
-                                .unwrap_or(tail.len());
-                            *tail = tail.split_off(at);
-                        }
-                    }
-                    ExecEvent::Exit(_) => break,
-                }
-            }
-            // The end of the output tells the client the server is gone.
-            let _ = to_client.shutdown().await;
-        });
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 1 << 16];
-            loop {
-                match from_server.read(&mut buf).await {
-                    Ok(0) | Err(_) => {
-                        let _ = input.close().await;
-                        break;
-                    }
-                    Ok(n) => {
-                        if input.write(buf[..n].to_vec()).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
+        *self.stderr.lock().unwrap_or_else(|p| p.into_inner()) = started.stderr.clone();
+        let ours = started.stream;
         let (read, write) = tokio::io::split(ours);
         ().serve((read, write))
             .await
@@ -591,10 +532,6 @@ impl Server {
             attachments,
         })
     }
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// The id a server's tool has in the registry: OpenCode's `SERVER_TOOL`, in the characters
