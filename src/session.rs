@@ -243,7 +243,10 @@ impl SessionOptions {
         .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
             settings.mcp.clone(),
         )))
-        .with_search(search_service(&settings)?);
+        .with_search(search_service(&settings)?)
+        .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
+            &settings.lsp,
+        )));
         let network = start_proxy(&ctx, &rules.rules, &spec).await?;
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);

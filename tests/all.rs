@@ -24,6 +24,7 @@ mod eval_harbor;
 mod hooks;
 mod interactive_exec;
 mod lifecycle;
+mod lsp;
 mod mcp;
 mod network;
 mod permission_gate;

@@ -36,6 +36,8 @@ pub struct Settings {
     /// The search service of `websearch` and `codesearch` (never a project's: it says
     /// where the user's key goes).
     pub websearch: Option<crate::tool::search::SearchSettings>,
+    /// Language servers by name; a later layer's replaces an earlier one of that name.
+    pub lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -50,6 +52,8 @@ struct FileSettings {
     #[serde(default)]
     mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
     websearch: Option<crate::tool::search::SearchSettings>,
+    #[serde(default)]
+    lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +129,7 @@ impl Settings {
         if file.websearch.is_some() {
             self.websearch = file.websearch;
         }
+        self.lsp.extend(file.lsp);
     }
 }
 
@@ -139,7 +144,8 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
         Some("json" | "jsonc")
     );
     if is_json {
-        // An OpenCode config: its `model` and its `mcp` servers mean the same thing here.
+        // An OpenCode config: its `model`, `mcp` servers and `lsp` servers mean the same
+        // thing here.
         let doc = serde_json::from_str::<serde_json::Value>(
             &crate::permission::layers::strip_json_comments(&text),
         )
@@ -151,6 +157,10 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             Some(servers) => crate::tool::mcp::from_opencode(servers).map_err(err)?,
             None => BTreeMap::new(),
         };
+        let lsp = match doc.as_ref().and_then(|v| v.get("lsp")) {
+            Some(section) => crate::tool::lsp_client::from_opencode(section).map_err(err)?,
+            None => BTreeMap::new(),
+        };
         return Ok(FileSettings {
             model,
             provider: BTreeMap::new(),
@@ -159,6 +169,7 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             hooks: Vec::new(),
             mcp,
             websearch: None,
+            lsp,
         });
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;

@@ -169,7 +169,7 @@ pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, Con
         message: e.to_string(),
     })?;
     // The other keys belong to `config::settings`, which reads the same files.
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 9] = [
         "permission",
         "model",
         "provider",
@@ -178,12 +178,13 @@ pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, Con
         "hooks",
         "mcp",
         "websearch",
+        "lsp",
     ];
     if let Some(key) = doc.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ConfigError::Invalid {
             origin: origin.to_string(),
             message: format!(
-                "unknown key {key:?}; a runner config holds `permission`, `model`, `provider`, `retry`, `context`, `hooks`, `mcp` and `websearch`"
+                "unknown key {key:?}; a runner config holds `permission`, `model`, `provider`, `retry`, `context`, `hooks`, `mcp`, `websearch` and `lsp`"
             ),
         });
     }

@@ -136,6 +136,8 @@ pub struct Services {
     /// The search service `websearch` and `codesearch` use; `None`: not configured, and
     /// the two tools are not offered.
     pub search: Option<Arc<super::search::Search>>,
+    /// The session's language servers (`lsp`), started inside the sandbox on first use.
+    pub lsp: Option<Arc<super::lsp_client::LspServers>>,
 }
 
 /// What one tool call runs with: the session's [`Services`], what belongs to the agent
@@ -175,6 +177,7 @@ impl ToolContext {
                 network: None,
                 outbound: Arc::new(runner_network::outbound::Outbound::new(&[])),
                 search: None,
+                lsp: None,
             }),
             conversation,
             gate,
@@ -200,6 +203,12 @@ impl ToolContext {
     /// This context with a search service, which offers `websearch` and `codesearch`.
     pub fn with_search(mut self, search: Option<Arc<super::search::Search>>) -> Self {
         self.services_mut().search = search;
+        self
+    }
+
+    /// This context with language servers, which offer `lsp` where one can run.
+    pub fn with_lsp(mut self, lsp: Arc<super::lsp_client::LspServers>) -> Self {
+        self.services_mut().lsp = Some(lsp);
         self
     }
 

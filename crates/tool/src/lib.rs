@@ -23,6 +23,8 @@ pub mod hooks;
 pub mod instructions;
 mod invalid;
 mod list;
+pub mod lsp;
+pub mod lsp_client;
 pub mod mcp;
 mod multiedit;
 pub mod patch;
@@ -220,6 +222,11 @@ pub(crate) mod lenient {
     enum NumOrString {
         Num(f64),
         Str(String),
+    }
+
+    /// A required whole number, coerced like [`opt_u64`].
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        opt_u64(d)?.ok_or_else(|| serde::de::Error::custom("expected a number"))
     }
 
     pub fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {

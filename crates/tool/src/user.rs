@@ -191,6 +191,12 @@ pub async fn registry(ctx: &ToolContext) -> (super::Registry, Vec<String>) {
     for t in tools {
         registry = registry.with(std::sync::Arc::new(t));
     }
+    // Offered only where a language server can run.
+    if let Some(lsp) = &ctx.services.lsp
+        && lsp.any(ctx).await
+    {
+        registry = registry.with(std::sync::Arc::new(super::lsp::LspTool));
+    }
     // Offered only where a search service is configured.
     if ctx.services.search.is_some() {
         registry = registry

@@ -1,0 +1,209 @@
+//! `lsp` with a real language server (Debian's `pylsp`, installed if missing) started
+//! inside the wall: its answers on none and landlock, the errors a model can act on, the
+//! tool not offered where no server can run, and an attack: a server told to look outside
+//! the worktree (`PYTHONPATH` at a folder beside it) finds nothing there behind landlock,
+//! while the same server without a wall does (the control).
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+struct Project {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    data: PathBuf,
+}
+
+/// A worktree with two Python files (b.py calls a.py's `greet`) and, beside it, a module
+/// the worktree must not see.
+fn project() -> Project {
+    common::engine::ensure_package("python3-pylsp", "/usr/bin/pylsp");
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let root = base.join("repo");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(base.join("data")).unwrap();
+    std::fs::write(
+        root.join("a.py"),
+        "def greet(name):\n    \"\"\"Say hello to NAME.\"\"\"\n    return \"hi \" + name\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("b.py"),
+        "from a import greet\n\nprint(greet(\"x\"))\n\nimport secretmod\nsecretmod.leak()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        outside.join("secretmod.py"),
+        "def leak():\n    return 'HOST SECRET'\n",
+    )
+    .unwrap();
+    Project {
+        data: base.join("data"),
+        _tmp: tmp,
+        root,
+        outside,
+    }
+}
+
+fn runner(p: &Project, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(args)
+        .arg("--root")
+        .arg(&p.root)
+        .env("XDG_DATA_HOME", &p.data)
+        .env("XDG_CONFIG_HOME", p.data.join("config"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `runner tool call lsp ARGS --json` on `backend`, with `extra` flags.
+fn lsp(p: &Project, backend: &str, args: Value, extra: &[&str]) -> (Output, Value) {
+    let a = args.to_string();
+    let mut all = vec!["tool", "call", "lsp", &a, "--json", "--sandbox", backend];
+    all.extend_from_slice(extra);
+    let out = runner(p, &all);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, v)
+}
+
+fn at(op: &str, file: &str, line: u64, character: u64) -> Value {
+    json!({"operation": op, "filePath": file, "line": line, "character": character})
+}
+
+/// The file a location result points into.
+fn target(v: &Value) -> String {
+    let output: Value =
+        serde_json::from_str(v["output"].as_str().unwrap_or("null")).unwrap_or(Value::Null);
+    output[0]["uri"].as_str().unwrap_or_default().to_string()
+}
+
+fn answers_on(backend: &str) {
+    let p = project();
+    // `greet` in `print(greet("x"))`: line 3, character 7, as an editor counts.
+    let (out, v) = lsp(&p, backend, at("goToDefinition", "b.py", 3, 7), &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(target(&v).ends_with("/repo/a.py"), "{v}");
+    assert_eq!(v["metadata"]["server"], "pylsp");
+
+    let (_, v) = lsp(&p, backend, at("hover", "b.py", 3, 7), &[]);
+    assert!(
+        v["output"].as_str().unwrap().contains("Say hello to NAME."),
+        "{v}"
+    );
+
+    let (_, v) = lsp(&p, backend, at("documentSymbol", "a.py", 1, 1), &[]);
+    assert!(v["output"].as_str().unwrap().contains("\"greet\""), "{v}");
+
+    let (_, v) = lsp(&p, backend, at("findReferences", "a.py", 1, 5), &[]);
+    let refs = v["output"].as_str().unwrap();
+    assert!(refs.contains("a.py") && refs.contains("b.py"), "{v}");
+
+    // On an empty line: nothing, said so.
+    let (out, v) = lsp(&p, backend, at("hover", "b.py", 2, 1), &[]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(v["output"], "No results found for hover", "{v}");
+
+    // Errors the model can act on.
+    let (_, v) = lsp(&p, backend, at("hover", "nope.py", 1, 1), &[]);
+    assert!(
+        v["error"].as_str().unwrap().starts_with("File not found"),
+        "{v}"
+    );
+    std::fs::write(p.root.join("notes.xyz"), "x\n").unwrap();
+    let (_, v) = lsp(&p, backend, at("hover", "notes.xyz", 1, 1), &[]);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("No language server is available for .xyz files"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_language_server_answers_from_inside_no_wall() {
+    answers_on("none");
+}
+
+#[test]
+fn a_language_server_answers_from_behind_the_landlock_wall() {
+    answers_on("landlock");
+}
+
+/// Where no server can run (every one disabled here), `lsp` is not offered at all.
+#[test]
+fn lsp_is_not_offered_without_a_server() {
+    let p = project();
+    let config = p.data.join("off.json");
+    std::fs::write(&config, r#"{"lsp": false}"#).unwrap();
+    let c = config.display().to_string();
+    let (out, v) = lsp(&p, "landlock", at("hover", "b.py", 3, 7), &["--config", &c]);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Unknown tool"),
+        "{v}"
+    );
+}
+
+/// A language server runs what the repository configures; behind landlock it still sees
+/// only the worktree. Told to import from a folder beside it (`PYTHONPATH`), it finds the
+/// module without a wall and nothing behind landlock.
+#[test]
+fn attack_a_language_server_cannot_read_outside_the_worktree() {
+    let p = project();
+    let config = p.data.join("lsp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[lsp.pylsp]\ncommand = [\"pylsp\"]\nextensions = [\".py\"]\nenv = {{ PYTHONPATH = \"{}\" }}\n",
+            p.outside.display()
+        ),
+    )
+    .unwrap();
+    let c = config.display().to_string();
+    // `leak` in `secretmod.leak()`: line 6, character 11.
+    let (out, v) = lsp(
+        &p,
+        "none",
+        at("goToDefinition", "b.py", 6, 11),
+        &["--config", &c],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        target(&v).ends_with("/outside/secretmod.py"),
+        "control: {v}"
+    );
+
+    let (out, v) = lsp(
+        &p,
+        "landlock",
+        at("goToDefinition", "b.py", 6, 11),
+        &["--config", &c],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        !v["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("secretmod.py"),
+        "the server read outside the worktree: {v}"
+    );
+    assert!(
+        !v["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("HOST SECRET"),
+        "{v}"
+    );
+}
