@@ -2,7 +2,8 @@
 //! inside the wall: its answers on none and landlock, the errors a model can act on, the
 //! tool not offered where no server can run, and an attack: a server told to look outside
 //! the worktree (`PYTHONPATH` at a folder beside it) finds nothing there behind landlock,
-//! while the same server without a wall does (the control).
+//! while the same server without a wall does (the control). And diagnostics: an edit that
+//! breaks a file comes back with the server's errors.
 
 use crate::common;
 
@@ -22,6 +23,11 @@ struct Project {
 /// the worktree must not see.
 fn project() -> Project {
     common::engine::ensure_package("python3-pylsp", "/usr/bin/pylsp");
+    // pylsp reports errors through pyflakes, which Debian only suggests.
+    common::engine::ensure_package(
+        "python3-pyflakes",
+        "/usr/lib/python3/dist-packages/pyflakes/__init__.py",
+    );
     let tmp = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(tmp.path()).unwrap();
     let root = base.join("repo");
@@ -206,4 +212,68 @@ fn attack_a_language_server_cannot_read_outside_the_worktree() {
             .contains("HOST SECRET"),
         "{v}"
     );
+}
+
+/// `runner tool call TOOL ARGS --json` on landlock.
+fn call(p: &Project, tool: &str, args: Value) -> Value {
+    let a = args.to_string();
+    let out = runner(
+        p,
+        &["tool", "call", tool, &a, "--json", "--sandbox", "landlock"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// After `write`, `edit` and `apply_patch`, the language server's errors in the file come
+/// back with the output (1-based positions); a clean file and a file no server handles
+/// come back as they always did.
+#[test]
+fn edits_come_back_with_the_servers_errors() {
+    let p = project();
+    let v = call(
+        &p,
+        "write",
+        json!({"filePath": "c.py", "content": "def f(:\n    return 1\n"}),
+    );
+    let out = v["output"].as_str().unwrap();
+    assert!(out.starts_with("Wrote file successfully."), "{out}");
+    assert!(out.contains("reports errors in this file"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "<diagnostics file=\"{}\">",
+            p.root.join("c.py").display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("ERROR [1:"), "{out}");
+
+    let v = call(
+        &p,
+        "edit",
+        json!({"filePath": "a.py", "oldString": "return \"hi \" + name", "newString": "return \"hi \" + nobody"}),
+    );
+    let out = v["output"].as_str().unwrap();
+    assert!(
+        out.contains("ERROR [3:20] undefined name 'nobody'"),
+        "{out}"
+    );
+
+    let patch = "*** Begin Patch\n*** Add File: d.py\n+print(missing)\n*** End Patch";
+    let v = call(&p, "apply_patch", json!({"patchText": patch}));
+    let out = v["output"].as_str().unwrap();
+    assert!(out.contains("undefined name 'missing'"), "{out}");
+
+    let v = call(
+        &p,
+        "write",
+        json!({"filePath": "ok.py", "content": "print(1)\n"}),
+    );
+    assert_eq!(v["output"], "Wrote file successfully.", "{v}");
+    let v = call(
+        &p,
+        "write",
+        json!({"filePath": "notes.txt", "content": "def f(:\n"}),
+    );
+    assert_eq!(v["output"], "Wrote file successfully.", "{v}");
 }

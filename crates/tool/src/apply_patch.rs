@@ -132,13 +132,14 @@ impl Tool for ApplyPatchTool {
         }
         apply_all(ctx, &changes, &before).await?;
 
-        let output = format!(
+        let title = format!(
             "Success. Updated the following files:\n{}",
             summary.join("\n")
         );
+        let errors = errors_after(&changes, ctx).await;
         Ok(ToolOutput {
-            title: output.clone(),
-            output,
+            output: format!("{title}{errors}"),
+            title,
             metadata: crate::meta! { "diff" => combined, "files" => files },
             attachments: Vec::new(),
         })
@@ -169,6 +170,27 @@ struct Described {
     patterns: Vec<String>,
     summary: Vec<String>,
     combined: String,
+}
+
+/// The language servers' errors in the files the patch wrote (a deleted file has none).
+async fn errors_after(changes: &[FileChange], ctx: &ToolContext) -> String {
+    let mut out = String::new();
+    for change in changes {
+        let (path, text) = match change {
+            FileChange::Add { path, content } => (path, content),
+            FileChange::Update {
+                path,
+                move_path,
+                new_content,
+                ..
+            } => (move_path.as_ref().unwrap_or(path), new_content),
+            FileChange::Delete { .. } => continue,
+        };
+        if let Ok(path) = ctx.resolve(path) {
+            out.push_str(&super::diagnostics::after_edit(ctx, &path, text).await);
+        }
+    }
+    out
 }
 
 fn describe(

@@ -6,6 +6,7 @@
 
 mod builtin;
 mod context;
+mod diagnostics;
 mod diff;
 mod filetime;
 pub mod registry;

@@ -225,6 +225,57 @@ async fn present_commands(ctx: &ToolContext, entries: &[Entry]) -> Vec<String> {
 
 type Pending = Arc<std::sync::Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>>;
 
+/// The diagnostics a server last published, by document URI, each with the number of the
+/// publication that brought it (so a wait can tell a new one from an old one).
+#[derive(Default)]
+struct Published {
+    by_uri: std::sync::Mutex<HashMap<String, (u64, Vec<Value>)>>,
+    count: AtomicI64,
+    arrived: tokio::sync::Notify,
+}
+
+impl Published {
+    fn store(&self, params: &Value) {
+        let Some(uri) = params["uri"].as_str() else {
+            return;
+        };
+        let items = params["diagnostics"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let n = self.count.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+        self.by_uri
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uri.to_string(), (n, items));
+        self.arrived.notify_waiters();
+    }
+
+    fn of(&self, uri: &str) -> Option<(u64, Vec<Value>)> {
+        self.by_uri
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uri)
+            .cloned()
+    }
+
+    fn all(&self) -> HashMap<String, Vec<Value>> {
+        self.by_uri
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// What a server said after an edit: the edited file's diagnostics, and those of other
+/// files that changed with it (by URI).
+pub struct Diagnosed {
+    pub file: Vec<Value>,
+    pub others: HashMap<String, Vec<Value>>,
+}
+
 /// One running language server and the documents it has been shown.
 pub struct LspClient {
     pub name: String,
@@ -234,6 +285,7 @@ pub struct LspClient {
     /// Open documents and their version.
     versions: Mutex<HashMap<PathBuf, i64>>,
     stderr: Arc<std::sync::Mutex<String>>,
+    published: Arc<Published>,
 }
 
 impl LspClient {
@@ -251,7 +303,13 @@ impl LspClient {
         let (read, write) = tokio::io::split(started.stream);
         let writer = Arc::new(Mutex::new(write));
         let pending: Pending = Arc::default();
-        tokio::spawn(read_messages(read, writer.clone(), pending.clone()));
+        let published: Arc<Published> = Arc::default();
+        tokio::spawn(read_messages(
+            read,
+            writer.clone(),
+            pending.clone(),
+            published.clone(),
+        ));
         let client = LspClient {
             name: entry.name.clone(),
             writer,
@@ -259,6 +317,7 @@ impl LspClient {
             next_id: AtomicI64::new(1),
             versions: Mutex::new(HashMap::new()),
             stderr: started.stderr,
+            published,
         };
         let root = uri(ctx.worktree());
         let init = json!({
@@ -324,6 +383,55 @@ impl LspClient {
         }
     }
 
+    /// Shows the server `path`'s new `text` (changed, then saved) and waits, at most
+    /// `limit`, for the diagnostics it publishes for that text; returns as soon as they
+    /// arrive. `None`: the server said nothing in time. With them, what it holds for the
+    /// other files at that moment.
+    pub async fn diagnose(
+        &self,
+        path: &Path,
+        text: &str,
+        limit: Duration,
+    ) -> Result<Option<Diagnosed>, String> {
+        let uri = uri(path);
+        let before = self.published.of(&uri).map_or(0, |(n, _)| n);
+        let others_before = self.published.all();
+        let arrived = self.published.arrived.notified();
+        tokio::pin!(arrived);
+        arrived.as_mut().enable();
+        self.sync(path, text).await?;
+        self.notify(
+            "textDocument/didSave",
+            json!({"textDocument": {"uri": uri}, "text": text}),
+        )
+        .await?;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Some((n, items)) = self.published.of(&uri)
+                && n > before
+            {
+                let others = self
+                    .published
+                    .all()
+                    .into_iter()
+                    .filter(|(other, now)| *other != uri && others_before.get(other) != Some(now))
+                    .collect();
+                return Ok(Some(Diagnosed {
+                    file: items,
+                    others,
+                }));
+            }
+            if tokio::time::timeout_at(deadline, arrived.as_mut())
+                .await
+                .is_err()
+            {
+                return Ok(None);
+            }
+            arrived.set(self.published.arrived.notified());
+            arrived.as_mut().enable();
+        }
+    }
+
     /// A request and its result (`null` when the server found nothing).
     pub async fn request(
         &self,
@@ -386,11 +494,12 @@ async fn write_message(
 
 /// Reads the server's messages until it ends: responses go to whoever asked; requests
 /// the server makes of the client get the plain answers an editor without those features
-/// gives; notifications (diagnostics, logs) are dropped for now.
+/// gives; diagnostics are kept ([`Published`]); other notifications (logs) are dropped.
 async fn read_messages(
     read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
     writer: Arc<Mutex<WriteHalf<tokio::io::DuplexStream>>>,
     pending: Pending,
+    published: Arc<Published>,
 ) {
     let mut reader = BufReader::new(read);
     while let Some(message) = read_message(&mut reader).await {
@@ -423,6 +532,7 @@ async fn read_messages(
                     let _ = waiter.send(answer);
                 }
             }
+            (Some("textDocument/publishDiagnostics"), None) => published.store(&message["params"]),
             _ => {}
         }
     }

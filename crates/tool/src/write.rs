@@ -84,11 +84,12 @@ impl Tool for WriteTool {
                 .await?;
         }
 
-        ctx.write_checked(&path, content.into_bytes(), precondition)
+        ctx.write_checked(&path, content.clone().into_bytes(), precondition)
             .await?;
+        let errors = super::diagnostics::after_edit(ctx, &path, &content).await;
         Ok(ToolOutput {
             title: rel,
-            output: "Wrote file successfully.".into(),
+            output: format!("Wrote file successfully.{errors}"),
             metadata: crate::meta! {
                 "filepath" => path,
                 "exists" => existing.is_some(),

@@ -202,10 +202,11 @@ pub async fn edit_file(ctx: &ToolContext, file_path: &str, edits: &[Edit]) -> To
     }
     bytes.extend_from_slice(current.as_bytes());
     ctx.write_checked(&path, bytes, precondition).await?;
+    let errors = super::diagnostics::after_edit(ctx, &path, &current).await;
 
     Ok(ToolOutput {
         title: rel.clone(),
-        output: "Edit applied successfully.".into(),
+        output: format!("Edit applied successfully.{errors}"),
         metadata: crate::meta! {
             "diff" => patch,
             "filediff" => serde_json::json!({ "file": path, "additions": additions, "deletions": deletions }),
