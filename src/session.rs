@@ -307,7 +307,7 @@ impl SessionOptions {
             return Ok(None);
         }
         let ws = crate::workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
-            .map_err(OpenError::Failed)?;
+            .map_err(|e| OpenError::Failed(e.to_string()))?;
         spec.worktree = ws.work();
         Ok(Some(ws))
     }
@@ -426,5 +426,5 @@ fn search_service(
         .as_ref()
         .map(|s| crate::tool::search::Search::from_settings(s).map(Arc::new))
         .transpose()
-        .map_err(OpenError::Usage)
+        .map_err(|e| OpenError::Usage(e.to_string()))
 }

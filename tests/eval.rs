@@ -581,7 +581,11 @@ fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
             "FROM runner-sandbox:bookworm\nRUN echo about to fail && exit 3\n",
         )
         .unwrap();
-        let e = builder.image_for(&context, limit).await.unwrap_err();
+        let e = builder
+            .image_for(&context, limit)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("building runner-task:"), "{e}");
         assert!(
             e.contains("exit 3") || e.contains("returned a non-zero code: 3"),

@@ -89,7 +89,7 @@ fn show(id: &str, json: bool) -> u8 {
     let ws = match Workspace::open(id) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e));
+            eprintln!("runner: {}", display::escape(&e.to_string()));
             return exit::USAGE;
         }
     };
@@ -98,29 +98,22 @@ fn show(id: &str, json: bool) -> u8 {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let shown = if json {
         ws.changes().and_then(|c| {
-            writeln!(out, "{}", display::json(&c))
-                .map_err(|e| format!("cannot write the changes: {e}"))
+            writeln!(out, "{}", display::json(&c)).map_err(crate::workspace::Error::Output)
         })
     } else if std::io::stdout().is_terminal() {
         // On a terminal every line is shown escaped: a content line could otherwise move
         // the cursor over the lines above it. Piped, the patch is git's, raw.
         let mut escaped = EscapedLines::new(&mut out);
-        ws.write_review(&mut escaped).and_then(|()| {
-            escaped
-                .flush()
-                .map_err(|e| format!("cannot write the changes: {e}"))
-        })
+        ws.write_review(&mut escaped)
+            .and_then(|()| escaped.flush().map_err(crate::workspace::Error::Output))
     } else {
         ws.write_review(&mut out)
     };
-    let shown = shown.and_then(|()| {
-        out.flush()
-            .map_err(|e| format!("cannot write the changes: {e}"))
-    });
+    let shown = shown.and_then(|()| out.flush().map_err(crate::workspace::Error::Output));
     match shown {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e));
+            eprintln!("runner: {}", display::escape(&e.to_string()));
             exit::FAILED
         }
     }
@@ -130,7 +123,7 @@ pub fn apply(args: ApplyArgs) -> u8 {
     let ws = match Workspace::open(&args.id) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e));
+            eprintln!("runner: {}", display::escape(&e.to_string()));
             return exit::USAGE;
         }
     };
@@ -153,7 +146,7 @@ pub fn apply(args: ApplyArgs) -> u8 {
         }
         Err(e) => {
             // It names the files that conflict: the copy's names, which the agent chose.
-            eprintln!("runner: {}", display::escape(&e));
+            eprintln!("runner: {}", display::escape(&e.to_string()));
             exit::FAILED
         }
     };
@@ -259,7 +252,7 @@ pub fn discard(args: DiscardArgs) -> u8 {
     match discarded {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e));
+            eprintln!("runner: {}", display::escape(&e.to_string()));
             exit::FAILED
         }
     }
@@ -269,7 +262,7 @@ pub fn discard(args: DiscardArgs) -> u8 {
 pub fn report(workspace: Option<Workspace>) {
     let Some(mut ws) = workspace else { return };
     if let Err(e) = ws.finish() {
-        eprintln!("runner: {}", display::escape(&e));
+        eprintln!("runner: {}", display::escape(&e.to_string()));
     }
     if let Some(note) = crate::workspace::disk::full_note(&ws.work()) {
         eprintln!("runner: workspace {}: {note}", ws.meta.id);

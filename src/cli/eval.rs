@@ -96,7 +96,7 @@ pub fn run(cmd: EvalCommand) -> u8 {
                 exit::OK
             }
             Err(e) => {
-                eprintln!("runner: {}", display::escape(&e));
+                eprintln!("runner: {}", display::escape(&e.to_string()));
                 exit::FAILED
             }
         },
@@ -106,7 +106,7 @@ pub fn run(cmd: EvalCommand) -> u8 {
                 exit::OK
             }
             Err(e) => {
-                eprintln!("runner: {}", display::escape(&e));
+                eprintln!("runner: {}", display::escape(&e.to_string()));
                 exit::FAILED
             }
         },
@@ -167,7 +167,7 @@ async fn run_eval(args: RunArgs) -> u8 {
             exit::OK
         }
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e));
+            eprintln!("runner: {}", display::escape(&e.to_string()));
             exit::FAILED
         }
     }

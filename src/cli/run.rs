@@ -184,7 +184,7 @@ fn hand_over(ws: crate::workspace::Workspace, apply: bool) {
             }
             eprintln!("runner: applied {} change(s)", applied.changes.len())
         }
-        Err(e) => eprintln!("runner: {}", escape(&e)),
+        Err(e) => eprintln!("runner: {}", escape(&e.to_string())),
     }
 }
 

@@ -190,10 +190,10 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
         return exit::USAGE;
     }
     let workspace = match args.workspace_mode() {
-        Ok(crate::workspace::Mode::Copy) => match args
-            .spec(root)
-            .and_then(|s| crate::workspace::Workspace::create(root, s.limits.disk_bytes))
-        {
+        Ok(crate::workspace::Mode::Copy) => match args.spec(root).and_then(|s| {
+            crate::workspace::Workspace::create(root, s.limits.disk_bytes)
+                .map_err(|e| e.to_string())
+        }) {
             Ok(ws) => Some(ws),
             Err(e) => {
                 eprintln!("runner: {e}");
@@ -425,6 +425,15 @@ fn host_shell_command(
     Ok((command, guards))
 }
 
+/// Why a docker shell could not be opened: its sandbox, or the proxy beside it.
+#[derive(Debug, thiserror::Error)]
+enum ShellError {
+    #[error(transparent)]
+    Docker(#[from] crate::sandbox::docker::DockerError),
+    #[error("{0}")]
+    Proxy(String),
+}
+
 /// A shell in a new docker sandbox, the allow-list's proxy beside it when asked for.
 async fn shell_in_docker(root: &Path, args: &SandboxArgs, spec: &SandboxSpec) -> u8 {
     let network = spec.network == crate::sandbox::spec::Network::Allowlist;
@@ -435,7 +444,7 @@ async fn shell_in_docker(root: &Path, args: &SandboxArgs, spec: &SandboxSpec) ->
         });
         async move {
             match started {
-                Some(s) => s.await.map(Some),
+                Some(s) => s.await.map(Some).map_err(ShellError::Proxy),
                 None => Ok(None),
             }
         }

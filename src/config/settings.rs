@@ -154,11 +154,15 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             .as_ref()
             .and_then(|v| v.get("model").and_then(|m| m.as_str()).map(str::to_string));
         let mcp = match doc.as_ref().and_then(|v| v.get("mcp")) {
-            Some(servers) => crate::tool::mcp::from_opencode(servers).map_err(err)?,
+            Some(servers) => {
+                crate::tool::mcp::from_opencode(servers).map_err(|e| err(e.to_string()))?
+            }
             None => BTreeMap::new(),
         };
         let lsp = match doc.as_ref().and_then(|v| v.get("lsp")) {
-            Some(section) => crate::tool::lsp_client::from_opencode(section).map_err(err)?,
+            Some(section) => {
+                crate::tool::lsp_client::from_opencode(section).map_err(|e| err(e.to_string()))?
+            }
             None => BTreeMap::new(),
         };
         return Ok(FileSettings {

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::EvalOptions;
 use super::results::TaskResult;
 use super::tasks::Task;
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use super::worktree;
+use super::{EvalError, EvalOptions};
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
@@ -96,8 +96,11 @@ pub async fn run(
     let verify_started = Instant::now();
     let patching = ws.clone();
     let patch = match tokio::task::spawn_blocking(move || patching.diff(PatchFormat::Git)).await {
-        Ok(made) => made,
-        Err(e) => Err(e.to_string()),
+        Ok(made) => made.map_err(EvalError::from),
+        Err(source) => Err(EvalError::Join {
+            what: "taking the patch",
+            source,
+        }),
     };
     verdict::record_patch(&mut result, out, patch);
     if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
@@ -188,7 +191,7 @@ async fn prepare_worktree(
     task: &Task,
     attempt: u32,
     options: &EvalOptions,
-) -> Result<(Workspace, String), String> {
+) -> Result<(Workspace, String), EvalError> {
     let (repo, commit, parent) = (
         task.repo.clone(),
         task.commit.clone(),
@@ -200,7 +203,10 @@ async fn prepare_worktree(
         worktree::create(&repo, commit.as_deref(), &parent, &name, Some(budget))
     })
     .await
-    .map_err(|e| e.to_string())?
+    .map_err(|source| EvalError::Join {
+        what: "filling the worktree",
+        source,
+    })?
 }
 
 /// The task's setup command in the agent's sandbox, its log kept as `setup.log`. `Err`:
@@ -339,12 +345,15 @@ impl Prewarmed {
         })))
     }
 
-    async fn take(mut self) -> Result<OpenSession, String> {
+    async fn take(mut self) -> Result<OpenSession, EvalError> {
         let handle = self.0.take().expect("taken once");
         match handle.await {
             Ok(Ok(open)) => Ok(open),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(e) => Err(format!("the sandbox start failed: {e}")),
+            Ok(Err(e)) => Err(e.into()),
+            Err(source) => Err(EvalError::Join {
+                what: "the sandbox start",
+                source,
+            }),
         }
     }
 }
@@ -380,7 +389,7 @@ pub(super) async fn exec(
     timeout: Duration,
     limit: u64,
     stop: &CancellationToken,
-) -> Result<Ran, String> {
+) -> Result<Ran, EvalError> {
     let mut execution = sandbox
         .client
         .exec(ExecRequest {
@@ -393,7 +402,10 @@ pub(super) async fn exec(
             interactive: false,
         })
         .await
-        .map_err(|e| format!("the sandbox refused the command: {e}"))?;
+        .map_err(|source| EvalError::InSandbox {
+            what: "the sandbox refused the command".into(),
+            source,
+        })?;
     let mut output = Vec::new();
     // The server enforces the timeout; this deadline holds even if the server cannot (the
     // command stopped it, or it hangs).
@@ -411,7 +423,11 @@ pub(super) async fn exec(
                 return Ok(Ran { output, code: None, timed_out: false, interrupted: true });
             }
         };
-        match event.map_err(|e| format!("the sandbox failed during the command: {e}"))? {
+        let event = event.map_err(|source| EvalError::InSandbox {
+            what: "the sandbox failed during the command".into(),
+            source,
+        })?;
+        match event {
             ExecEvent::Output(o) => output.extend_from_slice(&o.data),
             ExecEvent::Exit(s) => {
                 return Ok(Ran {
@@ -426,16 +442,18 @@ pub(super) async fn exec(
 }
 
 /// Copies the hidden tests over the worktree, through the sandbox.
-async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), String> {
+async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), EvalError> {
     for rel in super::images::files_under(dir)? {
         let path = dir.join(&rel);
-        let data =
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let data = std::fs::read(&path).map_err(EvalError::io("read", &path))?;
         sandbox
             .client
             .write(&sandbox.worktree.join(&rel), data, None)
             .await
-            .map_err(|e| format!("cannot put {} in place: {e}", rel.display()))?;
+            .map_err(|source| EvalError::InSandbox {
+                what: format!("cannot put {} in place", rel.display()),
+                source,
+            })?;
     }
     Ok(())
 }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 
+use super::EvalError;
 use super::images::Builder;
+use crate::sandbox::docker::DockerError;
 use crate::sandbox::docker::engine;
 
 /// Image builds at once on one engine: a build takes the engine's CPU and disk.
@@ -83,7 +85,7 @@ impl Engines {
 
     /// Connects to every engine (each must answer now: a host that does not is more likely
     /// a typo than an outage) and removes what earlier runs left on it.
-    pub async fn connect(hosts: &[String]) -> Result<Engines, String> {
+    pub async fn connect(hosts: &[String]) -> Result<Engines, EvalError> {
         let hosts: Vec<Option<String>> = if hosts.is_empty() {
             vec![None]
         } else {
@@ -93,16 +95,14 @@ impl Engines {
         for host in hosts {
             let described = engine::Engine::open(host.as_deref())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(DockerError::from)?;
             let docker = described.docker.clone();
             // Leftovers go first, so they do not count as the engine's load.
             let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
-            let info = docker.info().await.map_err(|e| {
-                format!(
-                    "the engine {} does not say what it has: {e}",
-                    host.as_deref().unwrap_or("default")
-                )
-            })?;
+            let info = docker.info().await.map_err(DockerError::engine(format!(
+                "the engine {} does not say what it has",
+                host.as_deref().unwrap_or("default")
+            )))?;
             engines.push(Arc::new(Engine {
                 // Where it was reached (named, DOCKER_HOST, or the local socket found).
                 local: described.host.starts_with("unix://"),

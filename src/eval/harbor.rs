@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::EvalError;
+
 /// One Harbor task, as its folder describes it.
 #[derive(Debug, Clone)]
 pub struct HarborTask {
@@ -106,12 +108,11 @@ pub fn is_task(dir: &Path) -> bool {
 /// The tasks of a task set folder: the folder itself if it is a task, else each of its
 /// subfolders that is one, in name order. `Err` with the reason for a task that cannot
 /// be used, keyed by its id.
-pub fn load_set(dir: &Path) -> Result<Vec<LoadedTask>, String> {
+pub fn load_set(dir: &Path) -> Result<Vec<LoadedTask>, EvalError> {
     if is_task(dir) {
         return Ok(vec![load(dir)]);
     }
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| format!("cannot read the task set {}: {e}", dir.display()))?;
+    let entries = std::fs::read_dir(dir).map_err(EvalError::io("read the task set", dir))?;
     let mut dirs: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
@@ -119,10 +120,10 @@ pub fn load_set(dir: &Path) -> Result<Vec<LoadedTask>, String> {
         .collect();
     dirs.sort();
     if dirs.is_empty() {
-        return Err(format!(
+        return Err(EvalError::Task(format!(
             "{} is neither a Harbor task (no task.toml) nor a folder of them",
             dir.display()
-        ));
+        )));
     }
     Ok(dirs.iter().map(|d| load(d)).collect())
 }
@@ -221,38 +222,56 @@ fn parse_memory(text: &str) -> Option<u64> {
     Some((n * scale as f64) as u64)
 }
 
+/// Why what the verifier left is no reward.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadReward {
+    #[error("reward.txt holds {0:?}, not a number")]
+    NotANumber(String),
+    #[error("reward.json is not a flat map of numbers: {0}")]
+    NotAMap(String),
+    #[error("reward.json: {key} is {value}, not a number")]
+    EntryNotANumber { key: String, value: String },
+    #[error("reward.json is an empty map")]
+    Empty,
+    #[error("the verifier wrote neither /logs/verifier/reward.txt nor reward.json")]
+    Missing,
+}
+
 /// What the verifier left in `/logs/verifier`: `reward.txt` (one number) or
 /// `reward.json` (a flat map of numbers). Resolved means every reward is at least 1.
 pub fn parse_reward(
     txt: Option<&str>,
     json: Option<&str>,
-) -> Result<BTreeMap<String, f64>, String> {
+) -> Result<BTreeMap<String, f64>, BadReward> {
     if let Some(text) = txt {
         let value: f64 = text
             .trim()
             .parse()
             .ok()
             .filter(|v: &f64| v.is_finite())
-            .ok_or_else(|| format!("reward.txt holds {:?}, not a number", cut(text)))?;
+            .ok_or_else(|| BadReward::NotANumber(cut(text)))?;
         return Ok(BTreeMap::from([("reward".to_string(), value)]));
     }
     if let Some(text) = json {
-        let map: BTreeMap<String, serde_json::Value> = serde_json::from_str(text)
-            .map_err(|e| format!("reward.json is not a flat map of numbers: {e}"))?;
+        let map: BTreeMap<String, serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| BadReward::NotAMap(e.to_string()))?;
         let mut rewards = BTreeMap::new();
         for (k, v) in map {
-            let n = v
-                .as_f64()
-                .filter(|n| n.is_finite())
-                .ok_or_else(|| format!("reward.json: {k} is {v}, not a number"))?;
+            let n =
+                v.as_f64()
+                    .filter(|n| n.is_finite())
+                    .ok_or_else(|| BadReward::EntryNotANumber {
+                        key: k.clone(),
+                        value: v.to_string(),
+                    })?;
             rewards.insert(k, n);
         }
         if rewards.is_empty() {
-            return Err("reward.json is an empty map".into());
+            return Err(BadReward::Empty);
         }
         return Ok(rewards);
     }
-    Err("the verifier wrote neither /logs/verifier/reward.txt nor reward.json".into())
+    Err(BadReward::Missing)
 }
 
 fn cut(text: &str) -> String {

@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::EvalOptions;
 use super::attempt::{self, LOG_LIMIT, drop_blocking};
 use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
 use super::results::TaskResult;
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
+use super::{EvalError, EvalOptions};
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
@@ -132,7 +132,7 @@ pub async fn run(
 
     // The diff, from the stopped container.
     let verify_started = Instant::now();
-    let patch = ws.image_patch(container).await;
+    let patch = ws.image_patch(container).await.map_err(EvalError::from);
     verdict::record_patch(&mut result, out, patch);
     if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
         return decided;
@@ -190,10 +190,10 @@ async fn build_image(
         match (&task.build_context, &task.environment.docker_image) {
             (Some(context), _) => engine.builder.image_for(context, limit).await,
             (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
-            (None, None) => Err(format!(
+            (None, None) => Err(EvalError::Task(format!(
                 "{} has neither environment/Dockerfile nor docker_image",
                 task.dir.display()
-            )),
+            ))),
         }
     };
     let built = tokio::select! {
@@ -272,7 +272,7 @@ fn task_image(
 enum AgentRan {
     /// How the agent's run ended (`None` for the oracle), and whether its time ran out.
     Ended(Option<End>, bool),
-    CouldNotStart(String, bool),
+    CouldNotStart(EvalError, bool),
     Interrupted,
 }
 
@@ -340,7 +340,10 @@ async fn model(
             // lacks, say) will not start on a second try either.
             let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_))
                 && !super::engine_alive(Some(engine)).await;
-            return AgentRan::CouldNotStart(format!("cannot start the agent: {e}"), retryable);
+            return AgentRan::CouldNotStart(
+                EvalError::from(e).during("cannot start the agent"),
+                retryable,
+            );
         }
     };
     let (end, timed_out) = attempt::drive(&mut run, &task.instruction, limit, stop).await;
@@ -364,10 +367,10 @@ async fn oracle(
 ) -> AgentRan {
     let Some(solution) = &task.solution else {
         return AgentRan::CouldNotStart(
-            format!(
+            EvalError::Task(format!(
                 "{} has no solution/solve.sh for --agent oracle",
                 task.dir.display()
-            ),
+            )),
             false,
         );
     };
@@ -378,16 +381,13 @@ async fn oracle(
     let started = async {
         engine_call(container.upload(Path::new("/"), tar)).await?;
         let _engine = super::ENGINE_CALLS.acquire().await;
-        engine_call(async { container.serve().await.map_err(|e| e.to_string()) }).await
+        engine_call(container.serve()).await
     };
     let sandbox = match started.await {
         Ok(s) => s,
         Err(e) => {
             let retryable = !super::engine_alive(Some(engine)).await;
-            return AgentRan::CouldNotStart(
-                format!("cannot start the task container: {e}"),
-                retryable,
-            );
+            return AgentRan::CouldNotStart(e.during("cannot start the task container"), retryable);
         }
     };
     // A task that may use the internet gets it through the proxy, as the model's run does.
@@ -428,7 +428,7 @@ fn internet_rules() -> Vec<crate::permission::rules::Rule> {
 
 async fn internet_proxy(
     sandbox: &crate::sandbox::Sandbox,
-) -> Result<crate::network::NetworkProxy, String> {
+) -> Result<crate::network::NetworkProxy, EvalError> {
     let policy = crate::network::Policy::without_asks(
         sandbox.worktree(),
         internet_rules(),
@@ -440,7 +440,7 @@ async fn internet_proxy(
         crate::network::NetworkLimits::default(),
     )
     .await
-    .map_err(|e| format!("cannot start the network proxy in the task container: {e}"))
+    .map_err(|e| EvalError::from(e).during("cannot start the network proxy in the task container"))
 }
 
 /// Moves aside what the agent left where the verifier looks (it may have planted a
@@ -464,9 +464,9 @@ async fn verify(
         // A running container for the engine's exec, with nothing of the agent's in it.
         let sandbox = {
             let _engine = super::ENGINE_CALLS.acquire().await;
-            engine_call(async { container.serve().await.map_err(|e| e.to_string()) })
+            engine_call(container.serve())
                 .await
-                .map_err(|e| format!("cannot start the task container again: {e}"))?
+                .map_err(|e| e.during("cannot start the task container again"))?
         };
         let ran = async {
             let prepared = engine_call(container.exec(
@@ -478,10 +478,10 @@ async fn verify(
             ))
             .await?;
             if prepared.code != Some(0) {
-                return Err(format!(
+                return Err(EvalError::Task(format!(
                     "cannot make /tests and /logs/verifier afresh: {}",
                     String::from_utf8_lossy(&prepared.output).trim()
-                ));
+                )));
             }
             engine_call(container.upload(Path::new("/"), tests)).await?;
             let env: Vec<(String, String)> = task
@@ -527,24 +527,20 @@ async fn verify(
 
 /// An engine operation, bounded: an engine that stops answering mid-call must not hold
 /// the attempt forever.
-async fn engine_call<T>(
-    call: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
-    tokio::time::timeout(ENGINE_TIMEOUT, call)
-        .await
-        .map_err(|_| {
-            format!(
-                "the engine did not answer within {} s",
-                ENGINE_TIMEOUT.as_secs()
-            )
-        })?
+async fn engine_call<T, E: Into<EvalError>>(
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, EvalError> {
+    match tokio::time::timeout(ENGINE_TIMEOUT, call).await {
+        Ok(done) => done.map_err(Into::into),
+        Err(_) => Err(EvalError::EngineTimeout(ENGINE_TIMEOUT.as_secs())),
+    }
 }
 
 /// The rewards `test.sh` left. `Err`: they could not be read (the engine's failure);
 /// `Ok(Err)`: there are none, or they are not numbers (the task is not solved).
 async fn read_rewards(
     container: &TaskContainer,
-) -> Result<Result<std::collections::BTreeMap<String, f64>, String>, String> {
+) -> Result<Result<std::collections::BTreeMap<String, f64>, EvalError>, EvalError> {
     let mut found = [None, None];
     for (slot, name) in found.iter_mut().zip(["reward.txt", "reward.json"]) {
         let path = Path::new("/logs/verifier").join(name);
@@ -553,7 +549,7 @@ async fn read_rewards(
         }
     }
     let [txt, json] = found;
-    Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()))
+    Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from))
 }
 
 /// The text of the first regular file in a tar (what the engine sends for one file).
@@ -572,19 +568,18 @@ fn first_file(tar: &[u8]) -> Option<String> {
 }
 
 /// A host folder as a tar whose entries sit under `name/`.
-fn pack_as(dir: &Path, name: &str) -> Result<Vec<u8>, String> {
+fn pack_as(dir: &Path, name: &str) -> Result<Vec<u8>, EvalError> {
     let mut tar = tar::Builder::new(Vec::new());
     tar.follow_symlinks(false);
     tar.append_dir(name, dir)
-        .map_err(|e| format!("cannot pack {}: {e}", dir.display()))?;
+        .map_err(EvalError::io("pack", dir))?;
     for rel in images::files_under(dir)? {
         let path = dir.join(&rel);
         // Directories between are made by the engine as it unpacks.
         tar.append_path_with_name(&path, Path::new(name).join(&rel))
-            .map_err(|e| format!("cannot pack {}: {e}", path.display()))?;
+            .map_err(EvalError::io("pack", &path))?;
     }
-    tar.into_inner()
-        .map_err(|e| format!("cannot pack {}: {e}", dir.display()))
+    tar.into_inner().map_err(EvalError::io("pack", dir))
 }
 
 /// The task container, removed off the async threads when the attempt is done.

@@ -13,6 +13,8 @@ use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 
+use super::EvalError;
+
 /// How a build went, for whoever counts builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Built {
@@ -47,7 +49,7 @@ impl Builder {
     }
 
     /// The image for `context` (a folder with a `Dockerfile`), built if it is not there.
-    pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, String> {
+    pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, EvalError> {
         let files = files_under(context)?;
         let tag = format!("runner-task:{}", hash(context, &files)?);
         let lock = self
@@ -65,22 +67,22 @@ impl Builder {
             .builds
             .acquire()
             .await
-            .map_err(|_| "the image builder was shut down".to_string())?;
+            .map_err(|_| EvalError::Image("the image builder was shut down".into()))?;
         let tar = pack(context, &files)?;
         tokio::time::timeout(timeout, self.build(&tag, tar))
             .await
             .map_err(|_| {
-                format!(
+                EvalError::Image(format!(
                     "building the image of {} ran past {} s",
                     context.display(),
                     timeout.as_secs()
-                )
+                ))
             })??;
         Ok(Built::Fresh(tag))
     }
 
     /// A prebuilt image (`[environment] docker_image`): found on the engine, else pulled.
-    pub async fn prebuilt(&self, image: &str, timeout: Duration) -> Result<Built, String> {
+    pub async fn prebuilt(&self, image: &str, timeout: Duration) -> Result<Built, EvalError> {
         let lock = self
             .locks
             .lock()
@@ -96,7 +98,7 @@ impl Builder {
             .builds
             .acquire()
             .await
-            .map_err(|_| "the image builder was shut down".to_string())?;
+            .map_err(|_| EvalError::Image("the image builder was shut down".into()))?;
         let (from, tag) = split_reference(image);
         let opts = bollard::query_parameters::CreateImageOptionsBuilder::new()
             .from_image(from)
@@ -106,18 +108,20 @@ impl Builder {
             let mut stream = self.docker.create_image(Some(opts), None, None);
             while let Some(item) = stream.next().await {
                 item.map_err(|e| {
-                    format!("{image} is not on the engine and cannot be pulled: {e}")
+                    EvalError::Image(format!(
+                        "{image} is not on the engine and cannot be pulled: {e}"
+                    ))
                 })?;
             }
-            Ok::<(), String>(())
+            Ok::<(), EvalError>(())
         };
-        tokio::time::timeout(timeout, pull)
-            .await
-            .map_err(|_| format!("pulling {image} ran past {} s", timeout.as_secs()))??;
+        tokio::time::timeout(timeout, pull).await.map_err(|_| {
+            EvalError::Image(format!("pulling {image} ran past {} s", timeout.as_secs()))
+        })??;
         Ok(Built::Fresh(image.to_string()))
     }
 
-    async fn build(&self, tag: &str, tar: Vec<u8>) -> Result<(), String> {
+    async fn build(&self, tag: &str, tar: Vec<u8>) -> Result<(), EvalError> {
         let opts = BuildImageOptionsBuilder::new()
             .dockerfile("Dockerfile")
             .t(tag)
@@ -164,29 +168,28 @@ fn split_reference(image: &str) -> (&str, &str) {
     }
 }
 
-fn failed(tag: &str, error: &str, tail: &[String]) -> String {
-    format!(
+fn failed(tag: &str, error: &str, tail: &[String]) -> EvalError {
+    EvalError::Image(format!(
         "building {tag} failed: {}\n{}",
         error.trim(),
         tail.join("\n")
-    )
+    ))
 }
 
 /// Every file below `context` (links not followed), relative, in a stable order: a build
 /// context to hash and pack, or hidden tests to put in place.
-pub(super) fn files_under(context: &Path) -> Result<Vec<PathBuf>, String> {
+pub(super) fn files_under(context: &Path) -> Result<Vec<PathBuf>, EvalError> {
     let mut files = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         let dir = context.join(&rel);
-        let entries =
-            std::fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let entries = std::fs::read_dir(&dir).map_err(EvalError::io("read", &dir))?;
         for entry in entries.flatten() {
             let rel = rel.join(entry.file_name());
             match entry.file_type() {
                 Ok(t) if t.is_dir() => stack.push(rel),
                 Ok(_) => files.push(rel),
-                Err(e) => return Err(format!("cannot read {}: {e}", entry.path().display())),
+                Err(e) => return Err(EvalError::io("read", &entry.path())(e)),
             }
         }
     }
@@ -195,14 +198,13 @@ pub(super) fn files_under(context: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Names, modes, link targets and contents: anything that changes what the build sees.
-fn hash(context: &Path, files: &[PathBuf]) -> Result<String, String> {
+fn hash(context: &Path, files: &[PathBuf]) -> Result<String, EvalError> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::MetadataExt;
     let mut h = Sha256::new();
     for f in files {
         let path = context.join(f);
-        let meta = std::fs::symlink_metadata(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let meta = std::fs::symlink_metadata(&path).map_err(EvalError::io("read", &path))?;
         h.update(f.display().to_string().as_bytes());
         h.update(meta.mode().to_le_bytes());
         let body = if meta.file_type().is_symlink() {
@@ -210,7 +212,7 @@ fn hash(context: &Path, files: &[PathBuf]) -> Result<String, String> {
         } else {
             std::fs::read(&path)
         }
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(EvalError::io("read", &path))?;
         h.update((body.len() as u64).to_le_bytes());
         h.update(&body);
     }
@@ -237,13 +239,13 @@ fn references_split_into_repository_and_tag() {
     assert_eq!(split_reference("img@sha256:abc").1, "");
 }
 
-fn pack(context: &Path, files: &[PathBuf]) -> Result<Vec<u8>, String> {
+fn pack(context: &Path, files: &[PathBuf]) -> Result<Vec<u8>, EvalError> {
     let mut tar = tar::Builder::new(Vec::new());
     tar.follow_symlinks(false);
     for f in files {
         tar.append_path_with_name(context.join(f), f)
-            .map_err(|e| format!("cannot pack {}: {e}", context.join(f).display()))?;
+            .map_err(EvalError::io("pack", &context.join(f)))?;
     }
     tar.into_inner()
-        .map_err(|e| format!("cannot pack the build context: {e}"))
+        .map_err(EvalError::io("pack the build context of", context))
 }

@@ -8,6 +8,7 @@
 
 pub mod attempt;
 pub mod engines;
+mod error;
 pub mod fields;
 pub mod harbor;
 pub mod harbor_attempt;
@@ -25,6 +26,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
+
+pub use error::EvalError;
 
 use crate::sandbox::BackendKind;
 use results::{Status, Summary, TaskResult};
@@ -131,11 +134,11 @@ pub struct Report {
 
 /// Runs every task set into `options.out` and writes `summary.json` and
 /// `predictions.jsonl`. Attempts already finished there are not run again.
-pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Report, String> {
+pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Report, EvalError> {
     check(&options)?;
     let (loaded, hash) = load_sets(&options)?;
     std::fs::create_dir_all(options.out.join("tasks"))
-        .map_err(|e| format!("cannot create {}: {e}", options.out.display()))?;
+        .map_err(EvalError::io("create", &options.out))?;
     results::claim(&options.out, options.attempts, &options.model_label())?;
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     crate::workspace::remove_run_folders(&options.out.join(".work"));
@@ -158,22 +161,24 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
 }
 
 /// Options that cannot make a run, refused before anything is written.
-fn check(options: &EvalOptions) -> Result<(), String> {
+fn check(options: &EvalOptions) -> Result<(), EvalError> {
     if options.agent == AgentKind::Model && options.model.is_none() {
-        return Err("no model: pass --model provider/model, or --agent oracle to run the tasks' own solutions".into());
+        return Err(EvalError::Options("no model: pass --model provider/model, or --agent oracle to run the tasks' own solutions".into()));
     }
     if options.attempts == 0 || options.jobs == 0 {
-        return Err("--attempts and --jobs must be at least 1".into());
+        return Err(EvalError::Options(
+            "--attempts and --jobs must be at least 1".into(),
+        ));
     }
     if options.backend == Some(BackendKind::None) {
-        return Err("eval needs a sandbox that ends every process an attempt started before the verdict (docker, or landlock with its PID namespace); --sandbox none has none".into());
+        return Err(EvalError::Options("eval needs a sandbox that ends every process an attempt started before the verdict (docker, or landlock with its PID namespace); --sandbox none has none".into()));
     }
     Ok(())
 }
 
 /// Every task of every set (a folder of Harbor tasks, or a JSON-lines file), each id once,
 /// and the sets' content hash.
-fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), String> {
+fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), EvalError> {
     let mut loaded = Vec::new();
     let mut files = Vec::new();
     for set in &options.task_sets {
@@ -201,7 +206,7 @@ fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), String> {
 async fn connect_engines(
     options: &mut EvalOptions,
     loaded: &[Loaded],
-) -> Result<Option<Arc<engines::Engines>>, String> {
+) -> Result<Option<Arc<engines::Engines>>, EvalError> {
     let on_docker = loaded.iter().any(|l| matches!(l, Loaded::Harbor(_))) || uses_docker(options)?;
     if !on_docker {
         return Ok(None);
@@ -211,9 +216,9 @@ async fn connect_engines(
         && loaded.iter().any(|l| matches!(l, Loaded::Task(_)))
         && uses_docker(options)?
     {
-        return Err(format!(
+        return Err(EvalError::Options(format!(
             "the engine {far} is not reached through a Unix socket, so it may not see this machine's files, and JSON-lines tasks mount their worktree from here; run them on local engines, or use Harbor task folders (their files live in the image)"
-        ));
+        )));
     }
     if options.server_exe.is_none() && crate::sandbox::spec::in_container() {
         options.server_exe = Some(crate::sandbox::spec::server_copy(
@@ -225,7 +230,7 @@ async fn connect_engines(
 
 /// The attempts still to run: finished means a verdict or the agent's own failure; what
 /// the infrastructure failed runs again. A task that cannot run at all gets its result now.
-fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>, String> {
+fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>, EvalError> {
     let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
     for l in loaded {
         for attempt in 1..=options.attempts {
@@ -295,7 +300,7 @@ async fn run_jobs(
                             options.attempts,
                         );
                         if let Err(e) = write_result(&dir, &r) {
-                            progress.note(&e);
+                            progress.note(&e.to_string());
                         }
                         progress.finished(r.status);
                     }
@@ -312,7 +317,7 @@ async fn run_jobs(
 }
 
 /// `summary.json` and `predictions.jsonl`, from every result on disk.
-fn write_summary(options: &EvalOptions, hash: &str) -> Result<results::Summary, String> {
+fn write_summary(options: &EvalOptions, hash: &str) -> Result<results::Summary, EvalError> {
     let all = results::collect(&options.out);
     let summary = results::summarize(&all, &options.model_label(), hash);
     write_json(&options.out.join("summary.json"), &summary)?;
@@ -321,21 +326,24 @@ fn write_summary(options: &EvalOptions, hash: &str) -> Result<results::Summary, 
         results::predictions(&options.out, &all, &options.model_label(), options.attempts)
             .as_bytes(),
     )
-    .map_err(|e| format!("cannot write predictions.jsonl: {e}"))?;
+    .map_err(EvalError::io(
+        "write",
+        &options.out.join("predictions.jsonl"),
+    ))?;
     Ok(summary)
 }
 
 /// The summary again, from what is on disk.
-pub fn summary(out: &Path) -> Result<Summary, String> {
+pub fn summary(out: &Path) -> Result<Summary, EvalError> {
     let text = std::fs::read_to_string(out.join("summary.json")).ok();
     let previous: Option<Summary> = text.and_then(|t| serde_json::from_str(&t).ok());
     let all = results::collect(out);
     if all.is_empty() && previous.is_none() {
-        return Err(format!(
+        return Err(EvalError::NotOurs(format!(
             "{} holds no evaluation results (run `runner eval run TASKS --out {}` first)",
             out.display(),
             out.display()
-        ));
+        )));
     }
     let (model, hash) = previous
         .map(|p| (p.model, p.task_set_hash))
@@ -421,11 +429,10 @@ impl Job {
 }
 
 /// Whether JSON-lines tasks run on docker: `--sandbox`, else the profile's backend.
-fn uses_docker(options: &EvalOptions) -> Result<bool, String> {
+fn uses_docker(options: &EvalOptions) -> Result<bool, EvalError> {
     let backend = match options.backend {
         Some(b) => b,
-        None => crate::config::profile::load(&options.profile)
-            .map_err(|e| e.to_string())?
+        None => crate::config::profile::load(&options.profile)?
             .sandbox
             .backend
             .unwrap_or(BackendKind::None),
@@ -490,16 +497,16 @@ fn dedupe(loaded: &mut [Loaded]) {
     }
 }
 
-fn write_result(dir: &Path, r: &TaskResult) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+fn write_result(dir: &Path, r: &TaskResult) -> Result<(), EvalError> {
+    std::fs::create_dir_all(dir).map_err(EvalError::io("create", dir))?;
     write_json(&dir.join("result.json"), r)
 }
 
-fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), String> {
-    let mut text = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), EvalError> {
+    let mut text =
+        serde_json::to_vec_pretty(value).map_err(|e| EvalError::io("encode", path)(e.into()))?;
     text.push(b'\n');
-    crate::workspace::write_file(path, &text)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    crate::workspace::write_file(path, &text).map_err(EvalError::io("write", path))
 }
 
 /// The live line: done / running / failed, resolved so far, elapsed, ETA.

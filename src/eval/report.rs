@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::EvalError;
 use super::results::{self, Status};
 
 /// Per file shown in the report; the rest is on disk beside it.
 const SHOWN_BYTES: usize = 256 * 1024;
 
 /// Writes `DIR/report.html` and returns its path.
-pub fn write(out: &Path) -> Result<PathBuf, String> {
+pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
     let summary = super::summary(out)?;
     let all = results::collect(out);
     let attempts = results::attempts_of(out, &all);
@@ -50,8 +51,7 @@ pub fn write(out: &Path) -> Result<PathBuf, String> {
     let data = json!({"summary": summary, "rows": rows, "statuses": statuses});
     let html = page(&data);
     let path = out.join("report.html");
-    crate::workspace::write_file(&path, html.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    crate::workspace::write_file(&path, html.as_bytes()).map_err(EvalError::io("write", &path))?;
     Ok(path)
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::EvalError;
 use crate::llm::Usage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -134,18 +135,18 @@ struct RunRecord {
 }
 
 /// Takes `out` for a run with these settings, or says why it cannot.
-pub fn claim(out: &Path, attempts: u32, model: &str) -> Result<(), String> {
+pub fn claim(out: &Path, attempts: u32, model: &str) -> Result<(), EvalError> {
     let path = out.join("run.json");
     if let Ok(text) = std::fs::read_to_string(&path) {
         let old: RunRecord = serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not runner's: {e}", path.display()))?;
+            .map_err(|e| EvalError::NotOurs(format!("{} is not runner's: {e}", path.display())))?;
         if old.attempts != attempts || old.model != model {
-            return Err(format!(
+            return Err(EvalError::NotOurs(format!(
                 "{} holds a run of {} with --attempts {}; rerun with the same, or pick another --out",
                 out.display(),
                 old.model,
                 old.attempts
-            ));
+            )));
         }
         return Ok(());
     }
@@ -153,9 +154,8 @@ pub fn claim(out: &Path, attempts: u32, model: &str) -> Result<(), String> {
         attempts,
         model: model.to_string(),
     })
-    .map_err(|e| e.to_string())?;
-    crate::workspace::write_file(&path, &text)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    .expect("a run record is plain data");
+    crate::workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))
 }
 
 /// The attempts per task the folder was run with.

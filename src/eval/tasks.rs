@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::EvalError;
 use super::fields::{sanitize, seconds, valid_id};
 
 /// One task, as the task set describes it.
@@ -119,9 +120,8 @@ struct LineTimeouts {
 /// Every task in a JSON-lines file. Relative `repo` and `tests_dir` paths are relative to
 /// the file, so a task set can be moved as a folder. `defaults` are the timeouts of tasks
 /// that do not set their own.
-pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<Loaded>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the task set {}: {e}", path.display()))?;
+pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<Loaded>, EvalError> {
+    let text = std::fs::read_to_string(path).map_err(EvalError::io("read the task set", path))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut tasks = Vec::new();
     for (n, line) in text.lines().enumerate() {

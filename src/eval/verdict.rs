@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::EvalError;
 use super::engines::Engine;
 use super::results::{Status, TaskResult};
 use crate::agent::End;
@@ -28,7 +29,7 @@ pub(super) enum Verified {
         score: Score,
     },
     /// The verifier could not run to its end: its sandbox or container died, or the engine.
-    Failed(String),
+    Failed(EvalError),
     Interrupted,
 }
 
@@ -37,7 +38,7 @@ pub(super) enum Score {
     /// A runner task's verify command: exit status 0 resolves it.
     Exit(Option<i32>),
     /// A Harbor task's rewards, by name, or why `test.sh` left none.
-    Rewards(Result<BTreeMap<String, f64>, String>),
+    Rewards(Result<BTreeMap<String, f64>, EvalError>),
 }
 
 /// An attempt that ends as the infrastructure's failure: no verdict, and `retryable` says
@@ -45,20 +46,20 @@ pub(super) enum Score {
 pub(super) fn infra(
     mut result: TaskResult,
     phase: &str,
-    error: String,
+    error: impl std::fmt::Display,
     retryable: bool,
 ) -> Option<Verdict> {
     result.status = Status::InfraError;
     result.phase = Some(phase.into());
-    result.error = Some(error);
+    result.error = Some(error.to_string());
     Some(Verdict { result, retryable })
 }
 
 /// An attempt's result folder, empty: what an interrupted earlier try left there (no
 /// result.json, or it would not run again) is stale.
-pub(super) fn fresh_dir(out: &Path) -> Result<(), String> {
+pub(super) fn fresh_dir(out: &Path) -> Result<(), EvalError> {
     let _ = std::fs::remove_dir_all(out);
-    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))
+    std::fs::create_dir_all(out).map_err(EvalError::io("create", out))
 }
 
 /// What the agent's end makes of the attempt: a timeout, the agent's own error (it brought
@@ -101,12 +102,12 @@ pub(super) async fn judge_end(
 
 /// Records the agent's changes as `diff.patch`, or why there are none: a timed-out or
 /// crashed agent still gets its diff recorded.
-pub(super) fn record_patch(result: &mut TaskResult, out: &Path, patch: Result<Vec<u8>, String>) {
+pub(super) fn record_patch(result: &mut TaskResult, out: &Path, patch: Result<Vec<u8>, EvalError>) {
     match patch {
         Ok(patch) => {
             let _ = write_file(&out.join("diff.patch"), &patch);
         }
-        Err(e) => result.diff_error = Some(e),
+        Err(e) => result.diff_error = Some(e.to_string()),
     }
 }
 
@@ -160,7 +161,7 @@ pub(super) async fn conclude(
         Verified::Failed(e) if super::engine_alive(engine).await => {
             result.status = Status::AgentError;
             result.phase = Some("verify".into());
-            result.error = Some(e);
+            result.error = Some(e.to_string());
             Some(Verdict {
                 result,
                 retryable: false,
@@ -201,7 +202,7 @@ fn score_into(result: &mut TaskResult, score: Score) {
             result.status = Status::Unresolved;
             result.reward = Some(0.0);
             result.phase = Some("verify".into());
-            result.error = Some(e);
+            result.error = Some(e.to_string());
         }
     }
 }

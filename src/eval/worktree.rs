@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use super::EvalError;
 use super::tasks::looks_like_url;
 use crate::workspace::Workspace;
 use crate::workspace::git::{RunGit, git};
@@ -24,14 +25,14 @@ pub fn create(
     parent: &Path,
     name: &str,
     budget: Option<u64>,
-) -> Result<(Workspace, String), String> {
+) -> Result<(Workspace, String), EvalError> {
     Workspace::prepare(parent, name, repo, budget, |dest| {
         fill(repo, commit, dest)?;
         head_commit(dest)
     })
 }
 
-fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), String> {
+fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), EvalError> {
     let is_git = looks_like_url(repo) || Path::new(repo).join(".git").exists();
     if is_git {
         git(
@@ -52,15 +53,17 @@ fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), String> {
         // with `--end-of-options`, which the `git checkout` of Debian bookworm (2.39, in
         // runner's own image) takes for the commit and then fails.
         if target.starts_with('-') {
-            return Err(format!("{target:?} is not a commit"));
+            return Err(EvalError::Task(format!("{target:?} is not a commit")));
         }
-        git(Some(dest), &["checkout", "--quiet", "--detach", target])
-            .run(&format!("check out {target} of {repo}"))
+        Ok(
+            git(Some(dest), &["checkout", "--quiet", "--detach", target])
+                .run(&format!("check out {target} of {repo}"))?,
+        )
     } else {
         if commit.is_some() {
-            return Err(format!(
+            return Err(EvalError::Task(format!(
                 "{repo} is not a git repository, so it has no commit to check out"
-            ));
+            )));
         }
         crate::workspace::copy_tree(Path::new(repo), dest, None)?;
         git(Some(dest), &["init", "--quiet"]).run("git init")?;
@@ -76,13 +79,14 @@ fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), String> {
                 "task base",
             ],
         )
-        .run("commit the task's files")
+        .run("commit the task's files")?;
+        Ok(())
     }
 }
 
 /// The commit HEAD names, read from the files a fresh clone or commit leaves (a detached
 /// HEAD holds it, a branch points at a loose ref); git itself only if they do not say.
-fn head_commit(dest: &Path) -> Result<String, String> {
+fn head_commit(dest: &Path) -> Result<String, EvalError> {
     let read = |p: &Path| {
         std::fs::read_to_string(p)
             .ok()
@@ -175,22 +179,28 @@ mod tests {
     fn an_attempts_workspace_is_never_applied_and_a_failed_fill_leaves_nothing() {
         let out = tempfile::tempdir().unwrap();
         let (ws, ()) = Workspace::prepare(out.path(), "t", "/nowhere", None, |w| {
-            std::fs::create_dir(w).map_err(|e| e.to_string())?;
-            std::fs::write(w.join("a"), "1").map_err(|e| e.to_string())
+            std::fs::create_dir(w).map_err(EvalError::io("create", w))?;
+            std::fs::write(w.join("a"), "1").map_err(EvalError::io("write", w))
         })
         .unwrap();
         std::fs::write(ws.work().join("a"), "2").unwrap();
         assert_eq!(ws.changes().unwrap().len(), 1);
         let no_git = ws.diff(PatchFormat::Git).unwrap_err();
-        assert!(no_git.contains("not a git repository"), "{no_git}");
+        assert!(
+            matches!(no_git, crate::workspace::Error::NotARepository(_)),
+            "{no_git}"
+        );
         let refused = ws.clone().apply(true, &|| false).unwrap_err();
-        assert!(refused.contains("not applied anywhere"), "{refused}");
+        assert!(
+            refused.to_string().contains("not applied anywhere"),
+            "{refused}"
+        );
         assert!(!Path::new("/nowhere").exists());
         ws.discard().unwrap();
         let failed = Workspace::prepare(out.path(), "t", "x", None, |_| {
-            Err::<(), _>("no".to_string())
+            Err::<(), _>(EvalError::Task("no".to_string()))
         });
-        assert_eq!(failed.err().as_deref(), Some("no"));
+        assert!(matches!(failed, Err(EvalError::Task(m)) if m == "no"));
         assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
     }
 
@@ -238,6 +248,9 @@ mod tests {
         let Err(e) = refused else {
             panic!("an option taken for a commit")
         };
-        assert!(e.contains("is not a commit"), "{e}");
+        assert!(
+            matches!(&e, EvalError::Task(m) if m.contains("is not a commit")),
+            "{e}"
+        );
     }
 }

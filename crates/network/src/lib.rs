@@ -11,6 +11,7 @@
 
 pub mod address;
 mod body;
+mod cut;
 pub mod outbound;
 mod pump;
 pub mod record;

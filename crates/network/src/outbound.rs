@@ -38,6 +38,21 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 #[error("{0}")]
 pub struct Refused(pub String);
 
+/// Why a host-side request could not be made or its client set up.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboundError {
+    /// The rules refuse it.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    /// The name did not resolve (or resolved only to refused addresses).
+    #[error("{0}")]
+    Resolve(Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot set up the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("cannot make an HTTP client: {0}")]
+    Client012(#[source] reqwest012::Error),
+}
+
 /// The policy of one session's host-side requests, and the HTTP client that keeps it.
 pub struct Outbound {
     openings: Arc<Openings>,
@@ -71,7 +86,7 @@ impl Outbound {
     /// A client for one request at a time: no redirects followed (the caller follows them,
     /// calling [`Self::check_url`] for each), no proxy, every name resolved by
     /// [`Resolver`]. Built once per session.
-    pub fn client(&self) -> Result<&reqwest::Client, String> {
+    pub fn client(&self) -> Result<&reqwest::Client, OutboundError> {
         if let Some(c) = self.client.get() {
             return Ok(c);
         }
@@ -80,7 +95,7 @@ impl Outbound {
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Resolver(self.openings.clone()))
             .build()
-            .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
+            .map_err(OutboundError::Client)?;
         Ok(self.client.get_or_init(|| built))
     }
 
@@ -91,7 +106,7 @@ impl Outbound {
     pub fn client_012(
         &self,
         headers: reqwest012::header::HeaderMap,
-    ) -> Result<reqwest012::Client, String> {
+    ) -> Result<reqwest012::Client, OutboundError> {
         runner_http::install_tls();
         let openings = self.openings.clone();
         let redirects = reqwest012::redirect::Policy::custom(move |attempt| {
@@ -118,7 +133,7 @@ impl Outbound {
             .redirect(redirects)
             .dns_resolver(Arc::new(Resolver(self.openings.clone())))
             .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))
+            .map_err(OutboundError::Client012)
     }
 
     /// Judges a URL whose host is an address, which no resolver sees; a name is judged
@@ -129,15 +144,15 @@ impl Outbound {
 
     /// Judges `url` whole now, resolving its name: for a clear message before a client
     /// whose own errors would bury it. The connection is still judged when it is made.
-    pub async fn check(&self, url: &reqwest::Url) -> Result<(), String> {
-        self.openings.check_url(url).map_err(|r| r.0)?;
+    pub async fn check(&self, url: &reqwest::Url) -> Result<(), OutboundError> {
+        self.openings.check_url(url)?;
         match host_of(url) {
             Some(Host::Name(name)) => self
                 .openings
                 .resolve(&name)
                 .await
                 .map(drop)
-                .map_err(|e| e.to_string()),
+                .map_err(OutboundError::Resolve),
             _ => Ok(()),
         }
     }
@@ -399,7 +414,11 @@ mod tests {
     async fn a_name_is_judged_by_the_addresses_it_resolves_to() {
         // `localhost` comes from the hosts file: a name that leads to loopback.
         let strict = Outbound::new(&[]);
-        let err = strict.check(&url("http://localhost:9/")).await.unwrap_err();
+        let err = strict
+            .check(&url("http://localhost:9/"))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("localhost leads to"), "{err}");
         assert!(err.contains("loopback"), "{err}");
         let refused = strict.openings.resolve("localhost").await.unwrap_err();

@@ -14,6 +14,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
+use super::cut::Cut;
 pub(crate) use super::upstream::Then;
 use super::upstream::To;
 use runner_sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
@@ -70,10 +71,6 @@ impl Window {
     }
 }
 
-pub(crate) fn spent(limit: u64) -> String {
-    format!("cut: the run's network allowance of {limit} bytes is spent")
-}
-
 /// The two ends of one allowed connection.
 pub(crate) struct Ends<'a> {
     pub shared: &'a Shared,
@@ -88,7 +85,7 @@ pub(crate) struct Relayed {
     pub sent: u64,
     pub received: u64,
     /// Why it ended early, if it did.
-    pub failed: Option<String>,
+    pub failed: Option<Cut>,
     /// It was cut for what it carried, not for a failure.
     pub refused: bool,
     /// Something worth knowing that did not end it.
@@ -179,7 +176,7 @@ async fn up(
     events: &mut mpsc::UnboundedReceiver<Response>,
     to: &mut To<'_>,
     down_done: &Notify,
-) -> Result<(), String> {
+) -> Result<(), Cut> {
     let Link {
         shared,
         conn,
@@ -208,17 +205,14 @@ async fn up(
             () = window.below(1), if deadline.is_some() => continue,
             () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)),
                 if deadline.is_some() => {
-                return Err(format!(
-                    "the sandbox did not take the last bytes in {} s",
-                    DRAIN.as_secs()
-                ));
+                return Err(Cut::Drain(DRAIN.as_secs()));
             }
         };
         match event {
             Some(Response::NetData { data, .. }) => {
                 window.dequeue(data.len() as u64);
                 if !shared.spend(data.len() as u64) {
-                    return Err(spent(shared.limits.bytes));
+                    return Err(Cut::Spent(shared.limits.bytes));
                 }
                 let bytes = data.len() as u64;
                 // A destination that stops reading must not hold this side once the
@@ -244,16 +238,16 @@ async fn up(
                 }
                 open = false;
             }
-            Some(Response::NetClosed { reason, .. }) => return Err(reason),
+            Some(Response::NetClosed { reason, .. }) => return Err(Cut::BySandbox(reason)),
             Some(_) => {}
-            None => return Err("the sandbox closed".into()),
+            None => return Err(Cut::SandboxGone),
         }
     }
 }
 
 /// Destination to sandbox, within the window: spliced where the client's channel is the
 /// server's pipe, else read and copied.
-async fn down(link: &Link<'_>, rd: OwnedReadHalf, received: &AtomicU64) -> Result<(), String> {
+async fn down(link: &Link<'_>, rd: OwnedReadHalf, received: &AtomicU64) -> Result<(), Cut> {
     if link.shared.client.splices() {
         return down_spliced(link, rd, received).await;
     }
@@ -270,7 +264,7 @@ async fn down_copied(
     link: &Link<'_>,
     mut rd: OwnedReadHalf,
     received: &AtomicU64,
-) -> Result<(), String> {
+) -> Result<(), Cut> {
     let Link {
         shared,
         conn,
@@ -287,7 +281,7 @@ async fn down_copied(
         };
         let mut n = tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            n = read => n.map_err(|e| format!("reading from the destination failed: {e}"))?,
+            n = read => n.map_err(Cut::Read)?,
         };
         if n == 0 {
             notify(shared, Request::NetEof { target, conn }).await;
@@ -303,7 +297,7 @@ async fn down_copied(
             }
         }
         if !shared.spend(n as u64) {
-            return Err(spent(shared.limits.bytes));
+            return Err(Cut::Spent(shared.limits.bytes));
         }
         window.send(n as u64);
         let frame = std::mem::take(&mut buf);
@@ -311,16 +305,12 @@ async fn down_copied(
             .client
             .send_data_in_place(target, conn, frame, DATA_FRAME_HEADER + n)
             .await
-            .map_err(|e| format!("the sandbox closed: {e}"))?;
+            .map_err(Cut::SandboxSend)?;
         received.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
-async fn down_spliced(
-    link: &Link<'_>,
-    rd: OwnedReadHalf,
-    received: &AtomicU64,
-) -> Result<(), String> {
+async fn down_spliced(link: &Link<'_>, rd: OwnedReadHalf, received: &AtomicU64) -> Result<(), Cut> {
     let Link {
         shared,
         conn,
@@ -330,7 +320,7 @@ async fn down_spliced(
     let target = shared.target;
     let socket: &TcpStream = rd.as_ref();
     let mut deferred = None;
-    let failed = |e: std::io::Error| format!("reading from the destination failed: {e}");
+    let failed = Cut::Read;
     loop {
         let ready = async {
             window.below(WINDOW).await;
@@ -341,10 +331,7 @@ async fn down_spliced(
             r = ready => r.map_err(failed)?,
         };
         // A pipe only while there is something to move: none is held while waiting.
-        let pipe = shared
-            .pipes
-            .take(NET_CHUNK)
-            .map_err(|e| format!("cannot make a relay pipe: {e}"))?;
+        let pipe = shared.pipes.take(NET_CHUNK).map_err(Cut::Pipe)?;
         let max = frame_room(window, 1);
         let n = match socket.try_io(Interest::READABLE, || {
             pipe.fill_from(socket, max, &mut deferred)
@@ -362,14 +349,14 @@ async fn down_spliced(
             return Ok(());
         }
         if !shared.spend(n as u64) {
-            return Err(spent(shared.limits.bytes));
+            return Err(Cut::Spent(shared.limits.bytes));
         }
         window.send(n as u64);
         shared
             .client
             .send_spliced(target, conn, pipe.clone(), n)
             .await
-            .map_err(|e| format!("the sandbox closed: {e}"))?;
+            .map_err(Cut::SandboxSend)?;
         shared.pipes.give(pipe);
         received.fetch_add(n as u64, Ordering::Relaxed);
     }

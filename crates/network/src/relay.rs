@@ -9,6 +9,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::cut::Cut;
 use super::pump::{self, Window};
 use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
@@ -207,7 +208,9 @@ impl Connection<'_> {
             Kind::Forward { head, body } => (head, pump::Then::Request(body)),
         };
         if !s.spend((first.len() + rest.len()) as u64) {
-            s.update(id, |r| r.reason = Some(pump::spent(s.limits.bytes)));
+            s.update(id, |r| {
+                r.reason = Some(Cut::Spent(s.limits.bytes).to_string())
+            });
             s.finish(id);
             return;
         }
@@ -227,7 +230,7 @@ impl Connection<'_> {
             }
             r.reason = match (relayed.failed, relayed.note) {
                 (Some(failed), Some(note)) => Some(format!("{failed}; {note}")),
-                (failed, note) => failed.or(note),
+                (failed, note) => failed.map(|f| f.to_string()).or(note),
             };
         });
         s.finish(id);

@@ -35,10 +35,50 @@ fn is_token(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// Why a request head is refused (the reason of its `400`). Each names what is wrong:
+/// what two parsers could read two ways is refused rather than guessed at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRequest {
+    #[error("both Content-Length and Transfer-Encoding")]
+    LengthAndEncoding,
+    #[error("the Transfer-Encoding {0:?} (only chunked goes through)")]
+    Encoding(String),
+    #[error("the Content-Length {0:?} is not a number")]
+    Length(String),
+    #[error("two different Content-Length headers")]
+    TwoLengths,
+    #[error("the request head is not UTF-8")]
+    NotUtf8,
+    #[error("not an HTTP request line: {0:?}")]
+    RequestLine(String),
+    #[error("unsupported protocol {0:?}")]
+    Protocol(String),
+    #[error("a bare CR or LF in the request line {0:?}")]
+    BareInRequestLine(String),
+    #[error("credentials in a proxy URL are not passed on")]
+    Credentials,
+    #[error("the Host header ({header}) names another host than the request ({url})")]
+    OtherHost { header: String, url: String },
+    #[error("a request without a host: no absolute URL and no Host header")]
+    NoHost,
+    #[error(
+        "only http:// URLs and CONNECT tunnels go through this proxy, not {0:?} (for https, the client must use CONNECT)"
+    )]
+    Target(String),
+    #[error("a bare CR or LF in the header line {0:?}")]
+    BareInHeader(String),
+    #[error("malformed header line {0:?}")]
+    Header(String),
+    #[error("more than one Host header")]
+    TwoHosts,
+    #[error("not a host and port: {0:?}")]
+    Authority(String),
+}
+
 /// Where a forwarded request's body ends, by its headers. Framing two parsers could read
 /// two ways (both headers, lengths that differ, an encoding other than chunked) is
 /// refused: the origin might find a second request where the proxy saw none.
-fn framing(headers: &[(&str, &str)]) -> Result<Body, String> {
+fn framing(headers: &[(&str, &str)]) -> Result<Body, BadRequest> {
     let named = |name: &str| -> Vec<&str> {
         headers
             .iter()
@@ -49,7 +89,7 @@ fn framing(headers: &[(&str, &str)]) -> Result<Body, String> {
     let (lengths, encodings) = (named("content-length"), named("transfer-encoding"));
     if !encodings.is_empty() {
         if !lengths.is_empty() {
-            return Err("both Content-Length and Transfer-Encoding".into());
+            return Err(BadRequest::LengthAndEncoding);
         }
         let codings: Vec<String> = encodings
             .iter()
@@ -57,10 +97,7 @@ fn framing(headers: &[(&str, &str)]) -> Result<Body, String> {
             .map(|c| c.trim().to_ascii_lowercase())
             .collect();
         if codings != ["chunked"] {
-            return Err(format!(
-                "the Transfer-Encoding {:?} (only chunked goes through)",
-                encodings.join(", ")
-            ));
+            return Err(BadRequest::Encoding(encodings.join(", ")));
         }
         return Ok(Body::Chunked(Chunked::default()));
     }
@@ -70,9 +107,9 @@ fn framing(headers: &[(&str, &str)]) -> Result<Body, String> {
             .parse()
             .ok()
             .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))
-            .ok_or_else(|| format!("the Content-Length {v:?} is not a number"))?;
+            .ok_or_else(|| BadRequest::Length(v.to_string()))?;
         if length.is_some_and(|l| l != n) {
-            return Err("two different Content-Length headers".into());
+            return Err(BadRequest::TwoLengths);
         }
         length = Some(n);
     }
@@ -85,22 +122,21 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// Parses a complete head; the error is the reason for a `400`.
-pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
-    let text =
-        std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8".to_string())?;
+pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
+    let text = std::str::from_utf8(head).map_err(|_| BadRequest::NotUtf8)?;
     let mut lines = text.split("\r\n");
     let line = lines.next().unwrap_or_default();
     let mut parts = line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(format!("not an HTTP request line: {line:?}"));
+        return Err(BadRequest::RequestLine(line.to_string()));
     };
     if !version.starts_with("HTTP/1.") {
-        return Err(format!("unsupported protocol {version:?}"));
+        return Err(BadRequest::Protocol(version.to_string()));
     }
     if line.contains(['\r', '\n']) {
-        return Err(format!("a bare CR or LF in the request line {line:?}"));
+        return Err(BadRequest::BareInRequestLine(line.to_string()));
     }
     let headers = header_lines(lines)?;
     if method == "CONNECT" {
@@ -121,7 +157,7 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
             None => (rest, "/"),
         };
         if auth.contains('@') {
-            return Err("credentials in a proxy URL are not passed on".into());
+            return Err(BadRequest::Credentials);
         }
         let (host, port) = authority(auth, Some(80))?;
         // The origin must see the host that was judged: a different Host header would let
@@ -129,21 +165,19 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
         if let Some(h) = host_header {
             let (named, named_port) = authority(h, Some(80))?;
             if named != host || named_port != port {
-                return Err(format!(
-                    "the Host header ({h}) names another host than the request ({auth})"
-                ));
+                return Err(BadRequest::OtherHost {
+                    header: h.to_string(),
+                    url: auth.to_string(),
+                });
             }
         }
         (host, port, path)
     } else if target.starts_with('/') {
-        let h =
-            host_header.ok_or("a request without a host: no absolute URL and no Host header")?;
+        let h = host_header.ok_or(BadRequest::NoHost)?;
         let (host, port) = authority(h, Some(80))?;
         (host, port, target)
     } else {
-        return Err(format!(
-            "only http:// URLs and CONNECT tunnels go through this proxy, not {target:?} (for https, the client must use CONNECT)"
-        ));
+        return Err(BadRequest::Target(target.to_string()));
     };
     let body = framing(&headers)?;
     let out = forwarded_head(method, path, version, &headers);
@@ -161,18 +195,18 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, String> {
 /// there: no bare CR or LF, no space in a header name (`Host : x`), one Host only.
 fn header_lines<'a>(
     lines: impl Iterator<Item = &'a str>,
-) -> Result<Vec<(&'a str, &'a str)>, String> {
+) -> Result<Vec<(&'a str, &'a str)>, BadRequest> {
     let headers: Vec<(&str, &str)> = lines
         .take_while(|l| !l.is_empty())
         .map(|l| {
             if l.contains(['\r', '\n']) {
-                return Err(format!("a bare CR or LF in the header line {l:?}"));
+                return Err(BadRequest::BareInHeader(l.to_string()));
             }
             match l.split_once(':') {
                 Some((k, v)) if is_token(k) && !v.chars().any(|c| c.is_control() && c != '\t') => {
                     Ok((k, v.trim()))
                 }
-                _ => Err(format!("malformed header line {l:?}")),
+                _ => Err(BadRequest::Header(l.to_string())),
             }
         })
         .collect::<Result<_, _>>()?;
@@ -182,7 +216,7 @@ fn header_lines<'a>(
         .count()
         > 1
     {
-        return Err("more than one Host header".into());
+        return Err(BadRequest::TwoHosts);
     }
     Ok(headers)
 }
@@ -209,8 +243,8 @@ fn forwarded_head(method: &str, path: &str, version: &str, headers: &[(&str, &st
 }
 
 /// `host:port`, `[v6]:port`, or a bare host when a default port is given.
-fn authority(text: &str, default_port: Option<u16>) -> Result<(String, u16), String> {
-    let bad = || format!("not a host and port: {text:?}");
+fn authority(text: &str, default_port: Option<u16>) -> Result<(String, u16), BadRequest> {
+    let bad = || BadRequest::Authority(text.to_string());
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (v6, after) = rest.split_once(']').ok_or_else(bad)?;
         let port = match after.strip_prefix(':') {
@@ -283,7 +317,8 @@ mod tests {
     fn the_host_judged_is_the_host_the_origin_sees() {
         let err =
             parse(b"GET http://allowed.test/ HTTP/1.1\r\nHost: other.test\r\n\r\n").unwrap_err();
-        assert!(err.contains("another host"), "{err}");
+        assert!(matches!(err, BadRequest::OtherHost { .. }), "{err}");
+        assert!(err.to_string().contains("another host"), "{err}");
         // A request sent straight to the proxy as if it were the server names its host.
         let r = parse(b"GET /x HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n").unwrap();
         assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 9));

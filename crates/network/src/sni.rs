@@ -30,8 +30,36 @@ pub enum Hello {
     Name(Option<String>),
 }
 
+/// Why a handshake cannot be trusted: what the server ends up reading could differ from
+/// what is read here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadHello {
+    #[error("an SSLv2-style hello")]
+    SslV2,
+    #[error("a TLS record of type {0:#04x} before the ClientHello")]
+    RecordBefore(u8),
+    #[error("the TLS handshake is interleaved with other records")]
+    Interleaved,
+    #[error("a TLS record of {0} bytes")]
+    RecordSize(usize),
+    #[error("the first TLS handshake message is not a ClientHello")]
+    NotClientHello,
+    #[error("a ClientHello of {0} bytes")]
+    HelloSize(usize),
+    #[error("no complete ClientHello in the first {MAX_HELLO} bytes")]
+    NoHelloYet,
+    #[error("a truncated ClientHello")]
+    Truncated,
+    #[error("a ClientHello with two server_name extensions")]
+    TwoServerNames,
+    #[error("a ClientHello that names two hosts")]
+    TwoHosts,
+    #[error("a server name that is not text")]
+    NameNotText,
+}
+
 /// Reads the client's first bytes. `Err` is a handshake that cannot be trusted.
-pub fn inspect(data: &[u8]) -> Result<Hello, String> {
+pub fn inspect(data: &[u8]) -> Result<Hello, BadHello> {
     let Some(&first) = data.first() else {
         return Ok(Hello::Incomplete(1));
     };
@@ -39,12 +67,10 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
     // servers skip before the real ClientHello): what the server ends up reading cannot
     // be told from here.
     if first & 0x80 != 0 {
-        return Err("an SSLv2-style hello".into());
+        return Err(BadHello::SslV2);
     }
     if (0x14..=0x17).contains(&first) && first != HANDSHAKE {
-        return Err(format!(
-            "a TLS record of type {first:#04x} before the ClientHello"
-        ));
+        return Err(BadHello::RecordBefore(first));
     }
     if first != HANDSHAKE {
         return Ok(Hello::NotTls);
@@ -57,11 +83,11 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
             return incomplete(data, at + 5);
         };
         if header[0] != HANDSHAKE {
-            return Err("the TLS handshake is interleaved with other records".into());
+            return Err(BadHello::Interleaved);
         }
         let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
         if len == 0 || len > 16384 {
-            return Err(format!("a TLS record of {len} bytes"));
+            return Err(BadHello::RecordSize(len));
         }
         let Some(body) = data.get(at + 5..at + 5 + len) else {
             return incomplete(data, at + 5 + len);
@@ -70,11 +96,11 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
         at += 5 + len;
         if message.len() >= 4 {
             if message[0] != CLIENT_HELLO {
-                return Err("the first TLS handshake message is not a ClientHello".into());
+                return Err(BadHello::NotClientHello);
             }
             let len = u32::from_be_bytes([0, message[1], message[2], message[3]]) as usize;
             if len > MAX_HELLO {
-                return Err(format!("a ClientHello of {len} bytes"));
+                return Err(BadHello::HelloSize(len));
             }
             let want = 4 + len;
             if message.len() >= want {
@@ -84,11 +110,9 @@ pub fn inspect(data: &[u8]) -> Result<Hello, String> {
     }
 }
 
-fn incomplete(data: &[u8], need: usize) -> Result<Hello, String> {
+fn incomplete(data: &[u8], need: usize) -> Result<Hello, BadHello> {
     if data.len() >= MAX_HELLO || need > MAX_HELLO + 5 {
-        return Err(format!(
-            "no complete ClientHello in the first {MAX_HELLO} bytes"
-        ));
+        return Err(BadHello::NoHelloYet);
     }
     Ok(Hello::Incomplete(need))
 }
@@ -97,38 +121,38 @@ fn incomplete(data: &[u8], need: usize) -> Result<Hello, String> {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], BadHello> {
         if self.0.len() < n {
-            return Err("a truncated ClientHello".into());
+            return Err(BadHello::Truncated);
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<usize, String> {
+    fn u8(&mut self) -> Result<usize, BadHello> {
         Ok(usize::from(self.take(1)?[0]))
     }
 
-    fn u16(&mut self) -> Result<usize, String> {
+    fn u16(&mut self) -> Result<usize, BadHello> {
         let b = self.take(2)?;
         Ok(usize::from(u16::from_be_bytes([b[0], b[1]])))
     }
 
     /// A length-prefixed vector.
-    fn vec8(&mut self) -> Result<&'a [u8], String> {
+    fn vec8(&mut self) -> Result<&'a [u8], BadHello> {
         let n = self.u8()?;
         self.take(n)
     }
 
-    fn vec16(&mut self) -> Result<&'a [u8], String> {
+    fn vec16(&mut self) -> Result<&'a [u8], BadHello> {
         let n = self.u16()?;
         self.take(n)
     }
 }
 
 /// The server name of a ClientHello body (RFC 8446 §4.1.2, RFC 6066 §3).
-fn client_hello(body: &[u8]) -> Result<Option<String>, String> {
+fn client_hello(body: &[u8]) -> Result<Option<String>, BadHello> {
     let mut r = Reader(body);
     r.take(2 + 32)?; // version, random
     r.vec8()?; // session id
@@ -147,7 +171,7 @@ fn client_hello(body: &[u8]) -> Result<Option<String>, String> {
             continue;
         }
         if seen {
-            return Err("a ClientHello with two server_name extensions".into());
+            return Err(BadHello::TwoServerNames);
         }
         seen = true;
         let mut list = Reader(Reader(data).vec16()?);
@@ -158,10 +182,9 @@ fn client_hello(body: &[u8]) -> Result<Option<String>, String> {
                 continue;
             }
             if name.is_some() {
-                return Err("a ClientHello that names two hosts".into());
+                return Err(BadHello::TwoHosts);
             }
-            let text = std::str::from_utf8(value)
-                .map_err(|_| "a server name that is not text".to_string())?;
+            let text = std::str::from_utf8(value).map_err(|_| BadHello::NameNotText)?;
             name = Some(text.to_string());
         }
     }

@@ -9,8 +9,8 @@
 //! passes: no web server takes it for a request.
 
 use super::body::Body;
-use super::request::{self, Kind, MAX_HEAD};
-use super::sni::{self, Hello};
+use super::request::{self, BadRequest, Kind, MAX_HEAD};
+use super::sni::{self, BadHello, Hello};
 
 /// What the first flight showed.
 #[derive(Debug, PartialEq, Eq)]
@@ -28,29 +28,50 @@ pub enum First {
     },
 }
 
+/// What in a tunnel's first bytes refuses it (the message goes after "refused: ").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("a TLS handshake for {0}")]
+    OtherName(String),
+    #[error("a TLS handshake that names no host")]
+    NoName,
+    #[error("a TLS handshake that cannot be read ({0})")]
+    Unreadable(#[source] BadHello),
+    #[error("over 64 KiB without a request head")]
+    NoHead,
+    #[error("an HTTP request head over 64 KiB")]
+    HeadTooLong,
+    #[error("an HTTP request that {0}")]
+    BadHttp(#[source] BadRequest),
+    #[error("a CONNECT inside a tunnel")]
+    Connect,
+    #[error("an HTTP request for {host}:{port}")]
+    OtherTarget { host: String, port: u16 },
+}
+
 /// Judges the first bytes of a tunnel to `host:port`. `Err` refuses the tunnel, and says
 /// why.
-pub fn judge(buf: &[u8], host: &str, port: u16) -> Result<First, String> {
+pub fn judge(buf: &[u8], host: &str, port: u16) -> Result<First, Refused> {
     match sni::inspect(buf) {
         Ok(Hello::Incomplete(need)) => return Ok(First::Need(need)),
         Ok(Hello::Name(Some(name))) => {
             return if sni::same_host(&name, host) {
                 Ok(First::Pass)
             } else {
-                Err(format!("a TLS handshake for {name}"))
+                Err(Refused::OtherName(name))
             };
         }
         // A client that names a host always sends it; one that does not may be asking the
         // server for its default site, which need not be this one.
         Ok(Hello::Name(None)) if host.parse::<std::net::IpAddr>().is_err() => {
-            return Err("a TLS handshake that names no host".into());
+            return Err(Refused::NoName);
         }
         Ok(Hello::Name(None)) => return Ok(First::Pass),
-        Err(e) => return Err(format!("a TLS handshake that cannot be read ({e})")),
+        Err(e) => return Err(Refused::Unreadable(e)),
         Ok(Hello::NotTls) => {}
     }
     if buf.len() > MAX_HEAD + 2 * 1024 {
-        return Err("over 64 KiB without a request head".into());
+        return Err(Refused::NoHead);
     }
     // Servers skip empty lines before a request line.
     let start = buf
@@ -66,16 +87,19 @@ pub fn judge(buf: &[u8], host: &str, port: u16) -> Result<First, String> {
     }
     let Some(end) = request::head_end(text) else {
         if text.len() > MAX_HEAD {
-            return Err("an HTTP request head over 64 KiB".into());
+            return Err(Refused::HeadTooLong);
         }
         return Ok(First::Need(buf.len() + 1));
     };
-    let req = request::parse(&text[..end]).map_err(|e| format!("an HTTP request that {e}"))?;
+    let req = request::parse(&text[..end]).map_err(Refused::BadHttp)?;
     let Kind::Forward { head, body } = req.kind else {
-        return Err("a CONNECT inside a tunnel".into());
+        return Err(Refused::Connect);
     };
     if req.host != host.trim_start_matches('[').trim_end_matches(']') || req.port != port {
-        return Err(format!("an HTTP request for {}:{}", req.host, req.port));
+        return Err(Refused::OtherTarget {
+            host: req.host,
+            port: req.port,
+        });
     }
     Ok(First::Http {
         head,
@@ -116,7 +140,7 @@ mod tests {
             "pypi.org",
             80,
         );
-        assert!(other.unwrap_err().contains("evil.example:80"));
+        assert!(other.unwrap_err().to_string().contains("evil.example:80"));
         let port = judge(
             b"GET / HTTP/1.1\r\nHost: pypi.org:8080\r\n\r\n",
             "pypi.org",

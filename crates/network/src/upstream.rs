@@ -10,6 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 
 use super::body::Body;
+use super::cut::Cut;
 use super::tunnel::{self, First};
 
 /// What the client's bytes after its request head may be.
@@ -58,7 +59,7 @@ impl<'a> To<'a> {
     }
 
     /// Sends `data` on, as far as it may go; holds it while a tunnel's first flight is read.
-    pub async fn send(&mut self, data: Vec<u8>) -> Result<(), String> {
+    pub async fn send(&mut self, data: Vec<u8>) -> Result<(), Cut> {
         let data = match self.held.as_mut() {
             None => data,
             Some(held) => {
@@ -81,7 +82,7 @@ impl<'a> To<'a> {
 
     /// What a decided first flight sends: a request's head goes now, and what followed it
     /// is its body.
-    async fn released(&mut self, released: Released) -> Result<Vec<u8>, String> {
+    async fn released(&mut self, released: Released) -> Result<Vec<u8>, Cut> {
         Ok(match released {
             Released::Pass(all) => all,
             Released::Http { head, rest, body } => {
@@ -93,7 +94,7 @@ impl<'a> To<'a> {
         })
     }
 
-    async fn send_body(&mut self, mut data: Vec<u8>) -> Result<(), String> {
+    async fn send_body(&mut self, mut data: Vec<u8>) -> Result<(), Cut> {
         if let Some(body) = &mut self.body {
             let keep = body.take(&data);
             self.dropped += (data.len() - keep) as u64;
@@ -102,14 +103,11 @@ impl<'a> To<'a> {
         self.write(&data).await
     }
 
-    pub async fn write(&mut self, data: &[u8]) -> Result<(), String> {
+    pub async fn write(&mut self, data: &[u8]) -> Result<(), Cut> {
         if data.is_empty() {
             return Ok(());
         }
-        self.wr
-            .write_all(data)
-            .await
-            .map_err(|e| format!("writing to the destination failed: {e}"))?;
+        self.wr.write_all(data).await.map_err(Cut::Write)?;
         self.sent.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -117,7 +115,7 @@ impl<'a> To<'a> {
     /// The client has finished sending. A first flight still undecided is not sent (a
     /// handshake or request cut short is none a server should act on); then the
     /// destination is told.
-    pub async fn finish(&mut self) -> Result<(), String> {
+    pub async fn finish(&mut self) -> Result<(), Cut> {
         if let Some(mut held) = self.held.take() {
             match held.release(true) {
                 Ok(released) => {
@@ -157,7 +155,7 @@ enum Released {
 
 impl Held {
     /// What may go on, once that is known; `None` while more is needed.
-    fn release(&mut self, at_end: bool) -> Result<Option<Released>, String> {
+    fn release(&mut self, at_end: bool) -> Result<Option<Released>, Cut> {
         if self.buf.len() < self.need && !at_end {
             return Ok(None);
         }
@@ -177,10 +175,11 @@ impl Held {
                 rest: self.buf.split_off(head_len),
                 body,
             })),
-            Err(what) => Err(format!(
-                "refused: the tunnel to {}:{} carried {what} (one allowed host's tunnel cannot reach another)",
-                self.host, self.port
-            )),
+            Err(why) => Err(Cut::Refused {
+                host: self.host.clone(),
+                port: self.port,
+                why,
+            }),
         }
     }
 }

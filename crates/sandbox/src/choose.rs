@@ -33,8 +33,25 @@ pub struct Chosen {
      with your files and network, choose that on purpose: --sandbox none"
 )]
 pub struct NoWall {
-    pub landlock: String,
-    pub docker: String,
+    pub landlock: Unusable,
+    pub docker: Unusable,
+}
+
+/// Why one wall cannot be put up here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// The kernel does not enforce everything runner asks of landlock (its own words).
+    #[error("{0}")]
+    Landlock(String),
+    /// A seccomp filter cannot be applied.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    #[error("DOCKER_HOST={0} is neither unix:// nor tcp://")]
+    DockerHost(String),
+    #[error("{0} answered, but not as a Docker engine")]
+    NotDocker(String),
+    #[error("no engine answers at {at} ({error})")]
+    NoEngine { at: String, error: String },
 }
 
 /// The wall for a session that named none: landlock, else docker, else an error. Probed
@@ -70,18 +87,18 @@ fn probe() -> Result<Chosen, NoWall> {
 
 /// Whether landlock enforces everything runner asks of it and seccomp filters apply; the
 /// reason it does (or why not).
-fn landlock_usable() -> Result<String, String> {
+fn landlock_usable() -> Result<String, Unusable> {
     let support = super::confine::probe_landlock();
     if !support.fully_enforced {
-        return Err(support.detail);
+        return Err(Unusable::Landlock(support.detail));
     }
-    super::confine::probe_seccomp().map_err(|e| format!("seccomp: {e}"))?;
+    super::confine::probe_seccomp().map_err(|e| Unusable::Seccomp(e.to_string()))?;
     Ok(support.detail)
 }
 
 /// Whether a Docker engine answers `_ping` within `limit`: at DOCKER_HOST when it is set
 /// (`unix://` or `tcp://`), else at the local socket. `Ok` names where.
-pub fn engine_answers(limit: Duration) -> Result<String, String> {
+pub fn engine_answers(limit: Duration) -> Result<String, Unusable> {
     let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
     let at = host.unwrap_or_else(|| "unix:///var/run/docker.sock".into());
     let answered = if let Some(path) = at.strip_prefix("unix://") {
@@ -100,12 +117,15 @@ pub fn engine_answers(limit: Duration) -> Result<String, String> {
                 ping(s)
             })
     } else {
-        return Err(format!("DOCKER_HOST={at} is neither unix:// nor tcp://"));
+        return Err(Unusable::DockerHost(at));
     };
     match answered {
         Ok(true) => Ok(at),
-        Ok(false) => Err(format!("{at} answered, but not as a Docker engine")),
-        Err(e) => Err(format!("no engine answers at {at} ({e})")),
+        Ok(false) => Err(Unusable::NotDocker(at)),
+        Err(e) => Err(Unusable::NoEngine {
+            at,
+            error: e.to_string(),
+        }),
     }
 }
 

@@ -143,11 +143,14 @@ pub fn in_container() -> bool {
 /// sandbox containers to mount when runner runs in a container ([`IN_CONTAINER_ENV`]):
 /// `dir` must be at the same path on the engine's host. A copy of an earlier run is
 /// replaced, never changed in place: a container still mounting it keeps the file it had.
-pub fn server_copy(dir: &Path) -> Result<PathBuf, String> {
+pub fn server_copy(dir: &Path) -> Result<PathBuf, crate::docker::DockerError> {
+    use crate::docker::DockerError;
     use std::os::unix::fs::PermissionsExt;
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the runner executable: {e}"))?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let exe = std::env::current_exe().map_err(DockerError::io(
+        "find the runner executable at",
+        Path::new("/proc/self/exe"),
+    ))?;
+    std::fs::create_dir_all(dir).map_err(DockerError::io("create", dir))?;
     let dest = dir.join("runner");
     let made = (|| {
         let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
@@ -157,13 +160,10 @@ pub fn server_copy(dir: &Path) -> Result<PathBuf, String> {
         tmp.persist(&dest).map_err(|e| e.error)?;
         std::io::Result::Ok(())
     })();
-    made.map_err(|e| {
-        format!(
-            "cannot copy {} to {} for the sandbox containers to mount: {e}",
-            exe.display(),
-            dest.display()
-        )
-    })?;
+    made.map_err(DockerError::io(
+        "copy the runner executable for the sandbox containers to mount to",
+        &dest,
+    ))?;
     Ok(dest)
 }
 

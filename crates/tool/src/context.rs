@@ -281,10 +281,7 @@ impl ToolContext {
                 path.display()
             )));
         }
-        self.conversation
-            .file_times
-            .check(path, stat.stamp)
-            .map_err(ToolError::Failed)?;
+        self.conversation.file_times.check(path, stat.stamp)?;
         Ok(Some(stat))
     }
 

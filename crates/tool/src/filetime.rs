@@ -10,6 +10,8 @@ use std::sync::Mutex;
 
 use runner_sandbox::api::FileStamp;
 
+use crate::ToolError;
+
 pub struct FileTimes {
     /// In a one-call session there is no earlier call to have read the file in, so the
     /// version on disk at the start counts as read.
@@ -41,21 +43,21 @@ impl FileTimes {
     }
 
     /// Checks that the file on disk (with stamp `current`) is the version the model read.
-    pub fn check(&self, path: &Path, current: FileStamp) -> Result<(), String> {
+    pub fn check(&self, path: &Path, current: FileStamp) -> Result<(), ToolError> {
         match self.get(path) {
             Some(seen) if seen == current => Ok(()),
-            Some(_) => Err(format!(
+            Some(_) => Err(ToolError::Failed(format!(
                 "File {} has been modified since it was last read.\n\nPlease read the file again before modifying it.",
                 path.display()
-            )),
+            ))),
             None if self.assume_read => {
                 self.record(path, current);
                 Ok(())
             }
-            None => Err(format!(
+            None => Err(ToolError::Failed(format!(
                 "You must read file {} before overwriting it. Use the Read tool first",
                 path.display()
-            )),
+            ))),
         }
     }
 }
@@ -79,6 +81,7 @@ mod tests {
         assert!(
             t.check(p, stamp(1))
                 .unwrap_err()
+                .to_string()
                 .contains("must read file /w/f")
         );
         t.record(p, stamp(1));
@@ -86,6 +89,7 @@ mod tests {
         assert!(
             t.check(p, stamp(2))
                 .unwrap_err()
+                .to_string()
                 .contains("modified since it was last read")
         );
     }

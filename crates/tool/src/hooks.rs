@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::ToolContext;
+use super::{ToolContext, ToolError};
 use runner_permission::PermissionRequest;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -95,8 +95,13 @@ impl Hooks {
         })
     }
 
-    /// Runs the `before_tool` hooks of `tool`; `Err(message)` when one blocks the call.
-    pub async fn before(&self, tool: &str, args: &Value, ctx: &ToolContext) -> Result<(), String> {
+    /// Runs the `before_tool` hooks of `tool`; `Err` when one blocks the call.
+    pub async fn before(
+        &self,
+        tool: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Result<(), HookError> {
         let input = serde_json::json!({
             "event": "before_tool", "session": ctx.conversation.id, "tool": tool, "args": args,
         });
@@ -105,12 +110,9 @@ impl Hooks {
             if !ran.ok {
                 let said = ran.output.trim();
                 return Err(if said.is_empty() {
-                    format!(
-                        "A before_tool hook ({}) blocked this call without saying why.",
-                        hook.source.display()
-                    )
+                    HookError::BlockedSilently(hook.source.clone())
                 } else {
-                    format!("A before_tool hook blocked this call: {said}")
+                    HookError::Blocked(said.to_string())
                 });
             }
         }
@@ -170,18 +172,37 @@ impl Hooks {
                     PermissionRequest::new("bash", vec![command.clone()], vec![command.clone()]);
                 match ctx.ask_all(vec![ask]).await {
                     Ok(()) => in_sandbox(command, ctx, stdin, timeout).await,
-                    Err(e) => Err(format!(
-                        "the project's hook from {} was not allowed to run: {e}",
-                        hook.source.display()
-                    )),
+                    Err(e) => Err(HookError::NotAllowed {
+                        hook: hook.source.clone(),
+                        why: e,
+                    }),
                 }
             }
         };
         ran.unwrap_or_else(|e| Ran {
             ok: false,
-            output: e,
+            output: e.to_string(),
         })
     }
+}
+
+/// Why a hook blocked a call, or did not run (which counts as failing).
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("A before_tool hook blocked this call: {0}")]
+    Blocked(String),
+    #[error("A before_tool hook ({}) blocked this call without saying why.", .0.display())]
+    BlockedSilently(PathBuf),
+    #[error("the project's hook from {} was not allowed to run: {why}", hook.display())]
+    NotAllowed { hook: PathBuf, why: ToolError },
+    #[error("cannot start the hook: {0}")]
+    Start(#[source] std::io::Error),
+    #[error("the hook failed: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("the hook ran past its {0} s timeout and was killed")]
+    Timeout(u64),
+    #[error("the hook could not run: {0}")]
+    InSandbox(#[source] ToolError),
 }
 
 async fn on_host(
@@ -189,7 +210,7 @@ async fn on_host(
     root: &Path,
     stdin: Vec<u8>,
     timeout: Duration,
-) -> Result<Ran, String> {
+) -> Result<Ran, HookError> {
     use tokio::io::AsyncWriteExt;
     let mut child = tokio::process::Command::new("sh")
         .arg("-c")
@@ -208,7 +229,7 @@ async fn on_host(
         .kill_on_drop(true)
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start the hook: {e}"))?;
+        .map_err(HookError::Start)?;
     if let Some(mut input) = child.stdin.take() {
         // A hook that does not read its input must not block on a full pipe.
         tokio::spawn(async move {
@@ -225,17 +246,14 @@ async fn on_host(
                 output: text,
             })
         }
-        Ok(Err(e)) => Err(format!("the hook failed: {e}")),
+        Ok(Err(e)) => Err(HookError::Wait(e)),
         Err(_) => {
             // Everything the hook started goes with it.
             if let Some(pid) = pid {
                 // SAFETY: a signal to the process group we made.
                 unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
             }
-            Err(format!(
-                "the hook ran past its {} s timeout and was killed",
-                timeout.as_secs()
-            ))
+            Err(HookError::Timeout(timeout.as_secs()))
         }
     }
 }
@@ -245,10 +263,10 @@ async fn in_sandbox(
     ctx: &ToolContext,
     stdin: Vec<u8>,
     timeout: Duration,
-) -> Result<Ran, String> {
+) -> Result<Ran, HookError> {
     let ran = super::collect::run(ctx, command, stdin, timeout, OUTPUT_LIMIT)
         .await
-        .map_err(|e| format!("the hook could not run: {e}"))?;
+        .map_err(HookError::InSandbox)?;
     let mut text = String::from_utf8_lossy(&ran.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&ran.stderr));
     if ran.status.timed_out {

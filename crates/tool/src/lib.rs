@@ -32,6 +32,7 @@ pub mod patch;
 pub mod question;
 mod read;
 pub mod search;
+pub mod server_error;
 pub mod skill;
 pub mod stdio;
 pub mod todo;
@@ -105,6 +106,13 @@ impl From<SandboxError> for ToolError {
             SandboxError::Api(api) => ToolError::Failed(api.message),
             other => ToolError::Sandbox(other),
         }
+    }
+}
+
+/// What a server says is for the model to act on (use grep instead, fix the call).
+impl From<server_error::ServerError> for ToolError {
+    fn from(e: server_error::ServerError) -> Self {
+        ToolError::Failed(e.to_string())
     }
 }
 

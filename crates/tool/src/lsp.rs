@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::lsp_client::uri;
+use super::server_error::ServerError;
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
 use runner_permission::PermissionRequest;
 use runner_sandbox::api::FileKind;
@@ -105,10 +106,7 @@ impl Tool for LspTool {
         let servers = ctx.services.lsp.as_deref().ok_or_else(|| {
             ToolError::Failed("No language server is configured in this session.".into())
         })?;
-        let client = servers
-            .for_file(&path, ctx)
-            .await
-            .map_err(ToolError::Failed)?;
+        let client = servers.for_file(&path, ctx).await?;
         let text = ctx
             .services
             .sandbox
@@ -117,8 +115,7 @@ impl Tool for LspTool {
             .await?;
         client
             .sync(&path, &String::from_utf8_lossy(&text.data))
-            .await
-            .map_err(ToolError::Failed)?;
+            .await?;
         let position = json!({
             "line": params.line.saturating_sub(1),
             "character": params.character.saturating_sub(1),
@@ -126,7 +123,7 @@ impl Tool for LspTool {
         let at = json!({"textDocument": {"uri": uri(&path)}, "position": position});
         let op = params.operation;
         let result = tokio::select! {
-            r = ask(&client, op, at) => r.map_err(ToolError::Failed)?,
+            r = ask(&client, op, at) => r?,
             _ = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         };
         let found = !nothing(&result);
@@ -165,7 +162,7 @@ async fn ask(
     client: &super::lsp_client::LspClient,
     op: Operation,
     at: Value,
-) -> Result<Value, String> {
+) -> Result<Value, ServerError> {
     let document = json!({"textDocument": at["textDocument"].clone()});
     match op {
         Operation::GoToDefinition => client.ask("textDocument/definition", at).await,

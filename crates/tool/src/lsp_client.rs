@@ -20,6 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, WriteHa
 use tokio::sync::{Mutex, OnceCell, oneshot};
 
 use super::ToolContext;
+use super::server_error::ServerError;
 
 /// How long a server may take to start and answer `initialize`.
 const START_LIMIT: Duration = Duration::from_secs(60);
@@ -44,7 +45,7 @@ pub struct LspSpec {
 
 /// OpenCode's `lsp` section: a table of servers as [`LspSpec`] reads them, or `false` for
 /// none at all (every built-in disabled).
-pub fn from_opencode(section: &Value) -> Result<BTreeMap<String, LspSpec>, String> {
+pub fn from_opencode(section: &Value) -> Result<BTreeMap<String, LspSpec>, ServerError> {
     match section {
         Value::Bool(false) => Ok(BUILTIN
             .iter()
@@ -56,12 +57,11 @@ pub fn from_opencode(section: &Value) -> Result<BTreeMap<String, LspSpec>, Strin
                 (name.to_string(), off)
             })
             .collect()),
-        Value::Object(_) => {
-            serde_json::from_value(section.clone()).map_err(|e| format!("its \"lsp\" section: {e}"))
-        }
-        other => Err(format!(
+        Value::Object(_) => serde_json::from_value(section.clone())
+            .map_err(|e| ServerError::Config(format!("its \"lsp\" section: {e}"))),
+        other => Err(ServerError::Config(format!(
             "its \"lsp\" section is {other}: a table of servers, or false"
-        )),
+        ))),
     }
 }
 
@@ -97,7 +97,7 @@ struct Entry {
 }
 
 /// A server being started, once: the client, or why it did not start.
-type Starting = OnceCell<Result<Arc<LspClient>, String>>;
+type Starting = OnceCell<Result<Arc<LspClient>, ServerError>>;
 
 /// A session's language servers: what is configured, which exist, and those started.
 pub struct LspServers {
@@ -159,7 +159,11 @@ impl LspServers {
     }
 
     /// The running server for `file` (started on first use), or why there is none.
-    pub async fn for_file(&self, file: &Path, ctx: &ToolContext) -> Result<Arc<LspClient>, String> {
+    pub async fn for_file(
+        &self,
+        file: &Path,
+        ctx: &ToolContext,
+    ) -> Result<Arc<LspClient>, ServerError> {
         let ext = file
             .extension()
             .map(|e| format!(".{}", e.to_string_lossy()))
@@ -171,10 +175,10 @@ impl LspServers {
             .find(|e| e.spec.extensions.contains(&ext))
             .cloned()
             .ok_or_else(|| {
-                format!(
+                ServerError::Missing(format!(
                     "No language server is available for {} files here. Use grep and read instead.",
                     if ext.is_empty() { "these" } else { &ext }
-                )
+                ))
             })?;
         let cell = self
             .running
@@ -187,11 +191,11 @@ impl LspServers {
             tokio::time::timeout(START_LIMIT, LspClient::start(&entry, ctx))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(format!(
+                    Err(ServerError::Failed(format!(
                         "the language server {} did not answer within {} s of starting",
                         entry.name,
                         START_LIMIT.as_secs()
-                    ))
+                    )))
                 })
                 .map(Arc::new)
         })
@@ -290,7 +294,7 @@ pub struct LspClient {
 
 impl LspClient {
     /// Starts the server in the sandbox and initializes it with the worktree as its root.
-    async fn start(entry: &Entry, ctx: &ToolContext) -> Result<LspClient, String> {
+    async fn start(entry: &Entry, ctx: &ToolContext) -> Result<LspClient, ServerError> {
         let env: Vec<(String, String)> = entry
             .spec
             .env
@@ -299,7 +303,12 @@ impl LspClient {
             .collect();
         let started = super::stdio::spawn(ctx, &entry.spec.command, &env)
             .await
-            .map_err(|e| format!("cannot start the language server {}: {e}", entry.name))?;
+            .map_err(|e| {
+                ServerError::Failed(format!(
+                    "cannot start the language server {}: {e}",
+                    entry.name
+                ))
+            })?;
         let (read, write) = tokio::io::split(started.stream);
         let writer = Arc::new(Mutex::new(write));
         let pending: Pending = Arc::default();
@@ -346,22 +355,22 @@ impl LspClient {
     }
 
     /// What went wrong, with what the server last wrote to its standard error.
-    fn failure(&self, what: &str) -> String {
+    fn failure(&self, what: &str) -> ServerError {
         let tail = self
             .stderr
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let tail = tail.trim();
-        if tail.is_empty() {
+        ServerError::Failed(if tail.is_empty() {
             format!("the language server {} {what}", self.name)
         } else {
             format!("the language server {} {what} (it said: {tail})", self.name)
-        }
+        })
     }
 
     /// Shows the server `path`'s current `text` (opened the first time, changed after).
-    pub async fn sync(&self, path: &Path, text: &str) -> Result<(), String> {
+    pub async fn sync(&self, path: &Path, text: &str) -> Result<(), ServerError> {
         let mut versions = self.versions.lock().await;
         let uri = uri(path);
         match versions.get_mut(path) {
@@ -392,7 +401,7 @@ impl LspClient {
         path: &Path,
         text: &str,
         limit: Duration,
-    ) -> Result<Option<Diagnosed>, String> {
+    ) -> Result<Option<Diagnosed>, ServerError> {
         let uri = uri(path);
         let before = self.published.of(&uri).map_or(0, |(n, _)| n);
         let others_before = self.published.all();
@@ -438,7 +447,7 @@ impl LspClient {
         method: &str,
         params: Value,
         limit: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ServerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending
@@ -453,26 +462,26 @@ impl LspClient {
                 limit.as_secs()
             ))),
             Ok(Err(_)) => Err(self.failure("stopped")),
-            Ok(Ok(Err(error))) => Err(format!(
+            Ok(Ok(Err(error))) => Err(ServerError::Answered(format!(
                 "the language server {} could not answer {method}: {}",
                 self.name,
                 error["message"].as_str().unwrap_or("an error")
-            )),
+            ))),
             Ok(Ok(Ok(result))) => Ok(result),
         }
     }
 
     /// A request within the usual limit.
-    pub async fn ask(&self, method: &str, params: Value) -> Result<Value, String> {
+    pub async fn ask(&self, method: &str, params: Value) -> Result<Value, ServerError> {
         self.request(method, params, REQUEST_LIMIT).await
     }
 
-    async fn notify(&self, method: &str, params: Value) -> Result<(), String> {
+    async fn notify(&self, method: &str, params: Value) -> Result<(), ServerError> {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await
     }
 
-    async fn send(&self, message: &Value) -> Result<(), String> {
+    async fn send(&self, message: &Value) -> Result<(), ServerError> {
         write_message(&self.writer, message)
             .await
             .map_err(|_| self.failure("stopped"))

@@ -30,6 +30,7 @@ use rmcp::service::{RoleClient, RunningService};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::server_error::ServerError;
 use super::{
     Attachment, DynTool, PermissionsFuture, ToolContext, ToolError, ToolFuture, ToolOutput,
 };
@@ -69,9 +70,11 @@ type Client = RunningService<RoleClient, ()>;
 /// OpenCode's `mcp` object: `{NAME: {"type": "local", "command": [PROGRAM, ARGS…],
 /// "environment": {…}, "enabled": bool, "timeout": ms} | {"type": "remote", "url": …,
 /// "headers": {…}}}`.
-pub fn from_opencode(servers: &Value) -> Result<BTreeMap<String, McpSpec>, String> {
+pub fn from_opencode(servers: &Value) -> Result<BTreeMap<String, McpSpec>, ServerError> {
     let Some(servers) = servers.as_object() else {
-        return Err("mcp must be an object of servers".into());
+        return Err(ServerError::Config(
+            "mcp must be an object of servers".into(),
+        ));
     };
     let mut out = BTreeMap::new();
     for (name, s) in servers {
@@ -96,40 +99,39 @@ pub fn from_opencode(servers: &Value) -> Result<BTreeMap<String, McpSpec>, Strin
             })
             .unwrap_or_default()
             .into_iter();
-        let spec = match s.get("type").and_then(Value::as_str) {
-            Some("remote") => McpSpec {
-                command: None,
-                args: Vec::new(),
-                env: BTreeMap::new(),
-                url: s.get("url").and_then(Value::as_str).map(str::to_string),
-                headers: strings("headers"),
-                enabled: s.get("enabled").and_then(Value::as_bool),
-                timeout: s
-                    .get("timeout")
-                    .and_then(Value::as_f64)
-                    .map(|ms| ms / 1000.0),
-                source: None,
-                from_project: false,
-            },
-            _ => McpSpec {
-                command: Some(
-                    words
-                        .next()
-                        .ok_or_else(|| format!("mcp.{name}: command is empty"))?,
-                ),
-                args: words.collect(),
-                env: strings("environment"),
-                url: None,
-                headers: BTreeMap::new(),
-                enabled: s.get("enabled").and_then(Value::as_bool),
-                timeout: s
-                    .get("timeout")
-                    .and_then(Value::as_f64)
-                    .map(|ms| ms / 1000.0),
-                source: None,
-                from_project: false,
-            },
-        };
+        let spec =
+            match s.get("type").and_then(Value::as_str) {
+                Some("remote") => McpSpec {
+                    command: None,
+                    args: Vec::new(),
+                    env: BTreeMap::new(),
+                    url: s.get("url").and_then(Value::as_str).map(str::to_string),
+                    headers: strings("headers"),
+                    enabled: s.get("enabled").and_then(Value::as_bool),
+                    timeout: s
+                        .get("timeout")
+                        .and_then(Value::as_f64)
+                        .map(|ms| ms / 1000.0),
+                    source: None,
+                    from_project: false,
+                },
+                _ => McpSpec {
+                    command: Some(words.next().ok_or_else(|| {
+                        ServerError::Config(format!("mcp.{name}: command is empty"))
+                    })?),
+                    args: words.collect(),
+                    env: strings("environment"),
+                    url: None,
+                    headers: BTreeMap::new(),
+                    enabled: s.get("enabled").and_then(Value::as_bool),
+                    timeout: s
+                        .get("timeout")
+                        .and_then(Value::as_f64)
+                        .map(|ms| ms / 1000.0),
+                    source: None,
+                    from_project: false,
+                },
+            };
         out.insert(name.clone(), spec);
     }
     Ok(out)
@@ -226,8 +228,8 @@ pub enum McpCallError {
         configured: Vec<String>,
     },
     /// The server is configured but did not start (or could not list its tools).
-    #[error("{why}")]
-    NotStarted { why: String },
+    #[error(transparent)]
+    NotStarted(#[from] ServerError),
     #[error("the MCP server {server} has no tool {tool}{}", listed(tools))]
     NoTool {
         server: String,
@@ -262,7 +264,7 @@ pub async fn find_tool(
     };
     let tools = tools_of(found, ctx)
         .await
-        .map_err(|why| McpCallError::NotStarted { why })?;
+        .map_err(McpCallError::NotStarted)?;
     let names = tools.iter().map(|t| t.tool.clone()).collect();
     tools
         .into_iter()
@@ -276,7 +278,10 @@ pub async fn find_tool(
 
 /// One server's tools, starting it (and no other) if it is not running; why it could not
 /// start or list them otherwise.
-pub async fn tools_of(server: &Arc<Server>, ctx: &ToolContext) -> Result<Vec<McpTool>, String> {
+pub async fn tools_of(
+    server: &Arc<Server>,
+    ctx: &ToolContext,
+) -> Result<Vec<McpTool>, ServerError> {
     let client = server.client(ctx).await?;
     let list = client
         .list_all_tools()
@@ -297,7 +302,7 @@ impl Server {
             .unwrap_or(DEFAULT_TIMEOUT)
     }
 
-    fn failure(&self, what: &str) -> String {
+    fn failure(&self, what: &str) -> ServerError {
         let process = self
             .stderr
             .lock()
@@ -305,15 +310,15 @@ impl Server {
             .clone();
         let tail = process.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let tail = tail.trim();
-        if tail.is_empty() {
+        ServerError::Failed(if tail.is_empty() {
             format!("the MCP server {} {what}", self.name)
         } else {
             format!("the MCP server {} {what} (it said: {tail})", self.name)
-        }
+        })
     }
 
     /// The running connection, started (or started again) as needed.
-    async fn client(&self, ctx: &ToolContext) -> Result<Arc<Client>, String> {
+    async fn client(&self, ctx: &ToolContext) -> Result<Arc<Client>, ServerError> {
         let mut conn = self.conn.lock().await;
         if let Some(c) = conn.as_ref()
             && !c.is_transport_closed()
@@ -323,10 +328,10 @@ impl Server {
         *conn = None;
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         if n > MAX_RESTARTS {
-            return Err(format!(
+            return Err(ServerError::Failed(format!(
                 "the MCP server {} stopped {} times; it is not started again in this session",
                 self.name, n
-            ));
+            )));
         }
         let client = tokio::time::timeout(START_TIMEOUT, self.start(ctx))
             .await
@@ -342,15 +347,15 @@ impl Server {
     }
 
     /// Starts the server inside the sandbox and speaks MCP over its stdio.
-    async fn start(&self, ctx: &ToolContext) -> Result<Client, String> {
+    async fn start(&self, ctx: &ToolContext) -> Result<Client, ServerError> {
         if let Some(url) = &self.spec.url {
             return self.connect_remote(url, ctx).await;
         }
         let Some(command) = &self.spec.command else {
-            return Err(format!(
+            return Err(ServerError::Config(format!(
                 "the MCP server {} has neither command nor url",
                 self.name
-            ));
+            )));
         };
         let argv: Vec<String> = std::iter::once(command)
             .chain(&self.spec.args)
@@ -362,9 +367,9 @@ impl Server {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let started = super::stdio::spawn(ctx, &argv, &env)
-            .await
-            .map_err(|e| format!("cannot start the MCP server {}: {e}", self.name))?;
+        let started = super::stdio::spawn(ctx, &argv, &env).await.map_err(|e| {
+            ServerError::Failed(format!("cannot start the MCP server {}: {e}", self.name))
+        })?;
         *self.stderr.lock().unwrap_or_else(|p| p.into_inner()) = started.stderr.clone();
         let ours = started.stream;
         let (read, write) = tokio::io::split(ours);
@@ -378,44 +383,57 @@ impl Server {
     /// makes for the agent is, and by the host's address rules
     /// ([`runner_network::outbound`]) when it is made; one a repository's config added
     /// needs the user's approval first.
-    async fn connect_remote(&self, url: &str, ctx: &ToolContext) -> Result<Client, String> {
+    async fn connect_remote(&self, url: &str, ctx: &ToolContext) -> Result<Client, ServerError> {
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
         if self.spec.from_project {
             self.confirm_project_server(url, ctx).await?;
         }
         let ask = PermissionRequest::new("webfetch", vec![url.to_string()], vec!["*".into()]);
-        ctx.ask_all(vec![ask])
-            .await
-            .map_err(|e| format!("the MCP server {} at {url} was not allowed: {e}", self.name))?;
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| format!("mcp.{}: url {url:?} is not a valid URL: {e}", self.name))?;
+        ctx.ask_all(vec![ask]).await.map_err(|e| {
+            ServerError::NotContacted(format!(
+                "the MCP server {} at {url} was not allowed: {e}",
+                self.name
+            ))
+        })?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| {
+            ServerError::Config(format!(
+                "mcp.{}: url {url:?} is not a valid URL: {e}",
+                self.name
+            ))
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(format!(
+            return Err(ServerError::Config(format!(
                 "mcp.{}: url {url:?} must start with http:// or https://",
                 self.name
-            ));
+            )));
         }
-        let not_contacted = |e: String| {
-            format!(
+        let not_contacted = |e: &dyn std::fmt::Display| {
+            ServerError::NotContacted(format!(
                 "the MCP server {} at {url} was not contacted: {e}",
                 self.name
-            )
+            ))
         };
         ctx.services
             .outbound
             .check(&parsed)
             .await
-            .map_err(not_contacted)?;
+            .map_err(|e| not_contacted(&e))?;
         let mut headers = reqwest012::header::HeaderMap::new();
         for (k, v) in &self.spec.headers {
-            let name = reqwest012::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|e| format!("mcp.{}: header {k:?}: {e}", self.name))?;
-            let value = reqwest012::header::HeaderValue::from_str(v)
-                .map_err(|e| format!("mcp.{}: header {k:?}: {e}", self.name))?;
+            let name = reqwest012::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+                ServerError::Config(format!("mcp.{}: header {k:?}: {e}", self.name))
+            })?;
+            let value = reqwest012::header::HeaderValue::from_str(v).map_err(|e| {
+                ServerError::Config(format!("mcp.{}: header {k:?}: {e}", self.name))
+            })?;
             headers.insert(name, value);
         }
-        let client = ctx.services.outbound.client_012(headers)?;
+        let client = ctx
+            .services
+            .outbound
+            .client_012(headers)
+            .map_err(|e| ServerError::Failed(e.to_string()))?;
         let transport = StreamableHttpClientTransport::with_client(
             client,
             StreamableHttpClientTransportConfig::with_uri(url.to_string()),
@@ -424,8 +442,11 @@ impl Server {
             .await
             .map_err(
                 |e| match runner_network::outbound::Outbound::refusal_in(&e) {
-                    Some(refused) => not_contacted(refused.to_string()),
-                    None => format!("the MCP server {} at {url} did not start: {e}", self.name),
+                    Some(refused) => not_contacted(refused),
+                    None => ServerError::Failed(format!(
+                        "the MCP server {} at {url} did not start: {e}",
+                        self.name
+                    )),
                 },
             )
     }
@@ -434,7 +455,11 @@ impl Server {
     /// the repository chose, with the headers it chose: the person decides, whatever the
     /// rules allow (no rule, not even the repository's own, waves it through). Without
     /// anybody to ask it is refused, naming the file and the entry.
-    async fn confirm_project_server(&self, url: &str, ctx: &ToolContext) -> Result<(), String> {
+    async fn confirm_project_server(
+        &self,
+        url: &str,
+        ctx: &ToolContext,
+    ) -> Result<(), ServerError> {
         let source = self
             .spec
             .source
@@ -462,11 +487,11 @@ impl Server {
             }
             Err(e) => e.to_string(),
         };
-        Err(format!(
+        Err(ServerError::NotContacted(format!(
             "the MCP server {} was not contacted: {source} adds it as {entry} (url = {url}), a remote server this machine would connect to with the headers that file chose, and a repository's config needs your approval for that: {why}. Approve it when asked (at a terminal, or with --ask allow), or move {entry} into your own config ({})",
             self.name,
             runner_dirs::user_config().display()
-        ))
+        )))
     }
 
     async fn call(
@@ -475,7 +500,7 @@ impl Server {
         args: Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
-        let client = self.client(ctx).await.map_err(ToolError::Failed)?;
+        let client = self.client(ctx).await?;
         let arguments = match args {
             Value::Object(map) => Some(map),
             _ => None,
@@ -489,19 +514,19 @@ impl Server {
                 Ok(Ok(result)) => result,
                 Ok(Err(e)) => {
                     let gone = client.is_transport_closed();
-                    return Err(ToolError::Failed(if gone {
+                    return Err(if gone {
                         self.failure(&format!("stopped during the call ({e}); it is started again on the next call"))
                     } else {
                         self.failure(&format!("failed the call: {e}"))
-                    }));
+                    }.into());
                 }
                 Err(_) => {
                     // A server that stops answering is not trusted with the next call.
                     *self.conn.lock().await = None;
-                    return Err(ToolError::Failed(self.failure(&format!(
+                    return Err(self.failure(&format!(
                         "did not answer within {} s; it is started again on the next call",
                         self.timeout().as_secs()
-                    ))));
+                    )).into());
                 }
             },
             _ = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),

@@ -150,10 +150,10 @@ impl Registry {
             return finish(tool.as_ref(), result, &ctx.services.truncator);
         };
         // A before_tool hook that says no blocks the call; what it said is the message.
-        if let Err(message) = hooks.before(tool.id(), &args, ctx).await {
+        if let Err(blocked) = hooks.before(tool.id(), &args, ctx).await {
             let mut result = finish(
                 tool.as_ref(),
-                Err(ToolError::Failed(message)),
+                Err(ToolError::Failed(blocked.to_string())),
                 &ctx.services.truncator,
             );
             result.outcome = Outcome::Denied;
@@ -178,11 +178,11 @@ impl Registry {
         name: &str,
         args: Value,
         ctx: &ToolContext,
-    ) -> Result<Vec<PermissionRequest>, String> {
+    ) -> Result<Vec<PermissionRequest>, ToolError> {
         let tool = self
             .get(name)
-            .ok_or_else(|| format!("unknown tool {name:?}"))?;
-        tool.permissions(args, ctx).await.map_err(|e| e.to_string())
+            .ok_or_else(|| ToolError::Failed(format!("unknown tool {name:?}")))?;
+        tool.permissions(args, ctx).await
     }
 
     /// The tools the model is offered: those whose permission the rules do not turn off.

@@ -10,6 +10,7 @@ use rmcp::model::{CallToolRequestParam, RawContent};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::server_error::ServerError;
 use super::{ToolContext, ToolError};
 
 /// Exa's hosted MCP endpoint.
@@ -37,12 +38,12 @@ pub struct Search {
 
 impl Search {
     /// The service the settings name, with the key from the host's environment.
-    pub fn from_settings(settings: &SearchSettings) -> Result<Search, String> {
+    pub fn from_settings(settings: &SearchSettings) -> Result<Search, ServerError> {
         if settings.provider != "exa" {
-            return Err(format!(
+            return Err(ServerError::Config(format!(
                 "[websearch] provider = {:?}: the only provider is \"exa\"",
                 settings.provider
-            ));
+            )));
         }
         let key = std::env::var(KEY_VARIABLE).ok().filter(|k| !k.is_empty());
         Ok(Search {
@@ -61,7 +62,7 @@ impl Search {
     ) -> Result<String, ToolError> {
         let failed = |what: String| ToolError::Failed(format!("The search at {} {what}", self.url));
         let run = async {
-            let client = self.connect(ctx).await.map_err(&failed)?;
+            let client = self.connect(ctx).await.map_err(|e| failed(e.to_string()))?;
             let result = client
                 .call_tool(CallToolRequestParam {
                     name: tool.into(),
@@ -100,26 +101,31 @@ impl Search {
     async fn connect(
         &self,
         ctx: &ToolContext,
-    ) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>, String> {
+    ) -> Result<rmcp::service::RunningService<rmcp::RoleClient, ()>, ServerError> {
         use rmcp::transport::StreamableHttpClientTransport;
         use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-        let parsed = reqwest::Url::parse(&self.url).map_err(|e| format!("is not a URL: {e}"))?;
+        let parsed = reqwest::Url::parse(&self.url)
+            .map_err(|e| ServerError::Config(format!("is not a URL: {e}")))?;
         ctx.services
             .outbound
             .check(&parsed)
             .await
-            .map_err(|e| format!("was not contacted: {e}"))?;
+            .map_err(|e| ServerError::NotContacted(format!("was not contacted: {e}")))?;
         let mut headers = reqwest012::header::HeaderMap::new();
         if let Some(key) = &self.key {
             let mut value = reqwest012::header::HeaderValue::from_str(key).map_err(|_| {
-                format!(
+                ServerError::Config(format!(
                     "cannot be sent the key: {KEY_VARIABLE} holds characters a header cannot carry"
-                )
+                ))
             })?;
             value.set_sensitive(true);
             headers.insert("x-api-key", value);
         }
-        let client = ctx.services.outbound.client_012(headers)?;
+        let client = ctx
+            .services
+            .outbound
+            .client_012(headers)
+            .map_err(|e| ServerError::Failed(e.to_string()))?;
         let transport = StreamableHttpClientTransport::with_client(
             client,
             StreamableHttpClientTransportConfig::with_uri(self.url.clone()),
@@ -128,8 +134,10 @@ impl Search {
             .await
             .map_err(
                 |e| match runner_network::outbound::Outbound::refusal_in(&e) {
-                    Some(refused) => format!("was not contacted: {refused}"),
-                    None => format!("did not answer as an MCP server: {e}"),
+                    Some(refused) => {
+                        ServerError::NotContacted(format!("was not contacted: {refused}"))
+                    }
+                    None => ServerError::Failed(format!("did not answer as an MCP server: {e}")),
                 },
             )
     }

@@ -201,7 +201,11 @@ async fn follow(
     secs: u64,
     ctx: &ToolContext,
 ) -> Result<(reqwest::Response, reqwest::Url, tokio::time::Instant), ToolError> {
-    let client = ctx.services.outbound.client().map_err(ToolError::Failed)?;
+    let client = ctx
+        .services
+        .outbound
+        .client()
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
     let mut current = reqwest::Url::parse(url)
         .map_err(|e| ToolError::Failed(format!("{url:?} is not a valid URL: {e}")))?;
     let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);

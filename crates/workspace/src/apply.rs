@@ -26,19 +26,76 @@ use rustix::fs::{CWD, RenameFlags, renameat_with};
 use super::changes::{Change, Entry, FileEntry, conflicts, same, state_of};
 use super::content::{self, Stamp};
 use super::leaf::SPECIAL;
+use crate::Error;
 
-/// What kept an apply from being made.
-#[derive(Debug)]
+/// What kept an apply from being made. In every case but [`Refused::Commit`] with a
+/// `lost` list the checkout is as it was.
+#[derive(Debug, thiserror::Error)]
 pub enum Refused {
     /// These paths changed in the checkout since the copy was made.
+    #[error("not applied: these files changed since the copy was made: {}", .0.join(", "))]
     Conflicts(Vec<String>),
-    /// Anything else; the checkout is as it was (or the message says what is where).
-    Failed(String),
+    /// These paths lead through a link or out of the checkout.
+    #[error("not applied: these paths lead through a link or out of {}: {}", target.display(), paths.join(", "))]
+    Unsafe { target: PathBuf, paths: Vec<String> },
+    /// Something in the checkout stands where a change goes.
+    #[error("not applied: {path} {blocked}")]
+    Blocked { path: String, blocked: Blocked },
+    /// The person interrupted the apply while files were staged.
+    #[error("interrupted: nothing was applied")]
+    Interrupted,
+    /// The copy's file changed after the changes were listed.
+    #[error(
+        "not applied: {0} changed in the copy after it was reviewed; look again with `runner changes`"
+    )]
+    ChangedInCopy(String),
+    /// A file or link could not be staged beside its place.
+    #[error("not applied: cannot write {}: {source}; nothing was changed", path.display())]
+    Stage { path: PathBuf, source: io::Error },
+    /// A step of the commit failed; what was done is undone, and `lost` says what could not
+    /// be put back and where it is.
+    #[error("{}", commit_message(step, target, lost))]
+    Commit {
+        step: Box<Error>,
+        target: PathBuf,
+        lost: Vec<String>,
+    },
+    /// A file to compare could not be read.
+    #[error(transparent)]
+    Read(Box<Error>),
 }
 
-impl From<String> for Refused {
-    fn from(e: String) -> Refused {
-        Refused::Failed(e)
+/// What stands in the checkout where a change goes (after the path, in the message).
+#[derive(Debug, thiserror::Error)]
+pub enum Blocked {
+    #[error("is neither a file, a link nor a folder in {}", .0.display())]
+    Special(PathBuf),
+    #[error("is a folder in {} now; the copy deletes a file there", .0.display())]
+    FolderForDeleted(PathBuf),
+    #[error("is a folder in {} that cannot be read: {}", .0.display(), .1)]
+    Unreadable(PathBuf, io::Error),
+    #[error("is a folder in {} that holds {} (not in the copy's changes)", .0.display(), .1.display())]
+    Holds(PathBuf, PathBuf),
+}
+
+fn commit_message(step: &Error, target: &Path, lost: &[String]) -> String {
+    if lost.is_empty() {
+        format!(
+            "not applied: {step}; nothing was changed in {}",
+            target.display()
+        )
+    } else {
+        format!(
+            "not applied: {step}; undoing what was done also failed, so {} is not as it was: {}",
+            target.display(),
+            lost.join("; ")
+        )
+    }
+}
+
+impl From<Error> for Refused {
+    fn from(e: Error) -> Refused {
+        Refused::Read(Box::new(e))
     }
 }
 
@@ -76,11 +133,10 @@ pub(crate) fn apply_with(
         .collect();
     let refused = unsafe_paths(changes, target, &deleted);
     if !refused.is_empty() {
-        return Err(Refused::Failed(format!(
-            "not applied: these paths lead through a link or out of {}: {}",
-            target.display(),
-            refused.join(", ")
-        )));
+        return Err(Refused::Unsafe {
+            target: target.to_path_buf(),
+            paths: refused,
+        });
     }
     if !force {
         let conflicts = conflicts(changes, base, work, target)?;
@@ -94,18 +150,11 @@ pub(crate) fn apply_with(
     let mut journal = Vec::new();
     if let Err(e) = commit(&plan, &staged, target, &mut journal, fail) {
         let lost = undo(journal, &mut staged);
-        return Err(Refused::Failed(if lost.is_empty() {
-            format!(
-                "not applied: {e}; nothing was changed in {}",
-                target.display()
-            )
-        } else {
-            format!(
-                "not applied: {e}; undoing what was done also failed, so {} is not as it was: {}",
-                target.display(),
-                lost.join("; ")
-            )
-        }));
+        return Err(Refused::Commit {
+            step: Box::new(e),
+            target: target.to_path_buf(),
+            lost,
+        });
     }
     notes.extend(remove_old(&journal));
     // Made: the old files swapped out go with their staged names.
@@ -181,7 +230,7 @@ impl<'a> Plan<'a> {
         work: &Path,
         target: &Path,
         deleted: &BTreeSet<&Path>,
-    ) -> Result<Plan<'a>, String> {
+    ) -> Result<Plan<'a>, Refused> {
         let mut plan = Plan {
             deletes: Vec::new(),
             writes: Vec::new(),
@@ -192,21 +241,19 @@ impl<'a> Plan<'a> {
             let here = target.join(&c.rel);
             let now = state_of(&here);
             if now.is_none() && std::fs::symlink_metadata(&here).is_ok() {
-                return Err(format!(
-                    "not applied: {} is neither a file, a link nor a folder in {}",
-                    c.path,
-                    target.display()
-                ));
+                return Err(Refused::Blocked {
+                    path: c.path.clone(),
+                    blocked: Blocked::Special(target.to_path_buf()),
+                });
             }
             let Some(after) = &c.after else {
                 match now {
                     None => {}
                     Some(Entry::Dir) => {
-                        return Err(format!(
-                            "not applied: {} is a folder in {} now; the copy deletes a file there",
-                            c.path,
-                            target.display()
-                        ));
+                        return Err(Refused::Blocked {
+                            path: c.path.clone(),
+                            blocked: Blocked::FolderForDeleted(target.to_path_buf()),
+                        });
                     }
                     Some(_) => plan.deletes.push(c),
                 }
@@ -222,12 +269,9 @@ impl<'a> Plan<'a> {
                 continue;
             }
             if let Some(Entry::Dir) = now {
-                holds_only(&here, &c.rel, deleted).map_err(|e| {
-                    format!(
-                        "not applied: {} is a folder in {} {e}",
-                        c.path,
-                        target.display()
-                    )
+                holds_only(&here, &c.rel, deleted).map_err(|blocked| Refused::Blocked {
+                    path: c.path.clone(),
+                    blocked: blocked.at(target),
                 })?;
                 plan.replaced.insert(c.rel.clone());
             }
@@ -281,21 +325,34 @@ fn special_note(path: &str, f: &FileEntry) -> Option<String> {
 
 /// Checks that the folder `dir` (the checkout's `rel`) holds nothing but folders and
 /// files in `deleted`.
-fn holds_only(dir: &Path, rel: &Path, deleted: &BTreeSet<&Path>) -> Result<(), String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("that cannot be read: {e}"))?;
+fn holds_only(dir: &Path, rel: &Path, deleted: &BTreeSet<&Path>) -> Result<(), NotOnly> {
+    let entries = std::fs::read_dir(dir).map_err(NotOnly::Unreadable)?;
     for entry in entries {
-        let entry = entry.map_err(|e| format!("that cannot be read: {e}"))?;
+        let entry = entry.map_err(NotOnly::Unreadable)?;
         let sub = rel.join(entry.file_name());
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
             holds_only(&entry.path(), &sub, deleted)?;
         } else if !deleted.contains(sub.as_path()) {
-            return Err(format!(
-                "that holds {} (not in the copy's changes)",
-                sub.display()
-            ));
+            return Err(NotOnly::Holds(sub));
         }
     }
     Ok(())
+}
+
+/// Why a folder of the checkout cannot simply give way to a file ([`holds_only`]).
+enum NotOnly {
+    Unreadable(io::Error),
+    Holds(PathBuf),
+}
+
+impl NotOnly {
+    /// As said of the folder in `target`.
+    fn at(self, target: &Path) -> Blocked {
+        match self {
+            NotOnly::Unreadable(e) => Blocked::Unreadable(target.to_path_buf(), e),
+            NotOnly::Holds(sub) => Blocked::Holds(target.to_path_buf(), sub),
+        }
+    }
 }
 
 /// The staged files and links, one per write of the plan: removed when dropped, unless
@@ -308,36 +365,31 @@ impl Staged {
         work: &Path,
         target: &Path,
         stop: &dyn Fn() -> bool,
-    ) -> Result<Staged, String> {
+    ) -> Result<Staged, Refused> {
         let mut staged = Staged(Vec::with_capacity(plan.writes.len()));
         for (c, after) in &plan.writes {
             if stop() {
-                return Err("interrupted: nothing was applied".into());
+                return Err(Refused::Interrupted);
             }
             let dir = plan.anchor(target, &c.rel);
-            let fail = |e: &dyn std::fmt::Display| {
-                format!(
-                    "not applied: cannot write {}: {e}; nothing was changed",
-                    target.join(&c.rel).display()
-                )
+            let fail = |source: io::Error| Refused::Stage {
+                path: target.join(&c.rel),
+                source,
             };
             let path = match after {
                 Entry::Link { target: to } => {
-                    temp(&dir, |p| std::os::unix::fs::symlink(to, p)).map_err(|e| fail(&e))?
+                    temp(&dir, |p| std::os::unix::fs::symlink(to, p)).map_err(fail)?
                 }
                 Entry::File(f) => stage_file(&work.join(&c.rel), f, &dir, stop).map_err(|e| {
                     if e.kind() == io::ErrorKind::Interrupted {
-                        return "interrupted: nothing was applied".into();
+                        return Refused::Interrupted;
                     }
                     match e.downcast::<Changed>() {
-                        Ok(_) => format!(
-                            "not applied: {} changed in the copy after it was reviewed; look again with `runner changes`",
-                            c.path
-                        ),
-                        Err(e) => fail(&e),
+                        Ok(_) => Refused::ChangedInCopy(c.path.clone()),
+                        Err(e) => fail(e),
                     }
                 })?,
-                Entry::Dir => return Err(fail(&"a folder is not a change")),
+                Entry::Dir => return Err(fail(io::Error::other("a folder is not a change"))),
             };
             staged.0.push(Some(path));
         }
@@ -432,17 +484,17 @@ fn commit(
     target: &Path,
     journal: &mut Vec<Done>,
     fail: &mut dyn FnMut(usize) -> io::Result<()>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let mut steps = 0;
-    let mut step = |what: &Path| -> Result<(), String> {
+    let mut step = |what: &Path| -> Result<(), Error> {
         steps += 1;
-        fail(steps - 1).map_err(|e| format!("cannot change {}: {e}", what.display()))
+        fail(steps - 1).map_err(Error::io("change", what))
     };
     for c in &plan.deletes {
         let path = target.join(&c.rel);
         step(&path)?;
         let backup = temp(&plan.anchor(target, &c.rel), |p| rename_noreplace(&path, p))
-            .map_err(|e| format!("cannot delete {}: {e}", path.display()))?;
+            .map_err(Error::io("delete", &path))?;
         journal.push(Done::Aside { path, backup });
     }
     for (i, (c, _)) in plan.writes.iter().enumerate() {
@@ -459,10 +511,10 @@ fn put(
     from: &Path,
     write: usize,
     journal: &mut Vec<Done>,
-    step: &mut dyn FnMut(&Path) -> Result<(), String>,
-) -> Result<(), String> {
+    step: &mut dyn FnMut(&Path) -> Result<(), Error>,
+) -> Result<(), Error> {
     let path = target.join(rel);
-    let fail = |e: io::Error| format!("cannot write {}: {e}", path.display());
+    let fail = |e: io::Error| Error::io("write", &path)(e);
     let mut sub = PathBuf::new();
     for part in rel.parent().into_iter().flat_map(Path::components) {
         sub.push(part);
@@ -507,7 +559,7 @@ fn put(
 fn remove_empty_dirs(
     dir: &Path,
     journal: &mut Vec<Done>,
-    step: &mut dyn FnMut(&Path) -> Result<(), String>,
+    step: &mut dyn FnMut(&Path) -> Result<(), Error>,
 ) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -758,9 +810,10 @@ mod tests {
                 assert!(at > 10, "only {at} steps");
                 break;
             }
-            let Err(Refused::Failed(e)) = result else {
+            let Err(refused @ Refused::Commit { .. }) = result else {
                 panic!("step {at}: {result:?}");
             };
+            let e = refused.to_string();
             assert!(
                 e.contains("injected") && e.contains("nothing was changed"),
                 "{e}"
@@ -781,10 +834,7 @@ mod tests {
             asked.get() > 2
         };
         let result = apply_plain(&f, &changes, false, &stop);
-        assert!(
-            matches!(&result, Err(Refused::Failed(e)) if e.contains("interrupted")),
-            "{result:?}"
-        );
+        assert!(matches!(&result, Err(Refused::Interrupted)), "{result:?}");
         assert_eq!(snapshot(&f.target), before);
 
         // The agent's file changes after the listing (same size): refused, nothing written.
@@ -792,7 +842,7 @@ mod tests {
         std::fs::write(f.work.join("z.txt"), "Z, CHANGED\n").unwrap();
         let result = apply_plain(&f, &changes, false, &|| false);
         assert!(
-            matches!(&result, Err(Refused::Failed(e)) if e.contains("z.txt changed in the copy")),
+            matches!(&result, Err(e @ Refused::ChangedInCopy(_)) if e.to_string().contains("z.txt changed in the copy")),
             "{result:?}"
         );
         assert_eq!(snapshot(&f.target), before);
@@ -806,7 +856,7 @@ mod tests {
         let changes = super::super::changes::between(&f.base, &f.work).unwrap();
         let result = apply_plain(&f, &changes, true, &|| false);
         assert!(
-            matches!(&result, Err(Refused::Failed(e)) if e.contains("was-dir/users.txt")),
+            matches!(&result, Err(e @ Refused::Blocked { .. }) if e.to_string().contains("was-dir/users.txt")),
             "{result:?}"
         );
         assert_eq!(snapshot(&f.target), before);

@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use super::content::{self, Digest, Stamp};
 use super::leaf::{Leaf, review_mode};
+use crate::Error;
 
 /// One path's state.
 #[derive(Debug, Clone)]
@@ -51,12 +52,11 @@ impl FileEntry {
     }
 
     /// The digest of the file at `path`, which this entry was read from (taken once).
-    pub(crate) fn digest(&self, path: &Path) -> Result<Digest, String> {
+    pub(crate) fn digest(&self, path: &Path) -> Result<Digest, Error> {
         if let Some(d) = self.digest.get() {
             return Ok(*d);
         }
-        let d = content::digest_at(path, &self.stamp)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let d = content::digest_at(path, &self.stamp).map_err(Error::io("read", path))?;
         Ok(*self.digest.get_or_init(|| d))
     }
 
@@ -90,7 +90,7 @@ pub(crate) fn same_content(
     a_path: &Path,
     b: &FileEntry,
     b_path: &Path,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     Ok(a.size == b.size && (a.size == 0 || a.digest(a_path)? == b.digest(b_path)?))
 }
 
@@ -102,7 +102,7 @@ pub(crate) fn same(
     b: Option<&Entry>,
     b_path: &Path,
     as_applied: bool,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     Ok(match (a, b) {
         (None, None) => true,
         (Some(Entry::File(x)), Some(Entry::File(y))) => {
@@ -132,7 +132,7 @@ pub struct Change {
 }
 
 /// What changed from `base` to `work`, in path order (a path before what is below it).
-pub fn between(base: &Path, work: &Path) -> Result<Vec<Change>, String> {
+pub fn between(base: &Path, work: &Path) -> Result<Vec<Change>, Error> {
     let mut out = Vec::new();
     compare_dirs((base, work), (true, true), Path::new(""), &mut out)?;
     Ok(out)
@@ -144,7 +144,7 @@ fn compare_dirs(
     present: (bool, bool),
     rel: &Path,
     out: &mut Vec<Change>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let mut names = children(&roots.0.join(rel), present.0)?;
     names.extend(children(&roots.1.join(rel), present.1)?);
     names.sort_unstable();
@@ -190,14 +190,13 @@ fn compare_dirs(
 }
 
 /// The names in a folder but `.git`, in byte order (none when it is not `present`).
-fn children(dir: &Path, present: bool) -> Result<Vec<OsString>, String> {
+fn children(dir: &Path, present: bool) -> Result<Vec<OsString>, Error> {
     if !present {
         return Ok(Vec::new());
     }
-    let fail = |e: std::io::Error| format!("cannot read {}: {e}", dir.display());
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(fail)? {
-        let name = entry.map_err(fail)?.file_name();
+    for entry in std::fs::read_dir(dir).map_err(Error::io("read", dir))? {
+        let name = entry.map_err(Error::io("read", dir))?.file_name();
         // A `.git` anywhere (a submodule's, or one the agent made) is not a change: its
         // config and hooks would run on the host.
         if name != ".git" {
@@ -215,7 +214,7 @@ pub fn conflicts(
     base: &Path,
     work: &Path,
     target: &Path,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
     for c in changes {
         let here = target.join(&c.rel);

@@ -17,6 +17,7 @@ use runner_display::quote_path;
 use super::changes::{Change, Entry};
 use super::content;
 use super::leaf::{Leaf, review_mode};
+use crate::Error;
 
 /// Files larger than this are not diffed: the patch says "Large files … differ" with their
 /// sizes. Two files of at most this much are what one hunk is computed from.
@@ -60,17 +61,15 @@ enum Held {
 pub struct Snapshot(BTreeMap<String, Node>);
 
 impl Snapshot {
-    pub fn read(tar: &[u8]) -> Result<Snapshot, String> {
+    pub fn read(tar: &[u8]) -> Result<Snapshot, Error> {
         let mut archive = tar::Archive::new(tar);
         let mut nodes = BTreeMap::new();
-        let entries = archive
-            .entries()
-            .map_err(|e| format!("cannot read the snapshot: {e}"))?;
+        let entries = archive.entries().map_err(Error::SnapshotRead)?;
         for entry in entries {
-            let mut entry = entry.map_err(|e| format!("cannot read the snapshot: {e}"))?;
+            let mut entry = entry.map_err(Error::SnapshotRead)?;
             let path = entry
                 .path()
-                .map_err(|e| format!("cannot read the snapshot: {e}"))?
+                .map_err(Error::SnapshotRead)?
                 .to_string_lossy()
                 .into_owned();
             // The archive names the directory itself first ("app/..."); paths are below it.
@@ -98,8 +97,10 @@ impl Snapshot {
                 tar::EntryType::Regular | tar::EntryType::Continuous => Node::File {
                     mode: review_mode(mode),
                     size: entry.size(),
-                    body: held(&mut entry)
-                        .map_err(|e| format!("cannot read {rel} from the snapshot: {e}"))?,
+                    body: held(&mut entry).map_err(|source| Error::SnapshotEntry {
+                        path: rel.to_string(),
+                        source,
+                    })?,
                 },
                 _ => continue,
             };
@@ -234,7 +235,7 @@ pub fn write_changes(
     base: &Path,
     work: &Path,
     out: &mut dyn Write,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     fn file(e: &Option<Entry>) -> Option<&super::changes::FileEntry> {
         match e {
             Some(Entry::File(f)) => Some(f),
@@ -258,10 +259,9 @@ pub fn write_changes(
         super::changes::same_content(of, &base.join(&oc.rel), nf, &work.join(&nc.rel))
     })?;
     let moved_away: std::collections::BTreeSet<&str> = renamed.values().copied().collect();
-    let io = |e: io::Error| format!("cannot write the changes: {e}");
     for c in changes {
         if let Some(from) = renamed.get(c.path.as_str()) {
-            write_rename(out, from, &c.path).map_err(io)?;
+            write_rename(out, from, &c.path).map_err(Error::Output)?;
             continue;
         }
         if moved_away.contains(c.path.as_str()) {
@@ -279,7 +279,7 @@ pub fn write_changes(
             c.change == "mode",
             load,
         )
-        .map_err(|e| format!("cannot show {}: {e}", c.path))?;
+        .map_err(Error::io("show", Path::new(&c.path)))?;
     }
     Ok(())
 }
@@ -305,8 +305,8 @@ fn renames<'a, T>(
     gone: &[(&'a str, T)],
     added: &[(&'a str, T)],
     key: impl Fn(&T) -> (u32, u64),
-    mut same: impl FnMut(&T, &T) -> Result<bool, String>,
-) -> Result<BTreeMap<&'a str, &'a str>, String> {
+    mut same: impl FnMut(&T, &T) -> Result<bool, Error>,
+) -> Result<BTreeMap<&'a str, &'a str>, Error> {
     let mut by_key: std::collections::HashMap<(u32, u64), Vec<usize>> = Default::default();
     for (i, (_, old)) in gone.iter().enumerate() {
         by_key.entry(key(old)).or_default().push(i);

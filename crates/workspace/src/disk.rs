@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::Error;
+
 /// The image file in the workspace's folder.
 const IMAGE: &str = "disk.img";
 /// The file system's block size, fixed so that the copy's size can be estimated.
@@ -70,20 +72,21 @@ fn geometry(need: Need, budget: u64) -> (u64, u64) {
 /// Makes `dir/disk.img` for a copy that needs `need` plus `budget`, and mounts it on
 /// `mount` (an empty folder). On an error nothing is left but the empty folder; the error
 /// says why the machine gives no budget.
-pub fn attach(dir: &Path, mount: &Path, need: Need, budget: u64) -> Result<(), String> {
+pub fn attach(dir: &Path, mount: &Path, need: Need, budget: u64) -> Result<(), Error> {
     // SAFETY: plain syscall.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(
-            "runner is not running as root, and a budget is a loop-mounted file system".into(),
-        );
+        return Err(Error::NoBudget(
+            "runner is not running as root, and a budget is a loop-mounted file system",
+        ));
     }
-    let mkfs = find_tool("mkfs.ext4")
-        .ok_or("mkfs.ext4 (e2fsprogs) is not installed, and a budget is an ext4 image")?;
+    let mkfs = find_tool("mkfs.ext4").ok_or(Error::NoBudget(
+        "mkfs.ext4 (e2fsprogs) is not installed, and a budget is an ext4 image",
+    ))?;
     let image = dir.join(IMAGE);
     let (size, inodes) = geometry(need, budget);
     let made = std::fs::File::create_new(&image)
         .and_then(|f| f.set_len(size))
-        .map_err(|e| format!("cannot make {}: {e}", image.display()));
+        .map_err(Error::io("make", &image));
     let done = made
         .and_then(|()| format(&mkfs, &image, inodes))
         .and_then(|()| mount_image(&image, mount));
@@ -98,7 +101,7 @@ pub fn attach(dir: &Path, mount: &Path, need: Need, budget: u64) -> Result<(), S
 
 /// `mkfs.ext4` without a journal (a copy is not worth one, and it would take budget) and
 /// without a root reserve (root in the sandbox gets the same budget as anyone).
-fn format(mkfs: &Path, image: &Path, inodes: u64) -> Result<(), String> {
+fn format(mkfs: &Path, image: &Path, inodes: u64) -> Result<(), Error> {
     let out = Command::new(mkfs)
         .args(["-q", "-F", "-m", "0", "-b", "4096", "-O", "^has_journal"])
         .args([
@@ -111,34 +114,32 @@ fn format(mkfs: &Path, image: &Path, inodes: u64) -> Result<(), String> {
         .arg(inodes.to_string())
         .arg(image)
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", mkfs.display()))?;
+        .map_err(Error::io("run", mkfs))?;
     if out.status.success() {
         return Ok(());
     }
-    Err(format!(
-        "{} failed: {}",
-        mkfs.display(),
-        String::from_utf8_lossy(&out.stderr).trim()
+    Err(Error::program(
+        format!("make the file system with {}", mkfs.display()),
+        &out.stderr,
     ))
 }
 
 /// `mount -o loop`: util-linux finds a free loop device and marks it to go with the mount.
 /// `nosuid,nodev`: nothing the sandbox makes there is a setuid program or a device on the
 /// host. `noinit_itable`: the image is sparse, its inode tables already read as zeros.
-fn mount_image(image: &Path, mount: &Path) -> Result<(), String> {
+fn mount_image(image: &Path, mount: &Path) -> Result<(), Error> {
     let out = Command::new(find_tool("mount").unwrap_or_else(|| "mount".into()))
         .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable"])
         .arg(image)
         .arg(mount)
         .output()
-        .map_err(|e| format!("cannot run mount: {e}"))?;
+        .map_err(Error::io("run", Path::new("mount")))?;
     if out.status.success() {
         return Ok(());
     }
-    Err(format!(
-        "cannot loop-mount {}: {}",
-        image.display(),
-        String::from_utf8_lossy(&out.stderr).trim()
+    Err(Error::program(
+        format!("loop-mount {}", image.display()),
+        &out.stderr,
     ))
 }
 
@@ -159,43 +160,42 @@ fn is_mount(path: &Path) -> bool {
 /// Makes sure a budgeted copy's `work/` is its file system before anything reads it: a
 /// reboot leaves the image but not the mount, and reading the empty folder under it would
 /// look like the agent deleted every file.
-pub fn ready(dir: &Path, work: &Path) -> Result<(), String> {
+pub fn ready(dir: &Path, work: &Path) -> Result<(), Error> {
     if !has_image(dir) || is_mount(work) {
         return Ok(());
     }
-    mount_image(&dir.join(IMAGE), work).map_err(|e| {
-        format!("{e}; the copy is in that image, so it cannot be read until it is mounted (as root) on {}", work.display())
+    mount_image(&dir.join(IMAGE), work).map_err(|e| Error::Unmounted {
+        source: Box::new(e),
+        work: work.to_path_buf(),
     })
 }
 
 /// Unmounts a budgeted copy's `work/` and removes its image. Busy (a process still in it),
 /// it is detached: it goes when its last user does.
-pub fn detach(dir: &Path, work: &Path) -> Result<(), String> {
+pub fn detach(dir: &Path, work: &Path) -> Result<(), Error> {
     if is_mount(work) {
         let c = std::ffi::CString::new(work.as_os_str().as_encoded_bytes())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Error::io("unmount", work)(e.into()))?;
         // SAFETY: a valid C string; plain syscalls.
         let failed = unsafe {
             libc::umount2(c.as_ptr(), 0) != 0 && libc::umount2(c.as_ptr(), libc::MNT_DETACH) != 0
         };
         if failed {
-            return Err(format!(
-                "cannot unmount the copy's file system at {}: {}",
-                work.display(),
-                std::io::Error::last_os_error()
+            return Err(Error::io("unmount the copy's file system at", work)(
+                std::io::Error::last_os_error(),
             ));
         }
     }
     match std::fs::remove_file(dir.join(IMAGE)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", dir.join(IMAGE).display()))
+            Err(Error::io("remove", &dir.join(IMAGE))(e))
         }
         _ => Ok(()),
     }
 }
 
 /// Says once per run that copies get no budget here, and why.
-pub fn unavailable(why: &str) {
+pub fn unavailable(why: &Error) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
         eprintln!(

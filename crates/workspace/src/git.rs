@@ -9,6 +9,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::Error;
+
 /// Host git with nothing from the machine's configuration and an identity for the
 /// commits it makes.
 pub fn git(cwd: Option<&Path>, args: &[&str]) -> Command {
@@ -40,25 +42,24 @@ pub fn git(cwd: Option<&Path>, args: &[&str]) -> Command {
     c
 }
 
+/// Runs a git command; `what` says what it is for (after "cannot ", in an error).
 pub trait RunGit {
-    fn run(&mut self, what: &str) -> Result<(), String>;
-    fn output_text(&mut self, what: &str) -> Result<String, String>;
+    fn run(&mut self, what: &str) -> Result<(), Error>;
+    fn output_text(&mut self, what: &str) -> Result<String, Error>;
 }
 
 impl RunGit for Command {
-    fn run(&mut self, what: &str) -> Result<(), String> {
+    fn run(&mut self, what: &str) -> Result<(), Error> {
         self.output_text(what).map(drop)
     }
 
-    fn output_text(&mut self, what: &str) -> Result<String, String> {
-        let out = self
-            .output()
-            .map_err(|e| format!("cannot {what}: git did not start ({e}); is git installed?"))?;
+    fn output_text(&mut self, what: &str) -> Result<String, Error> {
+        let out = self.output().map_err(|e| Error::Program {
+            what: what.to_string(),
+            detail: format!("git did not start ({e}); is git installed?"),
+        })?;
         if !out.status.success() {
-            return Err(format!(
-                "cannot {what}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(Error::program(what, &out.stderr));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -67,7 +68,7 @@ impl RunGit for Command {
 /// `work`'s changes since `base_git`'s HEAD, as a binary-safe patch: every file git does
 /// not ignore, staged into `index` (a file of ours, removed before and after). No diff
 /// driver or text conversion runs.
-pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8>, String> {
+pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8>, Error> {
     let _ = std::fs::remove_file(index);
     let tree = |args: &[&str]| {
         let mut c = git(None, &[]);
@@ -92,15 +93,15 @@ pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8
             "HEAD",
         ])
         .output()
-        .map_err(|e| format!("cannot diff the worktree: {e}"))
+        .map_err(|e| Error::Program {
+            what: "diff the worktree".into(),
+            detail: e.to_string(),
+        })
     });
     let _ = std::fs::remove_file(index);
     let patch = patch?;
     if !patch.status.success() {
-        return Err(format!(
-            "cannot diff the worktree: {}",
-            String::from_utf8_lossy(&patch.stderr).trim()
-        ));
+        return Err(Error::program("diff the worktree", &patch.stderr));
     }
     Ok(patch.stdout)
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::diff::{Snapshot, diff};
-use super::{Place, Workspace, owned_folder};
+use super::{Error, Place, Workspace, owned_folder};
 use runner_sandbox::docker::in_image::TaskContainer;
 
 /// The largest worktree snapshot read for the patch.
@@ -22,16 +22,16 @@ const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The worktree as it was before anything ran, or why there is none.
 #[derive(Default)]
-pub struct Base(OnceLock<Result<Snapshot, String>>);
+pub struct Base(OnceLock<Result<Snapshot, Error>>);
 
 impl Workspace {
     /// An owned workspace for a worktree in a task container: the host folders now (the
     /// container mounts `outputs/`), the base once the container exists
     /// ([`Self::take_base`]).
-    pub fn for_image(parent: &Path, name: &str, image: &str) -> Result<Workspace, String> {
+    pub fn for_image(parent: &Path, name: &str, image: &str) -> Result<Workspace, Error> {
         let dir = owned_folder(parent, name)?;
         let root = dir.path().join("work");
-        std::fs::create_dir(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        std::fs::create_dir(&root).map_err(Error::io("create", &root))?;
         Self::owned(dir, image, Place::Image(Arc::new(Base::default())))
     }
 
@@ -42,7 +42,9 @@ impl Workspace {
             return;
         };
         let taken = if container.workdir() == Path::new("/") {
-            Err("the worktree is the whole file system (the image names no WORKDIR): no diff is taken".into())
+            Err(Error::NoSnapshot(
+                "the worktree is the whole file system (the image names no WORKDIR): no diff is taken".into(),
+            ))
         } else {
             snapshot(container).await
         };
@@ -54,7 +56,7 @@ impl Workspace {
         match &self.place {
             Place::Image(base) => match base.0.get() {
                 Some(Ok(_)) => None,
-                Some(Err(e)) => Some(e.clone()),
+                Some(Err(e)) => Some(e.to_string()),
                 None => Some("no snapshot of the worktree was taken before the run".into()),
             },
             Place::Host => None,
@@ -62,20 +64,20 @@ impl Workspace {
     }
 
     /// The changes in the (stopped) container since the base, as a review patch.
-    pub async fn image_patch(&self, container: &TaskContainer) -> Result<Vec<u8>, String> {
+    pub async fn image_patch(&self, container: &TaskContainer) -> Result<Vec<u8>, Error> {
         let Place::Image(base) = &self.place else {
             return self.diff(super::PatchFormat::Review);
         };
         let base = match base.0.get() {
             Some(Ok(b)) => b,
-            _ => return Err(self.no_base().unwrap_or_default()),
+            _ => return Err(Error::NoSnapshot(self.no_base().unwrap_or_default())),
         };
         let after = snapshot(container).await?;
         Ok(diff(base, &after).into_bytes())
     }
 }
 
-async fn snapshot(container: &TaskContainer) -> Result<Snapshot, String> {
+async fn snapshot(container: &TaskContainer) -> Result<Snapshot, Error> {
     let workdir = container.workdir();
     let download = tokio::time::timeout(
         SNAPSHOT_TIMEOUT,
@@ -84,13 +86,19 @@ async fn snapshot(container: &TaskContainer) -> Result<Snapshot, String> {
     let tar = download
         .await
         .map_err(|_| {
-            format!(
+            Error::NoSnapshot(format!(
                 "the engine did not answer within {} s",
                 SNAPSHOT_TIMEOUT.as_secs()
-            )
-        })??
-        .ok_or_else(|| format!("the worktree {} is not in the container", workdir.display()))?;
+            ))
+        })?
+        .map_err(|e| Error::NoSnapshot(e.to_string()))?
+        .ok_or_else(|| {
+            Error::NoSnapshot(format!(
+                "the worktree {} is not in the container",
+                workdir.display()
+            ))
+        })?;
     tokio::task::spawn_blocking(move || Snapshot::read(&tar))
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|_| Error::Panicked("reading the snapshot"))?
 }

@@ -30,6 +30,9 @@ pub mod git;
 pub mod image;
 pub mod leaf;
 
+mod error;
+pub use error::Error;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -157,17 +160,16 @@ impl Workspace {
     /// Copies `source` into a new workspace whose `work/` holds `budget` bytes more than
     /// the copy ([`disk`]), or as much as the host's disk where the machine cannot give a
     /// budget (said once).
-    pub fn create(source: &Path, budget: u64) -> Result<Workspace, String> {
-        let source = std::fs::canonicalize(source)
-            .map_err(|e| format!("cannot read the worktree {}: {e}", source.display()))?;
+    pub fn create(source: &Path, budget: u64) -> Result<Workspace, Error> {
+        let source =
+            std::fs::canonicalize(source).map_err(Error::io("read the worktree", source))?;
         // Copies of runs that were killed before they ended go first, like containers.
         for orphan in orphans() {
             let _ = orphan.discard();
         }
         let id = new_id();
         let dir = root_dir().join(&id);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
         let mut ws = Workspace {
             meta: Meta {
                 id,
@@ -190,7 +192,7 @@ impl Workspace {
         ws.mount_work(&source, &skip, budget)?;
         // Both copies at once: each is mostly waiting on the file system (or, with
         // reflinks, on metadata), so together they take about as long as one.
-        let copies: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let copies: Vec<Result<(), Error>> = std::thread::scope(|scope| {
             let handles: Vec<_> = ["base", "work"]
                 .iter()
                 .map(|side| {
@@ -200,10 +202,7 @@ impl Workspace {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("the copy thread panicked".into()))
-                })
+                .map(|h| h.join().unwrap_or(Err(Error::Panicked("the copy thread"))))
                 .collect()
         });
         if let Some(Err(e)) = copies.into_iter().find(Result::is_err) {
@@ -216,9 +215,9 @@ impl Workspace {
     /// Makes `work/` the copy's own file system of the copy's size plus `budget`, before
     /// anything is copied into it. Where the machine cannot, says so once and records
     /// that this copy has no budget.
-    fn mount_work(&mut self, source: &Path, skip: &Path, budget: u64) -> Result<(), String> {
+    fn mount_work(&mut self, source: &Path, skip: &Path, budget: u64) -> Result<(), Error> {
         let work = self.work();
-        std::fs::create_dir(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        std::fs::create_dir(&work).map_err(Error::io("create", &work))?;
         let need = disk::measure(source, Some(skip));
         if let Err(why) = disk::attach(&self.dir, &work, need, budget) {
             disk::unavailable(&why);
@@ -237,18 +236,17 @@ impl Workspace {
     /// With a `budget`, `work/` is first made a file system of its own that holds the
     /// source's size plus the budget ([`disk`]): what the clone takes beyond the source's
     /// size comes out of the budget (a repository fetched by URL is not measured).
-    pub fn prepare<T>(
+    pub fn prepare<T, E: From<Error>>(
         parent: &Path,
         name: &str,
         source: &str,
         budget: Option<u64>,
-        fill: impl FnOnce(&Path) -> Result<T, String>,
-    ) -> Result<(Workspace, T), String> {
+        fill: impl FnOnce(&Path) -> Result<T, E>,
+    ) -> Result<(Workspace, T), E> {
         let dir = owned_folder(parent, name)?;
         let work = dir.path().join("work");
         if let Some(budget) = budget {
-            std::fs::create_dir(&work)
-                .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+            std::fs::create_dir(&work).map_err(Error::io("create", &work))?;
             let local = Path::new(source);
             let need = if local.is_dir() {
                 disk::measure(local, None)
@@ -259,8 +257,11 @@ impl Workspace {
                 disk::unavailable(&why);
             }
         }
-        let filled = fill(&work)
-            .and_then(|filled| copy_tree(&work, &dir.path().join("base"), None).map(|()| filled));
+        let filled = fill(&work).and_then(|filled| {
+            copy_tree(&work, &dir.path().join("base"), None)
+                .map(|()| filled)
+                .map_err(E::from)
+        });
         match filled {
             Ok(filled) => Ok((Self::owned(dir, source, Place::Host)?, filled)),
             Err(e) => {
@@ -272,10 +273,9 @@ impl Workspace {
     }
 
     /// An owned workspace in `dir` (which holds `work/`), with its `outputs/`.
-    fn owned(dir: tempfile::TempDir, source: &str, place: Place) -> Result<Workspace, String> {
+    fn owned(dir: tempfile::TempDir, source: &str, place: Place) -> Result<Workspace, Error> {
         let outputs = dir.path().join("outputs");
-        std::fs::create_dir(&outputs)
-            .map_err(|e| format!("cannot create {}: {e}", outputs.display()))?;
+        std::fs::create_dir(&outputs).map_err(Error::io("create", &outputs))?;
         let dir = dir.keep();
         let id = dir
             .file_name()
@@ -308,7 +308,7 @@ impl Workspace {
     }
 
     /// The workspace `id` (or a unique prefix of one).
-    pub fn open(id: &str) -> Result<Workspace, String> {
+    pub fn open(id: &str) -> Result<Workspace, Error> {
         let all = list_all();
         let found: Vec<Workspace> = all
             .into_iter()
@@ -316,12 +316,11 @@ impl Workspace {
             .collect();
         match found.len() {
             1 => Ok(found.into_iter().next().expect("one")),
-            0 => Err(format!(
-                "no workspace {id}; `runner changes` lists the ones waiting for this worktree"
-            )),
-            n => Err(format!(
-                "{n} workspaces start with {id}; give more of the id"
-            )),
+            0 => Err(Error::NotFound(id.to_string())),
+            count => Err(Error::Ambiguous {
+                prefix: id.to_string(),
+                count,
+            }),
         }
     }
 
@@ -337,7 +336,7 @@ impl Workspace {
     }
 
     /// Marks the command that made it as ended: the copy now waits for review.
-    pub fn finish(&mut self) -> Result<(), String> {
+    pub fn finish(&mut self) -> Result<(), Error> {
         self.meta.finished = true;
         match self.kind {
             Kind::Kept => self.save(),
@@ -347,25 +346,22 @@ impl Workspace {
     }
 
     /// The changes the agent made, against the checkout as it was copied.
-    pub fn changes(&self) -> Result<Vec<changes::Change>, String> {
+    pub fn changes(&self) -> Result<Vec<changes::Change>, Error> {
         self.on_host()?;
         changes::between(&self.base(), &self.work())
     }
 
     /// Refuses what needs both trees on the host; mounts a budgeted copy's file system
     /// again where a reboot took it away.
-    fn on_host(&self) -> Result<(), String> {
+    fn on_host(&self) -> Result<(), Error> {
         match self.place {
             Place::Host => disk::ready(&self.dir, &self.work()),
-            Place::Image(_) => Err(format!(
-                "workspace {} lives in a task container: its changes are read from there",
-                self.meta.id
-            )),
+            Place::Image(_) => Err(Error::InImage(self.meta.id.clone())),
         }
     }
 
     /// The changes as a patch, for a person or for `git apply`.
-    pub fn diff(&self, format: PatchFormat) -> Result<Vec<u8>, String> {
+    pub fn diff(&self, format: PatchFormat) -> Result<Vec<u8>, Error> {
         self.on_host()?;
         match format {
             PatchFormat::Review => {
@@ -378,10 +374,7 @@ impl Workspace {
                 // The base's own repository only. A `.git` file (a linked worktree's)
                 // points at the user's repository, and git would write objects there.
                 if !std::fs::symlink_metadata(&base_git).is_ok_and(|m| m.is_dir()) {
-                    return Err(format!(
-                        "{} is not a git repository of its own, so there is no git patch of it",
-                        self.base().display()
-                    ));
+                    return Err(Error::NotARepository(self.base()));
                 }
                 git::patch(&base_git, &self.work(), &self.dir.join("git-index"))
             }
@@ -389,7 +382,7 @@ impl Workspace {
     }
 
     /// The review patch, written to `out` as it is made (never held whole).
-    pub fn write_review(&self, out: &mut dyn std::io::Write) -> Result<(), String> {
+    pub fn write_review(&self, out: &mut dyn std::io::Write) -> Result<(), Error> {
         self.on_host()?;
         let list = self.changes()?;
         diff::write_changes(&list, &self.base(), &self.work(), out)
@@ -399,25 +392,21 @@ impl Workspace {
     /// or, when anything fails, none. Refuses (naming them) where the real files no longer
     /// match what was copied, unless `force`. `stop` is asked while the files are staged (an
     /// interrupt): when it says so, nothing is applied.
-    pub fn apply(self, force: bool, stop: &dyn Fn() -> bool) -> Result<Applied, String> {
+    pub fn apply(self, force: bool, stop: &dyn Fn() -> bool) -> Result<Applied, Error> {
         if self.kind == Kind::Owned {
-            return Err(format!(
-                "workspace {} belongs to one run (an evaluation attempt) and is not applied anywhere",
-                self.meta.id
-            ));
+            return Err(Error::Owned(self.meta.id.clone()));
         }
         self.not_in_use()?;
         let list = self.changes()?;
         let (base, work) = (self.base(), self.work());
         let notes = apply::apply(&list, &base, &work, &self.meta.source, force, stop).map_err(
             |refused| match refused {
-                apply::Refused::Conflicts(conflicts) => format!(
-                    "not applied: these files changed in {} since the copy was made: {}; look at them, then `runner apply {} --force` to overwrite them",
-                    self.meta.source.display(),
-                    conflicts.join(", "),
-                    self.meta.id
-                ),
-                apply::Refused::Failed(e) => e,
+                apply::Refused::Conflicts(files) => Error::Conflicts {
+                    checkout: self.meta.source.clone(),
+                    files,
+                    id: self.meta.id.clone(),
+                },
+                refused => Error::Apply(refused),
             },
         )?;
         self.discard()?;
@@ -428,12 +417,12 @@ impl Workspace {
     }
 
     /// Refuses while the command that made it still runs: its sandbox works in the copy.
-    pub fn not_in_use(&self) -> Result<(), String> {
+    pub fn not_in_use(&self) -> Result<(), Error> {
         if !self.meta.finished && self.owner_alive() {
-            return Err(format!(
-                "workspace {} is still in use by runner process {}; wait for it to end",
-                self.meta.id, self.meta.owner_pid
-            ));
+            return Err(Error::InUse {
+                id: self.meta.id.clone(),
+                pid: self.meta.owner_pid,
+            });
         }
         Ok(())
     }
@@ -453,30 +442,31 @@ impl Workspace {
 
     /// Removes the workspace: its file system first (unmounted, its image removed), so
     /// that nothing of it is left mounted or on disk.
-    pub fn discard(self) -> Result<(), String> {
+    pub fn discard(self) -> Result<(), Error> {
         disk::detach(&self.dir, &self.work())?;
         remove_tree(&self.dir);
         if self.dir.exists() {
-            return Err(format!("cannot remove {}", self.dir.display()));
+            return Err(Error::io("remove", &self.dir)(std::io::Error::other(
+                "it is still there",
+            )));
         }
         Ok(())
     }
 
-    fn save(&self) -> Result<(), String> {
-        let text = serde_json::to_vec_pretty(&self.meta).map_err(|e| e.to_string())?;
-        write_file(&self.dir.join("meta.json"), &text)
-            .map_err(|e| format!("cannot write {}/meta.json: {e}", self.dir.display()))
+    fn save(&self) -> Result<(), Error> {
+        let text = serde_json::to_vec_pretty(&self.meta).expect("a Meta is plain data");
+        let path = self.dir.join("meta.json");
+        write_file(&path, &text).map_err(Error::io("write", &path))
     }
 }
 
 /// A new folder `parent/NAME-XXXXXX` for an owned workspace, removed unless kept.
-fn owned_folder(parent: &Path, name: &str) -> Result<tempfile::TempDir, String> {
-    std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+fn owned_folder(parent: &Path, name: &str) -> Result<tempfile::TempDir, Error> {
+    std::fs::create_dir_all(parent).map_err(Error::io("create", parent))?;
     tempfile::Builder::new()
         .prefix(&format!("{name}-"))
         .tempdir_in(parent)
-        .map_err(|e| format!("cannot create a workspace in {}: {e}", parent.display()))
+        .map_err(Error::io("create a workspace in", parent))
 }
 
 /// Every workspace on this machine, oldest first.
@@ -517,19 +507,18 @@ pub fn orphans() -> Vec<Workspace> {
 /// folders on the way to `skip` are made here, everything beside them is copied whole.
 /// Every private copy runner makes goes through here: a copy workspace's, and an
 /// evaluation attempt's worktree and its base repository (`eval::worktree`).
-pub fn copy_tree(source: &Path, dest: &Path, skip: Option<&Path>) -> Result<(), String> {
-    let cp = |args: &mut Command| -> Result<(), String> {
-        let out = args
-            .output()
-            .map_err(|e| format!("cannot run cp to copy the worktree: {e}"))?;
+pub fn copy_tree(source: &Path, dest: &Path, skip: Option<&Path>) -> Result<(), Error> {
+    let cp = |args: &mut Command| -> Result<(), Error> {
+        let out = args.output().map_err(|e| Error::Program {
+            what: "run cp to copy the worktree".into(),
+            detail: e.to_string(),
+        })?;
         if out.status.success() {
             return Ok(());
         }
-        Err(format!(
-            "cannot copy {} to {}: {}",
-            source.display(),
-            dest.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+        Err(Error::program(
+            format!("copy {} to {}", source.display(), dest.display()),
+            &out.stderr,
         ))
     };
     let Some(skip) = skip.filter(|s| s.starts_with(source)) else {
@@ -538,7 +527,7 @@ pub fn copy_tree(source: &Path, dest: &Path, skip: Option<&Path>) -> Result<(), 
             .arg(source)
             .arg(dest));
     };
-    let io = |e: std::io::Error| format!("cannot copy {}: {e}", source.display());
+    let io = |e: std::io::Error| Error::io("copy", source)(e);
     std::fs::create_dir_all(dest).map_err(io)?;
     let mode = std::fs::metadata(source).map_err(io)?.permissions();
     let mut whole = Vec::new();

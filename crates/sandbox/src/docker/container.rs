@@ -255,10 +255,7 @@ pub async fn open_container(
     if spec.sweep_repositories {
         cmd.push("--sweep-repositories".into());
     }
-    let runtime = engine
-        .choose_runtime(&spec.docker.runtime)
-        .await
-        .map_err(SandboxStartError::MissingRuntime)?;
+    let runtime = engine.choose_runtime(&spec.docker.runtime).await?;
     let mut body = container_body(
         spec,
         runtime.as_deref(),

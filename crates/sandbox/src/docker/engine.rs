@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::DockerError;
 use crate::spec::DEFAULT_RUNTIME;
 use crate::start_error::SandboxStartError;
 use bollard::{API_DEFAULT_VERSION, Docker};
@@ -24,14 +25,14 @@ const TIMEOUT_SECS: u64 = 120;
 /// Connects (the given host, else DOCKER_HOST, else the first local engine that answers)
 /// and negotiates the API version down to what the engine speaks (20.10 and Podman 4
 /// speak 1.41); the negotiation's request is the check that the engine answers.
-pub async fn connect() -> Result<Docker, String> {
+pub async fn connect() -> Result<Docker, SandboxStartError> {
     connect_to(None).await
 }
 
 /// Connects to `host` (`unix:///path`, `tcp://host:port`; `None`: DOCKER_HOST or the first
 /// local engine that answers), as [`connect`] does.
-pub async fn connect_to(host: Option<&str>) -> Result<Docker, String> {
-    Ok(reach(host).await.map_err(|e| e.to_string())?.0)
+pub async fn connect_to(host: Option<&str>) -> Result<Docker, SandboxStartError> {
+    Ok(reach(host).await?.0)
 }
 
 /// The engine and the address it was reached at.
@@ -315,7 +316,7 @@ impl Engine {
     /// engine. Podman's Docker-compatible API takes a container's `Runtime` and runs it
     /// under Podman's default runtime all the same (Podman 4), so there a runtime other
     /// than the default is refused rather than silently not applied.
-    pub async fn choose_runtime(&self, wanted: &[String]) -> Result<Option<String>, String> {
+    pub async fn choose_runtime(&self, wanted: &[String]) -> Result<Option<String>, DockerError> {
         let chosen = choose_runtime(&self.docker, wanted).await?;
         let Some(runtime) = chosen else {
             return Ok(None);
@@ -328,7 +329,10 @@ impl Engine {
             // Podman's default: what it runs anyway.
             return Ok(None);
         }
-        Err(podman_ignores_runtime(&runtime, default.as_deref()))
+        Err(
+            SandboxStartError::MissingRuntime(podman_ignores_runtime(&runtime, default.as_deref()))
+                .into(),
+        )
     }
 }
 
@@ -461,11 +465,10 @@ pub fn warn_unenforced(engine: &Engine) {
 }
 
 /// The engine's OCI runtimes (sorted) and its default one, from `docker info`.
-pub async fn runtimes(docker: &Docker) -> Result<(Vec<String>, Option<String>), String> {
-    let info = docker
-        .info()
-        .await
-        .map_err(|e| format!("cannot ask the Docker engine for its runtimes: {e}"))?;
+pub async fn runtimes(docker: &Docker) -> Result<(Vec<String>, Option<String>), DockerError> {
+    let info = docker.info().await.map_err(DockerError::engine(
+        "cannot ask the Docker engine for its runtimes",
+    ))?;
     let mut names: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
     names.sort();
     Ok((names, info.default_runtime))
@@ -474,7 +477,10 @@ pub async fn runtimes(docker: &Docker) -> Result<(Vec<String>, Option<String>), 
 /// The runtime a container runs under: the first of `wanted` the engine has (`None`: the
 /// engine's default, for an empty list or [`DEFAULT_RUNTIME`]). Asks the engine only when
 /// a runtime is named. None of them there: an error naming the runtimes it has.
-pub async fn choose_runtime(docker: &Docker, wanted: &[String]) -> Result<Option<String>, String> {
+pub async fn choose_runtime(
+    docker: &Docker,
+    wanted: &[String],
+) -> Result<Option<String>, DockerError> {
     if wanted.is_empty() || wanted[0] == DEFAULT_RUNTIME {
         return Ok(None);
     }
@@ -487,7 +493,10 @@ pub async fn choose_runtime(docker: &Docker, wanted: &[String]) -> Result<Option
             return Ok(Some(w.clone()));
         }
     }
-    Err(missing_runtime(wanted, &have, default.as_deref()))
+    Err(
+        SandboxStartError::MissingRuntime(missing_runtime(wanted, &have, default.as_deref()))
+            .into(),
+    )
 }
 
 /// "The engine has no runtime X; it has: …", with how to add gVisor when that was asked.

@@ -10,6 +10,8 @@ use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuilder};
 use futures_util::StreamExt;
 
+use super::DockerError;
+
 /// The built-in image recipes: name → (Dockerfile, package list).
 pub const RECIPES: &[(&str, &str, &str)] = &[(
     "default",
@@ -63,16 +65,16 @@ pub async fn build(
     docker: &Docker,
     req: &BuildRequest,
     log: &mut (dyn FnMut(&str) + Send),
-) -> Result<(), String> {
+) -> Result<(), DockerError> {
     let Some((_, dockerfile, package_list)) =
         RECIPES.iter().find(|(name, _, _)| *name == req.recipe)
     else {
         let known: Vec<&str> = RECIPES.iter().map(|(n, _, _)| *n).collect();
-        return Err(format!(
+        return Err(DockerError::Unexpected(format!(
             "no image recipe named {:?}; known: {}",
             req.recipe,
             known.join(", ")
-        ));
+        )));
     };
     if req.fresh_base || !exists(docker, &req.base).await {
         if !req.fresh_base && try_pull(docker, &req.base, log).await {
@@ -83,11 +85,13 @@ pub async fn build(
     } else {
         log(&format!("base {} exists", req.base));
     }
-    let context = context_tar(dockerfile, package_list)
-        .map_err(|e| format!("cannot pack the build context: {e}"))?;
-    let base = full_name(docker, &req.base)
-        .await
-        .ok_or_else(|| format!("the base {} is not on the engine", req.base))?;
+    let context = context_tar(dockerfile, package_list).map_err(DockerError::io(
+        "pack the build context in",
+        Path::new("memory"),
+    ))?;
+    let base = full_name(docker, &req.base).await.ok_or_else(|| {
+        DockerError::Unexpected(format!("the base {} is not on the engine", req.base))
+    })?;
     let opts = BuildImageOptionsBuilder::new()
         .dockerfile("Dockerfile")
         .t(&req.tag)
@@ -107,11 +111,18 @@ pub async fn build(
                     }
                 }
             }
-            Err(e) => return Err(format!("building {} failed: {e}", req.tag)),
+            Err(e) => {
+                return Err(DockerError::engine(format!("building {} failed", req.tag))(
+                    e,
+                ));
+            }
         }
     }
     if !exists(docker, &req.tag).await {
-        return Err(format!("the build ended but {} does not exist", req.tag));
+        return Err(DockerError::Unexpected(format!(
+            "the build ended but {} does not exist",
+            req.tag
+        )));
     }
     Ok(())
 }
@@ -159,18 +170,21 @@ pub async fn build_base(
     suite: &str,
     packages: &[&str],
     log: &mut (dyn FnMut(&str) + Send),
-) -> Result<(), String> {
+) -> Result<(), DockerError> {
     if which("mmdebstrap").is_none() {
-        return Err(format!(
+        return Err(DockerError::Program(format!(
             "the base image {name} is missing and cannot be pulled, and mmdebstrap is not \
              installed to build it: `apt-get install mmdebstrap`, or pass --base with an image \
              the engine has"
-        ));
+        )));
     }
     let dir = tempfile::Builder::new()
         .prefix("runner-base-")
         .tempdir()
-        .map_err(|e| format!("cannot make a temp directory for the base image: {e}"))?;
+        .map_err(DockerError::io(
+            "make a temp directory for the base image in",
+            &std::env::temp_dir(),
+        ))?;
     let out = dir.path().join("rootfs.tar");
     let mut cmd = tokio::process::Command::new("mmdebstrap");
     cmd.arg("--variant=minbase")
@@ -189,14 +203,16 @@ pub async fn build_base(
     let status = cmd
         .status()
         .await
-        .map_err(|e| format!("cannot run mmdebstrap: {e}"))?;
+        .map_err(DockerError::io("run", Path::new("mmdebstrap")))?;
     if !status.success() {
-        return Err(format!("mmdebstrap failed ({status}); its output is above"));
+        return Err(DockerError::Program(format!(
+            "mmdebstrap failed ({status}); its output is above"
+        )));
     }
     let (repo, tag) = name.rsplit_once(':').unwrap_or((name, "latest"));
     let file = tokio::fs::File::open(&out)
         .await
-        .map_err(|e| format!("cannot open {}: {e}", out.display()))?;
+        .map_err(DockerError::io("open", &out))?;
     let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(file));
     let opts = CreateImageOptionsBuilder::new()
         .from_src("-")
@@ -205,7 +221,7 @@ pub async fn build_base(
         .build();
     let mut stream = docker.create_image(Some(opts), Some(body), None);
     while let Some(item) = stream.next().await {
-        item.map_err(|e| format!("docker import of the base failed: {e}"))?;
+        item.map_err(DockerError::engine("docker import of the base failed"))?;
     }
     name_import(docker, repo, tag).await?;
     log(&format!("imported base {name}"));
@@ -214,7 +230,7 @@ pub async fn build_base(
 
 /// Makes sure an import answers to `repo:tag`. Podman 4's Docker-compatible import ignores
 /// the tag and names the image `repo:latest`; that name is then moved to the tag asked for.
-async fn name_import(docker: &Docker, repo: &str, tag: &str) -> Result<(), String> {
+async fn name_import(docker: &Docker, repo: &str, tag: &str) -> Result<(), DockerError> {
     let name = format!("{repo}:{tag}");
     if exists(docker, &name).await {
         return Ok(());
@@ -224,15 +240,20 @@ async fn name_import(docker: &Docker, repo: &str, tag: &str) -> Result<(), Strin
         .repo(repo)
         .tag(tag)
         .build();
-    docker.tag_image(&imported, Some(opts)).await.map_err(|e| {
-        format!("cannot name the imported base {name} (it came in as {imported}): {e}")
-    })?;
+    docker
+        .tag_image(&imported, Some(opts))
+        .await
+        .map_err(DockerError::engine(format!(
+            "cannot name the imported base {name} (it came in as {imported})"
+        )))?;
     let untag = bollard::query_parameters::RemoveImageOptionsBuilder::new().build();
     let _ = docker.remove_image(&imported, Some(untag), None).await;
     if exists(docker, &name).await {
         Ok(())
     } else {
-        Err(format!("the imported base does not answer to {name}"))
+        Err(DockerError::Unexpected(format!(
+            "the imported base does not answer to {name}"
+        )))
     }
 }
 

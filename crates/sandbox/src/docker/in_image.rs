@@ -25,11 +25,10 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use super::SERVER_PATH;
 use super::container::{ContainerGuard, docker_error, serve, served, unique_id, wait_in_drop};
 use super::engine::Engine;
+use super::{DockerError, SERVER_PATH};
 use crate::spec::{Limits, Network};
-use crate::start_error::SandboxStartError;
 use crate::{Sandbox, SandboxError, local};
 
 /// What the task container is made from.
@@ -190,10 +189,7 @@ impl TaskContainer {
         for dir in read_only {
             mounts.push(bind(dir, dir));
         }
-        let runtime = engine
-            .choose_runtime(&task.runtime)
-            .await
-            .map_err(SandboxStartError::MissingRuntime)?;
+        let runtime = engine.choose_runtime(&task.runtime).await?;
         let run_id = unique_id();
         let body = ContainerCreateBody {
             image: Some(task.image.clone()),
@@ -308,7 +304,7 @@ impl TaskContainer {
 
     /// A tar of `path` in the container (running or not); `None` when it does not exist.
     /// More than `limit` bytes is an error: nothing this large is read into memory.
-    pub async fn download(&self, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+    pub async fn download(&self, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, DockerError> {
         let opts = DownloadFromContainerOptionsBuilder::new()
             .path(&path.display().to_string())
             .build();
@@ -319,31 +315,39 @@ impl TaskContainer {
                 Ok(bytes) => {
                     tar.extend_from_slice(&bytes);
                     if tar.len() as u64 > limit {
-                        return Err(format!(
+                        return Err(DockerError::Unexpected(format!(
                             "{} in the task container is larger than {} MiB",
                             path.display(),
                             limit >> 20
-                        ));
+                        )));
                     }
                 }
                 Err(bollard::errors::Error::DockerResponseServerError {
                     status_code: 404, ..
                 }) => return Ok(None),
-                Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+                Err(e) => {
+                    return Err(DockerError::engine(format!(
+                        "cannot read {}",
+                        path.display()
+                    ))(e));
+                }
             }
         }
         Ok(Some(tar))
     }
 
     /// Unpacks a tar into `dir` of the container (running or not).
-    pub async fn upload(&self, dir: &Path, tar: Vec<u8>) -> Result<(), String> {
+    pub async fn upload(&self, dir: &Path, tar: Vec<u8>) -> Result<(), DockerError> {
         let opts = UploadToContainerOptionsBuilder::new()
             .path(&dir.display().to_string())
             .build();
         self.docker
             .upload_to_container(&self.id, Some(opts), bollard::body_full(tar.into()))
             .await
-            .map_err(|e| format!("cannot copy files into {}: {e}", dir.display()))
+            .map_err(DockerError::engine(format!(
+                "cannot copy files into {}",
+                dir.display()
+            )))
     }
 
     /// Runs `argv` in the running container through the engine, as `user` (default the
@@ -358,7 +362,7 @@ impl TaskContainer {
         argv: &[&str],
         user: Option<&str>,
         env: &[(String, String)],
-    ) -> Result<(String, ExecStream), String> {
+    ) -> Result<(String, ExecStream), DockerError> {
         let mut all = self.base_env.clone();
         for (k, v) in env {
             all.retain(|(have, _)| have != k);
@@ -388,14 +392,20 @@ impl TaskContainer {
                 },
             )
             .await
-            .map_err(|e| format!("cannot run {argv:?} in the task container: {e}"))?;
+            .map_err(DockerError::engine(format!(
+                "cannot run {argv:?} in the task container"
+            )))?;
         let started = self
             .docker
             .start_exec(&created.id, None::<StartExecOptions>)
             .await
-            .map_err(|e| format!("cannot run {argv:?} in the task container: {e}"))?;
+            .map_err(DockerError::engine(format!(
+                "cannot run {argv:?} in the task container"
+            )))?;
         let StartExecResults::Attached { output, .. } = started else {
-            return Err("the engine ran the command detached".into());
+            return Err(DockerError::Unexpected(
+                "the engine ran the command detached".into(),
+            ));
         };
         Ok((created.id, output))
     }
@@ -407,7 +417,7 @@ impl TaskContainer {
         env: &[(String, String)],
         timeout: Duration,
         limit: usize,
-    ) -> Result<ExecOutput, String> {
+    ) -> Result<ExecOutput, DockerError> {
         let (exec_id, mut output) = self.start_exec(argv, user, env).await?;
         let mut kept = Capped::new(limit);
         let deadline = tokio::time::sleep(timeout);
@@ -434,7 +444,7 @@ impl TaskContainer {
                 item = output.next(), if open => match item {
                     Some(Ok(LogOutput::StdOut { message } | LogOutput::StdErr { message })) => kept.push(&message),
                     Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(format!("the engine cut the command's output: {e}")),
+                    Some(Err(e)) => return Err(DockerError::engine("the engine cut the command's output")(e)),
                     None => {
                         open = false;
                         closed_at = Some(tokio::time::Instant::now());
@@ -462,7 +472,7 @@ impl TaskContainer {
             .docker
             .inspect_exec(&exec_id)
             .await
-            .map_err(|e| format!("cannot read the command's exit status: {e}"))?;
+            .map_err(DockerError::engine("cannot read the command's exit status"))?;
         Ok(ExecOutput {
             output: kept.finish(),
             code: inspected.exit_code,

@@ -3,6 +3,8 @@
 //! attached stdin/stdout.
 
 pub mod cleanup;
+mod error;
+pub use error::DockerError;
 mod container;
 pub mod engine;
 pub mod image;

@@ -7,7 +7,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use futures_util::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::engine;
+use super::{DockerError, engine};
 use crate::spec::SandboxSpec;
 
 /// Puts the terminal in raw mode and restores it on drop.
@@ -44,19 +44,20 @@ impl Drop for RawMode {
 /// Runs the shell in a fresh sandbox container. `with_sandbox` gets the sandbox before the
 /// shell starts (the network proxy is started there) and what it returns is kept until the
 /// shell ends, then handed back.
-pub async fn shell<T, F, Fut>(spec: &SandboxSpec, with_sandbox: F) -> Result<(u8, T), String>
+pub async fn shell<T, E, F, Fut>(spec: &SandboxSpec, with_sandbox: F) -> Result<(u8, T), E>
 where
     F: FnOnce(&crate::Sandbox) -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: From<DockerError>,
 {
     let engine = engine::Engine::open(spec.docker.host.as_deref())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(DockerError::from)?;
     engine::warn_unenforced(&engine);
     let docker = engine.docker.clone();
     let sandbox = super::open_container(&engine, spec)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(DockerError::from)?;
     let kept = with_sandbox(&sandbox).await?;
     let id = sandbox.container_id.clone().unwrap_or_default();
     let mut env: Vec<String> = sandbox
@@ -88,7 +89,7 @@ where
             },
         )
         .await
-        .map_err(|e| format!("docker: cannot create the shell: {e}"))?;
+        .map_err(DockerError::engine("docker: cannot create the shell"))?;
     let started = docker
         .start_exec(
             &exec.id,
@@ -99,13 +100,13 @@ where
             }),
         )
         .await
-        .map_err(|e| format!("docker: cannot start the shell: {e}"))?;
+        .map_err(DockerError::engine("docker: cannot start the shell"))?;
     let StartExecResults::Attached {
         mut output,
         mut input,
     } = started
     else {
-        return Err("docker: the shell started detached".into());
+        return Err(DockerError::Unexpected("docker: the shell started detached".into()).into());
     };
     let _raw = RawMode::enter();
     let pump_in = tokio::spawn(async move {

@@ -1,0 +1,100 @@
+//! Why an evaluation, or one attempt of it, could not go on.
+//!
+//! An attempt's error becomes its result's `error` (with the phase it happened in), never
+//! a score: the harness can tell a task the agent failed from one the machine could not
+//! run. An error of the whole evaluation (its options, its output folder, its sets) stops
+//! it before any attempt runs.
+
+use std::path::PathBuf;
+
+use crate::sandbox::SandboxError;
+use crate::sandbox::docker::DockerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The options cannot make an evaluation (no model, no attempts, no wall that ends
+    /// an attempt's processes).
+    #[error("{0}")]
+    Options(String),
+    /// A task or task set cannot be used; the message names the file or the field.
+    #[error("{0}")]
+    Task(String),
+    /// The output folder holds another evaluation's results.
+    #[error("{0}")]
+    NotOurs(String),
+    /// A file of the evaluation could not be read or written.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The verifier left no reward, or one that cannot be read.
+    #[error(transparent)]
+    Reward(#[from] super::harbor::BadReward),
+    /// A task's image could not be built or found.
+    #[error("{0}")]
+    Image(String),
+    /// The engine did not answer a call within this many seconds.
+    #[error("the engine did not answer within {0} s")]
+    EngineTimeout(u64),
+    /// The step `what` failed for this reason.
+    #[error("{what}: {source}")]
+    Step {
+        what: String,
+        #[source]
+        source: Box<EvalError>,
+    },
+    #[error(transparent)]
+    Profile(#[from] crate::config::profile::ProfileError),
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::Error),
+    #[error(transparent)]
+    Docker(#[from] DockerError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The sandbox failed at `what` (running a command, putting a file in place).
+    #[error("{what}: {source}")]
+    InSandbox {
+        what: String,
+        #[source]
+        source: SandboxError,
+    },
+    /// The agent's run could not start.
+    #[error(transparent)]
+    Agent(#[from] crate::agent::start::StartError),
+    /// The attempt's session could not be opened.
+    #[error(transparent)]
+    Session(#[from] crate::session::OpenError),
+    /// A task that opens a sandbox or fills a worktree off the async threads died.
+    #[error("{what} failed: {source}")]
+    Join {
+        what: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+impl EvalError {
+    /// The same error, said to be what made `what` fail.
+    pub fn during(self, what: impl Into<String>) -> EvalError {
+        EvalError::Step {
+            what: what.into(),
+            source: Box::new(self),
+        }
+    }
+
+    /// `map_err(EvalError::io("write", &path))`.
+    pub fn io(
+        action: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> EvalError {
+        let path = path.to_path_buf();
+        move |source| EvalError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
