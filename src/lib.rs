@@ -1,14 +1,13 @@
 //! `runner`: a sandboxed agent runner. See `ARCHITECTURE.md` for the shape of the whole.
 
-pub mod agent;
 pub mod cli;
-pub mod config;
-pub mod eval;
-pub mod session;
 
 // The layers carved out as crates of their own, under the names the rest of the code uses.
+pub use runner_agent as agent;
+pub use runner_agent::{config, session};
 pub use runner_dirs as dirs;
 pub use runner_display as display;
+pub use runner_eval as eval;
 pub use runner_http as http;
 pub use runner_llm as llm;
 pub use runner_network as network;

@@ -1,7 +1,8 @@
 //! The crate boundaries hold: what runs inside the wall (`runner-sandbox-server`) links no
 //! HTTP client, Docker client, MCP SDK, tree-sitter or command-line parser, the protocol
 //! both sides share is plain data, and each host-side layer (permissions, providers, the
-//! host sandbox, workspaces, the network, tools) links nothing above or beside it. The compiler enforces this for the code as it
+//! host sandbox, workspaces, the network, tools, the agent core, eval) links nothing above or
+//! beside it. The compiler enforces this for the code as it
 //! is; these tests catch a dependency added to a crate's manifest later, which would
 //! quietly put that code inside the wall.
 
@@ -190,4 +191,21 @@ fn tools_link_no_provider_or_cli() {
         "runner-sandbox",
         &["clap", "runner", "runner-llm", "eventsource-stream"],
     );
+}
+
+/// The agent core (sessions, the loop, profiles) is a library the command line and the
+/// evaluator drive: it links no command-line parser, nothing of eval, not the binary.
+#[test]
+fn the_agent_core_links_no_cli_or_eval() {
+    links_none(
+        "runner-agent",
+        "runner-tool",
+        &["clap", "runner", "runner-eval", "indicatif"],
+    );
+}
+
+/// The evaluator drives the agent core; the command line drives it, not the other way.
+#[test]
+fn eval_links_no_cli() {
+    links_none("runner-eval", "runner-agent", &["clap", "runner"]);
 }

@@ -162,6 +162,16 @@ fn backend_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox:
         .map(|s| BackendKind::from_name(&s).expect("clap checked it is a listed backend"))
 }
 
+/// `--ask`'s values: who answers what the rules leave open (the library knows nothing of
+/// clap).
+fn ask_arg() -> impl clap::builder::TypedValueParser<Value = crate::config::profile::AskMode> {
+    use crate::config::profile::AskMode;
+    use clap::builder::{PossibleValue, TypedValueParser};
+    let values = AskMode::ALL.map(|m| PossibleValue::new(m.name()).help(m.about()));
+    clap::builder::PossibleValuesParser::new(values)
+        .map(|s| AskMode::from_name(&s).expect("clap checked it is a listed mode"))
+}
+
 /// `--workspace`'s values: the workspace modes (which know nothing of clap).
 fn workspace_arg() -> impl clap::builder::TypedValueParser<Value = crate::workspace::Mode> {
     use crate::workspace::Mode;

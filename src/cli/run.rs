@@ -41,7 +41,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 100)]
     pub max_steps: u32,
     /// Who answers what the rules leave open: prompt (the terminal), allow, deny.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::ask_arg())]
     pub ask: Option<AskMode>,
     /// A runner TOML config or an OpenCode JSON config, after the user's and the project's.
     #[arg(long)]

@@ -111,7 +111,7 @@ pub fn run(cmd: SessionsCommand) -> u8 {
 
 fn load(dir: &std::path::Path, id: &str) -> Result<Loaded, u8> {
     let path = record::find(dir, id).map_err(|e| {
-        eprintln!("runner: {}", display::escape(&e));
+        eprintln!("runner: {}", display::escape(&e.to_string()));
         exit::USAGE
     })?;
     Loaded::read(&path).map_err(|e| {

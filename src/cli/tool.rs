@@ -63,7 +63,7 @@ pub struct CommonArgs {
     pub rules: RuleArgs,
     /// Who answers what the rules leave open: prompt (the terminal; refused at once without
     /// one), allow (approve each once), deny. Default: the profile's, else prompt.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = super::ask_arg())]
     pub ask: Option<AskMode>,
 }
 

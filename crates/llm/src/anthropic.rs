@@ -139,6 +139,11 @@ enum Block {
     Other,
 }
 
+/// A `content_block_delta` for a block index no `content_block_start` opened.
+#[derive(Debug, thiserror::Error)]
+#[error("a delta for block {0}, which never started")]
+struct UnstartedBlock(u64);
+
 impl Accumulator {
     /// `message_start`: the usage so far (input counted, output only begun).
     fn start_message(&mut self, usage: &Value) {
@@ -164,7 +169,8 @@ impl Accumulator {
     }
 
     /// `content_block_delta`: text to show (returned) or a piece of a tool call's JSON.
-    fn block_delta(&mut self, index: u64, d: &Value) -> Result<Option<String>, String> {
+    /// A delta for a block the stream never started is a broken stream.
+    fn block_delta(&mut self, index: u64, d: &Value) -> Result<Option<String>, UnstartedBlock> {
         match (self.blocks.get_mut(&index), d["type"].as_str()) {
             (Some(Block::Text(t)), Some("text_delta")) => {
                 let piece = d["text"].as_str().unwrap_or_default();
@@ -176,7 +182,7 @@ impl Accumulator {
             (Some(Block::Tool { json, .. }), Some("input_json_delta")) => {
                 json.push_str(d["partial_json"].as_str().unwrap_or_default());
             }
-            (None, _) => return Err(format!("a delta for block {index}, which never started")),
+            (None, _) => return Err(UnstartedBlock(index)),
             _ => {}
         }
         Ok(None)
@@ -237,7 +243,11 @@ impl Fold for Accumulator {
         match event {
             "message_start" => self.start_message(&v["message"]["usage"]),
             "content_block_start" => self.start_block(index, &v["content_block"]),
-            "content_block_delta" => return self.block_delta(index, &v["delta"]).map_err(protocol),
+            "content_block_delta" => {
+                return self
+                    .block_delta(index, &v["delta"])
+                    .map_err(|e| protocol(e.to_string()));
+            }
             "message_delta" => self.message_delta(&v["delta"], &v["usage"]),
             "message_stop" => self.stopped = true,
             "error" => return Err(stream_error(&v["error"], provider)),

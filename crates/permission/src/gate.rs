@@ -40,7 +40,13 @@ pub struct Ask {
     pub request: PermissionRequest,
 }
 
-pub type ReplyFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, String>> + Send + 'a>>;
+/// Why nobody can answer an ask (no terminal, a policy that refuses), in words for the
+/// model and the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unanswerable(pub String);
+
+pub type ReplyFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, Unanswerable>> + Send + 'a>>;
 
 /// Whoever answers asks. `Err(reason)` means "nobody can answer this" (no terminal, a policy
 /// that refuses): the call fails at once with the reason. A future that never completes is
@@ -78,7 +84,7 @@ impl Asker for PolicyAsker {
         let answer = if self.allow {
             Ok(Reply::Once)
         } else {
-            Err(self.reason.clone())
+            Err(Unanswerable(self.reason.clone()))
         };
         Box::pin(std::future::ready(answer))
     }
@@ -100,9 +106,9 @@ impl ChannelAsker {
 impl Asker for ChannelAsker {
     fn ask<'a>(&'a self, ask: &'a Ask) -> ReplyFuture<'a> {
         if self.sender.send(ask.clone()).is_err() {
-            return Box::pin(std::future::ready(Err(
+            return Box::pin(std::future::ready(Err(Unanswerable(
                 "nobody is listening for permission asks any more".to_string(),
-            )));
+            ))));
         }
         Box::pin(std::future::pending())
     }
@@ -402,7 +408,7 @@ impl RuleGate {
                         let _ = self.reply(id, reply);
                         done.await.unwrap_or_else(|_| Err(closed()))
                     }
-                    Err(reason) => Err(PermissionError::Unanswered {
+                    Err(Unanswerable(reason)) => Err(PermissionError::Unanswered {
                         permission: request.permission.clone(),
                         patterns: request.patterns.clone(),
                         reason,

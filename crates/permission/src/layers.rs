@@ -100,7 +100,11 @@ pub fn rules_from_value(value: &Value, origin: &str, home: &str) -> Result<Vec<R
         ));
     };
     match value {
-        Value::String(_) => push("*", "*", action_of(value).map_err(invalid)?),
+        Value::String(_) => push(
+            "*",
+            "*",
+            action_of(value).map_err(|e| invalid(e.to_string()))?,
+        ),
         Value::Object(map) => {
             for (permission, v) in map {
                 match v {
@@ -129,14 +133,17 @@ pub fn rules_from_value(value: &Value, origin: &str, home: &str) -> Result<Vec<R
     Ok(out)
 }
 
-fn action_of(value: &Value) -> Result<Action, String> {
+/// A value where an action belongs that is none.
+#[derive(Debug, thiserror::Error)]
+#[error("expected \"allow\", \"ask\" or \"deny\" (or a table of pattern = action), got {0}")]
+struct NotAnAction(Value);
+
+fn action_of(value: &Value) -> Result<Action, NotAnAction> {
     match value.as_str() {
         Some("allow") => Ok(Action::Allow),
         Some("ask") => Ok(Action::Ask),
         Some("deny") => Ok(Action::Deny),
-        _ => Err(format!(
-            "expected \"allow\", \"ask\" or \"deny\" (or a table of pattern = action), got {value}"
-        )),
+        _ => Err(NotAnAction(value.clone())),
     }
 }
 

@@ -15,7 +15,7 @@
 use std::io::{BufRead, Write};
 use std::sync::{Arc, Mutex};
 
-use super::gate::{Ask, Asker, Reply, ReplyFuture};
+use super::gate::{Ask, Asker, Reply, ReplyFuture, Unanswerable};
 use runner_display::escape;
 
 /// Reads answers from standard input, which must be a terminal (the CLI checks), and
@@ -57,7 +57,7 @@ impl Asker for TerminalAsker {
                 read_answer(&mut input, &mut std::io::stderr())
             })
             .await
-            .map_err(|e| format!("the terminal prompt failed: {e}"))?
+            .map_err(|e| Unanswerable(format!("the terminal prompt failed: {e}")))?
         })
     }
 }
@@ -168,10 +168,10 @@ impl Keys for StdinKeys {
 /// Turns one answer into a reply. Only `o`, `a`, `r` and `f` mean anything; every other
 /// key (Enter, an arrow key's escape sequence, a stray letter) is ignored, so nothing is
 /// decided by accident. End of input is an error, not a silent yes or no.
-pub fn read_answer(keys: &mut dyn Keys, echo: &mut dyn Write) -> Result<Reply, String> {
+pub fn read_answer(keys: &mut dyn Keys, echo: &mut dyn Write) -> Result<Reply, Unanswerable> {
     loop {
         let Some(byte) = keys.next_byte() else {
-            return Err("the terminal closed before an answer".into());
+            return Err(Unanswerable("the terminal closed before an answer".into()));
         };
         let reply = match byte {
             b'o' | b'O' => Reply::Once,
@@ -275,7 +275,7 @@ mod tests {
         }
     }
 
-    fn answer(input: &str) -> Result<Reply, String> {
+    fn answer(input: &str) -> Result<Reply, Unanswerable> {
         let mut keys = Scripted {
             bytes: input.bytes().collect(),
         };
@@ -287,7 +287,8 @@ mod tests {
         let fb = |s: &str| Reply::Reject {
             feedback: Some(s.to_string()),
         };
-        let cases: Vec<(&str, Result<Reply, String>)> = vec![
+        let closed = || Unanswerable("the terminal closed before an answer".into());
+        let cases: Vec<(&str, Result<Reply, Unanswerable>)> = vec![
             ("o", Ok(Reply::Once)),
             ("a", Ok(Reply::Always)),
             ("A", Ok(Reply::Always)),
@@ -303,8 +304,8 @@ mod tests {
             ),
             ("fça va pas\n", Ok(fb("ça va pas"))),
             ("f\n", Ok(Reply::Reject { feedback: None })),
-            ("", Err("the terminal closed before an answer".into())),
-            ("\n\n", Err("the terminal closed before an answer".into())),
+            ("", Err(closed())),
+            ("\n\n", Err(closed())),
         ];
         for (input, want) in cases {
             assert_eq!(answer(input), want, "{input:?}");

@@ -53,18 +53,28 @@ pub struct ProtectedCopy {
     entries: Vec<(PathBuf, Node)>,
 }
 
+/// A protected path that could not be copied to be kept (unreadable, or over the budget).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot copy {} to keep it: {source}", path.display())]
+pub struct NotKept {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
 impl ProtectedCopy {
     /// Copies `paths` (absolute, beneath `worktree`; others are left out). Fails when they
     /// hold more than 64 MiB or cannot be read.
-    pub fn take(worktree: &Path, paths: &[PathBuf]) -> Result<ProtectedCopy, String> {
+    pub fn take(worktree: &Path, paths: &[PathBuf]) -> Result<ProtectedCopy, NotKept> {
         let mut budget = MAX_BYTES;
         let mut entries = Vec::new();
         for path in paths {
             let Ok(rel) = path.strip_prefix(worktree) else {
                 continue;
             };
-            let node = read_node(path, &mut budget)
-                .map_err(|e| format!("cannot copy {} to keep it: {e}", path.display()))?;
+            let node = read_node(path, &mut budget).map_err(|source| NotKept {
+                path: path.to_path_buf(),
+                source,
+            })?;
             entries.push((rel.to_path_buf(), node));
         }
         entries.sort_by_key(|(rel, _)| rel.components().count());

@@ -391,11 +391,11 @@ fn host_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
 /// skills use: `key: value` lines, quoted or plain values, `|` and `>` blocks, and plain
 /// values continued on indented lines. Unknown keys are ignored; the name defaults to the
 /// directory's.
-fn parse(text: &str, dir_name: &str) -> Result<(String, String, String), String> {
+fn parse(text: &str, dir_name: &str) -> Result<(String, String, String), BadSkill> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines();
     if lines.next().map(str::trim_end) != Some("---") {
-        return Err("no front matter: the file must start with a `---` line, then `name:` and `description:`, then `---`".into());
+        return Err(BadSkill::NoFrontMatter);
     }
     let mut front: Vec<&str> = Vec::new();
     let mut closed = false;
@@ -407,7 +407,7 @@ fn parse(text: &str, dir_name: &str) -> Result<(String, String, String), String>
         front.push(line);
     }
     if !closed {
-        return Err("the front matter has no closing `---` line".into());
+        return Err(BadSkill::Unclosed);
     }
     let body = lines.collect::<Vec<_>>().join("\n").trim().to_string();
 
@@ -455,12 +455,27 @@ fn parse(text: &str, dir_name: &str) -> Result<(String, String, String), String>
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(|| dir_name.to_string());
     if name.trim().is_empty() || name.contains(char::is_whitespace) {
-        return Err(format!("the name {name:?} must be one word"));
+        return Err(BadSkill::Name(name));
     }
     let description = description
         .filter(|d| !d.trim().is_empty())
-        .ok_or("the front matter has no `description:`, which says when to use the skill")?;
+        .ok_or(BadSkill::NoDescription)?;
     Ok((name, description, body))
+}
+
+/// Why a `SKILL.md` is not a skill (after its path, in a note).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum BadSkill {
+    #[error(
+        "no front matter: the file must start with a `---` line, then `name:` and `description:`, then `---`"
+    )]
+    NoFrontMatter,
+    #[error("the front matter has no closing `---` line")]
+    Unclosed,
+    #[error("the name {0:?} must be one word")]
+    Name(String),
+    #[error("the front matter has no `description:`, which says when to use the skill")]
+    NoDescription,
 }
 
 /// Joins lines with spaces, keeping blank lines as line breaks (YAML folding).
@@ -530,16 +545,19 @@ mod tests {
         assert!(
             parse("# no front matter", "x")
                 .unwrap_err()
+                .to_string()
                 .contains("no front matter")
         );
         assert!(
             parse("---\nname: x\ndescription: y\n", "x")
                 .unwrap_err()
+                .to_string()
                 .contains("closing")
         );
         assert!(
             parse("---\nname: x\n---\n", "x")
                 .unwrap_err()
+                .to_string()
                 .contains("description")
         );
     }

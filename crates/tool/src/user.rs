@@ -48,29 +48,47 @@ pub struct UserTool {
     pub source: PathBuf,
 }
 
+/// Why a tool file is not a tool; the message starts with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum BadToolFile {
+    #[error("{}: a tool name is letters, digits, '_' and '-'", .0.display())]
+    Name(PathBuf),
+    #[error("{}: {}", .0.display(), .1)]
+    Toml(PathBuf, Box<toml::de::Error>),
+    #[error("{}: command is empty", .0.display())]
+    NoCommand(PathBuf),
+    #[error("{}: parameters must be a table", .0.display())]
+    Parameters(PathBuf),
+    #[error("cannot read {}: {}", .0.display(), .1)]
+    Unreadable(PathBuf, String),
+    #[error("{} leads out of the worktree", .0.display())]
+    OutOfWorktree(PathBuf),
+}
+
 impl UserTool {
     /// Reads one tool file's text; `name` is the file's stem.
-    pub fn parse(name: &str, text: &str, source: &Path) -> Result<UserTool, String> {
+    pub fn parse(name: &str, text: &str, source: &Path) -> Result<UserTool, BadToolFile> {
+        let path = || source.to_path_buf();
         if name.is_empty()
             || !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
-            return Err(format!(
-                "{}: a tool name is letters, digits, '_' and '-'",
-                source.display()
-            ));
+            return Err(BadToolFile::Name(path()));
         }
-        let file: File = toml::from_str(text).map_err(|e| format!("{}: {e}", source.display()))?;
+        let file: File =
+            toml::from_str(text).map_err(|e| BadToolFile::Toml(path(), Box::new(e)))?;
         if file.command.trim().is_empty() {
-            return Err(format!("{}: command is empty", source.display()));
+            return Err(BadToolFile::NoCommand(path()));
         }
         let mut parameters = match file.parameters {
-            Some(table) => serde_json::to_value(table).map_err(|e| e.to_string())?,
+            Some(table) => {
+                serde_json::to_value(table).map_err(|_| BadToolFile::Parameters(path()))?
+            }
             None => Value::Object(Map::new()),
         };
         let Some(schema) = parameters.as_object_mut() else {
-            return Err(format!("{}: parameters must be a table", source.display()));
+            return Err(BadToolFile::Parameters(path()));
         };
         // Model APIs want an object schema with properties, even an empty one.
         schema
@@ -244,7 +262,7 @@ pub async fn discover(
         let path = dir.join(file);
         let text = match ctx.services.sandbox.client.read_all(&path, MAX_FILE).await {
             Ok(r) => Ok(String::from_utf8_lossy(&r.data).into_owned()),
-            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+            Err(e) => Err(BadToolFile::Unreadable(path.clone(), e.to_string())),
         };
         files.push((name, path, text));
     }
@@ -265,15 +283,15 @@ pub fn discover_on_host(
         let path = dir.join(file);
         let text = match std::fs::canonicalize(&path) {
             Ok(real) if real.starts_with(&real_root) => std::fs::read_to_string(&real)
-                .map_err(|e| format!("cannot read {}: {e}", path.display())),
-            _ => Err(format!("{} leads out of the worktree", path.display())),
+                .map_err(|e| BadToolFile::Unreadable(path.clone(), e.to_string())),
+            _ => Err(BadToolFile::OutOfWorktree(path.clone())),
         };
         files.push((name, path, text));
     }
     build(files, taken)
 }
 
-type Found = (String, PathBuf, Result<String, String>);
+type Found = (String, PathBuf, Result<String, BadToolFile>);
 
 fn user_files(dir: &Path) -> Vec<Found> {
     toml_files(&names_in(dir))
@@ -281,7 +299,7 @@ fn user_files(dir: &Path) -> Vec<Found> {
         .map(|(name, file)| {
             let path = dir.join(file);
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()));
+                .map_err(|e| BadToolFile::Unreadable(path.clone(), e.to_string()));
             (name, path, text)
         })
         .collect()
@@ -312,7 +330,7 @@ fn build(files: Vec<Found>, taken: &[&str]) -> (Vec<UserTool>, Vec<String>) {
                 ))
             }
             Ok(t) => tools.push(t),
-            Err(e) => notes.push(e),
+            Err(e) => notes.push(e.to_string()),
         }
     }
     (tools, notes)
@@ -365,13 +383,13 @@ mod tests {
             .is_err()
         );
         let e = UserTool::parse("t", "description = \"d\"\n", Path::new("t.toml")).unwrap_err();
-        assert!(e.contains("command"), "{e}");
+        assert!(e.to_string().contains("command"), "{e}");
         let e = UserTool::parse(
             "t",
             "description = \"d\"\ncommand = \"x\"\nextra = 1\n",
             Path::new("t.toml"),
         )
         .unwrap_err();
-        assert!(e.contains("extra"), "{e}");
+        assert!(e.to_string().contains("extra"), "{e}");
     }
 }

@@ -24,23 +24,36 @@ pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
 pub use process::{kill_orphans, namespaces_refused};
 pub use seccomp::deny_filter as seccomp_program;
 
+/// Why seccomp filters do not hold here.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompUnusable {
+    #[error(transparent)]
+    Build(#[from] ConfineError),
+    #[error("{0}")]
+    Apply(#[from] seccompiler::Error),
+    #[error("the filter applied but an AF_INET socket was still created")]
+    NotEnforced,
+    #[error("the probe thread panicked")]
+    Panicked,
+}
+
 /// Whether seccomp filters apply here, found by applying runner's own filter to a
 /// throwaway thread and trying what it forbids (an `AF_INET` socket).
-pub fn probe_seccomp() -> Result<(), String> {
+pub fn probe_seccomp() -> Result<(), SeccompUnusable> {
     std::thread::spawn(|| {
-        let prog = seccomp_program(Network::None, true).map_err(|e| e.to_string())?;
-        seccompiler::apply_filter(&prog).map_err(|e| e.to_string())?;
+        let prog = seccomp_program(Network::None, true)?;
+        seccompiler::apply_filter(&prog)?;
         // SAFETY: plain syscall; the descriptor, if any, is closed at once.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
         if fd >= 0 {
             // SAFETY: a descriptor this thread just opened.
             unsafe { libc::close(fd) };
-            return Err("the filter applied but an AF_INET socket was still created".into());
+            return Err(SeccompUnusable::NotEnforced);
         }
         Ok(())
     })
     .join()
-    .unwrap_or_else(|_| Err("the probe thread panicked".into()))
+    .unwrap_or(Err(SeccompUnusable::Panicked))
 }
 
 /// What the server must confine itself to. Built from `runner sandbox-server --confine`

@@ -104,7 +104,7 @@ impl Tool for TaskTool {
                     })?;
                 Box::pin(Agent::child_of(&rt, &parent_id, def))
                     .await
-                    .map_err(ToolError::Failed)?
+                    .map_err(|e| ToolError::Failed(e.to_string()))?
             }
         };
         let outcome = Box::pin(child.run(&params.prompt, ctx.cancel.child_token())).await;
@@ -150,7 +150,7 @@ impl Agent {
         rt: &Arc<Runtime>,
         parent_id: &str,
         def: super::AgentDef,
-    ) -> Result<Agent, String> {
+    ) -> Result<Agent, super::UnusableModel> {
         let llm = rt.model_for(&def)?;
         let parent_rules = rt.rules_of(parent_id);
         let mut rules = parent_rules.clone();

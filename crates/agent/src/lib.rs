@@ -9,15 +9,27 @@
 
 pub mod agents;
 pub mod compact;
+pub mod config;
 pub mod events;
 mod observe;
 mod plan_mode;
 pub mod prompt;
 pub mod record;
 mod run;
+pub mod session;
 pub mod start;
 mod task;
 pub mod transcript;
+
+// The layers below, under the names the code uses.
+use runner_dirs as dirs;
+use runner_display as display;
+use runner_llm as llm;
+use runner_network as network;
+use runner_permission as permission;
+use runner_sandbox as sandbox;
+use runner_tool as tool;
+use runner_workspace as workspace;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -131,6 +143,17 @@ impl Default for LoopOptions {
 }
 
 /// Turns a subagent's `model:` into a provider, with the run's settings and retries.
+/// A subagent's own `model:` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("agent {agent} ({file}) names model {model}, which cannot be used: {why}")]
+pub struct UnusableModel {
+    agent: String,
+    file: String,
+    model: String,
+    #[source]
+    why: Box<LlmError>,
+}
+
 pub type ModelResolver =
     Box<dyn Fn(&str) -> Result<(Arc<dyn Provider>, ModelInfo), LlmError> + Send + Sync>;
 
@@ -223,7 +246,7 @@ impl Runtime {
 
     /// The provider and model for an agent: its own `model:` if it names one, else the
     /// run's. A replay serves every agent from the one recording.
-    fn model_for(&self, def: &AgentDef) -> Result<(Arc<dyn Provider>, ModelInfo), String> {
+    fn model_for(&self, def: &AgentDef) -> Result<(Arc<dyn Provider>, ModelInfo), UnusableModel> {
         let run_model = || (self.provider.clone(), self.model.clone());
         let Some(spec) = def.model.as_deref() else {
             return Ok(run_model());
@@ -233,11 +256,11 @@ impl Runtime {
         }
         match self.models.get() {
             None => Ok(run_model()),
-            Some(resolve) => resolve(spec).map_err(|e| {
-                format!(
-                    "agent {} ({}) names model {spec}, which cannot be used: {e}",
-                    def.name, def.source
-                )
+            Some(resolve) => resolve(spec).map_err(|e| UnusableModel {
+                agent: def.name.clone(),
+                file: def.source.clone(),
+                model: spec.to_string(),
+                why: Box::new(e),
             }),
         }
     }

@@ -136,7 +136,7 @@ pub async fn all(ctx: &ToolContext, user_dir: &Path) -> (Vec<AgentDef>, Vec<Stri
         {
             match parse(&text, &path.display().to_string()) {
                 Ok(def) => add(def, &mut agents),
-                Err(e) => notes.push(e),
+                Err(e) => notes.push(e.to_string()),
             }
         }
     }
@@ -162,28 +162,38 @@ pub async fn all(ctx: &ToolContext, user_dir: &Path) -> (Vec<AgentDef>, Vec<Stri
             let text = String::from_utf8_lossy(&r.data);
             match parse(&text, &ctx.relative(&path)) {
                 Ok(def) => add(def, &mut agents),
-                Err(e) => notes.push(e),
+                Err(e) => notes.push(e.to_string()),
             }
         }
     }
     (agents, notes)
 }
 
+/// Why an agent file is not an agent; the message starts with the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAgentFile {
+    #[error("{0}: an agent file starts with front matter between --- lines")]
+    NoFrontMatter(String),
+    #[error("{0}: the front matter needs a description")]
+    NoDescription(String),
+    #[error("{origin}: {why}")]
+    Permission { origin: String, why: String },
+}
+
 /// A Markdown agent: front matter (`description`, `mode`, `model`, `tools`,
 /// `permission`) and the body as its instructions. The file name is its name.
-pub fn parse(text: &str, origin: &str) -> Result<AgentDef, String> {
+pub fn parse(text: &str, origin: &str) -> Result<AgentDef, BadAgentFile> {
     let name = Path::new(origin)
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (front, body) = split_front_matter(text).ok_or_else(|| {
-        format!("{origin}: an agent file starts with front matter between --- lines")
-    })?;
+    let (front, body) =
+        split_front_matter(text).ok_or_else(|| BadAgentFile::NoFrontMatter(origin.to_string()))?;
     let meta = parse_front_matter(front);
     let description = meta
         .get("description")
         .and_then(Value::as_str)
-        .ok_or_else(|| format!("{origin}: the front matter needs a description"))?
+        .ok_or_else(|| BadAgentFile::NoDescription(origin.to_string()))?
         .to_string();
     let mode = match meta.get("mode").and_then(Value::as_str) {
         Some("primary") => Mode::Primary,
@@ -206,8 +216,12 @@ pub fn parse(text: &str, origin: &str) -> Result<AgentDef, String> {
         }
     }
     let rules = narrow(
-        rules_from_value(&Value::Object(permission), origin, "")
-            .map_err(|e| format!("{origin}: {e}"))?,
+        rules_from_value(&Value::Object(permission), origin, "").map_err(|e| {
+            BadAgentFile::Permission {
+                origin: origin.to_string(),
+                why: e.to_string(),
+            }
+        })?,
     );
     Ok(AgentDef {
         name,

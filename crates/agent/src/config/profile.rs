@@ -10,11 +10,17 @@ use crate::sandbox::BackendKind;
 use crate::sandbox::spec::{Network, SandboxSpec};
 
 pub const BUILT_IN: &[(&str, &str)] = &[
-    ("default", include_str!("../../profiles/default.toml")),
-    ("readonly", include_str!("../../profiles/readonly.toml")),
-    ("untrusted", include_str!("../../profiles/untrusted.toml")),
-    ("laptop", include_str!("../../profiles/laptop.toml")),
-    ("eval", include_str!("../../profiles/eval.toml")),
+    ("default", include_str!("../../../../profiles/default.toml")),
+    (
+        "readonly",
+        include_str!("../../../../profiles/readonly.toml"),
+    ),
+    (
+        "untrusted",
+        include_str!("../../../../profiles/untrusted.toml"),
+    ),
+    ("laptop", include_str!("../../../../profiles/laptop.toml")),
+    ("eval", include_str!("../../../../profiles/eval.toml")),
 ];
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -50,7 +56,7 @@ impl Profile {
 }
 
 /// Who answers an ask.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AskMode {
     /// The person at the terminal; without one, the ask is refused at once.
@@ -59,6 +65,35 @@ pub enum AskMode {
     Allow,
     /// Every ask is refused: for runs where nobody is watching, such as evaluations.
     Deny,
+}
+
+impl AskMode {
+    pub const ALL: [AskMode; 3] = [AskMode::Prompt, AskMode::Allow, AskMode::Deny];
+
+    /// The name the command line and profiles use.
+    pub fn name(self) -> &'static str {
+        match self {
+            AskMode::Prompt => "prompt",
+            AskMode::Allow => "allow",
+            AskMode::Deny => "deny",
+        }
+    }
+
+    /// What the mode does, in a sentence (for `--help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            AskMode::Prompt => {
+                "The person at the terminal; without one, the ask is refused at once"
+            }
+            AskMode::Allow => "Every ask is approved once (nothing is remembered)",
+            AskMode::Deny => "Every ask is refused: for runs where nobody is watching",
+        }
+    }
+
+    /// The inverse of [`AskMode::name`].
+    pub fn from_name(name: &str) -> Option<AskMode> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -123,7 +158,16 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
-pub fn parse_size(text: &str) -> Result<u64, String> {
+/// Why a size is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadSize {
+    #[error("{0:?} is not a size (try \"512MiB\" or \"4GiB\")")]
+    NotANumber(String),
+    #[error("unknown size unit {unit:?} in {text:?}")]
+    Unit { unit: String, text: String },
+}
+
+pub fn parse_size(text: &str) -> Result<u64, BadSize> {
     let t = text.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -131,14 +175,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let (num, unit) = t.split_at(split);
     let n: f64 = num
         .parse()
-        .map_err(|_| format!("{text:?} is not a size (try \"512MiB\" or \"4GiB\")"))?;
+        .map_err(|_| BadSize::NotANumber(text.to_string()))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("unknown size unit {other:?} in {text:?}")),
+        other => {
+            return Err(BadSize::Unit {
+                unit: other.to_string(),
+                text: text.to_string(),
+            });
+        }
     };
     Ok((n * mult as f64) as u64)
 }

@@ -236,11 +236,14 @@ fn task_image(
     options: &EvalOptions,
     engine: &Engine,
     outputs: &Path,
-) -> Result<TaskImage, String> {
-    let profile = crate::config::profile::load(&options.profile).map_err(|e| e.to_string())?;
+) -> Result<TaskImage, EvalError> {
+    let profile = crate::config::profile::load(&options.profile)?;
     let mut spec =
         crate::sandbox::spec::SandboxSpec::new(crate::sandbox::BackendKind::Docker, outputs)
-            .map_err(|e| format!("cannot find the runner executable: {e}"))?;
+            .map_err(EvalError::io(
+                "find the runner executable at",
+                Path::new("/proc/self/exe"),
+            ))?;
     profile.sandbox.apply(&mut spec);
     if let Some(r) = &options.runtime {
         spec.docker.runtime = vec![r.clone()];

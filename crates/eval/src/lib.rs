@@ -19,6 +19,17 @@ pub mod tasks;
 mod verdict;
 pub mod worktree;
 
+// The layers below, under the names the code uses.
+use runner_agent as agent;
+use runner_agent::{config, session};
+use runner_display as display;
+use runner_llm as llm;
+use runner_network as network;
+use runner_permission as permission;
+use runner_sandbox as sandbox;
+use runner_tool as tool;
+use runner_workspace as workspace;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};

@@ -372,8 +372,17 @@ pub fn list(dir: &Path) -> Vec<PathBuf> {
     files.into_iter().map(|(_, p)| p).collect()
 }
 
+/// Why no one session file answers to an id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotFound {
+    #[error("no session {id:?} in {} (see `runner sessions list`)", dir.display())]
+    None { id: String, dir: PathBuf },
+    #[error("{count} sessions start with {id:?}; give more of the id")]
+    Several { id: String, count: usize },
+}
+
 /// The file for a session id (or a unique prefix of one).
-pub fn find(dir: &Path, id: &str) -> Result<PathBuf, String> {
+pub fn find(dir: &Path, id: &str) -> Result<PathBuf, NotFound> {
     let exact = dir.join(format!("{id}.jsonl"));
     if exact.is_file() {
         return Ok(exact);
@@ -387,13 +396,14 @@ pub fn find(dir: &Path, id: &str) -> Result<PathBuf, String> {
         .collect();
     match matches.len() {
         1 => Ok(matches.into_iter().next().unwrap_or_default()),
-        0 => Err(format!(
-            "no session {id:?} in {} (see `runner sessions list`)",
-            dir.display()
-        )),
-        n => Err(format!(
-            "{n} sessions start with {id:?}; give more of the id"
-        )),
+        0 => Err(NotFound::None {
+            id: id.to_string(),
+            dir: dir.to_path_buf(),
+        }),
+        count => Err(NotFound::Several {
+            id: id.to_string(),
+            count,
+        }),
     }
 }
 

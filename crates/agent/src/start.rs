@@ -270,7 +270,7 @@ fn recorder(
 
 fn find_resume(resume: &Resume, dir: &Path, root: &Path) -> Result<Loaded, StartError> {
     let path = match resume {
-        Resume::Id(id) => record::find(dir, id).map_err(StartError::Usage)?,
+        Resume::Id(id) => record::find(dir, id).map_err(|e| StartError::Usage(e.to_string()))?,
         Resume::Last => record::list(dir)
             .into_iter()
             .find(|p| {
