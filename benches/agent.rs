@@ -13,12 +13,9 @@
 //! `cargo bench --bench agent` (docker needs the engine and `runner image build`).
 //! `AGENT_BENCH_STEPS` sets the steps (default 100).
 
-#[path = "../tests/common/provider.rs"]
-mod provider;
-
 use std::process::{Command, ExitCode, Stdio};
 
-use provider::{Response, ScriptedModel, call, text};
+use runner_test_support::provider::{Response, ScriptedModel, call, text};
 use serde_json::{Value, json};
 
 struct Figures {

@@ -8,7 +8,7 @@
 //! `sandbox_cleanup` removes every runner container on the machine, which would pull
 //! sandboxes from under the tests beside it.
 
-mod common;
+use runner_test_support as common;
 
 mod agent;
 mod apply_patch_scenarios;

@@ -8,7 +8,7 @@
 //! `escape_docker.rs`), and so does the tool conformance script (`common/agree.rs`): the
 //! same calls give the same results as on the in-process server.
 
-mod common;
+use runner_test_support as common;
 
 use common::Backend;
 use common::engine::{self, runsc, use_engine};
@@ -25,7 +25,7 @@ const BACKEND: Backend = Backend::Docker;
 // - `sig.kill_controller_via_ppid_chain`: gVisor delivers SIGKILL to the container's init
 //   from inside its own PID namespace (Linux ignores it), so a command can end its own
 //   sandbox; the host and the controller are untouched.
-escape::escape_suite!(
+common::escape_suite!(
     BACKEND,
     holes: &["proc.server_protocol_pipes", "sig.kill_controller_via_ppid_chain"],
     engine: runsc

@@ -16,7 +16,7 @@ use common::escape;
 
 const BACKEND: Backend = Backend::Docker;
 
-escape::escape_suite!(BACKEND, holes: &[]);
+common::escape_suite!(BACKEND, holes: &[]);
 
 /// An image holding only a static busybox: no libc, no bash. The static server must serve
 /// there, running commands with `/bin/sh`.

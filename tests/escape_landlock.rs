@@ -15,7 +15,7 @@ use common::{Backend, NOBODY};
 
 const BACKEND: Backend = Backend::Landlock;
 
-escape::escape_suite!(BACKEND, holes: &[]);
+common::escape_suite!(BACKEND, holes: &[]);
 
 /// The side-door table again, through `runner tool call` as an unprivileged user: the
 /// mounts that keep `.git` read-only then need an unprivileged user namespace.

@@ -4,7 +4,7 @@
 //! The same attack table as `escape_docker.rs`, the same holes (none); the conformance
 //! test compares Podman's results with the in-process server's, call by call.
 
-mod common;
+use runner_test_support as common;
 
 use common::Backend;
 use common::escape;
@@ -16,7 +16,7 @@ fn on_podman() {
     common::engine::use_engine(common::podman::rootful);
 }
 
-escape::escape_suite!(BACKEND, holes: &[], engine: common::podman::rootful);
+common::escape_suite!(BACKEND, holes: &[], engine: common::podman::rootful);
 
 /// The tool script of `backends_agree.rs` gives the reference's results on Podman too.
 #[tokio::test(flavor = "multi_thread")]

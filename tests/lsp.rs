@@ -1,8 +1,9 @@
-//! `lsp` with a real language server (Debian's `pylsp`, installed if missing) started
-//! inside the wall: its answers on none and landlock, the errors a model can act on, the
-//! tool not offered where no server can run, and an attack: a server told to look outside
-//! the worktree (`PYTHONPATH` at a folder beside it) finds nothing there behind landlock,
-//! while the same server without a wall does (the control). And diagnostics: an edit that
+//! `lsp` with a real language server (Debian's `pylsp`, installed if missing; in docker,
+//! the `dev` image's) started inside the wall: its answers on none, landlock and docker, the
+//! errors a model can act on, the tool not offered where no server can run, and an attack:
+//! a server told to look outside the worktree (`PYTHONPATH` at a folder beside it) finds
+//! nothing there behind landlock or docker, while the same server without a wall does (the
+//! control). And diagnostics: an edit that
 //! breaks a file comes back with the server's errors.
 
 use crate::common;
@@ -91,8 +92,21 @@ fn target(v: &Value) -> String {
     output[0]["uri"].as_str().unwrap_or_default().to_string()
 }
 
+/// `backend`'s flags: the docker wall runs the `dev` image, which has the servers.
+fn flags(backend: &str) -> Vec<&'static str> {
+    match backend {
+        "docker" => vec!["--image", common::engine::dev_image()],
+        _ => Vec::new(),
+    }
+}
+
 fn answers_on(backend: &str) {
     let p = project();
+    let extra = flags(backend);
+    let lsp = |p: &Project, backend: &str, args: Value, more: &[&str]| {
+        let all: Vec<&str> = extra.iter().copied().chain(more.iter().copied()).collect();
+        lsp(p, backend, args, &all)
+    };
     // `greet` in `print(greet("x"))`: line 3, character 7, as an editor counts.
     let (out, v) = lsp(&p, backend, at("goToDefinition", "b.py", 3, 7), &[]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -137,6 +151,12 @@ fn answers_on(backend: &str) {
 #[test]
 fn a_language_server_answers_from_inside_no_wall() {
     answers_on("none");
+}
+
+/// In docker the server runs from the `dev` image: the host's pylsp is not what answers.
+#[test]
+fn a_language_server_answers_from_behind_the_docker_wall() {
+    answers_on("docker");
 }
 
 #[test]
@@ -191,27 +211,18 @@ fn attack_a_language_server_cannot_read_outside_the_worktree() {
         "control: {v}"
     );
 
-    let (out, v) = lsp(
-        &p,
-        "landlock",
-        at("goToDefinition", "b.py", 6, 11),
-        &["--config", &c],
-    );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        !v["output"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("secretmod.py"),
-        "the server read outside the worktree: {v}"
-    );
-    assert!(
-        !v["output"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("HOST SECRET"),
-        "{v}"
-    );
+    for backend in ["landlock", "docker"] {
+        let mut extra = flags(backend);
+        extra.extend(["--config", &c]);
+        let (out, v) = lsp(&p, backend, at("goToDefinition", "b.py", 6, 11), &extra);
+        assert_eq!(out.status.code(), Some(0), "{backend}: {out:?}");
+        assert_eq!(v["metadata"]["server"], "pylsp", "{backend}: {v}");
+        let output = v["output"].as_str().unwrap_or_default();
+        assert!(
+            !output.contains("secretmod.py") && !output.contains("HOST SECRET"),
+            "{backend}: the server read outside the worktree: {v}"
+        );
+    }
 }
 
 /// `runner tool call TOOL ARGS --json` on landlock.

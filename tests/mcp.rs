@@ -162,6 +162,106 @@ fn an_mcp_server_runs_behind_the_docker_wall() {
     mcp_on("docker");
 }
 
+/// A minimal MCP server written for Node (most MCP servers are): newline-delimited
+/// JSON-RPC on stdio, two tools (`version`, `read`).
+const NODE_SERVER: &str = r#"const fs = require('fs');
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+require('readline').createInterface({ input: process.stdin }).on('line', (line) => {
+  const msg = JSON.parse(line);
+  if (msg.id === undefined) return;
+  const answer = (result) => send({ jsonrpc: '2.0', id: msg.id, result });
+  if (msg.method === 'initialize') {
+    answer({ protocolVersion: msg.params.protocolVersion, capabilities: { tools: {} },
+             serverInfo: { name: 'node-test', version: '1' } });
+  } else if (msg.method === 'tools/list') {
+    const any = { type: 'object', properties: { path: { type: 'string' } } };
+    answer({ tools: [{ name: 'version', description: 'Node version', inputSchema: any },
+                     { name: 'read', description: 'Reads a file', inputSchema: any }] });
+  } else if (msg.method === 'tools/call') {
+    const { name, arguments: args } = msg.params;
+    try {
+      const text = name === 'version' ? process.version : fs.readFileSync(args.path, 'utf8');
+      answer({ content: [{ type: 'text', text }] });
+    } catch (e) {
+      answer({ content: [{ type: 'text', text: String(e) }], isError: true });
+    }
+  } else {
+    send({ jsonrpc: '2.0', id: msg.id, error: { code: -32601, message: 'no such method' } });
+  }
+});
+"#;
+
+/// A Node MCP server runs in docker from the `dev` image, which has Node: it answers, reads
+/// the worktree and not the host. The default image has no Node, and the call says the
+/// server did not start (the control: the image is what changed).
+#[test]
+fn a_node_mcp_server_runs_in_docker_from_the_dev_image() {
+    let p = project();
+    let dev = common::engine::dev_image();
+    let server = p.root.join("server.js");
+    std::fs::write(&server, NODE_SERVER).unwrap();
+    std::fs::create_dir_all(&p.data).unwrap();
+    let config = p.data.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.node]\ncommand = \"node\"\nargs = [\"{}\"]\n",
+            server.display()
+        ),
+    )
+    .unwrap();
+    let c = config.display().to_string();
+    let node = |image: &str, tool: &str, args: Value| {
+        let a = args.to_string();
+        let out = runner(
+            &p,
+            &[
+                "mcp",
+                "call",
+                "node",
+                tool,
+                &a,
+                "--json",
+                "--sandbox",
+                "docker",
+                "--image",
+                image,
+                "--config",
+                &c,
+            ],
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out, v)
+    };
+    let (out, v) = node(dev, "version", json!({}));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        v["output"].as_str().unwrap_or_default().starts_with('v'),
+        "{v}"
+    );
+
+    let notes = p.root.join("notes.txt").display().to_string();
+    let (out, v) = node(dev, "read", json!({"path": notes}));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(v["output"], "in the worktree\n");
+    let secret = p.outside.join("secret.txt").display().to_string();
+    let (out, v) = node(dev, "read", json!({"path": secret}));
+    assert_eq!(out.status.code(), Some(1), "the host file was read: {v}");
+    assert!(!v.to_string().contains("HOST SECRET"), "{v}");
+
+    let (out, _) = node(runner::sandbox::spec::DEFAULT_IMAGE, "version", json!({}));
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("start") && (said.contains("not found") || said.contains("No such file")),
+        "the control does not say node is missing: {said}"
+    );
+}
+
 #[test]
 fn a_server_that_cannot_start_says_so_and_the_rest_goes_on() {
     let p = project();

@@ -13,7 +13,7 @@
 //!   same holes as on Docker (none). The limits this engine says it cannot enforce are not
 //!   judged, each with its reason (`podman::unenforced_limits`); all the others are.
 
-mod common;
+use runner_test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +25,7 @@ use common::podman::{ROOTLESS_USER, Rootless, rootless, rootless_engine};
 
 const BACKEND: Backend = Backend::Docker;
 
-escape::escape_suite!(BACKEND, holes: &[], engine: rootless_engine);
+common::escape_suite!(BACKEND, holes: &[], engine: rootless_engine);
 
 /// The tool script of `backends_agree.rs` gives the reference's results on rootless Podman
 /// too, with the worktree the user's.

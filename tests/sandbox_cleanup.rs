@@ -2,7 +2,7 @@
 //! removes *all* of them, so it must not run beside tests that have sandboxes open (cargo
 //! runs test binaries one after another).
 
-mod common;
+use runner_test_support as common;
 
 use std::collections::HashMap;
 use std::process::Command;

@@ -5,25 +5,27 @@ use clap::{Args, Subcommand};
 
 use super::exit;
 use crate::sandbox::docker::{engine, image};
-use crate::sandbox::spec::DEFAULT_IMAGE;
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// Build a sandbox image from a built-in recipe (`default`).
+    /// Build a sandbox image from a built-in recipe: `default`, or `dev` (the default plus
+    /// language servers and Node.js).
     Build(BuildArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
-    /// The recipe (images/NAME/Dockerfile).
+    /// The recipe (images/NAME/Dockerfile): default or dev.
     #[arg(default_value = "default")]
     recipe: String,
-    /// The tag to build.
-    #[arg(long, default_value = DEFAULT_IMAGE)]
-    tag: String,
-    /// The base image; made with mmdebstrap + docker import when missing and unpullable.
-    #[arg(long, default_value = image::DEFAULT_BASE)]
-    base: String,
+    /// The tag to build (default: the recipe's, runner-sandbox:bookworm for default and
+    /// runner-sandbox:bookworm-dev for dev).
+    #[arg(long)]
+    tag: Option<String>,
+    /// The base image; made with mmdebstrap + docker import when missing and unpullable
+    /// (default: the recipe's, runner-base:bookworm or runner-base:bookworm-dev).
+    #[arg(long)]
+    base: Option<String>,
     /// The Debian suite of a locally made base.
     #[arg(long, default_value = image::DEFAULT_SUITE)]
     suite: String,
@@ -44,13 +46,21 @@ pub async fn run(cmd: ImageCommand) -> u8 {
             return exit::FAILED;
         }
     };
-    if args.if_missing && image::exists(&docker, &args.tag).await {
-        eprintln!("runner: {} exists", args.tag);
+    let recipe = match image::Recipe::named(&args.recipe) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("runner: {e}");
+            return exit::USAGE;
+        }
+    };
+    let tag = args.tag.clone().unwrap_or_else(|| recipe.tag.to_string());
+    if args.if_missing && image::exists(&docker, &tag).await {
+        eprintln!("runner: {tag} exists");
         return exit::OK;
     }
     let req = image::BuildRequest {
         recipe: args.recipe,
-        tag: args.tag.clone(),
+        tag: args.tag,
         base: args.base,
         suite: args.suite,
         fresh_base: args.fresh_base,
@@ -61,8 +71,7 @@ pub async fn run(cmd: ImageCommand) -> u8 {
     match image::build(&docker, &req, &mut log).await {
         Ok(()) => {
             eprintln!(
-                "runner: built {} in {:.1} s",
-                args.tag,
+                "runner: built {tag} in {:.1} s",
                 started.elapsed().as_secs_f64()
             );
             exit::OK

@@ -232,7 +232,7 @@ async fn connect_engines(
         )));
     }
     if options.server_exe.is_none() && crate::sandbox::spec::in_container() {
-        options.server_exe = Some(crate::sandbox::spec::server_copy(
+        options.server_exe = Some(crate::sandbox::docker::server_copy(
             &options.out.join(".server"),
         )?);
     }

@@ -12,29 +12,81 @@ use futures_util::StreamExt;
 
 use super::DockerError;
 
-/// The built-in image recipes: name → (Dockerfile, package list).
-pub const RECIPES: &[(&str, &str, &str)] = &[(
-    "default",
-    include_str!("../../../../images/default/Dockerfile"),
-    include_str!("../../../../images/default/packages.txt"),
-)];
+/// A built-in image recipe (`images/NAME/`): its Dockerfile and package list, compiled in.
+pub struct Recipe {
+    pub name: &'static str,
+    pub dockerfile: &'static str,
+    /// Its own packages; those of the recipe it `extends` come first.
+    pub packages: &'static str,
+    pub extends: Option<&'static str>,
+    /// The tag it builds and the base it starts from, unless told otherwise.
+    pub tag: &'static str,
+    pub base: &'static str,
+}
+
+pub const RECIPES: &[Recipe] = &[
+    Recipe {
+        name: "default",
+        dockerfile: include_str!("../../../../images/default/Dockerfile"),
+        packages: include_str!("../../../../images/default/packages.txt"),
+        extends: None,
+        tag: crate::spec::DEFAULT_IMAGE,
+        base: DEFAULT_BASE,
+    },
+    Recipe {
+        name: "dev",
+        dockerfile: include_str!("../../../../images/dev/Dockerfile"),
+        packages: include_str!("../../../../images/dev/packages.txt"),
+        extends: Some("default"),
+        tag: DEV_IMAGE,
+        base: "runner-base:bookworm-dev",
+    },
+];
+
+/// The image of the `dev` recipe: the default one plus language servers and Node.js.
+pub const DEV_IMAGE: &str = "runner-sandbox:bookworm-dev";
 
 /// The base `runner image build` starts from unless told otherwise. It is a local name: no
 /// registry has it, so it is always made with mmdebstrap unless it already exists.
 pub const DEFAULT_BASE: &str = "runner-base:bookworm";
 pub const DEFAULT_SUITE: &str = "bookworm";
 
+impl Recipe {
+    /// The recipe named `name`, or an error listing the ones there are.
+    pub fn named(name: &str) -> Result<&'static Recipe, DockerError> {
+        RECIPES.iter().find(|r| r.name == name).ok_or_else(|| {
+            let known: Vec<&str> = RECIPES.iter().map(|r| r.name).collect();
+            DockerError::Unexpected(format!(
+                "no image recipe named {name:?}; known: {}",
+                known.join(", ")
+            ))
+        })
+    }
+
+    /// Every package of the image: the extended recipe's, then its own.
+    pub fn all_packages(&self) -> Vec<&'static str> {
+        let mut all = match self.extends.and_then(|e| Recipe::named(e).ok()) {
+            Some(parent) => parent.all_packages(),
+            None => Vec::new(),
+        };
+        all.extend(packages(self.packages));
+        all
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct BuildRequest {
     pub recipe: String,
-    pub tag: String,
-    pub base: String,
+    /// The tag to build; `None`: the recipe's.
+    pub tag: Option<String>,
+    /// The base to start from; `None`: the recipe's.
+    pub base: Option<String>,
     pub suite: String,
     /// Rebuild the base even if it exists.
     pub fresh_base: bool,
 }
 
-pub fn packages(list: &str) -> Vec<&str> {
+pub fn packages(list: &'static str) -> Vec<&'static str> {
     list.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -60,71 +112,68 @@ pub async fn full_name(docker: &Docker, name: &str) -> Option<String> {
         .or(image.id)
 }
 
-/// Builds `req.tag`; `log` gets progress lines.
+/// Builds the recipe's image (`req.tag`, else the recipe's); `log` gets progress lines.
 pub async fn build(
     docker: &Docker,
     req: &BuildRequest,
     log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), DockerError> {
-    let Some((_, dockerfile, package_list)) =
-        RECIPES.iter().find(|(name, _, _)| *name == req.recipe)
-    else {
-        let known: Vec<&str> = RECIPES.iter().map(|(n, _, _)| *n).collect();
-        return Err(DockerError::Unexpected(format!(
-            "no image recipe named {:?}; known: {}",
-            req.recipe,
-            known.join(", ")
-        )));
-    };
-    if req.fresh_base || !exists(docker, &req.base).await {
-        if !req.fresh_base && try_pull(docker, &req.base, log).await {
-            log(&format!("pulled {}", req.base));
-        } else {
-            build_base(docker, &req.base, &req.suite, &packages(package_list), log).await?;
-        }
-    } else {
-        log(&format!("base {} exists", req.base));
-    }
-    let context = context_tar(dockerfile, package_list).map_err(DockerError::io(
+    let recipe = Recipe::named(&req.recipe)?;
+    let tag = req.tag.as_deref().unwrap_or(recipe.tag);
+    let base = req.base.as_deref().unwrap_or(recipe.base);
+    let all = recipe.all_packages();
+    ensure_base(docker, req, base, &all, log).await?;
+    let context = context_tar(recipe.dockerfile, &all.join("\n")).map_err(DockerError::io(
         "pack the build context in",
         Path::new("memory"),
     ))?;
-    let base = full_name(docker, &req.base).await.ok_or_else(|| {
-        DockerError::Unexpected(format!("the base {} is not on the engine", req.base))
-    })?;
+    let base = full_name(docker, base)
+        .await
+        .ok_or_else(|| DockerError::Unexpected(format!("the base {base} is not on the engine")))?;
     let opts = BuildImageOptionsBuilder::new()
         .dockerfile("Dockerfile")
-        .t(&req.tag)
+        .t(tag)
         .rm(true)
         .forcerm(true)
         .buildargs(&HashMap::from([("BASE", base.as_str())]))
-        .labels(&HashMap::from([("runner.image", req.recipe.as_str())]))
+        .labels(&HashMap::from([("runner.image", recipe.name)]))
         .build();
     let mut stream = docker.build_image(opts, None, Some(bollard::body_full(context.into())));
     while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
-                if let Some(line) = info.stream {
-                    let line = line.trim_end();
-                    if !line.is_empty() {
-                        log(line);
-                    }
-                }
-            }
-            Err(e) => {
-                return Err(DockerError::engine(format!("building {} failed", req.tag))(
-                    e,
-                ));
+        let info = item.map_err(DockerError::engine(format!("building {tag} failed")))?;
+        if let Some(line) = info.stream {
+            let line = line.trim_end();
+            if !line.is_empty() {
+                log(line);
             }
         }
     }
-    if !exists(docker, &req.tag).await {
+    if !exists(docker, tag).await {
         return Err(DockerError::Unexpected(format!(
-            "the build ended but {} does not exist",
-            req.tag
+            "the build ended but {tag} does not exist"
         )));
     }
     Ok(())
+}
+
+/// The base the Dockerfile starts from: there already (unless `fresh_base`), pulled, or
+/// made from `packages` with mmdebstrap.
+async fn ensure_base(
+    docker: &Docker,
+    req: &BuildRequest,
+    base: &str,
+    packages: &[&str],
+    log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), DockerError> {
+    if !req.fresh_base && exists(docker, base).await {
+        log(&format!("base {base} exists"));
+        return Ok(());
+    }
+    if !req.fresh_base && try_pull(docker, base, log).await {
+        log(&format!("pulled {base}"));
+        return Ok(());
+    }
+    build_base(docker, base, &req.suite, packages, log).await
 }
 
 fn context_tar(dockerfile: &str, packages: &str) -> std::io::Result<Vec<u8>> {

@@ -3,8 +3,10 @@
 //! sandbox server (in-process thread or child process, same wire protocol), a recording
 //! permission gate, and insta settings that hide the temporary paths.
 //!
-//! Each test binary compiles this module separately and uses only part of it.
-#![allow(dead_code)]
+//! A crate of its own, so it is compiled once for every test binary (`all` and the four
+//! that change what the whole process uses), not once in each; each binary names it
+//! `common`. The runner binary the tests start is found beside the test binary
+//! ([`runner_exe`]): cargo builds it for the package's integration tests.
 
 pub mod agree;
 pub mod allowlist;
@@ -24,6 +26,27 @@ use runner::tool::registry::Outcome;
 use runner::tool::truncate::Truncator;
 use runner::tool::{CallResult, Conversation, Registry, ToolContext};
 use serde_json::Value;
+
+/// The `runner` binary of this build: `target/…/debug/runner`, beside the `deps/` folder
+/// the test binary runs from. (`CARGO_BIN_EXE_runner` is set only while compiling the
+/// package's own test targets, and this is a crate of its own.)
+pub fn runner_exe() -> &'static Path {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        let test = std::env::current_exe().expect("the test binary's path");
+        let dir = test
+            .parent()
+            .and_then(Path::parent)
+            .expect("a test binary lives in target/…/deps");
+        let exe = dir.join("runner");
+        assert!(
+            exe.is_file(),
+            "{} is missing: the tests run the runner binary cargo builds beside them",
+            exe.display()
+        );
+        exe
+    })
+}
 
 /// `nobody`'s uid and gid, for tests that run runner as a user with no rights of its own.
 pub const NOBODY: u32 = 65534;
@@ -86,7 +109,7 @@ pub async fn open_sandbox(
         }
     };
     let mut spec = runner::sandbox::spec::SandboxSpec::new(kind, wt).expect("spec");
-    spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+    spec.server_exe = crate::runner_exe().to_path_buf();
     spec.read_only = read_only.to_vec();
     if kind == BackendKind::Docker {
         engine::apply(&mut spec);
@@ -345,7 +368,7 @@ pub fn runner_for_any_user() -> PathBuf {
     COPY.get_or_init(|| {
         use std::os::unix::fs::MetadataExt;
         use std::os::unix::fs::PermissionsExt;
-        let built = std::fs::metadata(env!("CARGO_BIN_EXE_runner")).expect("the runner build");
+        let built = std::fs::metadata(crate::runner_exe()).expect("the runner build");
         let dir =
             std::env::temp_dir().join(format!("runner-bin-{}-{}", built.mtime(), built.size()));
         let exe = dir.join("runner");
@@ -356,7 +379,7 @@ pub fn runner_for_any_user() -> PathBuf {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         // Copied beside, then renamed: two test binaries may do this at once.
         let part = dir.join(format!("runner.{}", std::process::id()));
-        std::fs::copy(env!("CARGO_BIN_EXE_runner"), &part).expect("copy runner");
+        std::fs::copy(crate::runner_exe(), &part).expect("copy runner");
         std::fs::set_permissions(&part, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::rename(&part, &exe).expect("place the runner copy");
         exe

@@ -370,7 +370,7 @@ async fn open(backend: Backend, root: &Path) -> Sandbox {
         _ => BackendKind::Landlock,
     };
     let mut spec = SandboxSpec::new(kind, root).unwrap();
-    spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+    spec.server_exe = crate::runner_exe().to_path_buf();
     spec.network = Network::None;
     if kind == BackendKind::Docker {
         super::engine::apply(&mut spec);

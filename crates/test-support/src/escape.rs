@@ -505,7 +505,7 @@ impl Lab {
 
     pub fn spec(&self, limits: Limits) -> SandboxSpec {
         let mut spec = SandboxSpec::new(kind(self.backend), &self.wt).expect("spec");
-        spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
+        spec.server_exe = crate::runner_exe().to_path_buf();
         spec.limits = limits;
         spec.network = Network::None;
         if self.backend == Backend::Docker {
@@ -3040,11 +3040,10 @@ pub async fn run_limits(backend: Backend) {
 /// and the positive controls. `holes` names attacks known to get through (skipped by the
 /// groups, run by `run_hole` in an ignored test of their own); empty today for both.
 /// `engine` (optional) chooses the engine and runtime of the docker tests.
-// Only the two escape binaries expand it; the others compile this module too.
-#[allow(unused_macros)]
+#[macro_export]
 macro_rules! escape_suite {
     ($backend:expr, holes: $holes:expr) => {
-        $crate::common::escape::escape_suite!($backend, holes: $holes, engine: common::engine::machine);
+        $crate::escape_suite!($backend, holes: $holes, engine: common::engine::machine);
     };
     // `engine`: a `fn() -> TestEngine` that starts (or finds) the engine and runtime the
     // docker tests run on (see `common::engine::use_engine`).
@@ -3150,4 +3149,4 @@ macro_rules! escape_suite {
     };
 }
 #[allow(unused_imports)]
-pub(crate) use escape_suite;
+pub use escape_suite;

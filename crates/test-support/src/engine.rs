@@ -151,7 +151,7 @@ fn ensure_image_at(socket: &str) {
         return;
     }
     ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+    let status = std::process::Command::new(crate::runner_exe())
         .args(["image", "build"])
         .env("DOCKER_HOST", format!("unix://{socket}"))
         .status()
@@ -170,7 +170,7 @@ pub fn ensure_base() {
         return;
     }
     ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+    let status = std::process::Command::new(crate::runner_exe())
         .args(["image", "build"])
         .status()
         .expect("run runner image build");
@@ -180,6 +180,30 @@ pub fn ensure_base() {
         Some(200),
         "runner image build left no {base}"
     );
+}
+
+/// The `dev` image (the default one plus language servers and Node.js) on the machine's
+/// engine, built with `runner image build dev` when missing (its base made offline with
+/// mmdebstrap, as the default's is). Its tag.
+pub fn dev_image() -> &'static str {
+    let image = runner::sandbox::docker::image::DEV_IMAGE;
+    docker();
+    let _l = lock("runner-test-image.lock");
+    if get(&format!("/images/{image}/json")) == Some(200) {
+        return image;
+    }
+    ensure_package("mmdebstrap", "/usr/bin/mmdebstrap");
+    let status = std::process::Command::new(crate::runner_exe())
+        .args(["image", "build", "dev"])
+        .status()
+        .expect("run runner image build dev");
+    assert!(status.success(), "runner image build dev failed ({status})");
+    assert_eq!(
+        get(&format!("/images/{image}/json")),
+        Some(200),
+        "runner image build dev left no {image}"
+    );
+    image
 }
 
 // ---------------------------------------------------------------------------------------
@@ -292,7 +316,7 @@ pub fn owner() -> Option<Owner> {
 pub fn runner_exe() -> std::path::PathBuf {
     match owner() {
         Some(_) => super::runner_for_any_user(),
-        None => env!("CARGO_BIN_EXE_runner").into(),
+        None => crate::runner_exe().to_path_buf(),
     }
 }
 
