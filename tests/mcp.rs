@@ -162,6 +162,179 @@ fn an_mcp_server_runs_behind_the_docker_wall() {
     mcp_on("docker");
 }
 
+/// A worktree (a git repository) with the PyPI reference servers copied in, a git
+/// repository beside it, and a config naming `time`, `git` (its repository the worktree)
+/// and `anygit` (no repository named, so any path may be asked for).
+fn pypi_project() -> (Project, String) {
+    let p = project();
+    let servers = p.root.join(".mcp-py");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(common::engine::pypi_mcp_servers())
+        .arg(&servers)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    common::git(&p.root, &["init", "-q"]);
+    common::git(&p.root, &["add", "notes.txt"]);
+    common::git(&p.root, &["commit", "-q", "-m", "first"]);
+    common::git(&p.outside, &["init", "-q"]);
+    common::git(&p.outside, &["add", "secret.txt"]);
+    common::git(&p.outside, &["commit", "-q", "-m", "HOST SECRET commit"]);
+    let env = format!("env = {{ PYTHONPATH = \"{}\" }}\n", servers.display());
+    let text = format!(
+        "[mcp.time]\ncommand = \"/usr/bin/python3\"\nargs = [\"-m\", \"mcp_server_time\", \"--local-timezone\", \"UTC\"]\n{env}\n\
+         [mcp.git]\ncommand = \"/usr/bin/python3\"\nargs = [\"-m\", \"mcp_server_git\", \"--repository\", \"{}\"]\n{env}\n\
+         [mcp.anygit]\ncommand = \"/usr/bin/python3\"\nargs = [\"-m\", \"mcp_server_git\"]\n{env}",
+        p.root.display()
+    );
+    std::fs::create_dir_all(&p.data).unwrap();
+    let config = p.data.join("pypi.toml");
+    std::fs::write(&config, text).unwrap();
+    (p, config.display().to_string())
+}
+
+/// `runner mcp call SERVER TOOL ARGS --json` on `backend` with the PyPI servers' config.
+fn call_pypi(
+    p: &Project,
+    config: &str,
+    backend: &str,
+    server: &str,
+    tool: &str,
+    args: Value,
+) -> (Output, Value) {
+    let a = args.to_string();
+    let out = runner(
+        p,
+        &[
+            "mcp",
+            "call",
+            server,
+            tool,
+            &a,
+            "--json",
+            "--sandbox",
+            backend,
+            "--config",
+            config,
+        ],
+    );
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, v)
+}
+
+/// The reference servers themselves (`mcp-server-time`, `mcp-server-git` from PyPI) on
+/// `backend`: listed with their tools, called,
+/// and the git server, asked about the repository beside the worktree, cannot read it
+/// behind a wall (without one it can: the control, [`pypi_servers_without_a_wall`]).
+fn pypi_servers_on(backend: &str) {
+    let (p, c) = pypi_project();
+    let listed = runner(
+        &p,
+        &[
+            "mcp",
+            "list",
+            "--json",
+            "--sandbox",
+            backend,
+            "--config",
+            &c,
+        ],
+    );
+    assert!(listed.status.success(), "{backend}: {listed:?}");
+    let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let tools = |name: &str| -> Vec<String> {
+        let s = states
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap();
+        assert_eq!(s["state"], "running", "{backend}: {states}");
+        serde_json::from_value(s["tools"].clone()).unwrap()
+    };
+    assert!(
+        tools("time").contains(&"get_current_time".to_string()),
+        "{states}"
+    );
+    assert!(tools("git").contains(&"git_status".to_string()), "{states}");
+
+    let (out, v) = call_pypi(
+        &p,
+        &c,
+        backend,
+        "time",
+        "get_current_time",
+        json!({"timezone": "UTC"}),
+    );
+    assert_eq!(out.status.code(), Some(0), "{backend}: {out:?}");
+    assert!(
+        v["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("datetime"),
+        "{backend}: {v}"
+    );
+
+    let here = p.root.display().to_string();
+    let (out, v) = call_pypi(
+        &p,
+        &c,
+        backend,
+        "git",
+        "git_log",
+        json!({"repo_path": here}),
+    );
+    assert_eq!(out.status.code(), Some(0), "{backend}: {out:?}");
+    assert!(
+        v["output"].as_str().unwrap_or_default().contains("first"),
+        "{backend}: {v}"
+    );
+
+    let beside = p.outside.display().to_string();
+    let (_, v) = call_pypi(
+        &p,
+        &c,
+        backend,
+        "anygit",
+        "git_log",
+        json!({"repo_path": beside}),
+    );
+    assert!(
+        !v.to_string().contains("HOST SECRET"),
+        "{backend}: the git server read a repository outside the worktree: {v}"
+    );
+}
+
+#[test]
+fn the_reference_servers_from_pypi_run_behind_the_landlock_wall() {
+    pypi_servers_on("landlock");
+}
+
+#[test]
+fn the_reference_servers_from_pypi_run_behind_the_docker_wall() {
+    common::engine::docker();
+    pypi_servers_on("docker");
+}
+
+/// The control: with no wall the same call reads the repository beside the worktree, so
+/// the walls' refusal above is theirs, not the server's.
+#[test]
+fn pypi_servers_without_a_wall() {
+    let (p, c) = pypi_project();
+    let beside = p.outside.display().to_string();
+    let (out, v) = call_pypi(
+        &p,
+        &c,
+        "none",
+        "anygit",
+        "git_log",
+        json!({"repo_path": beside}),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(v.to_string().contains("HOST SECRET"), "control: {v}");
+}
+
 /// A minimal MCP server written for Node (most MCP servers are): newline-delimited
 /// JSON-RPC on stdio, two tools (`version`, `read`).
 const NODE_SERVER: &str = r#"const fs = require('fs');

@@ -11,7 +11,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -818,4 +818,58 @@ pub fn copy_image_to(host: &str) {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "cannot copy {IMAGE} to the engine at {host}");
+}
+
+/// The reference MCP servers from PyPI, `mcp-server-time` and `mcp-server-git` (pinned),
+/// installed once per machine with pip into a folder of their own (`pip install --target`:
+/// plain files, which a test copies into its worktree, since inside the wall a server runs
+/// from what it can see, on the system's `/usr/bin/python3` with `PYTHONPATH` at the copy).
+pub fn pypi_mcp_servers() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join("runner-test-mcp-pypi-2026.10.19");
+        let ready = |d: &Path| d.join("mcp_server_git/__init__.py").is_file();
+        let _l = lock("runner-test-mcp-pypi.lock");
+        if ready(&dir) {
+            return dir;
+        }
+        let part = dir.with_extension("part");
+        let _ = std::fs::remove_dir_all(&part);
+        // Whichever python on this machine has pip (the wheels are for CPython 3.11, the
+        // version of Debian bookworm's python3 on the host and in the images).
+        let installed = ["python3", "/usr/bin/python3", "python3.11"]
+            .iter()
+            .any(|py| {
+                std::process::Command::new(py)
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                    ])
+                    .args([
+                        "--python-version",
+                        "3.11",
+                        "--only-binary=:all:",
+                        "--target",
+                    ])
+                    .arg(&part)
+                    .args([
+                        "mcp-server-time==2026.10.19",
+                        "mcp-server-git==2026.10.19",
+                        "tzdata",
+                    ])
+                    .stdin(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
+        assert!(
+            installed && ready(&part),
+            "cannot install mcp-server-time and mcp-server-git from PyPI with pip (the tests \
+             need them and never skip): is pip installed, and does PyPI answer?"
+        );
+        std::fs::rename(&part, &dir).expect("move the servers in place");
+        dir
+    })
 }
