@@ -67,13 +67,29 @@ pub fn proxy_env() -> Vec<(String, String)> {
     env
 }
 
-impl std::str::FromStr for Network {
-    type Err = String;
+/// A name that is no network mode. (The protocol links serde alone, so no derive.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownNetwork(pub String);
 
-    fn from_str(s: &str) -> Result<Network, String> {
+impl std::fmt::Display for UnknownNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown network mode {:?}: use none, allowlist or host",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownNetwork {}
+
+impl std::str::FromStr for Network {
+    type Err = UnknownNetwork;
+
+    fn from_str(s: &str) -> Result<Network, UnknownNetwork> {
         Network::ALL
             .into_iter()
             .find(|n| n.as_arg() == s)
-            .ok_or_else(|| format!("unknown network mode {s:?}: use none, allowlist or host"))
+            .ok_or_else(|| UnknownNetwork(s.to_string()))
     }
 }

@@ -34,18 +34,23 @@ pub struct RootSpec {
     pub writable: bool,
 }
 
+/// A `--root` that is not an absolute path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("root {0:?} must be an absolute path")]
+pub struct RelativeRoot(pub String);
+
 impl std::str::FromStr for RootSpec {
-    type Err = String;
+    type Err = RelativeRoot;
 
     /// `PATH` or `PATH:ro` / `PATH:rw` (read-write is the default).
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, RelativeRoot> {
         let (path, writable) = match s.rsplit_once(':') {
             Some((p, "ro")) => (p, false),
             Some((p, "rw")) => (p, true),
             _ => (s, true),
         };
         if !Path::new(path).is_absolute() {
-            return Err(format!("root {path:?} must be an absolute path"));
+            return Err(RelativeRoot(path.to_string()));
         }
         Ok(RootSpec {
             path: PathBuf::from(path),
