@@ -795,3 +795,63 @@ fn an_attempt_cannot_write_past_its_disk_budget() {
     assert_eq!(common::loops_under(&out), Vec::<String>::new());
     assert!(!out.join(".work").exists(), "workspaces left behind");
 }
+
+/// An attempt that is not resolved says why: its result keeps the verifier's exit status
+/// and last lines, the summary lists it with a one-line reason, the progress says it as
+/// the attempt ends, and the report shows it. A resolved attempt keeps no verifier tail.
+#[test]
+fn an_unresolved_attempt_says_why_everywhere() {
+    common::engine::docker();
+    let set = task_set(2, false);
+    let text = std::fs::read_to_string(&set.file).unwrap();
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut task: Value = serde_json::from_str(l).unwrap();
+            if task["id"] == "t01" {
+                task["verify"] = json!("sh test.sh; echo 'pytest: command not found' >&2; exit 4");
+            }
+            task.to_string()
+        })
+        .collect();
+    std::fs::write(&set.file, lines.join("\n") + "\n").unwrap();
+    let model = ScriptedModel::responding(answer);
+    let out = set.dir.join("out");
+    let (run, _) = eval(&model, &set, &out, &[]);
+    let said = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(run.status.code(), Some(0), "{said}");
+
+    let r = read_json(&out.join("tasks/t01/result.json"));
+    assert_eq!(r["status"], "unresolved", "{r:#}");
+    assert_eq!(r["verifier"]["exit"], 4, "{r:#}");
+    assert!(
+        r["verifier"]["tail"]
+            .as_str()
+            .unwrap()
+            .ends_with("pytest: command not found"),
+        "{r:#}"
+    );
+    let resolved = read_json(&out.join("tasks/t00/result.json"));
+    assert_eq!(resolved["status"], "resolved", "{resolved:#}");
+    assert!(resolved.get("verifier").is_none(), "{resolved:#}");
+
+    let why = "the verifier exited 4: pytest: command not found";
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(
+        summary["not_resolved"],
+        json!([{"id": "t01", "attempt": 1, "status": "unresolved", "reason": why}]),
+        "{summary:#}"
+    );
+    assert!(
+        said.contains(&format!("t01 attempt 1: unresolved: {why}")),
+        "{said}"
+    );
+    let report = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "report"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(report.status.code(), Some(0), "{report:?}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains(why), "the report does not say why");
+}

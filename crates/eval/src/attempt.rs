@@ -273,6 +273,7 @@ async fn judge(
         Ok(v) if v.interrupted => Verified::Interrupted,
         Ok(v) => Verified::Ran {
             log: v.output,
+            exit: v.code.map(i64::from),
             timed_out: v.timed_out,
             score: Score::Exit(v.code),
         },

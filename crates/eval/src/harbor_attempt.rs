@@ -523,6 +523,7 @@ async fn verify(
     }
     Verified::Ran {
         log,
+        exit: ran.code,
         timed_out: ran.timed_out,
         score: Score::Rewards(rewards),
     }

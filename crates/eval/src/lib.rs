@@ -313,6 +313,14 @@ async fn run_jobs(
                         if let Err(e) = write_result(&dir, &r) {
                             progress.note(&e.to_string());
                         }
+                        if let Some(why) = r.reason() {
+                            progress.note(&format!(
+                                "{} attempt {}: {}: {why}",
+                                r.id,
+                                r.attempt,
+                                r.status.name()
+                            ));
+                        }
                         progress.finished(r.status);
                     }
                     None => {

@@ -40,7 +40,7 @@ pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
                 "tokens_out": r.usage.output,
                 "agent_s": r.timings.agent_ms as f64 / 1000.0,
                 "total_s": r.timings.total_ms as f64 / 1000.0,
-                "error": r.error.clone().unwrap_or_default(),
+                "error": r.reason().unwrap_or_default(),
                 "diff": shown(&dir.join("diff.patch")),
                 "verify": shown(&dir.join("verify.log")),
                 "transcript": cut(transcript),
@@ -133,7 +133,7 @@ const data = JSON.parse(document.getElementById("data").textContent);
 const columns = [
   ["id", "task"], ["attempt", "attempt"], ["status", "status"], ["reward", "reward"],
   ["steps", "steps"], ["tokens_in", "tokens in"], ["tokens_out", "tokens out"],
-  ["agent_s", "agent s"], ["total_s", "total s"], ["error", "error"],
+  ["agent_s", "agent s"], ["total_s", "total s"], ["error", "why"],
 ];
 function el(tag, text, cls) {
   const e = document.createElement(tag);

@@ -90,9 +90,73 @@ pub struct TaskResult {
     /// Why there is no `diff.patch`, if there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff_error: Option<String>,
+    /// How the verifier's run ended, for an attempt it did not resolve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<VerifierEnd>,
+}
+
+/// How a verifier's run ended: its exit status and the last lines it printed, where the
+/// reason an attempt is not resolved usually is (a failed assertion, a missing tool).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VerifierEnd {
+    /// `None`: it was killed (its time ran out) or its status could not be read.
+    pub exit: Option<i64>,
+    /// Its last lines: at most [`TAIL_LINES`] of them and [`TAIL_BYTES`] bytes.
+    pub tail: String,
+}
+
+/// How much of the verifier's output a result keeps (all of it is in `verify.log`).
+pub const TAIL_LINES: usize = 12;
+pub const TAIL_BYTES: usize = 2000;
+
+impl VerifierEnd {
+    /// The end of `log` (lossy UTF-8), its trailing blank lines dropped.
+    pub fn of(exit: Option<i64>, log: &[u8]) -> VerifierEnd {
+        let text = String::from_utf8_lossy(log);
+        let lines: Vec<&str> = text.trim_end().lines().collect();
+        let mut tail = lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n");
+        if tail.len() > TAIL_BYTES {
+            let mut cut = tail.len() - TAIL_BYTES;
+            while !tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            tail = format!("…{}", &tail[cut..]);
+        }
+        VerifierEnd { exit, tail }
+    }
+
+    /// One line: the exit status and the last line the verifier printed itself (not the
+    /// `[test.sh exited with N]` runner adds to the log).
+    pub fn summary(&self) -> String {
+        let last = self
+            .tail
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with("[test.sh exited with"));
+        let status = match self.exit {
+            Some(code) => format!("the verifier exited {code}"),
+            None => "the verifier was stopped".to_string(),
+        };
+        match last {
+            Some(line) => format!("{status}: {line}"),
+            None => format!("{status} and printed nothing"),
+        }
+    }
 }
 
 impl TaskResult {
+    /// Why the attempt was not resolved, in a line: its error, else how the verifier
+    /// ended; `None` for a resolved attempt.
+    pub fn reason(&self) -> Option<String> {
+        if self.status == Status::Resolved {
+            return None;
+        }
+        self.error
+            .clone()
+            .or_else(|| self.verifier.as_ref().map(VerifierEnd::summary))
+    }
+
     pub fn new(id: &str, attempt: u32, model: String) -> TaskResult {
         TaskResult {
             id: id.to_string(),
@@ -111,6 +175,7 @@ impl TaskResult {
             engine: None,
             infra_retries: 0,
             diff_error: None,
+            verifier: None,
         }
     }
 }
@@ -191,6 +256,18 @@ pub struct Summary {
     pub model: String,
     pub runner_version: String,
     pub task_set_hash: String,
+    /// Every attempt that was not resolved, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_resolved: Vec<NotResolved>,
+}
+
+/// An attempt that was not resolved, in the summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotResolved {
+    pub id: String,
+    pub attempt: u32,
+    pub status: String,
+    pub reason: String,
 }
 
 /// Everything finished under `out`, as results.
@@ -270,6 +347,16 @@ pub fn summarize(results: &[TaskResult], model: &str, task_set_hash: &str) -> Su
         model: model.to_string(),
         runner_version: env!("CARGO_PKG_VERSION").to_string(),
         task_set_hash: task_set_hash.to_string(),
+        not_resolved: results
+            .iter()
+            .filter(|r| r.status != Status::Resolved)
+            .map(|r| NotResolved {
+                id: r.id.clone(),
+                attempt: r.attempt,
+                status: r.status.name().to_string(),
+                reason: r.reason().unwrap_or_default(),
+            })
+            .collect(),
     }
 }
 

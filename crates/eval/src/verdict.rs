@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::EvalError;
 use super::engines::Engine;
-use super::results::{Status, TaskResult};
+use super::results::{Status, TaskResult, VerifierEnd};
 use crate::agent::End;
 use crate::workspace::write_file;
 
@@ -25,6 +25,8 @@ pub struct Verdict {
 pub(super) enum Verified {
     Ran {
         log: Vec<u8>,
+        /// The verifier's exit status, when it ended by itself.
+        exit: Option<i64>,
         timed_out: bool,
         score: Score,
     },
@@ -140,6 +142,7 @@ pub(super) async fn conclude(
         Verified::Interrupted => None,
         Verified::Ran {
             log,
+            exit,
             timed_out,
             score,
         } => {
@@ -150,6 +153,9 @@ pub(super) async fn conclude(
                 result.error = Some(format!("verify ran past {} s", limit.as_secs()));
             } else {
                 score_into(&mut result, score);
+            }
+            if result.status != Status::Resolved {
+                result.verifier = Some(VerifierEnd::of(exit, &log));
             }
             Some(Verdict {
                 result,
