@@ -597,6 +597,77 @@ fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
     });
 }
 
+/// A task image is keyed by the images it starts from as well as by its files: the base
+/// tagged anew (a rebuilt stand-in under the same name) makes a new build on the new base,
+/// not a reuse of the image built on the old one. And `--rebuild` builds an image the
+/// engine already has, once in a run.
+#[test]
+fn a_base_tagged_anew_makes_a_new_task_image() {
+    use runner::eval::images::{Builder, Built};
+    common::engine::docker();
+    let docker = |args: &[&str]| {
+        let out = Command::new("docker").args(args).output().unwrap();
+        assert!(out.status.success(), "docker {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let base = format!("runner-test-base-{}:1", std::process::id());
+    docker(&["tag", "runner-sandbox:bookworm", &base]);
+    let tmp = tempfile::tempdir().unwrap();
+    let context = tmp.path().join("environment");
+    std::fs::create_dir_all(&context).unwrap();
+    let nonce = format!("{:?}", std::time::SystemTime::now());
+    std::fs::write(context.join("nonce.txt"), &nonce).unwrap();
+    std::fs::write(
+        context.join("Dockerfile"),
+        format!("FROM {base}\nCOPY nonce.txt /nonce.txt\n"),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, b) = rt.block_on(async {
+        let engine = runner::sandbox::docker::engine::connect().await.unwrap();
+        let builder = Builder::new(engine, 2);
+        let limit = std::time::Duration::from_secs(300);
+        let a = builder.image_for(&context, limit).await.unwrap();
+        assert!(matches!(a, Built::Fresh(_)), "{a:?}");
+        let again = builder.image_for(&context, limit).await.unwrap();
+        assert_eq!(again, Built::Cached(a.image().to_string()));
+
+        // The same name, another image: a container of the old base, committed over it.
+        let made = format!("runner-test-rebase-{}", std::process::id());
+        docker(&[
+            "run",
+            "--name",
+            &made,
+            &base,
+            "sh",
+            "-c",
+            "echo v2 > /base-version",
+        ]);
+        docker(&["commit", &made, &base]);
+        docker(&["rm", &made]);
+        let b = builder.image_for(&context, limit).await.unwrap();
+        assert!(
+            matches!(b, Built::Fresh(_)),
+            "the stale image was reused: {b:?}"
+        );
+        assert_ne!(b.image(), a.image());
+
+        // `--rebuild`: built again though the engine has it, then once is enough.
+        let engine = runner::sandbox::docker::engine::connect().await.unwrap();
+        let rebuilding = Builder::new(engine, 2).rebuilding(true);
+        let again = rebuilding.image_for(&context, limit).await.unwrap();
+        assert_eq!(again, Built::Fresh(b.image().to_string()));
+        let once = rebuilding.image_for(&context, limit).await.unwrap();
+        assert_eq!(once, Built::Cached(b.image().to_string()));
+        (a, b)
+    });
+    let version = docker(&["run", "--rm", b.image(), "cat", "/base-version"]);
+    assert_eq!(version, "v2");
+    for image in [a.image(), b.image(), base.as_str()] {
+        let _ = Command::new("docker").args(["rmi", "-f", image]).output();
+    }
+}
+
 fn results(out: &Path) -> Vec<Value> {
     std::fs::read_dir(out.join("tasks"))
         .map(|d| {

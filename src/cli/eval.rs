@@ -82,6 +82,10 @@ pub struct RunArgs {
     /// or the local socket.
     #[arg(long = "docker-host", value_name = "HOST")]
     docker_hosts: Vec<String>,
+    /// Build every task image again (once in this run), not trusting an image of the same
+    /// content already on the engine.
+    #[arg(long)]
+    rebuild: bool,
 }
 
 pub fn run(cmd: EvalCommand) -> u8 {
@@ -146,6 +150,7 @@ async fn run_eval(args: RunArgs) -> u8 {
     };
     options.max_steps = args.max_steps;
     options.docker_hosts = args.docker_hosts;
+    options.rebuild = args.rebuild;
     options.progress = std::io::stderr().is_terminal();
     // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
     let signals = Signals::listen(

@@ -84,8 +84,9 @@ impl Engines {
     }
 
     /// Connects to every engine (each must answer now: a host that does not is more likely
-    /// a typo than an outage) and removes what earlier runs left on it.
-    pub async fn connect(hosts: &[String]) -> Result<Engines, EvalError> {
+    /// a typo than an outage) and removes what earlier runs left on it. `rebuild`: task
+    /// images are built again once in this run ([`Builder::rebuilding`]).
+    pub async fn connect(hosts: &[String], rebuild: bool) -> Result<Engines, EvalError> {
         let hosts: Vec<Option<String>> = if hosts.is_empty() {
             vec![None]
         } else {
@@ -106,7 +107,7 @@ impl Engines {
             engines.push(Arc::new(Engine {
                 // Where it was reached (named, DOCKER_HOST, or the local socket found).
                 local: described.host.starts_with("unix://"),
-                builder: Builder::new(docker.clone(), IMAGE_BUILDS),
+                builder: Builder::new(docker.clone(), IMAGE_BUILDS).rebuilding(rebuild),
                 described,
                 docker,
                 cpus: info.ncpu.unwrap_or(1).max(1) as usize,

@@ -1,5 +1,7 @@
 //! Task images built through the Engine API, named by the content of their build context
-//! (`runner-task:<hash>`), so an unchanged task is built once and then found. Two tasks
+//! and the images it starts `FROM` (`runner-task:<hash>`), so an unchanged task is built
+//! once and then found, and a base tagged anew (a rebuilt stand-in, a newer release under
+//! the same tag) makes a new build instead of a stale image. Two tasks
 //! with the same context never build it at the same time (the second waits and finds the
 //! first's image), and a separate bound keeps builds from crowding out the engine.
 
@@ -37,6 +39,9 @@ pub struct Builder {
     builds: Semaphore,
     /// One lock per image name.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// `--rebuild`: every image is built (or pulled) again, once per run, whatever the
+    /// engine already has under its name. The names done so far.
+    rebuild: Option<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Builder {
@@ -45,13 +50,43 @@ impl Builder {
             docker,
             builds: Semaphore::new(concurrent_builds.max(1)),
             locks: Mutex::new(HashMap::new()),
+            rebuild: None,
+        }
+    }
+
+    /// Builds (or pulls) each image again once in this run, not trusting what the engine
+    /// has (`runner eval run --rebuild`).
+    pub fn rebuilding(mut self, rebuild: bool) -> Builder {
+        self.rebuild = rebuild.then(Default::default);
+        self
+    }
+
+    /// Whether `image` may come from the engine as it is: always, unless rebuilding and
+    /// not yet rebuilt in this run.
+    async fn found(&self, image: &str) -> bool {
+        let stale = self.rebuild.as_ref().is_some_and(|done| {
+            !done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(image)
+        });
+        !stale && self.docker.inspect_image(image).await.is_ok()
+    }
+
+    /// Notes `image` as made in this run.
+    fn made(&self, image: &str) {
+        if let Some(done) = &self.rebuild {
+            done.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(image.to_string());
         }
     }
 
     /// The image for `context` (a folder with a `Dockerfile`), built if it is not there.
     pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, EvalError> {
         let files = files_under(context)?;
-        let tag = format!("runner-task:{}", hash(context, &files)?);
+        let bases = self.bases(context).await;
+        let tag = format!("runner-task:{}", hash(context, &files, &bases)?);
         let lock = self
             .locks
             .lock()
@@ -60,7 +95,7 @@ impl Builder {
             .or_default()
             .clone();
         let _same_image = lock.lock().await;
-        if self.docker.inspect_image(&tag).await.is_ok() {
+        if self.found(&tag).await {
             return Ok(Built::Cached(tag));
         }
         let _slot = self
@@ -78,7 +113,26 @@ impl Builder {
                     timeout.as_secs()
                 ))
             })??;
+        self.made(&tag);
         Ok(Built::Fresh(tag))
+    }
+
+    /// Each image the Dockerfile starts `FROM`, with the engine's id for it (`None`: not on
+    /// the engine yet; the build pulls it). A name built from an `ARG` is left out: what it
+    /// becomes is in the Dockerfile, which the hash already covers.
+    async fn bases(&self, context: &Path) -> Vec<(String, Option<String>)> {
+        let text = std::fs::read_to_string(context.join("Dockerfile")).unwrap_or_default();
+        let mut out = Vec::new();
+        for name in from_images(&text) {
+            let id = self
+                .docker
+                .inspect_image(&name)
+                .await
+                .ok()
+                .and_then(|i| i.id);
+            out.push((name, id));
+        }
+        out
     }
 
     /// A prebuilt image (`[environment] docker_image`): found on the engine, else pulled.
@@ -91,7 +145,7 @@ impl Builder {
             .or_default()
             .clone();
         let _same_image = lock.lock().await;
-        if self.docker.inspect_image(image).await.is_ok() {
+        if self.found(image).await {
             return Ok(Built::Cached(image.to_string()));
         }
         let _slot = self
@@ -118,6 +172,7 @@ impl Builder {
         tokio::time::timeout(timeout, pull).await.map_err(|_| {
             EvalError::Image(format!("pulling {image} ran past {} s", timeout.as_secs()))
         })??;
+        self.made(image);
         Ok(Built::Fresh(image.to_string()))
     }
 
@@ -197,11 +252,46 @@ pub(super) fn files_under(context: &Path) -> Result<Vec<PathBuf>, EvalError> {
     Ok(files)
 }
 
-/// Names, modes, link targets and contents: anything that changes what the build sees.
-fn hash(context: &Path, files: &[PathBuf]) -> Result<String, EvalError> {
+/// The images a Dockerfile's `FROM` lines name, in order: not the build's own stages
+/// (`FROM builder`), nor a name made from an `ARG`.
+fn from_images(dockerfile: &str) -> Vec<String> {
+    let mut stages: Vec<String> = Vec::new();
+    let mut images = Vec::new();
+    for line in dockerfile.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if !words
+            .first()
+            .is_some_and(|w| w.eq_ignore_ascii_case("FROM"))
+        {
+            continue;
+        }
+        let mut rest = words[1..].iter().skip_while(|w| w.starts_with("--"));
+        let Some(image) = rest.next() else { continue };
+        if !image.contains('$') && !stages.iter().any(|s| s.eq_ignore_ascii_case(image)) {
+            images.push(image.to_string());
+        }
+        if rest.next().is_some_and(|w| w.eq_ignore_ascii_case("AS"))
+            && let Some(stage) = rest.next()
+        {
+            stages.push(stage.to_string());
+        }
+    }
+    images
+}
+
+/// Names, modes, link targets and contents: anything that changes what the build sees;
+/// and the ids of the images it starts from.
+fn hash(
+    context: &Path,
+    files: &[PathBuf],
+    bases: &[(String, Option<String>)],
+) -> Result<String, EvalError> {
     use sha2::{Digest, Sha256};
     use std::os::unix::fs::MetadataExt;
     let mut h = Sha256::new();
+    for (name, id) in bases {
+        h.update(format!("FROM {name} {}\n", id.as_deref().unwrap_or("-")).as_bytes());
+    }
     for f in files {
         let path = context.join(f);
         let meta = std::fs::symlink_metadata(&path).map_err(EvalError::io("read", &path))?;
@@ -221,6 +311,13 @@ fn hash(context: &Path, files: &[PathBuf]) -> Result<String, EvalError> {
         .take(8)
         .map(|b| format!("{b:02x}"))
         .collect())
+}
+
+#[cfg(test)]
+#[test]
+fn the_images_a_dockerfile_starts_from() {
+    let text = "ARG BASE=debian\nFROM ${BASE} AS first\nFROM --platform=linux/amd64 python:3.12 AS Build\nRUN true\nfrom build\nFROM first\nFROM ubuntu:24.04\n";
+    assert_eq!(from_images(text), ["python:3.12", "ubuntu:24.04"]);
 }
 
 #[cfg(test)]

@@ -87,6 +87,8 @@ pub struct EvalOptions {
     pub progress: bool,
     /// Docker engines to spread tasks over (`--docker-host`); empty: the default one.
     pub docker_hosts: Vec<String>,
+    /// Build every task image again (once in this run), whatever the engine has.
+    pub rebuild: bool,
     /// The runner binary sandbox containers mount; `None`: this executable. Set by [`run`]
     /// to a copy in the out folder when runner runs in a container
     /// ([`crate::sandbox::spec::IN_CONTAINER_ENV`]).
@@ -115,6 +117,7 @@ impl EvalOptions {
             infra_retries: 2,
             progress: false,
             docker_hosts: Vec::new(),
+            rebuild: false,
             server_exe: None,
         }
     }
@@ -222,7 +225,7 @@ async fn connect_engines(
     if !on_docker {
         return Ok(None);
     }
-    let engines = engines::Engines::connect(&options.docker_hosts).await?;
+    let engines = engines::Engines::connect(&options.docker_hosts, options.rebuild).await?;
     if let Some(far) = engines.remote().next()
         && loaded.iter().any(|l| matches!(l, Loaded::Task(_)))
         && uses_docker(options)?
