@@ -292,7 +292,7 @@ fn pypi_servers_on(backend: &str) {
     );
 
     let beside = p.outside.display().to_string();
-    let (_, v) = call_pypi(
+    let (out, v) = call_pypi(
         &p,
         &c,
         backend,
@@ -303,6 +303,15 @@ fn pypi_servers_on(backend: &str) {
     assert!(
         !v.to_string().contains("HOST SECRET"),
         "{backend}: the git server read a repository outside the worktree: {v}"
+    );
+    // The server ran and answered: it found no repository there, not a broken start.
+    assert_eq!(out.status.code(), Some(1), "{backend}: {out:?}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Error executing tool git_log"),
+        "{backend}: {v}"
     );
 }
 

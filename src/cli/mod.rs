@@ -152,33 +152,38 @@ fn block_on_plain(command: impl std::future::Future<Output = u8>) -> u8 {
     }
 }
 
-/// `--sandbox`'s values: the backends (which know nothing of clap), each with what it is in
-/// `--help`.
+/// A flag whose values are a library enum's names, listed with their descriptions in
+/// `--help` and checked by clap (the libraries know nothing of clap).
+fn choice_arg<T: Copy + Send + Sync + 'static, const N: usize>(
+    all: [T; N],
+    name: fn(T) -> &'static str,
+    about: fn(T) -> &'static str,
+) -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::{PossibleValue, TypedValueParser};
+    let values = all.map(|v| PossibleValue::new(name(v)).help(about(v)));
+    clap::builder::PossibleValuesParser::new(values).map(move |s| {
+        all.into_iter()
+            .find(|v| name(*v) == s)
+            .expect("clap checked it is a listed value")
+    })
+}
+
+/// `--sandbox`'s values: the backends.
 fn backend_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::BackendKind> {
     use crate::sandbox::BackendKind;
-    use clap::builder::{PossibleValue, TypedValueParser};
-    let values = BackendKind::ALL.map(|b| PossibleValue::new(b.name()).help(b.about()));
-    clap::builder::PossibleValuesParser::new(values)
-        .map(|s| BackendKind::from_name(&s).expect("clap checked it is a listed backend"))
+    choice_arg(BackendKind::ALL, BackendKind::name, BackendKind::about)
 }
 
-/// `--ask`'s values: who answers what the rules leave open (the library knows nothing of
-/// clap).
+/// `--ask`'s values: who answers what the rules leave open.
 fn ask_arg() -> impl clap::builder::TypedValueParser<Value = crate::config::profile::AskMode> {
     use crate::config::profile::AskMode;
-    use clap::builder::{PossibleValue, TypedValueParser};
-    let values = AskMode::ALL.map(|m| PossibleValue::new(m.name()).help(m.about()));
-    clap::builder::PossibleValuesParser::new(values)
-        .map(|s| AskMode::from_name(&s).expect("clap checked it is a listed mode"))
+    choice_arg(AskMode::ALL, AskMode::name, AskMode::about)
 }
 
-/// `--workspace`'s values: the workspace modes (which know nothing of clap).
+/// `--workspace`'s values: the workspace modes.
 fn workspace_arg() -> impl clap::builder::TypedValueParser<Value = crate::workspace::Mode> {
     use crate::workspace::Mode;
-    use clap::builder::{PossibleValue, TypedValueParser};
-    let values = Mode::ALL.map(|m| PossibleValue::new(m.name()).help(m.about()));
-    clap::builder::PossibleValuesParser::new(values)
-        .map(|s| Mode::from_name(&s).expect("clap checked it is a listed mode"))
+    choice_arg(Mode::ALL, Mode::name, Mode::about)
 }
 
 /// `--network`'s values: the protocol's modes (which know nothing of clap), listed in

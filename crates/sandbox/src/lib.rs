@@ -60,11 +60,6 @@ impl BackendKind {
         }
     }
 
-    /// The inverse of [`BackendKind::name`].
-    pub fn from_name(name: &str) -> Option<BackendKind> {
-        Self::ALL.into_iter().find(|b| b.name() == name)
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::None => "none",

@@ -67,11 +67,6 @@ impl Mode {
             Mode::Copy => "A private copy, reviewed and applied afterwards",
         }
     }
-
-    /// The inverse of [`Mode::name`].
-    pub fn from_name(name: &str) -> Option<Mode> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
 }
 
 /// What `meta.json` records.

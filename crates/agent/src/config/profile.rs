@@ -89,11 +89,6 @@ impl AskMode {
             AskMode::Deny => "Every ask is refused: for runs where nobody is watching",
         }
     }
-
-    /// The inverse of [`AskMode::name`].
-    pub fn from_name(name: &str) -> Option<AskMode> {
-        Self::ALL.into_iter().find(|m| m.name() == name)
-    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -35,7 +35,8 @@ pub const RECIPES: &[Recipe] = &[
     },
     Recipe {
         name: "dev",
-        dockerfile: include_str!("../../../../images/dev/Dockerfile"),
+        // The same steps; only the packages differ.
+        dockerfile: include_str!("../../../../images/default/Dockerfile"),
         packages: include_str!("../../../../images/dev/packages.txt"),
         extends: Some("default"),
         tag: DEV_IMAGE,
@@ -123,10 +124,8 @@ pub async fn build(
     let base = req.base.as_deref().unwrap_or(recipe.base);
     let all = recipe.all_packages();
     ensure_base(docker, req, base, &all, log).await?;
-    let context = context_tar(recipe.dockerfile, &all.join("\n")).map_err(DockerError::io(
-        "pack the build context in",
-        Path::new("memory"),
-    ))?;
+    let context = context_tar(recipe.dockerfile, &all.join("\n"))
+        .map_err(|e| DockerError::Unexpected(format!("cannot pack the build context: {e}")))?;
     let base = full_name(docker, base)
         .await
         .ok_or_else(|| DockerError::Unexpected(format!("the base {base} is not on the engine")))?;
