@@ -78,6 +78,7 @@ async fn harbor_task_containers_get_the_engines_rlimits_and_runtime() {
         server_exe: env!("CARGO_BIN_EXE_runner").into(),
         engine_is_local: true,
         runtime: vec![runtime.to_string()],
+        ca_bundle: None,
     };
     for (runtime, says) in [
         ("kata-qemu", "no runtime \"kata-qemu\""),

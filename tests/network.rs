@@ -16,13 +16,9 @@ struct Pip {
 impl Pip {
     fn new() -> Pip {
         common::engine::docker();
+        // Nothing hands pip a certificate: where the machine reaches registries through a
+        // TLS-inspecting gateway, the host's bundle the sandbox trusts holds its authority.
         let s = common::allowlist::setup();
-        // The host's certificate bundle: where the machine reaches registries through a
-        // TLS-inspecting gateway, its authority is there and not in the image.
-        let bundle = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
-        if bundle.exists() {
-            std::fs::copy(bundle, s.wt.join("ca.crt")).unwrap();
-        }
         Pip {
             s,
             runs: Default::default(),
@@ -36,9 +32,9 @@ impl Pip {
         // and each run downloads into a folder of its own.
         let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let command = format!(
-            "[ -d .venv ] || python3 -m venv .venv; cert=''; [ -f ca.crt ] && cert='--cert ca.crt'; \
+            "[ -d .venv ] || python3 -m venv .venv; \
              .venv/bin/pip download -vvv --no-deps --retries 0 --timeout 20 \
-             --disable-pip-version-check $cert -d dl{run} six==1.16.0 2>&1 | grep -E '403|Saved|ERROR'; ls dl{run}"
+             --disable-pip-version-check -d dl{run} six==1.16.0 2>&1 | grep -E '403|Saved|ERROR'; ls dl{run}"
         );
         let args = serde_json::json!({"command": command, "description": "pip", "timeout": 240000})
             .to_string();
@@ -276,4 +272,93 @@ fn sandbox_shell_carries_the_proxy_on_both_backends() {
         );
         assert_eq!(outside.accepted(), 1, "{backend}\n{all}");
     }
+}
+
+/// `pip install` from the real index through the allow-list, behind each wall, on a machine
+/// whose egress may inspect TLS (this one does): the sandbox trusts the host's authorities,
+/// the two hosts the index needs are allowed, and a third host is refused by its rule.
+#[test]
+fn pip_installs_from_the_index_behind_both_walls() {
+    common::engine::ensure_package_for("python3-venv", "python3 -m venv", || {
+        std::process::Command::new("/usr/bin/python3")
+            .args(["-c", "import ensurepip"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    for backend in [common::Backend::Landlock, common::Backend::Docker] {
+        let s = common::allowlist::setup();
+        std::fs::write(
+            &s.config,
+            "[permission.network]\n\"*\" = \"deny\"\n\"pypi.org\" = \"allow\"\n\"files.pythonhosted.org\" = \"allow\"\n",
+        )
+        .unwrap();
+        let out = common::allowlist::call(
+            &s,
+            backend,
+            "python3 -m venv .venv && .venv/bin/pip install --disable-pip-version-check --no-deps \
+             --retries 0 --timeout 30 six==1.16.0 2>&1 | tail -2; \
+             .venv/bin/python -c 'import six; print(\"imported six\", six.__version__)'; \
+             python3 net.py fetch https://example.com/",
+        );
+        let all = text(&out);
+        assert!(
+            all.contains("imported six 1.16.0"),
+            "{backend:?}: pip install failed\n{all}"
+        );
+        let recs = records(&out);
+        for host in ["pypi.org:443", "files.pythonhosted.org:443"] {
+            assert!(
+                recs.iter().any(|(d, h, _)| d == "allow" && h == host),
+                "{backend:?}: no {host}\n{all}"
+            );
+        }
+        assert!(
+            recs.iter().any(|(d, h, why)| d == "deny"
+                && h == "example.com:443"
+                && why.contains("network \"*\" = \"deny\"")),
+            "{backend:?}: the other host is refused by its rule\n{all}"
+        );
+    }
+}
+
+/// A TLS server signed by an authority that only the test's config knows: behind each wall
+/// it verifies once `[network] ca_certificates` names that authority, and fails as any
+/// unknown certificate does without it.
+#[test]
+fn a_configured_authority_is_trusted_behind_both_walls_and_only_then() {
+    let tls = common::tls::TlsOutside::start();
+    let fetch = format!(
+        "no_proxy= NO_PROXY= python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' https://127.0.0.1:{}/ 2>&1 | tail -1; echo \"trusting $SSL_CERT_FILE\"",
+        tls.port
+    );
+    for backend in [common::Backend::Landlock, common::Backend::Docker] {
+        let s = common::allowlist::setup();
+        std::fs::write(s.config.with_file_name("company-ca.pem"), &tls.ca_pem).unwrap();
+        let rules = "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n";
+        std::fs::write(&s.config, rules).unwrap();
+        let without = common::allowlist::call(&s, backend, &fetch);
+        let all = text(&without);
+        assert!(
+            all.contains("CERTIFICATE_VERIFY_FAILED") && !all.contains(common::tls::BODY),
+            "{backend:?}: an authority nobody configured is not trusted\n{all}"
+        );
+        std::fs::write(
+            &s.config,
+            format!("{rules}[network]\nca_certificates = [\"company-ca.pem\"]\n"),
+        )
+        .unwrap();
+        let with = common::allowlist::call(&s, backend, &fetch);
+        let all = text(&with);
+        assert!(
+            all.contains(common::tls::BODY),
+            "{backend:?}: the configured authority is trusted\n{all}"
+        );
+        if backend == common::Backend::Docker {
+            assert!(
+                all.contains(&format!("trusting {}", runner::sandbox::trust::INSIDE)),
+                "{all}"
+            );
+        }
+    }
+    assert_eq!(tls.handshakes(), 2, "one verified handshake per wall");
 }

@@ -158,6 +158,16 @@ impl SessionOptions {
         if let Some(host) = &self.docker_host {
             spec.docker.host = Some(host.clone());
         }
+        // Behind a wall, commands trust what the host trusts (a company's inspection CA)
+        // and the authorities the user's config adds; with no wall they see the host as is.
+        if spec.backend != BackendKind::None {
+            let (settings, _) =
+                crate::config::settings::Settings::load(&self.root, self.config.as_deref())
+                    .map_err(|e| OpenError::Usage(e.to_string()))?;
+            spec.ca_bundle = settings
+                .ca_bundle()
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+        }
         if let Some(task) = &self.in_image {
             spec.backend = BackendKind::Docker;
             spec.network = task.network();

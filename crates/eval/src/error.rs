@@ -49,6 +49,10 @@ pub enum EvalError {
     #[error(transparent)]
     Profile(#[from] crate::config::profile::ProfileError),
     #[error(transparent)]
+    Settings(#[from] crate::config::settings::SettingsError),
+    #[error(transparent)]
+    Trust(#[from] crate::sandbox::trust::TrustError),
+    #[error(transparent)]
     Workspace(#[from] crate::workspace::Error),
     #[error(transparent)]
     Docker(#[from] DockerError),

@@ -248,6 +248,9 @@ fn task_image(
     if let Some(r) = &options.runtime {
         spec.docker.runtime = vec![r.clone()];
     }
+    // The task's commands and its verifier trust what the host trusts.
+    let (settings, _) =
+        crate::config::settings::Settings::load(outputs, options.config.as_deref())?;
     let e = &task.environment;
     let limits = Limits {
         memory_bytes: e.memory_bytes.unwrap_or(spec.limits.memory_bytes),
@@ -269,6 +272,7 @@ fn task_image(
         server_exe: options.server_exe.clone().unwrap_or(spec.server_exe),
         engine_is_local: engine.local,
         runtime: spec.docker.runtime,
+        ca_bundle: settings.ca_bundle()?,
     })
 }
 

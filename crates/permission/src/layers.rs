@@ -176,7 +176,7 @@ pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, Con
         message: e.to_string(),
     })?;
     // The other keys belong to `config::settings`, which reads the same files.
-    const KNOWN: [&str; 9] = [
+    const KNOWN: [&str; 10] = [
         "permission",
         "model",
         "provider",
@@ -186,12 +186,13 @@ pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, Con
         "mcp",
         "websearch",
         "lsp",
+        "network",
     ];
     if let Some(key) = doc.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(ConfigError::Invalid {
             origin: origin.to_string(),
             message: format!(
-                "unknown key {key:?}; a runner config holds `permission`, `model`, `provider`, `retry`, `context`, `hooks`, `mcp`, `websearch` and `lsp`"
+                "unknown key {key:?}; a runner config holds `permission`, `model`, `provider`, `retry`, `context`, `hooks`, `mcp`, `websearch`, `lsp` and `network`"
             ),
         });
     }

@@ -18,6 +18,7 @@ pub use runner_sandbox_server as server;
 pub mod spec;
 pub mod splice;
 pub mod start_error;
+pub mod trust;
 pub mod worktree_guard;
 
 use std::path::{Path, PathBuf};

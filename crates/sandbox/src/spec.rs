@@ -82,6 +82,9 @@ pub struct SandboxSpec {
     pub env_allow: Vec<String>,
     /// Worktree-relative paths mounted read-only.
     pub protected: Vec<PathBuf>,
+    /// The certificate bundle commands trust ([`crate::trust`]): the host's authorities
+    /// and the user's extra ones, mounted read-only in containers. `None`: the image's own.
+    pub ca_bundle: Option<PathBuf>,
     /// Disarm repositories commands make in the worktree (see
     /// [`super::server::git_sweep`]): for a checkout the user runs git in.
     pub sweep_repositories: bool,
@@ -150,6 +153,7 @@ impl SandboxSpec {
             network: Network::None,
             env_allow: Vec::new(),
             protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
+            ca_bundle: None,
             sweep_repositories: true,
             server_exe: std::env::current_exe()?,
             docker: DockerSpec::default(),

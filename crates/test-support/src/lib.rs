@@ -17,6 +17,7 @@ pub mod podman;
 pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -38,6 +38,32 @@ pub struct Settings {
     pub websearch: Option<crate::tool::search::SearchSettings>,
     /// Language servers by name; a later layer's replaces an earlier one of that name.
     pub lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
+    /// `[network]`: what sandboxes trust (never a project's: an authority a repository
+    /// adds would let it vouch for any site).
+    pub network: NetworkSettings,
+}
+
+/// `[network]` in the user's own config or `--config`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSettings {
+    /// PEM files of authorities sandboxes trust beside the host's own bundle (a company's
+    /// TLS inspection CA, a private registry's); relative to the file that names them.
+    #[serde(default)]
+    pub ca_certificates: Vec<PathBuf>,
+}
+
+impl Settings {
+    /// The certificate bundle a sandbox trusts: the host's system bundle and the extra
+    /// authorities configured, written once under `$XDG_DATA_HOME/runner/ca`.
+    pub fn ca_bundle(&self) -> Result<Option<PathBuf>, crate::sandbox::trust::TrustError> {
+        let dir = crate::dirs::data_home()
+            .unwrap_or_else(std::env::temp_dir)
+            .join("runner")
+            .join("ca");
+        let system = crate::sandbox::trust::system_bundle();
+        crate::sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, &dir)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -54,6 +80,7 @@ struct FileSettings {
     websearch: Option<crate::tool::search::SearchSettings>,
     #[serde(default)]
     lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
+    network: Option<NetworkSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +116,12 @@ impl Settings {
             if file.websearch.take().is_some() {
                 notes.push(format!(
                     "ignored [websearch] in {}: only your own config (or --config) may say where your search key is sent",
+                    project.display()
+                ));
+            }
+            if file.network.take().is_some() {
+                notes.push(format!(
+                    "ignored [network] in {}: only your own config (or --config) may add certificate authorities",
                     project.display()
                 ));
             }
@@ -130,6 +163,12 @@ impl Settings {
             self.websearch = file.websearch;
         }
         self.lsp.extend(file.lsp);
+        if let Some(network) = file.network {
+            let base = source.parent().unwrap_or(Path::new("."));
+            self.network
+                .ca_certificates
+                .extend(network.ca_certificates.iter().map(|p| base.join(p)));
+        }
     }
 }
 
@@ -174,6 +213,7 @@ fn read(path: &Path) -> Result<FileSettings, SettingsError> {
             mcp,
             websearch: None,
             lsp,
+            network: None,
         });
     }
     let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
@@ -199,6 +239,36 @@ mod tests {
         assert_eq!(s.model.as_deref(), Some("anthropic/claude-x"));
         assert!(s.provider.is_empty());
         assert!(notes[0].contains("ignored [provider]"), "{notes:?}");
+    }
+
+    #[test]
+    fn only_the_users_files_add_authorities_named_beside_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+        std::fs::write(
+            dir.path().join(".runner/config.toml"),
+            "[network]\nca_certificates = [\"evil.pem\"]\n",
+        )
+        .unwrap();
+        let mine = dir.path().join("mine").join("config.toml");
+        std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
+        std::fs::write(
+            &mine,
+            "[network]\nca_certificates = [\"company.pem\", \"/etc/x.pem\"]\n",
+        )
+        .unwrap();
+        let (s, notes) = Settings::load(dir.path(), Some(&mine)).unwrap();
+        assert_eq!(
+            s.network.ca_certificates,
+            vec![
+                dir.path().join("mine/company.pem"),
+                PathBuf::from("/etc/x.pem")
+            ]
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("ignored [network]")),
+            "{notes:?}"
+        );
     }
 
     #[test]

@@ -65,6 +65,9 @@ fn container_env(spec: &SandboxSpec) -> Vec<(String, String)> {
     if spec.network == Network::Allowlist {
         crate::spec::set_proxy_env(&mut env);
     }
+    if spec.ca_bundle.is_some() {
+        crate::trust::set_env(&mut env, Path::new(crate::trust::INSIDE));
+    }
     env
 }
 
@@ -102,6 +105,9 @@ pub fn container_body(
     ];
     for dir in &spec.read_only {
         mounts.push(bind(dir, dir, true));
+    }
+    if let Some(bundle) = &spec.ca_bundle {
+        mounts.push(bind(bundle, Path::new(crate::trust::INSIDE), true));
     }
     // `.git` as a mount point of its own cannot be renamed away and replaced.
     let seen = guard.moved(worktree, inside);

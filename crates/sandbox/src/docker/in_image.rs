@@ -49,6 +49,9 @@ pub struct TaskImage {
     pub read_only: Vec<PathBuf>,
     /// The static `runner` that serves inside.
     pub server_exe: PathBuf,
+    /// The certificate bundle commands and the verifier trust ([`crate::trust`]), mounted
+    /// read-only at [`crate::trust::INSIDE`] when the engine is local.
+    pub ca_bundle: Option<PathBuf>,
     /// Whether the engine sees this machine's files (a local socket). If not (an engine
     /// on another machine, over TCP or SSH), the server is copied into the container
     /// instead of mounted, and `read_only` is left out: there is nothing to mount from.
@@ -157,7 +160,11 @@ impl TaskContainer {
         let workdir = PathBuf::from(workdir);
         let image_user = config.user.unwrap_or_default();
         let user = task.user.clone().unwrap_or_else(|| image_user.clone());
-        let base_env = merged_env(config.env.unwrap_or_default(), &task.env);
+        let mut base_env = merged_env(config.env.unwrap_or_default(), &task.env);
+        let bundle = task.ca_bundle.as_ref().filter(|_| task.engine_is_local);
+        if bundle.is_some() {
+            crate::trust::set_env(&mut base_env, Path::new(crate::trust::INSIDE));
+        }
         let mut env = with_home(base_env.clone(), &user);
         if task.network == Network::Allowlist {
             crate::spec::set_proxy_env(&mut env);
@@ -188,6 +195,9 @@ impl TaskContainer {
         }
         for dir in read_only {
             mounts.push(bind(dir, dir));
+        }
+        if let Some(bundle) = bundle {
+            mounts.push(bind(bundle, Path::new(crate::trust::INSIDE)));
         }
         let runtime = engine.choose_runtime(&task.runtime).await?;
         let run_id = unique_id();

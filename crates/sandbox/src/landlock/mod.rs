@@ -104,7 +104,14 @@ fn server_args(
     guard: &WorktreeGuard,
 ) -> Result<Vec<OsString>, SandboxError> {
     let mut args: Vec<OsString> = vec!["sandbox-server".into()];
-    args.extend(local::root_args(worktree, &spec.read_only)?);
+    // The certificate bundle is read where it is: its folder joins the read-only roots.
+    let bundle_dir = spec
+        .ca_bundle
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf);
+    let read_only: Vec<PathBuf> = spec.read_only.iter().cloned().chain(bundle_dir).collect();
+    args.extend(local::root_args(worktree, &read_only)?);
     let mut flag = |name: &str, value: OsString| {
         args.push(format!("--{name}").into());
         args.push(value);
@@ -193,6 +200,9 @@ fn sandbox_env(spec: &SandboxSpec, worktree: &Path, tmp: &Path) -> Vec<(String, 
     env.push(("TMPDIR".into(), tmp_str));
     if spec.network == Network::Allowlist {
         super::spec::set_proxy_env(&mut env);
+    }
+    if let Some(bundle) = &spec.ca_bundle {
+        crate::trust::set_env(&mut env, bundle);
     }
     env
 }
