@@ -362,3 +362,166 @@ fn a_configured_authority_is_trusted_behind_both_walls_and_only_then() {
     }
     assert_eq!(tls.handshakes(), 2, "one verified handshake per wall");
 }
+
+/// A machine that reaches the internet only through a company's proxy (`HTTPS_PROXY`,
+/// `HTTP_PROXY` with a user and password in runner's environment): the model provider's
+/// requests, the sandbox's connections through the allow-list (a tunnel and a plain
+/// request) and `webfetch` all go through it with its credentials; a host the rules deny
+/// never reaches it; the sandbox's commands never see its address or password.
+#[test]
+fn every_connection_from_the_host_goes_through_the_upstream_proxy() {
+    use common::provider::{Response, ScriptedModel, calls, text};
+    use serde_json::json;
+    const PASSWORD: &str = "s3cret-proxy-pass";
+    let upstream = common::upstream::UpstreamProxy::start("corp", PASSWORD);
+    let outside = common::outside::Outside::start(100_000);
+    let tls = common::tls::TlsOutside::start();
+    let (p, t, up) = (outside.port, tls.port, upstream.port);
+    let s = common::allowlist::setup();
+    std::fs::write(s.config.with_file_name("ca.pem"), &tls.ca_pem).unwrap();
+    std::fs::write(
+        &s.config,
+        "[permission]\nwebfetch = \"allow\"\n[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n[network]\nca_certificates = [\"ca.pem\"]\n",
+    )
+    .unwrap();
+    let command = format!(
+        "export no_proxy= NO_PROXY=; python3 net.py fetch http://127.0.0.1:{p}/blob; \
+         python3 -c 'import sys, urllib.request; print(\"TLS\", urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' https://127.0.0.1:{t}/; \
+         python3 net.py fetch http://denied.example:{p}/blob; \
+         env | grep -i -e proxy -e {PASSWORD} -e 127.0.0.1:{up}; echo env-listed"
+    );
+    let model = ScriptedModel::start(vec![
+        Response::Stream(calls(vec![
+            ("bash", json!({"command": command, "description": "fetch"})),
+            (
+                "webfetch",
+                json!({"url": format!("http://127.0.0.1:{p}/blob"), "format": "text"}),
+            ),
+        ])),
+        Response::Stream(text("done")),
+    ]);
+    let config = s.config.display().to_string();
+    let out = common::allowlist::runner(
+        &s,
+        &[
+            "--sandbox",
+            "landlock",
+            "--network",
+            "allowlist",
+            "--model",
+            "openai/gpt-test",
+            "--ask",
+            "deny",
+            "--config",
+            &config,
+            "--json",
+            "fetch things",
+        ],
+    )
+    .env("OPENAI_API_KEY", "sk-test")
+    .env("OPENAI_BASE_URL", model.openai_base())
+    .env("HTTPS_PROXY", upstream.url())
+    .env("http_proxy", upstream.url())
+    .env_remove("NO_PROXY")
+    .env_remove("no_proxy")
+    .output()
+    .unwrap();
+    let all = text_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    // What the tools answered (not the calls, which name the proxy to look for it).
+    let last = model.requests().last().unwrap().body.clone();
+    let results: String = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        results.contains(&format!("OK http://127.0.0.1:{p}/blob 100000")),
+        "{results}"
+    );
+    assert!(results.contains(common::tls::BODY), "{results}");
+    assert!(results.contains("env-listed"), "{results}");
+    assert!(
+        !results.contains(PASSWORD) && !results.contains(&format!("127.0.0.1:{up}")),
+        "the sandbox saw the upstream proxy\n{results}"
+    );
+    let passed = upstream.passed();
+    let show: Vec<&str> = passed.iter().map(|x| x.line.as_str()).collect();
+    assert!(passed.iter().all(|x| x.authorized), "{show:?}");
+    let sent = |line: &str, agent: &str| {
+        passed.iter().any(|x| {
+            x.line.starts_with(line)
+                && x.headers.iter().any(|h| h.to_ascii_lowercase().contains(agent))
+        })
+    };
+    assert!(
+        sent(
+            &format!("POST http://127.0.0.1:{}/v1/chat/completions", model_port(&model)),
+            "authorization: bearer sk-test"
+        ),
+        "the model provider's requests: {show:?}"
+    );
+    assert!(
+        sent(&format!("GET http://127.0.0.1:{p}/blob "), "python-urllib"),
+        "the sandbox's plain request: {show:?}"
+    );
+    assert!(
+        passed
+            .iter()
+            .any(|x| x.line == format!("CONNECT 127.0.0.1:{t} HTTP/1.1")),
+        "the sandbox's tunnel: {show:?}"
+    );
+    assert!(
+        sent(&format!("GET http://127.0.0.1:{p}/blob "), "user-agent: runner/"),
+        "webfetch: {show:?}"
+    );
+    assert!(
+        !show.iter().any(|l| l.contains("denied.example")),
+        "a denied host reached the proxy: {show:?}"
+    );
+    // The session's network records name the way out.
+    let sessions = s.data.join("runner/sessions");
+    let session: String = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert!(
+        session.contains(&format!("\"address\":\"via 127.0.0.1:{up}\"")),
+        "{session}"
+    );
+
+    // `no_proxy` sends a host direct.
+    let before = upstream.passed().len();
+    let args = json!({"url": format!("http://127.0.0.1:{p}/blob"), "format": "text"}).to_string();
+    let direct = common::allowlist::runner(
+        &s,
+        &["tool", "call", "webfetch", &args, "--config", &config],
+    )
+    .env("HTTPS_PROXY", upstream.url())
+    .env("http_proxy", upstream.url())
+    .env("NO_PROXY", "localhost,127.0.0.1")
+    .output()
+    .unwrap();
+    // It arrived: the blob has no content type, so webfetch says what it got.
+    let said = text_of(&direct);
+    assert!(said.contains("100000 bytes"), "{said}");
+    assert_eq!(upstream.passed().len(), before, "no_proxy was not honoured");
+}
+
+fn text_of(out: &Output) -> String {
+    text(out)
+}
+
+fn model_port(model: &common::provider::ScriptedModel) -> String {
+    model
+        .openai_base()
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .trim_end_matches("/v1")
+        .to_string()
+}

@@ -12,6 +12,7 @@
 pub mod address;
 mod body;
 mod cut;
+pub mod egress;
 pub mod outbound;
 mod pump;
 pub mod record;
@@ -92,12 +93,17 @@ impl Policy {
         }
     }
 
-    /// Judges `host:port` and resolves it; the addresses to try, or why not.
+    /// Judges `host:port` and resolves it; the addresses to try, or why not. `proxied`:
+    /// the connection goes through the host's upstream proxy ([`egress`]), where a name
+    /// this machine cannot resolve is the proxy's to resolve (the list is then empty); one
+    /// that resolves is still checked, so a name leading to a private address is refused
+    /// here as on a direct connection.
     pub async fn decide(
         &self,
         host: &str,
         port: u16,
         own: &[IpAddr],
+        proxied: bool,
     ) -> Result<Vec<SocketAddr>, Refusal> {
         let mut request =
             PermissionRequest::new("network", vec![host.to_string()], vec![host.to_string()])
@@ -116,6 +122,7 @@ impl Policy {
                 let lookup = tokio::net::lookup_host((host, port));
                 match tokio::time::timeout(Duration::from_secs(10), lookup).await {
                     Ok(Ok(addrs)) => addrs.collect(),
+                    Ok(Err(_)) | Err(_) if proxied => return Ok(Vec::new()),
                     Ok(Err(e)) => {
                         return Err(Refusal {
                             status: 502,
@@ -357,7 +364,7 @@ mod tests {
             "10.0.0.1",
             "::1",
         ] {
-            let err = p.decide(host, 80, &[]).await.unwrap_err();
+            let err = p.decide(host, 80, &[], false).await.unwrap_err();
             assert_eq!(err.status, 403, "{host}");
             assert!(
                 err.reason.contains("only a rule naming"),
@@ -365,24 +372,24 @@ mod tests {
                 err.reason
             );
         }
-        assert!(p.decide("8.8.8.8", 53, &[]).await.is_ok());
+        assert!(p.decide("8.8.8.8", 53, &[], false).await.is_ok());
         // The machine's own public address is the machine.
         let own: IpAddr = "198.51.100.7".parse().unwrap();
-        let err = p.decide("198.51.100.7", 22, &[own]).await.unwrap_err();
+        let err = p.decide("198.51.100.7", 22, &[own], false).await.unwrap_err();
         assert!(err.reason.contains("own addresses"), "{}", err.reason);
     }
 
     #[tokio::test]
     async fn an_exact_rule_opens_its_address_or_its_name() {
         let p = policy(&[("*", Action::Deny), ("127.0.0.1", Action::Allow)]);
-        let addrs = p.decide("127.0.0.1", 8080, &[]).await.unwrap();
+        let addrs = p.decide("127.0.0.1", 8080, &[], false).await.unwrap();
         assert_eq!(addrs, vec!["127.0.0.1:8080".parse().unwrap()]);
         let p = policy(&[("localhost", Action::Allow)]);
-        let addrs = p.decide("localhost", 8080, &[]).await.unwrap();
+        let addrs = p.decide("localhost", 8080, &[], false).await.unwrap();
         assert!(addrs.iter().all(|a| a.ip().is_loopback()), "{addrs:?}");
         // A pattern with a wildcard is not an exact rule, even if it matches only one name.
         let p = policy(&[("localhos?", Action::Allow)]);
-        assert!(p.decide("localhost", 8080, &[]).await.is_err());
+        assert!(p.decide("localhost", 8080, &[], false).await.is_err());
     }
 
     #[tokio::test]
@@ -390,17 +397,17 @@ mod tests {
         // The project's config allows the host (the gate lets it through) but cannot open
         // it: only the user's own files can.
         let p = policy_in(&[("127.0.0.1", Action::Allow)], Layer::Project);
-        let err = p.decide("127.0.0.1", 8080, &[]).await.unwrap_err();
+        let err = p.decide("127.0.0.1", 8080, &[], false).await.unwrap_err();
         assert_eq!(err.status, 403);
         assert!(err.reason.contains("your own config"), "{}", err.reason);
         let p = policy_in(&[("127.0.0.1", Action::Allow)], Layer::Explicit);
-        assert!(p.decide("127.0.0.1", 8080, &[]).await.is_ok());
+        assert!(p.decide("127.0.0.1", 8080, &[], false).await.is_ok());
     }
 
     #[tokio::test]
     async fn a_refusal_names_the_rule_or_who_refused() {
         let p = policy(&[("*", Action::Deny), ("*.example.org", Action::Allow)]);
-        let err = p.decide("evil.test", 443, &[]).await.unwrap_err();
+        let err = p.decide("evil.test", 443, &[], false).await.unwrap_err();
         assert_eq!(err.status, 403);
         assert!(
             err.reason.contains("network \"*\" = \"deny\" (test #1)"),
@@ -408,7 +415,7 @@ mod tests {
             err.reason
         );
         let p = policy(&[("*", Action::Ask)]);
-        let err = p.decide("pypi.org", 443, &[]).await.unwrap_err();
+        let err = p.decide("pypi.org", 443, &[], false).await.unwrap_err();
         assert!(err.reason.contains("nobody is there"), "{}", err.reason);
     }
 }

@@ -18,14 +18,20 @@
 //! to. A URL whose host is an address (`http://2130706433/`, `http://[::ffff:127.0.0.1]/`;
 //! the URL parser turns every spelling into the address) is never resolved, so
 //! [`Outbound::check_url`] judges it before each request, and every redirect is a new
-//! request judged again. The clients use no `HTTP(S)_PROXY`: a proxy would connect
-//! wherever it was told, after this check.
+//! request judged again.
+//!
+//! Where runner's environment names an upstream proxy ([`super::egress`]), the clients
+//! send through it, and the proxy resolves the names: then [`Outbound::judge`] resolves
+//! each URL's name here first and refuses it if it leads somewhere closed (a name this
+//! machine cannot resolve at all is left to the proxy). The proxy's own address is the
+//! user's choice and never refused.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::address::{self, Reserved};
+use super::egress::{BadProxy, Egress};
 use runner_permission::rules::{Action, Rule};
 use runner_permission::wildcard;
 
@@ -51,6 +57,9 @@ pub enum OutboundError {
     Client(#[source] reqwest::Error),
     #[error("cannot make an HTTP client: {0}")]
     Client012(#[source] reqwest012::Error),
+    /// The upstream proxy of runner's environment cannot be used.
+    #[error(transparent)]
+    Proxy(#[from] BadProxy),
 }
 
 /// The policy of one session's host-side requests, and the HTTP client that keeps it.
@@ -65,6 +74,8 @@ struct Openings {
     rules: Vec<Rule>,
     /// This machine's own addresses (a public one is still this machine).
     own: Vec<IpAddr>,
+    /// The upstream proxies' hosts, which the user named and so may be anywhere.
+    proxies: Vec<String>,
 }
 
 impl Outbound {
@@ -78,6 +89,7 @@ impl Outbound {
                     .cloned()
                     .collect(),
                 own: address::own_addresses(),
+                proxies: Egress::from_env().proxy_hosts(),
             }),
             client: OnceLock::new(),
         }
@@ -90,8 +102,18 @@ impl Outbound {
         if let Some(c) = self.client.get() {
             return Ok(c);
         }
-        let built = runner_http::client_builder()
-            .no_proxy()
+        let egress = Egress::from_env();
+        let mut builder = runner_http::client_builder().no_proxy();
+        if egress.is_set() {
+            builder = builder.proxy(reqwest::Proxy::custom(|url| {
+                Egress::from_env()
+                    .for_url(url)
+                    .ok()
+                    .flatten()
+                    .map(|p| p.url().to_string())
+            }));
+        }
+        let built = builder
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Resolver(self.openings.clone()))
             .build()
@@ -126,10 +148,21 @@ impl Outbound {
                 Err(refused) => attempt.error(refused),
             }
         });
-        reqwest012::Client::builder()
+        let mut builder = reqwest012::Client::builder()
             .default_headers(headers)
             .connect_timeout(Duration::from_secs(30))
-            .no_proxy()
+            .no_proxy();
+        if Egress::from_env().is_set() {
+            builder = builder.proxy(reqwest012::Proxy::custom(|url| {
+                let url = reqwest::Url::parse(url.as_str()).ok()?;
+                Egress::from_env()
+                    .for_url(&url)
+                    .ok()
+                    .flatten()
+                    .map(|p| p.url().to_string())
+            }));
+        }
+        builder
             .redirect(redirects)
             .dns_resolver(Arc::new(Resolver(self.openings.clone())))
             .build()
@@ -142,18 +175,28 @@ impl Outbound {
         self.openings.check_url(url)
     }
 
+    /// Judges `url` before a request to it: by its text, and, when it goes through an
+    /// upstream proxy (whose resolution no resolver here sees), by where its name leads.
+    pub async fn judge(&self, url: &reqwest::Url) -> Result<(), OutboundError> {
+        match Egress::from_env().for_url(url)? {
+            Some(_) => self.check(url).await,
+            None => Ok(self.openings.check_url(url)?),
+        }
+    }
+
     /// Judges `url` whole now, resolving its name: for a clear message before a client
     /// whose own errors would bury it. The connection is still judged when it is made.
+    /// Through an upstream proxy, a name this machine cannot resolve is the proxy's.
     pub async fn check(&self, url: &reqwest::Url) -> Result<(), OutboundError> {
+        let proxied = Egress::from_env().for_url(url)?.is_some();
         self.openings.check_url(url)?;
-        match host_of(url) {
-            Some(Host::Name(name)) => self
-                .openings
-                .resolve(&name)
-                .await
-                .map(drop)
-                .map_err(OutboundError::Resolve),
-            _ => Ok(()),
+        let Some(Host::Name(name)) = host_of(url) else {
+            return Ok(());
+        };
+        match self.openings.resolve(&name).await {
+            Ok(_) => Ok(()),
+            Err(e) if proxied && e.downcast_ref::<Refused>().is_none() => Ok(()),
+            Err(e) => Err(OutboundError::Resolve(e)),
         }
     }
 
@@ -229,6 +272,9 @@ impl Openings {
                 }
             }
         };
+        if self.proxies.iter().any(|p| p == bare) {
+            return Ok(found);
+        }
         let mut refused = Vec::new();
         let usable: Vec<SocketAddr> = found
             .into_iter()

@@ -37,6 +37,10 @@ impl ConnectionRecord {
     /// later for what it carried.
     pub fn line(&self) -> String {
         let mut s = format!("{} {}:{}", self.decision, self.host, self.port);
+        // Through the host's upstream proxy: which one.
+        if let Some(via) = self.address.as_deref().filter(|a| a.starts_with("via ")) {
+            s.push_str(&format!(" {via}"));
+        }
         if self.decision == "allow" || self.address.is_some() {
             s.push_str(&format!(
                 " ({} B sent, {} B received)",

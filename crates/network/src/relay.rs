@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cut::Cut;
+use super::egress::Egress;
 use super::pump::{self, Window};
 use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
@@ -161,7 +162,23 @@ impl Connection<'_> {
             bytes_received: 0,
         };
         let s = self.shared;
-        let addrs = match s.policy.decide(&req.host, req.port, &s.own).await {
+        let tunnel = req.kind == Kind::Connect;
+        // The host's own upstream proxy, if runner's environment names one for this host.
+        let via = match Egress::from_env().for_host(&req.host, tunnel) {
+            Ok(via) => via,
+            Err(bad) => {
+                record.decision = "deny".into();
+                record.reason = Some(bad.to_string());
+                let id = s.record(record);
+                s.finish(id);
+                return self.refuse(502, &bad.to_string()).await;
+            }
+        };
+        let addrs = match s
+            .policy
+            .decide(&req.host, req.port, &s.own, via.is_some())
+            .await
+        {
             Ok(a) => a,
             Err(refusal) => {
                 record.decision = "deny".into();
@@ -183,18 +200,31 @@ impl Connection<'_> {
             return self.refuse(403, &reason).await;
         }
         let id = s.record(record);
-        let stream = match connect(&addrs, s.limits.connect_timeout).await {
+        let timeout = s.limits.connect_timeout;
+        let connected = match via {
+            Some(proxy) if tunnel => proxy
+                .tunnel(&req.host, req.port, timeout)
+                .await
+                .map_err(|e| e.to_string()),
+            Some(proxy) => proxy.connect(timeout).await.map_err(|e| e.to_string()),
+            None => connect(&addrs, timeout)
+                .await
+                .map_err(|e| format!("cannot connect to {}:{}: {e}", req.host, req.port)),
+        };
+        let stream = match connected {
             Ok(st) => st,
-            Err(e) => {
-                let reason = format!("cannot connect to {}:{}: {e}", req.host, req.port);
+            Err(reason) => {
                 s.update(id, |r| r.reason = Some(reason.clone()));
                 s.finish(id);
                 return self.refuse(502, &reason).await;
             }
         };
         let _ = stream.set_nodelay(true);
-        let peer = stream.peer_addr().ok();
-        s.update(id, |r| r.address = peer.map(|p| p.to_string()));
+        let address = match via {
+            Some(proxy) => Some(format!("via {}", proxy.address())),
+            None => stream.peer_addr().ok().map(|p| p.to_string()),
+        };
+        s.update(id, |r| r.address = address);
         let (first, then) = match req.kind {
             Kind::Connect => {
                 let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
@@ -205,7 +235,16 @@ impl Connection<'_> {
                 }
                 (Vec::new(), pump::Then::Tunnel(&req.host, req.port))
             }
-            Kind::Forward { head, body } => (head, pump::Then::Request(body)),
+            Kind::Forward { head, body } => {
+                let head = match via {
+                    // The upstream proxy gets the request for the origin, in absolute form.
+                    Some(proxy) => {
+                        request::for_upstream(&head, &req.host, req.port, proxy.authorization())
+                    }
+                    None => head,
+                };
+                (head, pump::Then::Request(body))
+            }
         };
         if !s.spend((first.len() + rest.len()) as u64) {
             s.update(id, |r| {

@@ -242,6 +242,30 @@ fn forwarded_head(method: &str, path: &str, version: &str, headers: &[(&str, &st
     out
 }
 
+/// A forwarded head made for an upstream HTTP proxy: the target in absolute form, and the
+/// proxy's own credentials (the client's were dropped with its proxy headers).
+pub fn for_upstream(head: &[u8], host: &str, port: u16, authorization: Option<&str>) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let (line, rest) = text.split_once("\r\n").unwrap_or((&text, ""));
+    let mut parts = line.splitn(3, ' ');
+    let (method, path, version) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or("/"),
+        parts.next().unwrap_or("HTTP/1.1"),
+    );
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    let mut out = format!("{method} http://{host}:{port}{path} {version}\r\n");
+    if let Some(auth) = authorization {
+        out.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+    }
+    out.push_str(rest);
+    out.into_bytes()
+}
+
 /// `host:port`, `[v6]:port`, or a bare host when a default port is given.
 fn authority(text: &str, default_port: Option<u16>) -> Result<(String, u16), BadRequest> {
     let bad = || BadRequest::Authority(text.to_string());
@@ -310,6 +334,11 @@ mod tests {
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "GET /a/b?c=d HTTP/1.1\r\nHost: files.test:8080\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
+        );
+        // For an upstream proxy: the absolute target, and its own credentials.
+        assert_eq!(
+            String::from_utf8(for_upstream(&head, "files.test", 8080, Some("Basic eA=="))).unwrap(),
+            "GET http://files.test:8080/a/b?c=d HTTP/1.1\r\nProxy-Authorization: Basic eA==\r\nHost: files.test:8080\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
         );
     }
 

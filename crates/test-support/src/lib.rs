@@ -18,6 +18,7 @@ pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;
 pub mod tls;
+pub mod upstream;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -211,10 +211,7 @@ async fn follow(
     let mut deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
     let mut redirects = 0;
     loop {
-        ctx.services
-            .outbound
-            .check_url(&current)
-            .map_err(|r| refused(&current, &r))?;
+        judge(ctx, &current).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let response = client
             .get(current.clone())
@@ -236,10 +233,7 @@ async fn follow(
             )));
         }
         // A hop to a closed address is refused before anybody is asked about it.
-        ctx.services
-            .outbound
-            .check_url(&next)
-            .map_err(|r| refused(&next, &r))?;
+        judge(ctx, &next).await?;
         if next.origin() != current.origin() {
             let asked = tokio::time::Instant::now();
             ctx.ask(
@@ -295,6 +289,15 @@ fn failed(url: &reqwest::Url, e: reqwest::Error, secs: u64) -> ToolError {
 }
 
 /// A request the host's address rules stopped before it was made.
+/// The URL judged before a request to it ([`runner_network::outbound::Outbound::judge`]).
+async fn judge(ctx: &ToolContext, url: &reqwest::Url) -> Result<(), ToolError> {
+    use runner_network::outbound::OutboundError;
+    ctx.services.outbound.judge(url).await.map_err(|e| match e {
+        OutboundError::Refused(r) => refused(url, &r),
+        other => ToolError::Failed(format!("webfetch refused {url}: {other}")),
+    })
+}
+
 fn refused(url: &reqwest::Url, why: &runner_network::outbound::Refused) -> ToolError {
     ToolError::Failed(format!("webfetch refused {url}: {why}"))
 }
