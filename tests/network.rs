@@ -454,12 +454,17 @@ fn every_connection_from_the_host_goes_through_the_upstream_proxy() {
     let sent = |line: &str, agent: &str| {
         passed.iter().any(|x| {
             x.line.starts_with(line)
-                && x.headers.iter().any(|h| h.to_ascii_lowercase().contains(agent))
+                && x.headers
+                    .iter()
+                    .any(|h| h.to_ascii_lowercase().contains(agent))
         })
     };
     assert!(
         sent(
-            &format!("POST http://127.0.0.1:{}/v1/chat/completions", model_port(&model)),
+            &format!(
+                "POST http://127.0.0.1:{}/v1/chat/completions",
+                model_port(&model)
+            ),
             "authorization: bearer sk-test"
         ),
         "the model provider's requests: {show:?}"
@@ -475,7 +480,10 @@ fn every_connection_from_the_host_goes_through_the_upstream_proxy() {
         "the sandbox's tunnel: {show:?}"
     );
     assert!(
-        sent(&format!("GET http://127.0.0.1:{p}/blob "), "user-agent: runner/"),
+        sent(
+            &format!("GET http://127.0.0.1:{p}/blob "),
+            "user-agent: runner/"
+        ),
         "webfetch: {show:?}"
     );
     assert!(
@@ -524,4 +532,48 @@ fn model_port(model: &common::provider::ScriptedModel) -> String {
         .1
         .trim_end_matches("/v1")
         .to_string()
+}
+
+/// A client that hangs up with a reset (it closes with unread data in its socket, as
+/// clients that have what they wanted do) ends its connection: the record counts what
+/// moved and says no failure. A real failure keeps its reason.
+#[test]
+fn a_client_hanging_up_is_recorded_as_a_close_not_a_failure() {
+    let s = common::allowlist::setup();
+    let outside = common::outside::Outside::start(2_000_000);
+    let p = outside.port;
+    let hang_up = format!(
+        "import socket, struct\n\
+         s = socket.create_connection(('127.0.0.1', 3128))\n\
+         s.sendall(b'GET http://127.0.0.1:{p}/blob HTTP/1.1\\r\\nHost: 127.0.0.1:{p}\\r\\n\\r\\n')\n\
+         got = s.recv(65536)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n\
+         s.close()\n\
+         print('HUNG UP after', len(got), 'bytes')\n"
+    );
+    std::fs::write(s.wt.join("hang_up.py"), hang_up).unwrap();
+    let out = common::allowlist::call(
+        &s,
+        common::Backend::Landlock,
+        "python3 hang_up.py; sleep 1; no_proxy= python3 net.py fetch http://127.0.0.1:1/nothing",
+    );
+    let all = text(&out);
+    assert!(all.contains("HUNG UP after"), "{all}");
+    let recs = records(&out);
+    let blob: Vec<_> = recs
+        .iter()
+        .filter(|(_, h, _)| h == &format!("127.0.0.1:{p}"))
+        .collect();
+    assert_eq!(blob.len(), 1, "{all}");
+    let (decision, _, rest) = blob[0];
+    assert_eq!(decision, "allow", "{all}");
+    assert!(
+        rest.contains("B received") && !rest.contains("):") && !rest.contains("reset"),
+        "a hang-up is no failure: {rest}\n{all}"
+    );
+    assert!(
+        recs.iter()
+            .any(|(_, h, rest)| h == "127.0.0.1:1" && rest.contains("cannot connect")),
+        "a failure keeps its reason\n{all}"
+    );
 }

@@ -331,7 +331,11 @@ fn parse(variable: &str, value: &str) -> Result<ProxyServer, BadProxy> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
     let authorization = (!url.username().is_empty()).then(|| {
         let pair = format!(
             "{}:{}",
@@ -390,10 +394,7 @@ mod tests {
         assert_eq!(plain.authorization(), None);
         // all_proxy stands in for a missing one; nothing set, nothing used.
         let e = egress(&[("all_proxy", "http://all:1")]);
-        assert_eq!(
-            e.for_host("x", false).unwrap().unwrap().address(),
-            "all:1"
-        );
+        assert_eq!(e.for_host("x", false).unwrap().unwrap().address(), "all:1");
         assert!(egress(&[]).for_host("x", true).unwrap().is_none());
         assert!(!egress(&[]).is_set());
     }
@@ -438,7 +439,10 @@ mod tests {
         let err = e.for_host("pypi.org", true).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("http:// proxies only"), "{text}");
-        assert!(text.contains("me:***@p:1080") && !text.contains("secret"), "{text}");
+        assert!(
+            text.contains("me:***@p:1080") && !text.contains("secret"),
+            "{text}"
+        );
         // A host no_proxy names still goes direct; the other kind is not affected.
         assert!(e.for_host("x", false).unwrap().is_none());
         let shown = format!("{:?}", parse("h", "http://u:secret@p:1").unwrap());

@@ -375,7 +375,10 @@ mod tests {
         assert!(p.decide("8.8.8.8", 53, &[], false).await.is_ok());
         // The machine's own public address is the machine.
         let own: IpAddr = "198.51.100.7".parse().unwrap();
-        let err = p.decide("198.51.100.7", 22, &[own], false).await.unwrap_err();
+        let err = p
+            .decide("198.51.100.7", 22, &[own], false)
+            .await
+            .unwrap_err();
         assert!(err.reason.contains("own addresses"), "{}", err.reason);
     }
 

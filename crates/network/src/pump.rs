@@ -239,6 +239,8 @@ async fn up(
                 open = false;
             }
             Some(Response::NetClosed { reason, .. }) => return Err(Cut::BySandbox(reason)),
+            // The client is gone, as it may be: the exchange ends here, both ways.
+            Some(Response::NetHungUp { .. }) => return Ok(()),
             Some(_) => {}
             None => return Err(Cut::SandboxGone),
         }

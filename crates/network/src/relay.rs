@@ -97,7 +97,9 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
                 }
                 *conn
             }
-            Response::NetEof { conn } | Response::NetClosed { conn, .. } => *conn,
+            Response::NetEof { conn }
+            | Response::NetClosed { conn, .. }
+            | Response::NetHungUp { conn } => *conn,
             _ => continue,
         };
         if let Some(route) = conns.get(&conn) {
@@ -310,7 +312,9 @@ impl Connection<'_> {
                             return Some(Err(()));
                         }
                     }
-                    Response::NetEof { .. } | Response::NetClosed { .. } => return None,
+                    Response::NetEof { .. }
+                    | Response::NetClosed { .. }
+                    | Response::NetHungUp { .. } => return None,
                     _ => {}
                 }
             }
@@ -358,7 +362,9 @@ impl Connection<'_> {
                         self.window.dequeue(data.len() as u64);
                         self.ack(data.len()).await
                     }
-                    Response::NetEof { .. } | Response::NetClosed { .. } => return,
+                    Response::NetEof { .. }
+                    | Response::NetClosed { .. }
+                    | Response::NetHungUp { .. } => return,
                     _ => {}
                 }
             }

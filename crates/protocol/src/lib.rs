@@ -224,11 +224,16 @@ pub enum Response {
     NetEof {
         conn: u64,
     },
-    /// The connection is gone: closed by the process, reset, or cut because the command
-    /// that opened it ended.
+    /// The connection is gone for a reason worth recording: a failure on the sandbox's
+    /// side, or cut because the command that opened it ended.
     NetClosed {
         conn: u64,
         reason: String,
+    },
+    /// The process hung up without a clean close (a reset, as a client that closes with
+    /// unread data in its socket sends): its end of the exchange, not a failure.
+    NetHungUp {
+        conn: u64,
     },
 }
 

@@ -174,11 +174,11 @@ impl Proxy {
         let (s, proxy) = (sink.clone(), self.clone());
         std::thread::spawn(move || {
             if let Err(e) = write_socket(id, conn, writer, &rx, &queued, &*s) {
-                proxy.drop_conn(
-                    conn,
-                    &*s,
-                    Some(format!("writing to the connection failed: {e}")),
-                );
+                let ending = match hung_up(&e) {
+                    true => Ending::HungUp,
+                    false => Ending::Failed(format!("writing to the connection failed: {e}")),
+                };
+                proxy.drop_conn(conn, &*s, Some(ending));
             }
         });
     }
@@ -287,15 +287,20 @@ impl Proxy {
         }
     }
 
-    fn drop_conn(&self, conn: u64, sink: &dyn Sink, reason: Option<String>) {
+    fn drop_conn(&self, conn: u64, sink: &dyn Sink, ending: Option<Ending>) {
         let Some(c) = self.lock().remove(&conn) else {
             return;
         };
         c.credit.stop();
         let _ = c.socket.shutdown(Shutdown::Both);
         let target = *self.target.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(id), Some(reason)) = (target, reason) {
-            sink.response(id, Response::NetClosed { conn, reason });
+        let response = match ending {
+            Some(Ending::HungUp) => Response::NetHungUp { conn },
+            Some(Ending::Failed(reason)) => Response::NetClosed { conn, reason },
+            None => return,
+        };
+        if let Some(id) = target {
+            sink.response(id, response);
         }
     }
 
@@ -321,7 +326,9 @@ impl Proxy {
             self.drop_conn(
                 conn,
                 sink,
-                Some("cut: the command that opened it has ended".into()),
+                Some(Ending::Failed(
+                    "cut: the command that opened it has ended".into(),
+                )),
             );
         }
     }
@@ -402,6 +409,23 @@ fn pipe_empty_socket_ready(pipe: std::os::fd::RawFd, fd: std::os::fd::RawFd) -> 
     unsafe { libc::poll(&mut input, 1, -1) == 1 && input.revents & libc::POLLIN != 0 }
 }
 
+/// Whether a socket error is the client hanging up (a reset, or a write after it went)
+/// rather than a failure: clients close with unread data in their socket all the time.
+fn hung_up(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+    )
+}
+
+/// How a connection the server drops ended, for the host's record.
+enum Ending {
+    /// The client went; nothing failed.
+    HungUp,
+    /// Why it failed.
+    Failed(String),
+}
+
 /// Socket to host, within the window.
 fn read_socket(id: u64, conn: u64, mut socket: TcpStream, credit: &Credit, sink: &dyn Sink) {
     let mut buf = vec![0u8; CHUNK];
@@ -424,13 +448,14 @@ fn read_socket(id: u64, conn: u64, mut socket: TcpStream, credit: &Credit, sink:
                 if credit.stopped() {
                     return;
                 }
-                sink.response(
-                    id,
-                    Response::NetClosed {
+                let response = match hung_up(&e) {
+                    true => Response::NetHungUp { conn },
+                    false => Response::NetClosed {
                         conn,
                         reason: format!("the connection failed in the sandbox: {e}"),
                     },
-                );
+                };
+                sink.response(id, response);
                 return;
             }
         }
