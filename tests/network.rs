@@ -298,6 +298,7 @@ fn pip_installs_from_the_index_behind_both_walls() {
             "python3 -m venv .venv && .venv/bin/pip install --disable-pip-version-check --no-deps \
              --retries 0 --timeout 30 six==1.16.0 2>&1 | tail -2; \
              .venv/bin/python -c 'import six; print(\"imported six\", six.__version__)'; \
+             curl -sS -o /dev/null -w 'curl %{http_code}\\n' https://pypi.org/simple/six/; \
              python3 net.py fetch https://example.com/",
         );
         let all = text(&out);
@@ -305,6 +306,8 @@ fn pip_installs_from_the_index_behind_both_walls() {
             all.contains("imported six 1.16.0"),
             "{backend:?}: pip install failed\n{all}"
         );
+        // curl (the image has it) trusts the host's authorities too.
+        assert!(all.contains("curl 200"), "{backend:?}: curl\n{all}");
         let recs = records(&out);
         for host in ["pypi.org:443", "files.pythonhosted.org:443"] {
             assert!(

@@ -332,7 +332,7 @@ mod tests {
         };
         assert_eq!(body, Body::Length(0));
         assert_eq!(
-            String::from_utf8(head).unwrap(),
+            String::from_utf8(head.clone()).unwrap(),
             "GET /a/b?c=d HTTP/1.1\r\nHost: files.test:8080\r\nUser-Agent: t\r\nConnection: close\r\n\r\n"
         );
         // For an upstream proxy: the absolute target, and its own credentials.
