@@ -79,6 +79,7 @@ async fn harbor_task_containers_get_the_engines_rlimits_and_runtime() {
         engine_is_local: true,
         runtime: vec![runtime.to_string()],
         ca_bundle: None,
+        verifier_proxy: false,
     };
     for (runtime, says) in [
         ("kata-qemu", "no runtime \"kata-qemu\""),

@@ -637,22 +637,17 @@ fn allow_internet_opens_the_proxy_and_only_for_the_task_that_asks() {
     common::engine::docker();
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let dockerfile = format!("{DOCKERFILE}COPY ca.crt /app/ca.crt\n");
+    // Nothing hands pip a certificate: the task container trusts the host's authorities.
+    let dockerfile = DOCKERFILE.to_string();
     let test = "#!/bin/bash\nls /app/dl/six-1.16.0-py2.py3-none-any.whl && echo 1 > /logs/verifier/reward.txt\n";
     for (id, allow) in [("online", true), ("offline", false)] {
         let task = dir.join(id);
         let toml = format!("{TOML}[environment]\nallow_internet = {allow}\n");
         harbor_task(&task, "Download six.\n", &toml, &dockerfile, test);
-        // The machine's certificate bundle: a TLS-inspecting gateway's authority is there.
-        std::fs::copy(
-            "/etc/ssl/certs/ca-certificates.crt",
-            task.join("environment/ca.crt"),
-        )
-        .unwrap();
         std::fs::write(
             task.join("solution/solve.sh"),
             "python3 -m venv /tmp/v && /tmp/v/bin/pip download --no-deps --retries 0 --timeout 20 \
-             --disable-pip-version-check --cert /app/ca.crt -d /app/dl six==1.16.0\n",
+             --disable-pip-version-check -d /app/dl six==1.16.0\n",
         )
         .unwrap();
     }
@@ -678,4 +673,247 @@ fn allow_internet_opens_the_proxy_and_only_for_the_task_that_asks() {
         !log.contains("Saved"),
         "the offline task downloaded something:\n{log}"
     );
+}
+
+/// A package index on the host's loopback (`python3 -m http.server` over a PEP 503 tree)
+/// holding one wheel, `tinycheck`, made here: a verifier's test tool that only the network
+/// brings.
+struct Index {
+    _tmp: tempfile::TempDir,
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn package_index() -> Index {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let wheel = "tinycheck-1.0-py3-none-any.whl";
+    std::fs::create_dir_all(root.join("simple/tinycheck")).unwrap();
+    std::fs::write(
+        root.join("simple/tinycheck/index.html"),
+        format!("<html><body><a href=\"../../{wheel}\">{wheel}</a></body></html>\n"),
+    )
+    .unwrap();
+    let made = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, zipfile\n\
+             z = zipfile.ZipFile(sys.argv[1], 'w')\n\
+             z.writestr('tinycheck.py', 'def ok():\\n    return True\\n')\n\
+             d = 'tinycheck-1.0.dist-info/'\n\
+             z.writestr(d + 'METADATA', 'Metadata-Version: 2.1\\nName: tinycheck\\nVersion: 1.0\\n')\n\
+             z.writestr(d + 'WHEEL', 'Wheel-Version: 1.0\\nGenerator: runner-test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n\
+             z.writestr(d + 'RECORD', 'tinycheck.py,,\\n' + d + 'METADATA,,\\n' + d + 'WHEEL,,\\n' + d + 'RECORD,,\\n')\n\
+             z.close()\n",
+        )
+        .arg(root.join(wheel))
+        .status()
+        .unwrap();
+    assert!(made.success(), "the wheel");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1"])
+        .arg(port.to_string())
+        .arg("--directory")
+        .arg(root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the index did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Index {
+        _tmp: tmp,
+        child,
+        port,
+    }
+}
+
+/// Terminal-Bench's verifiers install their test tools as they run. Here the verifier
+/// installs `tinycheck` from a local index through the proxy (the evaluation's `--config`
+/// opens the index's host), and its connections, the one a rule refused too, are in the
+/// attempt; the task with a wrong solution stays unresolved, and with `--verifier-network
+/// none` the right one cannot get its tool and says why.
+#[test]
+fn the_verifier_installs_its_test_tool_through_the_proxy() {
+    common::engine::docker();
+    let index = package_index();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let test = format!(
+        "#!/bin/bash\n\
+         curl -s -o /dev/null --max-time 10 https://example.com/ || echo 'example.com refused'\n\
+         python3 -m venv /tmp/tv && no_proxy= NO_PROXY= /tmp/tv/bin/pip install -q --disable-pip-version-check \
+         --retries 0 --timeout 20 --index-url http://127.0.0.1:{}/simple/ tinycheck || exit 3\n\
+         /tmp/tv/bin/python -c 'import tinycheck; assert tinycheck.ok()'\n\
+         [ \"$(sh /app/calc.sh 2 3)\" = 5 ] && echo 1 > /logs/verifier/reward.txt\n",
+        index.port
+    );
+    for id in ["tool", "tool-wrong"] {
+        harbor_task(&dir.join(id), "Fix calc.sh.\n", TOML, DOCKERFILE, &test);
+    }
+    // The sabotaged twin: its solution leaves calc.sh as it was.
+    std::fs::write(dir.join("tool-wrong/solution/solve.sh"), "true\n").unwrap();
+    let config = dir.join("eval.toml");
+    std::fs::write(&config, "[permission.network]\n\"127.0.0.1\" = \"allow\"\n").unwrap();
+    let config = config.display().to_string();
+    let set = dir.clone();
+    let out = dir.join("out");
+    let (run, pid) = eval(
+        &set,
+        &out,
+        &["--agent", "oracle", "--jobs", "2", "--config", &config],
+        None,
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "");
+    let result = |out: &Path, id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
+    let tool = result(&out, "tool");
+    assert_eq!(tool["status"], "resolved", "{tool}");
+    let lines: Vec<&str> = tool["verifier_network"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no verifier_network in {tool}"))
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("allow 127.0.0.1:{}", index.port))),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("deny example.com:443")),
+        "{lines:?}"
+    );
+    let records = std::fs::read_to_string(out.join("tasks/tool/verifier-network.jsonl")).unwrap();
+    assert!(records.contains("\"decision\":\"deny\""), "{records}");
+    let wrong = result(&out, "tool-wrong");
+    assert_eq!(wrong["status"], "unresolved", "{wrong}");
+    // Each attempt says how its image came to be.
+    let build = std::fs::read_to_string(out.join("tasks/tool/build.log")).unwrap();
+    assert!(
+        build.contains("Step") || build.contains("already on the engine"),
+        "{build}"
+    );
+
+    let offline = dir.join("offline");
+    let (run, _) = eval(
+        &set,
+        &offline,
+        &[
+            "--agent",
+            "oracle",
+            "--jobs",
+            "2",
+            "--config",
+            &config,
+            "--verifier-network",
+            "none",
+        ],
+        None,
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    let tool = result(&offline, "tool");
+    assert_eq!(tool["status"], "unresolved", "{tool}");
+    assert_eq!(tool["verifier"]["exit"], 3, "{tool}");
+    assert!(tool.get("verifier_network").is_none(), "{tool}");
+}
+
+/// apt in a task container as root, on an image without runner's own apt setting: it
+/// fetches through the proxy (the task allows the internet) instead of failing with
+/// `setgroups 65534 failed`; the twin that does not allow the internet cannot.
+#[test]
+fn apt_installs_in_a_task_container_through_the_proxy() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    // The base without the sandbox image's own apt setting.
+    let dockerfile = "FROM runner-base:bookworm\nWORKDIR /app\nCOPY calc.sh /app/calc.sh\n";
+    let test = "#!/bin/bash\ngrep -q 'Hello, world!' /app/hello.txt && echo 1 > /logs/verifier/reward.txt\n";
+    for (id, allow) in [("apt", true), ("apt-offline", false)] {
+        let toml = format!("{TOML}[environment]\nallow_internet = {allow}\n");
+        harbor_task(&dir.join(id), "Install hello.\n", &toml, dockerfile, test);
+        std::fs::write(
+            dir.join(id).join("solution/solve.sh"),
+            "apt-get update -qq -o Acquire::Retries=0 2>&1 | tail -3; \
+             apt-get install -y -qq --no-install-recommends hello 2>&1 | tail -3; \
+             hello > /app/hello.txt\n",
+        )
+        .unwrap();
+    }
+    let out = dir.join("out");
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "2"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "");
+    let result = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
+    let log = |id: &str| {
+        std::fs::read_to_string(out.join("tasks").join(id).join("agent.log")).unwrap_or_default()
+    };
+    assert_eq!(
+        result("apt")["status"],
+        "resolved",
+        "{}\n{}",
+        result("apt"),
+        log("apt")
+    );
+    assert!(!log("apt").contains("setgroups"), "{}", log("apt"));
+    assert_eq!(
+        result("apt-offline")["status"],
+        "unresolved",
+        "{}",
+        result("apt-offline")
+    );
+}
+
+/// `--build-network NAME`: the task image's `RUN` steps get that network (here `none`:
+/// only `lo`), and the attempt's `build.log` shows the build's own output; without the
+/// flag, the engine's default bridge.
+#[test]
+fn build_network_chooses_the_network_of_run_steps_and_the_build_log_is_kept() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let stamp = format!("{:?}", std::time::SystemTime::now());
+    let mut logs = Vec::new();
+    for (name, flag) in [("none", Some("none")), ("default", None)] {
+        let set = dir.join(format!("set-{name}"));
+        // The build step lists the interfaces it sees; each build is new (its own stamp).
+        let dockerfile =
+            format!("{DOCKERFILE}RUN echo 'build {stamp} {name}' && cat /proc/net/dev\n");
+        harbor_task(&set.join("net"), "Fix calc.sh.\n", TOML, &dockerfile, TEST);
+        let out = dir.join(format!("out-{name}"));
+        let mut args = vec!["--agent", "oracle"];
+        if let Some(network) = flag {
+            args.extend(["--build-network", network]);
+        }
+        let (run, _) = eval(&set, &out, &args, None);
+        assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+        let log = std::fs::read_to_string(out.join("tasks/net/build.log")).unwrap();
+        assert!(log.contains(&format!("build {stamp} {name}")), "{log}");
+        logs.push(log);
+    }
+    assert!(
+        logs[0].contains("lo:") && !logs[0].contains("eth0:"),
+        "--build-network none: {}",
+        logs[0]
+    );
+    assert!(logs[1].contains("eth0:"), "the default bridge: {}", logs[1]);
 }

@@ -86,6 +86,25 @@ pub struct RunArgs {
     /// content already on the engine.
     #[arg(long)]
     rebuild: bool,
+    /// The engine network task images' `RUN` steps use: for an engine started without a
+    /// default bridge (`dockerd --bridge none`), where the default has none to give.
+    #[arg(long, value_name = "NAME")]
+    build_network: Option<String>,
+    /// Where a Harbor task's verifier may connect (its test tools' installers), always
+    /// through runner's proxy and recorded in the attempt.
+    #[arg(long, value_name = "MODE", default_value = "allowlist", value_parser = verifier_network_arg())]
+    verifier_network: crate::eval::verifier_network::VerifierNetwork,
+}
+
+/// `--verifier-network`'s values.
+fn verifier_network_arg()
+-> impl clap::builder::TypedValueParser<Value = crate::eval::verifier_network::VerifierNetwork> {
+    use crate::eval::verifier_network::VerifierNetwork;
+    super::choice_arg(
+        VerifierNetwork::ALL,
+        VerifierNetwork::name,
+        VerifierNetwork::about,
+    )
 }
 
 pub fn run(cmd: EvalCommand) -> u8 {
@@ -151,6 +170,8 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.max_steps = args.max_steps;
     options.docker_hosts = args.docker_hosts;
     options.rebuild = args.rebuild;
+    options.verifier_network = args.verifier_network;
+    options.build_network = args.build_network;
     options.progress = std::io::stderr().is_terminal();
     // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
     let signals = Signals::listen(

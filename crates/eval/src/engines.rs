@@ -85,8 +85,13 @@ impl Engines {
 
     /// Connects to every engine (each must answer now: a host that does not is more likely
     /// a typo than an outage) and removes what earlier runs left on it. `rebuild`: task
-    /// images are built again once in this run ([`Builder::rebuilding`]).
-    pub async fn connect(hosts: &[String], rebuild: bool) -> Result<Engines, EvalError> {
+    /// images are built again once in this run ([`Builder::rebuilding`]); `build_network`:
+    /// the network their `RUN` steps get ([`Builder::on_network`]).
+    pub async fn connect(
+        hosts: &[String],
+        rebuild: bool,
+        build_network: Option<&str>,
+    ) -> Result<Engines, EvalError> {
         let hosts: Vec<Option<String>> = if hosts.is_empty() {
             vec![None]
         } else {
@@ -107,7 +112,9 @@ impl Engines {
             engines.push(Arc::new(Engine {
                 // Where it was reached (named, DOCKER_HOST, or the local socket found).
                 local: described.host.starts_with("unix://"),
-                builder: Builder::new(docker.clone(), IMAGE_BUILDS).rebuilding(rebuild),
+                builder: Builder::new(docker.clone(), IMAGE_BUILDS)
+                    .rebuilding(rebuild)
+                    .on_network(build_network),
                 described,
                 docker,
                 cpus: info.ncpu.unwrap_or(1).max(1) as usize,

@@ -34,7 +34,7 @@ use super::{EvalError, EvalOptions};
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
-use crate::sandbox::docker::in_image::{TaskContainer, TaskImage};
+use crate::sandbox::docker::in_image::{ExecOutput, TaskContainer, TaskImage};
 use crate::sandbox::spec::{Limits, Network};
 use crate::workspace::{Workspace, write_file};
 
@@ -68,7 +68,7 @@ pub async fn run(
 
     // The image. A stop during a build ends it: the engine cancels a build whose client
     // went away.
-    let image = match build_image(task, engine, limits.setup, &mut result, stop).await {
+    let image = match build_image(task, engine, limits.setup, out, &mut result, stop).await {
         Ok(image) => image,
         Err(ended) => return ended,
     };
@@ -137,7 +137,22 @@ pub async fn run(
     if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
         return decided;
     }
-    let verified = verify(task, container, tests, verify_limit, stop).await;
+    let way_out = match verifier_way_out(options) {
+        Ok(w) => w,
+        Err(e) => return infra(result, "verify", e, false),
+    };
+    let mut connections = Vec::new();
+    let verified = verify(
+        task,
+        container,
+        tests,
+        verify_limit,
+        way_out.as_deref(),
+        &mut connections,
+        stop,
+    )
+    .await;
+    record_connections(&mut result, out, &connections);
     result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
     result.timings.total_ms = started.elapsed().as_millis() as u64;
     drop(owner);
@@ -176,19 +191,21 @@ async fn run_agent(
 }
 
 /// The task's image: built from its `environment/Dockerfile`, or its prebuilt
-/// `docker_image`, reused when the engine already has it. `Err`: the attempt ends here
-/// (`None` when it was stopped).
+/// `docker_image`, reused when the engine already has it; what happened is the attempt's
+/// `build.log`. `Err`: the attempt ends here (`None` when it was stopped).
 async fn build_image(
     task: &HarborTask,
     engine: &Engine,
     limit: Duration,
+    out: &Path,
     result: &mut TaskResult,
     stop: &CancellationToken,
 ) -> Result<String, Option<Verdict>> {
     let build_started = Instant::now();
+    let mut log = String::new();
     let built = async {
         match (&task.build_context, &task.environment.docker_image) {
-            (Some(context), _) => engine.builder.image_for(context, limit).await,
+            (Some(context), _) => engine.builder.image_logged(context, limit, &mut log).await,
             (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
             (None, None) => Err(EvalError::Task(format!(
                 "{} has neither environment/Dockerfile nor docker_image",
@@ -200,6 +217,16 @@ async fn build_image(
         b = built => b,
         _ = stop.cancelled() => return Err(None),
     };
+    match &built {
+        Ok(images::Built::Cached(image)) => {
+            log = format!(
+                "{image} was already on the engine (built or pulled before for the same files and bases); nothing was built\n"
+            )
+        }
+        Ok(images::Built::Fresh(_)) => {}
+        Err(e) => log.push_str(&format!("\n{e}\n")),
+    }
+    let _ = write_file(&out.join("build.log"), log.as_bytes());
     match built {
         Ok(built) => {
             if matches!(built, images::Built::Fresh(_)) {
@@ -273,6 +300,7 @@ fn task_image(
         engine_is_local: engine.local,
         runtime: spec.docker.runtime,
         ca_bundle: settings.ca_bundle()?,
+        verifier_proxy: options.verifier_network != super::verifier_network::VerifierNetwork::None,
     })
 }
 
@@ -450,6 +478,49 @@ async fn internet_proxy(
     .map_err(|e| EvalError::from(e).during("cannot start the network proxy in the task container"))
 }
 
+/// The rules of the verifier's proxy (`--verifier-network`, and the `network` rules of
+/// `--config`); `None`: the verifier gets no proxy at all.
+fn verifier_way_out(
+    options: &EvalOptions,
+) -> Result<Option<Vec<crate::permission::rules::Rule>>, EvalError> {
+    use super::verifier_network::{VerifierNetwork, rules};
+    if options.verifier_network == VerifierNetwork::None {
+        return Ok(None);
+    }
+    let extra = match &options.config {
+        Some(path) => {
+            let home = std::env::var("HOME").unwrap_or_default();
+            crate::permission::layers::load_file(path, &home)
+                .map_err(|e| EvalError::Options(e.to_string()))?
+                .into_iter()
+                // `--config` is the user's own: its exact rules may open a private address.
+                .map(|r| r.in_layer(crate::permission::rules::Layer::Explicit))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    Ok(Some(rules(options.verifier_network, &extra)))
+}
+
+/// The verifier's connections in the attempt: one line each in `result.json`, every
+/// record whole in `verifier-network.jsonl`.
+fn record_connections(
+    result: &mut TaskResult,
+    out: &Path,
+    connections: &[crate::network::ConnectionRecord],
+) {
+    if connections.is_empty() {
+        return;
+    }
+    result.verifier_network = connections.iter().map(|c| c.line()).collect();
+    let lines: String = connections
+        .iter()
+        .filter_map(|c| serde_json::to_string(c).ok())
+        .map(|l| l + "\n")
+        .collect();
+    let _ = write_file(&out.join("verifier-network.jsonl"), lines.as_bytes());
+}
+
 /// Moves aside what the agent left where the verifier looks (it may have planted a
 /// `conftest.py` in `/tests` or a reward in `/logs/verifier`), and makes both afresh. Run
 /// as root; moving works where deleting might not (a directory the agent made read-only).
@@ -465,6 +536,8 @@ async fn verify(
     container: &TaskContainer,
     tests: Vec<u8>,
     limit: Duration,
+    way_out: Option<&[crate::permission::rules::Rule]>,
+    connections: &mut Vec<crate::network::ConnectionRecord>,
     stop: &CancellationToken,
 ) -> Verified {
     let steps = async {
@@ -476,39 +549,16 @@ async fn verify(
                 .map_err(|e| e.during("cannot start the task container again"))?
         };
         let ran = async {
-            let prepared = engine_call(container.exec(
-                &["sh", "-c", PREPARE],
-                Some("root"),
-                &[],
-                limit,
-                LOG_LIMIT as usize,
-            ))
-            .await?;
-            if prepared.code != Some(0) {
-                return Err(EvalError::Task(format!(
-                    "cannot make /tests and /logs/verifier afresh: {}",
-                    String::from_utf8_lossy(&prepared.output).trim()
-                )));
+            let proxy = match way_out {
+                Some(rules) => Some(verifier_proxy(&sandbox, rules).await?),
+                None => None,
+            };
+            let ran = run_tests(task, container, tests, limit, proxy.is_some()).await;
+            if let Some(proxy) = proxy {
+                proxy.settle(Duration::from_secs(2)).await;
+                *connections = proxy.records();
             }
-            engine_call(container.upload(Path::new("/"), tests)).await?;
-            let env: Vec<(String, String)> = task
-                .verifier
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let user = task.verifier.user.as_deref();
-            let ran = container
-                .exec(
-                    &["bash", "/tests/test.sh"],
-                    user,
-                    &env,
-                    limit,
-                    LOG_LIMIT as usize,
-                )
-                .await?;
-            let rewards = read_rewards(container).await?;
-            Ok((ran, rewards))
+            ran
         }
         .await;
         drop_blocking(sandbox).await;
@@ -531,6 +581,77 @@ async fn verify(
         timed_out: ran.timed_out,
         score: Score::Rewards(rewards),
     }
+}
+
+/// `/tests` and `/logs/verifier` made afresh, the tests copied in, `test.sh` run (with the
+/// proxy's variables when it has one), and the rewards it left read.
+async fn run_tests(
+    task: &HarborTask,
+    container: &TaskContainer,
+    tests: Vec<u8>,
+    limit: Duration,
+    proxied: bool,
+) -> Result<(ExecOutput, Rewards), EvalError> {
+    let prepared = engine_call(container.exec(
+        &["sh", "-c", PREPARE],
+        Some("root"),
+        &[],
+        limit,
+        LOG_LIMIT as usize,
+    ))
+    .await?;
+    if prepared.code != Some(0) {
+        return Err(EvalError::Task(format!(
+            "cannot make /tests and /logs/verifier afresh: {}",
+            String::from_utf8_lossy(&prepared.output).trim()
+        )));
+    }
+    engine_call(container.upload(Path::new("/"), tests)).await?;
+    let mut env: Vec<(String, String)> = Vec::new();
+    if proxied {
+        crate::sandbox::spec::set_proxy_env(&mut env);
+    }
+    // The task's own variables win, as they would over the environment's.
+    env.extend(
+        task.verifier
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let user = task.verifier.user.as_deref();
+    let ran = container
+        .exec(
+            &["bash", "/tests/test.sh"],
+            user,
+            &env,
+            limit,
+            LOG_LIMIT as usize,
+        )
+        .await?;
+    let rewards = read_rewards(container).await?;
+    Ok((ran, rewards))
+}
+
+/// The rewards `test.sh` left: `Err` when there are none, or they are not numbers.
+type Rewards = Result<std::collections::BTreeMap<String, f64>, EvalError>;
+
+/// The verifier's proxy: `rules` decide, nobody is asked.
+async fn verifier_proxy(
+    sandbox: &crate::sandbox::Sandbox,
+    rules: &[crate::permission::rules::Rule],
+) -> Result<crate::network::NetworkProxy, EvalError> {
+    let policy = crate::network::Policy::without_asks(
+        sandbox.worktree(),
+        rules.to_vec(),
+        "the verifier's network is --verifier-network's rules alone",
+    );
+    crate::network::NetworkProxy::start(
+        sandbox.client.clone(),
+        policy,
+        crate::network::NetworkLimits::default(),
+    )
+    .await
+    .map_err(|e| EvalError::from(e).during("cannot start the verifier's network proxy"))
 }
 
 /// An engine operation, bounded: an engine that stops answering mid-call must not hold

@@ -42,7 +42,12 @@ pub struct Builder {
     /// `--rebuild`: every image is built (or pulled) again, once per run, whatever the
     /// engine already has under its name. The names done so far.
     rebuild: Option<Mutex<std::collections::HashSet<String>>>,
+    /// The network `RUN` steps get; `None`: the engine's default bridge.
+    network: Option<String>,
 }
+
+/// The most of one build's output kept for its attempt's `build.log`.
+const BUILD_LOG_LIMIT: usize = 2 << 20;
 
 impl Builder {
     pub fn new(docker: Docker, concurrent_builds: usize) -> Builder {
@@ -51,7 +56,16 @@ impl Builder {
             builds: Semaphore::new(concurrent_builds.max(1)),
             locks: Mutex::new(HashMap::new()),
             rebuild: None,
+            network: None,
         }
+    }
+
+    /// Builds with `RUN` steps on the engine network `name` (`runner eval run
+    /// --build-network`): an engine started without a default bridge has no `bridge`
+    /// network to give them.
+    pub fn on_network(mut self, name: Option<&str>) -> Builder {
+        self.network = name.map(str::to_string);
+        self
     }
 
     /// Builds (or pulls) each image again once in this run, not trusting what the engine
@@ -84,6 +98,17 @@ impl Builder {
 
     /// The image for `context` (a folder with a `Dockerfile`), built if it is not there.
     pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, EvalError> {
+        self.image_logged(context, timeout, &mut String::new())
+            .await
+    }
+
+    /// [`Self::image_for`], with the build's output (when it builds) added to `log`.
+    pub async fn image_logged(
+        &self,
+        context: &Path,
+        timeout: Duration,
+        log: &mut String,
+    ) -> Result<Built, EvalError> {
         let files = files_under(context)?;
         let bases = self.bases(context).await;
         let tag = format!("runner-task:{}", hash(context, &files, &bases)?);
@@ -104,7 +129,7 @@ impl Builder {
             .await
             .map_err(|_| EvalError::Image("the image builder was shut down".into()))?;
         let tar = pack(context, &files)?;
-        tokio::time::timeout(timeout, self.build(&tag, tar))
+        tokio::time::timeout(timeout, self.build(&tag, tar, log))
             .await
             .map_err(|_| {
                 EvalError::Image(format!(
@@ -176,14 +201,17 @@ impl Builder {
         Ok(Built::Fresh(image.to_string()))
     }
 
-    async fn build(&self, tag: &str, tar: Vec<u8>) -> Result<(), EvalError> {
-        let opts = BuildImageOptionsBuilder::new()
+    async fn build(&self, tag: &str, tar: Vec<u8>, log: &mut String) -> Result<(), EvalError> {
+        let mut opts = BuildImageOptionsBuilder::new()
             .dockerfile("Dockerfile")
             .t(tag)
             .rm(true)
             .forcerm(true)
-            .labels(&HashMap::from([("runner.task-image", "1")]))
-            .build();
+            .labels(&HashMap::from([("runner.task-image", "1")]));
+        if let Some(network) = &self.network {
+            opts = opts.networkmode(network);
+        }
+        let opts = opts.build();
         let mut stream = self
             .docker
             .build_image(opts, None, Some(bollard::body_full(tar.into())));
@@ -192,6 +220,9 @@ impl Builder {
         while let Some(item) = stream.next().await {
             let info = item.map_err(|e| failed(tag, &e.to_string(), &tail))?;
             if let Some(line) = info.stream {
+                if log.len() < BUILD_LOG_LIMIT {
+                    log.push_str(&line);
+                }
                 for l in line.lines().filter(|l| !l.trim().is_empty()) {
                     tail.push(l.to_string());
                     if tail.len() > 15 {

@@ -17,6 +17,7 @@ pub mod report;
 pub mod results;
 pub mod tasks;
 mod verdict;
+pub mod verifier_network;
 pub mod worktree;
 
 // The layers below, under the names the code uses.
@@ -89,6 +90,11 @@ pub struct EvalOptions {
     pub docker_hosts: Vec<String>,
     /// Build every task image again (once in this run), whatever the engine has.
     pub rebuild: bool,
+    /// `--build-network`: the engine network task images' `RUN` steps use (for engines
+    /// without a default bridge); `None`: the engine's default.
+    pub build_network: Option<String>,
+    /// `--verifier-network`: where a Harbor task's verifier may connect, through the proxy.
+    pub verifier_network: verifier_network::VerifierNetwork,
     /// The runner binary sandbox containers mount; `None`: this executable. Set by [`run`]
     /// to a copy in the out folder when runner runs in a container
     /// ([`crate::sandbox::spec::IN_CONTAINER_ENV`]).
@@ -118,6 +124,8 @@ impl EvalOptions {
             progress: false,
             docker_hosts: Vec::new(),
             rebuild: false,
+            build_network: None,
+            verifier_network: Default::default(),
             server_exe: None,
         }
     }
@@ -225,7 +233,12 @@ async fn connect_engines(
     if !on_docker {
         return Ok(None);
     }
-    let engines = engines::Engines::connect(&options.docker_hosts, options.rebuild).await?;
+    let engines = engines::Engines::connect(
+        &options.docker_hosts,
+        options.rebuild,
+        options.build_network.as_deref(),
+    )
+    .await?;
     if let Some(far) = engines.remote().next()
         && loaded.iter().any(|l| matches!(l, Loaded::Task(_)))
         && uses_docker(options)?

@@ -93,6 +93,10 @@ pub struct TaskResult {
     /// How the verifier's run ended, for an attempt it did not resolve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<VerifierEnd>,
+    /// The verifier's connections through the proxy, one line each (`allow pypi.org:443 (…)`,
+    /// `deny example.com:443: …`); also in `verifier-network.jsonl` in full.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifier_network: Vec<String>,
 }
 
 /// How a verifier's run ended: its exit status and the last lines it printed, where the
@@ -176,6 +180,7 @@ impl TaskResult {
             infra_retries: 0,
             diff_error: None,
             verifier: None,
+            verifier_network: Vec::new(),
         }
     }
 }

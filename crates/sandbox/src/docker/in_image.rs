@@ -8,9 +8,10 @@
 //! processes before the verifier runs, in the very file system the agent left. The
 //! container is removed when the [`TaskContainer`] is dropped.
 //!
-//! The walls are the docker backend's (no capabilities, no new privileges, no network, the
-//! limits, runner's seccomp filter in the server) except the read-only root: here the
-//! image's file system is the task's, and all of it is writable.
+//! The walls are the docker backend's (no new privileges, no network, the limits, runner's
+//! seccomp filter in the server) except two: the image's file system is the task's, and
+//! all of it is writable; and root keeps the capabilities a system's own files need
+//! ([`TASK_CAPABILITIES`]: apt, chown), none that reach past the container.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,6 +53,9 @@ pub struct TaskImage {
     /// The certificate bundle commands and the verifier trust ([`crate::trust`]), mounted
     /// read-only at [`crate::trust::INSIDE`] when the engine is local.
     pub ca_bundle: Option<PathBuf>,
+    /// The verifier gets runner's proxy in this container (its server may then listen on
+    /// the container's loopback, which has no other interface whatever `network` is).
+    pub verifier_proxy: bool,
     /// Whether the engine sees this machine's files (a local socket). If not (an engine
     /// on another machine, over TCP or SSH), the server is copied into the container
     /// instead of mounted, and `read_only` is left out: there is nothing to mount from.
@@ -61,6 +65,20 @@ pub struct TaskImage {
     /// empty, the engine's default. None of them there: the container is not made.
     pub runtime: Vec<String>,
 }
+
+/// What root may still do in a task container: work with the files of the task's own
+/// system as Docker's default set lets it (apt writes its lists as `_apt` and switches to
+/// that user; a setup step chowns what it made). Nothing here reaches past the container:
+/// no network administration, no mounts, no ptrace, no raw sockets, no new privileges;
+/// and a task user other than root has none of them.
+const TASK_CAPABILITIES: [&str; 6] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "SETGID",
+    "SETUID",
+];
 
 /// The task container's walls: the sandbox container's (no capabilities, no new
 /// privileges, the network, the limits, the runtime and rlimits the engine gets for it)
@@ -76,6 +94,7 @@ fn host_config(
         mounts: Some(mounts),
         network_mode: Some(task.network.docker_mode().into()),
         cap_drop: Some(vec!["ALL".into()]),
+        cap_add: Some(TASK_CAPABILITIES.map(String::from).to_vec()),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         memory: Some(limits.memory_bytes as i64),
         memory_swap: Some(limits.memory_bytes as i64),
@@ -181,7 +200,12 @@ impl TaskContainer {
                 .into_iter()
                 .map(|a| a.to_string_lossy().into_owned()),
         );
-        cmd.extend(["--network".into(), task.network.as_arg().into()]);
+        // The server listens for the proxy where the agent or the verifier gets one.
+        let served_network = match task.verifier_proxy {
+            true => Network::Allowlist,
+            false => task.network,
+        };
+        cmd.extend(["--network".into(), served_network.as_arg().into()]);
         let bind = |source: &Path, target: &Path| Mount {
             source: Some(source.display().to_string()),
             target: Some(target.display().to_string()),
@@ -209,7 +233,7 @@ impl TaskContainer {
             working_dir: Some(workdir.display().to_string()),
             env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             host_config: Some(host_config(task, mounts, runtime, engine.ulimits())),
-            ..served(&run_id, task.network)
+            ..served(&run_id, served_network)
         };
         let name = format!("runner-task-{run_id}");
         let created = docker
