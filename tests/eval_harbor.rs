@@ -917,3 +917,166 @@ fn build_network_chooses_the_network_of_run_steps_and_the_build_log_is_kept() {
     );
     assert!(logs[1].contains("eth0:"), "the default bridge: {}", logs[1]);
 }
+
+/// A multi-step task: `steps/NAME/` each with its instruction, tests and solution, in one
+/// container; the first step's file must still be there for the second's tests.
+fn multi_step_task(dir: &Path, toml_extra: &str, second_solution: &str) {
+    std::fs::create_dir_all(dir.join("environment")).unwrap();
+    std::fs::write(dir.join("environment/Dockerfile"), DOCKERFILE).unwrap();
+    std::fs::write(dir.join("environment/calc.sh"), BUGGY).unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!("version = \"1.0\"\n{toml_extra}[[steps]]\nname = \"first\"\nmin_reward = 1.0\n[steps.agent]\ntimeout_sec = 60\n[[steps]]\nname = \"second\"\n"),
+    )
+    .unwrap();
+    // The task's own tests: a helper both steps use.
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(
+        dir.join("tests/has.sh"),
+        "grep -qx \"$2\" \"$1\" && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    for (step, file, solution) in [
+        ("first", "/app/one.txt", "echo one > /app/one.txt\n"),
+        ("second", "/app/two.txt", second_solution),
+    ] {
+        let s = dir.join("steps").join(step);
+        std::fs::create_dir_all(s.join("tests")).unwrap();
+        std::fs::create_dir_all(s.join("solution")).unwrap();
+        std::fs::write(s.join("instruction.md"), format!("Write {file}.\n")).unwrap();
+        let want = if step == "first" { "one" } else { "two" };
+        let test = if step == "second" {
+            // The first step's work is still there.
+            format!(
+                "#!/bin/bash\ngrep -qx one /app/one.txt || {{ echo 0 > /logs/verifier/reward.txt; exit 0; }}\nbash /tests/has.sh {file} {want}\n"
+            )
+        } else {
+            format!("#!/bin/bash\nbash /tests/has.sh {file} {want}\n")
+        };
+        std::fs::write(s.join("tests/test.sh"), test).unwrap();
+        std::fs::write(s.join("solution/solve.sh"), solution).unwrap();
+    }
+}
+
+/// An old Terminal-Bench task: `task.yaml`, the Dockerfile at the root, `run-tests.sh`
+/// over `tests/`, `solution.sh`; its tests print pytest's verdict lines.
+fn old_layout_task(dir: &Path, solution: &str) {
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(
+        dir.join("task.yaml"),
+        "instruction: |-\n  calc.sh should add its two arguments. Fix it.\nauthor_email: someone@example.com\ndifficulty: easy\nparser_name: pytest\nmax_agent_timeout_sec: 120\nmax_test_timeout_sec: 60\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("Dockerfile"), DOCKERFILE).unwrap();
+    std::fs::write(dir.join("calc.sh"), BUGGY).unwrap();
+    std::fs::write(
+        dir.join("docker-compose.yaml"),
+        "services:\n  client:\n    build:\n      dockerfile: Dockerfile\n    command: [\"sh\", \"-c\", \"sleep infinity\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("run-tests.sh"),
+        "#!/bin/bash\nbash $TEST_DIR/check.sh\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tests/check.sh"),
+        "if [ \"$(sh /app/calc.sh 2 3)\" = 5 ]; then echo 'PASSED test_outputs.py::test_add'; else echo 'FAILED test_outputs.py::test_add'; fi\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("solution.sh"), solution).unwrap();
+}
+
+/// The formats people have, each beside a sabotaged twin that must fail: a multi-step task
+/// (the twin's second step is wrong: half the reward), one whose first step misses its
+/// `min_reward` (the second never runs), the original Terminal-Bench layout, and a task
+/// with fields runner does not honour (said once for the set) and ones it does (the
+/// solution's env, artifacts).
+#[test]
+fn the_formats_people_have_run_and_their_twins_fail() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let fixed = format!("printf '%s' '{FIXED}' > /app/calc.sh\n");
+    multi_step_task(&dir.join("steps-right"), "", "echo two > /app/two.txt\n");
+    multi_step_task(&dir.join("steps-wrong"), "", "echo three > /app/two.txt\n");
+    multi_step_task(&dir.join("steps-stopped"), "", "echo two > /app/two.txt\n");
+    std::fs::write(
+        dir.join("steps-stopped/steps/first/solution/solve.sh"),
+        "echo nothing\n",
+    )
+    .unwrap();
+    old_layout_task(&dir.join("old-right"), &fixed);
+    old_layout_task(&dir.join("old-wrong"), "true\n");
+    let unknown = format!(
+        "mcp_servers = [{{ name = \"x\", command = \"y\" }}]\nartifacts = [\"/app/out.txt\"]\n{TOML}[environment]\ngpus = 1\nstorage_mb = 1024\n[solution.env]\nGREETING = \"it's fixed\"\n"
+    );
+    let test = format!(
+        "{TEST}grep -qx \"it's fixed\" /app/out.txt || echo 0 > /logs/verifier/reward.txt\n"
+    );
+    for (id, solve) in [
+        (
+            "fields-right",
+            format!("{fixed}echo \"$GREETING\" > /app/out.txt\n"),
+        ),
+        (
+            "fields-wrong",
+            format!("{fixed}echo \"$NOT_SET\" > /app/out.txt\n"),
+        ),
+    ] {
+        harbor_task(&dir.join(id), "Fix calc.sh.\n", &unknown, DOCKERFILE, &test);
+        std::fs::write(dir.join(id).join("solution/solve.sh"), solve).unwrap();
+    }
+    let out = dir.join("out");
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "2"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "");
+    let result = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
+    let steps = |v: &Value| -> Vec<String> {
+        v["step_rewards"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| s[0].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let right = result("steps-right");
+    assert_eq!(right["status"], "resolved", "{right}");
+    assert_eq!(steps(&right), ["first", "second"], "{right}");
+    let wrong = result("steps-wrong");
+    assert_eq!(wrong["status"], "unresolved", "{wrong}");
+    assert_eq!(wrong["reward"], 0.5, "the mean of 1 and 0: {wrong}");
+    let stopped = result("steps-stopped");
+    assert_eq!(stopped["status"], "unresolved", "{stopped}");
+    assert_eq!(
+        steps(&stopped),
+        ["first"],
+        "the second step never ran: {stopped}"
+    );
+    assert_eq!(stopped["reward"], 0.0, "{stopped}");
+    for (id, status) in [
+        ("old-right", "resolved"),
+        ("old-wrong", "unresolved"),
+        ("fields-right", "resolved"),
+        ("fields-wrong", "unresolved"),
+    ] {
+        assert_eq!(result(id)["status"], status, "{id}: {}", result(id));
+    }
+    assert!(
+        out.join("tasks/fields-right/artifacts/app_out.txt.tar")
+            .is_file(),
+        "the artifact is kept"
+    );
+    // Each field runner does not honour is said once for the set, with what it does.
+    let err = String::from_utf8_lossy(&run.stderr);
+    for field in [
+        "`environment.gpus` (2 tasks)",
+        "`environment.storage_mb` (2 tasks)",
+        "`mcp_servers` (2 tasks)",
+    ] {
+        assert_eq!(err.matches(field).count(), 1, "{field}\n{err}");
+    }
+    assert!(!err.contains("solution.env"), "{err}");
+}

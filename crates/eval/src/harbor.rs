@@ -30,6 +30,43 @@ pub struct HarborTask {
     pub tests: PathBuf,
     /// `solution/`, for `--agent oracle`.
     pub solution: Option<PathBuf>,
+    /// `[solution] env`: the oracle's solution runs with these.
+    pub solution_env: BTreeMap<String, String>,
+    /// `[[steps]]`: a multi-step task's steps, in order, in one environment; empty for a
+    /// task of one step (the fields above).
+    pub steps: Vec<HarborStep>,
+    /// How a multi-step task's reward comes from its steps'.
+    pub reward_strategy: RewardStrategy,
+    /// `artifacts`: paths in the container kept in the attempt folder.
+    pub artifacts: Vec<String>,
+    /// Fields of `task.toml` runner does not honour, each with what it does instead.
+    pub unsupported: Vec<(String, &'static str)>,
+}
+
+/// One step of a multi-step task: `steps/NAME/` with its `instruction.md`, and optionally
+/// `tests/` (laid over the task's own) and `solution/solve.sh`.
+#[derive(Debug, Clone)]
+pub struct HarborStep {
+    pub name: String,
+    pub instruction: String,
+    pub tests: Option<PathBuf>,
+    pub solution: Option<PathBuf>,
+    pub agent: AgentSection,
+    pub verifier: VerifierSection,
+    /// The trial stops after this step when its reward is below this.
+    pub min_reward: Option<f64>,
+    /// Whether its reward counts in the task's.
+    pub contributes: bool,
+}
+
+/// `multi_step_reward_strategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RewardStrategy {
+    /// Each reward key's mean over the contributing steps (a key a step lacks counts 0).
+    #[default]
+    Mean,
+    /// The last contributing step's rewards.
+    Final,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -38,6 +75,27 @@ struct File {
     agent: RawAgent,
     verifier: RawVerifier,
     environment: RawEnvironment,
+    solution: RawSolution,
+    steps: Vec<RawStep>,
+    multi_step_reward_strategy: Option<String>,
+    /// Paths in the container collected into the attempt folder after the verifier.
+    artifacts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct RawSolution {
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct RawStep {
+    name: String,
+    min_reward: Option<f64>,
+    contributes_to_reward: Option<bool>,
+    agent: RawAgent,
+    verifier: RawVerifier,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -100,32 +158,76 @@ pub struct EnvironmentSection {
 /// A task, or the id of one that cannot be used and why.
 pub type LoadedTask = Result<HarborTask, (String, String)>;
 
-/// Whether `dir` is one Harbor task (it has a `task.toml`).
+/// Whether `dir` is one Harbor task (it has a `task.toml`) or one in the original
+/// Terminal-Bench layout (`task.yaml`).
 pub fn is_task(dir: &Path) -> bool {
-    dir.join("task.toml").is_file()
+    dir.join("task.toml").is_file() || super::terminal_bench::is_task(dir)
+}
+
+/// A task set, and what the person running it should know of its tasks: each field
+/// runner does not honour, once, with how many tasks carry it and what runner does.
+pub struct TaskSet {
+    pub tasks: Vec<LoadedTask>,
+    pub notes: Vec<String>,
 }
 
 /// The tasks of a task set folder: the folder itself if it is a task, else each of its
 /// subfolders that is one, in name order. `Err` with the reason for a task that cannot
-/// be used, keyed by its id.
-pub fn load_set(dir: &Path) -> Result<Vec<LoadedTask>, EvalError> {
-    if is_task(dir) {
-        return Ok(vec![load(dir)]);
-    }
-    let entries = std::fs::read_dir(dir).map_err(EvalError::io("read the task set", dir))?;
-    let mut dirs: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| is_task(p))
-        .collect();
-    dirs.sort();
+/// be used, keyed by its id. Tasks in the original Terminal-Bench layout are converted
+/// into Harbor folders under `converted` first.
+pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
+    let dirs: Vec<PathBuf> = if is_task(dir) {
+        vec![dir.to_path_buf()]
+    } else {
+        let entries = std::fs::read_dir(dir).map_err(EvalError::io("read the task set", dir))?;
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| is_task(p))
+            .collect();
+        dirs.sort();
+        dirs
+    };
     if dirs.is_empty() {
         return Err(EvalError::Task(format!(
-            "{} is neither a Harbor task (no task.toml) nor a folder of them",
+            "{} is neither a task (no task.toml, no task.yaml) nor a folder of them",
             dir.display()
         )));
     }
-    Ok(dirs.iter().map(|d| load(d)).collect())
+    let mut fields: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
+    let tasks: Vec<LoadedTask> = dirs
+        .iter()
+        .map(|d| {
+            let task = if d.join("task.toml").is_file() {
+                load(d)
+            } else {
+                super::terminal_bench::convert(d, converted).and_then(|(folder, notes)| {
+                    load(&folder).map(|mut t| {
+                        t.unsupported.extend(notes);
+                        t
+                    })
+                })
+            };
+            if let Ok(t) = &task {
+                for (field, doing) in &t.unsupported {
+                    *fields.entry((field.clone(), *doing)).or_default() += 1;
+                }
+            }
+            task
+        })
+        .collect();
+    let notes = fields
+        .into_iter()
+        .map(|((field, doing), n)| {
+            let tasks = if n == 1 {
+                "1 task".to_string()
+            } else {
+                format!("{n} tasks")
+            };
+            format!("{}: `{field}` ({tasks}): {doing}", dir.display())
+        })
+        .collect();
+    Ok(TaskSet { tasks, notes })
 }
 
 /// One task folder.
@@ -137,15 +239,30 @@ pub fn load(dir: &Path) -> LoadedTask {
     let fail = |reason: String| (id.clone(), reason);
     let text = std::fs::read_to_string(dir.join("task.toml"))
         .map_err(|e| fail(format!("cannot read {}/task.toml: {e}", dir.display())))?;
-    let file: File =
+    let doc: toml::Table =
         toml::from_str(&text).map_err(|e| fail(format!("{}/task.toml: {e}", dir.display())))?;
-    let instruction = std::fs::read_to_string(dir.join("instruction.md"))
-        .map_err(|e| fail(format!("cannot read {}/instruction.md: {e}", dir.display())))?;
-    if instruction.trim().is_empty() {
+    let unsupported = unsupported_fields(&doc);
+    let file: File = doc
+        .try_into()
+        .map_err(|e| fail(format!("{}/task.toml: {e}", dir.display())))?;
+    let multi = !file.steps.is_empty();
+    // A multi-step task's root instruction is never sent, and its root tests only back
+    // the steps' own.
+    let instruction = match std::fs::read_to_string(dir.join("instruction.md")) {
+        Ok(text) => text,
+        Err(_) if multi => String::new(),
+        Err(e) => {
+            return Err(fail(format!(
+                "cannot read {}/instruction.md: {e}",
+                dir.display()
+            )));
+        }
+    };
+    if instruction.trim().is_empty() && !multi {
         return Err(fail(format!("{}/instruction.md is empty", dir.display())));
     }
     let tests = dir.join("tests");
-    if !tests.join("test.sh").is_file() {
+    if !tests.join("test.sh").is_file() && !multi {
         return Err(fail(format!(
             "{}/tests/test.sh is missing: the verifier runs it",
             dir.display()
@@ -168,21 +285,28 @@ pub fn load(dir: &Path) -> LoadedTask {
         ),
         (None, None) => None,
     };
-    let secs = |v: Option<f64>| v.and_then(super::fields::seconds);
+    let steps = file
+        .steps
+        .iter()
+        .map(|raw| load_step(dir, &tests, raw))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(fail)?;
+    let reward_strategy = match file.multi_step_reward_strategy.as_deref() {
+        None | Some("mean") => RewardStrategy::Mean,
+        Some("final") => RewardStrategy::Final,
+        Some(other) => {
+            return Err(fail(format!(
+                "multi_step_reward_strategy {other:?} is neither \"mean\" nor \"final\""
+            )));
+        }
+    };
     let solution = dir.join("solution");
     Ok(HarborTask {
         id,
         dir: dir.to_path_buf(),
         instruction,
-        agent: AgentSection {
-            timeout: secs(file.agent.timeout_sec),
-            user: file.agent.user,
-        },
-        verifier: VerifierSection {
-            timeout: secs(file.verifier.timeout_sec),
-            env: file.verifier.env,
-            user: file.verifier.user,
-        },
+        agent: agent_section(&file.agent),
+        verifier: verifier_section(&file.verifier),
         environment: EnvironmentSection {
             build_timeout: secs(e.build_timeout_sec),
             docker_image: e.docker_image,
@@ -196,7 +320,170 @@ pub fn load(dir: &Path) -> LoadedTask {
         build_context,
         tests,
         solution: solution.join("solve.sh").is_file().then_some(solution),
+        solution_env: file.solution.env,
+        steps,
+        reward_strategy,
+        artifacts: file.artifacts,
+        unsupported,
     })
+}
+
+fn secs(v: Option<f64>) -> Option<Duration> {
+    v.and_then(super::fields::seconds)
+}
+
+fn agent_section(raw: &RawAgent) -> AgentSection {
+    AgentSection {
+        timeout: secs(raw.timeout_sec),
+        user: raw.user.clone(),
+    }
+}
+
+fn verifier_section(raw: &RawVerifier) -> VerifierSection {
+    VerifierSection {
+        timeout: secs(raw.timeout_sec),
+        env: raw.env.clone(),
+        user: raw.user.clone(),
+    }
+}
+
+/// `steps/NAME/`: its instruction, and a `test.sh` of its own or the task's.
+fn load_step(dir: &Path, task_tests: &Path, raw: &RawStep) -> Result<HarborStep, String> {
+    let name = super::fields::sanitize(&raw.name);
+    if raw.name.is_empty() || name != raw.name {
+        return Err(format!(
+            "[[steps]] name {:?} is not a plain folder name",
+            raw.name
+        ));
+    }
+    let step = dir.join("steps").join(&name);
+    let instruction = std::fs::read_to_string(step.join("instruction.md"))
+        .map_err(|e| format!("cannot read {}/instruction.md: {e}", step.display()))?;
+    let tests = step.join("tests");
+    let tests = tests.is_dir().then_some(tests);
+    let has_test = tests.as_ref().is_some_and(|t| t.join("test.sh").is_file())
+        || task_tests.join("test.sh").is_file();
+    if !has_test {
+        return Err(format!(
+            "step {name} has no tests/test.sh, and the task has none to fall back on"
+        ));
+    }
+    let solution = step.join("solution");
+    Ok(HarborStep {
+        name,
+        instruction,
+        tests,
+        solution: solution.join("solve.sh").is_file().then_some(solution),
+        agent: agent_section(&raw.agent),
+        verifier: verifier_section(&raw.verifier),
+        min_reward: raw.min_reward,
+        contributes: raw.contributes_to_reward.unwrap_or(true),
+    })
+}
+
+/// The fields of `task.toml` runner does not honour, each with what it does instead.
+/// Read leniently (a task with them still runs), but said once per task set.
+fn unsupported_fields(doc: &toml::Table) -> Vec<(String, &'static str)> {
+    const IGNORED: &str = "ignored";
+    let mut out = Vec::new();
+    let mut check = |path: String, known: &[&str], table: &toml::Table| {
+        for key in table.keys().filter(|k| !known.contains(&k.as_str())) {
+            let doing = match key.as_str() {
+                "storage" | "storage_mb" => {
+                    "not enforced: the task container gets the engine's disk (a quota needs a storage driver with one)"
+                }
+                "gpus" | "gpu_types" => "no GPUs are given to task containers",
+                "mcp_servers" => "the agent gets no MCP servers from a task",
+                "skills_dir" => "skills in a task are not loaded",
+                "network_mode" => {
+                    "runner chooses the network: none, or its proxy where allow_internet is set"
+                }
+                "healthcheck" | "setup" => "not run",
+                _ => IGNORED,
+            };
+            let field = if path.is_empty() {
+                key.clone()
+            } else {
+                format!("{path}.{key}")
+            };
+            out.push((field, doing));
+        }
+    };
+    check(
+        String::new(),
+        &[
+            "version",
+            "schema_version",
+            "metadata",
+            "task",
+            "source",
+            "agent",
+            "verifier",
+            "environment",
+            "solution",
+            "steps",
+            "multi_step_reward_strategy",
+            "artifacts",
+        ],
+        doc,
+    );
+    let sections: [(&str, &[&str]); 4] = [
+        ("agent", &["timeout_sec", "user"]),
+        ("verifier", &["timeout_sec", "env", "user"]),
+        (
+            "environment",
+            &[
+                "build_timeout_sec",
+                "docker_image",
+                "cpus",
+                "memory_mb",
+                "memory",
+                "allow_internet",
+                "workdir",
+                "env",
+            ],
+        ),
+        ("solution", &["env"]),
+    ];
+    for (name, known) in sections {
+        if let Some(toml::Value::Table(t)) = doc.get(name) {
+            check(name.to_string(), known, t);
+        }
+    }
+    if let Some(toml::Value::Array(steps)) = doc.get("steps") {
+        for step in steps.iter().filter_map(|s| s.as_table()) {
+            check(
+                "steps[]".into(),
+                &[
+                    "name",
+                    "min_reward",
+                    "contributes_to_reward",
+                    "agent",
+                    "verifier",
+                ],
+                step,
+            );
+            if let Some(toml::Value::Table(a)) = step.get("agent") {
+                check("steps[].agent".into(), &["timeout_sec"], a);
+            }
+            if let Some(toml::Value::Table(v)) = step.get("verifier") {
+                check(
+                    "steps[].verifier".into(),
+                    &["timeout_sec", "env", "user"],
+                    v,
+                );
+            }
+        }
+    }
+    // The per-step agent user: the container runs every step as the task's.
+    for (field, doing) in out.iter_mut() {
+        if field == "steps[].agent.user" {
+            *doing = "every step runs as the task's [agent] user";
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// "512M", "2G", "2GiB", "1024" (bytes).
@@ -323,7 +610,7 @@ workdir = "/app"
         std::fs::remove_file(set.join("no-tests/tests/test.sh")).unwrap();
         std::fs::create_dir_all(set.join("not-a-task")).unwrap();
 
-        let loaded = load_set(set).unwrap();
+        let loaded = load_set(set, &set.join(".converted")).unwrap().tasks;
         assert_eq!(loaded.len(), 3, "{loaded:?}");
         let good = loaded
             .iter()
@@ -350,7 +637,13 @@ workdir = "/app"
                 .any(|(id, e)| id == "no-tests" && e.contains("test.sh"))
         );
         // One task folder is a task set of one.
-        assert_eq!(load_set(&set.join("good")).unwrap().len(), 1);
+        assert_eq!(
+            load_set(&set.join("good"), &set.join(".converted"))
+                .unwrap()
+                .tasks
+                .len(),
+            1
+        );
     }
 
     #[test]

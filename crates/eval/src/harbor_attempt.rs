@@ -28,7 +28,7 @@ use super::attempt::{self, LOG_LIMIT, drop_blocking};
 use super::engines::Engine;
 use super::harbor::{self, HarborTask};
 use super::images;
-use super::results::TaskResult;
+use super::results::{Status, TaskResult};
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use super::{EvalError, EvalOptions};
 use crate::agent::End;
@@ -57,18 +57,25 @@ pub async fn run(
     if let Err(e) = fresh_dir(out) {
         return infra(result, "prepare", e, false);
     }
-    let limits = limits(task, options);
-    let (agent_limit, verify_limit) = (limits.agent, limits.verify);
     // Read from the task folder now: a folder that cannot be read is the task's failure,
     // found before anything runs.
-    let tests = match pack_as(&task.tests, "tests") {
-        Ok(t) => t,
+    let stages = match stages(task, options) {
+        Ok(s) => s,
+        Err(e) => return infra(result, "prepare", e, false),
+    };
+    let way_out = match verifier_way_out(options) {
+        Ok(w) => w,
         Err(e) => return infra(result, "prepare", e, false),
     };
 
     // The image. A stop during a build ends it: the engine cancels a build whose client
     // went away.
-    let image = match build_image(task, engine, limits.setup, out, &mut result, stop).await {
+    let setup_limit = task
+        .environment
+        .build_timeout
+        .unwrap_or(BUILD_TIMEOUT)
+        .mul_f64(options.timeout_multiplier);
+    let image = match build_image(task, engine, setup_limit, out, &mut result, stop).await {
         Ok(image) => image,
         Err(ended) => return ended,
     };
@@ -98,8 +105,6 @@ pub async fn run(
     // The base only serves the diff: without one the attempt still runs.
     ws.take_base(container).await;
 
-    // The agent, or the task's own solution.
-    let agent_started = Instant::now();
     let place = Place {
         container,
         engine,
@@ -107,84 +112,344 @@ pub async fn run(
         outputs: &outputs,
         out,
     };
-    let ran = run_agent(task, place, agent_limit, options, &mut result, stop).await;
-    result.timings.agent_ms = agent_started.elapsed().as_millis() as u64;
+    let mut turns = Turns::default();
+    for (i, stage) in stages.iter().enumerate() {
+        let went = take_turn(
+            stage,
+            &place,
+            ws,
+            options,
+            way_out.as_deref(),
+            &mut result,
+            stop,
+        )
+        .await;
+        match went {
+            Turn::Stopped(verdict) => return *verdict,
+            Turn::Decided => return verdict::decided_by_the_agent(&mut result, started).flatten(),
+            Turn::Judged(verified) => {
+                if !turns.add(stage, verified) {
+                    // The steps not run count against the roll-up.
+                    turns.skipped = stages[i + 1..].iter().filter(|s| s.contributes).count();
+                    break;
+                }
+            }
+        }
+    }
+    if !task.artifacts.is_empty() {
+        collect_artifacts(container, &task.artifacts, out).await;
+    }
+    result.timings.total_ms = started.elapsed().as_millis() as u64;
+    drop(owner);
+    let (verified, limit) = turns.verdict(task.reward_strategy, &mut result);
+    verdict::conclude(result, verified, out, limit, Some(engine)).await
+}
+
+/// One turn of an attempt: what the agent is told (or the solution it runs), how long it
+/// has, and the tests that judge it. A task of one step is one stage; a multi-step task's
+/// steps are stages in order, in one container.
+struct Stage<'a> {
+    /// The step's name; `None` for a task of one step.
+    name: Option<&'a str>,
+    instruction: &'a str,
+    solution: Option<&'a Path>,
+    solution_env: &'a std::collections::BTreeMap<String, String>,
+    /// Where `--agent oracle`'s complaint about a missing solution points.
+    dir: std::path::PathBuf,
+    /// `/tests` as a tar: the task's tests, the step's laid over them.
+    tests: Vec<u8>,
+    verifier: &'a harbor::VerifierSection,
+    allow_internet: bool,
+    agent_limit: Duration,
+    verify_limit: Duration,
+    min_reward: Option<f64>,
+    contributes: bool,
+}
+
+/// The stages of `task`, their tests packed and their limits scaled.
+fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'a>>, EvalError> {
+    let scale = |d: Duration| d.mul_f64(options.timeout_multiplier);
+    let agent =
+        |t: Option<Duration>| scale(t.or(task.agent.timeout).unwrap_or(options.timeouts.agent));
+    let verify = |t: Option<Duration>| {
+        scale(
+            t.or(task.verifier.timeout)
+                .unwrap_or(options.timeouts.verify),
+        )
+    };
+    if task.steps.is_empty() {
+        return Ok(vec![Stage {
+            name: None,
+            instruction: &task.instruction,
+            solution: task.solution.as_deref(),
+            solution_env: &task.solution_env,
+            dir: task.dir.clone(),
+            tests: pack_layers(&[&task.tests], "tests")?,
+            verifier: &task.verifier,
+            allow_internet: task.environment.allow_internet,
+            agent_limit: agent(None),
+            verify_limit: verify(None),
+            min_reward: None,
+            contributes: true,
+        }]);
+    }
+    task.steps
+        .iter()
+        .map(|step| {
+            let mut layers: Vec<&Path> = vec![&task.tests];
+            layers.extend(step.tests.as_deref());
+            Ok(Stage {
+                name: Some(&step.name),
+                instruction: &step.instruction,
+                solution: step.solution.as_deref(),
+                solution_env: &task.solution_env,
+                dir: task.dir.join("steps").join(&step.name),
+                tests: pack_layers(&layers, "tests")?,
+                verifier: &step.verifier,
+                allow_internet: task.environment.allow_internet,
+                agent_limit: agent(step.agent.timeout),
+                verify_limit: verify(step.verifier.timeout),
+                min_reward: step.min_reward,
+                contributes: step.contributes,
+            })
+        })
+        .collect()
+}
+
+/// How a turn went.
+enum Turn {
+    /// The attempt ends here with this verdict (`None`: interrupted).
+    Stopped(Box<Option<Verdict>>),
+    /// The agent's end decided the attempt (a timeout, its own error).
+    Decided,
+    /// The verifier judged the turn.
+    Judged(Verified),
+}
+
+/// One turn: the agent (or the solution), its end judged, its diff recorded, then the
+/// verifier in what it left.
+async fn take_turn(
+    stage: &Stage<'_>,
+    place: &Place<'_>,
+    ws: &Workspace,
+    options: &EvalOptions,
+    way_out: Option<&[crate::permission::rules::Rule]>,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> Turn {
+    let out = match stage.name {
+        Some(name) => place.out.join("steps").join(name),
+        None => place.out.to_path_buf(),
+    };
+    let _ = std::fs::create_dir_all(&out);
+    let agent_started = Instant::now();
+    let here = Place {
+        out: &out,
+        ..*place
+    };
+    let ran = run_agent(stage, here, options, result, stop).await;
+    result.timings.agent_ms += agent_started.elapsed().as_millis() as u64;
     let (end, timed_out) = match ran {
-        AgentRan::Interrupted => return None,
-        AgentRan::CouldNotStart(e, retryable) => return infra(result, "agent", e, retryable),
+        AgentRan::Interrupted => return Turn::Stopped(Box::new(None)),
+        AgentRan::CouldNotStart(e, retryable) => {
+            return Turn::Stopped(Box::new(infra(result.clone(), "agent", e, retryable)));
+        }
         AgentRan::Ended(end, timed_out) => (end, timed_out),
     };
     if stop.is_cancelled() && !timed_out {
-        return None;
+        return Turn::Stopped(Box::new(None));
     }
     result.end = end.as_ref().map(|e| e.reason().to_string());
-    if let Err(infra) = judge_end(
-        &mut result,
-        end.as_ref(),
-        timed_out,
-        agent_limit,
-        Some(engine),
-    )
-    .await
+    let engine = Some(place.engine);
+    if let Err(infra) = judge_end(result, end.as_ref(), timed_out, stage.agent_limit, engine).await
     {
-        return infra;
+        return Turn::Stopped(Box::new(infra));
     }
-
-    // The diff, from the stopped container.
+    // The diff, from the stopped container: everything since the attempt began.
     let verify_started = Instant::now();
-    let patch = ws.image_patch(container).await.map_err(EvalError::from);
-    verdict::record_patch(&mut result, out, patch);
-    if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
-        return decided;
+    let patch = ws
+        .image_patch(place.container)
+        .await
+        .map_err(EvalError::from);
+    verdict::record_patch(result, place.out, patch);
+    if matches!(result.status, Status::Timeout | Status::AgentError) {
+        return Turn::Decided;
     }
-    let way_out = match verifier_way_out(options) {
-        Ok(w) => w,
-        Err(e) => return infra(result, "verify", e, false),
-    };
     let mut connections = Vec::new();
-    let verified = verify(
-        task,
-        container,
-        tests,
-        verify_limit,
-        way_out.as_deref(),
-        &mut connections,
-        stop,
-    )
-    .await;
-    record_connections(&mut result, out, &connections);
-    result.timings.verify_ms = verify_started.elapsed().as_millis() as u64;
-    result.timings.total_ms = started.elapsed().as_millis() as u64;
-    drop(owner);
-    verdict::conclude(result, verified, out, verify_limit, Some(engine)).await
+    let verified = verify(stage, place.container, way_out, &mut connections, stop).await;
+    record_connections(result, &out, &connections);
+    result.timings.verify_ms += verify_started.elapsed().as_millis() as u64;
+    Turn::Judged(verified)
 }
 
-/// The task's limits where it sets them, the flags' elsewhere; the multiplier on all.
-fn limits(task: &HarborTask, options: &EvalOptions) -> super::tasks::Timeouts {
-    super::tasks::Timeouts {
-        setup: task.environment.build_timeout.unwrap_or(BUILD_TIMEOUT),
-        agent: task.agent.timeout.unwrap_or(options.timeouts.agent),
-        verify: task.verifier.timeout.unwrap_or(options.timeouts.verify),
+/// The verifier's judgements of an attempt's turns, and how they make one.
+#[derive(Default)]
+struct Turns {
+    /// Each step run: its name and rewards (empty when its verifier left none).
+    steps: Vec<(String, std::collections::BTreeMap<String, f64>, bool)>,
+    /// Steps not run (the trial stopped early) that would have counted.
+    skipped: usize,
+    /// The verdict as it stands: the last turn's, or the first that could not be read.
+    last: Option<(Verified, Duration)>,
+    logs: Vec<u8>,
+    multi: bool,
+}
+
+impl Turns {
+    /// Takes a turn's judgement; false when the attempt stops here (a verifier that could
+    /// not run, or a step below its `min_reward`).
+    fn add(&mut self, stage: &Stage<'_>, verified: Verified) -> bool {
+        let limit = stage.verify_limit;
+        let Some(name) = stage.name else {
+            self.last = Some((verified, limit));
+            return false;
+        };
+        self.multi = true;
+        let Verified::Ran {
+            log,
+            exit,
+            timed_out,
+            score,
+        } = verified
+        else {
+            self.last = Some((verified, limit));
+            return false;
+        };
+        self.logs
+            .extend_from_slice(format!("=== step {name}\n").as_bytes());
+        self.logs.extend_from_slice(&log);
+        let rewards = match &score {
+            Score::Rewards(Ok(r)) => r.clone(),
+            _ => Default::default(),
+        };
+        let below = stage
+            .min_reward
+            .is_some_and(|min| rewards.is_empty() || rewards.values().any(|r| *r < min));
+        self.steps
+            .push((name.to_string(), rewards, stage.contributes));
+        self.last = Some((
+            Verified::Ran {
+                log: Vec::new(),
+                exit,
+                timed_out,
+                score,
+            },
+            limit,
+        ));
+        !below && !timed_out
     }
-    .scaled(options.timeout_multiplier)
+
+    /// The attempt's verification: a task of one step's as it was; a multi-step task's
+    /// rewards rolled up by `strategy`, each step's kept in the result.
+    fn verdict(
+        self,
+        strategy: harbor::RewardStrategy,
+        result: &mut TaskResult,
+    ) -> (Verified, Duration) {
+        let (last, limit) = self.last.unwrap_or((
+            Verified::Failed(EvalError::Task("no step ran".into())),
+            Duration::ZERO,
+        ));
+        if !self.multi {
+            return (last, limit);
+        }
+        result.step_rewards = self
+            .steps
+            .iter()
+            .map(|(name, rewards, _)| (name.clone(), rewards.clone()))
+            .collect();
+        let Verified::Ran {
+            exit, timed_out, ..
+        } = last
+        else {
+            return (last, limit);
+        };
+        let counted: Vec<&std::collections::BTreeMap<String, f64>> = self
+            .steps
+            .iter()
+            .filter(|(_, _, contributes)| *contributes)
+            .map(|(_, r, _)| r)
+            .collect();
+        let rolled = roll_up(strategy, &counted, self.skipped);
+        let score = match rolled {
+            Some(r) => Score::Rewards(Ok(r)),
+            None => Score::Rewards(Err(EvalError::Reward(harbor::BadReward::Missing))),
+        };
+        (
+            Verified::Ran {
+                log: self.logs,
+                exit,
+                timed_out,
+                score,
+            },
+            limit,
+        )
+    }
+}
+
+/// Harbor's roll-up of step rewards: each key's mean over the contributing steps (a key a
+/// step lacks, and a step the trial stopped before, count 0), or the last step's.
+fn roll_up(
+    strategy: harbor::RewardStrategy,
+    steps: &[&std::collections::BTreeMap<String, f64>],
+    skipped: usize,
+) -> Option<std::collections::BTreeMap<String, f64>> {
+    match strategy {
+        harbor::RewardStrategy::Final if skipped > 0 => Some([("reward".to_string(), 0.0)].into()),
+        harbor::RewardStrategy::Final => steps.last().map(|r| (*r).clone()),
+        harbor::RewardStrategy::Mean => {
+            let keys: std::collections::BTreeSet<&String> =
+                steps.iter().flat_map(|r| r.keys()).collect();
+            let n = (steps.len() + skipped) as f64;
+            if keys.is_empty() {
+                return (n > 0.0).then(|| [("reward".to_string(), 0.0)].into());
+            }
+            Some(
+                keys.into_iter()
+                    .map(|k| {
+                        let sum: f64 = steps.iter().map(|r| r.get(k).copied().unwrap_or(0.0)).sum();
+                        (k.clone(), sum / n)
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// `artifacts`: each path copied out of the container into the attempt's `artifacts/`,
+/// as the tar the engine gives (a path that is not there is noted, not an error).
+async fn collect_artifacts(container: &TaskContainer, paths: &[String], out: &Path) {
+    let dir = out.join("artifacts");
+    let _ = std::fs::create_dir_all(&dir);
+    let mut missing = String::new();
+    for path in paths {
+        let name = super::fields::sanitize(path.trim_start_matches('/'));
+        match engine_call(container.download(Path::new(path), 64 << 20)).await {
+            Ok(Some(tar)) => {
+                let _ = write_file(&dir.join(format!("{name}.tar")), &tar);
+            }
+            Ok(None) => missing.push_str(&format!("{path}: not in the container\n")),
+            Err(e) => missing.push_str(&format!("{path}: {e}\n")),
+        }
+    }
+    if !missing.is_empty() {
+        let _ = write_file(&dir.join("missing.txt"), missing.as_bytes());
+    }
 }
 
 /// The agent (or, with `--agent oracle`, the task's own solution) in the task's container;
 /// every process it left running dies with the container's stop at the end.
 async fn run_agent(
-    task: &HarborTask,
+    stage: &Stage<'_>,
     place: Place<'_>,
-    limit: Duration,
     options: &EvalOptions,
     result: &mut TaskResult,
     stop: &CancellationToken,
 ) -> AgentRan {
     let container = place.container;
     let ran = match options.agent {
-        super::AgentKind::Oracle => {
-            oracle(task, container, place.engine, limit, place.out, stop).await
-        }
-        super::AgentKind::Model => model(task, place, limit, options, result, stop).await,
+        super::AgentKind::Oracle => oracle(stage, container, place.engine, place.out, stop).await,
+        super::AgentKind::Model => model(stage, place, options, result, stop).await,
     };
     container.stop().await;
     ran
@@ -312,6 +577,7 @@ enum AgentRan {
 }
 
 /// Where the agent's run happens and leaves its files.
+#[derive(Clone, Copy)]
 struct Place<'a> {
     container: &'a Arc<TaskContainer>,
     engine: &'a Engine,
@@ -325,13 +591,13 @@ struct Place<'a> {
 
 /// runner's own loop, in a sandbox over the task container.
 async fn model(
-    task: &HarborTask,
+    stage: &Stage<'_>,
     place: Place<'_>,
-    limit: Duration,
     options: &EvalOptions,
     result: &mut TaskResult,
     stop: &CancellationToken,
 ) -> AgentRan {
+    let limit = stage.agent_limit;
     let Place {
         container,
         engine,
@@ -356,7 +622,7 @@ async fn model(
         ));
     // `allow_internet`: every public host, through the proxy, which still refuses the
     // host's own services, private networks and cloud metadata.
-    if task.environment.allow_internet {
+    if stage.allow_internet {
         session.session_rules.extend(internet_rules());
     }
     let mut run_options = RunOptions::new(scratch, Arc::new(NoEvents));
@@ -381,10 +647,11 @@ async fn model(
             );
         }
     };
-    let (end, timed_out) = attempt::drive(&mut run, &task.instruction, limit, stop).await;
+    let (end, timed_out) = attempt::drive(&mut run, stage.instruction, limit, stop).await;
     run.finish(&end);
-    result.usage = run.agent.usage;
-    result.steps = run.agent.steps;
+    // A multi-step task's turns add up.
+    result.usage.add(&run.agent.usage);
+    result.steps += run.agent.steps;
     let session_file = run.session_file().to_path_buf();
     drop_blocking(run).await;
     let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
@@ -393,18 +660,18 @@ async fn model(
 
 /// The task's `solution/solve.sh`, copied to `/solution` and run as the agent would be.
 async fn oracle(
-    task: &HarborTask,
+    stage: &Stage<'_>,
     container: &TaskContainer,
     engine: &Engine,
-    limit: Duration,
     out: &Path,
     stop: &CancellationToken,
 ) -> AgentRan {
-    let Some(solution) = &task.solution else {
+    let limit = stage.agent_limit;
+    let Some(solution) = stage.solution else {
         return AgentRan::CouldNotStart(
             EvalError::Task(format!(
                 "{} has no solution/solve.sh for --agent oracle",
-                task.dir.display()
+                stage.dir.display()
             )),
             false,
         );
@@ -436,7 +703,8 @@ async fn oracle(
         },
         _ => None,
     };
-    let ran = attempt::exec(&sandbox, "bash /solution/solve.sh", limit, LOG_LIMIT, stop).await;
+    let command = with_env(stage.solution_env, "bash /solution/solve.sh");
+    let ran = attempt::exec(&sandbox, &command, limit, LOG_LIMIT, stop).await;
     drop(proxy);
     drop_blocking(sandbox).await;
     match ran {
@@ -447,6 +715,25 @@ async fn oracle(
         }
         Err(e) => AgentRan::CouldNotStart(e, true),
     }
+}
+
+/// `command` with `[solution] env` set for it: `env 'K=V' … command`, each pair quoted for
+/// the shell. A name that is no variable name is left out (the shell would not take it).
+fn with_env(env: &std::collections::BTreeMap<String, String>, command: &str) -> String {
+    let valid = |k: &str| {
+        !k.is_empty()
+            && !k.starts_with(|c: char| c.is_ascii_digit())
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let pairs: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| valid(k))
+        .map(|(k, v)| format!("'{}'", format!("{k}={v}").replace('\'', "'\\''")))
+        .collect();
+    if pairs.is_empty() {
+        return command.to_string();
+    }
+    format!("env {} {command}", pairs.join(" "))
 }
 
 /// Harbor's `allow_internet`: every public host allowed, nobody asked, and still no
@@ -512,7 +799,10 @@ fn record_connections(
     if connections.is_empty() {
         return;
     }
-    result.verifier_network = connections.iter().map(|c| c.line()).collect();
+    // A multi-step task's steps add theirs in turn.
+    result
+        .verifier_network
+        .extend(connections.iter().map(|c| c.line()));
     let lines: String = connections
         .iter()
         .filter_map(|c| serde_json::to_string(c).ok())
@@ -532,10 +822,8 @@ mkdir -p /tests /logs/verifier
 chmod 1777 /logs/verifier";
 
 async fn verify(
-    task: &HarborTask,
+    stage: &Stage<'_>,
     container: &TaskContainer,
-    tests: Vec<u8>,
-    limit: Duration,
     way_out: Option<&[crate::permission::rules::Rule]>,
     connections: &mut Vec<crate::network::ConnectionRecord>,
     stop: &CancellationToken,
@@ -553,7 +841,7 @@ async fn verify(
                 Some(rules) => Some(verifier_proxy(&sandbox, rules).await?),
                 None => None,
             };
-            let ran = run_tests(task, container, tests, limit, proxy.is_some()).await;
+            let ran = run_tests(stage, container, proxy.is_some()).await;
             if let Some(proxy) = proxy {
                 proxy.settle(Duration::from_secs(2)).await;
                 *connections = proxy.records();
@@ -586,12 +874,11 @@ async fn verify(
 /// `/tests` and `/logs/verifier` made afresh, the tests copied in, `test.sh` run (with the
 /// proxy's variables when it has one), and the rewards it left read.
 async fn run_tests(
-    task: &HarborTask,
+    stage: &Stage<'_>,
     container: &TaskContainer,
-    tests: Vec<u8>,
-    limit: Duration,
     proxied: bool,
 ) -> Result<(ExecOutput, Rewards), EvalError> {
+    let limit = stage.verify_limit;
     let prepared = engine_call(container.exec(
         &["sh", "-c", PREPARE],
         Some("root"),
@@ -606,19 +893,20 @@ async fn run_tests(
             String::from_utf8_lossy(&prepared.output).trim()
         )));
     }
-    engine_call(container.upload(Path::new("/"), tests)).await?;
+    engine_call(container.upload(Path::new("/"), stage.tests.clone())).await?;
     let mut env: Vec<(String, String)> = Vec::new();
     if proxied {
         crate::sandbox::spec::set_proxy_env(&mut env);
     }
     // The task's own variables win, as they would over the environment's.
     env.extend(
-        task.verifier
+        stage
+            .verifier
             .env
             .iter()
             .map(|(k, v)| (k.clone(), v.clone())),
     );
-    let user = task.verifier.user.as_deref();
+    let user = stage.verifier.user.as_deref();
     let ran = container
         .exec(
             &["bash", "/tests/test.sh"],
@@ -709,6 +997,28 @@ fn pack_as(dir: &Path, name: &str) -> Result<Vec<u8>, EvalError> {
             .map_err(EvalError::io("pack", &path))?;
     }
     tar.into_inner().map_err(EvalError::io("pack", dir))
+}
+
+/// Folders packed as one folder `name`, each laid over the ones before it (a step's tests
+/// over the task's): a file in a later one wins.
+fn pack_layers(dirs: &[&Path], name: &str) -> Result<Vec<u8>, EvalError> {
+    let mut files: std::collections::BTreeMap<std::path::PathBuf, std::path::PathBuf> =
+        Default::default();
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        for rel in images::files_under(dir)? {
+            files.insert(rel.clone(), dir.join(rel));
+        }
+    }
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    let top = dirs.first().copied().unwrap_or(Path::new("."));
+    tar.append_dir(name, if top.is_dir() { top } else { Path::new("/") })
+        .map_err(EvalError::io("pack", top))?;
+    for (rel, path) in files {
+        tar.append_path_with_name(&path, Path::new(name).join(&rel))
+            .map_err(EvalError::io("pack", &path))?;
+    }
+    tar.into_inner().map_err(EvalError::io("pack", top))
 }
 
 /// The task container, removed off the async threads when the attempt is done.

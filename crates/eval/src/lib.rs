@@ -16,6 +16,7 @@ pub mod images;
 pub mod report;
 pub mod results;
 pub mod tasks;
+pub mod terminal_bench;
 mod verdict;
 pub mod verifier_network;
 pub mod worktree;
@@ -205,7 +206,13 @@ fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), EvalError> 
     let mut files = Vec::new();
     for set in &options.task_sets {
         if set.is_dir() {
-            for task in harbor::load_set(set)? {
+            let converted = options.out.join(".converted");
+            let harbor::TaskSet { tasks, notes } = harbor::load_set(set, &converted)?;
+            // Once per set: what its tasks ask for that runner does differently.
+            for note in notes {
+                eprintln!("runner: {note}");
+            }
+            for task in tasks {
                 loaded.push(match task {
                     Ok(t) => Loaded::Harbor(Box::new(t)),
                     Err((id, reason)) => Loaded::Broken { id, reason },
@@ -277,8 +284,8 @@ fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>
                 Loaded::Task(_) if options.agent == AgentKind::Oracle => refused(
                     "--agent oracle runs a Harbor task's solution/solve.sh; a JSON-lines task has none",
                 )?,
-                Loaded::Task(t) => jobs.push((Arc::new(Job::Repo((**t).clone())), attempt)),
-                Loaded::Harbor(t) => jobs.push((Arc::new(Job::Harbor((**t).clone())), attempt)),
+                Loaded::Task(t) => jobs.push((Arc::new(Job::Repo(t.clone())), attempt)),
+                Loaded::Harbor(t) => jobs.push((Arc::new(Job::Harbor(t.clone())), attempt)),
             }
         }
     }
@@ -450,8 +457,8 @@ async fn run_with_retries(
 /// One task's attempt to run: a repository copied per attempt, or a Harbor task whose
 /// worktree is in its image.
 enum Job {
-    Repo(Task),
-    Harbor(harbor::HarborTask),
+    Repo(Box<Task>),
+    Harbor(Box<harbor::HarborTask>),
 }
 
 impl Job {

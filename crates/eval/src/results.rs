@@ -97,6 +97,10 @@ pub struct TaskResult {
     /// `deny example.com:443: …`); also in `verifier-network.jsonl` in full.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifier_network: Vec<String>,
+    /// A multi-step task's steps, in the order they ran, each with its rewards (empty when
+    /// its verifier left none); the attempt's `reward` is their roll-up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_rewards: Vec<(String, BTreeMap<String, f64>)>,
 }
 
 /// How a verifier's run ended: its exit status and the last lines it printed, where the
@@ -181,6 +185,7 @@ impl TaskResult {
             diff_error: None,
             verifier: None,
             verifier_network: Vec::new(),
+            step_rewards: Vec::new(),
         }
     }
 }
