@@ -1080,3 +1080,71 @@ fn the_formats_people_have_run_and_their_twins_fail() {
     }
     assert!(!err.contains("solution.env"), "{err}");
 }
+
+/// A real agent's attempt records its tokens, its cost (the config gives the model's
+/// price) and the time of each phase; the summary adds them up and the report shows them.
+#[test]
+fn an_attempt_records_tokens_cost_and_time_per_phase() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    harbor_task(
+        &dir.join("h00"),
+        "TASK h00: calc.sh should add its two arguments. Fix it.\n",
+        TOML,
+        DOCKERFILE,
+        TEST,
+    );
+    let config = dir.join("prices.toml");
+    std::fs::write(
+        &config,
+        "[provider.openai.prices]\nscripted = { input = 3.0, output = 15.0, cache_read = 0.3 }\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::responding(answer);
+    let out = dir.join("out");
+    let (run, _) = eval(
+        &dir.join("h00"),
+        &out,
+        &["--config", &config.display().to_string()],
+        Some(&model),
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    let r = read_json(&out.join("tasks/h00/result.json"));
+    assert_eq!(r["status"], "resolved", "{r}");
+    let u = &r["usage"];
+    let tokens = |k: &str| u[k].as_f64().unwrap();
+    assert!(
+        tokens("input") > 0.0 && tokens("output") > 0.0 && tokens("cache_read") > 0.0,
+        "{r}"
+    );
+    let expected = (tokens("input") * 3.0
+        + tokens("output") * 15.0
+        + tokens("cache_read") * 0.3
+        + tokens("cache_write") * 3.0)
+        / 1e6;
+    let cost = r["cost_usd"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no cost: {r}"));
+    assert!((cost - expected).abs() < 1e-9, "{cost} != {expected}");
+    for phase in ["agent_ms", "verify_ms", "total_ms"] {
+        assert!(r["timings"][phase].as_u64().unwrap() > 0, "{phase}: {r}");
+    }
+    let summary = read_json(&out.join("summary.json"));
+    assert!(
+        (summary["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-9,
+        "{summary}"
+    );
+    assert!(summary["verify_ms"].as_u64().unwrap() > 0, "{summary}");
+    let report = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "report"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(report.status.code(), Some(0), "{}", said(&report));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("\"cost_usd\":") && html.contains("cost $"),
+        "the report shows the cost"
+    );
+}

@@ -178,6 +178,7 @@ async fn keep_the_agents_record(
 ) {
     run.finish(end);
     result.usage = run.agent.usage;
+    result.cost_usd = run.rt.model.price.map(|p| p.cost(&run.agent.usage));
     result.steps = run.agent.steps;
     result.end = Some(end.reason().to_string());
     let session_file = run.session_file().to_path_buf();

@@ -652,6 +652,9 @@ async fn model(
     // A multi-step task's turns add up.
     result.usage.add(&run.agent.usage);
     result.steps += run.agent.steps;
+    if let Some(price) = run.rt.model.price {
+        *result.cost_usd.get_or_insert(0.0) += price.cost(&run.agent.usage);
+    }
     let session_file = run.session_file().to_path_buf();
     drop_blocking(run).await;
     let _ = std::fs::rename(&session_file, out.join("session.jsonl"));

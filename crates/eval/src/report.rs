@@ -37,8 +37,12 @@ pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
                 "reward": r.reward,
                 "steps": r.steps,
                 "tokens_in": r.usage.input + r.usage.cache_read + r.usage.cache_write,
+                "tokens_cached": r.usage.cache_read,
                 "tokens_out": r.usage.output,
+                "cost_usd": r.cost_usd.map(|c| (c * 1e4).round() / 1e4),
+                "build_s": r.timings.build_ms as f64 / 1000.0,
                 "agent_s": r.timings.agent_ms as f64 / 1000.0,
+                "verify_s": r.timings.verify_ms as f64 / 1000.0,
                 "total_s": r.timings.total_ms as f64 / 1000.0,
                 "error": r.reason().unwrap_or_default(),
                 "diff": shown(&dir.join("diff.patch")),
@@ -132,8 +136,9 @@ const SCRIPT: &str = r##"
 const data = JSON.parse(document.getElementById("data").textContent);
 const columns = [
   ["id", "task"], ["attempt", "attempt"], ["status", "status"], ["reward", "reward"],
-  ["steps", "steps"], ["tokens_in", "tokens in"], ["tokens_out", "tokens out"],
-  ["agent_s", "agent s"], ["total_s", "total s"], ["error", "why"],
+  ["steps", "steps"], ["tokens_in", "tokens in"], ["tokens_cached", "cached"],
+  ["tokens_out", "tokens out"], ["cost_usd", "cost $"], ["build_s", "build s"],
+  ["agent_s", "agent s"], ["verify_s", "verify s"], ["total_s", "total s"], ["error", "why"],
 ];
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -149,6 +154,8 @@ const facts = [["model", s.model], ["runner", s.runner_version], ["task set", s.
 for (const [k, v] of Object.entries(s.counts)) facts.push([k, v]);
 for (const [k, v] of Object.entries(s.pass_at || {})) facts.push(["pass@" + k, (v * 100).toFixed(1) + "%"]);
 facts.push(["tokens", s.usage.input + " in, " + s.usage.output + " out, " + s.usage.cache_read + " cached"]);
+if (s.cost_usd !== undefined && s.cost_usd !== null) facts.push(["cost", "$" + s.cost_usd.toFixed(4)]);
+facts.push(["time", "build " + (s.build_ms / 1000).toFixed(1) + " s, agent " + (s.agent_ms / 1000).toFixed(1) + " s, verify " + (s.verify_ms / 1000).toFixed(1) + " s, total " + (s.total_ms / 1000).toFixed(1) + " s"]);
 for (const [k, v] of facts) { dl.appendChild(el("dt", k)); dl.appendChild(el("dd", v)); }
 document.getElementById("summary").appendChild(dl);
 

@@ -101,6 +101,10 @@ pub struct TaskResult {
     /// its verifier left none); the attempt's `reward` is their roll-up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step_rewards: Vec<(String, BTreeMap<String, f64>)>,
+    /// What the model's tokens cost in US dollars, where the config gives the model's
+    /// price (`[provider.NAME.prices]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// How a verifier's run ended: its exit status and the last lines it printed, where the
@@ -186,6 +190,7 @@ impl TaskResult {
             verifier: None,
             verifier_network: Vec::new(),
             step_rewards: Vec::new(),
+            cost_usd: None,
         }
     }
 }
@@ -262,7 +267,15 @@ pub struct Summary {
     pub pass_at: BTreeMap<String, f64>,
     pub usage: Usage,
     pub agent_ms: u64,
+    /// Building task images, and verifying, summed over the attempts.
+    #[serde(default)]
+    pub build_ms: u64,
+    #[serde(default)]
+    pub verify_ms: u64,
     pub total_ms: u64,
+    /// The attempts' cost where their model's price is known; `None` where none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     pub model: String,
     pub runner_version: String,
     pub task_set_hash: String,
@@ -306,13 +319,19 @@ pub fn summarize(results: &[TaskResult], model: &str, task_set_hash: &str) -> Su
         .map(|s| (s.name().to_string(), 0))
         .collect();
     let mut usage = Usage::default();
-    let (mut agent_ms, mut total_ms) = (0, 0);
+    let (mut agent_ms, mut total_ms, mut build_ms, mut verify_ms) = (0, 0, 0, 0);
+    let mut cost_usd: Option<f64> = None;
     let mut per_task: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for r in results {
         *counts.entry(r.status.name().to_string()).or_default() += 1;
         usage.add(&r.usage);
         agent_ms += r.timings.agent_ms;
         total_ms += r.timings.total_ms;
+        build_ms += r.timings.build_ms;
+        verify_ms += r.timings.verify_ms;
+        if let Some(c) = r.cost_usd {
+            *cost_usd.get_or_insert(0.0) += c;
+        }
         // An attempt the infrastructure failed tells nothing about the agent: it is not
         // one of the n that pass@k draws from, as it is not in the resolved rate.
         let t = per_task.entry(&r.id).or_default();
@@ -353,7 +372,10 @@ pub fn summarize(results: &[TaskResult], model: &str, task_set_hash: &str) -> Su
         pass_at,
         usage,
         agent_ms,
+        build_ms,
+        verify_ms,
         total_ms,
+        cost_usd,
         model: model.to_string(),
         runner_version: env!("CARGO_PKG_VERSION").to_string(),
         task_set_hash: task_set_hash.to_string(),

@@ -38,6 +38,32 @@ pub struct ProviderSettings {
     /// Seconds a streaming answer may stay silent before the turn counts as cut and is
     /// tried again (default 300: reasoning models can think for minutes between bytes).
     pub idle_timeout_secs: Option<u64>,
+    /// What each model costs, by model name: runner knows no prices of its own (they
+    /// change), so a cost is reported only where the config gives one.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// A model's price in US dollars per million tokens. Cache reads and writes cost what
+/// input does unless given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: Option<f64>,
+    pub cache_write: Option<f64>,
+}
+
+impl Price {
+    /// What `usage` cost, in US dollars.
+    pub fn cost(&self, usage: &super::Usage) -> f64 {
+        let per = |tokens: u64, price: f64| tokens as f64 * price / 1e6;
+        per(usage.input, self.input)
+            + per(usage.output, self.output)
+            + per(usage.cache_read, self.cache_read.unwrap_or(self.input))
+            + per(usage.cache_write, self.cache_write.unwrap_or(self.input))
+    }
 }
 
 /// What the loop needs to know about the model besides its provider.
@@ -50,6 +76,8 @@ pub struct ModelInfo {
     pub context_window: u64,
     /// From the provider's table; unset, OpenAI-style servers pick their own limit.
     pub max_tokens: Option<u32>,
+    /// From the provider's `prices`, where the config gives this model's.
+    pub price: Option<Price>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +134,7 @@ pub fn resolve(
             .or(recorded_window)
             .unwrap_or_else(|| default_window(kind, model)),
         max_tokens: table.max_tokens,
+        price: table.prices.get(model).copied(),
     };
     let provider: Arc<dyn Provider> = match kind {
         Kind::Replay => {
