@@ -6,6 +6,12 @@
 //! agent's, and a fresh one for the verdict, so nothing the agent left running can touch
 //! it). Target: under 0.5 s of wall time per task with `--jobs 2` on a 2-core machine.
 //!
+//! Then Harbor tasks, as Terminal-Bench sets are run: `EVAL_BENCH_HARBOR` tasks (default
+//! 40) of one shared image, each solved by its `solution/solve.sh` (`--agent oracle`) and
+//! judged by its `tests/test.sh` through the verifier's proxy, at `--jobs 2` and `--jobs 8`,
+//! each next to `docker run --rm IMAGE true` for every task at the same concurrency: the
+//! overhead per task over the floor.
+//!
 //! `cargo bench --bench eval` (needs the engine and `runner image build`).
 //! `EVAL_BENCH_TASKS` sets the number of tasks (default 100).
 
@@ -71,6 +77,107 @@ fn eval(dir: &Path, tasks: &Path, jobs: usize, out: &str) -> Duration {
     took
 }
 
+/// `n` Harbor tasks sharing one image: a solution that writes a file, a test that checks it.
+fn harbor_set(dir: &Path, n: usize) -> std::path::PathBuf {
+    let set = dir.join("harbor");
+    for i in 0..n {
+        let task = set.join(format!("h{i:03}"));
+        for sub in ["environment", "tests", "solution"] {
+            std::fs::create_dir_all(task.join(sub)).expect("task folder");
+        }
+        std::fs::write(
+            task.join("instruction.md"),
+            format!("Write done into /app/out ({i}).\n"),
+        )
+        .expect("instruction");
+        std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").expect("toml");
+        std::fs::write(
+            task.join("environment/Dockerfile"),
+            format!("FROM {IMAGE}\nWORKDIR /app\n"),
+        )
+        .expect("dockerfile");
+        std::fs::write(task.join("solution/solve.sh"), "echo done > /app/out\n").expect("solution");
+        std::fs::write(
+            task.join("tests/test.sh"),
+            "grep -qx done /app/out && echo 1 > /logs/verifier/reward.txt\n",
+        )
+        .expect("test");
+    }
+    set
+}
+
+fn harbor_eval(dir: &Path, set: &Path, jobs: usize) -> Duration {
+    let out = dir.join(format!("harbor-jobs{jobs}"));
+    let started = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "run"])
+        .arg(set)
+        .arg("--out")
+        .arg(&out)
+        .args(["--agent", "oracle", "--jobs", &jobs.to_string()])
+        .env("XDG_DATA_HOME", dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("runner eval");
+    let took = started.elapsed();
+    assert!(status.success(), "runner eval run (harbor) failed");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary"))
+            .expect("summary json");
+    assert_eq!(
+        summary["counts"]["resolved"], summary["attempts"],
+        "every Harbor task resolves: {summary}"
+    );
+    took
+}
+
+/// `docker run --rm IMAGE true` `n` times, `jobs` at once.
+fn docker_run_floor_parallel(n: usize, jobs: usize) -> Duration {
+    let started = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < n {
+                    let ok = Command::new("docker")
+                        .args(["run", "--rm", "--network", "none", IMAGE, "true"])
+                        .stdout(Stdio::null())
+                        .status()
+                        .expect("docker run")
+                        .success();
+                    assert!(ok, "docker run {IMAGE} true failed");
+                }
+            });
+        }
+    });
+    started.elapsed()
+}
+
+fn harbor_figures(dir: &Path) {
+    let n: usize = std::env::var("EVAL_BENCH_HARBOR")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let set = harbor_set(dir, n);
+    // The task image is built once, before anything is timed.
+    harbor_eval(dir, &set.join("h000"), 1);
+    let per = |d: Duration| d.as_secs_f64() / n as f64;
+    println!("harbor tasks, {n} of one image, --agent oracle, the verifier behind the proxy");
+    for jobs in [2, 8] {
+        let runner = harbor_eval(dir, &set, jobs);
+        let floor = docker_run_floor_parallel(n, jobs);
+        println!(
+            "  --jobs {jobs}: runner {:.3} s/task, docker run {:.3} s/task ({jobs} at once): overhead {:+.3} s/task, ratio {:.2}",
+            per(runner),
+            per(floor),
+            per(runner) - per(floor),
+            per(runner) / per(floor)
+        );
+    }
+}
+
 fn docker_run_floor(n: usize) -> Duration {
     let started = Instant::now();
     for _ in 0..n {
@@ -120,6 +227,7 @@ fn main() -> ExitCode {
         per(parallel) / per(floor),
         per(serial) / per(floor)
     );
+    harbor_figures(&dir);
     let target = 0.5;
     if per(parallel) < target {
         println!("  target met: under {target} s per task with --jobs 2");

@@ -164,9 +164,18 @@ impl SessionOptions {
             let (settings, _) =
                 crate::config::settings::Settings::load(&self.root, self.config.as_deref())
                     .map_err(|e| OpenError::Usage(e.to_string()))?;
-            spec.ca_bundle = settings
-                .ca_bundle()
-                .map_err(|e| OpenError::Usage(e.to_string()))?;
+            // In a container, the engine mounts from its own host: the bundle goes beside
+            // the server copy eval made where the engine sees it.
+            let beside_server = self
+                .server_exe
+                .as_deref()
+                .and_then(Path::parent)
+                .filter(|_| crate::sandbox::spec::in_container());
+            let bundle = match beside_server {
+                Some(dir) => settings.ca_bundle_in(dir),
+                None => settings.ca_bundle(),
+            };
+            spec.ca_bundle = bundle.map_err(|e| OpenError::Usage(e.to_string()))?;
         }
         if let Some(task) = &self.in_image {
             spec.backend = BackendKind::Docker;

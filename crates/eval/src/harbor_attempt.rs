@@ -564,7 +564,13 @@ fn task_image(
         server_exe: options.server_exe.clone().unwrap_or(spec.server_exe),
         engine_is_local: engine.local,
         runtime: spec.docker.runtime,
-        ca_bundle: settings.ca_bundle()?,
+        // In a container, the engine mounts from its own host: the bundle goes where the
+        // out folder is, as the server does.
+        ca_bundle: if crate::sandbox::spec::in_container() {
+            settings.ca_bundle_in(&options.out.join(".server"))?
+        } else {
+            settings.ca_bundle()?
+        },
         verifier_proxy: options.verifier_network != super::verifier_network::VerifierNetwork::None,
     })
 }

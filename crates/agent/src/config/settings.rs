@@ -61,6 +61,15 @@ impl Settings {
             .unwrap_or_else(std::env::temp_dir)
             .join("runner")
             .join("ca");
+        self.ca_bundle_in(&dir)
+    }
+
+    /// [`Self::ca_bundle`], written in `dir`: a folder the engine sees at the same path,
+    /// where runner itself runs in a container.
+    pub fn ca_bundle_in(
+        &self,
+        dir: &Path,
+    ) -> Result<Option<PathBuf>, crate::sandbox::trust::TrustError> {
         let system = crate::sandbox::trust::system_bundle();
         crate::sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, &dir)
     }
