@@ -381,36 +381,10 @@ fn load_step(dir: &Path, task_tests: &Path, raw: &RawStep) -> Result<HarborStep,
     })
 }
 
-/// The fields of `task.toml` runner does not honour, each with what it does instead.
-/// Read leniently (a task with them still runs), but said once per task set.
-fn unsupported_fields(doc: &toml::Table) -> Vec<(String, &'static str)> {
-    const IGNORED: &str = "ignored";
-    let mut out = Vec::new();
-    let mut check = |path: String, known: &[&str], table: &toml::Table| {
-        for key in table.keys().filter(|k| !known.contains(&k.as_str())) {
-            let doing = match key.as_str() {
-                "storage" | "storage_mb" => {
-                    "not enforced: the task container gets the engine's disk (a quota needs a storage driver with one)"
-                }
-                "gpus" | "gpu_types" => "no GPUs are given to task containers",
-                "mcp_servers" => "the agent gets no MCP servers from a task",
-                "skills_dir" => "skills in a task are not loaded",
-                "network_mode" => {
-                    "runner chooses the network: none, or its proxy where allow_internet is set"
-                }
-                "healthcheck" | "setup" => "not run",
-                _ => IGNORED,
-            };
-            let field = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            out.push((field, doing));
-        }
-    };
-    check(
-        String::new(),
+/// The keys runner reads, by table (`steps[]`: each entry of `[[steps]]`).
+const KNOWN: &[(&str, &[&str])] = &[
+    (
+        "",
         &[
             "version",
             "schema_version",
@@ -425,62 +399,95 @@ fn unsupported_fields(doc: &toml::Table) -> Vec<(String, &'static str)> {
             "multi_step_reward_strategy",
             "artifacts",
         ],
-        doc,
-    );
-    let sections: [(&str, &[&str]); 4] = [
-        ("agent", &["timeout_sec", "user"]),
-        ("verifier", &["timeout_sec", "env", "user"]),
-        (
-            "environment",
-            &[
-                "build_timeout_sec",
-                "docker_image",
-                "cpus",
-                "memory_mb",
-                "memory",
-                "allow_internet",
-                "workdir",
-                "env",
-            ],
-        ),
-        ("solution", &["env"]),
-    ];
-    for (name, known) in sections {
+    ),
+    ("agent", &["timeout_sec", "user"]),
+    ("verifier", &["timeout_sec", "env", "user"]),
+    (
+        "environment",
+        &[
+            "build_timeout_sec",
+            "docker_image",
+            "cpus",
+            "memory_mb",
+            "memory",
+            "allow_internet",
+            "workdir",
+            "env",
+        ],
+    ),
+    ("solution", &["env"]),
+    (
+        "steps[]",
+        &[
+            "name",
+            "min_reward",
+            "contributes_to_reward",
+            "agent",
+            "verifier",
+        ],
+    ),
+    ("steps[].agent", &["timeout_sec"]),
+    ("steps[].verifier", &["timeout_sec", "env", "user"]),
+];
+
+/// What runner does instead of what an unread field asks.
+fn instead(field: &str) -> &'static str {
+    match field.rsplit('.').next().unwrap_or(field) {
+        "storage" | "storage_mb" => {
+            "not enforced: the task container gets the engine's disk (a quota needs a storage driver with one)"
+        }
+        "gpus" | "gpu_types" => "no GPUs are given to task containers",
+        "mcp_servers" => "the agent gets no MCP servers from a task",
+        "skills_dir" => "skills in a task are not loaded",
+        "network_mode" => {
+            "runner chooses the network: none, or its proxy where allow_internet is set"
+        }
+        "user" if field == "steps[].agent.user" => "every step runs as the task's [agent] user",
+        "healthcheck" | "setup" => "not run",
+        _ => "ignored",
+    }
+}
+
+/// The fields of `task.toml` runner does not honour, each with what it does instead.
+/// Read leniently (a task with them still runs), but said once per task set.
+fn unsupported_fields(doc: &toml::Table) -> Vec<(String, &'static str)> {
+    let mut tables: Vec<(String, &toml::Table)> = vec![(String::new(), doc)];
+    for name in ["agent", "verifier", "environment", "solution"] {
         if let Some(toml::Value::Table(t)) = doc.get(name) {
-            check(name.to_string(), known, t);
+            tables.push((name.to_string(), t));
         }
     }
     if let Some(toml::Value::Array(steps)) = doc.get("steps") {
         for step in steps.iter().filter_map(|s| s.as_table()) {
-            check(
-                "steps[]".into(),
-                &[
-                    "name",
-                    "min_reward",
-                    "contributes_to_reward",
-                    "agent",
-                    "verifier",
-                ],
-                step,
-            );
-            if let Some(toml::Value::Table(a)) = step.get("agent") {
-                check("steps[].agent".into(), &["timeout_sec"], a);
-            }
-            if let Some(toml::Value::Table(v)) = step.get("verifier") {
-                check(
-                    "steps[].verifier".into(),
-                    &["timeout_sec", "env", "user"],
-                    v,
-                );
+            tables.push(("steps[]".into(), step));
+            for name in ["agent", "verifier"] {
+                if let Some(toml::Value::Table(t)) = step.get(name) {
+                    tables.push((format!("steps[].{name}"), t));
+                }
             }
         }
     }
-    // The per-step agent user: the container runs every step as the task's.
-    for (field, doing) in out.iter_mut() {
-        if field == "steps[].agent.user" {
-            *doing = "every step runs as the task's [agent] user";
-        }
-    }
+    let mut out: Vec<(String, &'static str)> = tables
+        .iter()
+        .flat_map(|(path, table)| {
+            let known = KNOWN
+                .iter()
+                .find(|(p, _)| p == path)
+                .map_or(&[][..], |(_, k)| *k);
+            table
+                .keys()
+                .filter(move |k| !known.contains(&k.as_str()))
+                .map(move |k| {
+                    let field = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    let doing = instead(&field);
+                    (field, doing)
+                })
+        })
+        .collect();
     out.sort();
     out.dedup();
     out
@@ -644,6 +651,39 @@ workdir = "/app"
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn fields_runner_does_not_read_are_named_with_what_it_does() {
+        let doc: toml::Table = toml::from_str(
+            r#"
+version = "1.0"
+skills_dir = "skills"
+[environment]
+cpus = 2
+gpus = 1
+storage = "10G"
+[[steps]]
+name = "a"
+[steps.agent]
+timeout_sec = 5
+user = "x"
+"#,
+        )
+        .unwrap();
+        let fields = unsupported_fields(&doc);
+        let names: Vec<&str> = fields.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "environment.gpus",
+                "environment.storage",
+                "skills_dir",
+                "steps[].agent.user"
+            ]
+        );
+        assert!(fields[0].1.contains("no GPUs"));
+        assert!(fields[3].1.contains("[agent] user"));
     }
 
     #[test]

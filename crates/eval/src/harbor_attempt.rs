@@ -68,48 +68,17 @@ pub async fn run(
         Err(e) => return infra(result, "prepare", e, false),
     };
 
-    // The image. A stop during a build ends it: the engine cancels a build whose client
-    // went away.
-    let setup_limit = task
-        .environment
-        .build_timeout
-        .unwrap_or(BUILD_TIMEOUT)
-        .mul_f64(options.timeout_multiplier);
-    let image = match build_image(task, engine, setup_limit, out, &mut result, stop).await {
-        Ok(image) => image,
+    let prepared = match prepare(task, attempt, out, options, engine, &mut result, stop).await {
+        Ok(p) => p,
         Err(ended) => return ended,
     };
-
-    // The attempt's workspace: the worktree is the image's; on the host, the session's
-    // root (where config files are looked for: none, the task's files are in the image)
-    // and the folder where full tool outputs are saved.
-    let name = format!("{}-{attempt}", task.id);
-    let ws = match Workspace::for_image(&options.out.join(".work"), &name, &image) {
-        Ok(ws) => ws,
-        Err(e) => return infra(result, "prepare", e, false),
-    };
-    let removing = attempt::Removing(Some(ws));
-    let ws = removing.0.as_ref().expect("present until dropped");
-    let (scratch, outputs) = (ws.work(), ws.outputs());
-    let spec = match task_image(task, image, options, engine, &outputs) {
-        Ok(s) => s,
-        Err(e) => return infra(result, "prepare", e, false),
-    };
-    let owner = match create_container(engine, &spec).await {
-        Ok(owner) => owner,
-        Err((e, retryable)) => return infra(result, "prepare", e, retryable),
-    };
-    // The one long-lived handle is the owner's, so that the container is removed where it
-    // says (off the async threads), not wherever the last clone happens to go.
-    let container = owner.0.as_ref().expect("owned until dropped");
-    // The base only serves the diff: without one the attempt still runs.
-    ws.take_base(container).await;
-
+    let ws = prepared.removing.0.as_ref().expect("present until dropped");
+    let container = prepared.owner.0.as_ref().expect("owned until dropped");
     let place = Place {
         container,
         engine,
-        scratch: &scratch,
-        outputs: &outputs,
+        scratch: &prepared.scratch,
+        outputs: &prepared.outputs,
         out,
     };
     let mut turns = Turns::default();
@@ -140,9 +109,66 @@ pub async fn run(
         collect_artifacts(container, &task.artifacts, out).await;
     }
     result.timings.total_ms = started.elapsed().as_millis() as u64;
-    drop(owner);
+    drop(prepared.owner);
     let (verified, limit) = turns.verdict(task.reward_strategy, &mut result);
     verdict::conclude(result, verified, out, limit, Some(engine)).await
+}
+
+/// What an attempt works in: its workspace (removed when the attempt is done) and its task
+/// container (removed off the async threads).
+struct Prepared {
+    removing: attempt::Removing,
+    owner: Owned,
+    /// Where config files are looked for on the host (an empty folder).
+    scratch: std::path::PathBuf,
+    /// Where full tool outputs are saved, readable in the container.
+    outputs: std::path::PathBuf,
+}
+
+/// The task's image, the attempt's workspace over it and its container, with the base the
+/// diff is taken against. `Err`: the attempt ends here (`None` when it was stopped).
+async fn prepare(
+    task: &HarborTask,
+    attempt: u32,
+    out: &Path,
+    options: &EvalOptions,
+    engine: &Engine,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> Result<Prepared, Option<Verdict>> {
+    // The image. A stop during a build ends it: the engine cancels a build whose client
+    // went away.
+    let setup_limit = task
+        .environment
+        .build_timeout
+        .unwrap_or(BUILD_TIMEOUT)
+        .mul_f64(options.timeout_multiplier);
+    let image = build_image(task, engine, setup_limit, out, result, stop).await?;
+    // The attempt's workspace: the worktree is the image's; on the host, the session's
+    // root (where config files are looked for: none, the task's files are in the image)
+    // and the folder where full tool outputs are saved.
+    let name = format!("{}-{attempt}", task.id);
+    let ws = Workspace::for_image(&options.out.join(".work"), &name, &image)
+        .map_err(|e| infra(result.clone(), "prepare", e, false))?;
+    let (scratch, outputs) = (ws.work(), ws.outputs());
+    let removing = attempt::Removing(Some(ws));
+    let spec = task_image(task, image, options, engine, &outputs)
+        .map_err(|e| infra(result.clone(), "prepare", e, false))?;
+    // The one long-lived handle is the owner's, so that the container is removed where it
+    // says (off the async threads), not wherever the last clone happens to go.
+    let owner = create_container(engine, &spec)
+        .await
+        .map_err(|(e, retryable)| infra(result.clone(), "prepare", e, retryable))?;
+    let container = owner.0.as_ref().expect("owned until dropped");
+    // The base only serves the diff: without one the attempt still runs.
+    let ws = removing.0.as_ref().expect("present until dropped");
+    ws.take_base(container).await;
+    Ok(Prepared {
+        removing,
+        owner,
+        scratch,
+        outputs,
+    })
 }
 
 /// One turn of an attempt: what the agent is told (or the solution it runs), how long it
@@ -760,18 +786,30 @@ fn internet_rules() -> Vec<crate::permission::rules::Rule> {
 async fn internet_proxy(
     sandbox: &crate::sandbox::Sandbox,
 ) -> Result<crate::network::NetworkProxy, EvalError> {
-    let policy = crate::network::Policy::without_asks(
-        sandbox.worktree(),
+    rules_proxy(
+        sandbox,
         internet_rules(),
         "an evaluation answers every ask with deny",
-    );
+        "cannot start the network proxy in the task container",
+    )
+    .await
+}
+
+/// A proxy in `sandbox` where `rules` alone decide (`why_no_ask` for what they leave open).
+async fn rules_proxy(
+    sandbox: &crate::sandbox::Sandbox,
+    rules: Vec<crate::permission::rules::Rule>,
+    why_no_ask: &str,
+    failed: &str,
+) -> Result<crate::network::NetworkProxy, EvalError> {
+    let policy = crate::network::Policy::without_asks(sandbox.worktree(), rules, why_no_ask);
     crate::network::NetworkProxy::start(
         sandbox.client.clone(),
         policy,
         crate::network::NetworkLimits::default(),
     )
     .await
-    .map_err(|e| EvalError::from(e).during("cannot start the network proxy in the task container"))
+    .map_err(|e| EvalError::from(e).during(failed))
 }
 
 /// The rules of the verifier's proxy (`--verifier-network`, and the `network` rules of
@@ -937,18 +975,13 @@ async fn verifier_proxy(
     sandbox: &crate::sandbox::Sandbox,
     rules: &[crate::permission::rules::Rule],
 ) -> Result<crate::network::NetworkProxy, EvalError> {
-    let policy = crate::network::Policy::without_asks(
-        sandbox.worktree(),
+    rules_proxy(
+        sandbox,
         rules.to_vec(),
         "the verifier's network is --verifier-network's rules alone",
-    );
-    crate::network::NetworkProxy::start(
-        sandbox.client.clone(),
-        policy,
-        crate::network::NetworkLimits::default(),
+        "cannot start the verifier's network proxy",
     )
     .await
-    .map_err(|e| EvalError::from(e).during("cannot start the verifier's network proxy"))
 }
 
 /// An engine operation, bounded: an engine that stops answering mid-call must not hold

@@ -32,6 +32,19 @@ pub struct ConnectionRecord {
 }
 
 impl ConnectionRecord {
+    /// A connection to `host:port`, allowed until it is refused.
+    pub fn new(host: &str, port: u16) -> ConnectionRecord {
+        ConnectionRecord {
+            host: host.to_string(),
+            port,
+            decision: "allow".into(),
+            reason: None,
+            address: None,
+            bytes_sent: 0,
+            bytes_received: 0,
+        }
+    }
+
     /// One line for a person: `allow pypi.org:443 (12 B sent, 3400 B received)`. The
     /// bytes are there for every connection that reached its destination, also one cut
     /// later for what it carried.

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::cut::Cut;
-use super::egress::Egress;
+use super::egress::{Egress, ProxyServer};
 use super::pump::{self, Window};
 use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
@@ -154,27 +154,28 @@ impl Connection<'_> {
             Ok(r) => r,
             Err(e) => return self.refuse(400, &format!("not a proxy request: {e}")).await,
         };
-        let mut record = ConnectionRecord {
-            host: req.host.clone(),
-            port: req.port,
-            decision: "allow".into(),
-            reason: None,
-            address: None,
-            bytes_sent: 0,
-            bytes_received: 0,
+        let Some((via, addrs)) = self.judge(&req).await else {
+            return;
         };
         let s = self.shared;
-        let tunnel = req.kind == Kind::Connect;
+        let id = s.record(ConnectionRecord::new(&req.host, req.port));
+        let Some(stream) = self.reach(&req, via, &addrs, id).await else {
+            return;
+        };
+        self.relay(req, via, stream, rest, id).await;
+    }
+
+    /// Whether the connection may be made: the upstream proxy it goes through (if any) and
+    /// the addresses the rules let it reach. `None`: refused, recorded and answered.
+    async fn judge(
+        &mut self,
+        req: &request::ProxyRequest,
+    ) -> Option<(Option<&'static ProxyServer>, Vec<std::net::SocketAddr>)> {
+        let s = self.shared;
         // The host's own upstream proxy, if runner's environment names one for this host.
-        let via = match Egress::from_env().for_host(&req.host, tunnel) {
+        let via = match Egress::from_env().for_host(&req.host, req.kind == Kind::Connect) {
             Ok(via) => via,
-            Err(bad) => {
-                record.decision = "deny".into();
-                record.reason = Some(bad.to_string());
-                let id = s.record(record);
-                s.finish(id);
-                return self.refuse(502, &bad.to_string()).await;
-            }
+            Err(bad) => return self.deny(req, 502, &bad.to_string()).await,
         };
         let addrs = match s
             .policy
@@ -182,34 +183,53 @@ impl Connection<'_> {
             .await
         {
             Ok(a) => a,
-            Err(refusal) => {
-                record.decision = "deny".into();
-                record.reason = Some(refusal.reason.clone());
-                let id = s.record(record);
-                s.finish(id);
-                return self.refuse(refusal.status, &refusal.reason).await;
-            }
+            Err(refusal) => return self.deny(req, refusal.status, &refusal.reason).await,
         };
         if s.bytes.load(std::sync::atomic::Ordering::Relaxed) >= s.limits.bytes {
-            record.decision = "deny".into();
             let reason = format!(
                 "the run's network allowance of {} bytes is spent",
                 s.limits.bytes
             );
-            record.reason = Some(reason.clone());
-            let id = s.record(record);
-            s.finish(id);
-            return self.refuse(403, &reason).await;
+            return self.deny(req, 403, &reason).await;
         }
+        Some((via, addrs))
+    }
+
+    /// A refusal: recorded as a `deny` with its reason, and answered.
+    async fn deny<T>(
+        &mut self,
+        req: &request::ProxyRequest,
+        status: u16,
+        reason: &str,
+    ) -> Option<T> {
+        let s = self.shared;
+        let mut record = ConnectionRecord::new(&req.host, req.port);
+        record.decision = "deny".into();
+        record.reason = Some(reason.to_string());
         let id = s.record(record);
+        s.finish(id);
+        self.refuse(status, reason).await;
+        None
+    }
+
+    /// The connection to the destination, direct or through the upstream proxy. `None`:
+    /// it failed, and the client was told why.
+    async fn reach(
+        &mut self,
+        req: &request::ProxyRequest,
+        via: Option<&ProxyServer>,
+        addrs: &[std::net::SocketAddr],
+        id: u64,
+    ) -> Option<TcpStream> {
+        let s = self.shared;
         let timeout = s.limits.connect_timeout;
         let connected = match via {
-            Some(proxy) if tunnel => proxy
+            Some(proxy) if req.kind == Kind::Connect => proxy
                 .tunnel(&req.host, req.port, timeout)
                 .await
                 .map_err(|e| e.to_string()),
             Some(proxy) => proxy.connect(timeout).await.map_err(|e| e.to_string()),
-            None => connect(&addrs, timeout)
+            None => connect(addrs, timeout)
                 .await
                 .map_err(|e| format!("cannot connect to {}:{}: {e}", req.host, req.port)),
         };
@@ -218,7 +238,8 @@ impl Connection<'_> {
             Err(reason) => {
                 s.update(id, |r| r.reason = Some(reason.clone()));
                 s.finish(id);
-                return self.refuse(502, &reason).await;
+                self.refuse(502, &reason).await;
+                return None;
             }
         };
         let _ = stream.set_nodelay(true);
@@ -227,6 +248,19 @@ impl Connection<'_> {
             None => stream.peer_addr().ok().map(|p| p.to_string()),
         };
         s.update(id, |r| r.address = address);
+        Some(stream)
+    }
+
+    /// Bytes both ways once the destination is reached, and the record made final.
+    async fn relay(
+        &mut self,
+        req: request::ProxyRequest,
+        via: Option<&ProxyServer>,
+        stream: TcpStream,
+        rest: Vec<u8>,
+        id: u64,
+    ) {
+        let s = self.shared;
         let (first, then) = match req.kind {
             Kind::Connect => {
                 let established = b"HTTP/1.1 200 Connection established\r\n\r\n";

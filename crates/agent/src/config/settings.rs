@@ -71,7 +71,7 @@ impl Settings {
         dir: &Path,
     ) -> Result<Option<PathBuf>, crate::sandbox::trust::TrustError> {
         let system = crate::sandbox::trust::system_bundle();
-        crate::sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, &dir)
+        crate::sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, dir)
     }
 }
 
