@@ -842,15 +842,16 @@ fn the_verifier_installs_its_test_tool_through_the_proxy() {
 /// `setgroups 65534 failed`; the twin that does not allow the internet cannot.
 #[test]
 fn apt_installs_in_a_task_container_through_the_proxy() {
-    common::engine::docker();
+    // The base without the sandbox image's own apt setting, made if the engine lacks it.
+    common::engine::ensure_base();
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    // The base without the sandbox image's own apt setting.
-    let dockerfile = "FROM runner-base:bookworm\nWORKDIR /app\nCOPY calc.sh /app/calc.sh\n";
+    let base = runner::sandbox::docker::image::DEFAULT_BASE;
+    let dockerfile = format!("FROM {base}\nWORKDIR /app\nCOPY calc.sh /app/calc.sh\n");
     let test = "#!/bin/bash\ngrep -q 'Hello, world!' /app/hello.txt && echo 1 > /logs/verifier/reward.txt\n";
     for (id, allow) in [("apt", true), ("apt-offline", false)] {
         let toml = format!("{TOML}[environment]\nallow_internet = {allow}\n");
-        harbor_task(&dir.join(id), "Install hello.\n", &toml, dockerfile, test);
+        harbor_task(&dir.join(id), "Install hello.\n", &toml, &dockerfile, test);
         std::fs::write(
             dir.join(id).join("solution/solve.sh"),
             "apt-get update -qq -o Acquire::Retries=0 2>&1 | tail -3; \

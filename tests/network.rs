@@ -279,6 +279,8 @@ fn sandbox_shell_carries_the_proxy_on_both_backends() {
 /// the two hosts the index needs are allowed, and a third host is refused by its rule.
 #[test]
 fn pip_installs_from_the_index_behind_both_walls() {
+    // On the host (landlock): curl, and a python3 that can make a venv.
+    common::engine::ensure_package("curl", "/usr/bin/curl");
     common::engine::ensure_package_for("python3-venv", "python3 -m venv", || {
         std::process::Command::new("/usr/bin/python3")
             .args(["-c", "import ensurepip"])
@@ -432,15 +434,7 @@ fn every_connection_from_the_host_goes_through_the_upstream_proxy() {
     let all = text_of(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
     // What the tools answered (not the calls, which name the proxy to look for it).
-    let last = model.requests().last().unwrap().body.clone();
-    let results: String = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let results = tool_outputs(&model);
     assert!(
         results.contains(&format!("OK http://127.0.0.1:{p}/blob 100000")),
         "{results}"
@@ -505,22 +499,44 @@ fn every_connection_from_the_host_goes_through_the_upstream_proxy() {
         "{session}"
     );
 
-    // `no_proxy` sends a host direct.
+    no_proxy_sends_a_host_direct(&s, &upstream, p, &config);
+}
+
+/// `webfetch` with `NO_PROXY` naming the host: it arrives, and the upstream proxy sees
+/// nothing more.
+fn no_proxy_sends_a_host_direct(
+    s: &common::allowlist::Setup,
+    upstream: &common::upstream::UpstreamProxy,
+    p: u16,
+    config: &str,
+) {
+    use serde_json::json;
     let before = upstream.passed().len();
     let args = json!({"url": format!("http://127.0.0.1:{p}/blob"), "format": "text"}).to_string();
-    let direct = common::allowlist::runner(
-        &s,
-        &["tool", "call", "webfetch", &args, "--config", &config],
-    )
-    .env("HTTPS_PROXY", upstream.url())
-    .env("http_proxy", upstream.url())
-    .env("NO_PROXY", "localhost,127.0.0.1")
-    .output()
-    .unwrap();
+    let direct =
+        common::allowlist::runner(s, &["tool", "call", "webfetch", &args, "--config", config])
+            .env("HTTPS_PROXY", upstream.url())
+            .env("http_proxy", upstream.url())
+            .env("NO_PROXY", "localhost,127.0.0.1")
+            .output()
+            .unwrap();
     // It arrived: the blob has no content type, so webfetch says what it got.
     let said = text_of(&direct);
     assert!(said.contains("100000 bytes"), "{said}");
     assert_eq!(upstream.passed().len(), before, "no_proxy was not honoured");
+}
+
+/// What the tools answered in a scripted model's last request.
+fn tool_outputs(model: &common::provider::ScriptedModel) -> String {
+    let last = model.requests().last().unwrap().body.clone();
+    last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn text_of(out: &Output) -> String {

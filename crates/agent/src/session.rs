@@ -135,6 +135,18 @@ impl SessionOptions {
     /// The sandbox spec: the profile's, then each override given; with no backend named
     /// anywhere, the default wall.
     pub fn spec(&self, profile: &Profile) -> Result<SandboxSpec, OpenError> {
+        let (settings, _) =
+            crate::config::settings::Settings::load(&self.root, self.config.as_deref())
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+        self.spec_with(profile, &settings)
+    }
+
+    /// [`Self::spec`] with the config's settings already read.
+    fn spec_with(
+        &self,
+        profile: &Profile,
+        settings: &crate::config::settings::Settings,
+    ) -> Result<SandboxSpec, OpenError> {
         let mut spec = SandboxSpec::new(BackendKind::None, &self.root)
             .map_err(|e| OpenError::Failed(format!("cannot find the runner executable: {e}")))?;
         profile.sandbox.apply(&mut spec);
@@ -161,9 +173,6 @@ impl SessionOptions {
         // Behind a wall, commands trust what the host trusts (a company's inspection CA)
         // and the authorities the user's config adds; with no wall they see the host as is.
         if spec.backend != BackendKind::None {
-            let (settings, _) =
-                crate::config::settings::Settings::load(&self.root, self.config.as_deref())
-                    .map_err(|e| OpenError::Usage(e.to_string()))?;
             // In a container, the engine mounts from its own host: the bundle goes beside
             // the server copy eval made where the engine sees it.
             let beside_server = self
@@ -211,7 +220,7 @@ impl SessionOptions {
             crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
         rules.notes.extend(notes);
-        let mut spec = self.spec(&rules.profile)?;
+        let mut spec = self.spec_with(&rules.profile, &settings)?;
         let workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).

@@ -254,7 +254,7 @@ async fn judge(
         let names: Vec<String> = std::fs::read_dir(dir)
             .map(|d| {
                 d.flatten()
-                    .map(|e| shell_quote(&e.file_name().to_string_lossy()))
+                    .map(|e| crate::tool::stdio::shell_quote(&e.file_name().to_string_lossy()))
                     .collect()
             })
             .unwrap_or_default();
@@ -280,10 +280,6 @@ async fn judge(
         },
         Err(e) => Verified::Failed(e),
     }
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// A workspace removed off the async threads when the attempt is done with it (a large

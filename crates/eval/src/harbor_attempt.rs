@@ -711,7 +711,7 @@ async fn oracle(
             false,
         );
     };
-    let tar = match pack_as(solution, "solution") {
+    let tar = match pack_layers(&[solution], "solution") {
         Ok(t) => t,
         Err(e) => return AgentRan::CouldNotStart(e, false),
     };
@@ -763,7 +763,7 @@ fn with_env(env: &std::collections::BTreeMap<String, String>, command: &str) -> 
     let pairs: Vec<String> = env
         .iter()
         .filter(|(k, _)| valid(k))
-        .map(|(k, v)| format!("'{}'", format!("{k}={v}").replace('\'', "'\\''")))
+        .map(|(k, v)| crate::tool::stdio::shell_quote(&format!("{k}={v}")))
         .collect();
     if pairs.is_empty() {
         return command.to_string();
@@ -1026,21 +1026,6 @@ fn first_file(tar: &[u8]) -> Option<String> {
     None
 }
 
-/// A host folder as a tar whose entries sit under `name/`.
-fn pack_as(dir: &Path, name: &str) -> Result<Vec<u8>, EvalError> {
-    let mut tar = tar::Builder::new(Vec::new());
-    tar.follow_symlinks(false);
-    tar.append_dir(name, dir)
-        .map_err(EvalError::io("pack", dir))?;
-    for rel in images::files_under(dir)? {
-        let path = dir.join(&rel);
-        // Directories between are made by the engine as it unpacks.
-        tar.append_path_with_name(&path, Path::new(name).join(&rel))
-            .map_err(EvalError::io("pack", &path))?;
-    }
-    tar.into_inner().map_err(EvalError::io("pack", dir))
-}
-
 /// Folders packed as one folder `name`, each laid over the ones before it (a step's tests
 /// over the task's): a file in a later one wins.
 fn pack_layers(dirs: &[&Path], name: &str) -> Result<Vec<u8>, EvalError> {
@@ -1054,8 +1039,19 @@ fn pack_layers(dirs: &[&Path], name: &str) -> Result<Vec<u8>, EvalError> {
     let mut tar = tar::Builder::new(Vec::new());
     tar.follow_symlinks(false);
     let top = dirs.first().copied().unwrap_or(Path::new("."));
-    tar.append_dir(name, if top.is_dir() { top } else { Path::new("/") })
-        .map_err(EvalError::io("pack", top))?;
+    // The folder itself as its first layer has it, or plain (a multi-step task may have
+    // tests only in its steps).
+    match dirs.iter().find(|d| d.is_dir()) {
+        Some(dir) => tar.append_dir(name, dir),
+        None => {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_mode(0o755);
+            header.set_size(0);
+            tar.append_data(&mut header, name, std::io::empty())
+        }
+    }
+    .map_err(EvalError::io("pack", top))?;
     for (rel, path) in files {
         tar.append_path_with_name(&path, Path::new(name).join(&rel))
             .map_err(EvalError::io("pack", &path))?;

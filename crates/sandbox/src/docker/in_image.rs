@@ -80,6 +80,29 @@ const TASK_CAPABILITIES: [&str; 6] = [
     "SETUID",
 ];
 
+/// What a task container mounts read-only from this machine (nothing from an engine on
+/// another one): the server, the folders the tools may read, the certificate bundle.
+fn task_mounts(task: &TaskImage, read_only: &[PathBuf], bundle: Option<&Path>) -> Vec<Mount> {
+    let bind = |source: &Path, target: &Path| Mount {
+        source: Some(source.display().to_string()),
+        target: Some(target.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    let mut mounts = Vec::new();
+    if task.engine_is_local {
+        mounts.push(bind(&task.server_exe, Path::new(SERVER_PATH)));
+    }
+    for dir in read_only {
+        mounts.push(bind(dir, dir));
+    }
+    if let Some(bundle) = bundle {
+        mounts.push(bind(bundle, Path::new(crate::trust::INSIDE)));
+    }
+    mounts
+}
+
 /// The task container's walls: the sandbox container's (no capabilities, no new
 /// privileges, the network, the limits, the runtime and rlimits the engine gets for it)
 /// but a writable root.
@@ -206,23 +229,7 @@ impl TaskContainer {
             false => task.network,
         };
         cmd.extend(["--network".into(), served_network.as_arg().into()]);
-        let bind = |source: &Path, target: &Path| Mount {
-            source: Some(source.display().to_string()),
-            target: Some(target.display().to_string()),
-            typ: Some(MountType::BIND),
-            read_only: Some(true),
-            ..Default::default()
-        };
-        let mut mounts = Vec::new();
-        if task.engine_is_local {
-            mounts.push(bind(&task.server_exe, Path::new(SERVER_PATH)));
-        }
-        for dir in read_only {
-            mounts.push(bind(dir, dir));
-        }
-        if let Some(bundle) = bundle {
-            mounts.push(bind(bundle, Path::new(crate::trust::INSIDE)));
-        }
+        let mounts = task_mounts(task, read_only, bundle.map(PathBuf::as_path));
         let runtime = engine.choose_runtime(&task.runtime).await?;
         let run_id = unique_id();
         let body = ContainerCreateBody {
