@@ -37,6 +37,10 @@ fn get_at(socket: &str, path: &str) -> Option<u16> {
 /// of its own, and none of this process's descriptors ([`close_inherited`]).
 pub fn as_daemon(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
+    // Not the test's working directory: a checkout removed later (a CI clone) would leave
+    // the daemon in a deleted folder, and Podman's conmon refuses to start containers
+    // there ("Failed to get working directory").
+    cmd.current_dir("/");
     // SAFETY: setsid and close_range are async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
