@@ -16,34 +16,12 @@ use common::escape;
 
 const BACKEND: Backend = Backend::Docker;
 
-// Known holes under gVisor (Debian's runsc 0.0~20221219); each also has an ignored
-// `HOLE` test below that fails while it is open.
-// - `proc.server_protocol_pipes`: this gVisor ignores PR_SET_DUMPABLE for
-//   `/proc/PID/fd`, so a command (same user as the server) can open the server's
-//   protocol pipes and write into the stream to the controller (the session then ends
-//   with a framing error).
-// - `sig.kill_controller_via_ppid_chain`: gVisor delivers SIGKILL to the container's init
-//   from inside its own PID namespace (Linux ignores it), so a command can end its own
-//   sandbox; the host and the controller are untouched.
-common::escape_suite!(
-    BACKEND,
-    holes: &["proc.server_protocol_pipes", "sig.kill_controller_via_ppid_chain"],
-    engine: runsc
-);
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE: gVisor ignores PR_SET_DUMPABLE for /proc/PID/fd; a command can open the server's protocol pipes"]
-async fn hole_server_protocol_pipes() {
-    use_engine(runsc);
-    escape::run_hole(BACKEND, "proc.server_protocol_pipes").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "HOLE: gVisor lets a command SIGKILL the container's init, ending its own sandbox"]
-async fn hole_kill_init() {
-    use_engine(runsc);
-    escape::run_hole(BACKEND, "sig.kill_controller_via_ppid_chain").await;
-}
+// gVisor (Debian's runsc 0.0~20221219) ignores PR_SET_DUMPABLE for `/proc/PID/fd` and
+// lets a command SIGKILL the container's init; both were holes while commands ran as the
+// server's user. The server now keeps an id of its own (`confine::identity`), which gVisor
+// does check: `proc.server_protocol_pipes` and `sig.kill_controller_via_ppid_chain` hold
+// here like every other attack.
+common::escape_suite!(BACKEND, holes: &[], engine: runsc);
 
 /// The tool conformance script, on docker under runsc.
 #[tokio::test(flavor = "multi_thread")]

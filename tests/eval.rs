@@ -87,15 +87,37 @@ fn answer(body: &Value) -> Response {
             "bash",
             json!({"command": "sleep 0.5; wc -c < beats", "description": "is it alive"}),
         ),
-        // Takes every process in its sandbox down, the sandbox's server with them.
-        (Kind::Crash, 0) => call(
-            "bash",
-            json!({"command": "kill -9 -1", "description": "kill everything"}),
-        ),
+        // The sandbox dies under the agent (an engine or OOM kill; a command cannot end its
+        // own server: `kill -9 -1` only reaches the command user's processes): its
+        // container is killed from outside before the model asks for a command.
+        (Kind::Crash, 0) => {
+            kill_sandbox_of(task);
+            call(
+                "bash",
+                json!({"command": "kill -9 -1; echo still here", "description": "kill everything"}),
+            )
+        }
         (Kind::GiveUp, _) => text("I could not fix it."),
         _ => text("Done."),
     };
     Response::Stream(answer)
+}
+
+/// Kills the container whose worktree is task `tNN`'s.
+fn kill_sandbox_of(task: usize) {
+    let docker = |args: &[&str]| {
+        let out = Command::new("docker").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let needle = format!("/t{task:02}-");
+    let ids = docker(&["ps", "-q", "--filter", "label=runner"]);
+    let id = ids
+        .split_whitespace()
+        .find(|id| {
+            docker(&["inspect", "-f", "{{range .Mounts}}{{.Source}} {{end}}", id]).contains(&needle)
+        })
+        .unwrap_or_else(|| panic!("no sandbox container for t{task:02}"));
+    docker(&["kill", id]);
 }
 
 struct TaskSet {

@@ -109,13 +109,17 @@ async fn killed_runner_leaves_nothing_after_the_next_start() {
     wait_exit(&mut child, Duration::from_secs(10));
 
     // A container whose owner died without any cleanup at all (planted, because a killed
-    // runner's own container usually goes by itself when its stdin closes).
+    // runner's own container usually goes by itself when its stdin closes). Its owner is a
+    // stand-in that lives until the container runs: the tests beside this one start
+    // sandboxes too, and each start removes the orphans it finds, this one included.
+    let mut stand_in = Command::new("sleep").arg("1000").spawn().expect("sleep");
+    let owner = stand_in.id();
     let body = ContainerCreateBody {
         image: Some(DEFAULT_IMAGE.into()),
         cmd: Some(vec!["sleep".into(), "1000".into()]),
         labels: Some(HashMap::from([
             (LABEL.to_string(), "1".to_string()),
-            (LABEL_OWNER.to_string(), pid.to_string()),
+            (LABEL_OWNER.to_string(), owner.to_string()),
         ])),
         ..Default::default()
     };
@@ -129,19 +133,24 @@ async fn killed_runner_leaves_nothing_after_the_next_start() {
         .await
         .expect("start it");
     assert!(
-        common::engine::containers_of(&docker, pid)
+        common::engine::containers_of(&docker, owner)
             .await
             .contains(&planted)
     );
+    stand_in.kill().expect("end the stand-in owner");
+    stand_in.wait().expect("reap it");
 
-    // The next start removes every container whose owner is gone.
+    // The next start removes every container whose owner is gone (and waits for one
+    // another start is removing at the same moment).
     let mut spec = SandboxSpec::new(BackendKind::Docker, &wt).expect("spec");
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
     let sandbox = runner::sandbox::open(&spec).await.expect("next start");
-    assert_eq!(
-        common::engine::containers_of(&docker, pid).await,
-        Vec::<String>::new()
-    );
+    for owner in [pid, owner] {
+        assert_eq!(
+            common::engine::containers_of(&docker, owner).await,
+            Vec::<String>::new()
+        );
+    }
     assert!(
         processes_with(&format!("sleep {mark}")).is_empty(),
         "the killed runner's command still runs"

@@ -241,7 +241,7 @@ fn sandbox_shell_carries_the_proxy_on_both_backends() {
         .spawn()
         .unwrap();
         let script = format!(
-            "export no_proxy= NO_PROXY=\npython3 net.py fetch http://127.0.0.1:{p}/blob\npython3 net.py fetch http://other.invalid:{p}/blob\nexit 7\n"
+            "grep -E '^(CapBnd|CapEff|Seccomp):' /proc/self/status; id -u\nexport no_proxy= NO_PROXY=\npython3 net.py fetch http://127.0.0.1:{p}/blob\npython3 net.py fetch http://other.invalid:{p}/blob\nexit 7\n"
         );
         child
             .stdin
@@ -259,6 +259,22 @@ fn sandbox_shell_carries_the_proxy_on_both_backends() {
         assert!(
             all.contains(&format!("OK http://127.0.0.1:{p}/blob 100000")),
             "{backend}: the allowed fetch\n{all}"
+        );
+        // The shell is a command like any other: no capability left to regain, runner's
+        // seccomp filter on, the host user's id (docker: not the container's root, which
+        // starts the server with four capabilities).
+        for line in [
+            "CapBnd:\t0000000000000000",
+            "CapEff:\t0000000000000000",
+            "Seccomp:\t2",
+        ] {
+            assert!(all.contains(line), "{backend}: no {line:?} in\n{all}");
+        }
+        // SAFETY: plain syscall.
+        let uid = unsafe { libc::getuid() };
+        assert!(
+            all.lines().any(|l| l.trim() == uid.to_string()),
+            "{backend}: the shell's user is not {uid}\n{all}"
         );
         assert!(
             all.contains("FAIL http://other.invalid") && all.contains("nobody can answer"),

@@ -62,6 +62,14 @@ pub struct ServerArgs {
     /// the engine's own profile).
     #[arg(long)]
     seccomp: bool,
+    /// In a container started as root: run commands as `UID:GID`, and keep the server (and
+    /// the container's init) under an id no command has (see `confine::identity`).
+    #[arg(long = "command-user")]
+    command_user: Option<confine::CommandUser>,
+    /// With `--command-user`: the most processes the command user may have (RLIMIT_NPROC),
+    /// for runtimes whose kernel counts them itself (gVisor).
+    #[arg(long, requires = "command_user")]
+    nproc: Option<u64>,
     /// A cgroup directory to join before confining.
     #[arg(long = "cgroup")]
     cgroups: Vec<PathBuf>,
@@ -122,10 +130,7 @@ fn shell_beside_server(
         // SAFETY: fcntl on descriptors the caller handed us; the shell must not inherit them.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    let child = std::process::Command::new(shell)
-        .arg("-i")
-        .current_dir(&args.roots[0].path)
-        .spawn();
+    let child = interactive_shell(shell, &args.roots[0].path).spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -148,6 +153,15 @@ fn shell_beside_server(
     // The controller went away before the shell ended: the shell goes on without a network.
     std::thread::park();
     super::exit::OK
+}
+
+/// `shell -i` in the worktree, as the command user where the server split its identity.
+fn interactive_shell(shell: &str, worktree: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(shell);
+    cmd.arg("-i").current_dir(worktree);
+    // SAFETY: two syscalls between fork and exec.
+    unsafe { cmd.pre_exec(confine::become_command_user) };
+    cmd
 }
 
 /// Joins the cgroups and confines this process. Without namespaces, the protected paths
@@ -227,6 +241,12 @@ pub fn run(args: ServerArgs) -> u8 {
         eprintln!("{}", crate::sandbox::start_error::NO_SHELL_MARK);
         return super::exit::FAILED;
     }
+    if let Some(user) = args.command_user
+        && let Err(e) = confine::split_identity(user, args.nproc)
+    {
+        eprintln!("runner sandbox-server: {e}");
+        return super::exit::FAILED;
+    }
     if args.seccomp
         && args.confine.is_none()
         && let Err(e) = confine::seccomp_only(args.network)
@@ -245,10 +265,7 @@ pub fn run(args: ServerArgs) -> u8 {
             return shell_beside_server(shell, &args, kept, input, output);
         }
         // The caller passes the sandbox's environment to this process for the shell.
-        let e = std::process::Command::new(shell)
-            .arg("-i")
-            .current_dir(worktree)
-            .exec();
+        let e = interactive_shell(shell, worktree).exec();
         eprintln!("runner sandbox-server: cannot start {shell}: {e}");
         return super::exit::FAILED;
     }

@@ -389,7 +389,7 @@ fn spawn_shell(req: &ExecRequest, cwd: &Path) -> Result<std::process::Child, Exe
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            Ok(())
+            crate::confine::become_command_user()
         });
     }
     cmd.spawn().map_err(|source| ExecError::Spawn {

@@ -660,25 +660,6 @@ pub const RUNSC_NOT_APPLICABLE: &[(&str, &str)] = &[
         "limit.fill_tmp",
         "under gVisor /tmp is a tmpfs in the sandbox's own memory: filling it ends the whole sandbox (the host is untouched)",
     ),
-    // OPEN, not understood yet: with the limits group's small limits (256 MiB) the runsc
-    // sandbox ends during the output flood (64 MiB of output through the server), and the
-    // later procedures then have no sandbox. To be found out; not a way out of the sandbox.
-    (
-        "limit.output_flood",
-        "OPEN: under runsc with 256 MiB the sandbox ends during the flood (cause not found yet)",
-    ),
-    (
-        "limit.timeout_kills_background",
-        "OPEN: runs after limit.output_flood, whose sandbox is gone under runsc",
-    ),
-    (
-        "limit.fork_bomb",
-        "OPEN: runs after limit.output_flood, whose sandbox is gone under runsc",
-    ),
-    (
-        "limit.daemon_dies_with_sandbox",
-        "OPEN: runs after limit.output_flood, whose sandbox is gone under runsc",
-    ),
     (
         "limit.memory_bomb_one_process",
         "under gVisor the memory limit holds for the sandbox as a whole: the host's OOM killer ends the sandbox, not the one process",

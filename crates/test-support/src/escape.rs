@@ -1429,7 +1429,7 @@ fn proc_attacks(lab: &Lab) -> Vec<Attack> {
             format!(
                 "for p in 1 $PPID; do for f in 0 1; do if (printf 'x' > /proc/$p/fd/$f) 2>/dev/null || \
                  (exec 3</proc/$p/fd/$f) 2>/dev/null; then echo {ESCAPED} $p $f; fi; done; done; \
-                 ls -l /proc/$PPID/fd/1; exit 1"
+                 (exec 3>>/proc/$PPID/fd/1); exit 1"
             ),
         )
         .errors(&[EACCES]),
@@ -2489,8 +2489,16 @@ async fn kill_everything_attack(lab: &Lab, probes_blocked: bool) -> Vec<String> 
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut problems = Vec::new();
-    // The victim's own server may die (it is inside the wall); that is all.
+    // Under landlock the victim's own server may die (it runs as the command's user,
+    // inside the wall); that is all. In a container the server keeps an id of its own
+    // (`confine::identity`): the victim sandbox lives on.
     eprintln!("kill -9 -1 in the victim sandbox: {result:?}");
+    if lab.backend == Backend::Docker {
+        match exec(&victim, "echo victim-alive").await {
+            Ok(r) if r.stdout.contains("victim-alive") => {}
+            other => problems.push(format!("kill -9 -1 ended its own sandbox: {other:?}")),
+        }
+    }
     match exec(&bystander, "echo bystander-alive").await {
         Ok(r) if r.stdout.contains("bystander-alive") => {}
         other => problems.push(format!("another sandbox died: {other:?}")),
@@ -2689,6 +2697,153 @@ async fn wait_gone(mark: &str, within: Duration) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Whether this binary's docker sandboxes run under gVisor. Their processes are then
+/// gVisor's kernel's, not the host's: the host sees only gVisor's own tasks, so a marked
+/// process is looked for from inside (a command reading `/proc`), and a sandbox that is
+/// gone took its kernel and every process in it along (its container is what is checked).
+fn under_gvisor(backend: Backend) -> bool {
+    backend == Backend::Docker && super::engine::engine().runtime.as_deref() == Some("runsc")
+}
+
+/// The marked processes where they can be seen: on the host, or inside under gVisor.
+async fn marked_in(backend: Backend, sb: &Sandbox, mark: &str) -> Result<Vec<i32>, String> {
+    if !under_gvisor(backend) {
+        return Ok(marked_processes(mark));
+    }
+    let look = format!(
+        "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' <\"$f\" 2>/dev/null | \
+         grep -qx '{MARK_VAR}={mark}' && echo \"${{f//[^0-9]/}}\"; done; true"
+    );
+    let r = exec(sb, &look).await.map_err(|e| e.to_string())?;
+    Ok(r.stdout.lines().filter_map(|l| l.parse().ok()).collect())
+}
+
+/// [`wait_gone`], looking where [`marked_in`] looks.
+async fn wait_gone_in(
+    backend: Backend,
+    sb: &Sandbox,
+    mark: &str,
+    within: Duration,
+) -> Result<(), String> {
+    if !under_gvisor(backend) {
+        return wait_gone(mark, within).await;
+    }
+    let start = Instant::now();
+    loop {
+        let left = marked_in(backend, sb, mark).await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > within {
+            return Err(format!(
+                "{} process(es) marked {mark} survive: {left:?}",
+                left.len()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// After the sandbox closed: its marked processes are gone (on the host), or (gVisor) its
+/// container, with the kernel they ran on, is.
+async fn gone_after_close(
+    backend: Backend,
+    container: Option<&str>,
+    mark: &str,
+    within: Duration,
+) -> Result<(), String> {
+    if !under_gvisor(backend) {
+        return wait_gone(mark, within).await;
+    }
+    let id = container.ok_or("no container id")?;
+    let docker = super::engine::client().await;
+    let start = Instant::now();
+    loop {
+        let inspect = docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await;
+        if matches!(
+            inspect,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        ) {
+            return Ok(());
+        }
+        if start.elapsed() > within {
+            return Err(format!(
+                "the container {id} (and gVisor's kernel) is still there"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The sandbox's process limit is `LIMIT_PIDS`: its pids cgroup says so; under gVisor the
+/// command user's RLIMIT_NPROC (counted by gVisor's kernel) says so, and the cgroup holds
+/// gVisor's own tasks for that many processes.
+async fn pids_limit_in_place(backend: Backend, sb: &Sandbox) -> Result<(), String> {
+    if !under_gvisor(backend) {
+        let (path, v) = cgroup_file(sb, "pids", "pids.max").await?;
+        if v != LIMIT_PIDS.to_string() {
+            return Err(format!("{} is {v}, not {LIMIT_PIDS}", path.display()));
+        }
+        eprintln!("pids limit {} = {v}", path.display());
+        return Ok(());
+    }
+    let r = exec(sb, "ulimit -u").await.map_err(|e| e.to_string())?;
+    if r.stdout.trim() != LIMIT_PIDS.to_string() {
+        return Err(format!(
+            "ulimit -u is {:?}, not {LIMIT_PIDS}",
+            r.stdout.trim()
+        ));
+    }
+    let id = sb.container_id.as_deref().ok_or("no container id")?;
+    let host_max = runner::sandbox::docker::engine::gvisor_host_tasks(LIMIT_PIDS).to_string();
+    let file = find_named_dir(Path::new("/sys/fs/cgroup/pids"), id, 4)
+        .map(|d| d.join("pids.max"))
+        .ok_or_else(|| format!("no pids cgroup for the container {id}"))?;
+    let v = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if v.trim() != host_max {
+        return Err(format!(
+            "{} is {}, not {host_max}",
+            file.display(),
+            v.trim()
+        ));
+    }
+    eprintln!(
+        "gVisor: ulimit -u {LIMIT_PIDS}, {} = {host_max}",
+        file.display()
+    );
+    Ok(())
+}
+
+/// A directory named `name` at most `depth` levels below `dir`.
+fn find_named_dir(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    let rd = std::fs::read_dir(dir).ok()?;
+    let subdirs: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    if let Some(hit) = subdirs
+        .iter()
+        .find(|p| p.file_name().is_some_and(|f| f == name))
+    {
+        return Some(hit.clone());
+    }
+    if depth == 0 {
+        return None;
+    }
+    subdirs
+        .iter()
+        .find_map(|d| find_named_dir(d, name, depth - 1))
 }
 
 /// The host file of the sandbox's cgroup for `controller` (v1), found from inside.
@@ -2913,7 +3068,7 @@ pub async fn run_limits(backend: Backend) {
         Ok(run) if run.timed_out => {}
         other => p.push(format!("the command did not time out: {other:?}")),
     }
-    if let Err(e) = wait_gone(&mark, Duration::from_secs(3)).await {
+    if let Err(e) = wait_gone_in(backend, &sb, &mark, Duration::from_secs(3)).await {
         p.push(e);
     }
     report.record("limit.timeout_kills_background", p);
@@ -2931,27 +3086,20 @@ pub async fn run_limits(backend: Backend) {
         daemon_problems.push(format!("the daemon did not start: {r:?}"));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    if marked_processes(&daemon_mark).is_empty() {
-        daemon_problems
-            .push("the daemon is not running after the call (nothing was tested)".into());
+    match marked_in(backend, &sb, &daemon_mark).await {
+        Ok(running) if !running.is_empty() => {}
+        Ok(_) => daemon_problems
+            .push("the daemon is not running after the call (nothing was tested)".into()),
+        Err(e) => daemon_problems.push(format!("cannot look for the daemon: {e}")),
     }
+    let container = sb.container_id.clone();
 
     // The fork bomb.
     let mut p = Vec::new();
-    let pids_ok = match cgroup_file(&sb, "pids", "pids.max").await {
-        Ok((path, v)) if v == LIMIT_PIDS.to_string() => {
-            eprintln!("pids limit {} = {v}", path.display());
-            true
-        }
-        Ok((path, v)) => {
-            p.push(format!(
-                "{} is {v}, not {LIMIT_PIDS}: the bomb was not run",
-                path.display()
-            ));
-            false
-        }
+    let pids_ok = match pids_limit_in_place(backend, &sb).await {
+        Ok(()) => true,
         Err(e) => {
-            p.push(format!("no pids cgroup ({e}): the bomb was not run"));
+            p.push(format!("{e}: the bomb was not run"));
             false
         }
     };
@@ -2962,6 +3110,8 @@ pub async fn run_limits(backend: Backend) {
             let (mark, on) = (bomb_mark.clone(), sampling.clone());
             tokio::task::spawn_blocking(move || {
                 let mut most = 0;
+                // Under gVisor the host sees none of them: the limit is then shown by the
+                // bomb's EAGAIN and by gVisor surviving it.
                 while on.load(Ordering::Relaxed) {
                     most = most.max(marked_processes(&mark).len());
                     std::thread::sleep(Duration::from_millis(100));
@@ -2998,7 +3148,7 @@ pub async fn run_limits(backend: Backend) {
                 "{most} bomb processes ran at once over a limit of {LIMIT_PIDS}"
             ));
         }
-        if let Err(e) = wait_gone(&bomb_mark, Duration::from_secs(5)).await {
+        if let Err(e) = wait_gone_in(backend, &sb, &bomb_mark, Duration::from_secs(5)).await {
             p.push(format!("after the timeout: {e}"));
         }
         // The sandbox recovers.
@@ -3021,7 +3171,14 @@ pub async fn run_limits(backend: Backend) {
             other => p.push(format!("the host cannot start a process: {other:?}")),
         }
         drop(sb);
-        if let Err(e) = wait_gone(&bomb_mark, Duration::from_secs(10)).await {
+        if let Err(e) = gone_after_close(
+            backend,
+            container.as_deref(),
+            &bomb_mark,
+            Duration::from_secs(10),
+        )
+        .await
+        {
             p.push(format!("after the sandbox closed: {e}"));
         }
     } else {
@@ -3029,7 +3186,14 @@ pub async fn run_limits(backend: Backend) {
     }
     report.record("limit.fork_bomb", p);
 
-    if let Err(e) = wait_gone(&daemon_mark, Duration::from_secs(10)).await {
+    if let Err(e) = gone_after_close(
+        backend,
+        container.as_deref(),
+        &daemon_mark,
+        Duration::from_secs(10),
+    )
+    .await
+    {
         daemon_problems.push(format!("after the sandbox closed: {e}"));
     }
     report.record("limit.daemon_dies_with_sandbox", daemon_problems);

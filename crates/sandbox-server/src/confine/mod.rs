@@ -12,6 +12,7 @@
 //! server starts ([`namespaces_refused`]): where the machine refuses the namespaces, the
 //! server is told to make none, and the host has said what that gives up.
 
+mod identity;
 mod landlock;
 mod process;
 mod seccomp;
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 
 use runner_protocol::Network;
 
+pub use identity::{CommandUser, become_command_user, split as split_identity};
 pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
 pub use process::{kill_orphans, namespaces_refused};
 pub use seccomp::deny_filter as seccomp_program;

@@ -525,6 +525,14 @@ fn tasks_of(uid: u32) -> u64 {
 /// Drops every capability, from the bounding set too, so that root inside the sandbox is an
 /// ordinary user: no CAP_SYS_ADMIN, no CAP_DAC_OVERRIDE, nothing regained on exec.
 pub fn drop_capabilities() -> Result<(), ConfineError> {
+    drop_bounding_set(false)?;
+    clear_capability_sets()
+}
+
+/// Empties the bounding set, so that no later exec can gain a capability (not even as
+/// root). `required`: fail when this process lacks CAP_SETPCAP; otherwise that is taken as
+/// a bounding set that already holds nothing of use.
+pub fn drop_bounding_set(required: bool) -> Result<(), ConfineError> {
     // SAFETY: prctl with integer arguments; EINVAL past the last capability ends the loop.
     unsafe {
         for cap in 0..64 {
@@ -533,9 +541,8 @@ pub fn drop_capabilities() -> Result<(), ConfineError> {
                 if e.raw_os_error() == Some(libc::EINVAL) {
                     break;
                 }
-                // EPERM: we lack CAP_SETPCAP, so the bounding set holds nothing we could use.
-                if e.raw_os_error() != Some(libc::EPERM) {
-                    return Err(ConfineError::new("drop capabilities", e));
+                if required || e.raw_os_error() != Some(libc::EPERM) {
+                    return Err(ConfineError::new("drop the bounding capabilities", e));
                 }
             }
         }
@@ -547,6 +554,11 @@ pub fn drop_capabilities() -> Result<(), ConfineError> {
             0,
         );
     }
+    Ok(())
+}
+
+/// Clears the effective, permitted and inheritable sets (lowering them needs no privilege).
+pub fn clear_capability_sets() -> Result<(), ConfineError> {
     #[repr(C)]
     struct Header {
         version: u32,

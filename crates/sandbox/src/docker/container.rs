@@ -81,6 +81,10 @@ pub(super) fn unique_id() -> String {
     format!("{}-{n}-{nanos:08x}", std::process::id())
 }
 
+/// What the server needs to split its identity from the commands' (`confine::identity`):
+/// set ids and groups, empty the bounding set, hand the protocol's pipes to its own id.
+pub const SPLIT_CAPABILITIES: [&str; 4] = ["SETUID", "SETGID", "SETPCAP", "CHOWN"];
+
 /// The container's configuration. Every wall is here, in one place.
 pub fn container_body(
     spec: &SandboxSpec,
@@ -126,6 +130,9 @@ pub fn container_body(
         )])),
         network_mode: Some(spec.network.docker_mode().into()),
         cap_drop: Some(vec!["ALL".into()]),
+        // For the server's first steps only (`sandbox-server --command-user`): it splits
+        // its identity from the commands' and then drops all four, bounding set included.
+        cap_add: Some(SPLIT_CAPABILITIES.map(String::from).to_vec()),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         readonly_rootfs: Some(true),
         memory: Some(limits.memory_bytes as i64),
@@ -139,13 +146,12 @@ pub fn container_body(
         runtime: runtime.map(str::to_string),
         ..Default::default()
     };
-    // SAFETY: plain syscalls.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     ContainerCreateBody {
         image: Some(spec.docker.image.clone()),
         entrypoint: Some(vec![SERVER_PATH.to_string()]),
         cmd: Some(cmd),
-        user: Some(format!("{uid}:{gid}")),
+        // Root, to split: commands run as `--command-user`, the server's own id is another.
+        user: Some("0:0".into()),
         working_dir: Some(inside.display().to_string()),
         env: Some(
             container_env(spec)
@@ -219,7 +225,41 @@ pub async fn remove(docker: &Docker, id: &str) {
         .force(true)
         .v(true)
         .build();
-    let _ = docker.remove_container(id, Some(opts)).await;
+    let removing = matches!(
+        docker.remove_container(id, Some(opts)).await,
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            ..
+        })
+    );
+    if removing {
+        // Another runner starting at the same time is removing it (both found the same
+        // orphan): "removed" must mean gone, so wait for its removal to end.
+        wait_gone(docker, id, std::time::Duration::from_secs(10)).await;
+    }
+}
+
+/// Until the engine no longer knows the container, or `within` passed.
+async fn wait_gone(docker: &Docker, id: &str, within: std::time::Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < within {
+        let inspect = docker
+            .inspect_container(
+                id,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await;
+        if matches!(
+            inspect,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            })
+        ) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn open_container(
@@ -261,7 +301,14 @@ pub async fn open_container(
     if spec.sweep_repositories {
         cmd.push("--sweep-repositories".into());
     }
+    cmd.push("--command-user".into());
+    cmd.push(engine.command_user());
     let runtime = engine.choose_runtime(&spec.docker.runtime).await?;
+    let gvisor = engine.gvisor(runtime.as_deref());
+    if gvisor {
+        cmd.push("--nproc".into());
+        cmd.push(spec.limits.pids.to_string());
+    }
     let mut body = container_body(
         spec,
         runtime.as_deref(),
@@ -274,8 +321,10 @@ pub async fn open_container(
     if let Some(host) = body.host_config.as_mut() {
         host.ulimits = engine.ulimits();
         host.userns_mode = engine.userns_mode();
+        if gvisor {
+            host.pids_limit = Some(super::engine::gvisor_host_tasks(spec.limits.pids) as i64);
+        }
     }
-    body.user = Some(engine.container_user());
     let name = format!("runner-{run_id}");
     let created = docker
         .create_container(

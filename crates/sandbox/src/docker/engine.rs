@@ -168,6 +168,11 @@ pub struct Engine {
     /// The hard RLIMIT_NOFILE and RLIMIT_NPROC of the engine's own process, when it runs on
     /// this machine and can be read; otherwise this process's.
     pub hard_limits: HardLimits,
+    /// The runtimes it has that are gVisor (whose program is `runsc`), with its default
+    /// runtime's name: a gVisor sandbox counts processes differently (see
+    /// [`Engine::gvisor`]).
+    pub gvisor: Vec<String>,
+    pub default_runtime: Option<String>,
 }
 
 /// Hard resource limits of a process.
@@ -212,6 +217,8 @@ impl Engine {
             unenforced: Vec::new(),
             hard_limits,
             owner: peer.map(|p| (p.uid, p.gid)),
+            gvisor: Vec::new(),
+            default_runtime: None,
             docker,
             host,
         };
@@ -230,6 +237,15 @@ impl Engine {
                 };
                 let host = &info["host"];
                 self.rootless = host["security"]["rootless"].as_bool().unwrap_or(false);
+                let runtime = &host["ociRuntime"];
+                if let (Some(name), Some(path)) =
+                    (runtime["name"].as_str(), runtime["path"].as_str())
+                {
+                    self.default_runtime = Some(name.to_string());
+                    if is_gvisor(name, path) {
+                        self.gvisor.push(name.to_string());
+                    }
+                }
                 let has = |name: &str| {
                     host["cgroupControllers"]
                         .as_array()
@@ -238,11 +254,19 @@ impl Engine {
                 (has("memory"), has("cpu"), has("pids"))
             }
             Kind::Docker => match self.docker.info().await {
-                Ok(info) => (
-                    info.memory_limit.unwrap_or(true),
-                    info.cpu_cfs_quota.unwrap_or(true),
-                    info.pids_limit.unwrap_or(true),
-                ),
+                Ok(info) => {
+                    for (name, runtime) in info.runtimes.iter().flatten() {
+                        if is_gvisor(name, runtime.path.as_deref().unwrap_or_default()) {
+                            self.gvisor.push(name.clone());
+                        }
+                    }
+                    self.default_runtime = info.default_runtime.clone();
+                    (
+                        info.memory_limit.unwrap_or(true),
+                        info.cpu_cfs_quota.unwrap_or(true),
+                        info.pids_limit.unwrap_or(true),
+                    )
+                }
                 Err(_) => return,
             },
         };
@@ -251,6 +275,20 @@ impl Engine {
                 self.unenforced.push(name);
             }
         }
+    }
+
+    /// Whether a container on `runtime` (`None`: the engine's default) runs under gVisor.
+    /// There the host's pids cgroup holds gVisor's own kernel, whose threads and per-process
+    /// helpers outnumber the sandbox's processes several times over (an idle sandbox is 44
+    /// host tasks, each further process about 8, on this 2-core machine); a limit meant
+    /// for the processes makes gVisor itself fail (it panics, and the sandbox ends) long
+    /// before a command sees EAGAIN. So under gVisor the processes are counted by gVisor's
+    /// kernel (RLIMIT_NPROC of the command user, see `sandbox-server --nproc`), and the
+    /// cgroup gets [`gvisor_host_tasks`] of them.
+    pub fn gvisor(&self, runtime: Option<&str>) -> bool {
+        runtime
+            .or(self.default_runtime.as_deref())
+            .is_some_and(|r| self.gvisor.iter().any(|g| g == r))
     }
 
     /// "Docker 20.10.24" or "Podman 4.3.1 (rootless)", with where it was reached.
@@ -298,7 +336,7 @@ impl Engine {
     /// The `uid:gid` commands run as. Docker and rootful Podman: ours, so files the sandbox
     /// makes are ours. Rootless Podman: the user the engine runs as, the only one whose
     /// files its containers can write (the same as ours when we started it).
-    pub fn container_user(&self) -> String {
+    pub fn command_user(&self) -> String {
         // SAFETY: plain syscalls.
         let ours = unsafe { (libc::getuid(), libc::getgid()) };
         let (uid, gid) = match self.owner {
@@ -346,6 +384,21 @@ fn podman_ignores_runtime(runtime: &str, default: Option<&str>) -> String {
          Docker",
         default.unwrap_or("unknown")
     )
+}
+
+/// A runtime is gVisor when its program is `runsc` (or it is registered under that name).
+fn is_gvisor(name: &str, path: &str) -> bool {
+    name == "runsc"
+        || Path::new(path)
+            .file_name()
+            .is_some_and(|f| f.to_string_lossy().starts_with("runsc"))
+}
+
+/// The host tasks a gVisor sandbox of `processes` processes may use: its kernel's own (44
+/// measured idle) and about 8 per process measured on 2 cores, with room for more cores'
+/// threads (16 per process, 256 for the kernel).
+pub fn gvisor_host_tasks(processes: u64) -> u64 {
+    processes.saturating_mul(16).saturating_add(256)
 }
 
 /// This process's hard limits, capped at what fits an i64.

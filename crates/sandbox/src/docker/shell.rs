@@ -74,11 +74,11 @@ where
         .create_exec(
             &id,
             CreateExecOptions {
-                cmd: Some(vec![
-                    "/bin/sh".to_string(),
-                    "-c".into(),
-                    "if [ -x /bin/bash ]; then exec /bin/bash -i; else exec /bin/sh -i; fi".into(),
-                ]),
+                cmd: Some(shell_command(
+                    spec,
+                    &sandbox.worktree,
+                    &engine.command_user(),
+                )),
                 attach_stdin: Some(true),
                 attach_stdout: Some(true),
                 attach_stderr: Some(true),
@@ -132,4 +132,26 @@ where
         .unwrap_or(0);
     drop(sandbox);
     Ok((code.clamp(0, 255) as u8, kept))
+}
+
+/// The shell through the server binary, as commands run: the exec starts as the
+/// container's root with its four capabilities, so the server splits and drops them, puts
+/// on its seccomp filter, and starts the shell as the command user (see
+/// `confine::identity`). A plain exec of a shell would keep those capabilities.
+fn shell_command(spec: &SandboxSpec, worktree: &std::path::Path, user: &str) -> Vec<String> {
+    [
+        super::SERVER_PATH,
+        "sandbox-server",
+        "--seccomp",
+        "--network",
+        spec.network.as_arg(),
+        "--command-user",
+        user,
+        "--shell",
+        "--root",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([worktree.display().to_string()])
+    .collect()
 }

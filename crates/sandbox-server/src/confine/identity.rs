@@ -1,0 +1,192 @@
+//! Two identities in a container: the server keeps a user id that no command has.
+//!
+//! Why: the server's standard input and output are the protocol, and the server (with the
+//! container's init) is a process a command could signal. On Linux, "not dumpable" keeps a
+//! command of the same user out of `/proc/SERVER/fd`, and init ignores signals from its own
+//! namespace. gVisor honours neither (a command of the same user opens the server's pipes
+//! through `/proc/1/fd/0` and SIGKILLs init), but it does check user ids, as Linux does. So
+//! the container starts as root with four capabilities, and before anything else the server
+//! splits itself:
+//!
+//! - real and saved user id `S` (0, or 65534 when commands run as root), effective and file
+//!   system user id `C`, the command user: every file the server writes is `C`'s, as before;
+//! - the protocol's descriptors, where they belong to `C`, are handed to `S` (a pipe is
+//!   opened through `/proc` by its owner's permissions under gVisor);
+//! - the bounding set emptied and every capability set cleared.
+//!
+//! A command becomes `C` entirely (`setresuid(C, C, C)`, which needs no privilege since
+//! `C` is one of the server's ids). Linux lets a process signal another only when one of
+//! the sender's real or effective ids is the target's real or saved id, and opens
+//! `/proc/PID/fd` only to a caller whose id matches all three of the target's: `C` matches
+//! neither of the server's `S` ids. The server still signals commands (its effective id is
+//! theirs).
+
+use std::sync::OnceLock;
+
+use super::{ConfineError, process};
+
+/// Who commands run as, from `--command-user UID:GID`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl std::str::FromStr for CommandUser {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CommandUser, String> {
+        let (uid, gid) = s
+            .split_once(':')
+            .ok_or_else(|| format!("expected UID:GID, got {s:?}"))?;
+        let id = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|_| format!("{v:?} is not a numeric id (in {s:?})"))
+        };
+        Ok(CommandUser {
+            uid: id(uid)?,
+            gid: id(gid)?,
+        })
+    }
+}
+
+impl CommandUser {
+    /// The id the server keeps as its real and saved one: never the command user's.
+    pub fn server_uid(self) -> u32 {
+        if self.uid == 0 { NOBODY } else { 0 }
+    }
+
+    pub fn server_gid(self) -> u32 {
+        if self.gid == 0 { NOBODY } else { 0 }
+    }
+}
+
+const NOBODY: u32 = 65534;
+
+/// Who commands become, and how many processes that user may have (`--nproc`: under
+/// gVisor, where the host's pids cgroup cannot count them; see the docker backend's
+/// `Engine::gvisor`).
+struct Commands {
+    user: CommandUser,
+    nproc: Option<u64>,
+}
+
+static COMMANDS: OnceLock<Commands> = OnceLock::new();
+
+/// Splits the calling process as the module says. Runs first, single-threaded (the id
+/// changes below are made per thread by the kernel; glibc's wrappers change every thread,
+/// but there must be no other thread to race), as root with CAP_SETUID, CAP_SETGID,
+/// CAP_SETPCAP and CAP_CHOWN.
+pub fn split(user: CommandUser, nproc: Option<u64>) -> Result<(), ConfineError> {
+    let (server_uid, server_gid) = (user.server_uid(), user.server_gid());
+    hand_over_protocol(user, server_uid, server_gid)?;
+    process::drop_bounding_set(true).map_err(needs("CAP_SETPCAP"))?;
+    // SAFETY: plain syscalls on integers and a one-element array.
+    unsafe {
+        if libc::setgroups(1, &user.gid) != 0 {
+            return Err(ConfineError::new("set groups", errno())).map_err(needs("CAP_SETGID"));
+        }
+        if libc::setresgid(server_gid, user.gid, server_gid) != 0 {
+            return Err(ConfineError::new("set group ids", errno())).map_err(needs("CAP_SETGID"));
+        }
+        if libc::setresuid(server_uid, user.uid, server_uid) != 0 {
+            return Err(ConfineError::new("set user ids", errno())).map_err(needs("CAP_SETUID"));
+        }
+    }
+    process::clear_capability_sets()?;
+    let _ = COMMANDS.set(Commands { user, nproc });
+    Ok(())
+}
+
+/// The protocol's descriptors (0, 1, 2) that belong to the command user are given to the
+/// server's id. A terminal stays as it is (it is the user's, for `runner sandbox shell`).
+fn hand_over_protocol(user: CommandUser, uid: u32, gid: u32) -> Result<(), ConfineError> {
+    for fd in 0..=2 {
+        // SAFETY: fstat into a local, isatty and fchown on descriptors we hold.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 || libc::isatty(fd) == 1 || st.st_uid != user.uid {
+                continue;
+            }
+            if libc::fchown(fd, uid, gid) != 0 {
+                return Err(ConfineError::new(
+                    "hand the protocol to the server's id",
+                    errno(),
+                ))
+                .map_err(needs("CAP_CHOWN"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// For a child between fork and exec: becomes the command user entirely (with its process
+/// limit), or stays as it is where the server did not split. Async-signal-safe (plain
+/// syscalls).
+pub fn become_command_user() -> std::io::Result<()> {
+    let Some(Commands { user, nproc }) = COMMANDS.get() else {
+        return Ok(());
+    };
+    // SAFETY: plain syscalls on integers and a local struct.
+    unsafe {
+        if let Some(n) = nproc {
+            // Never above the hard limit it has (raising it needs a capability).
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NPROC, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_max = limit.rlim_max.min(*n);
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if libc::setresgid(user.gid, user.gid, user.gid) != 0
+            || libc::setresuid(user.uid, user.uid, user.uid) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// An EPERM here means the container was made without the capability the step needs.
+fn needs(cap: &'static str) -> impl Fn(ConfineError) -> ConfineError {
+    move |e| ConfineError {
+        message: if e.message.contains("Operation not permitted") {
+            format!(
+                "{} (the container must start as root with {cap})",
+                e.message
+            )
+        } else {
+            e.message
+        },
+        step: e.step,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_never_keeps_the_command_users_id() {
+        for (uid, gid) in [(0, 0), (1000, 1000), (65534, 65534), (0, 1000), (1000, 0)] {
+            let u = CommandUser { uid, gid };
+            assert_ne!(u.server_uid(), uid);
+            assert_ne!(u.server_gid(), gid);
+        }
+        assert_eq!(
+            "1000:100".parse::<CommandUser>(),
+            Ok(CommandUser {
+                uid: 1000,
+                gid: 100
+            })
+        );
+        assert!("1000".parse::<CommandUser>().is_err());
+        assert!("me:100".parse::<CommandUser>().is_err());
+    }
+}
