@@ -233,3 +233,120 @@ fn without_user_namespaces_a_process_left_behind_dies_with_the_sandbox() {
         "the process outlived the sandbox"
     );
 }
+
+/// A cgroup v2 directory handed to `nobody` the way systemd hands a `Delegate=yes` unit's
+/// to its user (the directory, `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads`),
+/// removed with whatever is left in it when dropped.
+struct Delegated(PathBuf);
+
+impl Delegated {
+    fn new() -> Delegated {
+        let mount = runner::sandbox::landlock::cgroup::v2::mount()
+            .expect("this machine mounts a cgroup v2 hierarchy (hybrid: /sys/fs/cgroup/unified)");
+        let dir = mount.join(format!("runner-test-delegated-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        for p in [
+            dir.clone(),
+            dir.join("cgroup.procs"),
+            dir.join("cgroup.subtree_control"),
+            dir.join("cgroup.threads"),
+        ] {
+            std::os::unix::fs::lchown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        Delegated(dir)
+    }
+
+    /// The directories beneath it.
+    fn children(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        for child in self.children() {
+            let _ = std::fs::write(self.0.join(&child).join("cgroup.kill"), "1");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let _ = std::fs::remove_dir(self.0.join(child));
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// An unprivileged user whose cgroup v2 directory is delegated to it: each landlock sandbox
+/// gets a leaf of its own beneath it (the commands run there), gone when the sandbox
+/// closes; the limits it cannot have (this machine's v2 hierarchy has no memory, pids or cpu
+/// controller) are said once, with why. Control: the same run outside the delegated
+/// directory makes no leaf anywhere and says "no cgroup".
+#[test]
+fn a_delegated_cgroup_v2_gets_a_leaf_per_sandbox() {
+    let (_tmp, base) = nobody_scene();
+    let delegated = Delegated::new();
+    let run = |inside: bool| {
+        let args = serde_json::json!({"command": "cat /proc/self/cgroup", "description": "where"});
+        let join = if inside {
+            format!("echo $$ > {}/cgroup.procs && ", delegated.0.display())
+        } else {
+            String::new()
+        };
+        let script = format!(
+            "{join}exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups \"$0\" tool call bash \"$1\" --ask allow --sandbox landlock --root \"$2\""
+        );
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .arg(common::runner_for_any_user())
+            .arg(args.to_string())
+            .arg(base.join("wt"))
+            .env("HOME", &base)
+            .env("XDG_DATA_HOME", base.join("data"))
+            .env("XDG_CONFIG_HOME", base.join("config"))
+            .env("TMPDIR", &base)
+            .output()
+            .expect("runner runs");
+        (out.status.success(), said(&out))
+    };
+
+    let (ok, all) = run(true);
+    assert!(ok, "{all}");
+    let name = delegated
+        .0
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let leaf = all
+        .lines()
+        .find_map(|l| l.strip_prefix("0::/"))
+        .unwrap_or_else(|| panic!("no cgroup v2 line in {all}"));
+    let (parent, own) = leaf.split_once('/').unwrap_or((leaf, ""));
+    assert_eq!(
+        parent, name,
+        "the command ran outside the delegated cgroup: {all}"
+    );
+    assert!(
+        own.starts_with("runner-") && !own.ends_with("-host"),
+        "the command ran in {leaf:?}, not in a sandbox's leaf: {all}"
+    );
+    for part in [
+        "no cgroup limit for memory",
+        &format!("runner's cgroup {} has no", delegated.0.display()),
+        "controller to pass on",
+    ] {
+        assert_eq!(all.matches(part).count(), 1, "{part:?} said once in {all}");
+    }
+    assert!(
+        !delegated.children().iter().any(|c| c == own),
+        "the sandbox's leaf {own} outlived it: {:?}",
+        delegated.children()
+    );
+
+    let (ok, all) = run(false);
+    assert!(ok, "{all}");
+    assert!(all.contains("no cgroup (only root"), "{all}");
+    assert!(all.contains("0::/\n"), "{all}");
+}

@@ -93,9 +93,9 @@ fn limits(r: &mut Report) {
         Some(missing) => r.warn(
             "limits",
             format!(
-                "{missing}. To get them: run as root, or give runner a delegated cgroup v2 \
-                 tree (systemd-run --user --scope -p Delegate=yes runner …); runner does \
-                 not use a systemd scope itself yet"
+                "{missing}. To get them: run as root, or start runner in a cgroup v2 scope \
+                 delegated to you (systemd-run --user --scope -p Delegate=yes runner …), \
+                 where it passes memory, pids and cpu on to each sandbox"
             ),
         ),
     }
