@@ -86,3 +86,56 @@ fn an_unknown_runtime_is_refused_naming_the_engines_runtimes() {
         "{stderr}"
     );
 }
+
+/// A Harbor task container under gVisor with a small process limit (64): its processes
+/// are counted by gVisor's kernel (`ulimit -u`), so 40 of them run (some 350 host tasks of
+/// gVisor's own, which a host limit of 64 would have made gVisor panic on), 80 get EAGAIN,
+/// and the container answers afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn task_containers_count_processes_in_gvisors_kernel() {
+    use runner::sandbox::docker::in_image::{TaskContainer, TaskImage};
+    use_engine(runsc);
+    let engine = runner::sandbox::docker::engine::Engine::open(engine::engine().host.as_deref())
+        .await
+        .expect("the engine answers");
+    let task = TaskImage {
+        image: engine::IMAGE.into(),
+        workdir: Some("/tmp".into()),
+        user: Some("1000:1000".into()),
+        env: Vec::new(),
+        limits: runner::sandbox::spec::Limits {
+            pids: 64,
+            ..runner::sandbox::spec::Limits::default()
+        },
+        network: runner::sandbox::spec::Network::None,
+        read_only: Vec::new(),
+        server_exe: env!("CARGO_BIN_EXE_runner").into(),
+        engine_is_local: true,
+        runtime: vec!["runsc".into()],
+        ca_bundle: None,
+        verifier_proxy: false,
+    };
+    let container = TaskContainer::create(&engine, &task)
+        .await
+        .expect("the task container is made");
+    let sb = container.serve().await.expect("the task container starts");
+    let (code, stdout, stderr, _) = escape::run(
+        &sb,
+        "ulimit -u; for i in $(seq 40); do sleep 3 & done; echo forty; wait",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stdout:?} {stderr:?}");
+    assert_eq!(stdout, "64\nforty\n", "{stderr:?}");
+    let (_, stdout, stderr, _) = escape::run(
+        &sb,
+        "for i in $(seq 80); do sleep 3 & done 2>&1 | tail -1; wait; echo done",
+    )
+    .await;
+    assert!(
+        stderr.contains("Resource temporarily unavailable")
+            || stdout.contains("Resource temporarily unavailable"),
+        "80 processes under a limit of 64: {stdout:?} {stderr:?}"
+    );
+    let (code, stdout, _, _) = escape::run(&sb, "echo alive").await;
+    assert_eq!((code, stdout.as_str()), (Some(0), "alive\n"));
+}

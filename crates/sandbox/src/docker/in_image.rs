@@ -110,9 +110,29 @@ fn host_config(
     task: &TaskImage,
     mounts: Vec<Mount>,
     runtime: Option<String>,
-    ulimits: Option<Vec<bollard::models::ResourcesUlimits>>,
+    engine: &Engine,
 ) -> HostConfig {
     let limits = &task.limits;
+    // Under gVisor the pids cgroup holds gVisor's own tasks (see `Engine::gvisor`): it is
+    // sized for them, and the processes are counted by RLIMIT_NPROC, which gVisor's kernel
+    // enforces (for a task user other than root, which no process limit binds but the
+    // cgroup's).
+    let gvisor = engine.gvisor(runtime.as_deref());
+    let pids = if gvisor {
+        super::engine::gvisor_host_tasks(limits.pids)
+    } else {
+        limits.pids
+    };
+    let mut ulimits = engine.ulimits();
+    if gvisor {
+        let list = ulimits.get_or_insert_with(Vec::new);
+        list.retain(|u| u.name.as_deref() != Some("nproc"));
+        list.push(bollard::models::ResourcesUlimits {
+            name: Some("nproc".into()),
+            soft: Some(limits.pids as i64),
+            hard: Some(limits.pids as i64),
+        });
+    }
     HostConfig {
         mounts: Some(mounts),
         network_mode: Some(task.network.docker_mode().into()),
@@ -122,7 +142,7 @@ fn host_config(
         memory: Some(limits.memory_bytes as i64),
         memory_swap: Some(limits.memory_bytes as i64),
         nano_cpus: Some((limits.cpus * 1e9) as i64),
-        pids_limit: Some(limits.pids as i64),
+        pids_limit: Some(pids as i64),
         ulimits,
         // `None`: the engine's default runtime.
         runtime,
@@ -239,7 +259,7 @@ impl TaskContainer {
             user: (!user.is_empty()).then_some(user),
             working_dir: Some(workdir.display().to_string()),
             env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            host_config: Some(host_config(task, mounts, runtime, engine.ulimits())),
+            host_config: Some(host_config(task, mounts, runtime, engine)),
             ..served(&run_id, served_network)
         };
         let name = format!("runner-task-{run_id}");
