@@ -22,11 +22,13 @@ pub fn die_with_parent() -> Result<(), ConfineError> {
     Ok(())
 }
 
-/// The server's standard input and output are the protocol. A command runs as the same
-/// user, so while the server is dumpable it could open `/proc/SERVER/fd/1` and write frames
-/// of its own to the controller (or `fd/0`, and send the server requests). Not dumpable,
-/// those files (and `ptrace`, `pidfd_getfd`) are refused to anyone without
-/// CAP_SYS_PTRACE, which no command has. Commands get the flag back when they exec.
+/// The server's standard input and output are the protocol. Under landlock a command runs
+/// as the same user, so while the server is dumpable it could open `/proc/SERVER/fd/1` and
+/// write frames of its own to the controller (or `fd/0`, and send the server requests).
+/// Not dumpable, those files (and `ptrace`, `pidfd_getfd`) are refused to anyone without
+/// CAP_SYS_PTRACE, which no command has. Commands get the flag back when they exec. (In a
+/// container the server also keeps a user id of its own, for gVisor, which ignores this
+/// flag: see [`super::identity`].)
 pub fn not_dumpable() -> Result<(), ConfineError> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
