@@ -225,7 +225,7 @@ pub fn become_subreaper() -> Result<(), ConfineError> {
 
 /// Kills and reaps every child of the server (its commands and the orphans they left),
 /// again and again as the children of the dying are handed to it, for up to two seconds.
-/// Does nothing unless [`become_subreaper`] ran (a PID namespace kills them by itself).
+/// Does nothing unless `become_subreaper` ran (a PID namespace kills them by itself).
 pub fn kill_orphans() {
     if !SUBREAPER.load(std::sync::atomic::Ordering::SeqCst) {
         return;
