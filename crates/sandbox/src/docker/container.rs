@@ -274,41 +274,17 @@ pub async fn open_container(
         .mount_at
         .clone()
         .unwrap_or_else(|| worktree.clone());
-    let run_id = unique_id();
-    let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
-    cmd.extend(
-        local::root_args(&inside, &spec.read_only)?
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned()),
-    );
-    cmd.push("--network".into());
-    cmd.push(spec.network.as_arg().into());
     let guard = WorktreeGuard::new(&worktree, &spec.protected);
-    let seen = guard.moved(&worktree, &inside);
-    for path in &seen.forbid {
-        cmd.push("--forbid".into());
-        cmd.push(path.display().to_string());
-    }
-    for path in seen
-        .repositories
-        .dirs
-        .iter()
-        .chain(&seen.repositories.pointers)
-    {
-        cmd.push("--known-repository".into());
-        cmd.push(path.display().to_string());
-    }
-    if spec.sweep_repositories {
-        cmd.push("--sweep-repositories".into());
-    }
-    cmd.push("--command-user".into());
-    cmd.push(engine.command_user());
     let runtime = engine.choose_runtime(&spec.docker.runtime).await?;
     let gvisor = engine.gvisor(runtime.as_deref());
-    if gvisor {
-        cmd.push("--nproc".into());
-        cmd.push(spec.limits.pids.to_string());
-    }
+    let cmd = server_command(
+        engine,
+        spec,
+        &inside,
+        &guard.moved(&worktree, &inside),
+        gvisor,
+    )?;
+    let run_id = unique_id();
     let mut body = container_body(
         spec,
         runtime.as_deref(),
@@ -325,10 +301,81 @@ pub async fn open_container(
             host.pids_limit = Some(super::engine::gvisor_host_tasks(spec.limits.pids) as i64);
         }
     }
-    let name = format!("runner-{run_id}");
-    let created = docker
+    let id = create(engine, spec, &format!("runner-{run_id}"), body).await?;
+    let container = ContainerGuard {
+        docker: docker.clone(),
+        id: id.clone(),
+    };
+    // Reverse order: the container goes first, then the sweep finds nothing can replant.
+    let guards: Vec<Box<dyn Send + Sync>> = vec![
+        Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories, None)),
+        Box::new(container),
+    ];
+    serve(docker, &id, inside, container_env(spec), guards)
+        .await
+        .map_err(|e| match e {
+            SandboxError::Disconnected(why) if why.contains(NO_SHELL_MARK) => {
+                SandboxStartError::NoShell {
+                    image: spec.docker.image.clone(),
+                }
+                .into()
+            }
+            e => e,
+        })
+}
+
+/// The server's command line in the container: its roots, network, the paths the guard
+/// watches (as the container sees them), the command user and (gVisor) its process limit.
+fn server_command(
+    engine: &super::engine::Engine,
+    spec: &SandboxSpec,
+    inside: &Path,
+    seen: &WorktreeGuard,
+    gvisor: bool,
+) -> Result<Vec<String>, SandboxError> {
+    let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
+    cmd.extend(
+        local::root_args(inside, &spec.read_only)?
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    let mut flag = |name: &str, value: String| {
+        cmd.push(name.to_string());
+        cmd.push(value);
+    };
+    flag("--network", spec.network.as_arg().into());
+    for path in &seen.forbid {
+        flag("--forbid", path.display().to_string());
+    }
+    for path in seen
+        .repositories
+        .dirs
+        .iter()
+        .chain(&seen.repositories.pointers)
+    {
+        flag("--known-repository", path.display().to_string());
+    }
+    flag("--command-user", engine.command_user());
+    if gvisor {
+        flag("--nproc", spec.limits.pids.to_string());
+    }
+    if spec.sweep_repositories {
+        cmd.push("--sweep-repositories".into());
+    }
+    Ok(cmd)
+}
+
+/// Creates the container; a missing image is said as such.
+async fn create(
+    engine: &super::engine::Engine,
+    spec: &SandboxSpec,
+    name: &str,
+    body: ContainerCreateBody,
+) -> Result<String, SandboxError> {
+    let created = engine
+        .docker
         .create_container(
-            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            Some(CreateContainerOptionsBuilder::new().name(name).build()),
             body,
         )
         .await
@@ -342,26 +389,7 @@ pub async fn open_container(
             .into(),
             _ => docker_error("cannot create the sandbox container", e),
         })?;
-    let container = ContainerGuard {
-        docker: docker.clone(),
-        id: created.id.clone(),
-    };
-    // Reverse order: the container goes first, then the sweep finds nothing can replant.
-    let guards: Vec<Box<dyn Send + Sync>> = vec![
-        Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories, None)),
-        Box::new(container),
-    ];
-    serve(docker, &created.id, inside, container_env(spec), guards)
-        .await
-        .map_err(|e| match e {
-            SandboxError::Disconnected(why) if why.contains(NO_SHELL_MARK) => {
-                SandboxStartError::NoShell {
-                    image: spec.docker.image.clone(),
-                }
-                .into()
-            }
-            e => e,
-        })
+    Ok(created.id)
 }
 
 /// Starts a created (or stopped) container whose main process is the server and connects

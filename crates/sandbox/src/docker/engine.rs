@@ -171,7 +171,7 @@ pub struct Engine {
     /// The runtimes it has that are gVisor (whose program is `runsc`), with its default
     /// runtime's name: a gVisor sandbox counts processes differently (see
     /// [`Engine::gvisor`]).
-    pub gvisor: Vec<String>,
+    pub gvisor_runtimes: Vec<String>,
     pub default_runtime: Option<String>,
 }
 
@@ -217,7 +217,7 @@ impl Engine {
             unenforced: Vec::new(),
             hard_limits,
             owner: peer.map(|p| (p.uid, p.gid)),
-            gvisor: Vec::new(),
+            gvisor_runtimes: Vec::new(),
             default_runtime: None,
             docker,
             host,
@@ -243,7 +243,7 @@ impl Engine {
                 {
                     self.default_runtime = Some(name.to_string());
                     if is_gvisor(name, path) {
-                        self.gvisor.push(name.to_string());
+                        self.gvisor_runtimes.push(name.to_string());
                     }
                 }
                 let has = |name: &str| {
@@ -257,7 +257,7 @@ impl Engine {
                 Ok(info) => {
                     for (name, runtime) in info.runtimes.iter().flatten() {
                         if is_gvisor(name, runtime.path.as_deref().unwrap_or_default()) {
-                            self.gvisor.push(name.clone());
+                            self.gvisor_runtimes.push(name.clone());
                         }
                     }
                     self.default_runtime = info.default_runtime.clone();
@@ -288,7 +288,7 @@ impl Engine {
     pub fn gvisor(&self, runtime: Option<&str>) -> bool {
         runtime
             .or(self.default_runtime.as_deref())
-            .is_some_and(|r| self.gvisor.iter().any(|g| g == r))
+            .is_some_and(|r| self.gvisor_runtimes.iter().any(|g| g == r))
     }
 
     /// "Docker 20.10.24" or "Podman 4.3.1 (rootless)", with where it was reached.

@@ -204,8 +204,8 @@ pub fn leftovers() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (controller, own_path) in own_cgroups() {
         let parent = if controller == "unified" {
-            let Some(mount) = v2::mount() else { continue };
-            mount.join(&own_path)
+            let Some(own) = v2::own() else { continue };
+            own
         } else {
             Path::new("/sys/fs/cgroup")
                 .join(&controller)
@@ -257,13 +257,19 @@ pub mod v2 {
         })
     }
 
-    /// Runner's own v2 cgroup directory.
-    fn own() -> Option<PathBuf> {
+    /// Runner's own v2 cgroup directory: where it was started, also after it moved itself
+    /// into its leaf there ([`pass_on`]).
+    pub(super) fn own() -> Option<PathBuf> {
         let path = super::own_cgroups()
             .into_iter()
             .find(|(c, _)| c == "unified")?
             .1;
-        Some(mount()?.join(path))
+        let dir = mount()?.join(path);
+        let host = format!("{PREFIX}{}-host", std::process::id());
+        match dir.file_name() {
+            Some(leaf) if leaf.to_string_lossy() == host => dir.parent().map(Path::to_path_buf),
+            _ => Some(dir),
+        }
     }
 
     fn words(path: &Path) -> Vec<String> {
