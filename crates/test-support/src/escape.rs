@@ -2683,9 +2683,18 @@ fn marked(mark: &str, timeout_ms: u64) -> ExecOpts {
 }
 
 async fn wait_gone(mark: &str, within: Duration) -> Result<(), String> {
+    wait_until_none(mark, within, async || Ok(marked_processes(mark))).await
+}
+
+/// Polls `look` until it finds no process marked `mark`, or `within` passed.
+async fn wait_until_none(
+    mark: &str,
+    within: Duration,
+    mut look: impl AsyncFnMut() -> Result<Vec<i32>, String>,
+) -> Result<(), String> {
     let start = Instant::now();
     loop {
-        let left = marked_processes(mark);
+        let left = look().await?;
         if left.is_empty() {
             return Ok(());
         }
@@ -2727,23 +2736,7 @@ async fn wait_gone_in(
     mark: &str,
     within: Duration,
 ) -> Result<(), String> {
-    if !under_gvisor(backend) {
-        return wait_gone(mark, within).await;
-    }
-    let start = Instant::now();
-    loop {
-        let left = marked_in(backend, sb, mark).await?;
-        if left.is_empty() {
-            return Ok(());
-        }
-        if start.elapsed() > within {
-            return Err(format!(
-                "{} process(es) marked {mark} survive: {left:?}",
-                left.len()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_none(mark, within, async || marked_in(backend, sb, mark).await).await
 }
 
 /// After the sandbox closed: its marked processes are gone (on the host), or (gVisor) its
@@ -2759,29 +2752,12 @@ async fn gone_after_close(
     }
     let id = container.ok_or("no container id")?;
     let docker = super::engine::client().await;
-    let start = Instant::now();
-    loop {
-        let inspect = docker
-            .inspect_container(
-                id,
-                None::<bollard::query_parameters::InspectContainerOptions>,
-            )
-            .await;
-        if matches!(
-            inspect,
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404,
-                ..
-            })
-        ) {
-            return Ok(());
-        }
-        if start.elapsed() > within {
-            return Err(format!(
-                "the container {id} (and gVisor's kernel) is still there"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if runner::sandbox::docker::wait_gone(&docker, id, within).await {
+        Ok(())
+    } else {
+        Err(format!(
+            "the container {id} (and gVisor's kernel) is still there"
+        ))
     }
 }
 

@@ -239,8 +239,8 @@ pub async fn remove(docker: &Docker, id: &str) {
     }
 }
 
-/// Until the engine no longer knows the container, or `within` passed.
-async fn wait_gone(docker: &Docker, id: &str, within: std::time::Duration) {
+/// Waits until the engine no longer knows the container (true), or `within` passed.
+pub async fn wait_gone(docker: &Docker, id: &str, within: std::time::Duration) -> bool {
     let start = std::time::Instant::now();
     while start.elapsed() < within {
         let inspect = docker
@@ -256,10 +256,11 @@ async fn wait_gone(docker: &Docker, id: &str, within: std::time::Duration) {
                 ..
             })
         ) {
-            return;
+            return true;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    false
 }
 
 pub async fn open_container(

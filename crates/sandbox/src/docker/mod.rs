@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxError};
 
-pub use container::{LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container};
+pub use container::{
+    LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container, wait_gone,
+};
 pub use shell::shell;
 
 /// Where the server binary is mounted in every container.
