@@ -34,3 +34,10 @@ pub(super) fn sanitize(id: &str) -> String {
         .collect();
     if valid_id(&s) { s } else { "task".into() }
 }
+
+/// A task folder's id (both folder layouts): its name, made safe for a file name.
+pub(super) fn folder_id(dir: &std::path::Path) -> String {
+    dir.file_name()
+        .map(|n| sanitize(&n.to_string_lossy()))
+        .unwrap_or_else(|| "task".into())
+}

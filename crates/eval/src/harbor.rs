@@ -230,16 +230,9 @@ pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
     Ok(TaskSet { tasks, notes })
 }
 
-/// A task's id: its folder's name, made safe for a file name.
-pub fn task_id(dir: &Path) -> String {
-    dir.file_name()
-        .map(|n| super::fields::sanitize(&n.to_string_lossy()))
-        .unwrap_or_else(|| "task".into())
-}
-
 /// One task folder.
 pub fn load(dir: &Path) -> LoadedTask {
-    let id = task_id(dir);
+    let id = super::fields::folder_id(dir);
     let fail = |reason: String| (id.clone(), reason);
     let text = std::fs::read_to_string(dir.join("task.toml"))
         .map_err(|e| fail(format!("cannot read {}/task.toml: {e}", dir.display())))?;

@@ -70,7 +70,7 @@ pub type Unsupported = Vec<(String, &'static str)>;
 /// Writes the Harbor form of the old task `dir` under `into/ID` and returns that folder,
 /// with the old fields runner does not honour. `Err`: the task's id and why not.
 pub fn convert(dir: &Path, into: &Path) -> Result<(PathBuf, Unsupported), (String, String)> {
-    let id = super::harbor::task_id(dir);
+    let id = super::fields::folder_id(dir);
     let fail = |reason: String| (id.clone(), reason);
     let text = std::fs::read_to_string(dir.join("task.yaml"))
         .map_err(|e| fail(format!("cannot read {}/task.yaml: {e}", dir.display())))?;
