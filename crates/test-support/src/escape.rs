@@ -2781,7 +2781,7 @@ async fn pids_limit_in_place(backend: Backend, sb: &Sandbox) -> Result<(), Strin
         ));
     }
     let id = sb.container_id.as_deref().ok_or("no container id")?;
-    let host_max = runner::sandbox::docker::engine::gvisor_host_tasks(LIMIT_PIDS).to_string();
+    let host_max = runner::sandbox::docker::engine::pids_cgroup(true, LIMIT_PIDS).to_string();
     let file = find_named_dir(Path::new("/sys/fs/cgroup/pids"), id, 4)
         .map(|d| d.join("pids.max"))
         .ok_or_else(|| format!("no pids cgroup for the container {id}"))?;

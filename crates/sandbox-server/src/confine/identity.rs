@@ -79,17 +79,21 @@ static COMMANDS: OnceLock<Commands> = OnceLock::new();
 pub fn split(user: CommandUser, nproc: Option<u64>) -> Result<(), ConfineError> {
     let (server_uid, server_gid) = (user.server_uid(), user.server_gid());
     hand_over_protocol(user, server_uid, server_gid)?;
-    process::drop_bounding_set(true).map_err(needs("CAP_SETPCAP"))?;
+    // Fails only with EPERM here (EINVAL ends its loop): no CAP_SETPCAP.
+    process::drop_bounding_set(true).map_err(|e| ConfineError {
+        message: format!("{}{}", e.message, must_have("CAP_SETPCAP")),
+        step: e.step,
+    })?;
     // SAFETY: plain syscalls on integers and a one-element array.
     unsafe {
         if libc::setgroups(1, &user.gid) != 0 {
-            return Err(ConfineError::new("set groups", errno())).map_err(needs("CAP_SETGID"));
+            return Err(failed("set groups", "CAP_SETGID"));
         }
         if libc::setresgid(server_gid, user.gid, server_gid) != 0 {
-            return Err(ConfineError::new("set group ids", errno())).map_err(needs("CAP_SETGID"));
+            return Err(failed("set group ids", "CAP_SETGID"));
         }
         if libc::setresuid(server_uid, user.uid, server_uid) != 0 {
-            return Err(ConfineError::new("set user ids", errno())).map_err(needs("CAP_SETUID"));
+            return Err(failed("set user ids", "CAP_SETUID"));
         }
     }
     process::clear_capability_sets()?;
@@ -108,11 +112,7 @@ fn hand_over_protocol(user: CommandUser, uid: u32, gid: u32) -> Result<(), Confi
                 continue;
             }
             if libc::fchown(fd, uid, gid) != 0 {
-                return Err(ConfineError::new(
-                    "hand the protocol to the server's id",
-                    errno(),
-                ))
-                .map_err(needs("CAP_CHOWN"));
+                return Err(failed("hand the protocol to the server's id", "CAP_CHOWN"));
             }
         }
     }
@@ -149,23 +149,19 @@ pub fn become_command_user() -> std::io::Result<()> {
     Ok(())
 }
 
-fn errno() -> std::io::Error {
-    std::io::Error::last_os_error()
+/// The step's failure from the last error; EPERM means the container was made without the
+/// capability the step needs, and the message says so.
+fn failed(step: &'static str, cap: &str) -> ConfineError {
+    let e = std::io::Error::last_os_error();
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) => must_have(cap),
+        _ => String::new(),
+    };
+    ConfineError::new(step, format!("{e}{hint}"))
 }
 
-/// An EPERM here means the container was made without the capability the step needs.
-fn needs(cap: &'static str) -> impl Fn(ConfineError) -> ConfineError {
-    move |e| ConfineError {
-        message: if e.message.contains("Operation not permitted") {
-            format!(
-                "{} (the container must start as root with {cap})",
-                e.message
-            )
-        } else {
-            e.message
-        },
-        step: e.step,
-    }
+fn must_have(cap: &str) -> String {
+    format!(" (the container must start as root with {cap})")
 }
 
 #[cfg(test)]

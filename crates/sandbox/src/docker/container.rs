@@ -85,10 +85,19 @@ pub(super) fn unique_id() -> String {
 /// set ids and groups, empty the bounding set, hand the protocol's pipes to its own id.
 pub const SPLIT_CAPABILITIES: [&str; 4] = ["SETUID", "SETGID", "SETPCAP", "CHOWN"];
 
+/// The OCI runtime a container runs under, and whether it is gVisor (whose processes the
+/// host's pids cgroup cannot count: see `Engine::gvisor`).
+#[derive(Debug, Clone, Copy)]
+pub struct Runtime<'a> {
+    /// `None`: the engine's default.
+    pub name: Option<&'a str>,
+    pub gvisor: bool,
+}
+
 /// The container's configuration. Every wall is here, in one place.
 pub fn container_body(
     spec: &SandboxSpec,
-    runtime: Option<&str>,
+    runtime: Runtime<'_>,
     worktree: &Path,
     inside: &Path,
     guard: &WorktreeGuard,
@@ -138,12 +147,12 @@ pub fn container_body(
         memory: Some(limits.memory_bytes as i64),
         memory_swap: Some(limits.memory_bytes as i64),
         nano_cpus: Some((limits.cpus * 1e9) as i64),
-        pids_limit: Some(limits.pids as i64),
+        pids_limit: Some(super::engine::pids_cgroup(runtime.gvisor, limits.pids)),
         // No docker-init: the server is its own init (see `confine::process::container_init`).
         init: Some(false),
         auto_remove: Some(true),
         // `None`: the engine's default runtime (runc, usually); `runsc` for gVisor.
-        runtime: runtime.map(str::to_string),
+        runtime: runtime.name.map(str::to_string),
         ..Default::default()
     };
     ContainerCreateBody {
@@ -276,31 +285,23 @@ pub async fn open_container(
         .clone()
         .unwrap_or_else(|| worktree.clone());
     let guard = WorktreeGuard::new(&worktree, &spec.protected);
-    let runtime = engine.choose_runtime(&spec.docker.runtime).await?;
-    let gvisor = engine.gvisor(runtime.as_deref());
+    let chosen = engine.choose_runtime(&spec.docker.runtime).await?;
+    let runtime = Runtime {
+        name: chosen.as_deref(),
+        gvisor: engine.gvisor(chosen.as_deref()),
+    };
     let cmd = server_command(
         engine,
         spec,
         &inside,
         &guard.moved(&worktree, &inside),
-        gvisor,
+        runtime.gvisor,
     )?;
     let run_id = unique_id();
-    let mut body = container_body(
-        spec,
-        runtime.as_deref(),
-        &worktree,
-        &inside,
-        &guard,
-        &run_id,
-        cmd,
-    );
+    let mut body = container_body(spec, runtime, &worktree, &inside, &guard, &run_id, cmd);
     if let Some(host) = body.host_config.as_mut() {
         host.ulimits = engine.ulimits();
         host.userns_mode = engine.userns_mode();
-        if gvisor {
-            host.pids_limit = Some(super::engine::gvisor_host_tasks(spec.limits.pids) as i64);
-        }
     }
     let id = create(engine, spec, &format!("runner-{run_id}"), body).await?;
     let container = ContainerGuard {

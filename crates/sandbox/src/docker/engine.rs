@@ -284,7 +284,7 @@ impl Engine {
     /// for the processes makes gVisor itself fail (it panics, and the sandbox ends) long
     /// before a command sees EAGAIN. So under gVisor the processes are counted by gVisor's
     /// kernel (RLIMIT_NPROC of the command user, see `sandbox-server --nproc`), and the
-    /// cgroup gets [`gvisor_host_tasks`] of them.
+    /// cgroup is sized for gVisor's own tasks ([`pids_cgroup`]).
     pub fn gvisor(&self, runtime: Option<&str>) -> bool {
         runtime
             .or(self.default_runtime.as_deref())
@@ -394,11 +394,16 @@ fn is_gvisor(name: &str, path: &str) -> bool {
             .is_some_and(|f| f.to_string_lossy().starts_with("runsc"))
 }
 
-/// The host tasks a gVisor sandbox of `processes` processes may use: its kernel's own (44
-/// measured idle) and about 8 per process measured on 2 cores, with room for more cores'
-/// threads (16 per process, 256 for the kernel).
-pub fn gvisor_host_tasks(processes: u64) -> u64 {
-    processes.saturating_mul(16).saturating_add(256)
+/// The pids cgroup limit of a container of `processes` processes. Under gVisor it holds
+/// gVisor's own tasks for that many: its kernel's (44 measured idle) and about 8 per
+/// process measured on 2 cores, with room for more cores' threads (16 per process, 256 for
+/// the kernel).
+pub fn pids_cgroup(gvisor: bool, processes: u64) -> i64 {
+    let tasks = match gvisor {
+        true => processes.saturating_mul(16).saturating_add(256),
+        false => processes,
+    };
+    tasks.min(i64::MAX as u64) as i64
 }
 
 /// This process's hard limits, capped at what fits an i64.

@@ -118,11 +118,6 @@ fn host_config(
     // enforces (for a task user other than root, which no process limit binds but the
     // cgroup's).
     let gvisor = engine.gvisor(runtime.as_deref());
-    let pids = if gvisor {
-        super::engine::gvisor_host_tasks(limits.pids)
-    } else {
-        limits.pids
-    };
     let mut ulimits = engine.ulimits();
     if gvisor {
         let list = ulimits.get_or_insert_with(Vec::new);
@@ -142,7 +137,7 @@ fn host_config(
         memory: Some(limits.memory_bytes as i64),
         memory_swap: Some(limits.memory_bytes as i64),
         nano_cpus: Some((limits.cpus * 1e9) as i64),
-        pids_limit: Some(pids as i64),
+        pids_limit: Some(super::engine::pids_cgroup(gvisor, limits.pids)),
         ulimits,
         // `None`: the engine's default runtime.
         runtime,

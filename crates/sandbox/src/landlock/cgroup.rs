@@ -242,9 +242,15 @@ pub mod v2 {
 
     /// Where the cgroup v2 hierarchy is mounted: `/sys/fs/cgroup` on a v2 machine,
     /// `/sys/fs/cgroup/unified` on a hybrid one.
+    /// Read once: every landlock start sweeps leftovers beneath it.
     pub fn mount() -> Option<PathBuf> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        mount_in(&text)
+        static MOUNT: OnceLock<Option<PathBuf>> = OnceLock::new();
+        MOUNT
+            .get_or_init(|| {
+                let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+                mount_in(&text)
+            })
+            .clone()
     }
 
     /// The mount point of the first `cgroup2` line of a mountinfo text.
@@ -296,7 +302,6 @@ pub mod v2 {
     fn arrange() -> Option<Parent> {
         let dir = own()?;
         // Delegated to us (or we are root): we may make directories and move processes.
-        let writable = |p: &Path| nix_access_w(p);
         if !writable(&dir) || !writable(&dir.join("cgroup.procs")) {
             return None;
         }
@@ -368,7 +373,7 @@ pub mod v2 {
     }
 
     /// `access(path, W_OK)` for the real user.
-    fn nix_access_w(path: &Path) -> bool {
+    fn writable(path: &Path) -> bool {
         use std::os::unix::ffi::OsStrExt;
         let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
             return false;
