@@ -480,15 +480,20 @@ pub fn read_message_head(input: &mut impl Read) -> io::Result<Option<MessageHead
         let len = total - DATA_HEADER;
         return Ok(Some(MessageHead::Data { target, conn, len }));
     }
-    let mut body = vec![0u8; decode_len(len)?];
-    input.read_exact(&mut body)?;
+    let body = read_payload(input, decode_len(len)?)?;
     Ok(Some(MessageHead::Json(body)))
 }
 
-/// A data frame's payload of `len` bytes, read into spare capacity (no zeroing of a buffer
-/// the read overwrites anyway).
+/// What a frame's length word alone may make a reader reserve. The word comes from the
+/// other side of the wall: a peer that announces 256 MiB and sends nothing must not cost
+/// 256 MiB. Past this, the buffer grows with the bytes that really arrive. One proxied
+/// chunk and its header fit, so bulk data is still read into one allocation.
+pub const RESERVE_AHEAD: usize = NET_CHUNK + 64 * 1024;
+
+/// A frame's body of `len` bytes, read into spare capacity (no zeroing of a buffer the read
+/// overwrites anyway), reserving ahead at most [`RESERVE_AHEAD`].
 pub fn read_payload(input: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
-    let mut data = Vec::with_capacity(len);
+    let mut data = Vec::with_capacity(len.min(RESERVE_AHEAD));
     if input.take(len as u64).read_to_end(&mut data)? < len {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
