@@ -212,6 +212,24 @@ impl Accumulator {
     }
 }
 
+impl Accumulator {
+    /// One event (its `event:` type and its data): [`Fold::push`], public so a fuzz harness
+    /// can drive the decoder. Returns the text delta, if any.
+    pub fn push_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        provider: &str,
+    ) -> Result<Option<String>, LlmError> {
+        Fold::push(self, event, data, provider)
+    }
+
+    /// The turn the events pushed so far make, or why there is none ([`Fold::finish`]).
+    pub fn into_turn(self, provider: &str) -> Result<Turn, LlmError> {
+        Fold::finish(self, provider)
+    }
+}
+
 impl Fold for Accumulator {
     fn done(&self) -> bool {
         self.stopped

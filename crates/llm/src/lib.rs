@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod endpoint;
+pub mod event_stream;
 pub mod models;
 pub mod openai;
 pub mod replay;
@@ -93,17 +94,23 @@ pub struct Usage {
     pub cache_write: u64,
 }
 
+/// The counts come from the provider's answer, so they are added saturating: a count near
+/// `u64::MAX` from a broken or hostile server must not panic (debug) or wrap (release).
+#[deny(clippy::arithmetic_side_effects)]
 impl Usage {
     /// Everything the model read this turn: what fills the context window.
     pub fn context(&self) -> u64 {
-        self.input + self.cache_read + self.cache_write + self.output
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
+            .saturating_add(self.output)
     }
 
     pub fn add(&mut self, other: &Usage) {
-        self.input += other.input;
-        self.output += other.output;
-        self.cache_read += other.cache_read;
-        self.cache_write += other.cache_write;
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
     }
 }
 

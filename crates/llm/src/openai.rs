@@ -2,6 +2,11 @@
 //! server, LiteLLM and OpenRouter all speak. Tool-call arguments arrive as fragments keyed
 //! by the call's `index`; usage comes in a last chunk when `stream_options.include_usage`
 //! asks for it.
+//!
+//! Every index and count in a chunk is the server's word: calls are kept by index in a
+//! map (a huge index allocates nothing), and arithmetic on them saturates.
+
+#![deny(clippy::arithmetic_side_effects)]
 
 use std::collections::BTreeMap;
 
@@ -173,7 +178,7 @@ impl Accumulator {
             None => match (self.calls.last_key_value(), id) {
                 (Some((i, c)), Some(id)) if c.0 == id => *i,
                 (Some((i, _)), None) => *i,
-                (Some((i, _)), Some(_)) => i + 1,
+                (Some((i, _)), Some(_)) => i.saturating_add(1),
                 (None, _) => 0,
             },
         };
@@ -254,6 +259,14 @@ fn chunk_error(error: &Value, provider: &str) -> LlmError {
     }
 }
 
+impl Accumulator {
+    /// The turn the chunks pushed so far make, or why there is none: what [`Fold::finish`]
+    /// gives the stream, public for fuzzing the decoder from outside the crate.
+    pub fn into_turn(self, provider: &str) -> Result<Turn, LlmError> {
+        Fold::finish(self, provider)
+    }
+}
+
 impl Fold for Accumulator {
     fn push(
         &mut self,
@@ -268,7 +281,7 @@ impl Fold for Accumulator {
         self.done
     }
 
-    /// The turn, once the stream has ended. A stream that stops before a finish reason
+    /// The turn, once the stream has ended ([`Accumulator::into_turn`]). A stream that stops before a finish reason
     /// (or `[DONE]`) was cut, and the turn cannot be trusted.
     fn finish(self, provider: &str) -> Result<Turn, LlmError> {
         let Some(mut finish) = self

@@ -1,6 +1,9 @@
 //! Retries as a layer around any provider: rate limits, overload, server errors and cut
 //! streams are tried again with exponential backoff and jitter, honouring `Retry-After`,
 //! a bounded number of times. Each retry is announced, so a run that is waiting says so.
+//! A server's `Retry-After` is a number from a peer: it is clamped to [`MAX_RETRY_AFTER`].
+
+#![deny(clippy::arithmetic_side_effects)]
 
 use serde::Deserialize;
 use std::sync::Arc;
@@ -17,6 +20,9 @@ pub struct RetrySettings {
     /// The first backoff in milliseconds, doubled each retry (default 1000).
     pub base_ms: Option<u64>,
 }
+
+/// The longest a server's `Retry-After` can make a run wait before one retry.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -35,14 +41,19 @@ impl RetryPolicy {
     }
 
     /// Backoff for retry `n` (1-based): base·2ⁿ⁻¹ with jitter in [½, 1], capped; a server's
-    /// `Retry-After` wins when it asks for longer (up to five minutes).
+    /// `Retry-After` wins when it asks for longer (up to [`MAX_RETRY_AFTER`]).
     pub fn delay(&self, n: u32, retry_after: Option<Duration>, jitter: f64) -> Duration {
-        let exp = self.base.saturating_mul(1u32 << (n - 1).min(16));
-        let backoff = exp
-            .min(self.max_delay)
-            .mul_f64(0.5 + jitter.clamp(0.0, 1.0) / 2.0);
+        let doubling = 1u32.checked_shl(n.saturating_sub(1).min(16)).unwrap_or(1);
+        let exp = self.base.saturating_mul(doubling);
+        // In [½, 1] whatever `jitter` is (NaN counts as 0).
+        let factor = if jitter.is_nan() {
+            0.5
+        } else {
+            0.5 + jitter.clamp(0.0, 1.0) / 2.0
+        };
+        let backoff = exp.min(self.max_delay).mul_f64(factor);
         match retry_after {
-            Some(ra) => backoff.max(ra.min(Duration::from_secs(300))),
+            Some(ra) => backoff.max(ra.min(MAX_RETRY_AFTER)),
             None => backoff,
         }
     }
@@ -95,7 +106,7 @@ impl Provider for Retrying {
                 match self.inner.turn(request, &sink).await {
                     Ok(turn) => return Ok(turn),
                     Err(e) if e.is_retryable() && n < self.policy.attempts => {
-                        n += 1;
+                        n = n.saturating_add(1);
                         let retry_after = match &e {
                             LlmError::Status { retry_after, .. } => *retry_after,
                             _ => None,
@@ -155,11 +166,11 @@ fn jitter() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
-    let mut x = nanos as u64 ^ 0x9E37_79B9_7F4A_7C15;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (x % 10_000) as f64 / 10_000.0
+    let mut x = u64::from(nanos) ^ 0x9E37_79B9_7F4A_7C15;
+    x ^= x.wrapping_shl(13);
+    x ^= x.wrapping_shr(7);
+    x ^= x.wrapping_shl(17);
+    (x.checked_rem(10_000).unwrap_or(0)) as f64 / 10_000.0
 }
 
 #[cfg(test)]

@@ -1,15 +1,22 @@
 //! The HTTP half both streaming providers share: POST a JSON body, turn an error status
 //! into [`LlmError::Status`] with the provider's own message, and hand back the body as
-//! server-sent events (parsed by `eventsource-stream`).
+//! server-sent events (decoded by [`super::event_stream`], with a bound per event).
+//!
+//! Everything a provider sends is read as hostile: a header's `Retry-After` is clamped and
+//! NaN or infinity ignored, an event past [`MAX_EVENT`] ends the stream, and nothing here
+//! computes with a peer's numbers except by checked or saturating arithmetic.
 
+#![deny(clippy::arithmetic_side_effects)]
+
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use bytes::Bytes;
-use eventsource_stream::{Event, Eventsource};
 use futures_util::{Stream, StreamExt};
 use reqwest::header::HeaderMap;
 
 use super::endpoint::Endpoint;
+use super::event_stream::{Decoder, Event, MAX_EVENT};
+use super::retry::MAX_RETRY_AFTER;
 use super::{LlmError, TextSink, Turn};
 
 /// An endpoint and the client that talks to it.
@@ -91,7 +98,7 @@ pub(crate) async fn stream_turn<F: Fold>(
         let event = event?;
         let delta = match acc.push(&event.event, &event.data, name) {
             // The body's last event is dispatched even without a blank line after it
-            // ([`ended`]); when it does not parse, the body was cut in the middle of it.
+            // ([`events`]); when it does not parse, the body was cut in the middle of it.
             Err(LlmError::Protocol { .. })
                 if matches!(tokio::time::timeout(idle, events.next()).await, Ok(None)) =>
             {
@@ -153,29 +160,75 @@ pub(crate) async fn post_stream(
             retry_after,
         });
     }
-    let provider = provider.to_string();
-    Ok(ended(response.bytes_stream())
-        .eventsource()
-        .map(move |item| {
-            item.map_err(|e| LlmError::Transport {
-                provider: provider.clone(),
-                message: format!("the stream broke off: {e}"),
-            })
-        }))
+    Ok(events(
+        response.bytes_stream(),
+        provider.to_string(),
+        MAX_EVENT,
+    ))
 }
 
-/// The body with a blank line after its end. An SSE parser drops an event that no blank
-/// line closes, but the providers' own SDKs dispatch the last event of a body that ends
-/// without one, and a server that closes right after `message_stop` sent a whole answer.
-/// After a complete event the extra blank line dispatches nothing; an event cut in the
-/// middle fails to parse, which [`stream_turn`] reports as a cut stream.
-fn ended<S>(body: S) -> impl Stream<Item = Result<Bytes, reqwest::Error>> + Send + use<S>
+/// The body as events. The last event is dispatched even without a blank line after it:
+/// the providers' own SDKs do so, and a server that closes right after `message_stop` sent
+/// a whole answer. An event cut in the middle then fails to parse, which [`stream_turn`]
+/// reports as a cut stream. An event over `limit` ends the stream with an error that names
+/// the provider and the limit.
+pub(crate) fn events<S, E>(
+    body: S,
+    provider: String,
+    limit: usize,
+) -> impl Stream<Item = Result<Event, LlmError>> + Send + use<S, E>
 where
-    S: Stream<Item = Result<Bytes, reqwest::Error>> + Send,
+    S: Stream<Item = Result<bytes::Bytes, E>> + Send,
+    E: std::fmt::Display,
 {
-    body.chain(futures_util::stream::once(std::future::ready(Ok(
-        Bytes::from_static(b"\n\n"),
-    ))))
+    struct State<S> {
+        body: std::pin::Pin<Box<S>>,
+        decoder: Decoder,
+        ready: VecDeque<Event>,
+        ended: bool,
+    }
+    let state = State {
+        body: Box::pin(body),
+        decoder: Decoder::new(limit),
+        ready: VecDeque::new(),
+        ended: false,
+    };
+    futures_util::stream::unfold(state, move |mut st| {
+        let provider = provider.clone();
+        async move {
+            let too_large = |e: super::event_stream::TooLarge| LlmError::Protocol {
+                provider: provider.clone(),
+                message: format!("{e}; runner stopped reading the answer"),
+            };
+            loop {
+                if let Some(event) = st.ready.pop_front() {
+                    return Some((Ok(event), st));
+                }
+                if st.ended {
+                    return None;
+                }
+                let decoded = match st.body.next().await {
+                    Some(Ok(bytes)) => st.decoder.push(&bytes),
+                    Some(Err(e)) => {
+                        st.ended = true;
+                        let message = format!("the stream broke off: {e}");
+                        return Some((Err(LlmError::Transport { provider, message }), st));
+                    }
+                    None => {
+                        st.ended = true;
+                        st.decoder.finish().map(|last| last.into_iter().collect())
+                    }
+                };
+                match decoded {
+                    Ok(events) => st.ready.extend(events),
+                    Err(e) => {
+                        st.ended = true;
+                        return Some((Err(too_large(e)), st));
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// reqwest's Display hides the cause ("error sending request"); the chain says what
@@ -230,15 +283,27 @@ fn error_message(body: &str) -> String {
 }
 
 /// `Retry-After` in seconds (HTTP-dates are rare from these APIs and treated as absent),
-/// or OpenAI's `retry-after-ms`.
+/// or OpenAI's `retry-after-ms`. Total: what is not a finite number is absent, a negative
+/// wait is none, and a long one is clamped to [`MAX_RETRY_AFTER`] (`Duration` itself
+/// panics on infinity, NaN or a value past its range).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+    };
+    if let Some(ms) = get("retry-after-ms") {
+        return Some(clamped_seconds(ms / 1000.0));
     }
-    get("retry-after")
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+    get("retry-after").map(clamped_seconds)
+}
+
+/// A finite number of seconds as a wait within [`MAX_RETRY_AFTER`].
+fn clamped_seconds(seconds: f64) -> Duration {
+    let max = MAX_RETRY_AFTER.as_secs_f64();
+    Duration::try_from_secs_f64(seconds.clamp(0.0, max)).unwrap_or(MAX_RETRY_AFTER)
 }
 
 #[cfg(test)]
@@ -286,5 +351,61 @@ mod tests {
             "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
         );
         assert_eq!(retry_after(&h), None);
+    }
+
+    /// Each of these panicked in `Duration::from_secs_f64`, or waited for ever.
+    #[test]
+    fn retry_after_from_a_hostile_server_is_clamped_or_ignored() {
+        let of = |name: &str, value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+            retry_after(&h)
+        };
+        for (name, value) in [("retry-after", "inf"), ("retry-after", "NaN")] {
+            assert_eq!(of(name, value), None, "{name}: {value}");
+        }
+        assert_eq!(of("retry-after-ms", "-inf"), None);
+        for (name, value) in [
+            ("retry-after-ms", "1e300"),
+            ("retry-after", "1e300"),
+            ("retry-after", "99999999999999999999"),
+        ] {
+            assert_eq!(of(name, value), Some(MAX_RETRY_AFTER), "{name}: {value}");
+        }
+        assert_eq!(of("retry-after", "-5"), Some(Duration::ZERO));
+        // The control: an ordinary value is read as it is.
+        assert_eq!(of("retry-after", "1.5"), Some(Duration::from_millis(1500)));
+    }
+
+    #[tokio::test]
+    async fn events_are_bounded_and_a_mark_at_the_start_is_harmless() {
+        let chunks = |parts: Vec<&'static [u8]>| {
+            futures_util::stream::iter(
+                parts
+                    .into_iter()
+                    .map(|p| Ok::<_, std::io::Error>(bytes::Bytes::from_static(p))),
+            )
+        };
+        let got: Vec<_> = events(
+            chunks(vec![b"\xEF\xBB", b"\xBFdata: {}\n\ndata: [DONE]"]),
+            "p".into(),
+            64,
+        )
+        .collect()
+        .await;
+        let data: Vec<String> = got.into_iter().map(|e| e.unwrap().data).collect();
+        assert_eq!(data, ["{}", "[DONE]"]);
+        let flood: Vec<&'static [u8]> = vec![b"data: "; 100];
+        let got: Vec<_> = events(chunks(flood), "p".into(), 64).collect().await;
+        let [Err(e)] = &got[..] else {
+            panic!("{got:?}")
+        };
+        assert!(
+            e.to_string().contains("p sent") && e.to_string().contains("64 bytes"),
+            "{e}"
+        );
     }
 }
