@@ -30,7 +30,6 @@ use std::time::Duration;
 use runner_permission::rules::Rule;
 use runner_permission::{PermissionError, PermissionGate, PermissionRequest};
 use runner_sandbox::SandboxClient;
-use runner_sandbox::api::Response;
 use runner_sandbox::spec::PROXY_PORT;
 
 pub use record::{ConnectionRecord, Uncounted};
@@ -326,8 +325,8 @@ impl Drop for NetworkProxy {
     }
 }
 
-/// The sandbox's events for one connection.
-pub(crate) type Events = tokio::sync::mpsc::UnboundedReceiver<Response>;
+/// The sandbox's events for the proxy's listener, every connection's.
+pub(crate) type Events = runner_sandbox::client::Responses;
 
 #[cfg(test)]
 mod tests {

@@ -4,15 +4,34 @@
 //! flight at once; a reader task routes each response frame to the request that is waiting
 //! for it. If the server dies, every waiting request fails with a message that says so
 //! (and what the server last printed), instead of hanging.
+//!
+//! # Bounded queues
+//!
+//! The server is on the far side of the wall, and what it sends is read on the host. Each
+//! request's answers wait in a queue of at most [`QUEUE_BYTES`] until their reader takes
+//! them. When a queue is full, the router stops reading the server's pipe: the pipe fills,
+//! the server's writes block, and a command that floods its output is slowed to the pace
+//! its reader keeps. That is the back-pressure; the host's memory stays flat.
+//!
+//! One pipe carries every request's answers, so a reader that never takes its answers
+//! would stop everyone else's too, and a reader that waits for another request's answer
+//! before it takes its own (a cancel's acknowledgement, an input's) would wait for ever.
+//! The router therefore waits on one full queue for at most [`STALL`]. A queue still full
+//! then is cut off: its reader gets an error that says so, the sandbox is asked to cancel
+//! the request, and the router reads on, dropping whatever else comes for it. A reader that
+//! keeps up never sees this; a stuck one costs the others at most [`STALL`], never a hang.
+//! [`Execution::cancel`] does not wait for its acknowledgement, so the common case, a
+//! reader that cancels its own command, does not even pay that.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::api::{
     ApiError, DATA_FRAME_HEADER, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest,
@@ -39,7 +58,62 @@ pub enum SandboxError {
     Start(#[from] crate::start_error::SandboxStartError),
 }
 
-type Pending = Mutex<HashMap<u64, mpsc::UnboundedSender<Response>>>;
+/// The most bytes of answers that may wait for one request (a frame counts its encoded
+/// size; a frame larger than this waits for an empty queue).
+pub const QUEUE_BYTES: usize = 8 << 20;
+
+/// How long the router waits for room in one request's full queue before it cuts that
+/// request off, so that the other requests' answers flow again (see the module's docs).
+pub const STALL: Duration = Duration::from_secs(10);
+
+/// Where the router puts one request's answers.
+#[derive(Clone)]
+struct Route {
+    tx: mpsc::UnboundedSender<Queued>,
+    /// Bytes of room left in the queue: the router takes some for each frame, and the
+    /// reader gives them back as it takes the frame.
+    room: Arc<Semaphore>,
+    /// Why the router stopped routing answers here, if it did.
+    cut: Arc<OnceLock<String>>,
+}
+
+/// One answer in a queue, holding its room until it is taken.
+struct Queued {
+    response: Response,
+    _room: OwnedSemaphorePermit,
+}
+
+/// The answers to one request, in order, as the router delivers them.
+pub struct Responses {
+    rx: mpsc::UnboundedReceiver<Queued>,
+    cut: Arc<OnceLock<String>>,
+}
+
+impl Responses {
+    /// The next answer; `None` when no more will come (the request is done, the server is
+    /// gone, or this queue was cut off: [`Self::cut_off`] says which).
+    pub async fn recv(&mut self) -> Option<Response> {
+        self.rx.recv().await.map(|q| q.response)
+    }
+
+    /// Why the router stopped delivering answers here, when it cut this queue off.
+    pub fn cut_off(&self) -> Option<&str> {
+        self.cut.get().map(String::as_str)
+    }
+}
+
+fn route() -> (Route, Responses) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let cut = Arc::new(OnceLock::new());
+    let route = Route {
+        tx,
+        room: Arc::new(Semaphore::new(QUEUE_BYTES)),
+        cut: cut.clone(),
+    };
+    (route, Responses { rx, cut })
+}
+
+type Pending = Mutex<HashMap<u64, Route>>;
 
 /// Where frames to the server go.
 enum Writer {
@@ -90,6 +164,8 @@ struct Shared {
     closed: Mutex<Option<String>>,
     /// Extra context for disconnect messages (e.g. the server's stderr tail).
     diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
+    /// How long the router waits on one full queue ([`STALL`]; shorter in tests).
+    stall: Duration,
 }
 
 #[derive(Clone)]
@@ -104,7 +180,7 @@ impl SandboxClient {
         writer: impl AsyncWrite + Send + Unpin + 'static,
         diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
     ) -> Self {
-        Self::start_router(reader, Writer::Stream(Box::new(writer)), diagnostics)
+        Self::start_router(reader, Writer::Stream(Box::new(writer)), diagnostics, STALL)
     }
 
     /// A client whose frames go into the server's input pipe, so that proxied downloads
@@ -115,13 +191,14 @@ impl SandboxClient {
         diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
     ) -> std::io::Result<Self> {
         let writer = Writer::Pipe(PipeWriter::new(pipe)?);
-        Ok(Self::start_router(reader, writer, diagnostics))
+        Ok(Self::start_router(reader, writer, diagnostics, STALL))
     }
 
     fn start_router(
         reader: impl AsyncRead + Send + Unpin + 'static,
         writer: Writer,
         diagnostics: Arc<dyn Fn() -> String + Send + Sync>,
+        stall: Duration,
     ) -> Self {
         let splices = matches!(writer, Writer::Pipe(_));
         let shared = Arc::new(Shared {
@@ -131,6 +208,7 @@ impl SandboxClient {
             next_id: AtomicU64::new(1),
             closed: Mutex::new(None),
             diagnostics,
+            stall,
         });
         // Buffered: a frame's length, header and body would otherwise be three reads.
         let reader = tokio::io::BufReader::with_capacity(512 * 1024, reader);
@@ -146,12 +224,9 @@ impl SandboxClient {
             .clone()
     }
 
-    async fn start(
-        &self,
-        request: Request,
-    ) -> Result<(u64, mpsc::UnboundedReceiver<Response>), SandboxError> {
+    async fn start(&self, request: Request) -> Result<(u64, Responses), SandboxError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = route();
         {
             let mut pending = self
                 .shared
@@ -277,10 +352,7 @@ impl SandboxClient {
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the
     /// returned receiver (see [`crate::api::Request::ProxyListen`]).
-    pub async fn proxy_listen(
-        &self,
-        port: u16,
-    ) -> Result<(u64, mpsc::UnboundedReceiver<Response>), SandboxError> {
+    pub async fn proxy_listen(&self, port: u16) -> Result<(u64, Responses), SandboxError> {
         let (id, mut rx) = self.start(Request::ProxyListen { port }).await?;
         match rx.recv().await {
             Some(Response::Listening { .. }) => Ok((id, rx)),
@@ -292,7 +364,7 @@ impl SandboxClient {
                 self.forget(id);
                 Err(unexpected("proxy_listen", &other))
             }
-            None => Err(self.disconnected()),
+            None => Err(self.ended(&rx)),
         }
     }
 
@@ -312,7 +384,15 @@ impl SandboxClient {
         match response {
             Some(Response::Error(e)) => Err(SandboxError::Api(e)),
             Some(r) => Ok(r),
-            None => Err(self.disconnected()),
+            None => Err(self.ended(&rx)),
+        }
+    }
+
+    /// Why no more answers come to `rx`: its queue was cut off, or the server is gone.
+    fn ended(&self, rx: &Responses) -> SandboxError {
+        match rx.cut_off() {
+            Some(why) => SandboxError::Protocol(why.to_string()),
+            None => self.disconnected(),
         }
     }
 
@@ -501,7 +581,7 @@ pub enum ExecEvent {
 
 pub struct Execution {
     id: u64,
-    rx: mpsc::UnboundedReceiver<Response>,
+    rx: Responses,
     client: SandboxClient,
 }
 
@@ -519,7 +599,7 @@ impl Execution {
                 Err(SandboxError::Api(e))
             }
             Some(other) => Err(unexpected("exec", &other)),
-            None => Err(self.client.disconnected()),
+            None => Err(self.client.ended(&self.rx)),
         }
     }
 
@@ -542,12 +622,13 @@ impl Execution {
         }
     }
 
-    /// Asks the server to kill the command's process group; its exit still arrives.
+    /// Asks the server to kill the command's process group; its exit still arrives. The
+    /// acknowledgement is not waited for: it would queue behind this command's own output,
+    /// which the caller is not reading while it waits here.
     pub async fn cancel(&self) -> Result<(), SandboxError> {
         self.client
-            .call(Request::Cancel { target: self.id })
+            .notify(Request::Cancel { target: self.id })
             .await
-            .map(|_| ())
     }
 }
 
@@ -605,10 +686,7 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
                     break format!("the server's data was cut off: {e}");
                 }
                 let (target, conn) = split_data_header(&header);
-                let pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(tx) = pending.get(&target) {
-                    let _ = tx.send(Response::NetData { conn, data });
-                }
+                deliver(&shared, target, Response::NetData { conn, data }, total).await;
                 continue;
             }
             Ok(None) => {}
@@ -626,10 +704,7 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
             Ok(f) => f,
             Err(e) => break format!("the server sent an unreadable frame: {e}"),
         };
-        let pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(tx) = pending.get(&frame.id) {
-            let _ = tx.send(frame.response);
-        }
+        deliver(&shared, frame.id, frame.response, body_len).await;
     };
     let detail = (shared.diagnostics)();
     let reason = if detail.is_empty() {
@@ -643,11 +718,282 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
     pending.clear();
 }
 
+/// Puts one answer (`cost` bytes as it came) in the queue of request `id`, waiting for room
+/// (the back-pressure) at most [`Shared::stall`]; a queue that stays full is cut off.
+async fn deliver(shared: &Arc<Shared>, id: u64, response: Response, cost: usize) {
+    let route = {
+        let pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+        match pending.get(&id) {
+            Some(route) => route.clone(),
+            None => return,
+        }
+    };
+    let permits = u32::try_from(cost.clamp(1, QUEUE_BYTES)).unwrap_or(u32::MAX);
+    let waited = tokio::select! {
+        room = tokio::time::timeout(shared.stall, route.room.clone().acquire_many_owned(permits)) => room,
+        // Nobody reads this queue any more: the answer has nowhere to go.
+        () = route.tx.closed() => return,
+    };
+    match waited {
+        Ok(Ok(room)) => {
+            let _ = route.tx.send(Queued {
+                response,
+                _room: room,
+            });
+        }
+        // The semaphore is never closed.
+        Ok(Err(_)) => {}
+        Err(_) => cut_off(shared, id, &route),
+    }
+}
+
+/// Stops routing answers to request `id`, whose reader has not taken any for
+/// [`Shared::stall`]: the reader learns why, and the sandbox is asked to cancel it.
+fn cut_off(shared: &Arc<Shared>, id: u64, route: &Route) {
+    let _ = route.cut.set(format!(
+        "the sandbox's answers to this call filled their {} MiB queue and were not taken for {} s; runner stopped reading them (and asked the sandbox to stop the call) so that other calls could go on",
+        QUEUE_BYTES >> 20,
+        shared.stall.as_secs_f64()
+    ));
+    shared
+        .pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+    let client = SandboxClient {
+        shared: shared.clone(),
+    };
+    // In a task: the server may not be reading its input until its output drains.
+    tokio::spawn(async move {
+        let _ = client.notify(Request::Cancel { target: id }).await;
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
     use std::os::fd::FromRawFd;
+
+    use crate::api::{ExecOutput, OutputStream};
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+    use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
+
+    /// A server over in-memory pipes that floods one command's output: what it has
+    /// managed to write so far, and the client talking to it.
+    struct Flood {
+        client: SandboxClient,
+        written: Arc<AtomicUsize>,
+        /// Requests the server saw after the exec, as JSON.
+        seen: tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    }
+
+    const CHUNK: usize = 256 << 10;
+
+    fn frame(id: u64, response: Response) -> Vec<u8> {
+        let json = serde_json::to_vec(&ResponseFrame { id, response }).unwrap();
+        [&encode_len(json.len()).unwrap()[..], &json].concat()
+    }
+
+    async fn read_request(from: &mut ReadHalf<DuplexStream>) -> Option<RequestFrame> {
+        let mut len = [0u8; 4];
+        from.read_exact(&mut len).await.ok()?;
+        let mut body = vec![0u8; decode_len(len).ok()?];
+        from.read_exact(&mut body).await.ok()?;
+        serde_json::from_slice(&body).ok()
+    }
+
+    /// Starts a server that answers the first request (an exec) with `total` bytes of
+    /// output in [`CHUNK`]s (chunk `i` filled with `i as u8`), then its exit; it stops
+    /// early when asked to cancel. Other requests get `Done` (or an `Exit` for a second
+    /// exec), sent as soon as the output lets them through.
+    fn flood(total: usize, stall: Duration) -> Flood {
+        let (client_side, server_side) = tokio::io::duplex(64 << 10);
+        let (client_read, client_write) = tokio::io::split(client_side);
+        let client = SandboxClient::start_router(
+            client_read,
+            Writer::Stream(Box::new(client_write)),
+            Arc::new(String::new),
+            stall,
+        );
+        let (mut from, to) = tokio::io::split(server_side);
+        let to: Arc<tokio::sync::Mutex<WriteHalf<DuplexStream>>> = Arc::new(to.into());
+        let written = Arc::new(AtomicUsize::new(0));
+        let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (seen_tx, seen) = tokio::sync::mpsc::unbounded_channel();
+        let (out, count, stop) = (to.clone(), written.clone(), cancelled.clone());
+        tokio::spawn(async move {
+            let Some(first) = read_request(&mut from).await else {
+                return;
+            };
+            let id = first.id;
+            tokio::spawn(async move {
+                let mut i = 0usize;
+                while i * CHUNK < total && !stop.load(Ordering::SeqCst) {
+                    let output = Response::Output(ExecOutput {
+                        stream: OutputStream::Stdout,
+                        data: vec![i as u8; CHUNK],
+                        tail: false,
+                    });
+                    let bytes = frame(id, output);
+                    if out.lock().await.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                    count.fetch_add(CHUNK, Ordering::SeqCst);
+                    i += 1;
+                }
+                let exit = Response::Exit(ExecStatus {
+                    code: Some(0),
+                    signal: None,
+                    timed_out: false,
+                    cancelled: stop.load(Ordering::SeqCst),
+                    dropped_bytes: 0,
+                });
+                let _ = out.lock().await.write_all(&frame(id, exit)).await;
+            });
+            while let Some(request) = read_request(&mut from).await {
+                let _ = seen_tx.send(serde_json::to_value(&request.request).unwrap());
+                if matches!(request.request, Request::Cancel { target } if target == id) {
+                    cancelled.store(true, Ordering::SeqCst);
+                }
+                let answer = frame(request.id, Response::Done);
+                let _ = to.lock().await.write_all(&answer).await;
+            }
+        });
+        Flood {
+            client,
+            written,
+            seen,
+        }
+    }
+
+    fn exec_request() -> ExecRequest {
+        ExecRequest {
+            command: "flood".into(),
+            cwd: "/".into(),
+            env: Vec::new(),
+            timeout_ms: 60_000,
+            stdin: None,
+            output_limit: u64::MAX,
+            interactive: false,
+        }
+    }
+
+    /// How much the server has written once it stops making progress (or after `limit`).
+    async fn settled(written: &AtomicUsize, limit: Duration) -> usize {
+        let until = tokio::time::Instant::now() + limit;
+        let mut last = written.load(Ordering::SeqCst);
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = written.load(Ordering::SeqCst);
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+        last
+    }
+
+    fn rss_kib() -> usize {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    /// A server that floods a command's output while the host does not read it: the
+    /// client's queue fills, the router stops reading, and the server's writes block. The
+    /// host's memory stays flat. Once the host reads, every byte arrives, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_of_answers_nobody_reads_blocks_the_server_not_the_host() {
+        let total = 256 << 20;
+        let before = rss_kib();
+        let f = flood(total, Duration::from_secs(60));
+        let mut execution = f.client.exec(exec_request()).await.unwrap();
+        let sent = settled(&f.written, Duration::from_secs(20)).await;
+        let grown = rss_kib().saturating_sub(before);
+        // The queue, the router's buffer and frame in hand, and the pipe.
+        assert!(
+            sent <= QUEUE_BYTES + (4 << 20),
+            "the server wrote {sent} bytes that nobody read: the host queued them"
+        );
+        assert!(grown < 64 << 10, "the host grew by {grown} KiB");
+        // The control: reading takes everything, in order.
+        let mut got = 0usize;
+        loop {
+            match execution.next().await.unwrap() {
+                ExecEvent::Output(o) => {
+                    assert_eq!(o.data.len(), CHUNK);
+                    assert!(o.data.iter().all(|b| *b == (got / CHUNK) as u8));
+                    got += o.data.len();
+                }
+                ExecEvent::Exit(status) => {
+                    assert_eq!(status.code, Some(0));
+                    break;
+                }
+            }
+        }
+        assert_eq!(got, total);
+    }
+
+    /// A reader that never takes its answers costs the other calls one stall, not a hang:
+    /// its queue is cut off with a message that says why, the sandbox is asked to cancel
+    /// the command, and the next call's answer comes through.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queue_nobody_reads_is_cut_off_after_the_stall_and_others_go_on() {
+        let mut f = flood(1 << 30, Duration::from_millis(500));
+        let mut execution = f.client.exec(exec_request()).await.unwrap();
+        settled(&f.written, Duration::from_secs(5)).await;
+        let other = tokio::time::timeout(
+            Duration::from_secs(20),
+            f.client.call(Request::Stat { path: "/x".into() }),
+        )
+        .await
+        .expect("another call hung behind a queue nobody read");
+        assert!(matches!(other, Ok(Response::Done)), "{other:?}");
+        // The server was asked to stop the command.
+        let mut asked = false;
+        while let Ok(request) = f.seen.try_recv() {
+            asked |= request["op"] == "cancel";
+        }
+        assert!(
+            asked,
+            "the sandbox was not asked to cancel the cut-off command"
+        );
+        // What was queued is still there; then the reason.
+        let e = loop {
+            match execution.next().await {
+                Ok(ExecEvent::Output(_)) => {}
+                Ok(ExecEvent::Exit(s)) => panic!("the cut-off command exited: {s:?}"),
+                Err(e) => break e.to_string(),
+            }
+        };
+        assert!(e.contains("8 MiB queue") && e.contains("not taken"), "{e}");
+    }
+
+    /// Cancelling a command whose queue is full does not wait for an acknowledgement that
+    /// sits behind that very queue.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancel_with_a_full_queue_returns_at_once_and_the_exit_follows() {
+        let f = flood(1 << 30, Duration::from_secs(60));
+        let mut execution = f.client.exec(exec_request()).await.unwrap();
+        settled(&f.written, Duration::from_secs(5)).await;
+        tokio::time::timeout(Duration::from_secs(5), execution.cancel())
+            .await
+            .expect("cancel waited behind its own full queue")
+            .unwrap();
+        let status = loop {
+            match execution.next().await.unwrap() {
+                ExecEvent::Output(_) => {}
+                ExecEvent::Exit(s) => break s,
+            }
+        };
+        assert!(status.cancelled);
+        assert!(f.written.load(Ordering::SeqCst) < 1 << 30);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sender_dropped_half_way_still_writes_its_frame_whole() {
