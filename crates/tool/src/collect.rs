@@ -40,8 +40,19 @@ pub async fn run(
         .await?;
     let mut following = Following::new(execution, ctx, timeout);
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    // The server keeps the head of the output and a tail window; what passes twice the
+    // limit is a server that ignored it, and the host does not hold it.
+    let most = limit.saturating_mul(2).saturating_add(1 << 20);
     loop {
         match following.next().await? {
+            ExecEvent::Output(chunk)
+                if (stdout.len() + stderr.len() + chunk.data.len()) as u64 > most =>
+            {
+                let _ = following.execution.cancel().await;
+                return Err(ToolError::Failed(format!(
+                    "the sandbox sent more than {most} bytes of output for a command whose limit is {limit} bytes; runner stopped reading it and cancelled the command"
+                )));
+            }
             ExecEvent::Output(chunk) => match chunk.stream {
                 OutputStream::Stdout => stdout.extend_from_slice(&chunk.data),
                 OutputStream::Stderr => stderr.extend_from_slice(&chunk.data),

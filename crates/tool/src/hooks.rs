@@ -201,6 +201,10 @@ pub enum HookError {
     Wait(#[source] std::io::Error),
     #[error("the hook ran past its {0} s timeout and was killed")]
     Timeout(u64),
+    #[error(
+        "the hook wrote more than its output limit of {limit} bytes; runner cut it off and killed it"
+    )]
+    TooMuch { limit: u64 },
     #[error("the hook could not run: {0}")]
     InSandbox(#[source] ToolError),
 }
@@ -237,25 +241,50 @@ async fn on_host(
         });
     }
     let pid = child.id();
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(Ok(out)) => {
-            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&out.stderr));
-            Ok(Ran {
-                ok: out.status.success(),
-                output: text,
-            })
+    // Everything the hook started goes with it.
+    let kill = || {
+        if let Some(pid) = pid {
+            // SAFETY: a signal to the process group we made.
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
         }
-        Ok(Err(e)) => Err(HookError::Wait(e)),
+    };
+    match tokio::time::timeout(timeout, bounded_output(&mut child)).await {
+        Ok(Ok((ok, text))) => Ok(Ran { ok, output: text }),
+        Ok(Err(e)) => {
+            kill();
+            Err(e)
+        }
         Err(_) => {
-            // Everything the hook started goes with it.
-            if let Some(pid) = pid {
-                // SAFETY: a signal to the process group we made.
-                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-            }
+            kill();
             Err(HookError::Timeout(timeout.as_secs()))
         }
     }
+}
+
+/// The hook's exit and its output (standard output, then error), each stream read only up
+/// to [`OUTPUT_LIMIT`]: a hook that prints more is cut off, not buffered whole.
+async fn bounded_output(child: &mut tokio::process::Child) -> Result<(bool, String), HookError> {
+    let limit = OUTPUT_LIMIT as usize;
+    let read = |stream: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| async move {
+        let Some(mut stream) = stream else {
+            return Ok(Vec::new());
+        };
+        runner_framing::read_to_end_capped(&mut stream, limit)
+            .await
+            .map_err(|e| match e {
+                runner_framing::FrameError::Io(e) => HookError::Wait(e),
+                _ => HookError::TooMuch {
+                    limit: OUTPUT_LIMIT,
+                },
+            })
+    };
+    let stdout = child.stdout.take().map(|s| Box::new(s) as _);
+    let stderr = child.stderr.take().map(|s| Box::new(s) as _);
+    let (out, err) = tokio::try_join!(read(stdout), read(stderr))?;
+    let status = child.wait().await.map_err(HookError::Wait)?;
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    text.push_str(&String::from_utf8_lossy(&err));
+    Ok((status.success(), text))
 }
 
 async fn in_sandbox(

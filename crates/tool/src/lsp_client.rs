@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, WriteHalf};
+use tokio::io::{AsyncWriteExt, BufReader, WriteHalf};
 use tokio::sync::{Mutex, OnceCell, oneshot};
 
 use super::ToolContext;
@@ -290,6 +290,8 @@ pub struct LspClient {
     versions: Mutex<HashMap<PathBuf, i64>>,
     stderr: Arc<std::sync::Mutex<String>>,
     published: Arc<Published>,
+    /// Why runner stopped reading the server, when it broke the protocol's bounds.
+    cut: Arc<std::sync::OnceLock<String>>,
 }
 
 impl LspClient {
@@ -313,12 +315,15 @@ impl LspClient {
         let writer = Arc::new(Mutex::new(write));
         let pending: Pending = Arc::default();
         let published: Arc<Published> = Arc::default();
-        tokio::spawn(read_messages(
-            read,
-            writer.clone(),
-            pending.clone(),
-            published.clone(),
-        ));
+        let cut: Arc<std::sync::OnceLock<String>> = Arc::default();
+        let reading = Reading {
+            writer: writer.clone(),
+            pending: pending.clone(),
+            published: published.clone(),
+            cut: cut.clone(),
+            stop: started.stop.clone(),
+        };
+        tokio::spawn(read_messages(read, reading));
         let client = LspClient {
             name: entry.name.clone(),
             writer,
@@ -327,6 +332,7 @@ impl LspClient {
             versions: Mutex::new(HashMap::new()),
             stderr: started.stderr,
             published,
+            cut,
         };
         let root = uri(ctx.worktree());
         let init = json!({
@@ -354,8 +360,12 @@ impl LspClient {
         Ok(client)
     }
 
-    /// What went wrong, with what the server last wrote to its standard error.
+    /// What went wrong, with what the server last wrote to its standard error (or why
+    /// runner cut it off).
     fn failure(&self, what: &str) -> ServerError {
+        if let Some(cut) = self.cut.get() {
+            return ServerError::Failed(format!("the language server {} {what}: {cut}", self.name));
+        }
         let tail = self
             .stderr
             .lock()
@@ -501,75 +511,98 @@ async fn write_message(
     w.flush().await
 }
 
-/// Reads the server's messages until it ends: responses go to whoever asked; requests
-/// the server makes of the client get the plain answers an editor without those features
-/// gives; diagnostics are kept ([`Published`]); other notifications (logs) are dropped.
-async fn read_messages(
-    read: tokio::io::ReadHalf<tokio::io::DuplexStream>,
+/// What the task reading a server's messages shares with its client.
+struct Reading {
     writer: Arc<Mutex<WriteHalf<tokio::io::DuplexStream>>>,
     pending: Pending,
     published: Arc<Published>,
-) {
+    cut: Arc<std::sync::OnceLock<String>>,
+    /// Ends the server's program.
+    stop: tokio_util::sync::CancellationToken,
+}
+
+/// Reads the server's messages until it ends: responses go to whoever asked; requests
+/// the server makes of the client get the plain answers an editor without those features
+/// gives; diagnostics are kept ([`Published`]); other notifications (logs) are dropped.
+/// A message past the framing limits ends the server, and the reason is kept for every
+/// waiting and later request to report.
+async fn read_messages(read: tokio::io::ReadHalf<tokio::io::DuplexStream>, r: Reading) {
     let mut reader = BufReader::new(read);
-    while let Some(message) = read_message(&mut reader).await {
-        let id = message.get("id").cloned();
-        match (message.get("method").and_then(Value::as_str), id) {
-            (Some(method), Some(id)) => {
-                let result = match method {
-                    "workspace/configuration" => {
-                        let n = message["params"]["items"].as_array().map_or(0, Vec::len);
-                        Value::Array(vec![Value::Null; n])
-                    }
-                    _ => Value::Null,
-                };
-                let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
-                if write_message(&writer, &reply).await.is_err() {
-                    break;
-                }
+    loop {
+        let message = match read_message(&mut reader).await {
+            Ok(Some(message)) => message,
+            Ok(None) => break,
+            Err(e) => {
+                let _ = r.cut.set(format!(
+                    "sent {e}; runner cut it off (the limits are {} bytes per header line and {} bytes per message)",
+                    runner_framing::MAX_HEADER_LINE,
+                    runner_framing::MAX_BODY
+                ));
+                r.stop.cancel();
+                break;
             }
-            (None, Some(id)) => {
-                let Some(id) = id.as_i64() else { continue };
-                let waiter = pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
-                if let Some(waiter) = waiter {
-                    let answer = match message.get("error") {
-                        Some(e) => Err(e.clone()),
-                        None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
-                    };
-                    let _ = waiter.send(answer);
-                }
-            }
-            (Some("textDocument/publishDiagnostics"), None) => published.store(&message["params"]),
-            _ => {}
+        };
+        if !answer(&message, &r).await {
+            break;
         }
     }
     // The server is gone: whoever waits learns it now.
-    pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    r.pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
-/// One message, or `None` at the end of the stream or on a frame that cannot be read.
-async fn read_message<R: tokio::io::AsyncBufRead + Unpin>(reader: &mut R) -> Option<Value> {
-    let mut length = None;
+/// Handles one message from the server; false when the server can no longer be written to.
+async fn answer(message: &Value, r: &Reading) -> bool {
+    let id = message.get("id").cloned();
+    match (message.get("method").and_then(Value::as_str), id) {
+        (Some(method), Some(id)) => {
+            let result = match method {
+                "workspace/configuration" => {
+                    let n = message["params"]["items"].as_array().map_or(0, Vec::len);
+                    Value::Array(vec![Value::Null; n])
+                }
+                _ => Value::Null,
+            };
+            let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+            if write_message(&r.writer, &reply).await.is_err() {
+                return false;
+            }
+        }
+        (None, Some(id)) => {
+            let Some(id) = id.as_i64() else { return true };
+            let waiter = r
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            if let Some(waiter) = waiter {
+                let answer = match message.get("error") {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+                };
+                let _ = waiter.send(answer);
+            }
+        }
+        (Some("textDocument/publishDiagnostics"), None) => r.published.store(&message["params"]),
+        _ => {}
+    }
+    true
+}
+
+/// One message, `None` at the end of the stream, or why the frame could not be read
+/// within the limits ([`runner_framing`]). A body that is not JSON is skipped.
+async fn read_message<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+) -> Result<Option<Value>, runner_framing::FrameError> {
     loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).await.ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse::<usize>().ok();
+        let Some(body) =
+            runner_framing::read_lsp_message(reader, runner_framing::Limits::default()).await?
+        else {
+            return Ok(None);
+        };
+        if let Ok(message) = serde_json::from_slice(&body) {
+            return Ok(Some(message));
         }
     }
-    let mut body = vec![0u8; length?];
-    reader.read_exact(&mut body).await.ok()?;
-    serde_json::from_slice(&body).ok()
 }
 
 /// `path` as a `file://` URI.

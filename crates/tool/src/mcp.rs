@@ -145,6 +145,8 @@ pub struct Server {
     starts: AtomicU32,
     /// What the server's latest process last wrote to stderr, to explain a failure.
     stderr: std::sync::Mutex<Arc<std::sync::Mutex<String>>>,
+    /// Set when runner cut the latest process off for a line over the limit.
+    cut: std::sync::Mutex<runner_framing::Tripwire>,
 }
 
 /// A session's MCP servers.
@@ -174,6 +176,7 @@ impl McpServers {
                         conn: tokio::sync::Mutex::new(None),
                         starts: AtomicU32::new(0),
                         stderr: Default::default(),
+                        cut: Default::default(),
                     })
                 })
                 .collect(),
@@ -303,6 +306,10 @@ impl Server {
     }
 
     fn failure(&self, what: &str) -> ServerError {
+        let cut = self.cut.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(why) = cut.get() {
+            return ServerError::Failed(format!("the MCP server {} {what}: {why}", self.name));
+        }
         let process = self
             .stderr
             .lock()
@@ -373,6 +380,14 @@ impl Server {
         *self.stderr.lock().unwrap_or_else(|p| p.into_inner()) = started.stderr.clone();
         let ours = started.stream;
         let (read, write) = tokio::io::split(ours);
+        // rmcp buffers a line until its newline: the bound keeps that buffer within the
+        // limit, and a server past it is cut off (its transport closes, its program ends).
+        let read = runner_framing::LineBound::new(
+            read,
+            runner_framing::MAX_BODY,
+            format!("the MCP server {}", self.name),
+        );
+        *self.cut.lock().unwrap_or_else(|p| p.into_inner()) = read.tripwire();
         ().serve((read, write))
             .await
             .map_err(|e| self.failure(&format!("did not start: {e}")))

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio_util::sync::CancellationToken;
 
 use super::ToolContext;
 use runner_sandbox::api::{ExecRequest, OutputStream};
@@ -19,10 +20,13 @@ const LIFETIME: Duration = Duration::from_secs(24 * 3600);
 const STDERR_TAIL: usize = 2048;
 
 /// A started program: `stream` carries its standard output one way and its standard input
-/// the other; `stderr` holds the end of what it wrote there.
+/// the other; `stderr` holds the end of what it wrote there. Cancelling `stop` ends the
+/// program: a reader that cut the program off for breaking its protocol (a message over
+/// the limit) stops it this way, so it does not go on filling a pipe nobody reads.
 pub struct Stdio {
     pub stream: DuplexStream,
     pub stderr: Arc<Mutex<String>>,
+    pub stop: CancellationToken,
 }
 
 /// Starts `argv` inside the sandbox in the worktree, with the sandbox's environment plus
@@ -61,17 +65,31 @@ pub async fn spawn(
     let input = execution.input();
     let stderr: Arc<Mutex<String>> = Arc::default();
     let tail = stderr.clone();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     tokio::spawn(async move {
-        while let Ok(event) = execution.next().await {
+        let ended = loop {
+            let event = tokio::select! {
+                event = execution.next() => event,
+                () = stopped.cancelled() => break false,
+            };
             match event {
-                ExecEvent::Output(o) if o.stream == OutputStream::Stdout => {
-                    if to_client.write_all(&o.data).await.is_err() {
-                        break;
+                Ok(ExecEvent::Output(o)) if o.stream == OutputStream::Stdout => {
+                    let written = tokio::select! {
+                        written = to_client.write_all(&o.data) => written.is_ok(),
+                        () = stopped.cancelled() => false,
+                    };
+                    if !written {
+                        break false;
                     }
                 }
-                ExecEvent::Output(o) => keep_tail(&tail, &o.data),
-                ExecEvent::Exit(_) => break,
+                Ok(ExecEvent::Output(o)) => keep_tail(&tail, &o.data),
+                Ok(ExecEvent::Exit(_)) | Err(_) => break true,
             }
+        };
+        // Nobody reads the program any more: it goes, rather than write into the void.
+        if !ended {
+            let _ = execution.cancel().await;
         }
         // The end of the output tells the client the program is gone.
         let _ = to_client.shutdown().await;
@@ -95,6 +113,7 @@ pub async fn spawn(
     Ok(Stdio {
         stream: ours,
         stderr,
+        stop,
     })
 }
 
