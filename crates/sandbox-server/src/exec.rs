@@ -41,6 +41,9 @@ pub struct Running {
     forbidden: Vec<std::path::PathBuf>,
     /// Disarms repositories a command makes (see [`super::git_sweep`]).
     repositories: Option<super::git_sweep::RepositorySweep>,
+    /// Clears special bits and removes device nodes a command makes (see
+    /// [`super::special_files`]).
+    special: Option<super::special_files::SpecialFiles>,
     /// Without a mount namespace: the protected paths, put back after every command (see
     /// [`super::restore`]).
     kept: Option<super::restore::ProtectedCopy>,
@@ -54,11 +57,13 @@ type AfterCommand = Box<dyn Fn(&[i32]) + Send + Sync>;
 
 impl Running {
     /// A server that keeps host git safe: `forbidden` paths are removed after every command,
-    /// and with `repositories` every repository a command makes is disarmed.
+    /// and with `repositories` every repository a command makes is disarmed; with `special`,
+    /// special bits and device nodes too.
     pub fn guarded(
         forbidden: Vec<std::path::PathBuf>,
         repositories: Option<super::git_sweep::RepositorySweep>,
         kept: Option<super::restore::ProtectedCopy>,
+        special: Option<super::special_files::SpecialFiles>,
     ) -> Running {
         Running {
             groups: Mutex::default(),
@@ -66,6 +71,7 @@ impl Running {
             waiting_inputs: Mutex::default(),
             forbidden,
             repositories,
+            special,
             kept,
             after_command: Mutex::default(),
         }
@@ -96,9 +102,15 @@ impl Running {
         if let Some(repositories) = &self.repositories {
             done.extend(repositories.after_command());
         }
+        let mended = self
+            .special
+            .as_ref()
+            .map(super::special_files::SpecialFiles::after_command)
+            .unwrap_or_default();
         let notes: Vec<String> = [
             super::restore::note(&restored),
             super::git_sweep::note(&done),
+            super::special_files::note(&mended),
         ]
         .into_iter()
         .flatten()
@@ -131,6 +143,9 @@ impl Running {
         if let Some(repositories) = &self.repositories {
             let path = repositories.worktree.join(path);
             let _ = repositories.after_file_change(&path);
+            if let Some(special) = &self.special {
+                let _ = special.after_file_change(&path);
+            }
         }
     }
 

@@ -17,6 +17,7 @@ pub mod net;
 pub mod restore;
 pub mod roots;
 pub mod search;
+pub mod special_files;
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -68,7 +69,12 @@ impl GitGuard {
             .first()
             .filter(|_| self.sweep_repositories)
             .map(|worktree| git_sweep::RepositorySweep::new(&worktree.path, self.known));
-        exec::Running::guarded(self.forbidden, repositories, self.kept)
+        // The same checkout the user runs git in is the one whose files they run: special
+        // bits and device nodes the sandbox makes there go too (see [`special_files`]).
+        let special = repositories
+            .as_ref()
+            .map(|r| special_files::SpecialFiles::scan(&r.worktree));
+        exec::Running::guarded(self.forbidden, repositories, self.kept, special)
     }
 }
 

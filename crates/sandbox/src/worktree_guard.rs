@@ -17,7 +17,8 @@
 //!   swept after every command and when the sandbox closes.
 //!
 //! Repositories the sandbox makes are disarmed by [`RepositorySweep`], in the server after
-//! each command and here once more when the sandbox has closed.
+//! each command and here once more when the sandbox has closed. The same goes for special
+//! bits, device nodes and FIFOs the sandbox leaves in the checkout ([`SpecialFiles`]).
 //!
 //! The read-only mounts and the pins need a mount namespace. Where the machine refuses one
 //! (a user without unprivileged user namespaces), the read-only paths are copied at the
@@ -29,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use super::server::git_sweep::{Repositories, RepositorySweep};
 use super::server::restore::ProtectedCopy;
+use super::server::special_files::SpecialFiles;
 
 /// The files of a repository directory whose contents git runs, or that redirect it to
 /// another repository whose contents it runs.
@@ -132,7 +134,9 @@ impl WorktreeGuard {
 
     /// What the host sweeps when the sandbox has closed: the protected paths put back
     /// from `kept` (where no mount kept them read-only), the forbidden paths, and with
-    /// `repositories` every repository the sandbox made.
+    /// `repositories` (a checkout the user works in) every repository the sandbox made and
+    /// every special bit, device node, FIFO or socket it left. Called before the sandbox
+    /// starts: it reads what is there now.
     pub fn sweep_on_close(
         &self,
         worktree: &Path,
@@ -144,6 +148,7 @@ impl WorktreeGuard {
             forbid: self.forbid.clone(),
             repositories: repositories
                 .then(|| RepositorySweep::knowing(worktree, &self.repositories)),
+            special: repositories.then(|| SpecialFiles::scan(worktree)),
         }
     }
 }
@@ -191,6 +196,7 @@ pub struct SweepOnClose {
     kept: Option<ProtectedCopy>,
     forbid: Vec<PathBuf>,
     repositories: Option<RepositorySweep>,
+    special: Option<SpecialFiles>,
 }
 
 impl Drop for SweepOnClose {
@@ -216,6 +222,18 @@ impl Drop for SweepOnClose {
                 "runner: when the sandbox closed, {} (git on the host would have run what \
                  the sandbox wrote there)",
                 done.join("; ")
+            );
+        }
+        let mended = self
+            .special
+            .as_ref()
+            .map(SpecialFiles::on_close)
+            .unwrap_or_default();
+        if !mended.is_empty() {
+            eprintln!(
+                "runner: when the sandbox closed, {} (in the checkout, such files act with \
+                 more than their reader's rights or make host tools hang)",
+                mended.join("; ")
             );
         }
     }
