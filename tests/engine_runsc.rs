@@ -139,3 +139,42 @@ async fn task_containers_count_processes_in_gvisors_kernel() {
     let (code, stdout, _, _) = escape::run(&sb, "echo alive").await;
     assert_eq!((code, stdout.as_str()), (Some(0), "alive\n"));
 }
+
+/// A command that allocates more than the sandbox's memory fails alone under gVisor: the
+/// allocation is refused inside gVisor's kernel (RLIMIT_AS, `sandbox-server
+/// --address-space`), the command ends with Python's MemoryError, and the next call in the
+/// same sandbox works. Without the limit gVisor's kernel grants the mapping, the host's
+/// memory cgroup ends the whole sandbox, and the next call finds the server gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allocation_past_the_memory_fails_the_command_not_the_sandbox() {
+    use_engine(runsc);
+    let lab = escape::Lab::new(BACKEND);
+    let sb = lab
+        .open_with(runner::sandbox::spec::Limits {
+            memory_bytes: 1 << 30,
+            ..runner::sandbox::spec::Limits::default()
+        })
+        .await;
+    let (code, stdout, stderr, _) = escape::run(
+        &sb,
+        "ulimit -v; python3 -c 'b = bytearray(8 << 30); print(len(b))'",
+    )
+    .await;
+    assert_ne!(
+        code,
+        Some(0),
+        "8 GiB in a 1 GiB sandbox: {stdout:?} {stderr:?}"
+    );
+    assert!(stderr.contains("MemoryError"), "{stdout:?} {stderr:?}");
+    // Seven eighths of 1 GiB, in KiB as `ulimit -v` says it.
+    assert_eq!(stdout.lines().next(), Some("917504"), "{stderr:?}");
+    // Under the limit, memory is there as before.
+    let (code, stdout, stderr, _) = escape::run(
+        &sb,
+        "python3 -c 'b = bytearray(256 << 20); b[-1] = 1; print(len(b) >> 20)'",
+    )
+    .await;
+    assert_eq!((code, stdout.as_str()), (Some(0), "256\n"), "{stderr:?}");
+    let (code, stdout, _, _) = escape::run(&sb, "echo alive").await;
+    assert_eq!((code, stdout.as_str()), (Some(0), "alive\n"));
+}

@@ -70,6 +70,11 @@ pub struct ServerArgs {
     /// for runtimes whose kernel counts them itself (gVisor).
     #[arg(long, requires = "command_user")]
     nproc: Option<u64>,
+    /// With `--command-user`: the most address space one command may map, in bytes
+    /// (RLIMIT_AS), for runtimes whose kernel would otherwise let one command's allocation
+    /// end the whole sandbox (gVisor).
+    #[arg(long = "address-space", requires = "command_user")]
+    address_space: Option<u64>,
     /// A cgroup directory to join before confining.
     #[arg(long = "cgroup")]
     cgroups: Vec<PathBuf>,
@@ -242,7 +247,13 @@ pub fn run(args: ServerArgs) -> u8 {
         return super::exit::FAILED;
     }
     if let Some(user) = args.command_user
-        && let Err(e) = confine::split_identity(user, args.nproc)
+        && let Err(e) = confine::split_identity(
+            user,
+            confine::CommandLimits {
+                processes: args.nproc,
+                address_space: args.address_space,
+            },
+        )
     {
         eprintln!("runner sandbox-server: {e}");
         return super::exit::FAILED;

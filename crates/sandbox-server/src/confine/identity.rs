@@ -62,12 +62,25 @@ impl CommandUser {
 
 const NOBODY: u32 = 65534;
 
-/// Who commands become, and how many processes that user may have (`--nproc`: under
-/// gVisor, where the host's pids cgroup cannot count them; see the docker backend's
-/// `Engine::gvisor`).
+/// Who commands become, and the limits gVisor's kernel enforces for them where the host's
+/// cgroup cannot (see the docker backend's `Engine::gvisor`).
 struct Commands {
     user: CommandUser,
-    nproc: Option<u64>,
+    limits: CommandLimits,
+}
+
+/// Limits set on every command as it becomes the command user. Both exist for gVisor: its
+/// processes are threads of one host process, so the host's cgroup sees the whole sandbox
+/// as one thing, and a command that passes the cgroup's limit takes the sandbox down with
+/// it. Inside gVisor's kernel these rlimits fail the one call that asked too much.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommandLimits {
+    /// RLIMIT_NPROC: the most processes the command user may have.
+    pub processes: Option<u64>,
+    /// RLIMIT_AS: the most address space one command may map. gVisor checks it on every
+    /// `mmap`, `mremap` and `brk`, so an allocation past it fails with ENOMEM (Python's
+    /// MemoryError, a C program's NULL) instead of pushing the sandbox past its memory.
+    pub address_space: Option<u64>,
 }
 
 static COMMANDS: OnceLock<Commands> = OnceLock::new();
@@ -76,7 +89,7 @@ static COMMANDS: OnceLock<Commands> = OnceLock::new();
 /// changes below are made per thread by the kernel; glibc's wrappers change every thread,
 /// but there must be no other thread to race), as root with CAP_SETUID, CAP_SETGID,
 /// CAP_SETPCAP and CAP_CHOWN.
-pub fn split(user: CommandUser, nproc: Option<u64>) -> Result<(), ConfineError> {
+pub fn split(user: CommandUser, limits: CommandLimits) -> Result<(), ConfineError> {
     let (server_uid, server_gid) = (user.server_uid(), user.server_gid());
     hand_over_protocol(user, server_uid, server_gid)?;
     // Fails only with EPERM here (EINVAL ends its loop): no CAP_SETPCAP.
@@ -97,7 +110,7 @@ pub fn split(user: CommandUser, nproc: Option<u64>) -> Result<(), ConfineError> 
         }
     }
     process::clear_capability_sets()?;
-    let _ = COMMANDS.set(Commands { user, nproc });
+    let _ = COMMANDS.set(Commands { user, limits });
     Ok(())
 }
 
@@ -119,30 +132,41 @@ fn hand_over_protocol(user: CommandUser, uid: u32, gid: u32) -> Result<(), Confi
     Ok(())
 }
 
-/// For a child between fork and exec: becomes the command user entirely (with its process
-/// limit), or stays as it is where the server did not split. Async-signal-safe (plain
-/// syscalls).
+/// For a child between fork and exec: becomes the command user entirely (with its limits),
+/// or stays as it is where the server did not split. Async-signal-safe (plain syscalls).
 pub fn become_command_user() -> std::io::Result<()> {
-    let Some(Commands { user, nproc }) = COMMANDS.get() else {
+    let Some(Commands { user, limits }) = COMMANDS.get() else {
         return Ok(());
     };
-    // SAFETY: plain syscalls on integers and a local struct.
+    if let Some(n) = limits.processes {
+        lower_limit(libc::RLIMIT_NPROC, n)?;
+    }
+    if let Some(n) = limits.address_space {
+        lower_limit(libc::RLIMIT_AS, n)?;
+    }
+    // SAFETY: plain syscalls on integers.
     unsafe {
-        if let Some(n) = nproc {
-            // Never above the hard limit it has (raising it needs a capability).
-            let mut limit: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NPROC, &mut limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            limit.rlim_max = limit.rlim_max.min(*n);
-            limit.rlim_cur = limit.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
         if libc::setresgid(user.gid, user.gid, user.gid) != 0
             || libc::setresuid(user.uid, user.uid, user.uid) != 0
         {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Sets both values of a resource limit to `n`, never above the hard limit it has (raising
+/// that needs a capability). Async-signal-safe.
+fn lower_limit(resource: libc::__rlimit_resource_t, n: u64) -> std::io::Result<()> {
+    // SAFETY: plain syscalls on a local struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(resource, &mut limit) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        limit.rlim_max = limit.rlim_max.min(n);
+        limit.rlim_cur = limit.rlim_max;
+        if libc::setrlimit(resource, &limit) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }

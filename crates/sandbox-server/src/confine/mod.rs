@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use runner_protocol::Network;
 
-pub use identity::{CommandUser, become_command_user, split as split_identity};
+pub use identity::{CommandLimits, CommandUser, become_command_user, split as split_identity};
 pub use landlock::{LandlockSupport, SYSTEM_DIRS, probe as probe_landlock};
 pub use process::{kill_orphans, namespaces_refused};
 pub use seccomp::deny_filter as seccomp_program;

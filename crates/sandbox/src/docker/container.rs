@@ -360,6 +360,8 @@ fn server_command(
     flag("--command-user", engine.command_user());
     if gvisor {
         flag("--nproc", spec.limits.pids.to_string());
+        let address_space = super::engine::gvisor_address_space(spec.limits.memory_bytes);
+        flag("--address-space", address_space.to_string());
     }
     if spec.sweep_repositories {
         cmd.push("--sweep-repositories".into());

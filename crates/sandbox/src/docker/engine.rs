@@ -406,6 +406,17 @@ pub fn pids_cgroup(gvisor: bool, processes: u64) -> i64 {
     tasks.min(i64::MAX as u64) as i64
 }
 
+/// The address space one command may map under gVisor (`sandbox-server --address-space`):
+/// seven eighths of the sandbox's memory. The host's memory cgroup sees gVisor's kernel and
+/// all its processes as one, so a command that allocates past the container's memory ends
+/// the whole sandbox (the session's next call finds "the sandbox server is gone"). With
+/// RLIMIT_AS, which gVisor's kernel checks on every mapping, that allocation fails in the
+/// command alone, and the eighth left over is room for gVisor's own kernel. It is a limit
+/// per process: several commands can still together pass the cgroup's limit.
+pub fn gvisor_address_space(memory_bytes: u64) -> u64 {
+    memory_bytes.saturating_sub(memory_bytes / 8)
+}
+
 /// This process's hard limits, capped at what fits an i64.
 fn own_hard_limits() -> HardLimits {
     let hard = |resource| {
