@@ -3281,6 +3281,14 @@ macro_rules! escape_suite {
             common::side_doors::run($backend).await;
         }
 
+        /// No setuid, setgid or sticky bit, device node or FIFO the sandbox makes stays in
+        /// the checkout (`common/special_files.rs`).
+        #[tokio::test(flavor = "multi_thread")]
+        async fn special_files() {
+            common::engine::use_engine($engine);
+            common::special_files::run($backend).await;
+        }
+
         #[tokio::test(flavor = "multi_thread")]
         async fn positive_controls() {
             common::engine::use_engine($engine);

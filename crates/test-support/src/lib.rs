@@ -17,6 +17,7 @@ pub mod podman;
 pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;
+pub mod special_files;
 pub mod tls;
 pub mod upstream;
 
