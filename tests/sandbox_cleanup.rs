@@ -89,3 +89,129 @@ fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
     assert!(root.join("waiting").exists());
     assert!(root.join("in-use").exists());
 }
+
+/// Attack: `runner eval run` is killed with SIGKILL while an attempt's agent works in a
+/// worktree with a disk budget, which is an image loop-mounted under `--out/.work`.
+/// Nothing of the run gets to unmount it. `runner sandbox cleanup`, run from elsewhere,
+/// finds it by the record the run left in its data directory: afterwards no mount is left
+/// under that `--out` and no loop device holds the image. Control: a second run, alive
+/// through the same cleanup, keeps its mount and its agent's file; once it is killed too,
+/// the next cleanup clears it.
+#[test]
+fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
+    use common::provider::{Response, ScriptedModel, call, text};
+    use serde_json::json;
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a disk budget is a loop mount, which needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::create_dir_all(dir.join("repos/t00")).unwrap();
+    std::fs::write(dir.join("repos/t00/a.txt"), "a\n").unwrap();
+    let profile = dir.join("budget.toml");
+    std::fs::write(&profile, "[sandbox]\ndisk = \"64MiB\"\n").unwrap();
+    let tasks = dir.join("tasks.jsonl");
+    let task = json!({"id": "t00", "instruction": "TASK t00: wait", "repo": "repos/t00",
+                      "verify": "true"});
+    std::fs::write(&tasks, format!("{task}\n")).unwrap();
+    let model = ScriptedModel::responding(|body| {
+        let step = body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        Response::Stream(if step == 0 {
+            call(
+                "bash",
+                json!({"command": "touch started; sleep 600", "description": "wait"}),
+            )
+        } else {
+            text("Done.")
+        })
+    });
+    let data = dir.join("data");
+    let start = |out: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["eval", "run"])
+            .arg(&tasks)
+            .arg("--out")
+            .arg(out)
+            .args(["--model", "openai/scripted", "--sandbox", "landlock"])
+            .arg("--profile")
+            .arg(&profile)
+            .env("XDG_DATA_HOME", &data)
+            .env("XDG_CONFIG_HOME", dir.join("config"))
+            .env("OPENAI_API_KEY", "sk-eval-test")
+            .env("OPENAI_BASE_URL", model.openai_base())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let cleanup = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["sandbox", "cleanup"])
+            .env("XDG_DATA_HOME", &data)
+            .output()
+            .expect("run cleanup");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (killed_out, live_out) = (dir.join("killed"), dir.join("live"));
+    let mut killed = start(&killed_out);
+    let mut live = start(&live_out);
+    for out in [&killed_out, &live_out] {
+        wait_for_agent(out);
+        assert_eq!(common::loops_under(out).len(), 1, "{}", out.display());
+    }
+
+    kill(&mut killed);
+    assert_eq!(
+        common::mounts_under(&killed_out).len(),
+        1,
+        "SIGKILL unmounts nothing"
+    );
+    let said = cleanup();
+    assert!(said.contains("removed 1 disk image(s)"), "{said}");
+    assert_eq!(common::mounts_under(&killed_out), Vec::<String>::new());
+    assert_eq!(common::loops_under(&killed_out), Vec::<String>::new());
+    // Control: the live run's file system is still there, with its agent's file in it.
+    assert_eq!(common::mounts_under(&live_out).len(), 1, "{said}");
+    assert_eq!(common::loops_under(&live_out).len(), 1);
+    assert!(started_in(&live_out).is_some());
+
+    kill(&mut live);
+    let said = cleanup();
+    assert!(said.contains("removed 1 disk image(s)"), "{said}");
+    assert_eq!(common::mounts_under(&live_out), Vec::<String>::new());
+    assert_eq!(common::loops_under(&live_out), Vec::<String>::new());
+}
+
+/// The file the agent's command made in the attempt's worktree under `out`, once it has.
+fn started_in(out: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(out.join(".work"))
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("work/started"))
+        .find(|p| p.exists())
+}
+
+/// Waits until the agent of the run into `out` runs its command (in the mounted budget).
+fn wait_for_agent(out: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while started_in(out).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent of {} never started",
+            out.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn kill(child: &mut std::process::Child) {
+    // SAFETY: a plain signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+}

@@ -589,5 +589,11 @@ async fn cleanup_all() -> u8 {
         }
     }
     println!("removed {copies} unfinished workspace(s)");
+    // After the cgroups and containers: their processes no longer hold the file systems.
+    let swept = crate::workspace::disk::sweep_leftovers();
+    for line in &swept.notes {
+        eprintln!("runner: {line}");
+    }
+    println!("removed {} disk image(s) of killed runs", swept.removed);
     code
 }

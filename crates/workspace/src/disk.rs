@@ -13,6 +13,13 @@
 //! reading the copy ([`ready`]); discarding the copy unmounts it and removes the image
 //! ([`detach`]). Mounting needs root and a loop device; where the machine gives neither the
 //! copy is made without a budget, and the run says so once ([`unavailable`]).
+//!
+//! A run's own folders (an evaluation's attempts, [`attach_for_run`]) are different: their
+//! mount is worth nothing once the run is gone, and a run killed with SIGKILL cannot unmount
+//! it. So each is recorded in a folder of runner's data directory with its owner's pid and
+//! start time, the way containers carry an owner label, and [`sweep_leftovers`] (at the
+//! first mount of any later command, and in `runner sandbox cleanup`) unmounts, detaches and
+//! removes those whose owner is gone, wherever their `--out` was.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -71,7 +78,8 @@ fn geometry(need: Need, budget: u64) -> (u64, u64) {
 
 /// Makes `dir/disk.img` for a copy that needs `need` plus `budget`, and mounts it on
 /// `mount` (an empty folder). On an error nothing is left but the empty folder; the error
-/// says why the machine gives no budget.
+/// says why the machine gives no budget. The first mount of a process first sweeps what
+/// killed runs left ([`sweep_leftovers`]).
 pub fn attach(dir: &Path, mount: &Path, need: Need, budget: u64) -> Result<(), Error> {
     // SAFETY: plain syscall.
     if unsafe { libc::geteuid() } != 0 {
@@ -79,6 +87,12 @@ pub fn attach(dir: &Path, mount: &Path, need: Need, budget: u64) -> Result<(), E
             "runner is not running as root, and a budget is a loop-mounted file system",
         ));
     }
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        for line in sweep_leftovers().notes {
+            eprintln!("runner: {line}");
+        }
+    });
     let mkfs = find_tool("mkfs.ext4").ok_or(Error::NoBudget(
         "mkfs.ext4 (e2fsprogs) is not installed, and a budget is an ext4 image",
     ))?;
@@ -174,23 +188,241 @@ pub fn ready(dir: &Path, work: &Path) -> Result<(), Error> {
 /// it is detached: it goes when its last user does.
 pub fn detach(dir: &Path, work: &Path) -> Result<(), Error> {
     if is_mount(work) {
-        let c = std::ffi::CString::new(work.as_os_str().as_encoded_bytes())
-            .map_err(|e| Error::io("unmount", work)(e.into()))?;
-        // SAFETY: a valid C string; plain syscalls.
-        let failed = unsafe {
-            libc::umount2(c.as_ptr(), 0) != 0 && libc::umount2(c.as_ptr(), libc::MNT_DETACH) != 0
-        };
-        if failed {
-            return Err(Error::io("unmount the copy's file system at", work)(
-                std::io::Error::last_os_error(),
-            ));
+        unmount(work)?;
+    }
+    let image = dir.join(IMAGE);
+    match std::fs::remove_file(&image) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", &image)(e)),
+        _ => {
+            forget(dir);
+            Ok(())
         }
     }
-    match std::fs::remove_file(dir.join(IMAGE)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(Error::io("remove", &dir.join(IMAGE))(e))
+}
+
+/// `umount`, or where something still uses the file system, a lazy one: it is gone from
+/// the tree now and from the kernel when its last user ends.
+fn unmount(path: &Path) -> Result<(), Error> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|e| Error::io("unmount", path)(e.into()))?;
+    // SAFETY: a valid C string; plain syscalls.
+    let failed = unsafe {
+        libc::umount2(c.as_ptr(), 0) != 0 && libc::umount2(c.as_ptr(), libc::MNT_DETACH) != 0
+    };
+    if failed {
+        return Err(Error::io("unmount the copy's file system at", path)(
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// The folder of runner's data directory where runs' mounts are recorded.
+const RECORDS: &str = "mounts";
+
+/// A run's loop mount, recorded while its owner lives ([`attach_for_run`]).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    owner_pid: i32,
+    /// The owner's start, in clock ticks after boot (`/proc/PID/stat`): a process that
+    /// got the dead owner's pid does not keep its mount alive.
+    owner_start: u64,
+    /// The owner's machine and boot ([`runner_sandbox::owner::boot_id`]).
+    boot: String,
+    /// The run's folder (canonical): its image and its `work/` mount point.
+    dir: PathBuf,
+}
+
+impl Record {
+    fn owner_gone(&self) -> bool {
+        match runner_sandbox::owner::judge_here(&self.boot) {
+            Some(true) => running_since(self.owner_pid) != Some(self.owner_start),
+            Some(false) => true,
+            // Another machine's (a shared data directory): its owner is not ours to judge.
+            None => false,
         }
-        _ => Ok(()),
+    }
+}
+
+fn records_dir() -> Option<PathBuf> {
+    runner_dirs::data_home().map(|d| d.join("runner").join(RECORDS))
+}
+
+/// The record of the run folder `dir`, named by a hash of its canonical path (it cannot
+/// be named by the path itself: a task's name is part of it).
+fn record_of(dir: &Path) -> Option<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let dir = std::fs::canonicalize(dir).ok()?;
+    let hash = Sha256::digest(dir.as_os_str().as_encoded_bytes());
+    let name: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
+    Some(records_dir()?.join(format!("{name}.json")))
+}
+
+/// When process `pid` started (clock ticks after boot), if it runs and is not a zombie.
+fn running_since(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields are counted after the last
+    // `)`, from the state (field 3) to the start time (field 22).
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Like [`attach`], for a folder that belongs to this run alone (an evaluation's attempt):
+/// the mount is recorded first, so that whatever ends the run, a later command finds it.
+pub fn attach_for_run(dir: &Path, mount: &Path, need: Need, budget: u64) -> Result<(), Error> {
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } == 0 {
+        record(dir)?;
+    }
+    let attached = attach(dir, mount, need, budget);
+    if attached.is_err() {
+        forget(dir);
+    }
+    attached
+}
+
+/// Writes the record of run folder `dir`, owned by this process. Without a data directory
+/// (no `HOME`) nothing is recorded: the next run into the same folder still clears it.
+fn record(dir: &Path) -> Result<(), Error> {
+    let Some(path) = record_of(dir) else {
+        return Ok(());
+    };
+    let me = std::process::id() as i32;
+    let record = Record {
+        owner_pid: me,
+        owner_start: running_since(me).unwrap_or_default(),
+        boot: runner_sandbox::owner::boot_id(),
+        dir: std::fs::canonicalize(dir).map_err(Error::io("resolve", dir))?,
+    };
+    let folder = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder).map_err(Error::io("create", folder))?;
+    let text = serde_json::to_vec(&record).unwrap_or_default();
+    crate::write_file(&path, &text).map_err(Error::io("record the mount in", &path))
+}
+
+/// Removes the record of run folder `dir`, if it has one.
+fn forget(dir: &Path) {
+    if let Some(path) = record_of(dir) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Unmounts, detaches and removes what runs whose owner is gone left mounted (recorded by
+/// [`attach_for_run`]), wherever their folder is: a run killed with SIGKILL leaves its
+/// attempts' images loop-mounted.
+pub fn sweep_leftovers() -> Swept {
+    let mut swept = Swept::default();
+    let Some(entries) = records_dir().and_then(|d| std::fs::read_dir(d).ok()) else {
+        return swept;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        let Some(record) = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
+        else {
+            continue;
+        };
+        if !record.owner_gone() {
+            continue;
+        }
+        let shown = runner_display::shown(record.dir.display());
+        match remove_leftover(&record.dir) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&path);
+                swept.removed += 1;
+                swept.notes.push(format!(
+                    "removed the disk image a killed run left mounted at {shown}"
+                ));
+            }
+            Err(e) => swept.notes.push(format!(
+                "cannot remove what a killed run left at {shown}: {}; as root, `umount -l` it and remove the folder",
+                runner_display::shown(e)
+            )),
+        }
+    }
+    swept
+}
+
+/// What [`sweep_leftovers`] did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Folders of dead runs cleared.
+    pub removed: usize,
+    /// A line for each folder cleared or that could not be, ready for the terminal.
+    pub notes: Vec<String>,
+}
+
+/// Clears one dead run's folder: its file system unmounted (only if it is the folder's
+/// own image that is mounted there), the loop device let go, the image and folder removed.
+fn remove_leftover(dir: &Path) -> Result<(), Error> {
+    let work = dir.join("work");
+    let image = dir.join(IMAGE);
+    if is_mount(&work) {
+        if !backed_by(&work, &image) {
+            return Err(Error::io("clear", &work)(std::io::Error::other(
+                "something other than the run's image is mounted there",
+            )));
+        }
+        unmount(&work)?;
+    }
+    for device in loop_devices_of(&image) {
+        release_loop(&device);
+    }
+    match std::fs::remove_file(&image) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::io("remove", &image)(e));
+        }
+        _ => {}
+    }
+    // The rest of the folder was the run's alone (a copy made for it, its outputs).
+    crate::remove_tree(dir);
+    Ok(())
+}
+
+/// Whether the file system mounted at `mount` is a loop device over `image`.
+fn backed_by(mount: &Path, image: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(mount) else {
+        return false;
+    };
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/loop/backing_file"))
+        .is_ok_and(|b| same_backing(&b, image))
+}
+
+/// The kernel's name of a loop device's file, against `image`: it says ` (deleted)` after
+/// a removed one.
+fn same_backing(backing: &str, image: &Path) -> bool {
+    let backing = backing.trim_end_matches('\n');
+    let backing = backing.strip_suffix(" (deleted)").unwrap_or(backing);
+    Path::new(backing) == image
+}
+
+/// The loop devices (`/dev/loopN`) whose file is `image`.
+fn loop_devices_of(image: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("loop/backing_file"))
+                .is_ok_and(|b| same_backing(&b, image))
+        })
+        .map(|e| Path::new("/dev").join(e.file_name()))
+        .collect()
+}
+
+/// Lets go of a loop device (`LOOP_CLR_FD`): at once when nothing holds it, else when its
+/// last user does (the kernel marks it to clear itself).
+fn release_loop(device: &Path) {
+    const LOOP_CLR_FD: libc::c_ulong = 0x4C01;
+    use std::os::fd::AsRawFd;
+    if let Ok(file) = std::fs::File::open(device) {
+        // SAFETY: an open descriptor; the request takes no argument.
+        unsafe { libc::ioctl(file.as_raw_fd(), LOOP_CLR_FD as _, 0) };
     }
 }
 
@@ -263,6 +495,34 @@ fn find_tool(name: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_outlives_its_owner_only_by_pid_and_start_time() {
+        let me = std::process::id() as i32;
+        let record = |owner_pid, owner_start| Record {
+            owner_pid,
+            owner_start,
+            boot: runner_sandbox::owner::boot_id(),
+            dir: PathBuf::from("/nowhere"),
+        };
+        let started = running_since(me).expect("this process has a start time");
+        assert!(!record(me, started).owner_gone());
+        // The same pid, started at another time: another process got the dead owner's pid.
+        assert!(record(me, started + 1).owner_gone());
+        assert!(record(4_194_305, 0).owner_gone());
+        // Another boot of this machine: gone whatever the pid.
+        let mut rebooted = record(me, started);
+        rebooted.boot = format!("{}/earlier", rebooted.boot.split('/').next().unwrap());
+        assert!(rebooted.owner_gone());
+    }
+
+    #[test]
+    fn the_kernel_names_a_removed_backing_file_with_a_suffix() {
+        let image = Path::new("/out/.work/t-1/disk.img");
+        assert!(same_backing("/out/.work/t-1/disk.img\n", image));
+        assert!(same_backing("/out/.work/t-1/disk.img (deleted)\n", image));
+        assert!(!same_backing("/out/.work/t-2/disk.img\n", image));
+    }
 
     #[test]
     fn sizes_read_as_people_write_them() {

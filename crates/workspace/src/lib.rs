@@ -248,7 +248,7 @@ impl Workspace {
             } else {
                 disk::Need::default()
             };
-            if let Err(why) = disk::attach(dir.path(), &work, need, budget) {
+            if let Err(why) = disk::attach_for_run(dir.path(), &work, need, budget) {
                 disk::unavailable(&why);
             }
         }
