@@ -256,3 +256,91 @@ fn a_project_hook_is_judged_by_the_bash_rules() {
     );
     assert!(!p.root.join("hook-ran").exists());
 }
+
+/// Runs `cmd` to its end, with its output, and its peak resident memory in KiB (from the
+/// kernel's accounting when it is reaped, so no peak between two samples is missed).
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which also gives its peak memory"
+)]
+pub(crate) fn run_measured(cmd: &mut Command) -> (Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into the two locals.
+    let reaped = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, child.id() as i32);
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    let peak = usage.ru_maxrss as u64;
+    eprintln!(
+        "peak resident memory of {:?}: {peak} KiB",
+        cmd.get_args().next()
+    );
+    (output, peak)
+}
+
+/// A user's hook (on the host) that prints 300 MB without a newline: runner reads its
+/// 1 MiB limit, cuts the hook off with a message naming that limit, and its own memory
+/// stays far below what the hook printed. (It used to hold all of it, twice.)
+#[test]
+fn a_hook_that_floods_its_output_is_cut_off_at_its_limit() {
+    let p = project();
+    std::fs::create_dir_all(p.config.join("runner")).unwrap();
+    std::fs::write(
+        p.config.join("runner/config.toml"),
+        "[[hooks]]\nevent = \"before_tool\"\ncommand = \"head -c 314572800 /dev/zero | tr '\\\\0' x\"\n",
+    )
+    .unwrap();
+    let args = json!({"command": "echo hi", "description": "run"}).to_string();
+    let (out, peak_kib) = run_measured(
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args([
+                "tool",
+                "call",
+                "bash",
+                &args,
+                "--json",
+                "--sandbox",
+                "landlock",
+            ])
+            .args(["--ask", "allow", "--root"])
+            .arg(&p.root)
+            .env("XDG_DATA_HOME", &p.data)
+            .env("XDG_CONFIG_HOME", &p.config),
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains("output limit of 1048576 bytes"),
+        "{}",
+        &all[..all.len().min(2000)]
+    );
+    assert!(
+        peak_kib < 200 << 10,
+        "runner peaked at {peak_kib} KiB reading a 300 MB hook output"
+    );
+}

@@ -288,3 +288,68 @@ fn edits_come_back_with_the_servers_errors() {
     );
     assert_eq!(v["output"], "Wrote file successfully.", "{v}");
 }
+
+/// A language server inside the wall that answers `initialize` with a header naming
+/// 1.5 GB and then sends 300 MB: runner refuses the length before allocating it, stops
+/// the server, and says which server and which limit; its memory stays flat. (It used to
+/// allocate the length as given and fill it, or abort on a length past memory.)
+#[test]
+fn attack_a_language_server_that_names_a_huge_length_is_cut_off() {
+    let p = project();
+    std::fs::write(
+        p.root.join("flood.py"),
+        r#"import sys
+out = sys.stdout.buffer
+out.write(b"Content-Length: 1500000000\r\n\r\n")
+block = b"x" * (1 << 20)
+try:
+    for _ in range(300):
+        out.write(block)
+    out.flush()
+except BrokenPipeError:
+    pass
+"#,
+    )
+    .unwrap();
+    std::fs::write(p.root.join("a.fl"), "x\n").unwrap();
+    std::fs::create_dir_all(p.data.join("config/runner")).unwrap();
+    std::fs::write(
+        p.data.join("config/runner/config.toml"),
+        format!(
+            "[lsp.flood]\ncommand = [\"python3\", \"{}\"]\nextensions = [\".fl\"]\n",
+            p.root.join("flood.py").display()
+        ),
+    )
+    .unwrap();
+    let args = at("hover", "a.fl", 1, 1).to_string();
+    let (out, peak_kib) = crate::hooks::run_measured(
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args([
+                "tool",
+                "call",
+                "lsp",
+                &args,
+                "--json",
+                "--sandbox",
+                "landlock",
+            ])
+            .arg("--root")
+            .arg(&p.root)
+            .env("XDG_DATA_HOME", &p.data)
+            .env("XDG_CONFIG_HOME", p.data.join("config")),
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains("flood") && all.contains("67108864"),
+        "{}",
+        &all[..all.len().min(2000)]
+    );
+    assert!(
+        peak_kib < 200 << 10,
+        "runner peaked at {peak_kib} KiB against a 1.5 GB length"
+    );
+}

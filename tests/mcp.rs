@@ -1166,3 +1166,56 @@ fn attack_a_repository_cannot_name_the_search_service() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(far.connections() > 0);
 }
+
+/// An MCP server inside the wall that answers `initialize` with 600 MB and no newline:
+/// runner cuts it off at the 64 MiB line limit with a message naming the server and the
+/// limit, and its memory stays far below the flood. (rmcp used to buffer the whole line:
+/// 150 MB took runner to 530 MB.)
+#[test]
+fn attack_an_mcp_server_that_never_ends_its_line_is_cut_off() {
+    let p = project();
+    std::fs::write(
+        p.root.join("flood.py"),
+        r#"import sys
+sys.stdin.buffer.readline()
+out = sys.stdout.buffer
+block = b"x" * (1 << 20)
+try:
+    for _ in range(600):
+        out.write(block)
+    out.flush()
+except BrokenPipeError:
+    pass
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        p.root.join(".runner/config.toml"),
+        format!(
+            "[mcp.flood]\ncommand = \"python3\"\nargs = [\"{}\"]\n",
+            p.root.join("flood.py").display()
+        ),
+    )
+    .unwrap();
+    let (out, peak_kib) = crate::hooks::run_measured(
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["mcp", "list", "--json", "--sandbox", "landlock", "--root"])
+            .arg(&p.root)
+            .env("XDG_DATA_HOME", &p.data)
+            .env("XDG_CONFIG_HOME", p.data.join("config")),
+    );
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains("the MCP server flood sent a line longer than the limit of 67108864 bytes"),
+        "{}",
+        &all[..all.len().min(2000)]
+    );
+    assert!(
+        peak_kib < 320 << 10,
+        "runner peaked at {peak_kib} KiB against a 600 MB line"
+    );
+}

@@ -184,3 +184,44 @@ fn tool_list_shows_them_beside_the_built_ins_and_names_a_broken_file() {
         .unwrap();
     assert_ne!(bash["description"], "Says the text back, louder.");
 }
+
+/// A tool whose command prints 300 MB: what reaches the host is the capture limit's
+/// worth (the sandbox keeps a head and a tail, and the host refuses more than twice the
+/// limit from a server that ignores it), so runner's memory stays far below the flood.
+#[test]
+fn a_tool_that_floods_its_output_leaves_the_hosts_memory_flat() {
+    let p = project(&[(
+        "flood",
+        "description = \"prints a lot\"\ncommand = \"head -c 314572800 /dev/zero | tr '\\\\0' x; echo; echo end\"\n",
+    )]);
+    let (out, peak_kib) = crate::hooks::run_measured(
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args([
+                "tool",
+                "call",
+                "flood",
+                "{}",
+                "--json",
+                "--sandbox",
+                "landlock",
+            ])
+            .args(["--ask", "allow", "--root"])
+            .arg(&p.root)
+            .env("XDG_DATA_HOME", &p.data)
+            .env("XDG_CONFIG_HOME", p.data.join("config"))
+            .env("HOME", &p.home),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["metadata"]["exit"], 0, "{v}");
+    assert_eq!(v["metadata"]["truncated"], true, "{v}");
+    assert!(
+        peak_kib < 200 << 10,
+        "runner peaked at {peak_kib} KiB against 300 MB of output"
+    );
+}
