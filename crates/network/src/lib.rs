@@ -10,7 +10,7 @@
 //! ([`address`]), and only then does the host connect. Every connection is recorded.
 
 pub mod address;
-mod body;
+pub mod body;
 mod cut;
 pub mod egress;
 pub mod outbound;
@@ -18,8 +18,8 @@ mod pump;
 pub mod record;
 pub mod relay;
 pub mod request;
-mod sni;
-mod tunnel;
+pub mod sni;
+pub mod tunnel;
 mod upstream;
 
 use std::net::{IpAddr, SocketAddr};

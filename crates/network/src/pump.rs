@@ -145,10 +145,10 @@ impl Ends<'_> {
             received: received.load(Ordering::Relaxed),
             failed: up.err().or(down.err()),
             refused: to.refused,
-            note: (to.dropped > 0).then(|| {
+            note: (to.dropped() > 0).then(|| {
                 format!(
                     "{} bytes the client sent after its request were not sent on: a connection through the proxy carries one request",
-                    to.dropped
+                    to.dropped()
                 )
             }),
         }

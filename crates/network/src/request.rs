@@ -51,8 +51,12 @@ pub enum BadRequest {
     NotUtf8,
     #[error("not an HTTP request line: {0:?}")]
     RequestLine(String),
-    #[error("unsupported protocol {0:?}")]
+    #[error("unsupported protocol {0:?} (HTTP/1.0 and HTTP/1.1 go through)")]
     Protocol(String),
+    #[error("the method {0:?} is not a token")]
+    Method(String),
+    #[error("whitespace or a control character in the request target {0:?}")]
+    TargetBytes(String),
     #[error("a bare CR or LF in the request line {0:?}")]
     BareInRequestLine(String),
     #[error("credentials in a proxy URL are not passed on")]
@@ -132,12 +136,10 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
     else {
         return Err(BadRequest::RequestLine(line.to_string()));
     };
-    if !version.starts_with("HTTP/1.") {
-        return Err(BadRequest::Protocol(version.to_string()));
-    }
     if line.contains(['\r', '\n']) {
         return Err(BadRequest::BareInRequestLine(line.to_string()));
     }
+    request_line(method, target, version)?;
     let headers = header_lines(lines)?;
     if method == "CONNECT" {
         let (host, port) = authority(target, None)?;
@@ -151,10 +153,13 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("host"))
         .map(|(_, v)| *v);
+    let mut missing_host = None;
     let (host, port, path) = if let Some(rest) = target.strip_prefix("http://") {
+        // An origin-form target starts with `/`, also when the URL's path was empty.
         let (auth, path) = match rest.find(['/', '?']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
+            Some(i) if rest[i..].starts_with('?') => (&rest[..i], format!("/{}", &rest[i..])),
+            Some(i) => (&rest[..i], rest[i..].to_string()),
+            None => (rest, "/".to_string()),
         };
         if auth.contains('@') {
             return Err(BadRequest::Credentials);
@@ -171,16 +176,21 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
                 });
             }
         }
+        // Without a Host header the origin would serve its default site, which on a
+        // server of many need not be the one judged: it gets the judged host's.
+        if host_header.is_none() {
+            missing_host = Some(authority_text(&host, port));
+        }
         (host, port, path)
     } else if target.starts_with('/') {
         let h = host_header.ok_or(BadRequest::NoHost)?;
         let (host, port) = authority(h, Some(80))?;
-        (host, port, target)
+        (host, port, target.to_string())
     } else {
         return Err(BadRequest::Target(target.to_string()));
     };
     let body = framing(&headers)?;
-    let out = forwarded_head(method, path, version, &headers);
+    let out = forwarded_head(method, &path, version, missing_host, &headers);
     Ok(ProxyRequest {
         host,
         port,
@@ -189,6 +199,36 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
             body,
         },
     })
+}
+
+/// A request line's parts, each one way only: a method of token characters (a lenient
+/// origin could split `GET\thttp://other/` at the tab), HTTP/1.0 or 1.1 (not `HTTP/2.0`,
+/// whose frames can name any host), and a target without whitespace or control bytes.
+fn request_line(method: &str, target: &str, version: &str) -> Result<(), BadRequest> {
+    if !is_token(method) {
+        return Err(BadRequest::Method(method.to_string()));
+    }
+    if version != "HTTP/1.1" && version != "HTTP/1.0" {
+        return Err(BadRequest::Protocol(version.to_string()));
+    }
+    if target.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(BadRequest::TargetBytes(target.to_string()));
+    }
+    Ok(())
+}
+
+/// `host[:port]` as a Host header names it: IPv6 in brackets, the port when not 80.
+fn authority_text(host: &str, port: u16) -> String {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    if port == 80 {
+        host
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// The header lines up to the blank one. What the origin gets must parse the same way
@@ -223,8 +263,18 @@ fn header_lines<'a>(
 
 /// The head the origin gets: origin-form target, the client's headers but the proxy's
 /// and the connection's own, and `Connection: close` (one request per connection).
-fn forwarded_head(method: &str, path: &str, version: &str, headers: &[(&str, &str)]) -> String {
+/// `missing_host`: the Host to add, for a request that named its host only in its URL.
+fn forwarded_head(
+    method: &str,
+    path: &str,
+    version: &str,
+    missing_host: Option<String>,
+    headers: &[(&str, &str)],
+) -> String {
     let mut out = format!("{method} {path} {version}\r\n");
+    if let Some(host) = missing_host {
+        out.push_str(&format!("Host: {host}\r\n"));
+    }
     for (k, v) in headers {
         let drop = [
             "proxy-connection",
@@ -398,6 +448,88 @@ mod tests {
             "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
         ] {
             assert!(body(refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_request_line_reads_one_way_only() {
+        for (head, why) in [
+            (
+                &b"GET\thttp://b.test/ /x HTTP/1.1\r\nHost: a.test\r\n\r\n"[..],
+                "method",
+            ),
+            (b"G(T /x HTTP/1.1\r\nHost: a.test\r\n\r\n", "method"),
+            (
+                b"GET /x\thttp://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
+                "target",
+            ),
+            (b"GET /x\x00 HTTP/1.1\r\nHost: a.test\r\n\r\n", "target"),
+            (b"GET /x HTTP/1.1\t\r\nHost: a.test\r\n\r\n", "protocol"),
+            (b"GET /x HTTP/1.2\r\nHost: a.test\r\n\r\n", "protocol"),
+            (b"GET /x HTTP/2.0\r\nHost: a.test\r\n\r\n", "protocol"),
+            (b"GET /x http/1.1\r\nHost: a.test\r\n\r\n", "protocol"),
+        ] {
+            let err = parse(head).unwrap_err().to_string();
+            assert!(
+                err.contains(why),
+                "{}: {err}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        // Any token is a method; HTTP/1.0 goes through.
+        assert!(parse(b"M-SEARCH /x HTTP/1.0\r\nHost: a.test\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn an_absolute_url_without_host_gives_the_origin_the_judged_host() {
+        for (target, host) in [
+            ("http://a.test/p", "a.test"),
+            ("http://A.test:8080/p", "a.test:8080"),
+            ("http://[::1]:81/p", "[::1]:81"),
+        ] {
+            let head = format!("GET {target} HTTP/1.0\r\nX: y\r\n\r\n");
+            let Kind::Forward { head, .. } = parse(head.as_bytes()).unwrap().kind else {
+                panic!()
+            };
+            assert_eq!(
+                String::from_utf8(head).unwrap(),
+                format!("GET /p HTTP/1.0\r\nHost: {host}\r\nX: y\r\nConnection: close\r\n\r\n")
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// What goes to the origin reads, at the origin, as the request that was judged:
+        /// the same host and port, and parsed again it is the same head.
+        #[test]
+        fn a_forwarded_head_parses_again_to_itself(
+            method in proptest::sample::select(vec!["GET", "post", "M-SEARCH", "G\tT"]),
+            target in proptest::sample::select(vec![
+                "/", "/a?b", "http://a.test/x", "http://A.test:8080", "http://[::1]:81/",
+                "http://a.test?q", "http://u@a.test/", "a.test:80", "/a b",
+            ]),
+            version in proptest::sample::select(vec!["HTTP/1.1", "HTTP/1.0", "HTTP/1.1 "]),
+            headers in proptest::collection::vec(proptest::sample::select(vec![
+                "Host: a.test", "Host: a.test:8080", "host: [::1]:81", "Host: b.test",
+                "Content-Length: 3", "Transfer-Encoding: chunked", "Proxy-Connection: x",
+                "Connection: keep-alive", "X:  v ", "X-Tab:\tv", "Keep-Alive: 5", "Y: \u{e9}",
+            ]), 0..5),
+        ) {
+            let mut head = format!("{method} {target} {version}\r\n");
+            for h in headers {
+                head.push_str(h);
+                head.push_str("\r\n");
+            }
+            head.push_str("\r\n");
+            if let Ok(ProxyRequest { host, port, kind: Kind::Forward { head, body } }) =
+                parse(head.as_bytes())
+            {
+                let again = parse(&head).unwrap();
+                proptest::prop_assert_eq!((&again.host, again.port), (&host, port));
+                proptest::prop_assert_eq!(again.kind, Kind::Forward { head, body });
+            }
         }
     }
 

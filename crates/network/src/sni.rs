@@ -198,7 +198,7 @@ pub fn same_host(sni: &str, host: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn vec16(data: &[u8]) -> Vec<u8> {
@@ -207,7 +207,7 @@ mod tests {
         v
     }
 
-    fn sni_ext(names: &[&str]) -> Vec<u8> {
+    pub(crate) fn sni_ext(names: &[&str]) -> Vec<u8> {
         let mut list = Vec::new();
         for n in names {
             list.push(HOST_NAME);
@@ -219,7 +219,7 @@ mod tests {
     }
 
     /// A ClientHello with `extensions`, cut into records of at most `record` bytes.
-    fn hello(extensions: &[Vec<u8>], record: usize) -> Vec<u8> {
+    pub(crate) fn hello(extensions: &[Vec<u8>], record: usize) -> Vec<u8> {
         let mut body = vec![3, 3];
         body.extend([7u8; 32]);
         body.push(0); // session id
@@ -311,6 +311,49 @@ mod tests {
                 .flatten()
                 .collect();
         assert!(inspect(&endless).is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// A hello cut into records of any size, and then at any byte: until it is whole
+        /// it is incomplete, asking for more than it has; whole, it names its host.
+        #[test]
+        fn a_hello_is_read_the_same_however_it_is_cut(
+            record in 1usize..400,
+            name in "[a-z0-9-]{1,30}(\\.[a-z0-9-]{1,20}){0,3}",
+        ) {
+            let bytes = hello(&[sni_ext(&[name.as_str()])], record);
+            for k in 0..bytes.len() {
+                match inspect(&bytes[..k]) {
+                    Ok(Hello::Incomplete(n)) => proptest::prop_assert!(n > k && n <= bytes.len()),
+                    other => proptest::prop_assert!(false, "{other:?} at {k}"),
+                }
+            }
+            proptest::prop_assert_eq!(inspect(&bytes), Ok(Hello::Name(Some(name))));
+        }
+
+        /// Whatever the bytes, a prefix is incomplete, refused, or read as the whole is.
+        #[test]
+        fn a_prefix_is_never_read_otherwise_than_the_whole(
+            mut data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            lengths in proptest::collection::vec(0u16..320, 1..4),
+        ) {
+            // Mostly handshake records with plausible lengths, so the parser gets deep.
+            for (i, len) in lengths.iter().enumerate() {
+                let at = (i * 97) % (data.len() + 1);
+                let header = [HANDSHAKE, 3, 1, (len >> 8) as u8, *len as u8];
+                data.splice(at..at, header);
+            }
+            let whole = inspect(&data);
+            for k in 0..=data.len() {
+                match inspect(&data[..k]) {
+                    Ok(Hello::Incomplete(n)) => proptest::prop_assert!(n > k),
+                    Err(_) => {}
+                    decided => proptest::prop_assert_eq!(&decided, &whole, "at {}", k),
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! A forwarded request goes on as one request ([`super::body`]). A tunnel's first flight is
 //! held until it shows which host it is for ([`super::tunnel`]); one for another host than
-//! the tunnel's is cut before any of it is sent.
+//! the tunnel's is cut before any of it is sent. What goes is decided by
+//! [`tunnel::Gate`], which does no I/O; this side writes what it lets through.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -11,7 +12,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 use super::body::Body;
 use super::cut::Cut;
-use super::tunnel::{self, First};
+use super::tunnel::{self, Gate};
 
 /// What the client's bytes after its request head may be.
 pub(crate) enum Then<'a> {
@@ -25,82 +26,38 @@ pub(crate) enum Then<'a> {
 pub(crate) struct To<'a> {
     wr: OwnedWriteHalf,
     sent: &'a AtomicU64,
-    held: Option<Held>,
-    /// A request's body: what is left of it.
-    body: Option<Body>,
-    /// Bytes after the request's end, not sent.
-    pub dropped: u64,
+    gate: Gate,
+    /// The tunnel's `host:port`, for a refusal's message.
+    target: (String, u16),
     /// Cut for what it carried.
     pub refused: bool,
 }
 
 impl<'a> To<'a> {
     pub fn new(wr: OwnedWriteHalf, sent: &'a AtomicU64, then: Then<'_>) -> To<'a> {
-        let (held, body) = match then {
-            Then::Tunnel(host, port) => (
-                Some(Held {
-                    host: host.to_string(),
-                    port,
-                    buf: Vec::new(),
-                    need: 1,
-                }),
-                None,
-            ),
-            Then::Request(body) => (None, Some(body)),
+        let (gate, target) = match then {
+            Then::Tunnel(host, port) => (Gate::tunnel(host, port), (host.to_string(), port)),
+            Then::Request(body) => (Gate::request(body), (String::new(), 0)),
         };
         To {
             wr,
             sent,
-            held,
-            body,
-            dropped: 0,
+            gate,
+            target,
             refused: false,
         }
     }
 
+    /// Bytes after the request's end, not sent.
+    pub fn dropped(&self) -> u64 {
+        self.gate.dropped()
+    }
+
     /// Sends `data` on, as far as it may go; holds it while a tunnel's first flight is read.
     pub async fn send(&mut self, data: Vec<u8>) -> Result<(), Cut> {
-        let data = match self.held.as_mut() {
-            None => data,
-            Some(held) => {
-                held.buf.extend(data);
-                match held.release(false) {
-                    Ok(None) => return Ok(()),
-                    Ok(Some(released)) => {
-                        self.held = None;
-                        self.released(released).await?
-                    }
-                    Err(why) => {
-                        self.refused = true;
-                        return Err(why);
-                    }
-                }
-            }
-        };
-        self.send_body(data).await
-    }
-
-    /// What a decided first flight sends: a request's head goes now, and what followed it
-    /// is its body.
-    async fn released(&mut self, released: Released) -> Result<Vec<u8>, Cut> {
-        Ok(match released {
-            Released::Pass(all) => all,
-            Released::Http { head, rest, body } => {
-                self.write(&head).await?;
-                self.body = Some(body);
-                rest
-            }
-            Released::Nothing => Vec::new(),
-        })
-    }
-
-    async fn send_body(&mut self, mut data: Vec<u8>) -> Result<(), Cut> {
-        if let Some(body) = &mut self.body {
-            let keep = body.take(&data);
-            self.dropped += (data.len() - keep) as u64;
-            data.truncate(keep);
-        }
-        self.write(&data).await
+        let out = self.gate.push(data);
+        let out = self.judged(out)?;
+        self.write(&out).await
     }
 
     pub async fn write(&mut self, data: &[u8]) -> Result<(), Cut> {
@@ -116,70 +73,22 @@ impl<'a> To<'a> {
     /// handshake or request cut short is none a server should act on); then the
     /// destination is told.
     pub async fn finish(&mut self) -> Result<(), Cut> {
-        if let Some(mut held) = self.held.take() {
-            match held.release(true) {
-                Ok(released) => {
-                    let rest = self.released(released.unwrap_or(Released::Nothing)).await?;
-                    self.send_body(rest).await?;
-                }
-                Err(why) => {
-                    self.refused = true;
-                    return Err(why);
-                }
-            }
-        }
+        let out = self.gate.finish();
+        let out = self.judged(out)?;
+        self.write(&out).await?;
         let _ = self.wr.shutdown().await;
         Ok(())
     }
-}
 
-/// A tunnel's first bytes, held until they show which host they are for.
-struct Held {
-    host: String,
-    port: u16,
-    buf: Vec<u8>,
-    /// How many bytes must be held before judging again: a client that sends its first
-    /// flight a byte at a time is not re-read a byte at a time.
-    need: usize,
-}
-
-enum Released {
-    Pass(Vec<u8>),
-    Http {
-        head: Vec<u8>,
-        rest: Vec<u8>,
-        body: Body,
-    },
-    Nothing,
-}
-
-impl Held {
-    /// What may go on, once that is known; `None` while more is needed.
-    fn release(&mut self, at_end: bool) -> Result<Option<Released>, Cut> {
-        if self.buf.len() < self.need && !at_end {
-            return Ok(None);
-        }
-        match tunnel::judge(&self.buf, &self.host, self.port) {
-            Ok(First::Need(_)) if at_end => Ok(Some(Released::Nothing)),
-            Ok(First::Need(n)) => {
-                self.need = n.max(self.buf.len() + 1);
-                Ok(None)
-            }
-            Ok(First::Pass) => Ok(Some(Released::Pass(std::mem::take(&mut self.buf)))),
-            Ok(First::Http {
-                head,
-                head_len,
-                body,
-            }) => Ok(Some(Released::Http {
-                head,
-                rest: self.buf.split_off(head_len),
-                body,
-            })),
-            Err(why) => Err(Cut::Refused {
-                host: self.host.clone(),
-                port: self.port,
+    /// A refusal of the gate's, as the cut that ends the connection.
+    fn judged(&mut self, out: Result<Vec<u8>, tunnel::Refused>) -> Result<Vec<u8>, Cut> {
+        out.map_err(|why| {
+            self.refused = true;
+            Cut::Refused {
+                host: self.target.0.clone(),
+                port: self.target.1,
                 why,
-            }),
-        }
+            }
+        })
     }
 }
