@@ -948,3 +948,119 @@ fn an_unresolved_attempt_says_why_everywhere() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains(why), "the report does not say why");
 }
+
+/// Runs `cmd` (its output into files beside `out`) and follows its peak resident memory
+/// (`VmHWM`) every few milliseconds until it ends: the status and the peak in MiB.
+fn peak_mib(mut cmd: Command, out: &Path, name: &str) -> (std::process::ExitStatus, u64, String) {
+    let log = out.with_extension(format!("{name}.log"));
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        let status = std::fs::read_to_string(&status_file).unwrap_or_default();
+        if let Some(kib) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        {
+            peak_kib = peak_kib.max(kib);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    (
+        status,
+        peak_kib >> 10,
+        std::fs::read_to_string(&log).unwrap_or_default(),
+    )
+}
+
+/// An agent that writes a gigabyte of text costs runner no gigabyte of memory: its
+/// 1 GiB `diff.patch` goes from git to the disk, `predictions.jsonl` copies it in pieces,
+/// and `eval report` shows a head and a tail and links the file. Both commands stay under
+/// 256 MiB of resident memory (each read whole, as before, would take well over 1 GiB);
+/// the patch and the predictions are still whole on disk.
+#[test]
+fn a_gigabyte_diff_costs_eval_run_and_report_no_gigabyte_of_memory() {
+    let set = task_set(1, false);
+    let file = set.dir.join("big.jsonl");
+    std::fs::write(
+        &file,
+        json!({"id": "big", "instruction": "TASK t00: write a lot", "repo": "repos/t00",
+               "verify": "test -s big1.txt"})
+        .to_string()
+            + "\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::responding(|body| {
+        let step = body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        Response::Stream(if step == 0 {
+            // Four files of 256 MiB of text lines (git takes each as text: under its
+            // big-file threshold), so the patch holds every line.
+            call(
+                "bash",
+                json!({"command": "yes the agent wrote this line of text once more and again | head -c 268435456 > big1.txt && cp big1.txt big2.txt && cp big1.txt big3.txt && cp big1.txt big4.txt && echo written",
+                       "description": "write a gigabyte"}),
+            )
+        } else {
+            text("Done.")
+        })
+    });
+    let out = set.dir.join("out");
+    let set = TaskSet { file, ..set };
+    let started = std::time::Instant::now();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_runner"));
+    run.args(["eval", "run"])
+        .arg(&set.file)
+        .arg("--out")
+        .arg(&out)
+        .args(["--model", "openai/scripted", "--sandbox", "landlock"])
+        .env("XDG_DATA_HOME", set.dir.join("data"))
+        .env("XDG_CONFIG_HOME", set.dir.join("config"))
+        .env("OPENAI_API_KEY", "sk-eval-test")
+        .env("OPENAI_BASE_URL", model.openai_base());
+    let (status, run_peak, said) = peak_mib(run, &out, "run");
+    let run_s = started.elapsed().as_secs_f64();
+    assert!(status.success(), "{said}");
+    let r = read_json(&out.join("tasks/big/result.json"));
+    let session = std::fs::read_to_string(out.join("tasks/big/session.jsonl")).unwrap_or_default();
+    assert_eq!(r["status"], "resolved", "{r:#}\n{said}\n{session}");
+    let patch = out.join("tasks/big/diff.patch");
+    let patch_len = std::fs::metadata(&patch).unwrap().len();
+    assert!(patch_len > 1 << 30, "the patch is whole: {patch_len} bytes");
+    let predictions = std::fs::metadata(out.join("predictions.jsonl"))
+        .unwrap()
+        .len();
+    assert!(
+        predictions > 1 << 30,
+        "the prediction is whole: {predictions} bytes"
+    );
+    let mut report = Command::new(env!("CARGO_BIN_EXE_runner"));
+    report.args(["eval", "report"]).arg(&out);
+    let (status, report_peak, said) = peak_mib(report, &out, "report");
+    assert!(status.success(), "{said}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.len() < 4 << 20, "the report is {} bytes", html.len());
+    assert!(html.contains("bytes not shown here"));
+    assert!(
+        html.contains("tasks/big/diff.patch"),
+        "the whole patch is linked"
+    );
+    eprintln!(
+        "1 GiB diff ({patch_len} bytes): eval run peaked at {run_peak} MiB ({run_s:.1} s; {}), eval report at {report_peak} MiB, {:.1} s in all",
+        r["timings"],
+        started.elapsed().as_secs_f64()
+    );
+    assert!(run_peak < 256, "eval run peaked at {run_peak} MiB");
+    assert!(report_peak < 256, "eval report peaked at {report_peak} MiB");
+}

@@ -1149,3 +1149,229 @@ fn an_attempt_records_tokens_cost_and_time_per_phase() {
         "the report shows the cost"
     );
 }
+
+const SECRET: &str = "HOST-SECRET-7f3a9c";
+
+/// A host folder beside the task set holding a secret, with what a hostile task would
+/// want found there: a `test.sh` that prints every file, a Dockerfile that copies the
+/// secret in, a `solve.sh`, and a `task.toml` and scripts that quote it.
+fn host_secrets(at: &Path) {
+    std::fs::create_dir_all(at.join("dir")).unwrap();
+    std::fs::write(at.join("dir/key"), SECRET).unwrap();
+    std::fs::write(
+        at.join("dir/test.sh"),
+        "cat /tests/* /solution/* 2>/dev/null; echo 1 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    std::fs::write(at.join("dir/solve.sh"), format!("echo {SECRET}\n")).unwrap();
+    std::fs::write(
+        at.join("dir/Dockerfile"),
+        "FROM runner-sandbox:bookworm\nWORKDIR /app\nCOPY key /app/key\n",
+    )
+    .unwrap();
+    std::fs::write(at.join("instruction.md"), format!("{SECRET}\n")).unwrap();
+    std::fs::write(
+        at.join("task.toml"),
+        format!("version = \"1.0\"\n[metadata]\nnote = \"{SECRET}\"\n"),
+    )
+    .unwrap();
+    std::fs::write(at.join("run-tests.sh"), format!("echo {SECRET}\n")).unwrap();
+}
+
+/// Every file under `dir` (links not followed) that holds `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file()
+                && std::fs::read(e.path())
+                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// A task set downloaded from the internet is untrusted: each file runner takes from a
+/// task, linked to a host folder holding a secret, makes that task a load error naming
+/// the link, and the secret reaches no output, no result, no converted task and no
+/// image. The control task's links stay inside its folder: it loads, its links are
+/// followed (the instruction) or packed as links (the tests), and it is resolved.
+#[test]
+fn links_out_of_a_task_folder_are_refused_by_name_and_links_inside_still_work() {
+    use std::os::unix::fs::symlink;
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let host = root.join("host");
+    host_secrets(&host);
+    let dir = root.join("set");
+    let fixed = format!("printf '%s' '{FIXED}' > /app/calc.sh\n");
+    let plain = |id: &str| {
+        harbor_task(&dir.join(id), "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+        dir.join(id)
+    };
+    let relink = |link: PathBuf, to: PathBuf| {
+        let _ = std::fs::remove_dir_all(&link);
+        let _ = std::fs::remove_file(&link);
+        symlink(to, link).unwrap();
+    };
+    // Each way out, and the link each must name.
+    let mut refused: Vec<(&str, String)> = Vec::new();
+    let t = plain("tests-out");
+    relink(t.join("tests"), host.join("dir"));
+    refused.push(("tests-out", "tests-out/tests".into()));
+    let t = plain("test-file-out");
+    symlink(host.join("dir/key"), t.join("tests/key")).unwrap();
+    refused.push((
+        "test-file-out",
+        "tests-out/tests/key".replace("tests-out", "test-file-out"),
+    ));
+    let t = plain("relative-out");
+    symlink("../../../host/dir/key", t.join("tests/key")).unwrap();
+    refused.push(("relative-out", "relative-out/tests/key".into()));
+    let t = plain("environment-out");
+    relink(t.join("environment"), host.join("dir"));
+    refused.push(("environment-out", "environment-out/environment".into()));
+    let t = plain("context-file-out");
+    symlink(host.join("dir/key"), t.join("environment/key")).unwrap();
+    refused.push((
+        "context-file-out",
+        "context-file-out/environment/key".into(),
+    ));
+    let t = plain("instruction-out");
+    relink(t.join("instruction.md"), host.join("instruction.md"));
+    refused.push(("instruction-out", "instruction-out/instruction.md".into()));
+    let t = plain("toml-out");
+    relink(t.join("task.toml"), host.join("task.toml"));
+    refused.push(("toml-out", "toml-out/task.toml".into()));
+    let t = plain("solution-out");
+    relink(t.join("solution"), host.join("dir"));
+    refused.push(("solution-out", "solution-out/solution".into()));
+    multi_step_task(&dir.join("step-tests-out"), "", "echo two > /app/two.txt\n");
+    relink(
+        dir.join("step-tests-out/steps/second/tests"),
+        host.join("dir"),
+    );
+    refused.push(("step-tests-out", "step-tests-out/steps/second/tests".into()));
+    old_layout_task(&dir.join("old-tests-out"), &fixed);
+    relink(
+        dir.join("old-tests-out/run-tests.sh"),
+        host.join("run-tests.sh"),
+    );
+    refused.push(("old-tests-out", "old-tests-out/run-tests.sh".into()));
+    old_layout_task(&dir.join("old-solution-out"), &fixed);
+    relink(
+        dir.join("old-solution-out/solution.sh"),
+        host.join("dir/solve.sh"),
+    );
+    refused.push(("old-solution-out", "old-solution-out/solution.sh".into()));
+    old_layout_task(&dir.join("old-context-out"), &fixed);
+    symlink(host.join("dir"), dir.join("old-context-out/data")).unwrap();
+    refused.push(("old-context-out", "old-context-out/data".into()));
+    // A whole task folder in the set that is a link to one elsewhere.
+    harbor_task(
+        &host.join("elsewhere"),
+        "Fix calc.sh.\n",
+        TOML,
+        DOCKERFILE,
+        TEST,
+    );
+    std::fs::write(host.join("elsewhere/tests/key"), SECRET).unwrap();
+    symlink(host.join("elsewhere"), dir.join("folder-out")).unwrap();
+    refused.push(("folder-out", "folder-out".into()));
+    // The control: links that stay inside, followed where a file is read and packed as
+    // links where a tree is.
+    let c = plain("inside");
+    std::fs::create_dir_all(c.join("docs")).unwrap();
+    std::fs::rename(c.join("instruction.md"), c.join("docs/instruction.md")).unwrap();
+    symlink("docs/instruction.md", c.join("instruction.md")).unwrap();
+    std::fs::rename(c.join("tests/test.sh"), c.join("tests/real-test.sh")).unwrap();
+    symlink("real-test.sh", c.join("tests/test.sh")).unwrap();
+    std::fs::write(
+        c.join("tests/real-test.sh"),
+        format!("[ -L /tests/test.sh ] || exit 3\n{TEST}"),
+    )
+    .unwrap();
+
+    let out = root.join("out");
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "2"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "");
+    let inside = read_json(&out.join("tasks/inside/result.json"));
+    assert_eq!(inside["status"], "resolved", "{inside}");
+    for (id, link) in &refused {
+        let r = read_json(&out.join("tasks").join(id).join("result.json"));
+        assert_eq!(r["status"], "infra_error", "{id}: {r}");
+        assert_eq!(r["phase"], "load", "{id}: {r}");
+        let why = r["error"].as_str().unwrap();
+        assert!(
+            why.contains(&dir.join(link).display().to_string()) && why.contains("outside"),
+            "{id} must name {link}: {why}"
+        );
+    }
+    let said = said(&run);
+    assert!(!said.contains(SECRET), "{said}");
+    assert_eq!(files_holding(&out, SECRET), Vec::<PathBuf>::new());
+    // Nothing of a refused task reached the engine: no build, no container.
+    for (id, _) in &refused {
+        assert!(
+            !out.join("tasks").join(id).join("build.log").exists(),
+            "{id}"
+        );
+    }
+}
+
+/// Words of a task reach the terminal escaped, every way eval says them: the note naming
+/// an unread `task.toml` key once per set (the key carries OSC 52, which would set the
+/// clipboard, a carriage return and a bidi override), and an attempt's failure quoting its
+/// task's folder name. The control: the same note for a plain key, as it was, and the
+/// task beside them resolved.
+#[test]
+fn what_a_task_says_reaches_the_terminal_escaped() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap().join("set");
+    // TOML's own escapes put the raw characters in the key.
+    let toml =
+        format!("\"\\u001b]52;c;cHduZWQ=\\u0007clip\\r\\u202eyek\" = 1\nplain_unknown = 1\n{TOML}");
+    harbor_task(&dir.join("loud"), "Fix calc.sh.\n", &toml, DOCKERFILE, TEST);
+    std::fs::write(
+        dir.join("loud/solution/solve.sh"),
+        format!("printf '%s' '{FIXED}' > /app/calc.sh\n"),
+    )
+    .unwrap();
+    // A folder name with a title-setting sequence, quoted by the failure of its attempt
+    // (the oracle finds no solution there).
+    let odd = dir.join("odd\u{1b}]0;TITLE\u{7}name");
+    harbor_task(&odd, "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+    std::fs::remove_dir_all(odd.join("solution")).unwrap();
+    let out = dir.with_file_name("out");
+    let (run, _) = eval(&dir, &out, &["--agent", "oracle"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    let all = [run.stdout.as_slice(), run.stderr.as_slice()].concat();
+    for raw in ["\u{1b}", "\u{7}", "\r", "\u{202e}"] {
+        assert!(
+            !String::from_utf8_lossy(&all).contains(raw),
+            "{raw:?} reached the terminal raw: {}",
+            said(&run)
+        );
+    }
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("`\\e]52;c;cHduZWQ=\\aclip\\r\\u{202e}yek` (1 task): ignored"),
+        "{err}"
+    );
+    assert!(err.contains("`plain_unknown` (1 task): ignored"), "{err}");
+    assert!(err.contains("odd\\e]0;TITLE\\aname"), "{err}");
+    assert_eq!(
+        read_json(&out.join("tasks/loud/result.json"))["status"],
+        "resolved"
+    );
+}

@@ -26,7 +26,7 @@ use crate::sandbox::api::ExecRequest;
 use crate::sandbox::client::ExecEvent;
 use crate::session::{OpenError, OpenSession, SessionOptions};
 use crate::tool::Conversation;
-use crate::workspace::{PatchFormat, Workspace, write_file};
+use crate::workspace::{Workspace, write_file};
 
 /// Output kept from setup and verify commands (head and tail beyond it).
 pub(super) const LOG_LIMIT: u64 = 1 << 20;
@@ -95,14 +95,17 @@ pub async fn run(
     // timed-out or crashed agent still gets its diff recorded.
     let verify_started = Instant::now();
     let patching = ws.clone();
-    let patch = match tokio::task::spawn_blocking(move || patching.diff(PatchFormat::Git)).await {
-        Ok(made) => made.map_err(EvalError::from),
+    let into = out.join("diff.patch");
+    let patch = tokio::task::spawn_blocking(move || verdict::stream_patch(&patching, &into));
+    if let Err(e) = match patch.await {
+        Ok(made) => made,
         Err(source) => Err(EvalError::Join {
             what: "taking the patch",
             source,
         }),
-    };
-    verdict::record_patch(&mut result, out, patch);
+    } {
+        result.diff_error = Some(e.to_string());
+    }
     if let Some(decided) = verdict::decided_by_the_agent(&mut result, started) {
         return decided;
     }
@@ -439,11 +442,21 @@ pub(super) async fn exec(
     }
 }
 
-/// Copies the hidden tests over the worktree, through the sandbox.
+/// Copies the hidden tests over the worktree, through the sandbox. Read beneath `dir`: a
+/// link in it that stays inside is copied as what it leads to, one that leaves it fails
+/// the attempt, named.
 async fn put_tests(sandbox: &Sandbox, dir: &Path) -> Result<(), EvalError> {
-    for rel in super::images::files_under(dir)? {
+    use std::io::Read;
+    let folder = super::folder::Folder::open(dir).map_err(super::images::task_error)?;
+    for entry in super::images::files_under(&folder, Path::new(""))? {
+        let rel = entry.rel.clone();
         let path = dir.join(&rel);
-        let data = std::fs::read(&path).map_err(EvalError::io("read", &path))?;
+        let mut data = Vec::new();
+        folder
+            .open_through(&rel)
+            .map_err(super::images::task_error)?
+            .read_to_end(&mut data)
+            .map_err(EvalError::io("read", &path))?;
         sandbox
             .client
             .write(&sandbox.worktree.join(&rel), data, None)

@@ -9,26 +9,31 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::EvalError;
+use super::folder::Folder;
 
 /// One Harbor task, as its folder describes it.
 #[derive(Debug, Clone)]
 pub struct HarborTask {
     pub id: String,
     pub dir: PathBuf,
+    /// The task's folder, open: every file of the task is read through it, beneath it
+    /// (the paths below are relative to it).
+    pub folder: Arc<Folder>,
     pub instruction: String,
     pub agent: AgentSection,
     pub verifier: VerifierSection,
     pub environment: EnvironmentSection,
-    /// `environment/`, when it holds a Dockerfile to build.
+    /// `environment`, when it holds a Dockerfile to build.
     pub build_context: Option<PathBuf>,
-    /// `tests/`: copied into the container at `/tests` only after the agent is done.
+    /// `tests`: copied into the container at `/tests` only after the agent is done.
     pub tests: PathBuf,
-    /// `solution/`, for `--agent oracle`.
+    /// `solution`, for `--agent oracle`.
     pub solution: Option<PathBuf>,
     /// `[solution] env`: the oracle's solution runs with these.
     pub solution_env: BTreeMap<String, String>,
@@ -44,7 +49,8 @@ pub struct HarborTask {
 }
 
 /// One step of a multi-step task: `steps/NAME/` with its `instruction.md`, and optionally
-/// `tests/` (laid over the task's own) and `solution/solve.sh`.
+/// `tests/` (laid over the task's own) and `solution/solve.sh` (paths relative to the
+/// task's folder).
 #[derive(Debug, Clone)]
 pub struct HarborStep {
     pub name: String,
@@ -160,8 +166,14 @@ pub type LoadedTask = Result<HarborTask, (String, String)>;
 
 /// Whether `dir` is one Harbor task (it has a `task.toml`) or one in the original
 /// Terminal-Bench layout (`task.yaml`).
+/// A `task.toml` that is a link counts: loading the task then says where it leads.
 pub fn is_task(dir: &Path) -> bool {
-    dir.join("task.toml").is_file() || super::terminal_bench::is_task(dir)
+    exists(&dir.join("task.toml")) || super::terminal_bench::is_task(dir)
+}
+
+/// Whether there is anything at `path` itself, a link included (not followed).
+pub(super) fn exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// A task set, and what the person running it should know of its tasks: each field
@@ -176,7 +188,8 @@ pub struct TaskSet {
 /// be used, keyed by its id. Tasks in the original Terminal-Bench layout are converted
 /// into Harbor folders under `converted` first.
 pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
-    let dirs: Vec<PathBuf> = if is_task(dir) {
+    let one = is_task(dir);
+    let dirs: Vec<PathBuf> = if one {
         vec![dir.to_path_buf()]
     } else {
         let entries = std::fs::read_dir(dir).map_err(EvalError::io("read the task set", dir))?;
@@ -194,20 +207,37 @@ pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
             dir.display()
         )));
     }
+    // A task folder in a set is opened beneath the set: a link to a folder elsewhere on
+    // the host is no task of the set's.
+    let set = if one {
+        None
+    } else {
+        Some(Folder::open(dir).map_err(|e| EvalError::Task(e.to_string()))?)
+    };
     let mut fields: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
     let tasks: Vec<LoadedTask> = dirs
         .iter()
         .map(|d| {
-            let task = if d.join("task.toml").is_file() {
-                load(d)
-            } else {
-                super::terminal_bench::convert(d, converted).and_then(|(folder, notes)| {
-                    load(&folder).map(|mut t| {
-                        t.unsupported.extend(notes);
-                        t
-                    })
-                })
-            };
+            let id = super::fields::folder_id(d);
+            let folder = match &set {
+                None => Folder::open(d),
+                Some(set) => set.sub(Path::new(d.file_name().unwrap_or_default())),
+            }
+            .map_err(|e| (id.clone(), e.to_string()));
+            let task = folder.and_then(|folder| {
+                if exists(&d.join("task.toml")) {
+                    load_folder(folder)
+                } else {
+                    super::terminal_bench::convert(&folder, converted).and_then(
+                        |(converted, notes)| {
+                            load(&converted).map(|mut t| {
+                                t.unsupported.extend(notes);
+                                t
+                            })
+                        },
+                    )
+                }
+            });
             if let Ok(t) = &task {
                 for (field, doing) in &t.unsupported {
                     *fields.entry((field.clone(), *doing)).or_default() += 1;
@@ -232,10 +262,19 @@ pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
 
 /// One task folder.
 pub fn load(dir: &Path) -> LoadedTask {
+    let folder = Folder::open(dir).map_err(|e| (super::fields::folder_id(dir), e.to_string()))?;
+    load_folder(folder)
+}
+
+/// One task folder, open: each of its files read beneath it.
+fn load_folder(folder: Folder) -> LoadedTask {
+    let dir = folder.path().to_path_buf();
+    let dir = dir.as_path();
     let id = super::fields::folder_id(dir);
     let fail = |reason: String| (id.clone(), reason);
-    let text = std::fs::read_to_string(dir.join("task.toml"))
-        .map_err(|e| fail(format!("cannot read {}/task.toml: {e}", dir.display())))?;
+    let text = folder
+        .read_string(Path::new("task.toml"))
+        .map_err(|e| fail(e.to_string()))?;
     let doc: toml::Table =
         toml::from_str(&text).map_err(|e| fail(format!("{}/task.toml: {e}", dir.display())))?;
     let unsupported = unsupported_fields(&doc);
@@ -245,28 +284,41 @@ pub fn load(dir: &Path) -> LoadedTask {
     let multi = !file.steps.is_empty();
     // A multi-step task's root instruction is never sent, and its root tests only back
     // the steps' own.
-    let instruction = match std::fs::read_to_string(dir.join("instruction.md")) {
+    let instruction = match folder.read_string(Path::new("instruction.md")) {
         Ok(text) => text,
-        Err(_) if multi => String::new(),
-        Err(e) => {
-            return Err(fail(format!(
-                "cannot read {}/instruction.md: {e}",
-                dir.display()
-            )));
-        }
+        Err(e) if multi && e.is_missing() => String::new(),
+        Err(e) => return Err(fail(e.to_string())),
     };
     if instruction.trim().is_empty() && !multi {
         return Err(fail(format!("{}/instruction.md is empty", dir.display())));
     }
-    let tests = dir.join("tests");
-    if !tests.join("test.sh").is_file() && !multi {
+    let is_file = |rel: &str| {
+        folder
+            .is_file(Path::new(rel))
+            .map_err(|e| fail(e.to_string()))
+    };
+    let tests = PathBuf::from("tests");
+    if !is_file("tests/test.sh")? && !multi {
         return Err(fail(format!(
             "{}/tests/test.sh is missing: the verifier runs it",
             dir.display()
         )));
     }
-    let env_dir = dir.join("environment");
-    let build_context = env_dir.join("Dockerfile").is_file().then_some(env_dir);
+    // The tests are packed whole after the agent: a link out of them is refused now.
+    if folder.is_dir(&tests).map_err(|e| fail(e.to_string()))? {
+        folder
+            .walk_inside(&tests)
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    let build_context = is_file("environment/Dockerfile")?.then(|| PathBuf::from("environment"));
+    // The build context goes to the engine whole, as a folder of its own: no link in it
+    // may leave it.
+    if let Some(context) = &build_context {
+        folder
+            .sub(context)
+            .and_then(|c| c.walk_inside(Path::new("")))
+            .map_err(|e| fail(e.to_string()))?;
+    }
     let e = file.environment;
     if build_context.is_none() && e.docker_image.is_none() {
         return Err(fail(format!(
@@ -285,7 +337,7 @@ pub fn load(dir: &Path) -> LoadedTask {
     let steps = file
         .steps
         .iter()
-        .map(|raw| load_step(dir, &tests, raw))
+        .map(|raw| load_step(&folder, raw))
         .collect::<Result<Vec<_>, String>>()
         .map_err(fail)?;
     let reward_strategy = match file.multi_step_reward_strategy.as_deref() {
@@ -297,10 +349,11 @@ pub fn load(dir: &Path) -> LoadedTask {
             )));
         }
     };
-    let solution = dir.join("solution");
+    let solution = solution_of(&folder, Path::new("")).map_err(fail)?;
     Ok(HarborTask {
         id,
         dir: dir.to_path_buf(),
+        folder: Arc::new(folder),
         instruction,
         agent: agent_section(&file.agent),
         verifier: verifier_section(&file.verifier),
@@ -316,7 +369,7 @@ pub fn load(dir: &Path) -> LoadedTask {
         },
         build_context,
         tests,
-        solution: solution.join("solve.sh").is_file().then_some(solution),
+        solution,
         solution_env: file.solution.env,
         steps,
         reward_strategy,
@@ -344,8 +397,22 @@ fn verifier_section(raw: &RawVerifier) -> VerifierSection {
     }
 }
 
+/// `under/solution`, when it has a `solve.sh`; the whole folder checked for links out (it
+/// is packed for the oracle).
+fn solution_of(folder: &Folder, under: &Path) -> Result<Option<PathBuf>, String> {
+    let solution = under.join("solution");
+    if !folder
+        .is_file(&solution.join("solve.sh"))
+        .map_err(|e| e.to_string())?
+    {
+        return Ok(None);
+    }
+    folder.walk_inside(&solution).map_err(|e| e.to_string())?;
+    Ok(Some(solution))
+}
+
 /// `steps/NAME/`: its instruction, and a `test.sh` of its own or the task's.
-fn load_step(dir: &Path, task_tests: &Path, raw: &RawStep) -> Result<HarborStep, String> {
+fn load_step(folder: &Folder, raw: &RawStep) -> Result<HarborStep, String> {
     let name = super::fields::sanitize(&raw.name);
     if raw.name.is_empty() || name != raw.name {
         return Err(format!(
@@ -353,24 +420,30 @@ fn load_step(dir: &Path, task_tests: &Path, raw: &RawStep) -> Result<HarborStep,
             raw.name
         ));
     }
-    let step = dir.join("steps").join(&name);
-    let instruction = std::fs::read_to_string(step.join("instruction.md"))
-        .map_err(|e| format!("cannot read {}/instruction.md: {e}", step.display()))?;
+    let step = Path::new("steps").join(&name);
+    let text = |e: super::folder::FolderError| e.to_string();
+    let instruction = folder
+        .read_string(&step.join("instruction.md"))
+        .map_err(text)?;
     let tests = step.join("tests");
-    let tests = tests.is_dir().then_some(tests);
-    let has_test = tests.as_ref().is_some_and(|t| t.join("test.sh").is_file())
-        || task_tests.join("test.sh").is_file();
-    if !has_test {
+    let tests = folder.is_dir(&tests).map_err(text)?.then_some(tests);
+    if let Some(t) = &tests {
+        folder.walk_inside(t).map_err(text)?;
+    }
+    let own = match &tests {
+        Some(t) => folder.is_file(&t.join("test.sh")).map_err(text)?,
+        None => false,
+    };
+    if !own && !folder.is_file(Path::new("tests/test.sh")).map_err(text)? {
         return Err(format!(
             "step {name} has no tests/test.sh, and the task has none to fall back on"
         ));
     }
-    let solution = step.join("solution");
     Ok(HarborStep {
         name,
         instruction,
         tests,
-        solution: solution.join("solve.sh").is_file().then_some(solution),
+        solution: solution_of(folder, &step)?,
         agent: agent_section(&raw.agent),
         verifier: verifier_section(&raw.verifier),
         min_reward: raw.min_reward,

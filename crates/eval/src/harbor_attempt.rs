@@ -178,8 +178,11 @@ struct Stage<'a> {
     /// The step's name; `None` for a task of one step.
     name: Option<&'a str>,
     instruction: &'a str,
+    /// Relative to `folder`.
     solution: Option<&'a Path>,
     solution_env: &'a std::collections::BTreeMap<String, String>,
+    /// The task's folder, which the solution is read from.
+    folder: &'a super::folder::Folder,
     /// Where `--agent oracle`'s complaint about a missing solution points.
     dir: std::path::PathBuf,
     /// `/tests` as a tar: the task's tests, the step's laid over them.
@@ -209,8 +212,9 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
             instruction: &task.instruction,
             solution: task.solution.as_deref(),
             solution_env: &task.solution_env,
+            folder: &task.folder,
             dir: task.dir.clone(),
-            tests: pack_layers(&[&task.tests], "tests")?,
+            tests: pack_layers(&task.folder, &[&task.tests], "tests")?,
             verifier: &task.verifier,
             allow_internet: task.environment.allow_internet,
             agent_limit: agent(None),
@@ -229,8 +233,9 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
                 instruction: &step.instruction,
                 solution: step.solution.as_deref(),
                 solution_env: &task.solution_env,
+                folder: &task.folder,
                 dir: task.dir.join("steps").join(&step.name),
-                tests: pack_layers(&layers, "tests")?,
+                tests: pack_layers(&task.folder, &layers, "tests")?,
                 verifier: &step.verifier,
                 allow_internet: task.environment.allow_internet,
                 agent_limit: agent(step.agent.timeout),
@@ -496,7 +501,11 @@ async fn build_image(
     let mut log = String::new();
     let built = async {
         match (&task.build_context, &task.environment.docker_image) {
-            (Some(context), _) => engine.builder.image_logged(context, limit, &mut log).await,
+            (Some(context), _) => {
+                // The context is a folder of its own beneath the task's.
+                let context = task.folder.sub(context).map_err(images::task_error)?;
+                engine.builder.image_logged(&context, limit, &mut log).await
+            }
             (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
             (None, None) => Err(EvalError::Task(format!(
                 "{} has neither environment/Dockerfile nor docker_image",
@@ -711,7 +720,7 @@ async fn oracle(
             false,
         );
     };
-    let tar = match pack_layers(&[solution], "solution") {
+    let tar = match pack_layers(stage.folder, &[solution], "solution") {
         Ok(t) => t,
         Err(e) => return AgentRan::CouldNotStart(e, false),
     };
@@ -1026,37 +1035,42 @@ fn first_file(tar: &[u8]) -> Option<String> {
     None
 }
 
-/// Folders packed as one folder `name`, each laid over the ones before it (a step's tests
-/// over the task's): a file in a later one wins.
-fn pack_layers(dirs: &[&Path], name: &str) -> Result<Vec<u8>, EvalError> {
-    let mut files: std::collections::BTreeMap<std::path::PathBuf, std::path::PathBuf> =
+/// Folders of the task's `folder` packed as one folder `name`, each laid over the ones
+/// before it (a step's tests over the task's): a file in a later one wins. Read beneath
+/// the task's folder: a link that stays inside is packed as a link, one that leaves it
+/// fails the packing, named.
+fn pack_layers(
+    folder: &super::folder::Folder,
+    dirs: &[&Path],
+    name: &str,
+) -> Result<Vec<u8>, EvalError> {
+    let mut files: std::collections::BTreeMap<std::path::PathBuf, (&Path, super::folder::Entry)> =
         Default::default();
-    for dir in dirs.iter().filter(|d| d.is_dir()) {
-        for rel in images::files_under(dir)? {
-            files.insert(rel.clone(), dir.join(rel));
+    let mut present = Vec::new();
+    for dir in dirs {
+        if !folder.is_dir(dir).map_err(images::task_error)? {
+            continue;
+        }
+        present.push(*dir);
+        for entry in images::files_under(folder, dir)? {
+            files.insert(entry.rel.clone(), (*dir, entry));
         }
     }
     let mut tar = tar::Builder::new(Vec::new());
-    tar.follow_symlinks(false);
-    let top = dirs.first().copied().unwrap_or(Path::new("."));
-    // The folder itself as its first layer has it, or plain (a multi-step task may have
-    // tests only in its steps).
-    match dirs.iter().find(|d| d.is_dir()) {
-        Some(dir) => tar.append_dir(name, dir),
-        None => {
-            let mut header = tar::Header::new_gnu();
-            header.set_entry_type(tar::EntryType::Directory);
-            header.set_mode(0o755);
-            header.set_size(0);
-            tar.append_data(&mut header, name, std::io::empty())
-        }
+    // The folder itself, plain (a multi-step task may have tests only in its steps).
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Directory);
+    header.set_mode(0o755);
+    header.set_size(0);
+    tar.append_data(&mut header, name, std::io::empty())
+        .map_err(EvalError::io("pack", folder.path()))?;
+    for (rel, (dir, entry)) in files {
+        folder
+            .append(&mut tar, dir, &entry, &Path::new(name).join(&rel))
+            .map_err(images::task_error)?;
     }
-    .map_err(EvalError::io("pack", top))?;
-    for (rel, path) in files {
-        tar.append_path_with_name(&path, Path::new(name).join(&rel))
-            .map_err(EvalError::io("pack", &path))?;
-    }
-    tar.into_inner().map_err(EvalError::io("pack", top))
+    tar.into_inner()
+        .map_err(EvalError::io("pack", folder.path()))
 }
 
 /// The task container, removed off the async threads when the attempt is done.

@@ -6,7 +6,8 @@
 //! first's image), and a separate bound keeps builds from crowding out the engine.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 
 use super::EvalError;
+use super::folder::{Entry, Folder, Kind};
 
 /// How a build went, for whoever counts builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,18 +100,21 @@ impl Builder {
 
     /// The image for `context` (a folder with a `Dockerfile`), built if it is not there.
     pub async fn image_for(&self, context: &Path, timeout: Duration) -> Result<Built, EvalError> {
-        self.image_logged(context, timeout, &mut String::new())
+        let context = Folder::open(context).map_err(task_error)?;
+        self.image_logged(&context, timeout, &mut String::new())
             .await
     }
 
-    /// [`Self::image_for`], with the build's output (when it builds) added to `log`.
+    /// [`Self::image_for`], with the build's output (when it builds) added to `log`. The
+    /// context is read beneath its folder: a link that leaves it fails the build, naming
+    /// the link; one that stays is packed as a link.
     pub async fn image_logged(
         &self,
-        context: &Path,
+        context: &Folder,
         timeout: Duration,
         log: &mut String,
     ) -> Result<Built, EvalError> {
-        let files = files_under(context)?;
+        let files = files_under(context, Path::new(""))?;
         let bases = self.bases(context).await;
         let tag = format!("runner-task:{}", hash(context, &files, &bases)?);
         let lock = self
@@ -134,7 +139,7 @@ impl Builder {
             .map_err(|_| {
                 EvalError::Image(format!(
                     "building the image of {} ran past {} s",
-                    context.display(),
+                    context.path().display(),
                     timeout.as_secs()
                 ))
             })??;
@@ -145,8 +150,10 @@ impl Builder {
     /// Each image the Dockerfile starts `FROM`, with the engine's id for it (`None`: not on
     /// the engine yet; the build pulls it). A name built from an `ARG` is left out: what it
     /// becomes is in the Dockerfile, which the hash already covers.
-    async fn bases(&self, context: &Path) -> Vec<(String, Option<String>)> {
-        let text = std::fs::read_to_string(context.join("Dockerfile")).unwrap_or_default();
+    async fn bases(&self, context: &Folder) -> Vec<(String, Option<String>)> {
+        let text = context
+            .read_string(Path::new("Dockerfile"))
+            .unwrap_or_default();
         let mut out = Vec::new();
         for name in from_images(&text) {
             let id = self
@@ -262,25 +269,32 @@ fn failed(tag: &str, error: &str, tail: &[String]) -> EvalError {
     ))
 }
 
-/// Every file below `context` (links not followed), relative, in a stable order: a build
-/// context to hash and pack, or hidden tests to put in place.
-pub(super) fn files_under(context: &Path) -> Result<Vec<PathBuf>, EvalError> {
-    let mut files = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let dir = context.join(&rel);
-        let entries = std::fs::read_dir(&dir).map_err(EvalError::io("read", &dir))?;
-        for entry in entries.flatten() {
-            let rel = rel.join(entry.file_name());
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => stack.push(rel),
-                Ok(_) => files.push(rel),
-                Err(e) => return Err(EvalError::io("read", &entry.path())(e)),
-            }
+/// Every file and link below `rel` in `folder` (links not followed, none leaving the
+/// folder), relative to `rel`, in a stable order: a build context to hash and pack, or
+/// hidden tests to put in place.
+pub(super) fn files_under(folder: &Folder, rel: &Path) -> Result<Vec<Entry>, EvalError> {
+    let entries = folder.walk_inside(rel).map_err(task_error)?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.kind != Kind::Dir)
+        .collect())
+}
+
+/// All of `reader` into `h`, a piece at a time (a file of a task may be large).
+pub(super) fn feed(h: &mut sha2::Sha256, mut reader: impl Read) -> std::io::Result<()> {
+    use sha2::Digest;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match reader.read(&mut buf)? {
+            0 => return Ok(()),
+            n => h.update(&buf[..n]),
         }
     }
-    files.sort();
-    Ok(files)
+}
+
+/// A task's folder that cannot be read as it is: the task's failure, with the path.
+pub(super) fn task_error(e: super::folder::FolderError) -> EvalError {
+    EvalError::Task(e.to_string())
 }
 
 /// The images a Dockerfile's `FROM` lines name, in order: not the build's own stages
@@ -313,29 +327,32 @@ fn from_images(dockerfile: &str) -> Vec<String> {
 /// Names, modes, link targets and contents: anything that changes what the build sees;
 /// and the ids of the images it starts from.
 fn hash(
-    context: &Path,
-    files: &[PathBuf],
+    context: &Folder,
+    files: &[Entry],
     bases: &[(String, Option<String>)],
 ) -> Result<String, EvalError> {
     use sha2::{Digest, Sha256};
-    use std::os::unix::fs::MetadataExt;
     let mut h = Sha256::new();
     for (name, id) in bases {
         h.update(format!("FROM {name} {}\n", id.as_deref().unwrap_or("-")).as_bytes());
     }
     for f in files {
-        let path = context.join(f);
-        let meta = std::fs::symlink_metadata(&path).map_err(EvalError::io("read", &path))?;
-        h.update(f.display().to_string().as_bytes());
-        h.update(meta.mode().to_le_bytes());
-        let body = if meta.file_type().is_symlink() {
-            std::fs::read_link(&path).map(|t| t.display().to_string().into_bytes())
-        } else {
-            std::fs::read(&path)
+        h.update(f.rel.display().to_string().as_bytes());
+        h.update(f.mode.to_le_bytes());
+        match &f.kind {
+            Kind::Link { target, .. } => {
+                let body = target.display().to_string().into_bytes();
+                h.update((body.len() as u64).to_le_bytes());
+                h.update(&body);
+            }
+            _ => {
+                let mut file = context.open_entry(Path::new(""), f).map_err(task_error)?;
+                let path = context.path().join(&f.rel);
+                let len = file.metadata().map_err(EvalError::io("read", &path))?.len();
+                h.update(len.to_le_bytes());
+                feed(&mut h, (&mut file).take(len)).map_err(EvalError::io("read", &path))?;
+            }
         }
-        .map_err(EvalError::io("read", &path))?;
-        h.update((body.len() as u64).to_le_bytes());
-        h.update(&body);
     }
     Ok(h.finalize()
         .iter()
@@ -367,13 +384,14 @@ fn references_split_into_repository_and_tag() {
     assert_eq!(split_reference("img@sha256:abc").1, "");
 }
 
-fn pack(context: &Path, files: &[PathBuf]) -> Result<Vec<u8>, EvalError> {
+/// The build context as the engine takes it: each file's bytes, each link as a link.
+fn pack(context: &Folder, files: &[Entry]) -> Result<Vec<u8>, EvalError> {
     let mut tar = tar::Builder::new(Vec::new());
-    tar.follow_symlinks(false);
     for f in files {
-        tar.append_path_with_name(context.join(f), f)
-            .map_err(EvalError::io("pack", &context.join(f)))?;
+        context
+            .append(&mut tar, Path::new(""), f, &f.rel)
+            .map_err(task_error)?;
     }
     tar.into_inner()
-        .map_err(EvalError::io("pack the build context of", context))
+        .map_err(EvalError::io("pack the build context of", context.path()))
 }

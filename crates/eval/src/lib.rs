@@ -10,6 +10,7 @@ pub mod attempt;
 pub mod engines;
 mod error;
 pub mod fields;
+pub mod folder;
 pub mod harbor;
 pub mod harbor_attempt;
 pub mod images;
@@ -208,9 +209,10 @@ fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), EvalError> 
         if set.is_dir() {
             let converted = options.out.join(".converted");
             let harbor::TaskSet { tasks, notes } = harbor::load_set(set, &converted)?;
-            // Once per set: what its tasks ask for that runner does differently.
+            // Once per set: what its tasks ask for that runner does differently. A note
+            // names a field of a task's file: the task's words, escaped.
             for note in notes {
-                eprintln!("runner: {note}");
+                say(&note);
             }
             for task in tasks {
                 loaded.push(match task {
@@ -363,15 +365,15 @@ fn write_summary(options: &EvalOptions, hash: &str) -> Result<results::Summary, 
     let all = results::collect(&options.out);
     let summary = results::summarize(&all, &options.model_label(), hash);
     write_json(&options.out.join("summary.json"), &summary)?;
-    crate::workspace::write_file(
-        &options.out.join("predictions.jsonl"),
-        results::predictions(&options.out, &all, &options.model_label(), options.attempts)
-            .as_bytes(),
+    let predictions = options.out.join("predictions.jsonl");
+    results::write_predictions(
+        &predictions,
+        &options.out,
+        &all,
+        &options.model_label(),
+        options.attempts,
     )
-    .map_err(EvalError::io(
-        "write",
-        &options.out.join("predictions.jsonl"),
-    ))?;
+    .map_err(EvalError::io("write", &predictions))?;
     Ok(summary)
 }
 
@@ -551,6 +553,14 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), EvalErr
     crate::workspace::write_file(path, &text).map_err(EvalError::io("write", path))
 }
 
+/// The one way eval writes a line of its own to the terminal. Every such line carries
+/// words of a task, a repository, a sandbox or a peer (a field name, a task's folder, what
+/// a command printed), so every one goes through the display crate's escaping: an escape
+/// sequence in a task's file is shown, never acted on.
+fn say(text: &str) {
+    eprintln!("runner: {}", crate::display::escape(text));
+}
+
 /// The live line: done / running / failed, resolved so far, elapsed, ETA.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
@@ -620,10 +630,9 @@ impl Progress {
     /// A line above the bar. It names tasks (from the task files) and quotes failures
     /// (what a command printed), so it is escaped.
     fn note(&self, text: &str) {
-        let text = crate::display::escape(text);
         match &self.bar {
-            Some(bar) => bar.println(format!("runner: {text}")),
-            None => eprintln!("runner: {text}"),
+            Some(bar) => bar.println(format!("runner: {}", crate::display::escape(text))),
+            None => say(text),
         }
     }
 

@@ -6,6 +6,10 @@
 //! agent wrote it. It travels as JSON inside a `<script type="application/json">` block
 //! (with `<` escaped, so no text can close the block) and is put on the page with
 //! `textContent` only, never as markup.
+//!
+//! A file of an attempt can be as large as what the agent wrote (a patch of a gigabyte):
+//! the report reads a head and a tail of each, never the whole, and links the file on
+//! disk for the rest. Its memory does not follow the agent's output.
 
 use std::path::{Path, PathBuf};
 
@@ -14,8 +18,12 @@ use serde_json::{Value, json};
 use super::EvalError;
 use super::results::{self, Status};
 
-/// Per file shown in the report; the rest is on disk beside it.
-const SHOWN_BYTES: usize = 256 * 1024;
+/// Per file shown in the report (half from its start, half from its end); the rest is on
+/// disk beside it, linked.
+const SHOWN_BYTES: u64 = 256 * 1024;
+/// A session file larger than this is shown as its lines' head and tail, not read whole
+/// and turned into a transcript.
+const SESSION_READ_LIMIT: u64 = 32 << 20;
 
 /// Writes `DIR/report.html` and returns its path.
 pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
@@ -26,10 +34,13 @@ pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
         .iter()
         .map(|r| {
             let dir = results::attempt_dir(out, &r.id, r.attempt, attempts);
-            // The oracle has no conversation: what its solution printed stands in.
-            let transcript = crate::agent::record::Loaded::read(&dir.join("session.jsonl"))
-                .map(|l| crate::agent::transcript::transcript(&l))
-                .unwrap_or_else(|_| shown(&dir.join("agent.log")));
+            let transcript = transcript_of(&dir);
+            let link = |name: &str| {
+                let path = dir.join(name);
+                path.is_file()
+                    .then(|| path.strip_prefix(out).ok().map(|p| p.display().to_string()))
+                    .flatten()
+            };
             json!({
                 "id": r.id,
                 "attempt": r.attempt,
@@ -48,6 +59,12 @@ pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
                 "diff": shown(&dir.join("diff.patch")),
                 "verify": shown(&dir.join("verify.log")),
                 "transcript": cut(transcript),
+                "files": {
+                    "diff.patch": link("diff.patch"),
+                    "verify.log": link("verify.log"),
+                    "session.jsonl": link("session.jsonl"),
+                    "agent.log": link("agent.log"),
+                },
             })
         })
         .collect();
@@ -59,15 +76,54 @@ pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
     Ok(path)
 }
 
-fn shown(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|b| cut(String::from_utf8_lossy(&b).into_owned()))
-        .unwrap_or_default()
+/// The attempt's conversation; the oracle has none, and what its solution printed stands
+/// in. A session too large to read whole is shown as its raw head and tail.
+fn transcript_of(dir: &Path) -> String {
+    let session = dir.join("session.jsonl");
+    let size = std::fs::metadata(&session).map_or(0, |m| m.len());
+    if size > SESSION_READ_LIMIT {
+        return shown(&session);
+    }
+    crate::agent::record::Loaded::read(&session)
+        .map(|l| crate::agent::transcript::transcript(&l))
+        .unwrap_or_else(|_| shown(&dir.join("agent.log")))
 }
 
+/// A file as the report shows it: whole when small, else its head and its tail with how
+/// much is left out between them; never read whole.
+fn shown(path: &Path) -> String {
+    head_and_tail(path).unwrap_or_default()
+}
+
+fn head_and_tail(path: &Path) -> std::io::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if size <= SHOWN_BYTES {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    }
+    let half = SHOWN_BYTES / 2;
+    let mut head = vec![0u8; half as usize];
+    file.read_exact(&mut head)?;
+    file.seek(SeekFrom::Start(size - half))?;
+    let mut tail = Vec::with_capacity(half as usize);
+    file.take(half).read_to_end(&mut tail)?;
+    Ok(format!(
+        "{}\n\n… {} bytes not shown here; the whole file is {} in the attempt's folder (linked above) …\n\n{}",
+        String::from_utf8_lossy(&head),
+        size - 2 * half,
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        String::from_utf8_lossy(&tail)
+    ))
+}
+
+/// Text made here (a transcript) held to the report's size per file.
 fn cut(mut text: String) -> String {
-    if text.len() > SHOWN_BYTES {
-        let mut at = SHOWN_BYTES;
+    let limit = SHOWN_BYTES as usize;
+    if text.len() > limit {
+        let mut at = limit;
         while !text.is_char_boundary(at) {
             at -= 1;
         }
@@ -103,6 +159,7 @@ fn page(data: &Value) -> String {
 <table id="tasks"><thead><tr></tr></thead><tbody></tbody></table>
 <section id="detail" hidden>
 <h2 id="detail-title"></h2>
+<p id="detail-files"></p>
 <h3>Diff</h3><pre id="detail-diff"></pre>
 <h3>Verify log</h3><pre id="detail-verify"></pre>
 <h3>Transcript</h3><pre id="detail-transcript"></pre>
@@ -181,6 +238,16 @@ function show(r) {
   document.getElementById("detail-diff").textContent = r.diff || "(no changes)";
   document.getElementById("detail-verify").textContent = r.verify || "(no verify log)";
   document.getElementById("detail-transcript").textContent = r.transcript || "(no session)";
+  // The attempt's files on disk, whole: a big one is shown above only in part.
+  const files = document.getElementById("detail-files");
+  files.textContent = "";
+  for (const [name, path] of Object.entries(r.files || {})) {
+    if (!path) continue;
+    const a = el("a", name);
+    a.href = path.split("/").map(encodeURIComponent).join("/");
+    files.appendChild(a);
+    files.appendChild(document.createTextNode(" "));
+  }
 }
 function applyFilter() {
   let n = 0;
@@ -232,5 +299,30 @@ mod tests {
         assert!(!text.contains('<'), "{text}");
         let back: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back, data);
+    }
+}
+
+#[cfg(test)]
+mod big_files {
+    use super::*;
+
+    /// A file past the limit is shown as its head and tail with what is left out between;
+    /// a small one whole.
+    #[test]
+    fn a_big_file_is_shown_by_its_head_and_tail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("diff.patch");
+        let mut body = b"FIRST-LINE\n".to_vec();
+        body.resize(3 << 20, b'x');
+        body.extend_from_slice(b"\nLAST-LINE\n");
+        std::fs::write(&path, &body).unwrap();
+        let text = shown(&path);
+        assert!(text.starts_with("FIRST-LINE\n"), "{}", &text[..40]);
+        assert!(text.ends_with("LAST-LINE\n"));
+        assert!(text.len() < SHOWN_BYTES as usize + 512, "{}", text.len());
+        let left_out = body.len() as u64 - SHOWN_BYTES;
+        assert!(text.contains(&format!("… {left_out} bytes not shown here")));
+        std::fs::write(&path, "small\n").unwrap();
+        assert_eq!(shown(&path), "small\n");
     }
 }

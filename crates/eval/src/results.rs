@@ -410,9 +410,17 @@ fn round(x: f64) -> f64 {
 }
 
 /// `predictions.jsonl` in SWE-bench's format, one line per task (its first resolved
-/// attempt's patch, else its first attempt's).
-pub fn predictions(out: &Path, results: &[TaskResult], model: &str, attempts: u32) -> String {
-    let attempts_per_task = attempts;
+/// attempt's patch, else its first attempt's), written into `path` (through a file beside
+/// it, renamed over it when whole). Each patch is copied in pieces: a patch of a gigabyte
+/// costs no gigabyte of memory.
+pub fn write_predictions(
+    path: &Path,
+    out: &Path,
+    results: &[TaskResult],
+    model: &str,
+    attempts: u32,
+) -> std::io::Result<()> {
+    use std::io::Write;
     let mut chosen: BTreeMap<&str, &TaskResult> = BTreeMap::new();
     for r in results {
         let e = chosen.entry(&r.id).or_insert(r);
@@ -420,24 +428,126 @@ pub fn predictions(out: &Path, results: &[TaskResult], model: &str, attempts: u3
             *e = r;
         }
     }
-    let mut lines = String::new();
+    let part = path.with_extension("jsonl.part");
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&part)?);
     for (id, r) in chosen {
-        let dir = attempt_dir(out, id, r.attempt, attempts_per_task);
-        let patch = std::fs::read_to_string(dir.join("diff.patch")).unwrap_or_default();
-        let line = serde_json::json!({
-            "instance_id": id,
-            "model_name_or_path": model,
-            "model_patch": patch,
-        });
-        lines.push_str(&line.to_string());
-        lines.push('\n');
+        let patch = attempt_dir(out, id, r.attempt, attempts).join("diff.patch");
+        write!(
+            file,
+            "{{\"instance_id\":{},\"model_name_or_path\":{},\"model_patch\":\"",
+            serde_json::to_string(id)?,
+            serde_json::to_string(model)?
+        )?;
+        // A patch that is not UTF-8 (or not there) is an empty one, as it always was.
+        if is_utf8(&patch) {
+            copy_escaped(&patch, &mut file)?;
+        }
+        file.write_all(b"\"}\n")?;
     }
-    lines
+    let file = file.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    std::fs::rename(&part, path)
+}
+
+/// Whether the file at `path` is there and UTF-8 throughout (read a piece at a time).
+fn is_utf8(path: &Path) -> bool {
+    let mut ok = true;
+    let read = each_str(path, &mut |_| Ok(()), &mut ok);
+    read.is_ok() && ok
+}
+
+/// The file at `path` as the inside of a JSON string, into `to`.
+fn copy_escaped(path: &Path, to: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mut ok = true;
+    each_str(
+        path,
+        &mut |text| {
+            // Through `Value`'s own `Display`: the escaping runs as serde_json was built
+            // (optimised), not as a generic made here, which is many times slower in a
+            // debug build over a gigabyte.
+            let quoted = serde_json::Value::String(text.to_owned()).to_string();
+            to.write_all(&quoted.as_bytes()[1..quoted.len() - 1])
+        },
+        &mut ok,
+    )
+}
+
+/// The file at `path` as text, a piece at a time, to `each`; a character cut by a piece's
+/// end waits for the next. `ok` turns false at the first byte that is not UTF-8 (and the
+/// reading stops there).
+fn each_str(
+    path: &Path,
+    each: &mut dyn FnMut(&str) -> std::io::Result<()>,
+    ok: &mut bool,
+) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 256 << 10];
+    let mut held = 0;
+    loop {
+        let n = file.read(&mut buf[held..])?;
+        let filled = held + n;
+        let valid = match std::str::from_utf8(&buf[..filled]) {
+            Ok(_) => filled,
+            Err(e) if e.error_len().is_none() && n > 0 => e.valid_up_to(),
+            Err(_) => {
+                *ok = false;
+                return Ok(());
+            }
+        };
+        let text = std::str::from_utf8(&buf[..valid]).unwrap_or_default();
+        each(text)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.copy_within(valid..filled, 0);
+        held = filled - valid;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The streamed lines are the JSON a whole-file encoder writes: characters cut by a
+    /// piece's end, quotes, controls and newlines come out whole; a patch that is not
+    /// UTF-8, or none, is empty.
+    #[test]
+    fn predictions_are_written_in_pieces_and_read_back_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path();
+        let mut patch = "x".repeat((256 << 10) - 1);
+        patch.push_str("é\"\\\n\u{1b}€🎉 end");
+        let mk = |id: &str, status| {
+            let mut r = TaskResult::new(id, 1, "m".into());
+            r.status = status;
+            r
+        };
+        let results = [
+            mk("big", Status::Resolved),
+            mk("latin1", Status::Unresolved),
+            mk("none", Status::AgentError),
+        ];
+        for (id, body) in [("big", patch.as_bytes()), ("latin1", b"caf\xe9".as_slice())] {
+            let dir = attempt_dir(out, id, 1, 1);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("diff.patch"), body).unwrap();
+        }
+        let path = out.join("predictions.jsonl");
+        write_predictions(&path, out, &results, "m\"odel", 1).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0]["instance_id"], "big");
+        assert_eq!(lines[0]["model_name_or_path"], "m\"odel");
+        assert_eq!(lines[0]["model_patch"], patch.as_str());
+        assert_eq!(lines[1]["model_patch"], "");
+        assert_eq!(lines[2]["model_patch"], "");
+        assert!(!out.join("predictions.jsonl.part").exists());
+    }
 
     #[test]
     fn pass_at_k_matches_the_estimator() {

@@ -218,17 +218,34 @@ pub fn content_hash(paths: &[PathBuf]) -> String {
     for p in paths {
         h.update(p.display().to_string().as_bytes());
         if p.is_dir() {
-            // A Harbor task set: every file of every task, by relative path.
-            for rel in super::images::files_under(p).unwrap_or_default() {
-                h.update(rel.display().to_string().as_bytes());
-                h.update(std::fs::read(p.join(&rel)).unwrap_or_default());
-            }
+            // A Harbor task set: every file of every task, by relative path; a link by
+            // its words (never followed: it may lead anywhere, `/dev/zero` included).
+            hash_folder(&mut h, p);
         } else {
             h.update(std::fs::read(p).unwrap_or_default());
         }
     }
     let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{digest}")
+}
+
+/// Every file and link of the folder `p` into `h`, read beneath it.
+fn hash_folder(h: &mut sha2::Sha256, p: &Path) {
+    use super::folder::{Folder, Kind};
+    use sha2::Digest;
+    let Ok(folder) = Folder::open(p) else { return };
+    for entry in folder.walk(Path::new("")).unwrap_or_default() {
+        h.update(entry.rel.display().to_string().as_bytes());
+        match &entry.kind {
+            Kind::Dir => {}
+            Kind::Link { target, .. } => h.update(target.display().to_string().as_bytes()),
+            Kind::File => {
+                if let Ok(file) = folder.open_entry(Path::new(""), &entry) {
+                    let _ = super::images::feed(h, file);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

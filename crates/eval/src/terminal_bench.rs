@@ -14,9 +14,13 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// Whether `dir` is a task in the original layout.
+use super::folder::{Folder, FolderError};
+use super::harbor::exists;
+
+/// Whether `dir` is a task in the original layout (a `task.yaml` that is a link counts:
+/// converting the task then says where it leads).
 pub fn is_task(dir: &Path) -> bool {
-    dir.join("task.yaml").is_file() && !dir.join("task.toml").is_file()
+    exists(&dir.join("task.yaml")) && !exists(&dir.join("task.toml"))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -67,13 +71,17 @@ const NOT_CONTEXT: &[&str] = &[
 /// Fields runner does not honour, each with what it does instead.
 pub type Unsupported = Vec<(String, &'static str)>;
 
-/// Writes the Harbor form of the old task `dir` under `into/ID` and returns that folder,
-/// with the old fields runner does not honour. `Err`: the task's id and why not.
-pub fn convert(dir: &Path, into: &Path) -> Result<(PathBuf, Unsupported), (String, String)> {
+/// Writes the Harbor form of the old task in `folder` under `into/ID` and returns that
+/// folder, with the old fields runner does not honour. Every file is read beneath the old
+/// folder; a link in it is copied as a link when it stays inside, and refused when it
+/// leaves. `Err`: the task's id and why not.
+pub fn convert(folder: &Folder, into: &Path) -> Result<(PathBuf, Unsupported), (String, String)> {
+    let dir = folder.path();
     let id = super::fields::folder_id(dir);
     let fail = |reason: String| (id.clone(), reason);
-    let text = std::fs::read_to_string(dir.join("task.yaml"))
-        .map_err(|e| fail(format!("cannot read {}/task.yaml: {e}", dir.display())))?;
+    let text = folder
+        .read_string(Path::new("task.yaml"))
+        .map_err(|e| fail(e.to_string()))?;
     let yaml: TaskYaml = serde_yaml_ng::from_str(&text)
         .map_err(|e| fail(format!("{}/task.yaml: {e}", dir.display())))?;
     let instruction = yaml
@@ -87,17 +95,26 @@ pub fn convert(dir: &Path, into: &Path) -> Result<(PathBuf, Unsupported), (Strin
         })
         .filter(|i| !i.trim().is_empty())
         .ok_or_else(|| fail(format!("{}/task.yaml has no instruction", dir.display())))?;
-    if !dir.join("Dockerfile").is_file() {
+    let is_file = |rel: &str| {
+        folder
+            .is_file(Path::new(rel))
+            .map_err(|e| fail(e.to_string()))
+    };
+    if !is_file("Dockerfile")? {
         return Err(fail(format!("{} has no Dockerfile", dir.display())));
     }
-    if !dir.join("run-tests.sh").is_file() {
+    if !is_file("run-tests.sh")? {
         return Err(fail(format!(
             "{} has no run-tests.sh: the verifier runs it",
             dir.display()
         )));
     }
+    // Links out are refused before anything is written.
+    let entries = folder
+        .walk_inside(Path::new(""))
+        .map_err(|e| fail(e.to_string()))?;
     let out = into.join(&id);
-    let written = write_task(dir, &out, &yaml, &instruction);
+    let written = write_task(folder, &entries, &out, &yaml, &instruction);
     written.map_err(|e| {
         fail(format!(
             "cannot convert {} into {}: {e}",
@@ -105,13 +122,61 @@ pub fn convert(dir: &Path, into: &Path) -> Result<(PathBuf, Unsupported), (Strin
             out.display()
         ))
     })?;
-    Ok((out, notes(dir, &yaml)))
+    Ok((out, notes(folder, &yaml)))
 }
 
-fn write_task(dir: &Path, out: &Path, yaml: &TaskYaml, instruction: &str) -> std::io::Result<()> {
-    if out.exists() {
-        std::fs::remove_dir_all(out)?;
+fn write_task(
+    folder: &Folder,
+    entries: &[super::folder::Entry],
+    out: &Path,
+    yaml: &TaskYaml,
+    instruction: &str,
+) -> Result<(), FolderError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| FolderError::Io { path, source }
+    };
+    if exists(out) {
+        std::fs::remove_dir_all(out).map_err(io(out))?;
     }
+    write_skeleton(out, yaml, instruction).map_err(io(out))?;
+    // The build context: everything at the root but the tests, scripts and solutions.
+    for entry in entries {
+        let top = entry.rel.components().next();
+        let top = top.map(|c| c.as_os_str().to_string_lossy().into_owned());
+        if top.is_some_and(|t| NOT_CONTEXT.contains(&t.as_str())) {
+            continue;
+        }
+        folder.copy_out(
+            Path::new(""),
+            entry,
+            &out.join("environment").join(&entry.rel),
+        )?;
+    }
+    let tests = out.join("tests");
+    if folder.is_dir(Path::new("tests"))? {
+        for entry in folder.walk_inside(Path::new("tests"))? {
+            folder.copy_out(Path::new("tests"), &entry, &tests.join(&entry.rel))?;
+        }
+    }
+    // runner's own files replace whatever is there (never written through a link).
+    for name in ["run-tests.sh", "test.sh"] {
+        if exists(&tests.join(name)) {
+            std::fs::remove_file(tests.join(name)).map_err(io(&tests))?;
+        }
+    }
+    folder.copy_file(Path::new("run-tests.sh"), &tests.join("run-tests.sh"))?;
+    std::fs::write(tests.join("test.sh"), TEST_SH).map_err(io(&tests))?;
+    if folder.is_file(Path::new("solution.sh"))? {
+        let solution = out.join("solution");
+        std::fs::create_dir_all(&solution).map_err(io(&solution))?;
+        folder.copy_file(Path::new("solution.sh"), &solution.join("solve.sh"))?;
+    }
+    Ok(())
+}
+
+/// The converted task's own files: its folders, its instruction and its `task.toml`.
+fn write_skeleton(out: &Path, yaml: &TaskYaml, instruction: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(out.join("environment"))?;
     std::fs::create_dir_all(out.join("tests"))?;
     std::fs::write(out.join("instruction.md"), instruction)?;
@@ -122,44 +187,12 @@ fn write_task(dir: &Path, out: &Path, yaml: &TaskYaml, instruction: &str) -> std
     if let Some(t) = yaml.max_test_timeout_sec {
         toml.push_str(&format!("[verifier]\ntimeout_sec = {t:?}\n"));
     }
-    std::fs::write(out.join("task.toml"), toml)?;
-    for entry in std::fs::read_dir(dir)?.flatten() {
-        let name = entry.file_name();
-        if NOT_CONTEXT.contains(&name.to_string_lossy().as_ref()) {
-            continue;
-        }
-        copy(&entry.path(), &out.join("environment").join(&name))?;
-    }
-    if dir.join("tests").is_dir() {
-        copy(&dir.join("tests"), &out.join("tests"))?;
-    }
-    std::fs::copy(dir.join("run-tests.sh"), out.join("tests/run-tests.sh"))?;
-    std::fs::write(out.join("tests/test.sh"), TEST_SH)?;
-    if dir.join("solution.sh").is_file() {
-        std::fs::create_dir_all(out.join("solution"))?;
-        std::fs::copy(dir.join("solution.sh"), out.join("solution/solve.sh"))?;
-    }
-    Ok(())
-}
-
-/// A file or a folder, links kept as links.
-fn copy(from: &Path, to: &Path) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(from)?;
-    if meta.file_type().is_symlink() {
-        return std::os::unix::fs::symlink(std::fs::read_link(from)?, to);
-    }
-    if meta.is_dir() {
-        std::fs::create_dir_all(to)?;
-        for entry in std::fs::read_dir(from)?.flatten() {
-            copy(&entry.path(), &to.join(entry.file_name()))?;
-        }
-        return Ok(());
-    }
-    std::fs::copy(from, to).map(drop)
+    std::fs::write(out.join("task.toml"), toml)
 }
 
 /// What of the old task runner does not do as the old harness did.
-fn notes(dir: &Path, yaml: &TaskYaml) -> Vec<(String, &'static str)> {
+fn notes(folder: &Folder, yaml: &TaskYaml) -> Vec<(String, &'static str)> {
+    let is_file = |rel: &str| folder.is_file(Path::new(rel)).unwrap_or(false);
     let mut notes = Vec::new();
     if yaml.parser_name.as_deref().is_some_and(|p| p != "pytest") {
         notes.push((
@@ -173,13 +206,13 @@ fn notes(dir: &Path, yaml: &TaskYaml) -> Vec<(String, &'static str)> {
             "the tests run in a shell of their own after the agent's processes have ended",
         ));
     }
-    if dir.join("solution.yaml").is_file() && !dir.join("solution.sh").is_file() {
+    if is_file("solution.yaml") && !is_file("solution.sh") {
         notes.push((
             "solution.yaml".into(),
             "a solution of terminal keystrokes is not replayed; --agent oracle needs solution.sh",
         ));
     }
-    if compose_services(&dir.join("docker-compose.yaml")) > 1 {
+    if compose_services(folder) > 1 {
         notes.push((
             "docker-compose.yaml services".into(),
             "only the task's own Dockerfile is built and run; the services beside it are not started",
@@ -188,14 +221,16 @@ fn notes(dir: &Path, yaml: &TaskYaml) -> Vec<(String, &'static str)> {
     notes
 }
 
-/// How many services a compose file names (0 when there is none or it cannot be read).
-fn compose_services(path: &Path) -> usize {
+/// How many services the task's compose file names (0 when there is none or it cannot be
+/// read).
+fn compose_services(folder: &Folder) -> usize {
     #[derive(Deserialize, Default)]
     #[serde(default)]
     struct Compose {
         services: BTreeMap<String, serde_yaml_ng::Value>,
     }
-    std::fs::read_to_string(path)
+    folder
+        .read_string(Path::new("docker-compose.yaml"))
         .ok()
         .and_then(|t| serde_yaml_ng::from_str::<Compose>(&t).ok())
         .map_or(0, |c| c.services.len())
@@ -225,7 +260,8 @@ mod tests {
             "services:\n  client:\n    build: .\n  db:\n    image: postgres\n",
         )
         .unwrap();
-        let (folder, notes) = convert(&old, &tmp.path().join("converted")).unwrap();
+        let old_folder = Folder::open(&old).unwrap();
+        let (folder, notes) = convert(&old_folder, &tmp.path().join("converted")).unwrap();
         let task = super::super::harbor::load(&folder).unwrap();
         assert_eq!(task.id, "hello-world");
         assert_eq!(task.instruction.trim(), "Write hello.");
@@ -234,12 +270,18 @@ mod tests {
             task.verifier.timeout,
             Some(std::time::Duration::from_secs_f64(30.5))
         );
-        let context = task.build_context.unwrap();
+        let context = folder.join(task.build_context.unwrap());
         assert!(context.join("app.py").is_file() && context.join("Dockerfile").is_file());
         assert!(!context.join("tests").exists() && !context.join("solution.sh").exists());
-        assert!(task.tests.join("run-tests.sh").is_file());
-        assert!(task.tests.join("test_outputs.py").is_file());
-        assert!(task.solution.unwrap().join("solve.sh").is_file());
+        let tests = folder.join(&task.tests);
+        assert!(tests.join("run-tests.sh").is_file());
+        assert!(tests.join("test_outputs.py").is_file());
+        assert!(
+            folder
+                .join(task.solution.unwrap())
+                .join("solve.sh")
+                .is_file()
+        );
         let fields: Vec<&str> = notes.iter().map(|(f, _)| f.as_str()).collect();
         assert_eq!(
             fields,
@@ -247,7 +289,7 @@ mod tests {
         );
         // No instruction: the task says so.
         std::fs::write(old.join("task.yaml"), "author_email: a@b.c\n").unwrap();
-        let (id, why) = convert(&old, &tmp.path().join("converted")).unwrap_err();
+        let (id, why) = convert(&old_folder, &tmp.path().join("converted")).unwrap_err();
         assert_eq!(id, "hello-world");
         assert!(why.contains("no instruction"), "{why}");
     }

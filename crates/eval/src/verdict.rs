@@ -113,6 +113,16 @@ pub(super) fn record_patch(result: &mut TaskResult, out: &Path, patch: Result<Ve
     }
 }
 
+/// Writes the agent's changes in a workspace on the host into `path` as git makes them,
+/// never holding the patch whole; no file is left when there is none.
+pub(super) fn stream_patch(ws: &crate::workspace::Workspace, path: &Path) -> Result<(), EvalError> {
+    let file = std::fs::File::create(path).map_err(EvalError::io("write", path))?;
+    ws.write_git_patch(file).map_err(|e| {
+        let _ = std::fs::remove_file(path);
+        EvalError::from(e)
+    })
+}
+
 /// The verdict when the agent's end already decided the attempt (it ran past its limit, or
 /// brought its own sandbox down): nothing is left to verify.
 pub(super) fn decided_by_the_agent(

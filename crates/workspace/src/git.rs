@@ -69,6 +69,27 @@ impl RunGit for Command {
 /// not ignore, staged into `index` (a file of ours, removed before and after). No diff
 /// driver or text conversion runs.
 pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8>, Error> {
+    staged_diff(base_git, work, index, std::process::Stdio::piped()).map(|o| o.stdout)
+}
+
+/// [`patch`], written into `out` as git makes it: the patch of an agent that wrote a
+/// gigabyte is never held in runner's memory (git's own output goes straight to the file).
+pub(crate) fn patch_into(
+    base_git: &Path,
+    work: &Path,
+    index: &Path,
+    out: std::fs::File,
+) -> Result<(), Error> {
+    staged_diff(base_git, work, index, out.into()).map(drop)
+}
+
+/// Stages `work` into `index` and diffs it against HEAD, git's output going to `stdout`.
+fn staged_diff(
+    base_git: &Path,
+    work: &Path,
+    index: &Path,
+    stdout: std::process::Stdio,
+) -> Result<std::process::Output, Error> {
     let _ = std::fs::remove_file(index);
     let tree = |args: &[&str]| {
         let mut c = git(None, &[]);
@@ -82,7 +103,7 @@ pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8
         c
     };
     let staged = tree(&["add", "-A", "--", "."]).run("stage the agent's changes");
-    let patch = staged.and_then(|()| {
+    let diffed = staged.and_then(|()| {
         tree(&[
             "diff",
             "--cached",
@@ -92,6 +113,8 @@ pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8
             "--no-color",
             "HEAD",
         ])
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
         .output()
         .map_err(|e| Error::Program {
             what: "diff the worktree".into(),
@@ -99,9 +122,23 @@ pub(crate) fn patch(base_git: &Path, work: &Path, index: &Path) -> Result<Vec<u8
         })
     });
     let _ = std::fs::remove_file(index);
-    let patch = patch?;
-    if !patch.status.success() {
-        return Err(Error::program("diff the worktree", &patch.stderr));
+    let diffed = diffed?;
+    if !diffed.status.success() {
+        return Err(Error::program("diff the worktree", &diffed.stderr));
     }
-    Ok(patch.stdout)
+    Ok(diffed)
+}
+
+impl crate::Workspace {
+    /// The changes as git's patch ([`crate::PatchFormat::Git`]), written into `out` as it
+    /// is made: an evaluation keeps a patch of any size on disk, not in memory.
+    pub fn write_git_patch(&self, out: std::fs::File) -> Result<(), Error> {
+        self.on_host()?;
+        let base_git = self.base().join(".git");
+        // The base's own repository only, as for `diff`.
+        if !std::fs::symlink_metadata(&base_git).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::NotARepository(self.base()));
+        }
+        patch_into(&base_git, &self.work(), &self.dir.join("git-index"), out)
+    }
 }
