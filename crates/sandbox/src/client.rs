@@ -696,9 +696,17 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
             Ok(n) => n,
             Err(e) => break e.to_string(),
         };
-        let mut body = vec![0u8; body_len];
-        if let Err(e) = reader.read_exact(&mut body).await {
-            break format!("the server's answer was cut off: {e}");
+        // The length word is the server's claim: reserve at most one chunk ahead of the
+        // bytes that really arrive (see `RESERVE_AHEAD`).
+        let mut body = Vec::with_capacity(body_len.min(crate::api::RESERVE_AHEAD));
+        match (&mut reader)
+            .take(body_len as u64)
+            .read_to_end(&mut body)
+            .await
+        {
+            Ok(n) if n == body_len => {}
+            Ok(_) => break "the server's answer was cut off: early end of file".to_string(),
+            Err(e) => break format!("the server's answer was cut off: {e}"),
         }
         let frame: ResponseFrame = match serde_json::from_slice(&body) {
             Ok(f) => f,
@@ -954,13 +962,20 @@ mod tests {
         .await
         .expect("another call hung behind a queue nobody read");
         assert!(matches!(other, Ok(Response::Done)), "{other:?}");
-        // The server was asked to stop the command.
-        let mut asked = false;
-        while let Ok(request) = f.seen.try_recv() {
-            asked |= request["op"] == "cancel";
-        }
-        assert!(
+        // The server is asked to stop the command (by a task of its own: it may come after
+        // the other call's answer).
+        let asked = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(request) = f.seen.recv().await {
+                if request["op"] == "cancel" {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(
             asked,
+            Ok(true),
             "the sandbox was not asked to cancel the cut-off command"
         );
         // What was queued is still there; then the reason.
