@@ -96,7 +96,7 @@ fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
 /// finds it by the record the run left in its data directory: afterwards no mount is left
 /// under that `--out` and no loop device holds the image. Control: a second run, alive
 /// through the same cleanup, keeps its mount and its agent's file; once it is killed too,
-/// the next cleanup clears it.
+/// the next run that mounts a budget clears it, whatever its `--out`.
 #[test]
 fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
     use common::provider::{Response, ScriptedModel, call, text};
@@ -181,11 +181,19 @@ fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
     assert_eq!(common::loops_under(&live_out).len(), 1);
     assert!(started_in(&live_out).is_some());
 
+    // Once that run is killed too, the next run that mounts a budget, into another
+    // folder, clears it before its own.
     kill(&mut live);
-    let said = cleanup();
-    assert!(said.contains("removed 1 disk image(s)"), "{said}");
+    let next_out = dir.join("next");
+    let mut next = start(&next_out);
+    wait_for_agent(&next_out);
     assert_eq!(common::mounts_under(&live_out), Vec::<String>::new());
     assert_eq!(common::loops_under(&live_out), Vec::<String>::new());
+    kill(&mut next);
+    let said = cleanup();
+    assert!(said.contains("removed 1 disk image(s)"), "{said}");
+    assert_eq!(common::mounts_under(&next_out), Vec::<String>::new());
+    assert_eq!(common::loops_under(&next_out), Vec::<String>::new());
 }
 
 /// The file the agent's command made in the attempt's worktree under `out`, once it has.
