@@ -130,10 +130,10 @@ fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
         })
     });
     let data = dir.join("data");
-    let start = |out: &std::path::Path| {
+    let start_set = |tasks: &std::path::Path, out: &std::path::Path| {
         Command::new(env!("CARGO_BIN_EXE_runner"))
             .args(["eval", "run"])
-            .arg(&tasks)
+            .arg(tasks)
             .arg("--out")
             .arg(out)
             .args(["--model", "openai/scripted", "--sandbox", "landlock"])
@@ -149,6 +149,7 @@ fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
             .spawn()
             .unwrap()
     };
+    let start = |out: &std::path::Path| start_set(&tasks, out);
     let cleanup = || {
         let out = Command::new(env!("CARGO_BIN_EXE_runner"))
             .args(["sandbox", "cleanup"])
@@ -194,6 +195,21 @@ fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
     assert!(said.contains("removed 1 disk image(s)"), "{said}");
     assert_eq!(common::mounts_under(&next_out), Vec::<String>::new());
     assert_eq!(common::loops_under(&next_out), Vec::<String>::new());
+    // Control: a run that ends (its agent out of time) takes its mount and record along.
+    let short = dir.join("short.jsonl");
+    let mut task = task.clone();
+    task["timeouts"] = json!({"agent": 2});
+    std::fs::write(&short, format!("{task}\n")).unwrap();
+    let ended_out = dir.join("ended");
+    let ended = start_set(&short, &ended_out).wait().unwrap();
+    assert!(ended.success(), "{ended:?}");
+    assert_eq!(common::mounts_under(&ended_out), Vec::<String>::new());
+    assert_eq!(common::loops_under(&ended_out), Vec::<String>::new());
+    // Nothing is left to find: every record went with its mount.
+    let records: Vec<_> = std::fs::read_dir(data.join("runner/mounts"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(records, Vec::<std::path::PathBuf>::new());
 }
 
 /// The file the agent's command made in the attempt's worktree under `out`, once it has.
