@@ -90,6 +90,22 @@ fn fetch(url: &str, extra: &[&str]) -> (Output, Value) {
 }
 
 fn fetch_in(url: &str, extra: &[&str], configs: Configs) -> (Output, Value) {
+    fetch_env(url, extra, configs, &[])
+}
+
+/// The proxy variables runner reads; a fetch sees only those it is given.
+const PROXY_VARS: [&str; 8] = [
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+];
+
+fn fetch_env(url: &str, extra: &[&str], configs: Configs, env: &[(&str, &str)]) -> (Output, Value) {
     let tmp = tempfile::tempdir().unwrap();
     if let Some(text) = configs.user {
         let dir = tmp.path().join("config/runner");
@@ -102,7 +118,12 @@ fn fetch_in(url: &str, extra: &[&str], configs: Configs) -> (Output, Value) {
     }
     // A profile with a copy workspace (`untrusted`) leaves its copy mounted.
     let _mounts = common::CopyMounts(tmp.path().join("data"));
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    for var in PROXY_VARS {
+        command.env_remove(var);
+    }
+    let out = command
+        .envs(env.iter().copied())
         .current_dir(tmp.path())
         .env("XDG_DATA_HOME", tmp.path().join("data"))
         .env("XDG_CONFIG_HOME", tmp.path().join("config"))
@@ -348,4 +369,83 @@ fn attack_a_repositorys_config_cannot_open_loopback() {
         );
     }
     assert_eq!(s.hits.load(Ordering::SeqCst), 0);
+}
+
+/// A company proxy on loopback, named by `localhost` as `HTTP_PROXY` names it, and a
+/// loopback-only service beside it. The proxy's own address is open only as the proxy,
+/// at its port: its name does not open every port on it.
+struct ProxyNamedLocalhost {
+    proxy: common::upstream::UpstreamProxy,
+    url: String,
+}
+
+fn proxy_named_localhost() -> ProxyNamedLocalhost {
+    let proxy = common::upstream::UpstreamProxy::start("corp", "proxy-pass");
+    let url = format!("http://corp:proxy-pass@localhost:{}", proxy.port);
+    ProxyNamedLocalhost { proxy, url }
+}
+
+#[test]
+fn attack_the_upstream_proxys_name_does_not_open_other_ports_on_its_host() {
+    let p = proxy_named_localhost();
+    let service = site(None);
+    let target = format!("http://localhost:{}/latest/meta-data", service.port);
+    // Direct, as no_proxy says: the name is the proxy's, the port is not.
+    let (out, v) = fetch_env(
+        &target,
+        &[],
+        Configs::default(),
+        &[("HTTP_PROXY", &p.url), ("NO_PROXY", "localhost")],
+    );
+    let err = refusal(&out, &v, "direct to the proxy's host");
+    assert!(err.contains("localhost leads to"), "{err}");
+    // Through the proxy, which would fetch it from its own loopback.
+    let (out, v) = fetch_env(&target, &[], Configs::default(), &[("HTTP_PROXY", &p.url)]);
+    let err = refusal(&out, &v, "through the proxy to its own host");
+    assert!(err.contains("localhost leads to"), "{err}");
+    // The proxy's own port, as a site rather than as the proxy.
+    let at_proxy = format!("http://localhost:{}/", p.proxy.port);
+    let (out, v) = fetch_env(
+        &at_proxy,
+        &[],
+        Configs::default(),
+        &[("HTTP_PROXY", &p.url), ("NO_PROXY", "localhost")],
+    );
+    refusal(&out, &v, "the proxy's port as a site");
+    assert_eq!(
+        service.hits.load(Ordering::SeqCst),
+        0,
+        "the loopback service was reached"
+    );
+    assert!(p.proxy.passed().is_empty(), "{:?}", p.proxy.passed());
+}
+
+#[test]
+fn control_requests_through_the_proxy_named_localhost_still_work() {
+    let p = proxy_named_localhost();
+    // A server the user's own config opens, reached through the proxy.
+    let opened = site_on("127.0.0.2", None);
+    let user = "[permission.network]\n\"127.0.0.2\" = \"allow\"\n";
+    let (out, v) = fetch_env(
+        &format!("http://127.0.0.2:{}/page", opened.port),
+        &[],
+        Configs {
+            user: Some(user),
+            ..Configs::default()
+        },
+        &[("HTTP_PROXY", &p.url), ("NO_PROXY", "localhost")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{v} {out:?}");
+    assert!(
+        v["output"].as_str().unwrap().contains("Secret plans"),
+        "{v}"
+    );
+    assert_eq!(opened.hits.load(Ordering::SeqCst), 1);
+    let passed = p.proxy.passed();
+    assert!(
+        passed.len() == 1
+            && passed[0].authorized
+            && passed[0].line == format!("GET http://127.0.0.2:{}/page HTTP/1.1", opened.port),
+        "{passed:?}"
+    );
 }

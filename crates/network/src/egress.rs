@@ -235,14 +235,16 @@ impl Egress {
         self.for_host(host, url.scheme() != "http")
     }
 
-    /// The proxies' own hosts: the user's, so never refused as private addresses.
-    pub fn proxy_hosts(&self) -> Vec<String> {
-        [&self.https, &self.http]
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|p| p.host.clone())
-            .collect()
+    /// The proxies that can be used, in a fixed order (the one for tunnels, then the one
+    /// for plain requests), each once.
+    pub fn proxies(&self) -> Vec<&ProxyServer> {
+        let mut all: Vec<&ProxyServer> = Vec::new();
+        for p in [&self.https, &self.http].into_iter().flatten().flatten() {
+            if !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        all
     }
 
     /// `no_proxy` as curl reads it: `*` for every host; a name for itself and the names

@@ -23,20 +23,33 @@
 //! Where runner's environment names an upstream proxy ([`super::egress`]), the clients
 //! send through it, and the proxy resolves the names: then [`Outbound::judge`] resolves
 //! each URL's name here first and refuses it if it leads somewhere closed (a name this
-//! machine cannot resolve at all is left to the proxy). The proxy's own address is the
-//! user's choice and never refused.
+//! machine cannot resolve at all is left to the proxy).
+//!
+//! The proxy's own address is the user's choice, and may be loopback or private; it is
+//! open only as the proxy, at the proxy's port. A proxy named `localhost:3128` with
+//! `no_proxy=localhost` must not make `http://localhost:8080/` reachable, nor
+//! `http://localhost:8080/` sent through the proxy (which would fetch it from its own
+//! loopback). The resolver sees names without ports, so the clients are given the proxy
+//! under a name of its own ([`PROXY_DOMAIN`], with a token made per process), which only
+//! the resolver here turns into the proxy's addresses; the proxy's real name is judged
+//! like any other, and a URL naming the proxy's own name is refused.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::address::{self, Reserved};
-use super::egress::{BadProxy, Egress};
+use super::egress::{BadProxy, Egress, ProxyServer};
 use runner_permission::rules::{Action, Rule};
 use runner_permission::wildcard;
 
 /// How long a name may take to resolve.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The domain of the names the clients built here reach the upstream proxies by.
+/// `.invalid` resolves nowhere else (RFC 6761), so a client that bypassed the resolver
+/// here would fail rather than reach something.
+pub const PROXY_DOMAIN: &str = "upstream-proxy.runner.invalid";
 
 /// Why a request was not made: the message says what was refused, why, and how the user
 /// opens it on purpose.
@@ -74,8 +87,9 @@ struct Openings {
     rules: Vec<Rule>,
     /// This machine's own addresses (a public one is still this machine).
     own: Vec<IpAddr>,
-    /// The upstream proxies' hosts, which the user named and so may be anywhere.
-    proxies: Vec<String>,
+    /// The upstream proxies, which the user named and so may be anywhere, each with the
+    /// name the clients reach it by.
+    proxies: Vec<(String, ProxyServer)>,
 }
 
 impl Outbound {
@@ -89,7 +103,7 @@ impl Outbound {
                     .cloned()
                     .collect(),
                 own: address::own_addresses(),
-                proxies: Egress::from_env().proxy_hosts(),
+                proxies: proxy_names(Egress::from_env()),
             }),
             client: OnceLock::new(),
         }
@@ -105,12 +119,10 @@ impl Outbound {
         let egress = Egress::from_env();
         let mut builder = runner_http::client_builder().no_proxy();
         if egress.is_set() {
-            builder = builder.proxy(reqwest::Proxy::custom(|url| {
-                Egress::from_env()
-                    .for_url(url)
-                    .ok()
-                    .flatten()
-                    .map(|p| p.url().to_string())
+            let openings = self.openings.clone();
+            builder = builder.proxy(reqwest::Proxy::custom(move |url| {
+                let proxy = Egress::from_env().for_url(url).ok().flatten()?;
+                Some(openings.proxy_url(proxy))
             }));
         }
         let built = builder
@@ -153,13 +165,11 @@ impl Outbound {
             .connect_timeout(Duration::from_secs(30))
             .no_proxy();
         if Egress::from_env().is_set() {
-            builder = builder.proxy(reqwest012::Proxy::custom(|url| {
+            let openings = self.openings.clone();
+            builder = builder.proxy(reqwest012::Proxy::custom(move |url| {
                 let url = reqwest::Url::parse(url.as_str()).ok()?;
-                Egress::from_env()
-                    .for_url(&url)
-                    .ok()
-                    .flatten()
-                    .map(|p| p.url().to_string())
+                let proxy = Egress::from_env().for_url(&url).ok().flatten()?;
+                Some(openings.proxy_url(proxy))
             }));
         }
         builder
@@ -229,13 +239,48 @@ fn host_of(url: &reqwest::Url) -> Option<Host> {
     })
 }
 
+/// Each usable upstream proxy with the name the clients reach it by: `p<n>-<token>.`
+/// [`PROXY_DOMAIN`], the token random per process, so that nobody who has not been told it
+/// can name it (a URL under the domain is refused anyway).
+fn proxy_names(egress: &Egress) -> Vec<(String, ProxyServer)> {
+    use std::hash::BuildHasher;
+    let token = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    egress
+        .proxies()
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| (format!("p{i}-{token:016x}.{PROXY_DOMAIN}"), p.clone()))
+        .collect()
+}
+
+fn is_proxy_name(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    host == PROXY_DOMAIN || host.ends_with(&format!(".{PROXY_DOMAIN}"))
+}
+
 impl Openings {
+    /// The proxy URL a client built here is given for `proxy`: the configured one (its
+    /// credentials and port), under the name only [`Resolver`] knows.
+    fn proxy_url(&self, proxy: &ProxyServer) -> String {
+        let named = self.proxies.iter().find(|(_, p)| p == proxy);
+        let renamed = named.and_then(|(name, _)| {
+            let mut url = reqwest::Url::parse(proxy.url()).ok()?;
+            url.set_host(Some(name)).ok()?;
+            Some(url.to_string())
+        });
+        // Never direct instead: the proxy's own name, judged like any other, at worst.
+        renamed.unwrap_or_else(|| proxy.url().to_string())
+    }
+
     fn check_url(&self, url: &reqwest::Url) -> Result<(), Refused> {
         match host_of(url) {
             Some(Host::Ip(ip)) => match self.reserved(None, ip) {
                 None => Ok(()),
                 Some(why) => Err(self.refusal(&ip.to_string(), &[(ip, why)])),
             },
+            Some(Host::Name(name)) if is_proxy_name(&name) => Err(Refused(format!(
+                "{url} is not fetched: names under {PROXY_DOMAIN} are runner's own names for the upstream proxy, which is open only as the proxy"
+            ))),
             Some(Host::Name(_)) => Ok(()),
             None => Err(Refused(format!("{url} names no host"))),
         }
@@ -255,26 +300,18 @@ impl Openings {
         name: &str,
     ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
         let bare = name.trim_start_matches('[').trim_end_matches(']');
-        let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, 0)],
-            Err(_) => {
-                let lookup = tokio::net::lookup_host((bare, 0));
-                match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                    Ok(Ok(addrs)) => addrs.collect(),
-                    Ok(Err(e)) => return Err(format!("{name} does not resolve: {e}").into()),
-                    Err(_) => {
-                        return Err(format!(
-                            "resolving {name} took over {} s",
-                            RESOLVE_TIMEOUT.as_secs()
-                        )
-                        .into());
-                    }
-                }
-            }
-        };
-        if self.proxies.iter().any(|p| p == bare) {
-            return Ok(found);
+        // The upstream proxy, under the name only the clients' proxy setting uses: the
+        // user's choice, wherever it is, and reached only at its port.
+        let proxy = self
+            .proxies
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(bare));
+        if let Some((_, proxy)) = proxy {
+            return lookup(&proxy.host)
+                .await
+                .map_err(|e| format!("the upstream proxy {}: {e}", proxy.address()).into());
         }
+        let found = lookup(bare).await?;
         let mut refused = Vec::new();
         let usable: Vec<SocketAddr> = found
             .into_iter()
@@ -320,6 +357,22 @@ impl Openings {
             ));
         }
         Refused(text)
+    }
+}
+
+/// The addresses `name` (a name, or an address without brackets) stands for, looked up
+/// once.
+async fn lookup(name: &str) -> Result<Vec<SocketAddr>, String> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, 0)]);
+    }
+    match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name, 0))).await {
+        Ok(Ok(addrs)) => Ok(addrs.collect()),
+        Ok(Err(e)) => Err(format!("{name} does not resolve: {e}")),
+        Err(_) => Err(format!(
+            "resolving {name} took over {} s",
+            RESOLVE_TIMEOUT.as_secs()
+        )),
     }
 }
 
@@ -511,6 +564,44 @@ mod tests {
             err.contains("/repo/.runner/config.toml does not count"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_upstream_proxy_is_open_under_its_own_name_at_its_port_only() {
+        let egress = Egress::from_vars(|k| {
+            (k == "HTTP_PROXY").then(|| "http://me:pw@localhost:3128".to_string())
+        });
+        let openings = Openings {
+            rules: Vec::new(),
+            own: Vec::new(),
+            proxies: proxy_names(&egress),
+        };
+        // The clients are given the proxy's URL with its credentials and port, under a
+        // name only the resolver here knows.
+        let given = url(&openings.proxy_url(egress.proxies()[0]));
+        let name = given.host_str().unwrap().to_string();
+        assert!(name.ends_with(PROXY_DOMAIN), "{given}");
+        assert_eq!(
+            (given.username(), given.password(), given.port()),
+            ("me", Some("pw"), Some(3128))
+        );
+        let addrs = openings.resolve(&name).await.unwrap();
+        assert!(
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()),
+            "{addrs:?}"
+        );
+        // The proxy's real name is judged like any other: loopback, closed.
+        let err = openings.resolve("localhost").await.unwrap_err();
+        assert!(err.downcast_ref::<Refused>().is_some(), "{err}");
+        // And no URL may name the proxy's own name, at any port.
+        for port in [3128, 8080] {
+            let refused = openings
+                .check_url(&url(&format!("http://{name}:{port}/")))
+                .unwrap_err();
+            assert!(refused.0.contains("open only as the proxy"), "{refused}");
+        }
+        // The name carries a random token: it cannot be told from the proxy's address.
+        assert_ne!(proxy_names(&egress)[0].0, name);
     }
 
     #[test]
