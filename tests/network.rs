@@ -612,3 +612,59 @@ fn a_client_hanging_up_is_recorded_as_a_close_not_a_failure() {
         "a failure keeps its reason\n{all}"
     );
 }
+
+/// A client that sends a tunnel's first bytes in pieces: a long method, a pause, then the
+/// rest of a request for another host. Each piece is judged as it comes, and a request
+/// for another host is cut before a byte of it is sent, wherever the client paused (24
+/// capital letters used to pass as "not HTTP", and the rest went down the tunnel unread).
+/// Control: a request for the tunnel's own host, paused after its method, arrives.
+#[test]
+fn a_request_sent_in_pieces_down_a_tunnel_is_judged_whole() {
+    let s = common::allowlist::setup();
+    let outside = common::outside::Outside::start(1000);
+    let p = outside.port;
+    let script = format!(
+        "import socket, sys, time\n\
+         def tunnel(name, first, rest):\n\
+         \x20   s = socket.create_connection(('127.0.0.1', 3128))\n\
+         \x20   s.sendall(b'CONNECT 127.0.0.1:{p} HTTP/1.1\\r\\nHost: 127.0.0.1:{p}\\r\\n\\r\\n')\n\
+         \x20   head = b''\n\
+         \x20   while not head.endswith(b'\\r\\n\\r\\n'):\n\
+         \x20       head += s.recv(1)\n\
+         \x20   s.sendall(first)\n\
+         \x20   time.sleep(0.5)\n\
+         \x20   s.sendall(rest)\n\
+         \x20   s.settimeout(10)\n\
+         \x20   try:\n\
+         \x20       answer = s.recv(200).split(b'\\r\\n')[0].decode()\n\
+         \x20   except Exception as e:\n\
+         \x20       answer = repr(e)\n\
+         \x20   print(name, 'ANSWER', answer or 'closed')\n\
+         other = b' / HTTP/1.1\\r\\nHost: blocked.example.invalid\\r\\n\\r\\n'\n\
+         tunnel('long', b'A' * 30, other)\n\
+         tunnel('lower', b'get', other)\n\
+         tunnel('tab', b'GET\\t/', other[2:])\n\
+         tunnel('control', b'GET', b' /blob HTTP/1.1\\r\\nHost: 127.0.0.1:{p}\\r\\n\\r\\n')\n"
+    );
+    std::fs::write(s.wt.join("pieces.py"), script).unwrap();
+    let out = common::allowlist::call(&s, common::Backend::Landlock, "python3 pieces.py");
+    let all = text(&out);
+    assert!(all.contains("control ANSWER HTTP/1.1 200 OK"), "{all}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 4, "{all}");
+    for (i, name) in ["long", "lower", "tab"].iter().enumerate() {
+        let (decision, _, rest) = &recs[i];
+        assert_eq!(decision, "deny", "{name}: {rest}\n{all}");
+        assert!(
+            rest.contains("(0 B sent,"),
+            "{name}: the request for another host was sent: {rest}\n{all}"
+        );
+    }
+    assert!(
+        recs[0]
+            .2
+            .contains("an HTTP request for blocked.example.invalid:80"),
+        "{all}"
+    );
+    assert_eq!(recs[3].0, "allow", "{all}");
+}
