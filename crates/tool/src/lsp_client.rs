@@ -364,7 +364,12 @@ impl LspClient {
     /// runner cut it off).
     fn failure(&self, what: &str) -> ServerError {
         if let Some(cut) = self.cut.get() {
-            return ServerError::Failed(format!("the language server {} {what}: {cut}", self.name));
+            // A failure wrapped in another already says why.
+            return ServerError::Failed(if what.contains(cut.as_str()) {
+                format!("the language server {} {what}", self.name)
+            } else {
+                format!("the language server {} {what}: {cut}", self.name)
+            });
         }
         let tail = self
             .stderr
