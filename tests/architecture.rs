@@ -189,7 +189,7 @@ fn tools_link_no_provider_or_cli() {
     links_none(
         "runner-tool",
         "runner-sandbox",
-        &["clap", "runner", "runner-llm", "eventsource-stream"],
+        &["clap", "runner", "runner-llm"],
     );
 }
 
