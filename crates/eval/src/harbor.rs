@@ -218,26 +218,7 @@ pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
     let tasks: Vec<LoadedTask> = dirs
         .iter()
         .map(|d| {
-            let id = super::fields::folder_id(d);
-            let folder = match &set {
-                None => Folder::open(d),
-                Some(set) => set.sub(Path::new(d.file_name().unwrap_or_default())),
-            }
-            .map_err(|e| (id.clone(), e.to_string()));
-            let task = folder.and_then(|folder| {
-                if exists(&d.join("task.toml")) {
-                    load_folder(folder)
-                } else {
-                    super::terminal_bench::convert(&folder, converted).and_then(
-                        |(converted, notes)| {
-                            load(&converted).map(|mut t| {
-                                t.unsupported.extend(notes);
-                                t
-                            })
-                        },
-                    )
-                }
-            });
+            let task = load_in_set(set.as_ref(), d, converted);
             if let Ok(t) = &task {
                 for (field, doing) in &t.unsupported {
                     *fields.entry((field.clone(), *doing)).or_default() += 1;
@@ -260,6 +241,25 @@ pub fn load_set(dir: &Path, converted: &Path) -> Result<TaskSet, EvalError> {
     Ok(TaskSet { tasks, notes })
 }
 
+/// The task at `d`, opened beneath `set` when it is one of a set's folders; converted
+/// into `converted` first when it is in the original Terminal-Bench layout.
+fn load_in_set(set: Option<&Folder>, d: &Path, converted: &Path) -> LoadedTask {
+    let id = super::fields::folder_id(d);
+    let folder = match set {
+        None => Folder::open(d),
+        Some(set) => set.sub(Path::new(d.file_name().unwrap_or_default())),
+    }
+    .map_err(|e| (id, e.to_string()))?;
+    if exists(&d.join("task.toml")) {
+        return load_folder(folder);
+    }
+    let (converted, notes) = super::terminal_bench::convert(&folder, converted)?;
+    load(&converted).map(|mut t| {
+        t.unsupported.extend(notes);
+        t
+    })
+}
+
 /// One task folder.
 pub fn load(dir: &Path) -> LoadedTask {
     let folder = Folder::open(dir).map_err(|e| (super::fields::folder_id(dir), e.to_string()))?;
@@ -272,53 +272,10 @@ fn load_folder(folder: Folder) -> LoadedTask {
     let dir = dir.as_path();
     let id = super::fields::folder_id(dir);
     let fail = |reason: String| (id.clone(), reason);
-    let text = folder
-        .read_string(Path::new("task.toml"))
-        .map_err(|e| fail(e.to_string()))?;
-    let doc: toml::Table =
-        toml::from_str(&text).map_err(|e| fail(format!("{}/task.toml: {e}", dir.display())))?;
-    let unsupported = unsupported_fields(&doc);
-    let file: File = doc
-        .try_into()
-        .map_err(|e| fail(format!("{}/task.toml: {e}", dir.display())))?;
+    let (file, unsupported) = read_toml(&folder).map_err(fail)?;
     let multi = !file.steps.is_empty();
-    // A multi-step task's root instruction is never sent, and its root tests only back
-    // the steps' own.
-    let instruction = match folder.read_string(Path::new("instruction.md")) {
-        Ok(text) => text,
-        Err(e) if multi && e.is_missing() => String::new(),
-        Err(e) => return Err(fail(e.to_string())),
-    };
-    if instruction.trim().is_empty() && !multi {
-        return Err(fail(format!("{}/instruction.md is empty", dir.display())));
-    }
-    let is_file = |rel: &str| {
-        folder
-            .is_file(Path::new(rel))
-            .map_err(|e| fail(e.to_string()))
-    };
-    let tests = PathBuf::from("tests");
-    if !is_file("tests/test.sh")? && !multi {
-        return Err(fail(format!(
-            "{}/tests/test.sh is missing: the verifier runs it",
-            dir.display()
-        )));
-    }
-    // The tests are packed whole after the agent: a link out of them is refused now.
-    if folder.is_dir(&tests).map_err(|e| fail(e.to_string()))? {
-        folder
-            .walk_inside(&tests)
-            .map_err(|e| fail(e.to_string()))?;
-    }
-    let build_context = is_file("environment/Dockerfile")?.then(|| PathBuf::from("environment"));
-    // The build context goes to the engine whole, as a folder of its own: no link in it
-    // may leave it.
-    if let Some(context) = &build_context {
-        folder
-            .sub(context)
-            .and_then(|c| c.walk_inside(Path::new("")))
-            .map_err(|e| fail(e.to_string()))?;
-    }
+    let instruction = read_instruction(&folder, multi).map_err(fail)?;
+    let (tests, build_context) = checked_trees(&folder, multi).map_err(fail)?;
     let e = file.environment;
     if build_context.is_none() && e.docker_image.is_none() {
         return Err(fail(format!(
@@ -376,6 +333,64 @@ fn load_folder(folder: Folder) -> LoadedTask {
         artifacts: file.artifacts,
         unsupported,
     })
+}
+
+/// `task.toml`, and the fields in it runner does not honour.
+fn read_toml(folder: &Folder) -> Result<(File, super::terminal_bench::Unsupported), String> {
+    let dir = folder.path();
+    let text = folder
+        .read_string(Path::new("task.toml"))
+        .map_err(|e| e.to_string())?;
+    let doc: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("{}/task.toml: {e}", dir.display()))?;
+    let unsupported = unsupported_fields(&doc);
+    let file: File = doc
+        .try_into()
+        .map_err(|e| format!("{}/task.toml: {e}", dir.display()))?;
+    Ok((file, unsupported))
+}
+
+/// `instruction.md`. A multi-step task's root instruction is never sent: it may be absent.
+fn read_instruction(folder: &Folder, multi: bool) -> Result<String, String> {
+    let instruction = match folder.read_string(Path::new("instruction.md")) {
+        Ok(text) => text,
+        Err(e) if multi && e.is_missing() => String::new(),
+        Err(e) => return Err(e.to_string()),
+    };
+    if instruction.trim().is_empty() && !multi {
+        return Err(format!(
+            "{}/instruction.md is empty",
+            folder.path().display()
+        ));
+    }
+    Ok(instruction)
+}
+
+/// `tests` (with the `test.sh` a task of one step needs; a multi-step task's root tests
+/// only back its steps') and the build context, if any; both go out whole later, so a
+/// link out of either is refused now. The build context is a folder of its own: no link
+/// in it may leave it.
+fn checked_trees(folder: &Folder, multi: bool) -> Result<(PathBuf, Option<PathBuf>), String> {
+    let text = |e: super::folder::FolderError| e.to_string();
+    let tests = PathBuf::from("tests");
+    if !folder.is_file(&tests.join("test.sh")).map_err(text)? && !multi {
+        return Err(format!(
+            "{}/tests/test.sh is missing: the verifier runs it",
+            folder.path().display()
+        ));
+    }
+    if folder.is_dir(&tests).map_err(text)? {
+        folder.walk_inside(&tests).map_err(text)?;
+    }
+    let context = PathBuf::from("environment");
+    if !folder.is_file(&context.join("Dockerfile")).map_err(text)? {
+        return Ok((tests, None));
+    }
+    folder
+        .sub(&context)
+        .and_then(|c| c.walk_inside(Path::new("")))
+        .map_err(text)?;
+    Ok((tests, Some(context)))
 }
 
 fn secs(v: Option<f64>) -> Option<Duration> {
