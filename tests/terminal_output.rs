@@ -494,3 +494,50 @@ fn changes_quote_names_and_show_escapes_on_a_terminal() {
     assert!(names.contains(&"x\x1b]0;t\x07.sh"), "{names:?}");
     assert!(home.piped(None, &["discard", &id]).status.success());
 }
+
+/// What the sandbox leaves in the checkout is reported by name when it closes, and those
+/// names are the sandbox's choice: a FIFO and a nested repository whose names hold an OSC 52
+/// are named with every byte visible. Control: the report is there (the FIFO went).
+#[test]
+fn what_the_sandbox_left_is_named_visibly_when_it_closes() {
+    let home = Home::new();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&home.wt)
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    let name = "f\\033]52;c;aGk=\\007";
+    let command = format!(
+        "mkfifo \"$(printf '{name}')\" && mkdir -p \"$(printf 'r{name}')\" && git init -q \"$(printf 'r{name}')\""
+    );
+    let args = json!({ "command": command, "description": "leave things" }).to_string();
+    let root = home.wt.display().to_string();
+    let out = home.piped(
+        None,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--root",
+            &root,
+            "--sandbox",
+            "landlock",
+            "--ask",
+            "allow",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("when the sandbox closed") && stderr.contains("f\\e]52;c;aGk=\\a"),
+        "the FIFO is named, visibly: {stderr}"
+    );
+    assert_nothing_raw("the close report", &stderr);
+}

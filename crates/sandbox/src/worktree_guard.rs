@@ -221,7 +221,8 @@ impl Drop for SweepOnClose {
             eprintln!(
                 "runner: when the sandbox closed, {} (git on the host would have run what \
                  the sandbox wrote there)",
-                done.join("; ")
+                // The paths are names the sandbox chose: shown, never obeyed by the terminal.
+                runner_display::escape(&done.join("; "))
             );
         }
         let mended = self
@@ -233,7 +234,7 @@ impl Drop for SweepOnClose {
             eprintln!(
                 "runner: when the sandbox closed, {} (in the checkout, such files act with \
                  more than their reader's rights or make host tools hang)",
-                mended.join("; ")
+                runner_display::escape(&mended.join("; "))
             );
         }
     }
