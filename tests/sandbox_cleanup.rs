@@ -1,48 +1,199 @@
-//! `runner sandbox cleanup` removes every runner container. A test binary of its own: it
-//! removes *all* of them, so it must not run beside tests that have sandboxes open (cargo
-//! runs test binaries one after another).
+//! `runner sandbox cleanup` removes what nobody owns, and with `--all --yes` every runner
+//! container. A test binary of its own: `--all` removes *all* of them, so it must not run
+//! beside tests that have sandboxes open (cargo runs test binaries one after another).
+//! Its tests take turns ([`serial`]): a cleanup in one would remove what another planted
+//! and is about to look for.
 
 use runner_test_support as common;
 
 use std::collections::HashMap;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
+use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use runner::sandbox::docker::{LABEL, LABEL_OWNER};
+use runner::sandbox::api::ExecRequest;
+use runner::sandbox::client::ExecEvent;
+use runner::sandbox::docker::{LABEL, LABEL_BOOT, LABEL_OWNER};
 use runner::sandbox::spec::DEFAULT_IMAGE;
 
-/// `runner sandbox cleanup` removes every runner container, even one whose owner lives.
-#[tokio::test(flavor = "multi_thread")]
-async fn removes_every_runner_container_even_with_a_live_owner() {
-    let docker = common::engine::client().await;
-    let me = std::process::id();
+/// A pid that cannot be running: the largest a Linux pid can be, plus one.
+const DEAD: i32 = 4_194_305;
+
+/// Holds this binary's tests to one at a time (a lock on a file: each call opens it anew,
+/// so two tests of this process exclude each other too).
+fn serial() -> std::fs::File {
+    common::engine::lock("runner-sandbox-cleanup-tests.lock")
+}
+
+/// `runner sandbox cleanup ARGS`, with no terminal attached.
+fn cleanup(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+    cmd.args(["sandbox", "cleanup"]).args(args);
+    cmd.stdin(Stdio::null()).output().expect("run cleanup")
+}
+
+/// A stopped container labelled as runner's, owned by `pid` of this machine's boot;
+/// returns its id and name.
+async fn plant(docker: &Docker, pid: i32, name: &str) -> (String, String) {
     let body = ContainerCreateBody {
         image: Some(DEFAULT_IMAGE.into()),
         cmd: Some(vec!["sleep".into(), "1000".into()]),
         labels: Some(HashMap::from([
             (LABEL.to_string(), "1".to_string()),
-            (LABEL_OWNER.to_string(), me.to_string()),
+            (LABEL_OWNER.to_string(), pid.to_string()),
+            (LABEL_BOOT.to_string(), runner::sandbox::owner::boot_id()),
         ])),
         ..Default::default()
     };
-    let planted = docker
-        .create_container(Some(CreateContainerOptionsBuilder::new().build()), body)
+    let name = format!("{name}-{}", std::process::id());
+    let id = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            body,
+        )
         .await
         .expect("plant a container")
         .id;
-    assert!(
-        common::engine::containers_of(&docker, me)
+    (id, name)
+}
+
+async fn exists(docker: &Docker, id: &str) -> bool {
+    docker.inspect_container(id, None).await.is_ok()
+}
+
+async fn name_of(docker: &Docker, id: &str) -> String {
+    let info = docker.inspect_container(id, None).await.expect("inspect");
+    info.name
+        .unwrap_or_default()
+        .trim_start_matches('/')
+        .to_string()
+}
+
+/// Runs `echo` in the sandbox: its output, or what went wrong.
+async fn answers(sandbox: &runner::sandbox::Sandbox) -> Result<String, String> {
+    let request = ExecRequest {
+        command: "echo still here".into(),
+        cwd: sandbox.worktree.clone(),
+        env: sandbox.env.clone(),
+        timeout_ms: 30_000,
+        stdin: None,
+        output_limit: 1 << 20,
+        interactive: false,
+    };
+    let run = async {
+        let mut exec = sandbox
+            .client
+            .exec(request)
             .await
-            .contains(&planted)
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["sandbox", "cleanup"])
-        .output()
-        .expect("run cleanup");
+            .map_err(|e| e.to_string())?;
+        let mut seen = String::new();
+        loop {
+            match exec.next().await.map_err(|e| e.to_string())? {
+                ExecEvent::Output(o) => seen.push_str(&String::from_utf8_lossy(&o.data)),
+                ExecEvent::Exit(s) if s.code == Some(0) => return Ok(seen),
+                ExecEvent::Exit(s) => return Err(format!("exited {s:?}: {seen}")),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap_or_else(|_| Err("no answer in 60 s".into()))
+}
+
+/// Waits until no runner container but this process's own has a live owner: `--all`
+/// ends every live sandbox on the engine, and another process's (someone's session,
+/// another test run on this machine) is not this test's to end.
+async fn alone_on_the_engine(docker: &Docker) {
+    let me = std::process::id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let others: Vec<String> = runner::sandbox::docker::cleanup::list(docker)
+            .await
+            .expect("list containers")
+            .into_iter()
+            .filter(|c| !c.orphaned() && c.pid != Some(me))
+            .map(|c| c.label())
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "other processes' sandboxes stay live ({others:?}); run this test binary when no other runner uses the engine"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Attack: a live docker sandbox, owned by this test process (as a session in another
+/// terminal would own its own), and an orphan whose owner is dead. A plain cleanup
+/// removes the orphan and leaves the live one, which still answers a command; `--dry-run`
+/// removes nothing and names both with their reasons; `--all` with no terminal and no
+/// `--yes` exits 2 and removes nothing; `--all --yes` ends the live one too.
+#[tokio::test(flavor = "multi_thread")]
+async fn removes_only_what_nobody_owns_unless_all_is_confirmed() {
+    let _serial = serial();
+    let docker = common::engine::client().await;
+    let me = std::process::id();
+    let tmp = tempfile::tempdir().unwrap();
+    let wt = std::fs::canonicalize(tmp.path()).unwrap();
+    let live = common::open_sandbox(common::Backend::Docker, &wt, &[])
+        .await
+        .expect("open a docker sandbox");
+    let live_id = live.container_id.clone().expect("its container");
+    let live_name = name_of(&docker, &live_id).await;
+    // Planted after the start, whose own sweep would take it.
+    let (orphan, orphan_name) = plant(&docker, DEAD, "runner-cleanup-orphan").await;
+
+    let out = cleanup(&["--dry-run"]);
     assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("container(s)"), "{text}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "would remove container {orphan_name}: its owner, pid {DEAD}, is gone"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "would keep   container {live_name}: owned by live pid {me} (sandbox_cleanup"
+        )),
+        "{said}"
+    );
+    assert!(exists(&docker, &orphan).await && exists(&docker, &live_id).await);
+
+    let out = cleanup(&[]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!exists(&docker, &orphan).await, "{said}");
+    assert!(exists(&docker, &live_id).await, "{said}");
+    assert!(said.contains("removed 1 container(s), kept"), "{said}");
+    assert_eq!(
+        answers(&live).await.as_deref(),
+        Ok("still here
+")
+    );
+
+    let (second, _) = plant(&docker, DEAD, "runner-cleanup-second").await;
+    let out = cleanup(&["--all"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("add --yes"), "{err}");
+    assert!(exists(&docker, &second).await && exists(&docker, &live_id).await);
+    assert_eq!(
+        answers(&live).await.as_deref(),
+        Ok("still here
+")
+    );
+
+    alone_on_the_engine(&docker).await;
+    let out = cleanup(&["--all", "--yes"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!exists(&docker, &second).await, "{out:?}");
+    assert!(!exists(&docker, &live_id).await, "{out:?}");
+    assert!(answers(&live).await.is_err());
     assert_eq!(
         common::engine::containers_of(&docker, me).await,
         Vec::<String>::new()
@@ -53,12 +204,12 @@ async fn removes_every_runner_container_even_with_a_live_owner() {
 /// them, and keeps the ones that ended, or hold changes, for review.
 #[test]
 fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let root = data.join("runner/workspaces");
-    // A pid that cannot be running: the largest a Linux pid can be, plus one.
-    let dead = 4_194_305;
-    let me = std::process::id();
+    let dead = DEAD;
+    let me = std::process::id() as i32;
     for (id, owner, finished) in [
         ("killed", dead, false),
         ("killed-with-changes", dead, false),
@@ -76,11 +227,33 @@ fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
             "owner_pid": owner, "finished": finished});
         std::fs::write(dir.join("meta.json"), meta.to_string()).unwrap();
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["sandbox", "cleanup"])
-        .env("XDG_DATA_HOME", &data)
-        .output()
-        .expect("run cleanup");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["sandbox", "cleanup"])
+            .args(args)
+            .env("XDG_DATA_HOME", &data)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cleanup")
+    };
+    // The dry run names each with its reason and removes none.
+    let out = run(&["--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        format!(
+            "would remove workspace killed: its run, pid {dead}, is gone and it holds no changes"
+        ),
+        format!(
+            "would keep   workspace killed-with-changes: its run, pid {dead}, is gone, but it holds changes"
+        ),
+        "would keep   workspace waiting: waiting for review".to_string(),
+        format!("would keep   workspace in-use: owned by live pid {me} (sandbox_cleanup"),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} in {text}");
+    }
+    assert!(root.join("killed").exists());
+    let out = run(&[]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("removed 1 unfinished workspace"), "{text}");
@@ -101,6 +274,7 @@ fn removes_unfinished_workspaces_of_dead_runs_and_keeps_finished_ones() {
 fn a_killed_evals_disk_image_is_unmounted_and_a_live_ones_is_kept() {
     use common::provider::{Response, ScriptedModel, call, text};
     use serde_json::json;
+    let _serial = serial();
     // SAFETY: plain syscall.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: a disk budget is a loop mount, which needs root");

@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 
+mod cleanup;
+
 use super::exit;
 use super::tool::SandboxArgs;
 use crate::sandbox::BackendKind;
-use crate::sandbox::docker::{cleanup, engine, image};
+use crate::sandbox::docker::{engine, image};
 use crate::sandbox::landlock::cgroup;
 use crate::sandbox::spec::SandboxSpec;
 
@@ -28,15 +30,42 @@ pub enum SandboxCommand {
         #[command(flatten)]
         sandbox: SandboxArgs,
     },
-    /// Remove every container, cgroup and temp directory runner left behind.
-    Cleanup,
+    /// Remove what runner left behind and nobody owns any more; live sandboxes stay.
+    ///
+    /// Removed: containers, cgroups and temp directories whose runner process is gone,
+    /// copy workspaces of killed runs that hold no changes, and disk images that killed
+    /// evals left mounted. This is the rule every docker start already applies to orphans.
+    ///
+    /// Kept: whatever a live runner process owns (a session in another terminal, a running
+    /// `runner eval`), copy workspaces waiting for review or holding changes, and
+    /// containers another machine made on a shared engine. `--all` ends the live
+    /// containers too.
+    Cleanup(CleanupArgs),
+}
+
+/// How far `runner sandbox cleanup` goes.
+#[derive(Debug, clap::Args)]
+pub struct CleanupArgs {
+    /// List what would be removed and what would stay, each with its reason; remove
+    /// nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also remove live containers, whose runner process still runs: those sessions and
+    /// evals fail with "the sandbox server is gone". Asks first on a terminal; without a
+    /// terminal it refuses unless --yes is given. Copy workspaces and disk images of live
+    /// runs stay even so.
+    #[arg(long)]
+    pub all: bool,
+    /// With --all: end the live containers without asking (what a script must say).
+    #[arg(long, requires = "all")]
+    pub yes: bool,
 }
 
 pub async fn run(cmd: SandboxCommand) -> u8 {
     match cmd {
         SandboxCommand::Doctor { image } => doctor(&image).await,
         SandboxCommand::Shell { root, sandbox } => shell(&root, &sandbox).await,
-        SandboxCommand::Cleanup => cleanup_all().await,
+        SandboxCommand::Cleanup(args) => cleanup::run(&args).await,
     }
 }
 
@@ -559,41 +588,4 @@ async fn docker_engine(r: &mut Report, engine: &engine::Engine, image_name: &str
             "runner image build",
         );
     }
-}
-
-async fn cleanup_all() -> u8 {
-    let mut code = exit::OK;
-    match engine::connect().await {
-        Ok(docker) => match cleanup::remove_all(&docker).await {
-            Ok(n) => println!("removed {n} container(s)"),
-            Err(e) => {
-                eprintln!("runner: cannot list containers: {e}");
-                code = exit::FAILED;
-            }
-        },
-        Err(e) => println!("no Docker engine ({e}); no containers to remove"),
-    }
-    let cgroups = cgroup::leftovers();
-    cgroup::destroy(&cgroups);
-    println!("removed {} cgroup(s)", cgroups.len());
-    let dirs = crate::sandbox::landlock::leftover_tmp_dirs()
-        .into_iter()
-        .filter(|d| std::fs::remove_dir_all(d).is_ok())
-        .count();
-    println!("removed {dirs} temp director(ies)");
-    // Copies whose command never ended (a killed run) hold nothing meant for review.
-    let mut copies = 0;
-    for w in crate::workspace::orphans() {
-        if w.discard().is_ok() {
-            copies += 1;
-        }
-    }
-    println!("removed {copies} unfinished workspace(s)");
-    // After the cgroups and containers: their processes no longer hold the file systems.
-    let swept = crate::workspace::disk::sweep_leftovers();
-    for line in &swept.notes {
-        eprintln!("runner: {line}");
-    }
-    println!("removed {} disk image(s) of killed runs", swept.removed);
-    code
 }

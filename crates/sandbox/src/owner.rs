@@ -11,6 +11,36 @@ pub fn alive(pid: i32) -> bool {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
+/// What process `pid` runs, in a few words for a person deciding whether to end it:
+/// its program's name and the subcommand words after it (`runner eval run`), never the
+/// rest of its arguments, which may be a long task or a path. `None` when it is gone or
+/// its command line cannot be read. The words come from another process: show them
+/// escaped.
+pub fn command_of(pid: i32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(String::from_utf8_lossy);
+    let program = args.next()?;
+    let program = program.rsplit('/').next().unwrap_or_default().to_string();
+    let is_word = |a: &str| {
+        !a.is_empty()
+            && a.len() <= 20
+            && a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+            && !a.starts_with('-')
+    };
+    let words: Vec<String> = std::iter::once(program)
+        .chain(
+            args.map(|a| a.into_owned())
+                .take_while(|a| is_word(a))
+                .take(2),
+        )
+        .collect();
+    Some(words.join(" "))
+}
+
 /// This machine and its current boot, as `MACHINE/BOOT`: a pid means something only on
 /// the machine (and boot) that issued it, and an engine can be shared by several machines.
 pub fn boot_id() -> String {
@@ -87,6 +117,33 @@ mod tests {
         assert!(alive(std::process::id() as i32));
         assert!(!alive(0));
         assert!(!alive(i32::MAX));
+    }
+
+    #[test]
+    fn a_command_is_its_program_and_subcommand_words() {
+        let me = std::process::id() as i32;
+        let exe = std::env::current_exe().unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let shown = command_of(me).expect("this process has a command line");
+        assert!(shown.starts_with(&name), "{shown} vs {name}");
+        let mut child = std::process::Command::new("sleep")
+            .args(["30", "--not-a-word", "x"])
+            .spawn()
+            .unwrap();
+        // The child may not have exec'd yet: wait until its command line is sleep's.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut seen = None;
+        while std::time::Instant::now() < deadline {
+            seen = command_of(child.id() as i32);
+            if seen.as_deref() == Some("sleep 30") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(seen.as_deref(), Some("sleep 30"));
+        assert_eq!(command_of(i32::MAX), None);
     }
 
     #[test]

@@ -315,16 +315,7 @@ fn forget(dir: &Path) {
 /// attempts' images loop-mounted.
 pub fn sweep_leftovers() -> Swept {
     let mut swept = Swept::default();
-    let Some(entries) = records_dir().and_then(|d| std::fs::read_dir(d).ok()) else {
-        return swept;
-    };
-    for path in entries.flatten().map(|e| e.path()) {
-        let Some(record) = std::fs::read(&path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())
-        else {
-            continue;
-        };
+    for (path, record) in records() {
         if !record.owner_gone() {
             continue;
         }
@@ -344,6 +335,46 @@ pub fn sweep_leftovers() -> Swept {
         }
     }
     swept
+}
+
+/// Every recorded run mount, with the file of its record.
+fn records() -> Vec<(PathBuf, Record)> {
+    let Some(entries) = records_dir().and_then(|d| std::fs::read_dir(d).ok()) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter_map(|path| {
+            let record = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok())?;
+            Some((path, record))
+        })
+        .collect()
+}
+
+/// A run's recorded mount as [`sweep_leftovers`] would judge it, for `runner sandbox
+/// cleanup --dry-run`, which says what would go and what stays without touching either.
+#[derive(Debug, Clone)]
+pub struct Leftover {
+    /// The run's folder, holding its image and its `work/` mount point.
+    pub dir: PathBuf,
+    pub owner_pid: i32,
+    /// Whether its owner is gone, by the same rule the sweep uses (pid, start time, boot).
+    pub owner_gone: bool,
+}
+
+/// Every run mount on record, live or not.
+pub fn leftovers() -> Vec<Leftover> {
+    records()
+        .into_iter()
+        .map(|(_, r)| Leftover {
+            owner_gone: r.owner_gone(),
+            owner_pid: r.owner_pid,
+            dir: r.dir,
+        })
+        .collect()
 }
 
 /// What [`sweep_leftovers`] did.
