@@ -106,7 +106,11 @@ async fn answers(sandbox: &runner::sandbox::Sandbox) -> Result<String, String> {
 /// ends every live sandbox on the engine, and another process's (someone's session,
 /// another test run on this machine) is not this test's to end.
 async fn alone_on_the_engine(docker: &Docker) {
-    let me = std::process::id() as i32;
+    alone_on_the_engine_but(docker, std::process::id() as i32).await
+}
+
+/// Like [`alone_on_the_engine`], for a test whose live sandbox `me` owns.
+async fn alone_on_the_engine_but(docker: &Docker, me: i32) {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let others: Vec<String> = runner::sandbox::docker::cleanup::list(docker)
@@ -412,4 +416,60 @@ fn kill(child: &mut std::process::Child) {
     // SAFETY: a plain signal to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
+}
+
+/// `runner sandbox cleanup --all` on a terminal (`script` gives it one): it names how many
+/// live sandboxes it would end and asks; "n" removes nothing, "y" ends the live one.
+#[tokio::test(flavor = "multi_thread")]
+async fn all_on_a_terminal_asks_before_ending_live_sandboxes() {
+    let _serial = serial();
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give cleanup a terminal");
+        return;
+    }
+    let docker = common::engine::client().await;
+    // A live owner that is not this test, so that only the planted container is live.
+    let mut owner = Command::new("sleep").arg("120").spawn().unwrap();
+    let (live, name) = plant(&docker, owner.id() as i32, "runner-cleanup-asked").await;
+    alone_on_the_engine_but(&docker, owner.id() as i32).await;
+    let on_terminal = |answer: &str| {
+        let runner = env!("CARGO_BIN_EXE_runner");
+        let mut child = Command::new("script")
+            .args([
+                "-qec",
+                &format!("{runner} sandbox cleanup --all"),
+                "/dev/null",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run script");
+        use std::io::Write;
+        // Written before the question: the terminal holds it until cleanup reads.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(answer.as_bytes()).unwrap();
+        let out = child.wait_with_output().expect("wait for script");
+        drop(stdin);
+        out
+    };
+    let out = on_terminal("n\n");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("--all ends 1 live sandbox(es)"), "{said}");
+    assert!(said.contains("nothing was removed"), "{said}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(exists(&docker, &live).await, "{said}");
+    let out = on_terminal("y\n");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        said.contains(&format!(
+            "removed      container {name}: owned by live pid {} (sleep 120)",
+            owner.id()
+        )),
+        "{said}"
+    );
+    assert!(!exists(&docker, &live).await, "{said}");
+    let _ = owner.kill();
+    let _ = owner.wait();
 }
