@@ -866,7 +866,13 @@ fn config_layers_stack_and_eval_names_the_deciding_rule() {
     .unwrap();
     let project = cli.wt.join(".runner/config.toml");
     std::fs::create_dir_all(project.parent().unwrap()).unwrap();
-    std::fs::write(&project, "[permission.bash]\n\"npm test *\" = \"allow\"\n").unwrap();
+    // A repository may tighten the user's rules, never loosen them: its allow under the
+    // user's `npm *` deny is ignored, its ask under the user's `git *` allow counts.
+    std::fs::write(
+        &project,
+        "[permission.bash]\n\"npm test *\" = \"allow\"\n\"git log *\" = \"ask\"\n",
+    )
+    .unwrap();
     let opencode = cli.wt.parent().unwrap().join("opencode.json");
     std::fs::write(
         &opencode,
@@ -887,13 +893,8 @@ fn config_layers_stack_and_eval_names_the_deciding_rule() {
             Some((&user_s, 2)),
         ),
         ("bash", "npm install", &[], "deny", Some((&user_s, 3))),
-        (
-            "bash",
-            "npm test --watch",
-            &[],
-            "allow",
-            Some((&project_s, 1)),
-        ),
+        ("bash", "npm test --watch", &[], "deny", Some((&user_s, 3))),
+        ("bash", "git log -1", &[], "ask", Some((&project_s, 2))),
         (
             "bash",
             "git push --dry-run",
@@ -970,8 +971,14 @@ fn an_untrusted_repository_cannot_loosen_its_own_rules() {
         "[permission]\nexternal_directory = \"allow\"\nedit = \"ask\"\n[permission.bash]\n\"*\" = \"ask\"\n\"curl *\" = \"deny\"\n",
     )
     .unwrap();
+    // Under the default profile its allow loosens a built-in default: it counts only once
+    // this config is trusted.
     assert_eq!(
         cli.eval("external_directory", "/home/*", &[])["action"],
+        "ask"
+    );
+    assert_eq!(
+        cli.eval("external_directory", "/home/*", &["--trust-project"])["action"],
         "allow"
     );
     let root = cli.wt.to_string_lossy().into_owned();

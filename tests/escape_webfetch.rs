@@ -76,6 +76,9 @@ const USER_OPENS_LOOPBACK: &str = "[permission.network]\n\"127.0.0.1\" = \"allow
 struct Configs<'a> {
     user: Option<&'a str>,
     project: Option<&'a str>,
+    /// The project's config recorded as trusted (as `--trust-project` or a yes would), so
+    /// that its rules get past the loader and meet the network layer's own check.
+    trusted: bool,
 }
 
 fn fetch(url: &str, extra: &[&str]) -> (Output, Value) {
@@ -115,6 +118,15 @@ fn fetch_env(url: &str, extra: &[&str], configs: Configs, env: &[(&str, &str)]) 
     if let Some(text) = configs.project {
         std::fs::create_dir_all(tmp.path().join(".runner")).unwrap();
         std::fs::write(tmp.path().join(".runner/config.toml"), text).unwrap();
+        if configs.trusted {
+            let repo = std::fs::canonicalize(tmp.path()).unwrap();
+            runner::config::trust::remember(
+                &tmp.path().join("data/runner/trusted-projects.jsonl"),
+                &repo.to_string_lossy(),
+                &runner::config::trust::digest(text),
+            )
+            .unwrap();
+        }
     }
     // A profile with a copy workspace (`untrusted`) leaves its copy mounted.
     let _mounts = common::CopyMounts(tmp.path().join("data"));
@@ -354,11 +366,29 @@ fn attack_a_repositorys_config_cannot_open_loopback() {
     let url = format!("http://127.0.0.1:{}/latest/meta-data", s.port);
     let project = "[permission.network]\n\"127.0.0.1\" = \"allow\"\n\"localhost\" = \"allow\"\n";
     for u in [url.clone(), url.replace("127.0.0.1", "localhost")] {
+        // Untrusted, its allow loosens the built-in `network` ask and is left out at once,
+        // by name.
         let (out, v) = fetch_in(
             &u,
             &[],
             Configs {
                 project: Some(project),
+                ..Configs::default()
+            },
+        );
+        refusal(&out, &v, &u);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains("ignored network \"127.0.0.1\" = \"allow\""),
+            "{u}: {said}"
+        );
+        // Trusted, it still cannot open this machine's private addresses.
+        let (out, v) = fetch_in(
+            &u,
+            &[],
+            Configs {
+                project: Some(project),
+                trusted: true,
                 ..Configs::default()
             },
         );

@@ -766,12 +766,17 @@ fn attack_a_repositorys_remote_server_is_not_contacted_without_an_ask() {
 fn attack_an_approved_repository_server_still_cannot_reach_loopback() {
     let far = far_server();
     let p = project();
-    std::fs::write(
-        p.root.join(".runner/config.toml"),
-        format!(
-            "[mcp.x]\nurl = \"{}\"\n\n[permission.network]\n\"127.0.0.1\" = \"allow\"\n",
-            far.url
-        ),
+    let text = format!(
+        "[mcp.x]\nurl = \"{}\"\n\n[permission.network]\n\"127.0.0.1\" = \"allow\"\n",
+        far.url
+    );
+    std::fs::write(p.root.join(".runner/config.toml"), &text).unwrap();
+    // Its network allow loosens a built-in default, so it counts only once the config is
+    // trusted (recorded here as `--trust-project` would); trusted, it meets the check below.
+    runner::config::trust::remember(
+        &p.data.join("runner/trusted-projects.jsonl"),
+        &p.root.to_string_lossy(),
+        &runner::config::trust::digest(&text),
     )
     .unwrap();
     // Approved, but only the user's own config can open the host's loopback.

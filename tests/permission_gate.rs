@@ -465,3 +465,153 @@ async fn outside_directories_and_a_lone_cd_ask_what_opencode_asks() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// A repository's config against the user's rules and the built-in defaults, through the
+// real binary (`runner permission check`), with the user's config and runner's data dir in
+// a temp dir.
+// ---------------------------------------------------------------------------------------
+
+/// A worktree with a `.runner/config.toml`, a user config, and a data dir of its own.
+struct Repo {
+    _tmp: tempfile::TempDir,
+    wt: std::path::PathBuf,
+    home: std::path::PathBuf,
+}
+
+impl Repo {
+    fn new(user: &str, project: &str) -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let wt = base.join("wt");
+        std::fs::create_dir_all(wt.join(".runner")).unwrap();
+        std::fs::create_dir_all(base.join("config/runner")).unwrap();
+        std::fs::write(base.join("config/runner/config.toml"), user).unwrap();
+        let repo = Repo {
+            _tmp: tmp,
+            wt,
+            home: base,
+        };
+        repo.write_project(project);
+        repo
+    }
+
+    fn project(&self) -> std::path::PathBuf {
+        self.wt.join(".runner/config.toml")
+    }
+
+    fn write_project(&self, text: &str) {
+        std::fs::write(self.project(), text).unwrap();
+    }
+
+    /// `runner permission check bash {command}` (plus `extra`): the JSON verdict and stderr.
+    fn check(&self, command: &str, extra: &[&str]) -> (Value, String) {
+        let args = json!({ "command": command, "description": "d" }).to_string();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+            .args(["permission", "check", "bash", &args, "--root"])
+            .arg(&self.wt)
+            .args(extra)
+            .env("XDG_CONFIG_HOME", self.home.join("config"))
+            .env("XDG_DATA_HOME", self.home.join("data"))
+            .env("HOME", &self.home)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("runner runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let v: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        (v, stderr)
+    }
+}
+
+/// The issue's case: the user's `"rm *" = "deny"` and the repository's `"rm *" = "allow"`.
+/// On the old stacking the project layer came later and won: allow, and nothing said.
+#[test]
+fn a_repository_cannot_loosen_the_users_deny() {
+    let repo = Repo::new(
+        "[permission.bash]\n\"rm *\" = \"deny\"\n",
+        "# the repository's\n[permission.bash]\n\"rm *\" = \"allow\"\n\"*\" = \"allow\"\n",
+    );
+    for extra in [&[][..], &["--trust-project"], &["--profile", "laptop"]] {
+        let (v, stderr) = repo.check("rm -rf x", extra);
+        assert_eq!(v["decision"], "deny", "{extra:?}: {v}");
+        let origin = v["asks"][0]["rule"]["source"]["origin"].as_str().unwrap();
+        assert!(origin.ends_with("config/runner/config.toml"), "{v}");
+        // Each ignored rule is named once, with its file and line.
+        let project = repo.project().display().to_string();
+        for (line, rule) in [
+            (3, "bash \"rm *\" = \"allow\""),
+            (4, "bash \"*\" = \"allow\""),
+        ] {
+            let needle = format!("ignored {rule} ({project}:{line})");
+            assert_eq!(stderr.matches(&needle).count(), 1, "{extra:?}: {stderr}");
+        }
+    }
+}
+
+/// A repository may tighten anything: the user's allow, the repository's deny, is a deny.
+#[test]
+fn a_repository_may_tighten_the_users_allow() {
+    let repo = Repo::new(
+        "[permission.bash]\n\"git *\" = \"allow\"\n",
+        "[permission.bash]\n\"git push *\" = \"deny\"\n\"make *\" = \"ask\"\n",
+    );
+    let (v, stderr) = repo.check("git push origin main", &[]);
+    assert_eq!(v["decision"], "deny", "{v}");
+    assert_eq!(
+        v["asks"][0]["rule"]["source"]["origin"],
+        repo.project().display().to_string()
+    );
+    assert!(!stderr.contains("ignored"), "{stderr}");
+    assert_eq!(repo.check("make all", &[]).0["decision"], "ask");
+    assert_eq!(repo.check("git status", &[]).0["decision"], "allow");
+}
+
+/// Loosening a built-in default (an outside directory asks) needs trust: ignored without
+/// it, honoured with `--trust-project`, remembered for the same content, asked again (here:
+/// ignored, no terminal) once the file changes.
+#[test]
+fn loosening_a_default_needs_trust_in_this_very_config() {
+    let project = "[permission.external_directory]\n\"/srv/runner-zz/*\" = \"allow\"\n";
+    let repo = Repo::new("", project);
+    let outside = |repo: &Repo, extra: &[&str]| {
+        let (v, stderr) = repo.check("cat /srv/runner-zz/a.txt", extra);
+        let ask = v["asks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["permission"] == "external_directory")
+            .cloned()
+            .unwrap_or_else(|| panic!("no external_directory ask: {v}"));
+        (ask["decision"].as_str().unwrap().to_string(), stderr)
+    };
+    let (decision, stderr) = outside(&repo, &[]);
+    assert_eq!(decision, "ask", "{stderr}");
+    let named = format!(
+        "ignored external_directory \"/srv/runner-zz/*\" = \"allow\" ({}:2)",
+        repo.project().display()
+    );
+    assert_eq!(stderr.matches(&named).count(), 1, "{stderr}");
+    assert!(stderr.contains("--trust-project"), "{stderr}");
+
+    let (decision, stderr) = outside(&repo, &["--trust-project"]);
+    assert_eq!(decision, "allow", "{stderr}");
+    assert!(!stderr.contains("ignored"), "{stderr}");
+    // Remembered: the next run without the flag trusts the same file.
+    let (decision, stderr) = outside(&repo, &[]);
+    assert_eq!(decision, "allow", "{stderr}");
+    // New content is a new question.
+    repo.write_project(&format!("{project}# changed\n"));
+    let (decision, stderr) = outside(&repo, &[]);
+    assert_eq!(decision, "ask", "{stderr}");
+    assert!(stderr.contains(&named), "{stderr}");
+    // Trust never reaches the user's own rules.
+    std::fs::write(
+        repo.home.join("config/runner/config.toml"),
+        "[permission.external_directory]\n\"/srv/*\" = \"deny\"\n",
+    )
+    .unwrap();
+    let (decision, _) = outside(&repo, &["--trust-project"]);
+    assert_eq!(decision, "deny");
+}

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::exit;
 use crate::config::profile::{AskMode, Profile};
+use crate::config::trust::TrustMode;
 use crate::permission::gate::{PolicyAsker, RuleGate};
 use crate::permission::rules::{Action, Rule};
 use crate::session::{SessionOptions, absolute_root};
@@ -61,6 +62,11 @@ pub struct Scope {
     /// The worktree (its `.runner/config.toml` is the project config).
     #[arg(long, default_value = ".")]
     root: PathBuf,
+    /// Trust the worktree's `.runner/config.toml` as it is now to loosen built-in defaults
+    /// (remembered until the file changes). It never loosens your own rules or the
+    /// profile's.
+    #[arg(long)]
+    trust_project: bool,
 }
 
 pub async fn run(cmd: PermissionCommand) -> u8 {
@@ -84,9 +90,21 @@ pub fn profile_and_rules(
     rules: &RuleArgs,
     output_dir: Option<&Path>,
 ) -> Result<(Profile, Vec<Rule>), u8> {
+    rules_trusting(profile_name, root, rules, output_dir, TrustMode::Ask)
+}
+
+/// [`profile_and_rules`], with trust in the project's config settled by `trust`.
+fn rules_trusting(
+    profile_name: &str,
+    root: &Path,
+    rules: &RuleArgs,
+    output_dir: Option<&Path>,
+    trust: TrustMode,
+) -> Result<(Profile, Vec<Rule>), u8> {
     let options = SessionOptions {
         profile: Some(profile_name.to_string()),
         config: rules.config.clone(),
+        project_trust: trust,
         ..SessionOptions::new(root)
     };
     // A project's config (its errors quote it) and its rules are the repository's text.
@@ -124,11 +142,17 @@ pub fn load_scope(scope: &Scope) -> Result<(Profile, Vec<Rule>, PathBuf), u8> {
         eprintln!("runner: --root {} is not a directory", scope.root.display());
         return Err(exit::USAGE);
     }
-    let (profile, rules) = profile_and_rules(
+    let trust = if scope.trust_project {
+        TrustMode::Grant
+    } else {
+        TrustMode::Ask
+    };
+    let (profile, rules) = rules_trusting(
         &scope.profile,
         &scope.root,
         &scope.rules,
         Some(&Truncator::any_session_dir()),
+        trust,
     )?;
     Ok((profile, rules, absolute_root(&scope.root)))
 }

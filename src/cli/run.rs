@@ -63,6 +63,11 @@ pub struct RunArgs {
     /// there changed meanwhile (then the copy is kept, and the conflicting files named).
     #[arg(long)]
     pub apply: bool,
+    /// Trust the worktree's `.runner/config.toml` as it is now to loosen built-in defaults,
+    /// without the question (remembered until the file changes). It never loosens your own
+    /// rules or the profile's.
+    #[arg(long)]
+    pub trust_project: bool,
 }
 
 pub async fn run(args: RunArgs) -> u8 {
@@ -147,6 +152,9 @@ fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: b
         },
         args.ask,
     );
+    if args.trust_project {
+        options.session.project_trust = crate::config::trust::TrustMode::Grant;
+    }
     if interactive_terminal && std::io::stderr().is_terminal() {
         options.user = Some(Arc::new(crate::tool::question::TerminalUser));
     }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::profile::{self, AskMode, Profile};
+use crate::config::trust::{self, TrustMode};
 use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
 use crate::permission::layers::{self as rule_layers, Sources};
 use crate::permission::rules::Rule;
@@ -56,6 +57,9 @@ pub struct SessionOptions {
     /// is not at that path on the engine's host (runner in a container, see
     /// [`crate::sandbox::spec::IN_CONTAINER_ENV`]); `None`: this executable.
     pub server_exe: Option<PathBuf>,
+    /// How trust is settled when the project's config loosens a built-in default
+    /// (`--trust-project` is [`TrustMode::Grant`]; see [`crate::config::trust`]).
+    pub project_trust: TrustMode,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -104,6 +108,11 @@ impl SessionOptions {
         let usage = |e: &dyn std::fmt::Display| OpenError::Usage(e.to_string());
         let profile = profile::load(self.profile_name()).map_err(|e| usage(&e))?;
         let root = absolute_root(&self.root);
+        // A private worktree (an evaluation's) has nobody to ask, whatever the terminal.
+        let mode = match self.project_trust {
+            TrustMode::Ask if self.private_worktree => TrustMode::NoQuestion,
+            mode => mode,
+        };
         let (layers, notes) = rule_layers::load(Sources {
             profile: profile.permission_rules(),
             worktree: &root,
@@ -111,6 +120,7 @@ impl SessionOptions {
             explicit: self.config.as_deref(),
             output_dir,
             session: self.session_rules.clone(),
+            trust: &mut |review| trust::decide(review, mode),
         })
         .map_err(|e| usage(&e))?;
         Ok(Rules {

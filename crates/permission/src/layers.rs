@@ -374,38 +374,43 @@ pub struct Sources<'a> {
     /// Where saved tool output lives (pre-approved for reading, see [`defaults`]).
     pub output_dir: Option<&'a Path>,
     pub session: Vec<Rule>,
+    /// Asked when the project's config loosens a built-in default (and nothing of the
+    /// profile's or the user's): whether this config, as it is now, is trusted to. The
+    /// caller decides how (a remembered answer, `--trust-project`, a question on the
+    /// terminal); this crate only says what would be loosened.
+    pub trust: &'a mut dyn FnMut(&ProjectReview) -> bool,
 }
 
-/// The layers from their files, plus notes for the person running runner (such as allows a
-/// profile ignored). A file that is absent is no layer; a file that is present but broken is
+/// What a trust decision is about: one project config file, its exact text, and the rules
+/// in it that loosen a built-in default.
+pub struct ProjectReview<'a> {
+    pub worktree: &'a Path,
+    pub path: &'a Path,
+    pub text: &'a str,
+    pub loosened: &'a [super::project::Loosening],
+}
+
+/// The layers from their files, plus notes for the person running runner (such as project
+/// rules left out). A file that is absent is no layer; a file that is present but broken is
 /// an error, never silently skipped.
-pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
+pub fn load(mut sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
     let home = std::env::var("HOME").unwrap_or_default();
-    let mut notes = Vec::new();
     let profile = match sources.profile.rules {
         Some(value) => rules_from_value(value, sources.profile.source, &home)?,
         None => Vec::new(),
     };
-    let optional = |path: PathBuf| -> Result<Vec<Rule>, ConfigError> {
-        if path.is_file() {
-            load_file(&path, &home)
-        } else {
-            Ok(Vec::new())
-        }
+    let user = if sources.user_config.is_file() {
+        load_file(sources.user_config, &home)?
+    } else {
+        Vec::new()
     };
-    let user = optional(sources.user_config.to_path_buf())?;
-    let project_path = project_config_path(sources.worktree);
-    let mut project = optional(project_path.clone())?;
-    if sources.profile.project_allows == Some(false) {
-        let dropped = denies_only(&mut project);
-        if dropped > 0 {
-            notes.push(format!(
-                "ignored {dropped} rule(s) that are not denies in {}: {} does not let a repository loosen its own rules",
-                project_path.display(),
-                sources.profile.source
-            ));
-        }
-    }
+    let below = merge(Layers {
+        defaults: defaults(),
+        profile: profile.clone(),
+        user: user.clone(),
+        ..Layers::default()
+    });
+    let (project, notes) = load_project(&mut sources, &below, &home)?;
     let explicit = match sources.explicit {
         Some(path) => load_file(path, &home)?,
         None => Vec::new(),
@@ -422,6 +427,70 @@ pub fn load(sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> {
         },
         notes,
     ))
+}
+
+/// The project's rules that may stand (see [`super::project`]), and a note for each that
+/// was left out. `below` is the merged defaults, profile and user rules.
+fn load_project(
+    sources: &mut Sources,
+    below: &[Rule],
+    home: &str,
+) -> Result<(Vec<Rule>, Vec<String>), ConfigError> {
+    let path = project_config_path(sources.worktree);
+    if !path.is_file() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let origin = path.display().to_string();
+    let mut project = parse_toml(&text, &origin, home)?;
+    let mut notes = Vec::new();
+    if sources.profile.project_allows == Some(false) {
+        let dropped = denies_only(&mut project);
+        if dropped > 0 {
+            notes.push(format!(
+                "ignored {dropped} rule(s) that are not denies in {origin}: {} does not let a repository loosen its own rules",
+                sources.profile.source
+            ));
+        }
+    }
+    let (mut kept, mut loosened) = super::project::screen(project, below, sources.worktree);
+    for l in &mut loosened {
+        l.line = super::project::line_of(&text, &l.rule, home);
+    }
+    let (of_defaults, of_own): (Vec<_>, Vec<_>) =
+        loosened.into_iter().partition(|l| l.of_defaults_only());
+    for l in &of_own {
+        notes.push(format!(
+            "ignored {}: it would loosen {}; a repository's config may tighten your rules, never loosen them",
+            l.describe(),
+            l.describe_over()
+        ));
+    }
+    if !of_defaults.is_empty() {
+        let review = ProjectReview {
+            worktree: sources.worktree,
+            path: &path,
+            text: &text,
+            loosened: &of_defaults,
+        };
+        if (sources.trust)(&review) {
+            // Trusted: the rules go back in their place, since order is precedence.
+            kept.extend(of_defaults.into_iter().map(|l| l.rule));
+            kept.sort_by_key(|r| r.source.position);
+        } else {
+            for l in &of_defaults {
+                notes.push(format!(
+                    "ignored {}: it loosens the built-in default {}, and this repository's config is not trusted (run with --trust-project to trust it as it is now)",
+                    l.describe(),
+                    l.describe_over()
+                ));
+            }
+        }
+    }
+    Ok((kept, notes))
 }
 
 /// Keeps only the deny rules of a project config, for profiles that do not trust the

@@ -14,6 +14,7 @@ pub mod bash_scan;
 pub mod gate;
 pub mod layers;
 pub mod paths;
+pub mod project;
 pub mod rules;
 pub mod terminal;
 pub mod wildcard;

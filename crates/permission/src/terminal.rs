@@ -196,6 +196,38 @@ pub fn read_answer(keys: &mut dyn Keys, echo: &mut dyn Write) -> Result<Reply, U
     }
 }
 
+/// Asks a yes/no question at the terminal: `question` (already escaped by the caller: it
+/// may quote a repository's text) on stderr, one key from stdin. Only `y` means yes; `n`,
+/// Enter and the end of input mean no, so a question nobody answers never grants anything.
+/// Keys typed before the question appeared are thrown away, as for asks.
+pub fn confirm(question: &str) -> bool {
+    let _keys = SingleKeys::enable();
+    discard_typed_ahead();
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(question.as_bytes());
+    let _ = err.flush();
+    drop(err);
+    read_yes_no(&mut StdinKeys, &mut std::io::stderr())
+}
+
+/// [`confirm`]'s key logic, apart from the terminal.
+pub fn read_yes_no(keys: &mut dyn Keys, echo: &mut dyn Write) -> bool {
+    loop {
+        let answer = match keys.next_byte() {
+            None => false,
+            Some(b'y' | b'Y') => true,
+            Some(b'n' | b'N' | b'\n' | b'\r') => false,
+            Some(0x1b) => {
+                skip_escape_sequence(keys);
+                continue;
+            }
+            Some(_) => continue,
+        };
+        let _ = writeln!(echo);
+        return answer;
+    }
+}
+
 /// An arrow or function key arrives as ESC `[` (or `O`) … final byte; its letters (`A` for
 /// up) must not be read as answers.
 fn skip_escape_sequence(keys: &mut dyn Keys) {
@@ -280,6 +312,22 @@ mod tests {
             bytes: input.bytes().collect(),
         };
         read_answer(&mut keys, &mut Vec::new())
+    }
+
+    #[test]
+    fn only_y_says_yes() {
+        let yes_no = |input: &str| {
+            let mut keys = Scripted {
+                bytes: input.bytes().collect(),
+            };
+            read_yes_no(&mut keys, &mut Vec::new())
+        };
+        assert!(yes_no("y"));
+        assert!(yes_no("\x1b[Ay"), "an arrow key's letter is not an answer");
+        assert!(yes_no("qY"));
+        assert!(!yes_no("\n"));
+        assert!(!yes_no("n"));
+        assert!(!yes_no(""), "the end of input is a no");
     }
 
     #[test]

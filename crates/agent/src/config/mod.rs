@@ -6,3 +6,4 @@
 
 pub mod profile;
 pub mod settings;
+pub mod trust;
