@@ -22,6 +22,8 @@ use crate::sandbox::docker::{cleanup, engine};
 use crate::sandbox::landlock::{TMP_PREFIX, cgroup};
 use crate::sandbox::owner;
 
+/// Exit codes: 0 done, 1 the engine's containers could not be listed or the question was
+/// answered no, 2 `--all` with no terminal to ask on and no `--yes`.
 pub async fn run(args: &CleanupArgs) -> u8 {
     let containers = Containers::find().await;
     if args.dry_run {
@@ -32,7 +34,7 @@ pub async fn run(args: &CleanupArgs) -> u8 {
             "dry run: {} would be removed, {} would stay; nothing was removed",
             tally.go, tally.stay
         );
-        return exit::OK;
+        return containers.code();
     }
     if args.all
         && let Err(code) = confirm_all(containers.live(), args.yes)
@@ -156,6 +158,12 @@ impl Containers {
             }
         }
         println!("removed {removed} container(s), kept {kept} in use");
+        self.code()
+    }
+
+    /// Failed when the engine answered but its containers could not be judged; no engine
+    /// at all is no failure (there is nothing of runner's in one).
+    fn code(&self) -> u8 {
         match self.trouble {
             Some(Trouble::CannotList(_)) => exit::FAILED,
             _ => exit::OK,
