@@ -615,3 +615,100 @@ fn loosening_a_default_needs_trust_in_this_very_config() {
     let (decision, _) = outside(&repo, &["--trust-project"]);
     assert_eq!(decision, "deny");
 }
+
+/// On a terminal the trust question names the rule with its file and line, and only `y`
+/// grants it: `n` leaves the rule out (and is not remembered), `y` is remembered, so the
+/// next run without a terminal trusts the same file.
+#[test]
+fn on_a_terminal_trust_is_asked_once_and_only_y_grants_it() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+
+    let repo = Repo::new(
+        "",
+        "[permission.external_directory]\n\"/srv/runner-zz/*\" = \"allow\"\n",
+    );
+    let args = json!({ "command": "cat /srv/runner-zz/a.txt", "description": "d" });
+    let on_a_terminal = |answer: &str| -> String {
+        let inner = format!(
+            "{} permission check bash '{}' --root {}",
+            env!("CARGO_BIN_EXE_runner"),
+            args,
+            repo.wt.display()
+        );
+        let mut child = std::process::Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .env("XDG_CONFIG_HOME", repo.home.join("config"))
+            .env("XDG_DATA_HOME", repo.home.join("data"))
+            .env("HOME", &repo.home)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("util-linux script: {e}"));
+        let screen = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let sink = screen.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !String::from_utf8_lossy(&screen.lock().unwrap()).contains("[y/N]") {
+            assert!(
+                Instant::now() < deadline,
+                "the trust question never appeared"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(answer.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        assert!(status.success(), "{status:?}");
+        String::from_utf8_lossy(&screen.lock().unwrap()).into_owned()
+    };
+    let external = |screen: &str| {
+        let start = screen.find('{').expect("the JSON verdict");
+        let end = screen.rfind('}').unwrap();
+        let v: Value = serde_json::from_str(&screen[start..=end].replace("\r\n", "\n"))
+            .unwrap_or_else(|e| panic!("{e}: {screen}"));
+        v["asks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["permission"] == "external_directory")
+            .map(|a| a["decision"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let rule_at = format!(
+        "external_directory \"/srv/runner-zz/*\" = \"allow\" ({}:2)",
+        repo.project().display()
+    );
+    let screen = on_a_terminal("n");
+    assert!(
+        screen.contains(&rule_at),
+        "the question names the rule: {screen}"
+    );
+    assert!(screen.contains("ignored"), "{screen}");
+    assert_eq!(external(&screen), "ask", "{screen}");
+    // `n` is not remembered: the question comes again, and `y` grants it.
+    let screen = on_a_terminal("y");
+    assert_eq!(external(&screen), "allow", "{screen}");
+    let (v, stderr) = repo.check("cat /srv/runner-zz/a.txt", &[]);
+    assert!(!stderr.contains("ignored"), "{stderr}");
+    assert!(
+        v["asks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["permission"] == "external_directory" && a["decision"] == "allow"),
+        "{v}"
+    );
+}

@@ -36,8 +36,11 @@ pub struct Profile {
     pub permission: Option<serde_json::Value>,
     /// How asks are answered under this profile when no `--ask` flag is given.
     pub ask: Option<AskMode>,
-    /// Whether the project's `.runner/config.toml` may loosen anything. A profile for code you
-    /// do not trust says no: the repository's denies still apply, its allows and asks don't.
+    /// Whether the project's `.runner/config.toml` may add allows and asks at all. A profile
+    /// for code you do not trust says no: the repository's denies still apply, its allows
+    /// and asks don't. Even when it may, a project rule never loosens the profile's or the
+    /// user's rules, and loosens a built-in default only once its config is trusted (see
+    /// `permission::project` and [`super::trust`]).
     pub project_allows: Option<bool>,
     /// Where it came from, for messages.
     #[serde(skip)]
