@@ -1304,3 +1304,333 @@ fn read_brings_the_folders_instructions() {
         "{out}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// First contact: typos, completions, the manual, help texts, the version.
+
+use crate::common::provider::{Response, ScriptedModel, text};
+
+/// A home whose config names a model (`openai/m`); [`run_with_model`] points that provider
+/// at a scripted one on loopback, so any run that starts asks it and the test sees it.
+fn home_with_a_model() -> Cli {
+    let cli = Cli::new();
+    // A git work tree, so a direct-workspace run has nothing to object to.
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&cli.wt)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    let config = cli.data.join("config/runner");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), "model = \"openai/m\"\n").unwrap();
+    cli
+}
+
+fn run_with_model(cli: &Cli, model: &ScriptedModel, args: &[&str]) -> Output {
+    cli.command()
+        .args(args)
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", model.openai_base())
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runner runs")
+}
+
+/// A mistyped subcommand, or a common command runner lacks, is clap's "unrecognized
+/// subcommand" with a did-you-mean and exit 2, and no session starts: the provider the
+/// config names is never asked. Options before the word do not hide it, and no config
+/// is read first. `runner run WORD`, `runner -- WORD` and sentences still run.
+#[test]
+fn a_typo_is_an_error_and_never_asks_the_model() {
+    let model = ScriptedModel::start(vec![
+        Response::Stream(text("done")),
+        Response::Stream(text("done")),
+        Response::Stream(text("done")),
+    ]);
+    let cli = home_with_a_model();
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["doctr"], "doctr", "'sandbox doctor'"),
+        (&["sesions"], "sesions", "'sessions'"),
+        (&["evl", "run", "x"], "evl", "'eval'"),
+        (&["status"], "status", "'changes'"),
+        (&["doctor"], "doctor", "'sandbox doctor'"),
+        (&["version"], "version", "'--version'"),
+        (&["completion"], "completion", "'completions'"),
+        (
+            &["--sandbox", "landlock", "-m", "openai/m", "proflie"],
+            "proflie",
+            "'profile'",
+        ),
+    ];
+    for (args, word, suggested) in cases {
+        let out = run_with_model(&cli, &model, args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("error: unrecognized subcommand '{word}'")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("similar subcommand"), "{args:?}: {err}");
+        assert!(
+            err.contains(suggested),
+            "{args:?} should suggest {suggested}: {err}"
+        );
+        assert!(
+            err.contains(&format!("'runner run {word}'")),
+            "{args:?} should say how to run it as a task: {err}"
+        );
+        assert!(err.contains("Usage: runner"), "{args:?}: {err}");
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+    }
+    assert_eq!(model.requests().len(), 0, "a typo reached the model");
+    let sessions = cli.data.join("runner/sessions");
+    assert!(
+        !sessions.exists() || std::fs::read_dir(&sessions).unwrap().next().is_none(),
+        "a typo recorded a session in {}",
+        sessions.display()
+    );
+
+    // Before any config is read: a broken config does not change the answer.
+    std::fs::write(cli.data.join("config/runner/config.toml"), "model = [\n").unwrap();
+    let out = run_with_model(&cli, &model, &["sesions"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unrecognized subcommand 'sesions'"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(
+        cli.data.join("config/runner/config.toml"),
+        "model = \"openai/m\"\n",
+    )
+    .unwrap();
+
+    // Control: the ways to give a one-word task reach the model, one request each
+    // (`runner run WORD`, `runner -- WORD`), and a sentence is never taken for a typo.
+    let runs: &[&[&str]] = &[
+        &["run", "--sandbox", "landlock", "doctr"],
+        &["--sandbox", "landlock", "--", "status"],
+        &["--sandbox", "landlock", "doctor the flaky test"],
+    ];
+    for (i, args) in runs.iter().enumerate() {
+        let out = run_with_model(&cli, &model, args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert_eq!(model.requests().len(), i + 1, "{args:?}: {}", stderr(&out));
+    }
+    let asked: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(asked[0].contains("doctr"), "{}", asked[0]);
+    assert!(asked[1].contains("status"), "{}", asked[1]);
+}
+
+/// Every argument of every command, hidden ones aside, says what it is for in `--help`.
+#[test]
+fn every_argument_has_help_text() {
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") || arg.is_hide_set() {
+                continue;
+            }
+            let has_help = arg
+                .get_help()
+                .or(arg.get_long_help())
+                .is_some_and(|h| !h.to_string().trim().is_empty());
+            if !has_help {
+                missing.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    let mut missing = Vec::new();
+    let mut cmd = runner::cli::command();
+    cmd.build();
+    walk(&cmd, "runner", &mut missing);
+    assert!(
+        missing.is_empty(),
+        "arguments without help text: {missing:#?}"
+    );
+}
+
+/// `--help` ends with examples; `-h` points at them.
+#[test]
+fn help_ends_with_examples() {
+    let cli = Cli::new();
+    let out = cli.run(&["--help"]);
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    let last_section = &help[help.rfind("\n\n").unwrap()..];
+    assert!(
+        last_section.trim_start().starts_with("Examples:"),
+        "Examples is not the last section: {help}"
+    );
+    assert!(help.contains("runner run status"), "{help}");
+    assert!(help.contains("runner completions bash"), "{help}");
+    let short = stdout(&cli.run(&["-h"]));
+    assert!(short.trim_end().ends_with("for the manual."), "{short}");
+}
+
+/// `--version`: the version, a commit (a short hash, or `unknown` outside git) and a date.
+#[test]
+fn version_names_the_commit_and_the_build_date() {
+    let cli = Cli::new();
+    let re = regex::Regex::new(
+        r"^runner \d+\.\d+\.\d+ \(commit ([0-9a-f]{7,40}|unknown), built \d{4}-\d{2}-\d{2}\)\n$",
+    )
+    .unwrap();
+    for flag in ["--version", "-V"] {
+        let out = cli.run(&[flag]);
+        assert_eq!(code(&out), 0);
+        let line = stdout(&out);
+        assert!(re.is_match(&line), "{flag}: {line:?}");
+    }
+}
+
+/// Completion scripts for bash, zsh and fish (and the other two clap knows); the bash
+/// one, sourced into a real bash, registers a function for `runner` that completes the
+/// subcommands and a subcommand's flags.
+#[test]
+fn completions_are_generated_and_bash_completes_with_them() {
+    let cli = Cli::new();
+    let shapes = [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef runner"),
+        ("fish", "complete -c runner"),
+        ("elvish", "edit:completion:arg-completer[runner]"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ];
+    for (shell, shape) in shapes {
+        let out = cli.run(&["completions", shell]);
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(script.contains(shape), "{shell}: {script}");
+        for sub in ["sessions", "sandbox", "completions", "man"] {
+            assert!(script.contains(sub), "{shell} lacks {sub}");
+        }
+    }
+    let bin = env!("CARGO_BIN_EXE_runner");
+    let probe = format!(
+        "source <('{bin}' completions bash) || exit 9
+         complete -p runner || exit 8
+         complete_with() {{
+             COMP_WORDS=(\"$@\"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+             COMP_LINE=\"$*\"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=()
+             fn=$(complete -p runner | sed -E 's/.*-F ([^ ]+) .*/\\1/')
+             \"$fn\" runner \"${{COMP_WORDS[$COMP_CWORD]}}\" \"${{COMP_WORDS[$COMP_CWORD-1]}}\"
+             echo \"${{COMPREPLY[*]}}\"
+         }}
+         echo \"top: $(complete_with runner se)\"
+         echo \"sandbox: $(complete_with runner sandbox d)\"
+         echo \"flags: $(complete_with runner sessions list --j)\""
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &probe])
+        .output()
+        .unwrap();
+    let said = stdout(&out);
+    assert!(out.status.success(), "{said}{}", stderr(&out));
+    assert!(
+        said.contains(" -F _runner runner"),
+        "no completion function: {said}"
+    );
+    let line = |p: &str| {
+        said.lines()
+            .find_map(|l| l.strip_prefix(p))
+            .unwrap_or_else(|| panic!("{said}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("top: "), ["sessions"], "{said}");
+    assert_eq!(line("sandbox: "), ["doctor"], "{said}");
+    assert_eq!(line("flags: "), ["--json"], "{said}");
+}
+
+/// `runner man` is one page that man renders, with every visible subcommand (nested ones
+/// too), the EXAMPLES, the ENVIRONMENT runner reads and its EXIT STATUS table.
+#[test]
+fn the_manual_renders_with_every_subcommand_environment_and_exit_status() {
+    crate::common::engine::ensure_package("man-db", "/usr/bin/man");
+    let cli = Cli::new();
+    let page = cli.run(&["man"]);
+    assert_eq!(code(&page), 0, "{}", stderr(&page));
+    let mut man = Command::new("man")
+        .args(["-l", "-"])
+        .env("MANWIDTH", "100")
+        .env_remove("MAN_KEEP_FORMATTING")
+        .env_remove("MANPAGER")
+        .env("PAGER", "cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    man.stdin.take().unwrap().write_all(&page.stdout).unwrap();
+    let shown = man.wait_with_output().unwrap();
+    assert!(shown.status.success(), "{}", stderr(&shown));
+    // Should man still embolden by overstrike (`X\bX`), the letter before each
+    // backspace goes.
+    let raw = String::from_utf8_lossy(&shown.stdout);
+    let plain = regex::Regex::new(".\x08").unwrap().replace_all(&raw, "");
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "EXAMPLES",
+        "ENVIRONMENT",
+        "EXIT STATUS",
+        "VERSION",
+    ] {
+        assert!(
+            plain.lines().any(|l| l.trim_end() == section),
+            "no {section} section: {plain}"
+        );
+    }
+    for var in [
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "DOCKER_HOST",
+        "NO_COLOR",
+        "XDG_CONFIG_HOME",
+        "HTTPS_PROXY",
+    ] {
+        assert!(plain.contains(var), "ENVIRONMENT lacks {var}");
+    }
+    let exit_status = &plain[plain.find("\nEXIT STATUS").unwrap()..];
+    for code in ["0", "1", "2", "3", "4", "5", "6", "7", "130"] {
+        assert!(
+            exit_status
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(code)),
+            "EXIT STATUS lacks {code}: {exit_status}"
+        );
+    }
+    let mut cmd = runner::cli::command();
+    cmd.build();
+    fn names(cmd: &clap::Command, prefix: &str, out: &mut Vec<String>) {
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
+            let full = format!("{prefix} {}", sub.get_name());
+            names(sub, &full, out);
+            out.push(full);
+        }
+    }
+    let mut all = Vec::new();
+    names(&cmd, "runner", &mut all);
+    assert!(all.len() > 30, "{all:?}");
+    for name in all {
+        assert!(
+            plain.contains(&name.to_uppercase()),
+            "the manual has no section for {name}"
+        );
+    }
+}

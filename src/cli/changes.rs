@@ -28,6 +28,7 @@ pub struct ChangesArgs {
 
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
+    /// The copy workspace: its id, or a unique prefix of it (see `runner changes`).
     id: String,
     /// Overwrite files that changed in the worktree since the copy was made.
     #[arg(long)]
@@ -36,6 +37,7 @@ pub struct ApplyArgs {
 
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
+    /// The copy workspace: its id, or a unique prefix of it (see `runner changes`).
     id: String,
 }
 

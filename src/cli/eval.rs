@@ -17,9 +17,13 @@ pub enum EvalCommand {
     Run(Box<RunArgs>),
     /// Write DIR/report.html (self-contained: summary, a filterable table, each task's
     /// diff, verify log and transcript) and print its path.
-    Report { dir: PathBuf },
+    Report {
+        /// The output folder of an `eval run` (its `--out`).
+        dir: PathBuf,
+    },
     /// The counts again, from what is on disk.
     Summary {
+        /// The output folder of an `eval run` (its `--out`).
         dir: PathBuf,
         /// The summary as JSON.
         #[arg(long)]
@@ -49,6 +53,8 @@ pub struct RunArgs {
     /// The isolation backend (default: the profile's; docker for `eval`).
     #[arg(long = "sandbox", value_parser = super::backend_arg())]
     backend: Option<BackendKind>,
+    /// The profile each task's sandbox and rules start from (a name or a profile TOML
+    /// file); `eval`: docker, no network, and what the rules would ask is denied.
     #[arg(long, default_value = "eval")]
     profile: String,
     /// The sandbox image for tasks that do not name their own.
@@ -58,6 +64,8 @@ pub struct RunArgs {
     /// default: the profile's, else the engine's.
     #[arg(long, value_name = "NAME")]
     runtime: Option<String>,
+    /// A runner TOML config or an OpenCode JSON config, read after the user's, for
+    /// every task (providers, rules, tools).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Attempts per task (pass@k is reported for k up to this).
@@ -75,6 +83,8 @@ pub struct RunArgs {
     /// Scales every task's timeouts.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
+    /// Model turns per attempt before the agent is stopped (the attempt is then scored
+    /// as it stands).
     #[arg(long, default_value_t = 100)]
     max_steps: u32,
     /// A Docker engine to run tasks on (`unix:///path/docker.sock`, `tcp://host:2375`);

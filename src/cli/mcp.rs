@@ -16,16 +16,21 @@ pub enum McpCommand {
     List {
         #[command(flatten)]
         common: CommonArgs,
+        /// The servers as one JSON array of {name, state, tools}.
         #[arg(long)]
         json: bool,
     },
     /// Call one tool of one server: `runner mcp call NAME TOOL 'ARGS_JSON'`.
     Call {
+        /// The server: a [mcp.NAME] of the config.
         name: String,
+        /// The tool, as the server names it (see `mcp list`).
         tool: String,
+        /// The arguments as a JSON object, e.g. '{"path": "README.md"}'.
         args: String,
         #[command(flatten)]
         common: CommonArgs,
+        /// Print one JSON object {tool, title, output, metadata, attachments, error}.
         #[arg(long)]
         json: bool,
     },

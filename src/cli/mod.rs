@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand.
 
 mod changes;
+mod docs;
 mod eval;
 mod image;
 mod mcp;
@@ -12,10 +13,11 @@ mod sandbox_server;
 mod sessions;
 mod signals;
 mod tool;
+mod typo;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Exit statuses shared by the subcommands.
 pub mod exit {
@@ -31,8 +33,10 @@ pub mod exit {
 #[derive(Debug, Parser)]
 #[command(
     name = "runner",
-    version,
-    about = "A sandboxed agent runner: OpenCode's tools behind a real isolation boundary"
+    version = docs::LONG_VERSION,
+    about = "A sandboxed agent runner: OpenCode's tools behind a real isolation boundary",
+    after_help = docs::EXAMPLES_SHORT,
+    after_long_help = docs::EXAMPLES,
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -77,13 +81,28 @@ enum Command {
     Apply(changes::ApplyArgs),
     /// Remove a copy workspace without applying it.
     Discard(changes::DiscardArgs),
+    /// Print a shell's completion script: `source <(runner completions bash)`.
+    Completions(docs::CompletionsArgs),
+    /// Print the manual page (every subcommand, the environment, exit statuses) as roff:
+    /// `runner man | man -l -`.
+    Man,
     /// Serve the sandbox API on stdin/stdout (started by the runner inside the sandbox).
     #[command(hide = true)]
     SandboxServer(sandbox_server::ServerArgs),
 }
 
+/// The whole command tree, as clap sees it: for completions, the man page and tests.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // A mistyped subcommand stops here, before anything is read or started.
+    if let Some(err) = typo::check(&Cli::command(), &args) {
+        err.exit();
+    }
+    let cli = Cli::parse_from(&args);
     let code = match cli.command {
         None => block_on_plain(run::run(cli.run)),
         Some(Command::Run(args)) => block_on_plain(run::run(args)),
@@ -103,6 +122,8 @@ pub fn main() -> ExitCode {
         Some(Command::Image(cmd)) => block_on(image::run(cmd)),
         Some(Command::Permission(cmd)) => block_on(permission::run(cmd)),
         Some(Command::Profile(cmd)) => profile::run(cmd),
+        Some(Command::Completions(args)) => docs::completions(args),
+        Some(Command::Man) => docs::man(),
     };
     ExitCode::from(code)
 }

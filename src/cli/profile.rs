@@ -25,6 +25,7 @@ pub enum ProfileCommand {
         /// The worktree whose `.runner/config.toml` counts as the project config.
         #[arg(long, default_value = ".")]
         root: PathBuf,
+        /// The profile and its rules as one JSON object.
         #[arg(long)]
         json: bool,
     },

@@ -13,13 +13,20 @@ use crate::llm::Message;
 pub enum SessionsCommand {
     /// Every recorded session, newest first.
     List {
+        /// One JSON array of the sessions instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// A session as a readable transcript.
-    Show { id: String },
+    Show {
+        /// The session's id, or a unique prefix of it (see `sessions list`).
+        id: String,
+    },
     /// A session's model turns as a replay file (to stdout).
-    Export { id: String },
+    Export {
+        /// The session's id, or a unique prefix of it (see `sessions list`).
+        id: String,
+    },
 }
 
 pub fn run(cmd: SessionsCommand) -> u8 {

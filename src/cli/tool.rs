@@ -26,6 +26,7 @@ pub enum ToolCommand {
     /// The tools a model is offered under the profile's rules (a tool whose permission is
     /// `"*"` deny is hidden), with description and parameter schema.
     List {
+        /// One JSON array of {id, description, parameters} instead of the names.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -46,6 +47,7 @@ pub enum ToolCommand {
     /// A JSON-lines file of calls `{"tool": …, "args": {…}}` run as one session; prints one
     /// result object per line. `-` reads standard input.
     Script {
+        /// The file of calls, or `-` for standard input.
         file: PathBuf,
         #[command(flatten)]
         common: CommonArgs,
