@@ -235,6 +235,11 @@ fn hash_folder(h: &mut sha2::Sha256, p: &Path) {
     use sha2::Digest;
     let Ok(folder) = Folder::open(p) else { return };
     for entry in folder.walk(Path::new("")).unwrap_or_default() {
+        // Folders are in their files' paths (the hash is what it was before links were
+        // read by their words).
+        if entry.kind == Kind::Dir {
+            continue;
+        }
         h.update(entry.rel.display().to_string().as_bytes());
         match &entry.kind {
             Kind::Dir => {}
@@ -251,6 +256,27 @@ fn hash_folder(h: &mut sha2::Sha256, p: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A set's hash reads a link by its words: a link to `/dev/zero` (which a read through
+    /// it would never finish) or to a secret costs nothing and tells nothing of the target's
+    /// content; another target is another hash.
+    #[test]
+    fn a_sets_hash_never_reads_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let set = tmp.path().join("set");
+        std::fs::create_dir_all(set.join("t/tests")).unwrap();
+        std::fs::write(set.join("t/tests/test.sh"), "true\n").unwrap();
+        std::os::unix::fs::symlink("/dev/zero", set.join("t/tests/zero")).unwrap();
+        let secret = tmp.path().join("secret");
+        std::fs::write(&secret, "one").unwrap();
+        std::os::unix::fs::symlink(&secret, set.join("t/key")).unwrap();
+        let first = content_hash(std::slice::from_ref(&set));
+        std::fs::write(&secret, "two").unwrap();
+        assert_eq!(content_hash(std::slice::from_ref(&set)), first);
+        std::fs::remove_file(set.join("t/tests/zero")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", set.join("t/tests/zero")).unwrap();
+        assert_ne!(content_hash(std::slice::from_ref(&set)), first);
+    }
 
     #[test]
     fn good_lines_are_tasks_and_bad_ones_say_why() {
