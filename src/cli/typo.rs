@@ -106,7 +106,7 @@ fn last_short_takes_value(cmd: &clap::Command, shorts: &str) -> bool {
 fn suggestions(cmd: &clap::Command, word: &str) -> Vec<String> {
     let word = word.to_lowercase();
     let mut found: Vec<String> = Vec::new();
-    let mut add = |s: String| {
+    let add = |found: &mut Vec<String>, s: String| {
         if !found.contains(&s) {
             found.push(s);
         }
@@ -114,16 +114,21 @@ fn suggestions(cmd: &clap::Command, word: &str) -> Vec<String> {
     let visible = || cmd.get_subcommands().filter(|s| !s.is_hide_set());
     for sub in visible() {
         if distance(&word, sub.get_name()) <= allowed(sub.get_name(), 0) {
-            add(sub.get_name().to_string());
+            add(&mut found, sub.get_name().to_string());
         }
     }
     if let Some((_, pointers)) = FOREIGN.iter().find(|(w, _)| *w == word) {
-        pointers.iter().for_each(|p| add(p.to_string()));
+        for p in *pointers {
+            add(&mut found, p.to_string());
+        }
     }
     for sub in visible() {
         for nested in sub.get_subcommands().filter(|s| !s.is_hide_set()) {
-            if distance(&word, nested.get_name()) <= allowed(nested.get_name(), 1) {
-                add(format!("{} {}", sub.get_name(), nested.get_name()));
+            let name = nested.get_name();
+            // `Run` means `run`, not `eval run` as well.
+            let named_above = found.iter().any(|f| f == name);
+            if !named_above && distance(&word, name) <= allowed(name, 1) {
+                add(&mut found, format!("{} {name}", sub.get_name()));
             }
         }
     }
@@ -215,6 +220,18 @@ mod tests {
             .map(OsString::from)
             .collect();
         check(&cmd, &args).map(|e| e.to_string())
+    }
+
+    #[test]
+    fn suggestions_name_the_nearest_commands_once() {
+        let cmd = super::super::command();
+        assert_eq!(suggestions(&cmd, "Run"), ["run"]);
+        assert_eq!(suggestions(&cmd, "doctr"), ["sandbox doctor"]);
+        assert_eq!(suggestions(&cmd, "status"), ["changes", "sessions list"]);
+        assert_eq!(suggestions(&cmd, "permision"), ["permission"]);
+        assert!(suggestions(&cmd, "refactor").is_empty());
+        // Hidden commands are never suggested.
+        assert!(suggestions(&cmd, "sandbox-servr").is_empty());
     }
 
     #[test]
