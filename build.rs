@@ -44,9 +44,14 @@ fn rerun_when_head_moves() {
         return;
     };
     if let Some(reference) = text.trim().strip_prefix("ref: ") {
-        // A branch lives in its own file, or only in packed-refs after `git gc`.
-        println!("cargo:rerun-if-changed=.git/{reference}");
-        println!("cargo:rerun-if-changed=.git/packed-refs");
+        // A branch lives in its own file, or only in packed-refs after `git gc`. Only
+        // files that exist are named: cargo counts a missing one as changed, and would
+        // rerun this script (and rebuild the crate) on every build.
+        for file in [format!(".git/{reference}"), ".git/packed-refs".to_string()] {
+            if Path::new(&file).exists() {
+                println!("cargo:rerun-if-changed={file}");
+            }
+        }
     }
 }
 
