@@ -20,11 +20,13 @@ pub enum SandboxCommand {
     /// Check landlock, seccomp, namespaces, cgroups, the Docker engine, the image and the
     /// disk; say how to fix each problem.
     Doctor {
+        /// The sandbox image the Docker check looks for on the engine.
         #[arg(long, default_value = crate::sandbox::spec::DEFAULT_IMAGE)]
         image: String,
     },
     /// An interactive shell inside the sandbox, seeing what the agent's commands see.
     Shell {
+        /// The worktree the shell's sandbox is made for, as `runner run --root`.
         #[arg(long, default_value = ".")]
         root: PathBuf,
         #[command(flatten)]
