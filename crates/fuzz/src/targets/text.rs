@@ -70,7 +70,7 @@ pub const BASH: Target = Target {
     ],
     max_len: 8 * 1024,
     memory: 64 * MIB,
-    time: Duration::from_secs(4),
+    time: Duration::from_secs(8),
 };
 
 /// The file each update is applied to: the parser's output is fed to the planner's text
