@@ -5,7 +5,7 @@
 //! Four suites are binaries of their own because they change or sweep what the whole
 //! process uses: `engine_runsc`, `escape_podman` and `podman_rootless` choose the engine
 //! every sandbox of the process runs on (`common::engine::use_engine`), and
-//! `sandbox_cleanup` removes every runner container on the machine, which would pull
+//! `sandbox_cleanup` ends every runner container on the machine (`--all --yes`), which would pull
 //! sandboxes from under the tests beside it.
 
 use runner_test_support as common;

@@ -274,8 +274,7 @@ fn a_copy_whose_run_was_killed_is_reaped_by_the_next_and_a_finished_one_waits() 
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     // The next copy reaps it, as the next start reaps a dead run's containers (`runner
-    // sandbox cleanup` does the same, but also removes every container, which other tests
-    // running beside this one still use).
+    // sandbox cleanup` does the same; tests/sandbox_cleanup.rs checks that).
     let next = in_copy(&c, "landlock", "true");
     let left: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
     let ids: Vec<&str> = left
