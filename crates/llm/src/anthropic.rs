@@ -321,7 +321,9 @@ impl Provider for Anthropic {
                 reqwest::header::HeaderValue::from_static(API_VERSION),
             );
             let url = self.http.url("/v1/messages");
-            stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text).await
+            stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text)
+                .await
+                .map_err(|e| self.http.endpoint.explain(e))
         })
     }
 }

@@ -160,6 +160,19 @@ pub enum LlmError {
     /// The connection failed or the stream ended before the turn did.
     #[error("{provider}: {message}")]
     Transport { provider: String, message: String },
+    /// A server on this machine or its private network refused the connection: nothing
+    /// listens there, which waiting will not change, so it is said at once, not retried.
+    /// `url` is the request's (credentials and query removed), `server` its scheme, host
+    /// and port.
+    #[error(
+        "{provider}: the connection to {url} was refused: is the server at {server} running? \
+         (a refusal from a local or private address is not retried; start the server, or fix base_url)"
+    )]
+    Refused {
+        provider: String,
+        url: String,
+        server: String,
+    },
     /// The provider sent something that is not its documented format.
     #[error("{provider} sent a malformed stream: {message}")]
     Protocol { provider: String, message: String },
@@ -185,7 +198,7 @@ impl LlmError {
             }
             LlmError::Stream { retryable, .. } => *retryable,
             LlmError::Transport { .. } => true,
-            LlmError::Protocol { .. } | LlmError::Setup(_) => false,
+            LlmError::Refused { .. } | LlmError::Protocol { .. } | LlmError::Setup(_) => false,
         }
     }
 }

@@ -199,6 +199,7 @@ fn endpoint(
         name: name.to_string(),
         base_url,
         api_key,
+        api_key_env: key_var,
         headers: table
             .headers
             .iter()
@@ -241,6 +242,7 @@ mod tests {
             name: "x".into(),
             base_url: "http://h".into(),
             api_key: Some("sk-secret".into()),
+            api_key_env: "X_KEY".into(),
             headers: vec![],
             idle_timeout: Duration::from_secs(1),
         };

@@ -339,7 +339,9 @@ impl Provider for OpenAi {
             {
                 body["max_completion_tokens"] = max;
             }
-            stream_turn::<Accumulator>(&self.http, &url, headers, &body, text).await
+            stream_turn::<Accumulator>(&self.http, &url, headers, &body, text)
+                .await
+                .map_err(|e| self.http.endpoint.explain(e))
         })
     }
 }

@@ -133,6 +133,8 @@ pub(crate) async fn post_stream(
                 "{provider}: {}; check its base_url",
                 describe(e, url)
             ))
+        } else if let Some(refused) = super::endpoint::local_refusal(provider, url, &e) {
+            refused
         } else {
             LlmError::Transport {
                 provider: provider.to_string(),

@@ -85,6 +85,7 @@ fn endpoint(name: &str, base_url: String) -> Endpoint {
         name: name.into(),
         base_url,
         api_key: Some("k".into()),
+        api_key_env: "TEST_KEY".into(),
         headers: Vec::new(),
         idle_timeout: Duration::from_secs(30),
     }
