@@ -499,11 +499,9 @@ fn a_killed_harbor_run_leaves_nothing_once_the_next_one_starts_and_ends_with_the
     unsafe { libc::kill(killed as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(done(&out) < 6, "the run was killed before the end");
-    assert_ne!(
-        containers_of(killed),
-        "",
-        "the kill left the running tasks' containers"
-    );
+    // The kill left the running tasks' containers (the loop above saw them); they are not
+    // checked again here, because any runner process of a test beside this one that starts
+    // a docker sandbox now reaps them as orphans, as the next run below must.
 
     let (again, pid) = eval(&dir, &out, &args, None);
     assert_eq!(again.status.code(), Some(0), "{}", said(&again));
