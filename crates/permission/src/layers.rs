@@ -169,30 +169,114 @@ pub fn load_file(path: &Path, home: &str) -> Result<Vec<Rule>, ConfigError> {
     }
 }
 
+/// The top-level keys of a runner TOML config: `permission` here, the rest read by
+/// `config::settings` from the same files.
+pub const RUNNER_KEYS: [&str; 10] = [
+    "permission",
+    "model",
+    "provider",
+    "retry",
+    "context",
+    "hooks",
+    "mcp",
+    "websearch",
+    "lsp",
+    "network",
+];
+
+/// Each top-level key of a TOML document with the line it is on (1-based); empty for a
+/// document that does not parse (the caller has already said why).
+fn top_level_key_lines(text: &str) -> Vec<(String, usize)> {
+    let Ok(doc) = toml::de::DeTable::parse(text) else {
+        return Vec::new();
+    };
+    doc.get_ref()
+        .keys()
+        .map(|k| (k.get_ref().to_string(), line_of(text, k.span().start)))
+        .collect()
+}
+
+/// The 1-based line of byte `offset` in `text`.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
+}
+
+/// The known word closest to `word`, when it is close enough to be the one meant: an edit
+/// distance of at most a third of its length (and at least one), as a typo would be.
+pub fn did_you_mean<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    known
+        .iter()
+        .map(|k| (edit_distance(word, k), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Edit distance by characters where swapping two neighbours counts as one edit (the
+/// commonest typo: `modle`), as optimal string alignment computes it.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 pub fn parse_toml(text: &str, origin: &str, home: &str) -> Result<Vec<Rule>, ConfigError> {
     let doc: Map<String, Value> = toml::from_str(text).map_err(|e| ConfigError::Syntax {
         origin: origin.to_string(),
         format: "TOML",
         message: e.to_string(),
     })?;
-    // The other keys belong to `config::settings`, which reads the same files.
-    const KNOWN: [&str; 10] = [
-        "permission",
-        "model",
-        "provider",
-        "retry",
-        "context",
-        "hooks",
-        "mcp",
-        "websearch",
-        "lsp",
-        "network",
-    ];
-    if let Some(key) = doc.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+    // The other keys belong to `config::settings`, which reads the same files. Every
+    // unknown key is named at once, with its line: fixing typos one run at a time is a hunt.
+    let unknown: Vec<&String> = doc
+        .keys()
+        .filter(|k| !RUNNER_KEYS.contains(&k.as_str()))
+        .collect();
+    if !unknown.is_empty() {
+        let lines = top_level_key_lines(text);
+        let named: Vec<String> = unknown
+            .iter()
+            .map(|key| {
+                let line = lines
+                    .iter()
+                    .find(|(k, _)| k == *key)
+                    .map(|(_, l)| format!("line {l}: "))
+                    .unwrap_or_default();
+                let hint = did_you_mean(key, &RUNNER_KEYS)
+                    .map(|k| format!(" (did you mean `{k}`?)"))
+                    .unwrap_or_default();
+                format!("{line}unknown key {key:?}{hint}")
+            })
+            .collect();
         return Err(ConfigError::Invalid {
             origin: origin.to_string(),
             message: format!(
-                "unknown key {key:?}; a runner config holds `permission`, `model`, `provider`, `retry`, `context`, `hooks`, `mcp`, `websearch`, `lsp` and `network`"
+                "{}; a runner config holds {}",
+                named.join("; "),
+                RUNNER_KEYS.map(|k| format!("`{k}`")).join(", ")
             ),
         });
     }
@@ -257,12 +341,15 @@ pub fn parse_opencode_json(text: &str, origin: &str, home: &str) -> Result<Vec<R
     rules_from_value(&Value::Object(permission), origin, home)
 }
 
-/// OpenCode reads its config as JSONC; comments are dropped (outside strings) so such a
-/// file parses unchanged.
+/// OpenCode reads its config as JSONC: comments and trailing commas (before `}` or `]`)
+/// are blanked outside strings so such a file parses unchanged. Every newline is kept, a
+/// block comment's too, so a JSON error's line is the line in the file.
 pub fn strip_json_comments(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     let mut in_string = false;
+    // Where in `out` the last comma outside a string sits, while only blanks follow it.
+    let mut pending_comma: Option<usize> = None;
     while let Some(c) = chars.next() {
         if in_string {
             out.push(c);
@@ -274,10 +361,6 @@ pub fn strip_json_comments(text: &str) -> String {
             continue;
         }
         match (c, chars.peek()) {
-            ('"', _) => {
-                in_string = true;
-                out.push(c);
-            }
             ('/', Some('/')) => {
                 for c in chars.by_ref() {
                     if c == '\n' {
@@ -293,10 +376,25 @@ pub fn strip_json_comments(text: &str) -> String {
                     if prev == '*' && c == '/' {
                         break;
                     }
+                    if c == '\n' {
+                        out.push('\n');
+                    }
                     prev = c;
                 }
             }
-            _ => out.push(c),
+            (c, _) if c.is_whitespace() => out.push(c),
+            (c, _) => {
+                if let (Some(at), '}' | ']') = (pending_comma, c) {
+                    out.replace_range(at..at + 1, " ");
+                }
+                pending_comma = None;
+                match c {
+                    '"' => in_string = true,
+                    ',' => pending_comma = Some(out.len()),
+                    _ => {}
+                }
+                out.push(c);
+            }
         }
     }
     out
@@ -631,6 +729,37 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
         let v: Value = serde_json::from_str(&strip_json_comments(text)).unwrap();
         assert_eq!(v["a"], "http://x/*y*/");
         assert_eq!(v["b"], "q\"//");
+    }
+
+    #[test]
+    fn trailing_commas_go_and_lines_stay_where_they_were() {
+        let text = "{\n  /* two\n lines */ \"a\": [1, 2,],\n  \"b\": \"x,}\", // c\n}";
+        let clean = strip_json_comments(text);
+        let v: Value = serde_json::from_str(&clean).unwrap();
+        assert_eq!(v["a"], serde_json::json!([1, 2]));
+        assert_eq!(v["b"], "x,}");
+        assert_eq!(clean.lines().count(), text.lines().count());
+        // A real error still points at its own line.
+        let broken = "{\n/* a\n b */\n\"a\": @\n}";
+        let e = serde_json::from_str::<Value>(&strip_json_comments(broken)).unwrap_err();
+        assert_eq!(e.line(), 4, "{e}");
+    }
+
+    #[test]
+    fn every_unknown_key_is_named_with_its_line_and_nearest_key() {
+        let text = "modle = \"x\"\n[permission]\nbash = \"ask\"\n[provder.a]\nbase_url = \"u\"\n[zzzzzz]\n";
+        let e = parse_toml(text, "/x/c.toml", "/h").unwrap_err().to_string();
+        assert!(
+            e.contains("line 1: unknown key \"modle\" (did you mean `model`?)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("line 4: unknown key \"provder\" (did you mean `provider`?)"),
+            "{e}"
+        );
+        assert!(e.contains("line 6: unknown key \"zzzzzz\";"), "{e}");
+        assert_eq!(did_you_mean("hoks", &RUNNER_KEYS), Some("hooks"));
+        assert_eq!(did_you_mean("agent", &RUNNER_KEYS), None);
     }
 
     /// Each layer says something different about the same subject; the winner must be the

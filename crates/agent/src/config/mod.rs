@@ -4,6 +4,8 @@
 //! where the files live is [`crate::dirs`]. The permission layers have their own loader in
 //! `permission::layers`.
 
+mod keys;
+pub mod opencode;
 pub mod profile;
 pub mod settings;
 pub mod trust;
