@@ -22,6 +22,13 @@ use rustix::io::Errno;
 
 use crate::sandbox::server::roots::{self, Resolver, Root};
 
+/// Whether there is anything at `path` itself, a link included (not followed): whether a
+/// folder is a task of one layout or the other is decided by a name being there, whatever
+/// it is.
+pub fn exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 /// A task's folder (or a build context), open; what is read through it stays beneath it.
 pub struct Folder {
     root: Root,

@@ -168,12 +168,7 @@ pub type LoadedTask = Result<HarborTask, (String, String)>;
 /// Terminal-Bench layout (`task.yaml`).
 /// A `task.toml` that is a link counts: loading the task then says where it leads.
 pub fn is_task(dir: &Path) -> bool {
-    exists(&dir.join("task.toml")) || super::terminal_bench::is_task(dir)
-}
-
-/// Whether there is anything at `path` itself, a link included (not followed).
-pub(super) fn exists(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok()
+    super::folder::exists(&dir.join("task.toml")) || super::terminal_bench::is_task(dir)
 }
 
 /// A task set, and what the person running it should know of its tasks: each field
@@ -250,7 +245,7 @@ fn load_in_set(set: Option<&Folder>, d: &Path, converted: &Path) -> LoadedTask {
         Some(set) => set.sub(Path::new(d.file_name().unwrap_or_default())),
     }
     .map_err(|e| (id, e.to_string()))?;
-    if exists(&d.join("task.toml")) {
+    if super::folder::exists(&d.join("task.toml")) {
         return load_folder(folder);
     }
     let (converted, notes) = super::terminal_bench::convert(&folder, converted)?;

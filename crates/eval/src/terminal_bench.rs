@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::folder::exists;
 use super::folder::{Folder, FolderError};
-use super::harbor::exists;
 
 /// Whether `dir` is a task in the original layout (a `task.yaml` that is a link counts:
 /// converting the task then says where it leads).
