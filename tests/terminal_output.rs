@@ -485,7 +485,7 @@ fn changes_quote_names_and_show_escapes_on_a_terminal() {
     let listed = String::from_utf8(listed.stdout).unwrap();
     assert_nothing_raw("changes --json", &listed);
     let v: Value = serde_json::from_str(&listed).unwrap();
-    let names: Vec<&str> = v
+    let names: Vec<&str> = v["changes"]
         .as_array()
         .unwrap()
         .iter()

@@ -157,7 +157,8 @@ fn apply_brings_exactly_the_reviewed_changes_and_refuses_a_conflict() {
     );
     let listed: Value =
         serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
-    let changes: Vec<(String, String)> = listed
+    assert_eq!(listed["left_out"], 0, "{listed}");
+    let changes: Vec<(String, String)> = listed["changes"]
         .as_array()
         .unwrap()
         .iter()
@@ -274,15 +275,16 @@ fn a_copy_whose_run_was_killed_is_reaped_by_the_next_and_a_finished_one_waits() 
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     // The next copy reaps it, as the next start reaps a dead run's containers (`runner
-    // sandbox cleanup` does the same; tests/sandbox_cleanup.rs checks that).
-    let next = in_copy(&c, "landlock", "true");
+    // sandbox cleanup` does the same; tests/sandbox_cleanup.rs checks that). The next
+    // one changes nothing, so it goes too.
+    let next = copy_call(&c, "landlock", "true").output().unwrap();
+    assert!(next.status.success(), "{next:?}");
     let left: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
     let ids: Vec<&str> = left
         .as_array()
         .unwrap()
         .iter()
         .map(|w| w["id"].as_str().unwrap())
-        .filter(|id| *id != next)
         .collect();
     assert_eq!(ids, [waiting.as_str()]);
 }
@@ -299,7 +301,7 @@ fn a_data_directory_inside_the_checkout_is_left_out_of_its_copies() {
     let listed: Value =
         serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
     assert_eq!(
-        listed,
+        listed["changes"],
         serde_json::json!([{"path": "b.txt", "change": "added"}])
     );
     assert!(runner(&c, &["apply", &id]).status.success());
@@ -329,7 +331,7 @@ fn attack_apply_never_writes_through_links_nor_brings_a_git_or_a_hosts_file() {
     );
     let listed: Value =
         serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
-    let paths: Vec<&str> = listed
+    let paths: Vec<&str> = listed["changes"]
         .as_array()
         .unwrap()
         .iter()
@@ -699,7 +701,8 @@ fn a_100_gib_sparse_file_is_reviewed_and_applied_in_bounded_memory() {
     huge.write_all_at(b"head", 0).unwrap();
     huge.set_len(SIZE).unwrap();
     drop(huge);
-    let id = in_copy(&c, "landlock", "true");
+    // A change of its own, or the copy would be discarded as unchanged when the call ends.
+    let id = in_copy(&c, "landlock", "echo x > marker.txt");
     let work = c.data.join("runner/workspaces").join(&id).join("work");
     std::fs::File::create(work.join("big.img"))
         .unwrap()
@@ -927,4 +930,100 @@ fn a_copy_whose_mount_is_gone_is_mounted_again_before_it_is_read() {
     assert_eq!(common::mounts_under(&c.data).len(), 1);
     assert!(runner(&c, &["discard", &id]).status.success());
     assert_eq!(common::mounts_under(&c.data), Vec::<String>::new());
+}
+
+/// A copy whose command changed nothing is not kept: the call says so in one line, and
+/// nothing waits for review (it was kept and announced as `workspace: ID` before). The
+/// agent's own `.git` (git refreshes its index) is no change.
+#[test]
+fn a_copy_with_no_changes_is_discarded_and_says_so() {
+    let c = checkout();
+    let out = copy_call(&c, "landlock", "cat a.txt && git status --short")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("runner: the copy has no changes; discarded it"),
+        "{err}"
+    );
+    assert!(!err.contains("workspace: "), "{err}");
+    let listed: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
+    assert_eq!(listed, serde_json::json!([]));
+    let left = std::fs::read_dir(c.data.join("runner/workspaces"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "a copy's folder is left");
+    assert_eq!(common::mounts_under(&c.data), Vec::<String>::new());
+}
+
+/// What the agent wrote that the worktree's `.gitignore` ignores (`__pycache__/`) is left
+/// out of `changes` and `apply`, and counted; `--include-ignored` shows and applies it.
+#[test]
+fn changes_and_apply_leave_out_what_the_ignore_rules_ignore() {
+    let c = checkout();
+    std::fs::write(c.root.join(".gitignore"), "ignored.log\n__pycache__/\n").unwrap();
+    git(&c.root, &["commit", "-qam", "ignore pycache"]);
+    let agent = "mkdir -p __pycache__ && echo 'print(1)' > x.py && printf '\\000\\015\\015\\012' > __pycache__/x.cpython-311.pyc";
+    let pyc = c.root.join("__pycache__");
+
+    let id = in_copy(&c, "landlock", agent);
+    let one: Value =
+        serde_json::from_slice(&runner(&c, &["changes", &id, "--json"]).stdout).unwrap();
+    assert_eq!(
+        one["changes"],
+        serde_json::json!([{"path": "x.py", "change": "added"}]),
+        "{one}"
+    );
+    assert_eq!(one["left_out"], 1, "{one}");
+    let listed: Value = serde_json::from_slice(&runner(&c, &["changes", "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&listed[0]["changed_files"], &listed[0]["left_out"]),
+        (&Value::from(1), &Value::from(1)),
+        "{listed}"
+    );
+    let shown = runner(&c, &["changes", &id]);
+    let (patch, said) = (
+        String::from_utf8_lossy(&shown.stdout),
+        String::from_utf8_lossy(&shown.stderr),
+    );
+    assert!(
+        patch.contains("+++ b/x.py") && !patch.contains("__pycache__"),
+        "{patch}"
+    );
+    let note = "left out 1 file the worktree's ignore rules ignore (--include-ignored shows them)";
+    assert!(said.contains(note), "{said}");
+    let all: Value = serde_json::from_slice(
+        &runner(&c, &["changes", &id, "--json", "--include-ignored"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        all,
+        serde_json::json!({"id": id, "left_out": 0, "changes": [
+            {"path": "__pycache__/x.cpython-311.pyc", "change": "added"},
+            {"path": "x.py", "change": "added"},
+        ]})
+    );
+
+    let applied = runner(&c, &["apply", &id]);
+    assert!(applied.status.success(), "{applied:?}");
+    assert!(
+        String::from_utf8_lossy(&applied.stderr).contains(note),
+        "{applied:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(c.root.join("x.py")).unwrap(),
+        "print(1)\n"
+    );
+    assert!(!pyc.exists(), "the ignored file was applied");
+
+    std::fs::remove_file(c.root.join("x.py")).unwrap();
+    let id = in_copy(&c, "landlock", agent);
+    let applied = runner(&c, &["apply", &id, "--include-ignored"]);
+    assert!(applied.status.success(), "{applied:?}");
+    assert!(c.root.join("x.py").exists());
+    assert_eq!(
+        std::fs::read(pyc.join("x.cpython-311.pyc")).unwrap(),
+        [0u8, 0o15, 0o15, 0o12]
+    );
 }

@@ -20,10 +20,15 @@ pub struct ChangesArgs {
     /// The worktree whose copies are listed (default: the current directory).
     #[arg(long, default_value = ".")]
     root: PathBuf,
-    /// JSON: the list `[{id, root, created, changed_files}]`, or one copy's changes
-    /// `[{path, change}]`.
+    /// JSON: the list `[{id, root, created, changed_files, left_out}]`, or one copy's
+    /// `{id, changes: [{path, change}], left_out}` (`left_out`: how many files the ignore
+    /// rules kept out).
     #[arg(long)]
     json: bool,
+    /// Show the new files the worktree's ignore rules ignore too (`__pycache__/`,
+    /// `target/`); without it they are left out and counted.
+    #[arg(long)]
+    include_ignored: bool,
 }
 
 #[derive(Debug, Args)]
@@ -33,6 +38,10 @@ pub struct ApplyArgs {
     /// Overwrite files that changed in the worktree since the copy was made.
     #[arg(long)]
     force: bool,
+    /// Apply the new files the worktree's ignore rules ignore too; without it they stay
+    /// out of the worktree (and go with the copy).
+    #[arg(long)]
+    include_ignored: bool,
 }
 
 #[derive(Debug, Args)]
@@ -43,12 +52,12 @@ pub struct DiscardArgs {
 
 pub fn changes(args: ChangesArgs) -> u8 {
     match &args.id {
-        Some(id) => show(id, args.json),
-        None => list(&args.root, args.json),
+        Some(id) => show(id, args.json, args.include_ignored),
+        None => list(&args.root, args.json, args.include_ignored),
     }
 }
 
-fn list(root: &std::path::Path, json: bool) -> u8 {
+fn list(root: &std::path::Path, json: bool, include_ignored: bool) -> u8 {
     let root = match std::fs::canonicalize(root) {
         Ok(r) => r,
         Err(e) => {
@@ -62,12 +71,16 @@ fn list(root: &std::path::Path, json: bool) -> u8 {
         .collect();
     let mut rows = Vec::new();
     for w in &waiting {
-        let changed = w.changes().map(|c| c.len()).unwrap_or(0);
+        let (changed, left_out) = w
+            .review(include_ignored)
+            .map(|(c, left_out)| (c.len(), left_out))
+            .unwrap_or((0, 0));
         rows.push(serde_json::json!({
             "id": w.meta.id,
             "root": w.meta.source,
             "created": w.meta.created,
             "changed_files": changed,
+            "left_out": left_out,
         }));
     }
     if json {
@@ -76,8 +89,12 @@ fn list(root: &std::path::Path, json: bool) -> u8 {
         println!("no workspaces wait for {}", display::shown(root.display()));
     } else {
         for r in rows {
+            let left_out = match r["left_out"].as_u64().unwrap_or(0) {
+                0 => String::new(),
+                n => format!(", {n} left out by the ignore rules"),
+            };
             println!(
-                "{}  {} file(s) changed  (runner changes {})",
+                "{}  {} file(s) changed{left_out}  (runner changes {})",
                 r["id"].as_str().unwrap_or_default(),
                 r["changed_files"],
                 r["id"].as_str().unwrap_or_default()
@@ -87,7 +104,7 @@ fn list(root: &std::path::Path, json: bool) -> u8 {
     exit::OK
 }
 
-fn show(id: &str, json: bool) -> u8 {
+fn show(id: &str, json: bool, include_ignored: bool) -> u8 {
     let ws = match Workspace::open(id) {
         Ok(w) => w,
         Err(e) => {
@@ -99,21 +116,39 @@ fn show(id: &str, json: bool) -> u8 {
     use std::io::Write;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let shown = if json {
-        ws.changes().and_then(|c| {
-            writeln!(out, "{}", display::json(&c)).map_err(crate::workspace::Error::Output)
+        ws.review(include_ignored).and_then(|(changes, left_out)| {
+            let shown = serde_json::json!({
+                "id": ws.meta.id,
+                "changes": changes,
+                "left_out": left_out,
+            });
+            writeln!(out, "{}", display::json(&shown)).map_err(crate::workspace::Error::Output)?;
+            Ok(left_out)
         })
     } else if std::io::stdout().is_terminal() {
         // On a terminal every line is shown escaped: a content line could otherwise move
         // the cursor over the lines above it. Piped, the patch is git's, raw.
         let mut escaped = EscapedLines::new(&mut out);
-        ws.write_review(&mut escaped)
-            .and_then(|()| escaped.flush().map_err(crate::workspace::Error::Output))
+        ws.write_review(&mut escaped, include_ignored)
+            .and_then(|left_out| {
+                escaped.flush().map_err(crate::workspace::Error::Output)?;
+                Ok(left_out)
+            })
     } else {
-        ws.write_review(&mut out)
+        ws.write_review(&mut out, include_ignored)
     };
-    let shown = shown.and_then(|()| out.flush().map_err(crate::workspace::Error::Output));
+    let shown = shown.and_then(|left_out| {
+        out.flush().map_err(crate::workspace::Error::Output)?;
+        Ok(left_out)
+    });
     match shown {
-        Ok(()) => exit::OK,
+        Ok(left_out) => {
+            // On stderr: the patch on stdout stays one `git apply` takes.
+            if let Some(note) = crate::workspace::ignored::note(left_out) {
+                eprintln!("runner: {note}");
+            }
+            exit::OK
+        }
         Err(e) => {
             eprintln!("runner: {}", display::escape(&e.to_string()));
             exit::FAILED
@@ -133,11 +168,14 @@ pub fn apply(args: ApplyArgs) -> u8 {
     // Ctrl-C, SIGTERM and SIGHUP wait until the apply is made or undone: while files are
     // staged one stops it (nothing applied), and the renames that make it are never cut.
     let held = HeldSignals::new();
-    let applied = ws.apply(args.force, &|| held.pending());
+    let applied = ws.apply(args.force, args.include_ignored, &|| held.pending());
     let code = match applied {
         Ok(applied) => {
             for note in &applied.notes {
                 eprintln!("runner: {}", display::escape(note));
+            }
+            if let Some(note) = crate::workspace::ignored::note(applied.left_out) {
+                eprintln!("runner: {note}");
             }
             println!(
                 "applied {} change(s) to {}",
@@ -260,9 +298,20 @@ pub fn discard(args: DiscardArgs) -> u8 {
     }
 }
 
-/// After a command that worked in a copy: keep it for review and say where it is.
-pub fn report(workspace: Option<Workspace>) {
-    let Some(mut ws) = workspace else { return };
+/// After a command that worked in a copy: keep it for review and say where it is, or,
+/// when nothing in it changed, discard it and say so. Returns the id of the copy kept.
+pub fn report(workspace: Option<Workspace>) -> Option<String> {
+    let mut ws = workspace?;
+    if ws.changed_nothing() {
+        match ws.clone().discard() {
+            Ok(()) => {
+                eprintln!("runner: the copy has no changes; discarded it");
+                return None;
+            }
+            // What is left of it is reported below, as a copy that waits.
+            Err(e) => eprintln!("runner: {}", display::escape(&e.to_string())),
+        }
+    }
     if let Err(e) = ws.finish() {
         eprintln!("runner: {}", display::escape(&e.to_string()));
     }
@@ -270,4 +319,5 @@ pub fn report(workspace: Option<Workspace>) {
         eprintln!("runner: workspace {}: {note}", ws.meta.id);
     }
     eprintln!("workspace: {}", ws.meta.id);
+    Some(ws.meta.id)
 }

@@ -174,21 +174,26 @@ fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: b
 }
 
 /// A copy workspace after its session: its changes listed, then applied (`--apply`) or
-/// left for review.
+/// left for review; a copy with no changes is discarded.
 fn hand_over(ws: crate::workspace::Workspace, apply: bool) {
-    let id = ws.meta.id.clone();
-    super::changes::report(Some(ws));
+    let Some(id) = super::changes::report(Some(ws)) else {
+        return;
+    };
     if !apply {
         eprintln!(
             "runner: review with `runner changes {id}`, then `runner apply {id}` (or `runner discard {id}`)"
         );
         return;
     }
-    let applied = crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false, &|| false));
+    let applied =
+        crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false, false, &|| false));
     match applied {
         Ok(applied) => {
             for note in &applied.notes {
                 eprintln!("runner: {}", escape(note));
+            }
+            if let Some(note) = crate::workspace::ignored::note(applied.left_out) {
+                eprintln!("runner: {note}");
             }
             eprintln!("runner: applied {} change(s)", applied.changes.len())
         }

@@ -190,7 +190,7 @@ mod tests {
             matches!(no_git, crate::workspace::Error::NotARepository(_)),
             "{no_git}"
         );
-        let refused = ws.clone().apply(true, &|| false).unwrap_err();
+        let refused = ws.clone().apply(true, false, &|| false).unwrap_err();
         assert!(
             refused.to_string().contains("not applied anywhere"),
             "{refused}"

@@ -13,6 +13,12 @@
 //! modes, links and times. `.git` is copied (git works inside) but is never part of the
 //! changes: bringing an agent's `.git` over would bring its hooks and config with it.
 //!
+//! What the worktree's ignore rules ignore and the checkout did not have (an agent's
+//! `__pycache__/`, a build's `target/`) is left out of what `runner changes` shows and
+//! `runner apply` brings over, and counted, unless `--include-ignored` is given
+//! ([`ignored`] has the exact rule). A copy whose run changed nothing at all is discarded
+//! when the run ends ([`Workspace::changed_nothing`]): there is nothing in it to review.
+//!
 //! An evaluation attempt works in the same kind of workspace, made with
 //! [`Workspace::prepare`] under the evaluation's own folder: its `work/` is filled with a
 //! clone at the task's commit, and `base/` copied from it before anything runs. Such a
@@ -27,6 +33,7 @@ pub mod content;
 pub mod diff;
 pub mod disk;
 pub mod git;
+pub mod ignored;
 pub mod image;
 pub mod leaf;
 
@@ -106,9 +113,9 @@ pub enum Kind {
 /// How a patch is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchFormat {
-    /// For a person (`runner changes ID`): every file but `.git`, ignored ones included;
-    /// binaries, links, modes and renames named ([`diff::diff`], the renderer a Harbor
-    /// task's snapshots use too).
+    /// For a person: every file but `.git`, ignored ones included (`runner changes ID`
+    /// leaves those out, [`Workspace::write_review`]); binaries, links, modes and renames
+    /// named ([`diff::diff`], the renderer a Harbor task's snapshots use too).
     Review,
     /// For `git apply` (an evaluation's `diff.patch` and predictions): host git against the
     /// base's own repository. Files the work tree's `.gitignore` ignores are left out (an
@@ -121,6 +128,8 @@ pub enum PatchFormat {
 #[derive(Debug)]
 pub struct Applied {
     pub changes: Vec<changes::Change>,
+    /// Changes not applied because the ignore rules ignore them ([`ignored`]).
+    pub left_out: usize,
     /// For the person: special bits dropped, old files that could not be removed.
     pub notes: Vec<String>,
 }
@@ -346,6 +355,25 @@ impl Workspace {
         changes::between(&self.base(), &self.work())
     }
 
+    /// The changes a person reviews and an apply brings over, and how many the ignore
+    /// rules left out ([`ignored`]); with `include_ignored`, all of them.
+    pub fn review(&self, include_ignored: bool) -> Result<(Vec<changes::Change>, usize), Error> {
+        let all = self.changes()?;
+        Ok(ignored::split(
+            all,
+            &self.work(),
+            &self.base(),
+            include_ignored,
+        ))
+    }
+
+    /// Whether the copy holds no change at all, not even one the ignore rules leave out
+    /// (an ignored file can still be what the person asked for, and is kept for them).
+    /// `false` when the changes cannot be read: such a copy is kept to be looked at.
+    pub fn changed_nothing(&self) -> bool {
+        self.kind == Kind::Kept && self.changes().is_ok_and(|c| c.is_empty())
+    }
+
     /// Refuses what needs both trees on the host; mounts a budgeted copy's file system
     /// again where a reboot took it away.
     fn on_host(&self) -> Result<(), Error> {
@@ -361,7 +389,8 @@ impl Workspace {
         match format {
             PatchFormat::Review => {
                 let mut out = Vec::new();
-                self.write_review(&mut out)?;
+                let list = self.changes()?;
+                diff::write_changes(&list, &self.base(), &self.work(), &mut out)?;
                 Ok(out)
             }
             PatchFormat::Git => {
@@ -376,23 +405,35 @@ impl Workspace {
         }
     }
 
-    /// The review patch, written to `out` as it is made (never held whole).
-    pub fn write_review(&self, out: &mut dyn std::io::Write) -> Result<(), Error> {
+    /// The review patch, written to `out` as it is made (never held whole): what
+    /// [`Workspace::review`] lists. Returns how many changes it left out.
+    pub fn write_review(
+        &self,
+        out: &mut dyn std::io::Write,
+        include_ignored: bool,
+    ) -> Result<usize, Error> {
         self.on_host()?;
-        let list = self.changes()?;
-        diff::write_changes(&list, &self.base(), &self.work(), out)
+        let (list, left_out) = self.review(include_ignored)?;
+        diff::write_changes(&list, &self.base(), &self.work(), out)?;
+        Ok(left_out)
     }
 
     /// Brings the changes over to the real checkout and removes the workspace: all of them
     /// or, when anything fails, none. Refuses (naming them) where the real files no longer
     /// match what was copied, unless `force`. `stop` is asked while the files are staged (an
-    /// interrupt): when it says so, nothing is applied.
-    pub fn apply(self, force: bool, stop: &dyn Fn() -> bool) -> Result<Applied, Error> {
+    /// interrupt): when it says so, nothing is applied. What the ignore rules leave out
+    /// ([`ignored`]) is not applied unless `include_ignored`, and goes with the copy.
+    pub fn apply(
+        self,
+        force: bool,
+        include_ignored: bool,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Applied, Error> {
         if self.kind == Kind::Owned {
             return Err(Error::Owned(self.meta.id.clone()));
         }
         self.not_in_use()?;
-        let list = self.changes()?;
+        let (list, left_out) = self.review(include_ignored)?;
         let (base, work) = (self.base(), self.work());
         let notes = apply::apply(&list, &base, &work, &self.meta.source, force, stop).map_err(
             |refused| match refused {
@@ -407,6 +448,7 @@ impl Workspace {
         self.discard()?;
         Ok(Applied {
             changes: list,
+            left_out,
             notes,
         })
     }
