@@ -16,6 +16,7 @@ mod architecture;
 mod backends_agree;
 mod cli;
 mod container_image;
+mod docs;
 mod escape_docker;
 mod escape_landlock;
 mod escape_webfetch;
