@@ -394,7 +394,7 @@ fn runtimes(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) -> Vec<Row> {
         .unwrap_or_default();
     if !have.iter().any(|n| n == "runsc") {
         println!(
-            "runtimes: the engine {} has no runsc ({}); set SANDBOX_BENCH_ENGINE to one that has (see the README's gVisor section)",
+            "runtimes: the engine {} has no runsc ({}); set SANDBOX_BENCH_ENGINE to one that has (see docs/SANDBOXES.md, gVisor)",
             host.as_deref().unwrap_or("(default)"),
             have.join(", ")
         );

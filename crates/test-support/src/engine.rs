@@ -618,7 +618,7 @@ pub fn runsc() -> TestEngine {
 }
 
 /// What the escape suites check that gVisor (Debian's runsc 0.0~20221219) does otherwise,
-/// with nothing of the host at stake. See the README's gVisor section.
+/// with nothing of the host at stake. See docs/SANDBOXES.md, "gVisor".
 pub const RUNSC_NOT_APPLICABLE: &[(&str, &str)] = &[
     (
         "fs.write_sys",
