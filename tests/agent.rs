@@ -2105,3 +2105,170 @@ fn plan_exit_hands_the_session_to_build_once_approved() {
     );
     assert!(system(&model, 1).contains("plan mode"));
 }
+
+/// A loopback port nothing listens on: bound, then let go.
+fn dead_loopback_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn said_all(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// A provider on loopback that is not running is said at once, with its address: the
+/// default retry policy would otherwise wait about 23 s before saying anything useful.
+#[test]
+fn a_provider_on_a_loopback_port_nobody_serves_fails_within_two_seconds() {
+    let h = Harness::new();
+    let unused = ScriptedModel::start(Vec::new());
+    let port = dead_loopback_port();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let started = Instant::now();
+    let out = h
+        .command(&unused)
+        .env("OPENAI_BASE_URL", &base)
+        .args([
+            "--model",
+            "openai/gpt-test",
+            "--sandbox",
+            "none",
+            "--json",
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(
+        took < Duration::from_secs(2),
+        "took {took:?}: {}",
+        describe(&out)
+    );
+    let ev = events(&out);
+    assert!(of_type(&ev, "retry").is_empty(), "{}", describe(&out));
+    let end = end_of(&ev);
+    assert_eq!(end["reason"], "provider_error");
+    let msg = end["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("{base}/chat/completions"))
+            && msg.contains(&format!(
+                "is the server at http://127.0.0.1:{port} running?"
+            )),
+        "{msg}"
+    );
+}
+
+/// A refused key names the variable it came from, the built-in one and a
+/// `[provider.NAME]` table's own, and the address the key was sent to.
+#[test]
+fn a_401_names_the_variable_the_key_came_from() {
+    let refusal = || {
+        Response::Status(
+            401,
+            vec![],
+            r#"{"error":{"message":"Incorrect API key provided: sk-test***","type":"invalid_request_error","code":"invalid_api_key"}}"#.into(),
+        )
+    };
+    let h = Harness::new();
+    let model = ScriptedModel::start(vec![refusal()]);
+    let out = h.run(
+        &model,
+        &["--model", "openai/gpt-test", "--sandbox", "none", "hi"],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert_eq!(model.requests().len(), 1, "no retry of a bad key");
+    let err = said_all(&out);
+    assert!(
+        err.contains("openai answered 401")
+            && err.contains("Incorrect API key provided")
+            && err.contains("The key came from OPENAI_API_KEY")
+            && err.contains(&model.openai_base()),
+        "{err}"
+    );
+
+    let model = ScriptedModel::start(vec![refusal()]);
+    let cfg = h.config_file(&format!(
+        "model = \"local/qwen\"\n[provider.local]\nbase_url = \"{}\"\napi_key_env = \"LOCAL_KEY\"\n",
+        model.openai_base()
+    ));
+    let out = h
+        .command(&model)
+        .env("LOCAL_KEY", "local-secret")
+        .args(["--config", &cfg, "--sandbox", "none", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = said_all(&out);
+    assert!(
+        err.contains("The key came from LOCAL_KEY") && !err.contains("local-secret"),
+        "{err}"
+    );
+}
+
+/// `runner tool call bash` on the docker sandbox with `--root ROOT` and extra arguments.
+fn docker_call(h: &Harness, root: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .current_dir(&h.wt)
+        .env("XDG_DATA_HOME", &h.data)
+        .env("XDG_CONFIG_HOME", &h.config)
+        .env("NO_COLOR", "1")
+        .args(["tool", "call", "bash"])
+        .arg(r#"{"command":"cat add.sh && pwd","description":"look"}"#)
+        .arg("--root")
+        .arg(root)
+        .args(["--sandbox", "docker"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A worktree exactly where the sandbox mounts its own `/tmp`, `/proc` or `/dev`, or
+/// above them all (`/`), is refused by name before anything is created (Docker used to
+/// hide a worktree at /tmp under its tmpfs without a word, and fail on /proc or / with
+/// "the sandbox server is gone"). Control: a worktree in a folder under /tmp, as every
+/// test has, works.
+#[test]
+fn a_worktree_at_a_sandbox_mount_point_is_refused_by_name() {
+    common::engine::docker();
+    let h = Harness::new();
+    for (root, own) in [("/tmp", "/tmp"), ("/proc", "/proc"), ("/", "/tmp")] {
+        let out = docker_call(&h, Path::new(root), &[]);
+        let err = said_all(&out);
+        assert_ne!(out.status.code(), Some(0), "{root}: {err}");
+        assert!(
+            err.contains(&format!(
+                "a worktree at {root} collides with the sandbox's own {own}"
+            )) && err.contains("--workspace copy")
+                && err.contains("Docker"),
+            "{root}: {err}"
+        );
+        assert!(!err.contains("server is gone"), "{root}: {err}");
+    }
+    let out = docker_call(&h, &h.wt, &[]);
+    let said = said_all(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("echo $(($1 - $2))") && said.contains(&h.wt.display().to_string()),
+        "{said}"
+    );
+}
+
+/// A container the engine will not create is said with the engine and its reason, as a
+/// sandbox that did not start, never as a server that was lost.
+#[test]
+fn a_container_the_engine_will_not_create_names_the_engine_and_its_reason() {
+    common::engine::docker();
+    let h = Harness::new();
+    let out = docker_call(&h, &h.wt, &["--image", "Not-A:Valid::Reference"]);
+    let err = said_all(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("Docker")
+            && err.contains("could not create the sandbox container")
+            && err.contains("invalid reference format")
+            && !err.contains("server is gone"),
+        "{err}"
+    );
+}

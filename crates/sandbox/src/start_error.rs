@@ -32,6 +32,42 @@ pub enum SandboxStartError {
          Use an image with a POSIX shell (add busybox-static to it for a small one), or `runner image build`"
     )]
     NoShell { image: String },
+    /// The worktree would be mounted where the sandbox mounts something of its own (its
+    /// `/tmp` tmpfs, `/proc`, `/dev`, `/sys`), or above all of them (`/`): the engine
+    /// would hide the worktree under its own mount (Docker's `/tmp`), refuse, or fail at
+    /// start. Said before anything is created.
+    #[error(
+        "a worktree at {path} collides with the sandbox's own {mount}: {engine} mounts its own there. \
+         Run from another folder (--root DIR), or use --workspace copy"
+    )]
+    WorktreeCollides {
+        path: String,
+        mount: String,
+        engine: String,
+    },
+    /// The engine refused to create or start the container: its own reason, verbatim.
+    #[error(
+        "{engine} could not {step} the sandbox container: {reason}. \
+         No session began; `runner sandbox doctor` checks the engine and the image"
+    )]
+    Engine {
+        engine: String,
+        step: String,
+        reason: String,
+    },
+}
+
+/// Where every container sandbox mounts something of its own: a worktree at one of these,
+/// or at a folder above one of them, cannot be mounted as itself.
+pub const OWN_MOUNTS: [&str; 4] = ["/tmp", "/proc", "/dev", "/sys"];
+
+/// The sandbox's own mount a worktree mounted at `inside` would collide with: the same
+/// path, or one below it (a worktree at `/` holds them all). A folder below one of them
+/// (`/tmp/work`) is an ordinary bind mount on top of it, and fine.
+pub fn own_mount_under(inside: &std::path::Path) -> Option<&'static str> {
+    OWN_MOUNTS
+        .into_iter()
+        .find(|own| std::path::Path::new(own).starts_with(inside))
 }
 
 /// What a sandbox server prints (on its stderr, which the controller keeps the tail of)
@@ -39,3 +75,32 @@ pub enum SandboxStartError {
 /// [`SandboxStartError::NoShell`] instead of "the server is gone".
 pub const NO_SHELL_MARK: &str =
     "runner sandbox-server: no shell in this image (neither /bin/bash nor /bin/sh)";
+
+#[cfg(test)]
+mod tests {
+    use super::own_mount_under;
+    use std::path::Path;
+
+    #[test]
+    fn only_the_mount_points_and_what_holds_them_collide() {
+        for (path, own) in [
+            ("/tmp", "/tmp"),
+            ("/tmp/", "/tmp"),
+            ("/proc", "/proc"),
+            ("/dev", "/dev"),
+            ("/sys", "/sys"),
+            ("/", "/tmp"),
+        ] {
+            assert_eq!(own_mount_under(Path::new(path)), Some(own), "{path}");
+        }
+        for path in [
+            "/tmp/x",
+            "/tmp/.tmpA1b2/wt",
+            "/tmpx",
+            "/home/me/proj",
+            "/dev/shm/wt",
+        ] {
+            assert_eq!(own_mount_under(Path::new(path)), None, "{path}");
+        }
+    }
+}

@@ -284,6 +284,14 @@ pub async fn open_container(
         .mount_at
         .clone()
         .unwrap_or_else(|| worktree.clone());
+    if let Some(mount) = crate::start_error::own_mount_under(&inside) {
+        return Err(SandboxStartError::WorktreeCollides {
+            path: inside.display().to_string(),
+            mount: mount.to_string(),
+            engine: engine.describe(),
+        }
+        .into());
+    }
     let guard = WorktreeGuard::new(&worktree, &spec.protected);
     let chosen = engine.choose_runtime(&spec.docker.runtime).await?;
     let runtime = Runtime {
@@ -319,6 +327,14 @@ pub async fn open_container(
             SandboxError::Disconnected(why) if why.contains(NO_SHELL_MARK) => {
                 SandboxStartError::NoShell {
                     image: spec.docker.image.clone(),
+                }
+                .into()
+            }
+            SandboxError::Start(SandboxStartError::Engine { step, reason, .. }) => {
+                SandboxStartError::Engine {
+                    engine: engine.describe(),
+                    step,
+                    reason,
                 }
                 .into()
             }
@@ -369,7 +385,24 @@ fn server_command(
     Ok(cmd)
 }
 
-/// Creates the container; a missing image is said as such.
+/// The engine's refusal to `step` (create, attach to, start) a container that never ran:
+/// a sandbox that did not start, not a server that was lost. `engine` names the engine
+/// where the caller knows it.
+pub(super) fn engine_refused(engine: &str, step: &str, e: bollard::errors::Error) -> SandboxError {
+    let reason = match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message,
+        e => e.to_string(),
+    };
+    SandboxStartError::Engine {
+        engine: engine.to_string(),
+        step: step.to_string(),
+        reason: reason.trim().to_string(),
+    }
+    .into()
+}
+
+/// Creates the container; a missing image is said as such, any other refusal with the
+/// engine's name and its reason.
 async fn create(
     engine: &super::engine::Engine,
     spec: &SandboxSpec,
@@ -391,10 +424,14 @@ async fn create(
                 engine: engine.describe(),
             }
             .into(),
-            _ => docker_error("cannot create the sandbox container", e),
+            _ => engine_refused(&engine.describe(), "create", e),
         })?;
     Ok(created.id)
 }
+
+/// How [`serve`] names the engine when it cannot attach or start (it has only the
+/// connection); [`open_container`] puts the engine's own description in its place.
+const ENGINE: &str = "the container engine";
 
 /// Starts a created (or stopped) container whose main process is the server and connects
 /// a client to it. `guards` end the sandbox when it closes.
@@ -425,11 +462,11 @@ pub(super) async fn serve(
             ),
         )
         .await
-        .map_err(|e| docker_error("cannot attach to the sandbox container", e))?;
+        .map_err(|e| engine_refused(ENGINE, "attach to", e))?;
     docker
         .start_container(id, None)
         .await
-        .map_err(|e| docker_error("cannot start the sandbox container", e))?;
+        .map_err(|e| engine_refused(ENGINE, "start", e))?;
 
     let (mut to_client, from_server) = tokio::io::duplex(1 << 20);
     let stderr_tail = Arc::new(Mutex::new(String::new()));
