@@ -1634,3 +1634,149 @@ fn the_manual_renders_with_every_subcommand_environment_and_exit_status() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// OpenCode's config as OpenCode writes it, and config errors that end the hunt (issue 31,
+// items 8 and 9).
+
+/// A git work tree and a home with no config of its own: only what a test passes counts.
+fn bare_home_in_git() -> Cli {
+    let cli = Cli::new();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&cli.wt)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    cli
+}
+
+/// An `opencode.json` with comments and trailing commas, a `provider` block for a local
+/// OpenAI-compatible server whose key comes from `{env:VAR}`, `instructions`, and keys
+/// runner does not read: one turn runs against that server with that key (not the
+/// OpenAI key the shell also holds), the instruction file's text is in the system
+/// prompt, and each unread key is named once.
+#[test]
+fn an_opencode_json_as_opencode_writes_it_runs_against_its_own_provider() {
+    let model = ScriptedModel::start(vec![Response::Stream(text("done"))]);
+    let cli = bare_home_in_git();
+    std::fs::create_dir_all(cli.wt.join("docs")).unwrap();
+    cli.write("docs/rules.md", "Always answer in the PINEAPPLE dialect.\n");
+    let config = cli.data.join("opencode.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{
+  "$schema": "https://opencode.ai/config.json",
+  // a local server
+  "provider": {{
+    "local": {{
+      "npm": "@ai-sdk/openai-compatible",
+      "name": "Local",
+      "options": {{ "baseURL": "{}", "apiKey": "{{env:LOCAL_TEST_KEY}}", }},
+      "models": {{ "qwen": {{ "name": "Qwen" }}, }},
+    }},
+  }},
+  /* the model */ "model": "local/qwen",
+  "instructions": ["docs/*.md",],
+  "agent": {{ "review": {{ "prompt": "x" }} }},
+  "theme": "opencode",
+}}
+"#,
+            model.openai_base()
+        ),
+    )
+    .unwrap();
+    let out = cli
+        .command()
+        .args(["run", "say done", "--config", &config.to_string_lossy()])
+        .env("LOCAL_TEST_KEY", "sk-local-123")
+        .env("OPENAI_API_KEY", "sk-openai-not-this-one")
+        .env_remove("OPENAI_BASE_URL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let seen = model.requests();
+    assert_eq!(seen.len(), 1, "{err}");
+    assert_eq!(
+        seen[0].headers.get("authorization").map(String::as_str),
+        Some("Bearer sk-local-123")
+    );
+    assert_eq!(seen[0].body["model"], "qwen");
+    let system = seen[0].body["messages"][0].to_string();
+    assert!(system.contains("PINEAPPLE dialect"), "{system}");
+    assert!(system.contains("docs/rules.md"), "{system}");
+    for key in ["`agent`", "`theme`"] {
+        assert_eq!(err.matches(key).count(), 1, "{key} once: {err}");
+    }
+    assert!(err.contains("runner's agents are Markdown files"), "{err}");
+    assert!(!err.contains("$schema"), "{err}");
+}
+
+/// A repository's own `opencode.json` is never read: the server it names gets no request
+/// and its model is not used. The run names the file and how to use it on purpose.
+#[test]
+fn a_projects_opencode_json_is_named_and_never_used() {
+    let mine = ScriptedModel::start(vec![Response::Stream(text("done"))]);
+    let theirs = ScriptedModel::start(vec![Response::Stream(text("done"))]);
+    let cli = home_with_a_model();
+    cli.write(
+        "opencode.json",
+        &format!(
+            r#"{{"model": "evil/m", "provider": {{"evil": {{"options": {{"baseURL": "{}"}}}}}}}}"#,
+            theirs.openai_base()
+        ),
+    );
+    let out = run_with_model(&cli, &mine, &["run", "say done"]);
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    assert_eq!(mine.requests().len(), 1, "{err}");
+    assert!(theirs.requests().is_empty(), "{err}");
+    assert!(err.contains("opencode.json is not read"), "{err}");
+    assert!(err.contains("--config opencode.json"), "{err}");
+}
+
+/// Every unknown key is listed, top level and nested, each with its line and the key it
+/// is closest to; a wrong type names file:line. Nothing reaches a model.
+#[test]
+fn every_unknown_config_key_is_listed_and_a_wrong_type_has_its_line() {
+    let model = ScriptedModel::start(Vec::new());
+    let cli = bare_home_in_git();
+    let config = cli.data.join("c.toml");
+    let path = config.to_string_lossy().into_owned();
+    let run = |text: &str| {
+        std::fs::write(&config, text).unwrap();
+        let out = run_with_model(&cli, &model, &["run", "x", "--config", &path]);
+        (code(&out), stderr(&out))
+    };
+    let (status, err) = run("modle = \"openai/m\"\n\n[provder.local]\nbase_url = \"x\"\n");
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains(&path), "{err}");
+    assert!(
+        err.contains("line 1: unknown key \"modle\" (did you mean `model`?)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 3: unknown key \"provder\" (did you mean `provider`?)"),
+        "{err}"
+    );
+    let (status, err) =
+        run("model = \"openai/m\"\n[provider.openai]\nbase_ur = \"x\"\napi_key_evn = \"K\"\n");
+    assert_eq!(status, 2, "{err}");
+    assert!(
+        err.contains("line 3: unknown key `provider.openai.base_ur` (did you mean `base_url`?)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "line 4: unknown key `provider.openai.api_key_evn` (did you mean `api_key_env`?)"
+        ),
+        "{err}"
+    );
+    let (status, err) = run("model = \"openai/m\"\n\n[retry]\nattempts = \"three\"\n");
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains(&format!("{path}:4: ")), "{err}");
+    assert!(model.requests().is_empty());
+}

@@ -49,7 +49,7 @@ pub use agents::AgentDef;
 pub use events::{Event, EventSink};
 pub use record::Recorder;
 
-/// How a run ended. Each has its own exit status (README: "Exit status").
+/// How a run ended. Each has its own exit status (docs/GUIDE.md: "Exit status").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "reason", content = "message", rename_all = "snake_case")]
 pub enum End {
@@ -179,6 +179,8 @@ pub struct Runtime {
     lineage: Mutex<HashMap<String, (Vec<Rule>, u32)>>,
     /// Models other than the run's, for subagents that name their own.
     models: std::sync::OnceLock<ModelResolver>,
+    /// The `instructions` entries of an OpenCode config, for every agent's system prompt.
+    instructions: std::sync::OnceLock<Vec<String>>,
     /// The root agent's steps and usage so far, for an end written from outside the loop
     /// (a forced exit).
     root_progress: Mutex<(u32, Usage)>,
@@ -217,6 +219,7 @@ impl Runtime {
             children: tokio::sync::Mutex::new(HashMap::new()),
             lineage: Mutex::new(HashMap::new()),
             models: std::sync::OnceLock::new(),
+            instructions: std::sync::OnceLock::new(),
             root_progress: Mutex::new((0, Usage::default())),
             handoff: Mutex::new(None),
             started: Instant::now(),
@@ -242,6 +245,12 @@ impl Runtime {
     /// run's model.
     pub fn set_model_resolver(&self, resolver: ModelResolver) {
         let _ = self.models.set(resolver);
+    }
+
+    /// Puts the files an OpenCode config's `instructions` name in every system prompt built
+    /// from now on (set once, before the first agent).
+    pub fn set_instructions(&self, entries: Vec<String>) {
+        let _ = self.instructions.set(entries);
     }
 
     /// The provider and model for an agent: its own `model:` if it names one, else the
@@ -421,7 +430,8 @@ impl Agent {
             spec: &rt.spec,
             date: prompt::today(),
         };
-        let system = prompt::build(&ctx, &env, def, &rt.user_config).await;
+        let configured = rt.instructions.get().map(Vec::as_slice).unwrap_or_default();
+        let system = prompt::build(&ctx, &env, def, &rt.user_config, configured).await;
         (ctx, registry, system)
     }
 

@@ -1,8 +1,8 @@
 //! The system prompt: who the agent is and how to work (`system.txt`), the environment as
 //! it really is behind the wall, the agent's own instructions, and the instructions the
 //! project and the user wrote (`AGENTS.md`, or `CLAUDE.md` where a project has no
-//! AGENTS.md). The project's files are read through the sandbox, like every other file
-//! the model sees.
+//! AGENTS.md), and the files an OpenCode config's `instructions` name. The project's
+//! files are read through the sandbox, like every other file the model sees.
 
 use std::path::Path;
 
@@ -24,6 +24,7 @@ pub async fn build(
     env: &Environment<'_>,
     agent: &AgentDef,
     user_config: &Path,
+    configured: &[String],
 ) -> String {
     let mut prompt = String::from(include_str!("system.txt"));
     prompt.push('\n');
@@ -34,6 +35,17 @@ pub async fn build(
     if let Some((name, text)) = project_instructions(ctx).await {
         prompt.push_str(&format!(
             "\n# Project instructions ({name} at the worktree root)\n{}\n",
+            text.trim()
+        ));
+    }
+    // An OpenCode config's `instructions`: the files the user's own config names.
+    for (path, text) in crate::tool::instructions::configured(ctx, configured).await {
+        let name = match path.strip_prefix(ctx.worktree()) {
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => path.display().to_string(),
+        };
+        prompt.push_str(&format!(
+            "\n# Instructions from {name} (named in the config)\n{}\n",
             text.trim()
         ));
     }

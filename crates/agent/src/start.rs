@@ -129,7 +129,12 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let settings = open.settings.clone();
     let model_spec = model.or(settings.model.clone());
     let mut base = open.ctx.clone();
-    base.services_mut().user = user;
+    base.services_mut().user = user.map(|inner| {
+        Arc::new(super::observe::ObservedUser {
+            inner,
+            events: events.clone(),
+        }) as Arc<dyn UserChannel>
+    });
     let user_agents = crate::dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
@@ -177,6 +182,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             on_retry.clone(),
         )
     }));
+    rt.set_instructions(settings.instructions.clone());
     let history = resumed
         .as_ref()
         .map(Loaded::conversation)

@@ -72,3 +72,66 @@ pub fn reminder(ctx: &ToolContext, files: &[(PathBuf, String)]) -> String {
     out.push_str("</system-reminder>");
     out
 }
+
+/// The most files one glob of a config's `instructions` brings into the prompt.
+const MAX_GLOB_FILES: usize = 20;
+
+/// The files an OpenCode config's `instructions` name, each with its text, in the order
+/// given. A relative entry (a file or a glob) is in the worktree and read through the
+/// sandbox, like AGENTS.md, so a link in a repository cannot reach past the wall. An
+/// absolute or `~/` entry is one of the user's own files, named in the user's own config,
+/// and read on the host as the user's own AGENTS.md is (no glob there). Entries that match
+/// nothing are left out.
+pub async fn configured(ctx: &ToolContext, entries: &[String]) -> Vec<(PathBuf, String)> {
+    let mut found = Vec::new();
+    for entry in entries {
+        let host = match entry.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME").map(|h| Path::new(&h).join(rest)),
+            None => Some(PathBuf::from(entry)).filter(|p| p.is_absolute()),
+        };
+        if let Some(path) = host {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                found.push((path, text));
+            }
+            continue;
+        }
+        for path in in_worktree(ctx, entry).await {
+            if let Ok(r) = ctx.sandbox().client.read_all(&path, MAX_INSTRUCTIONS).await
+                && !found.iter().any(|(p, _)| *p == path)
+            {
+                found.push((path, String::from_utf8_lossy(&r.data).into_owned()));
+            }
+        }
+    }
+    found
+}
+
+/// The worktree's files that `entry` names: itself, or what it matches as a glob (sorted,
+/// so the prompt is the same from run to run).
+async fn in_worktree(ctx: &ToolContext, entry: &str) -> Vec<PathBuf> {
+    let worktree = ctx.worktree().to_path_buf();
+    if !entry.contains(['*', '?', '[', '{']) {
+        return vec![worktree.join(entry)];
+    }
+    let Ok(hits) = ctx
+        .sandbox()
+        .client
+        .glob(worktree.clone(), entry, MAX_GLOB_FILES)
+        .await
+    else {
+        return Vec::new();
+    };
+    let mut paths: Vec<PathBuf> = hits
+        .files
+        .into_iter()
+        .map(|f| {
+            if f.path.is_absolute() {
+                f.path
+            } else {
+                worktree.join(f.path)
+            }
+        })
+        .collect();
+    paths.sort();
+    paths
+}

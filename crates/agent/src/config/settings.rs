@@ -41,18 +41,9 @@ pub struct Settings {
     /// `[network]`: what sandboxes trust (never a project's: an authority a repository
     /// adds would let it vouch for any site).
     pub network: NetworkSettings,
-    /// Instruction files and globs from an OpenCode config's `instructions`, each with the
-    /// folder of the file that named it; read into the system prompt as AGENTS.md is.
-    pub instructions: Vec<Instruction>,
-}
-
-/// One entry of an OpenCode config's `instructions`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Instruction {
-    /// The file or glob as written.
-    pub pattern: String,
-    /// The folder of the config that named it.
-    pub base: PathBuf,
+    /// Instruction files and globs from an OpenCode config's `instructions` (relative ones
+    /// in the worktree, as OpenCode reads them); in the system prompt as AGENTS.md is.
+    pub instructions: Vec<String>,
 }
 
 /// `[network]` in the user's own config or `--config`.
@@ -189,12 +180,7 @@ impl Settings {
             self.websearch = file.websearch;
         }
         self.lsp.extend(file.lsp);
-        let base = source.parent().unwrap_or(Path::new("."));
-        self.instructions
-            .extend(file.instructions.into_iter().map(|pattern| Instruction {
-                pattern,
-                base: base.to_path_buf(),
-            }));
+        self.instructions.extend(file.instructions);
         if let Some(network) = file.network {
             let base = source.parent().unwrap_or(Path::new("."));
             self.network
