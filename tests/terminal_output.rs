@@ -541,3 +541,289 @@ fn what_the_sandbox_left_is_named_visibly_when_it_closes() {
     );
     assert_nothing_raw("the close report", &stderr);
 }
+
+/// `runner ARGS` on a pseudo-terminal, left running: the test reads the screen as it grows
+/// and types into it when it likes (issue 31, item 4: what a running call shows).
+struct LivePty {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    screen: Arc<Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl LivePty {
+    fn start(home: &Home, model: &ScriptedModel, args: &[&str]) -> LivePty {
+        common::engine::ensure_package("bsdutils", "/usr/bin/script");
+        let inner = std::iter::once(env!("CARGO_BIN_EXE_runner"))
+            .chain(args.iter().copied())
+            .map(sh_quote)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut child = Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .current_dir(&home.wt)
+            .env_remove("NO_COLOR")
+            .envs(home.env(Some(model)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("util-linux script");
+        let screen = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let mut stdout = child.stdout.take().unwrap();
+        let sink = screen.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        LivePty {
+            child,
+            stdin,
+            screen,
+            reader,
+        }
+    }
+
+    /// Every byte so far, as text.
+    fn raw(&self) -> String {
+        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until `seen` holds for the screen (true), or `within` passed (false).
+    fn wait_for(&self, within: Duration, seen: impl Fn(&str) -> bool) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if seen(&self.raw()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn finish(mut self) -> (i32, String) {
+        let status = self.child.wait().unwrap();
+        drop(self.stdin);
+        self.reader.join().unwrap();
+        let raw = String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned();
+        (status.code().unwrap_or(-1), raw)
+    }
+}
+
+const RUN_ARGS: [&str; 8] = [
+    "--model",
+    "openai/m",
+    "--sandbox",
+    "landlock",
+    "--ask",
+    "allow",
+    "--root",
+    ".",
+];
+
+/// A call that runs for seconds is on the screen while it runs: its title and its time so
+/// far (a time that moves), and bash's latest output under it, escaped: the command's own
+/// erase-line arrives as `\e[2K`, never as the sequence. When it ends the live line goes
+/// and the kept line says ✓. On the old view nothing showed until the end: the title first
+/// appeared on the ✓ line.
+#[test]
+fn a_long_call_is_shown_while_it_runs_and_its_line_says_done() {
+    let home = Home::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({
+                "command": "printf 'first\\033[2K line\\n'; sleep 3; echo finished",
+                "description": "slow step",
+            }),
+        )),
+        Response::Stream(text("all done\n")),
+    ]);
+    let mut args = RUN_ARGS.to_vec();
+    args.push("take your time");
+    let pty = LivePty::start(&home, &model, &args);
+    assert!(
+        pty.wait_for(Duration::from_secs(60), |s| s.contains("slow step")),
+        "the call never showed: {:?}",
+        pty.raw()
+    );
+    // Seen while it runs: not yet ended, a running time next to the title.
+    std::thread::sleep(Duration::from_millis(1200));
+    let running = pty.raw();
+    let (screen, _) = without_colours(running.as_bytes());
+    assert!(
+        !running.contains("✓"),
+        "the title first showed on the ended line: {running:?}"
+    );
+    let timed = regex::Regex::new(r"bash slow step \d+\.\ds").unwrap();
+    let times: std::collections::BTreeSet<&str> =
+        timed.find_iter(&screen).map(|m| m.as_str()).collect();
+    assert!(
+        times.len() >= 2,
+        "a running time that moves next to the title: {times:?} in {screen:?}"
+    );
+    assert!(
+        screen.contains("first\\e[2K line"),
+        "the output's tail, escaped: {screen:?}"
+    );
+    assert!(
+        !running.contains("first\x1b[2K"),
+        "the command's own escape reached the terminal: {running:?}"
+    );
+    let (status, raw) = pty.finish();
+    assert_eq!(status, 0, "{raw:?}");
+    assert!(
+        raw.contains("\x1b[32m✓\x1b[0m bash slow step"),
+        "the kept line says done: {raw:?}"
+    );
+}
+
+/// Ctrl-C (the byte 0x03 typed on the terminal) while a call runs: the kept line says ⊘
+/// cancelled, not ✓. The old view drew a green tick, because bash handed back what the
+/// stopped command had printed.
+#[test]
+fn a_call_cancelled_with_ctrl_c_is_drawn_stopped_not_done() {
+    let home = Home::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": "sleep 30", "description": "long wait"}),
+        )),
+        Response::Stream(text("never\n")),
+    ]);
+    let mut args = RUN_ARGS.to_vec();
+    args.push("wait a while");
+    let mut pty = LivePty::start(&home, &model, &args);
+    // The live line is up by about half a second into the call; on a view without one the
+    // key is typed anyway, later.
+    let shown = pty.wait_for(Duration::from_secs(30), |s| s.contains("long wait"));
+    std::thread::sleep(Duration::from_millis(500));
+    pty.stdin.write_all(b"\x03").unwrap();
+    pty.stdin.flush().unwrap();
+    let (_, raw) = pty.finish();
+    let (screen, _) = without_colours(raw.as_bytes());
+    assert!(shown, "the running call never showed: {screen:?}");
+    assert!(
+        screen.contains("⊘ bash long wait") && !screen.contains("✓ bash long wait"),
+        "a cancelled call is drawn stopped: {screen:?}"
+    );
+    assert!(raw.contains("\x1b[33m⊘\x1b[0m"), "{raw:?}");
+}
+
+/// `--json`, piped: a long call sends `tool_progress` events (its time, and bash's output
+/// so far) no closer than 250 ms apart, and a call stopped by SIGINT ends with outcome
+/// `cancelled`. The old events had no progress and said `ok` for the stopped call.
+#[test]
+fn json_reports_progress_of_a_long_call_and_a_cancelled_outcome() {
+    let home = Home::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": "echo tick; sleep 2; echo tock", "description": "ticking"}),
+        )),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "sleep 30", "description": "stopped"}),
+        )),
+        Response::Stream(text("never\n")),
+    ]);
+    let mut args = RUN_ARGS.to_vec();
+    args.extend(["--json", "tick then wait"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(&args)
+        .current_dir(&home.wt)
+        .envs(home.env(Some(&model)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut events: Vec<Value> = Vec::new();
+    let mut interrupted = false;
+    for line in std::io::BufRead::lines(stdout) {
+        let line = line.unwrap();
+        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let second_call_runs = event["type"] == "tool_progress"
+            && events
+                .iter()
+                .any(|e| e["type"] == "tool_end" && e["outcome"] == "ok");
+        events.push(event);
+        if second_call_runs && !interrupted {
+            interrupted = true;
+            let pid = child.id().to_string();
+            assert!(
+                Command::new("kill")
+                    .args(["-INT", &pid])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+    }
+    let status = child.wait().unwrap();
+    let all = events
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let ends: Vec<&Value> = events.iter().filter(|e| e["type"] == "tool_end").collect();
+    assert_eq!(ends.len(), 2, "{all}");
+    assert_eq!(ends[0]["outcome"], "ok", "{all}");
+    assert_eq!(ends[1]["outcome"], "cancelled", "{all}");
+    // The first call's progress: what came before its end (ids repeat across turns).
+    let first_end = events.iter().position(|e| e["type"] == "tool_end").unwrap();
+    let progress: Vec<&Value> = events[..first_end]
+        .iter()
+        .filter(|e| e["type"] == "tool_progress")
+        .collect();
+    assert!(!progress.is_empty(), "no progress for a 2 s call: {all}");
+    assert!(
+        progress.iter().any(|p| p["output"] == "tick"),
+        "bash's output so far: {all}"
+    );
+    let elapsed: Vec<f64> = progress
+        .iter()
+        .map(|p| p["elapsed_ms"].as_f64().unwrap())
+        .collect();
+    assert!(elapsed[0] >= 450.0, "a quick call sends none: {elapsed:?}");
+    for pair in elapsed.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 240.0,
+            "at most every 250 ms: {elapsed:?}"
+        );
+    }
+    assert!(
+        interrupted,
+        "the second call never reported progress: {all}"
+    );
+    assert!(!status.success(), "an interrupted run: {status:?}");
+}
+
+/// Piped without `--json` nothing is redrawn: no spinner, no carriage return, just the
+/// kept line of each call (a guard for logs; the view before item 4 already kept to it).
+#[test]
+fn a_piped_run_view_redraws_nothing() {
+    let home = Home::new();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": "echo one; sleep 1.5; echo two", "description": "piped step"}),
+        )),
+        Response::Stream(text("ok\n")),
+    ]);
+    let mut args = RUN_ARGS.to_vec();
+    args.push("log it");
+    let out = home.piped(Some(&model), &args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("✓ bash piped step"), "{stdout}");
+    assert!(!stdout.contains('\r'), "a redraw in a pipe: {stdout:?}");
+    assert_nothing_raw("runner run, piped", &stdout);
+}

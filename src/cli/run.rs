@@ -6,18 +6,20 @@
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
 
 use super::signals::Signals;
 use super::tool::SandboxArgs;
-use crate::agent::events::{Event, EventSink, JsonLines};
+use crate::agent::events::{EventSink, JsonLines};
 use crate::agent::start::{Resume, RunOptions, start};
 use crate::agent::{End, LoopOptions, exit};
 use crate::config::profile::AskMode;
 use crate::display::{escape, shown};
+
+mod view;
+use view::TerminalView;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -242,30 +244,6 @@ async fn conversation(run: &mut crate::agent::start::Run, signals: &Signals, jso
     }
 }
 
-/// The terminal: the model's text as it streams, one line per finished tool call, retries
-/// and denials, and a summary at the end. Colour unless NO_COLOR or not a terminal.
-struct TerminalView {
-    /// Whether the last thing printed left the cursor mid-line.
-    mid_line: AtomicBool,
-}
-
-impl TerminalView {
-    fn new() -> Self {
-        TerminalView {
-            mid_line: AtomicBool::new(false),
-        }
-    }
-
-    fn line(&self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        if self.mid_line.swap(false, Ordering::Relaxed) {
-            let _ = writeln!(out);
-        }
-        let _ = writeln!(out, "{text}");
-        let _ = out.flush();
-    }
-}
-
 fn colour() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
 }
@@ -290,156 +268,4 @@ pub fn short_duration(d: Duration) -> String {
     } else {
         format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
     }
-}
-
-impl EventSink for TerminalView {
-    fn emit(&self, event: &Event) {
-        match event {
-            Event::SessionStart {
-                model,
-                sandbox,
-                agent,
-                root,
-                ..
-            } => self.line(&paint(
-                "2",
-                &format!("runner · {model} · {agent} · sandbox {sandbox} · {root}"),
-            )),
-            Event::Text { delta, .. } => {
-                let mut out = std::io::stdout().lock();
-                // Escaped a character at a time, so a sequence split across deltas is
-                // shown as surely as a whole one.
-                let _ = write!(out, "{}", escape(delta));
-                let _ = out.flush();
-                self.mid_line
-                    .store(!delta.ends_with('\n'), Ordering::Relaxed);
-            }
-            Event::ToolStart { .. } | Event::StepEnd { .. } => {}
-            Event::ToolEnd {
-                tool,
-                title,
-                outcome,
-                duration_ms,
-                error,
-                ..
-            } => self.line(&tool_line(
-                tool,
-                title,
-                outcome,
-                *duration_ms,
-                error.as_deref(),
-            )),
-            Event::Permission {
-                decision,
-                permission,
-                patterns,
-                ..
-            } if decision != "allow" => {
-                self.line(&paint(
-                    "33",
-                    &format!("  ! {permission} {}: {decision}", patterns.join(", ")),
-                ));
-            }
-            Event::Permission { .. } => {}
-            Event::Retry {
-                attempt,
-                of,
-                delay_ms,
-                error,
-                discard_text,
-                ..
-            } => self.line(&paint(
-                "33",
-                &format!(
-                    "  ↻ retry {attempt}/{of} in {}: {error}{}",
-                    short_duration(Duration::from_millis(*delay_ms)),
-                    if *discard_text {
-                        " (the answer above was cut; it starts over)"
-                    } else {
-                        ""
-                    }
-                ),
-            )),
-            Event::Context {
-                action,
-                tokens_before,
-                window,
-                ..
-            } => self.line(&paint(
-                "2",
-                &format!("  ⋯ context {tokens_before}/{window} tokens: {action}"),
-            )),
-            Event::SessionEnd { message, .. } => {
-                if let Some(m) = message {
-                    self.line(&paint("31", &format!("runner: {m}")));
-                }
-                self.line(&paint("2", &end_line(event)));
-            }
-        }
-    }
-}
-
-/// A finished call: a mark, the tool and its title, how long it took, and the first line of
-/// its error.
-fn tool_line(
-    tool: &str,
-    title: &str,
-    outcome: &str,
-    duration_ms: f64,
-    error: Option<&str>,
-) -> String {
-    let mark = if outcome == "ok" {
-        paint("32", "✓")
-    } else {
-        paint("31", "✗")
-    };
-    let what = if title.is_empty() {
-        escape(tool).into_owned()
-    } else {
-        escape(&format!("{tool} {title}")).into_owned()
-    };
-    let mut text = format!(
-        "  {mark} {what} {}",
-        paint(
-            "2",
-            &short_duration(Duration::from_secs_f64(duration_ms / 1e3))
-        )
-    );
-    if let Some(e) = error {
-        let first = e.lines().next().unwrap_or_default();
-        let cut: String = first.chars().take(160).collect();
-        text.push_str(&format!("\n    {}", paint("31", &cut)));
-    }
-    text
-}
-
-/// The session's last line: why it ended, its steps, tokens, time and changed files.
-fn end_line(event: &Event) -> String {
-    let Event::SessionEnd {
-        reason,
-        steps,
-        usage,
-        duration_ms,
-        files_changed,
-        ..
-    } = event
-    else {
-        return String::new();
-    };
-    let files = if files_changed.is_empty() {
-        "no files changed".to_string()
-    } else {
-        format!(
-            "{} file(s) changed: {}",
-            files_changed.len(),
-            files_changed.join(", ")
-        )
-    };
-    format!(
-        "── {reason} · {steps} steps · {} in / {} out / {} cached tokens · {} · {files}",
-        usage.input + usage.cache_write,
-        usage.output,
-        usage.cache_read,
-        short_duration(Duration::from_secs_f64(*duration_ms / 1e3))
-    )
 }

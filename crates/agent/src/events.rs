@@ -29,12 +29,27 @@ pub enum Event {
         tool: String,
         input: serde_json::Value,
     },
+    /// A call still running, at most every [`PROGRESS_EVERY`] and only once it has run
+    /// for [`PROGRESS_AFTER`]: quick calls (most of them) send none. Without it a long test
+    /// run looks, to a harness or a person, exactly like a hang.
+    ToolProgress {
+        session: String,
+        id: String,
+        tool: String,
+        /// Milliseconds since the call started, to the microsecond.
+        elapsed_ms: f64,
+        /// The last lines of the output so far (bash), exact: a viewer escapes it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+    },
     ToolEnd {
         session: String,
         id: String,
         tool: String,
         title: String,
-        /// ok, failed, denied, cancelled, sandbox_lost
+        /// ok, failed, denied (a rule or a person refused it), cancelled (Ctrl-C or the
+        /// run's end stopped it, even when the tool still returned what it had),
+        /// sandbox_lost
         outcome: String,
         /// Milliseconds, to the microsecond.
         duration_ms: f64,
@@ -88,6 +103,14 @@ pub enum Event {
     },
 }
 
+/// How long a call runs before it reports progress: a call that ends sooner shows nothing
+/// but its final line, so a quick call does not flicker a spinner.
+pub const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+/// The shortest gap between two progress events of one call.
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+/// The longest gap between two progress events when the output has not changed.
+pub const PROGRESS_QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Milliseconds to the microsecond, for event timings.
 pub fn millis(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
@@ -95,6 +118,31 @@ pub fn millis(d: std::time::Duration) -> f64 {
 
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: &Event);
+
+    /// A person is (`true`) or no longer (`false`) being asked something on the terminal.
+    /// A view that redraws lines in place (the spinner of a running call) stops while the
+    /// question is up, so it never draws over the prompt. Calls nest: one `false` per `true`.
+    fn asking(&self, _on: bool) {}
+}
+
+/// The last `lines` lines of a call's output (a carriage return starts a line too, as it
+/// does on a terminal: a progress bar's latest state is its last piece), blank ones left
+/// out, each cut to `width` characters. Exact text: whoever shows it escapes it.
+pub fn output_tail(output: &str, lines: usize, width: usize) -> String {
+    let mut tail: Vec<String> = output
+        .rsplit(['\n', '\r'])
+        .filter(|l| !l.trim().is_empty())
+        .take(lines)
+        .map(|l| {
+            let mut cut: String = l.chars().take(width).collect();
+            if cut.len() < l.len() {
+                cut.push('…');
+            }
+            cut
+        })
+        .collect();
+    tail.reverse();
+    tail.join("\n")
 }
 
 /// Discards everything (subagents in tests, benchmarks).

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 use crate::permission::gate::RuleGate;
 use crate::permission::rules::Action;
 use crate::permission::{AskFuture, PermissionError, PermissionGate, PermissionRequest};
+use crate::tool::UserChannel;
+use crate::tool::question::{AnswerFuture, Question};
 
 use super::events::{Event, EventSink};
 use super::record::{Record, Recorder};
@@ -25,8 +27,14 @@ impl PermissionGate for ObservedGate {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
         Box::pin(async move {
             // Plain allows by rule are the common case and not news.
-            let quiet = self.inner.verdict(request).action == Action::Allow;
-            let result = self.inner.ask(request).await;
+            let action = self.inner.verdict(request).action;
+            let quiet = action == Action::Allow;
+            let result = if action == Action::Ask {
+                let _asking = Asking::start(self.events.as_ref());
+                self.inner.ask(request).await
+            } else {
+                self.inner.ask(request).await
+            };
             self.report(request, quiet, true, result)
         })
     }
@@ -35,7 +43,10 @@ impl PermissionGate for ObservedGate {
         Box::pin(async move {
             // A refused confirmation (a repository's MCP server nobody approved) leaves
             // that one thing out; the run goes on without it.
-            let result = self.inner.confirm(request).await;
+            let result = {
+                let _asking = Asking::start(self.events.as_ref());
+                self.inner.confirm(request).await
+            };
             self.report(request, false, false, result)
         })
     }
@@ -90,5 +101,38 @@ impl ObservedGate {
             decision: decision.to_string(),
         });
         result
+    }
+}
+
+/// The view told that a question may be on the terminal, for as long as it is asked (an
+/// ask dropped mid-way, its call cancelled, still says it ended).
+struct Asking<'a>(&'a dyn EventSink);
+
+impl<'a> Asking<'a> {
+    fn start(events: &'a dyn EventSink) -> Self {
+        events.asking(true);
+        Asking(events)
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.asking(false);
+    }
+}
+
+/// The person's channel for the `question` tool, telling the view while a question is up
+/// (as [`ObservedGate`] does for permission prompts).
+pub struct ObservedUser {
+    pub inner: Arc<dyn UserChannel>,
+    pub events: Arc<dyn EventSink>,
+}
+
+impl UserChannel for ObservedUser {
+    fn ask<'a>(&'a self, questions: &'a [Question]) -> AnswerFuture<'a> {
+        Box::pin(async move {
+            let _asking = Asking::start(self.events.as_ref());
+            self.inner.ask(questions).await
+        })
     }
 }

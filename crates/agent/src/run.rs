@@ -9,12 +9,17 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::events::Event;
+use super::events::{Event, PROGRESS_AFTER, PROGRESS_EVERY, PROGRESS_QUIET, output_tail};
 use super::record::Record;
 use super::{Agent, End, Outcome, Runtime, compact, plan_mode, task};
 use crate::llm::{Finish, Image, LlmError, Message, Request, ToolCall, ToolSpec, Turn};
 use crate::tool::registry::{CallResult, Outcome as CallOutcome};
 use crate::tool::{Registry, ToolContext};
+
+/// How much of a running command's output its progress carries: the last lines, each cut
+/// to a terminal's width (the view cuts again to the one it has).
+const TAIL_LINES: usize = 2;
+const TAIL_WIDTH: usize = 200;
 
 /// Subagents may start subagents, but not without end.
 const MAX_DEPTH: u32 = 3;
@@ -342,12 +347,16 @@ impl Agent {
             input,
         });
         let started = Instant::now();
-        let result = self
-            .registry
-            .call_raw(&call.name, &call.arguments, ctx)
-            .await;
+        let mut result = self.call_reporting_progress(call, ctx, started).await;
         let elapsed = started.elapsed();
         let duration_ms = elapsed.as_millis() as u64;
+        // bash hands back what a stopped command printed (the model reads it), so the
+        // registry counts it done; the person and the harness are told it was stopped.
+        if result.outcome == CallOutcome::Ok
+            && result.metadata.get("cancelled") == Some(&Value::Bool(true))
+        {
+            result.outcome = CallOutcome::Cancelled;
+        }
         let outcome = outcome_name(result.outcome).to_string();
         self.rt.events.emit(&Event::ToolEnd {
             session: self.id.clone(),
@@ -368,6 +377,56 @@ impl Agent {
             metadata: Value::Object(result.metadata.clone()),
         });
         result
+    }
+
+    /// The call through the registry, with a [`Event::ToolProgress`] now and then while it
+    /// runs long: its time so far, and the tail of the output a tool streams (bash) through
+    /// the context's progress sink.
+    async fn call_reporting_progress(
+        &self,
+        call: &ToolCall,
+        ctx: &ToolContext,
+        started: Instant,
+    ) -> CallResult {
+        let latest: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let mut ctx = ctx.clone();
+        let outer = ctx.progress.clone();
+        let seen = latest.clone();
+        ctx.progress = Arc::new(move |p: crate::tool::Progress| {
+            if let Some(output) = p.metadata.get("output").and_then(Value::as_str) {
+                let tail = output_tail(output, TAIL_LINES, TAIL_WIDTH);
+                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(tail);
+            }
+            outer(p);
+        });
+        let running = self.registry.call_raw(&call.name, &call.arguments, &ctx);
+        tokio::pin!(running);
+        let first = tokio::time::Instant::from_std(started) + PROGRESS_AFTER;
+        let mut tick = tokio::time::interval_at(first, PROGRESS_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sent: Option<(Instant, Option<String>)> = None;
+        loop {
+            tokio::select! {
+                result = &mut running => return result,
+                _ = tick.tick() => {
+                    let output = latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    let quiet = sent.as_ref().is_some_and(|(at, last)| {
+                        *last == output && at.elapsed() < PROGRESS_QUIET
+                    });
+                    if quiet {
+                        continue;
+                    }
+                    self.rt.events.emit(&Event::ToolProgress {
+                        session: self.id.clone(),
+                        id: call.id.clone(),
+                        tool: call.name.clone(),
+                        elapsed_ms: super::events::millis(started.elapsed()),
+                        output: output.clone(),
+                    });
+                    sent = Some((Instant::now(), output));
+                }
+            }
+        }
     }
 
     /// The message the model reads for a call: the output, or the error, and the images
