@@ -45,9 +45,10 @@ pub enum SandboxStartError {
         mount: String,
         engine: String,
     },
-    /// The engine refused to create or start the container: its own reason, verbatim.
+    /// The engine refused to create or start a container (`step`: "create the sandbox
+    /// container"): its own reason, verbatim.
     #[error(
-        "{engine} could not {step} the sandbox container: {reason}. \
+        "{engine} could not {step}: {reason}. \
          No session began; `runner sandbox doctor` checks the engine and the image"
     )]
     Engine {

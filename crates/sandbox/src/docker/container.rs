@@ -35,8 +35,10 @@ pub const LABEL_BOOT: &str = "runner.owner-boot";
 /// bytes; a length prefix has four bytes, followed by `{`), so this one never fires.
 pub(super) const DETACH_KEYS: &str = "ctrl-q,ctrl-q,ctrl-q,ctrl-q,ctrl-q";
 
+/// The engine's refusal of a step before any server ran (`what`: "cannot create the task
+/// container"): a start error with the engine's reason, never "the sandbox server is gone".
 pub(super) fn docker_error(what: &str, e: bollard::errors::Error) -> SandboxError {
-    SandboxError::Disconnected(format!("docker: {what}: {e}"))
+    engine_refused(ENGINE, what.strip_prefix("cannot ").unwrap_or(what), e)
 }
 
 /// The environment of commands in the container: the image's system, nothing of the host
@@ -385,7 +387,7 @@ fn server_command(
     Ok(cmd)
 }
 
-/// The engine's refusal to `step` (create, attach to, start) a container that never ran:
+/// The engine's refusal to `step` (create, attach to, start a container) before it ran:
 /// a sandbox that did not start, not a server that was lost. `engine` names the engine
 /// where the caller knows it.
 pub(super) fn engine_refused(engine: &str, step: &str, e: bollard::errors::Error) -> SandboxError {
@@ -424,7 +426,7 @@ async fn create(
                 engine: engine.describe(),
             }
             .into(),
-            _ => engine_refused(&engine.describe(), "create", e),
+            _ => engine_refused(&engine.describe(), "create the sandbox container", e),
         })?;
     Ok(created.id)
 }
@@ -462,11 +464,11 @@ pub(super) async fn serve(
             ),
         )
         .await
-        .map_err(|e| engine_refused(ENGINE, "attach to", e))?;
+        .map_err(|e| engine_refused(ENGINE, "attach to the sandbox container", e))?;
     docker
         .start_container(id, None)
         .await
-        .map_err(|e| engine_refused(ENGINE, "start", e))?;
+        .map_err(|e| engine_refused(ENGINE, "start the sandbox container", e))?;
 
     let (mut to_client, from_server) = tokio::io::duplex(1 << 20);
     let stderr_tail = Arc::new(Mutex::new(String::new()));
