@@ -134,16 +134,26 @@ pub struct Change {
 /// What changed from `base` to `work`, in path order (a path before what is below it).
 pub fn between(base: &Path, work: &Path) -> Result<Vec<Change>, Error> {
     let mut out = Vec::new();
-    compare_dirs((base, work), (true, true), Path::new(""), &mut out)?;
+    compare_dirs((base, work), (true, true), Path::new(""), &mut out, false)?;
     Ok(out)
 }
 
-/// Compares the folder `rel` of both trees (`present`: whether it is a folder on each side).
+/// Whether anything changed from `base` to `work`: [`between`], stopping at the first
+/// change (a copy with changes is told from one without without reading all of it).
+pub fn any_between(base: &Path, work: &Path) -> Result<bool, Error> {
+    let mut out = Vec::new();
+    compare_dirs((base, work), (true, true), Path::new(""), &mut out, true)?;
+    Ok(!out.is_empty())
+}
+
+/// Compares the folder `rel` of both trees (`present`: whether it is a folder on each side);
+/// with `first`, only until one change is found.
 fn compare_dirs(
     roots: (&Path, &Path),
     present: (bool, bool),
     rel: &Path,
     out: &mut Vec<Change>,
+    first: bool,
 ) -> Result<(), Error> {
     let mut names = children(&roots.0.join(rel), present.0)?;
     names.extend(children(&roots.1.join(rel), present.1)?);
@@ -183,7 +193,10 @@ fn compare_dirs(
             });
         }
         if dirs.0 || dirs.1 {
-            compare_dirs(roots, dirs, &rel, out)?;
+            compare_dirs(roots, dirs, &rel, out, first)?;
+        }
+        if first && !out.is_empty() {
+            return Ok(());
         }
     }
     Ok(())
@@ -255,4 +268,32 @@ pub(crate) fn state_of(path: &Path) -> Option<Entry> {
         stamp: Stamp::of(&meta),
         digest: OnceCell::new(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `any_between` agrees with `between` on whether anything changed, a change deep in
+    /// a folder or only in the mode included.
+    #[test]
+    fn any_between_finds_what_between_finds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (base, work) = (tmp.path().join("base"), tmp.path().join("work"));
+        for root in [&base, &work] {
+            std::fs::create_dir_all(root.join("a/b")).unwrap();
+            std::fs::write(root.join("a/b/c.txt"), "same\n").unwrap();
+            std::fs::write(root.join("z.txt"), "same\n").unwrap();
+        }
+        assert!(between(&base, &work).unwrap().is_empty());
+        assert!(!any_between(&base, &work).unwrap());
+        std::fs::write(work.join("a/b/c.txt"), "diff\n").unwrap();
+        assert!(any_between(&base, &work).unwrap());
+        std::fs::write(work.join("a/b/c.txt"), "same\n").unwrap();
+        assert!(!any_between(&base, &work).unwrap());
+        std::fs::set_permissions(work.join("z.txt"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        assert!(any_between(&base, &work).unwrap());
+        assert_eq!(between(&base, &work).unwrap()[0].change, "mode");
+    }
 }

@@ -371,7 +371,13 @@ impl Workspace {
     /// (an ignored file can still be what the person asked for, and is kept for them).
     /// `false` when the changes cannot be read: such a copy is kept to be looked at.
     pub fn changed_nothing(&self) -> bool {
-        self.kind == Kind::Kept && self.changes().is_ok_and(|c| c.is_empty())
+        self.kind == Kind::Kept && self.any_change().is_ok_and(|any| !any)
+    }
+
+    /// Whether anything changed, read only as far as the first change.
+    fn any_change(&self) -> Result<bool, Error> {
+        self.on_host()?;
+        changes::any_between(&self.base(), &self.work())
     }
 
     /// Refuses what needs both trees on the host; mounts a budgeted copy's file system
@@ -535,7 +541,7 @@ pub fn orphans() -> Vec<Workspace> {
     list_all()
         .into_iter()
         .filter(|w| !w.meta.finished && !w.owner_alive())
-        .filter(|w| w.changes().is_ok_and(|c| c.is_empty()))
+        .filter(|w| w.any_change().is_ok_and(|any| !any))
         .collect()
 }
 
