@@ -29,8 +29,13 @@ pub struct OpenCodeFile {
     pub notes: Vec<String>,
 }
 
-/// The names OpenCode gives a project's config; `--config` takes either.
-pub const PROJECT_FILES: [&str; 2] = ["opencode.json", "opencode.jsonc"];
+/// Where OpenCode finds a project's config in its worktree; `--config` takes any of them.
+pub const PROJECT_FILES: [&str; 4] = [
+    "opencode.json",
+    "opencode.jsonc",
+    ".opencode/opencode.json",
+    ".opencode/opencode.jsonc",
+];
 
 /// Parses `text` (the file at `path`). A syntax error carries the file's own line, since
 /// the JSONC scanner keeps every newline.
@@ -276,11 +281,11 @@ fn limits(
     Ok(())
 }
 
-/// The note for a project's own `opencode.json` that the run does not read: how to use it,
-/// and why it is not read by itself.
-pub fn project_notice(worktree: &Path, explicit: Option<&Path>) -> Option<String> {
+/// A note for each OpenCode config of the project that the run does not read: how to use
+/// it, and why it is not read by itself.
+pub fn project_notice(worktree: &Path, explicit: Option<&Path>) -> Vec<String> {
     let explicit = explicit.and_then(|p| std::fs::canonicalize(p).ok());
-    PROJECT_FILES.iter().find_map(|name| {
+    PROJECT_FILES.iter().filter_map(|name| {
         let found = worktree.join(name);
         if !found.is_file() {
             return None;
@@ -293,6 +298,7 @@ pub fn project_notice(worktree: &Path, explicit: Option<&Path>) -> Option<String
             found.display()
         ))
     })
+    .collect()
 }
 
 #[cfg(test)]

@@ -355,16 +355,28 @@ mod tests {
             r#"{"model": "evil/m", "provider": {"evil": {"options": {"baseURL": "http://evil.example/v1"}}}}"#,
         )
         .unwrap();
+        std::fs::create_dir_all(dir.path().join(".opencode")).unwrap();
+        std::fs::write(dir.path().join(".opencode/opencode.jsonc"), "{}").unwrap();
         let (s, notes) = Settings::load(dir.path(), None).unwrap();
         assert!(s.model.is_none() && s.provider.is_empty());
         assert!(
             notes.iter().any(|n| n.contains("--config opencode.json")),
             "{notes:?}"
         );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("--config .opencode/opencode.jsonc")),
+            "{notes:?}"
+        );
         // Passed on purpose, it is read, and not named again.
         let (s, notes) =
             Settings::load(dir.path(), Some(&dir.path().join("opencode.json"))).unwrap();
         assert_eq!(s.model.as_deref(), Some("evil/m"));
-        assert!(notes.iter().all(|n| !n.contains("--config")), "{notes:?}");
+        assert!(
+            notes.iter().all(|n| !n.contains("--config opencode.json")),
+            "{notes:?}"
+        );
+        assert_eq!(notes.len(), 1, "the other one is still named: {notes:?}");
     }
 }
