@@ -144,7 +144,7 @@ fn show(id: &str, json: bool, include_ignored: bool) -> u8 {
     match shown {
         Ok(left_out) => {
             // On stderr: the patch on stdout stays one `git apply` takes.
-            if let Some(note) = crate::workspace::ignored::note(left_out) {
+            if let Some(note) = crate::workspace::ignored::review_note(left_out) {
                 eprintln!("runner: {note}");
             }
             exit::OK

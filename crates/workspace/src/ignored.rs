@@ -124,16 +124,31 @@ pub fn split(
     (kept, left_out)
 }
 
-/// What a person is told about the files left out (`None`: none were).
-pub fn note(left_out: usize) -> Option<String> {
-    let files = match left_out {
-        0 => return None,
-        1 => "1 file".to_string(),
-        n => format!("{n} files"),
-    };
+/// What a review tells the person about the files it left out (`None`: none were).
+pub fn review_note(left_out: usize) -> Option<String> {
     Some(format!(
-        "left out {files} the worktree's ignore rules ignore (--include-ignored shows them)"
+        "left out {} the worktree's ignore rules ignore (--include-ignored shows them)",
+        files(left_out)?
     ))
+}
+
+/// What an apply tells the person about the files it left out (`None`: none were). They
+/// go with the copy, which an apply removes.
+pub fn note(left_out: usize) -> Option<String> {
+    Some(format!(
+        "left out {} the worktree's ignore rules ignore, discarded with the copy \
+         (`runner apply --include-ignored` brings such files over)",
+        files(left_out)?
+    ))
+}
+
+/// `1 file`, `3 files`; `None` for none.
+fn files(count: usize) -> Option<String> {
+    match count {
+        0 => None,
+        1 => Some("1 file".into()),
+        n => Some(format!("{n} files")),
+    }
 }
 
 /// The folder's `.gitignore`, read without following a link and only while it is a
