@@ -209,7 +209,7 @@ async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
         );
         return exit::USAGE;
     }
-    // With a copy workspace the shell works in the copy, which is kept for review.
+    // With a copy workspace the shell works in the copy, kept for review when it holds changes.
     let copy_without_wall = args.workspace_mode() == Ok(crate::workspace::Mode::Copy)
         && args
             .spec(root)

@@ -9,6 +9,7 @@
 //! error and its exit status 2. A one-word task stays possible, said plainly:
 //! `runner run WORD`, `runner -- WORD`, or any prompt with a space in it.
 
+use runner_display::spelling::edit_distance as distance;
 use std::ffi::OsString;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
@@ -141,33 +142,6 @@ fn suggestions(cmd: &clap::Command, word: &str) -> Vec<String> {
 fn allowed(name: &str, strictness: usize) -> usize {
     let base: usize = if name.chars().count() < 6 { 1 } else { 2 };
     base.saturating_sub(strictness)
-}
-
-/// The optimal-string-alignment distance: insertions, deletions, substitutions and swaps
-/// of two neighbours (`proflie`) each cost one.
-pub fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// Clap's own "unrecognized subcommand" error, with its did-you-mean tip, a second tip

@@ -20,6 +20,8 @@
 //! [`json`] / [`json_pretty`] write exact JSON in which no character a terminal acts on
 //! appears raw.
 
+pub mod spelling;
+
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
