@@ -148,9 +148,20 @@ fn the_image_builds_offline_and_runs_eval_against_the_hosts_engine() {
     // The binary in the image is this one.
     let version = run_image(&image, &dir, &[], &["--version"]);
     assert!(version.status.success(), "{}", said(&version));
+    // The same version, commit and build date as the binary under test.
+    let ours = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("--version")
+        .output()
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),
-        format!("runner {}", env!("CARGO_PKG_VERSION"))
+        String::from_utf8_lossy(&ours.stdout).trim()
+    );
+    assert!(
+        String::from_utf8_lossy(&ours.stdout)
+            .starts_with(&format!("runner {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        String::from_utf8_lossy(&ours.stdout)
     );
 
     // A Harbor task and its own solution: no model, no network.

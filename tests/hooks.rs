@@ -257,15 +257,21 @@ fn a_project_hook_is_judged_by_the_bash_rules() {
     assert!(!p.root.join("hook-ran").exists());
 }
 
-/// Runs `cmd` to its end, with its output, and its peak resident memory in KiB (from the
-/// kernel's accounting when it is reaped, so no peak between two samples is missed).
+/// Runs `cmd` to its end, with its output, and its peak resident memory in KiB.
+///
+/// The peak is the kernel's high-water mark of the program's own memory (`VmHWM`), read
+/// from `/proc` every 2 ms until the process has exited: it only grows, so the last reading
+/// is the peak up to that moment. `wait4`'s `ru_maxrss` cannot be used: at `exec` the kernel
+/// keeps the high-water mark of the memory the child was forked with, which is this test
+/// process's, hundreds of megabytes when other tests run beside it.
 #[expect(
     clippy::zombie_processes,
-    reason = "the child is reaped by wait4, which also gives its peak memory"
+    reason = "the child is reaped by wait4 below"
 )]
 pub(crate) fn run_measured(cmd: &mut Command) -> (Output, u64) {
     use std::io::Read;
     use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -281,18 +287,36 @@ pub(crate) fn run_measured(cmd: &mut Command) -> (Output, u64) {
     };
     let out = drain(Box::new(child.stdout.take().unwrap()));
     let err = drain(Box::new(child.stderr.take().unwrap()));
+    let peak = std::sync::Arc::new(AtomicU64::new(0));
+    let watcher = {
+        let (peak, status) = (peak.clone(), format!("/proc/{}/status", child.id()));
+        std::thread::spawn(move || {
+            // A zombie's status has no VmHWM: the program's memory is gone, and so is its
+            // growth.
+            while let Some(kib) = std::fs::read_to_string(&status).ok().and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            }) {
+                peak.fetch_max(kib, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waits for our own child, writing into the two locals.
     let reaped = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     assert_eq!(reaped, child.id() as i32);
+    watcher.join().unwrap();
     let output = Output {
         status: std::process::ExitStatus::from_raw(status),
         stdout: out.join().unwrap(),
         stderr: err.join().unwrap(),
     };
-    let peak = usage.ru_maxrss as u64;
+    let peak = peak.load(Ordering::Relaxed);
+    assert!(peak > 0, "no reading of the program's memory was taken");
     eprintln!(
         "peak resident memory of {:?}: {peak} KiB",
         cmd.get_args().next()
