@@ -13,7 +13,7 @@ use toml::de::{DeTable, DeValue};
 use crate::permission::layers::{RUNNER_KEYS, did_you_mean, line_of};
 
 /// The field names `T` accepts, in their config spelling (renames applied).
-fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+pub fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     let mut fields: &'static [&'static str] = &[];
     let _ = T::deserialize(FieldNames(&mut fields));
     fields
@@ -48,7 +48,7 @@ impl<'de> Deserializer<'de> for FieldNames<'_> {
 
 /// What the tables under one key hold.
 #[derive(Clone, Copy)]
-enum Shape {
+pub enum Shape {
     /// One table of these fields.
     Struct(fn() -> &'static [&'static str]),
     /// A table of named tables of these fields (`[provider.NAME]`).
@@ -57,24 +57,10 @@ enum Shape {
     List(fn() -> &'static [&'static str]),
 }
 
-fn shape_of(key: &str) -> Option<Shape> {
-    use crate::llm::models::ProviderSettings;
-    Some(match key {
-        "provider" => Shape::Named(fields_of::<ProviderSettings>),
-        "retry" => Shape::Struct(fields_of::<crate::llm::retry::RetrySettings>),
-        "context" => Shape::Struct(fields_of::<super::settings::ContextSettings>),
-        "hooks" => Shape::List(fields_of::<crate::tool::hooks::HookSpec>),
-        "mcp" => Shape::Named(fields_of::<crate::tool::mcp::McpSpec>),
-        "websearch" => Shape::Struct(fields_of::<crate::tool::search::SearchSettings>),
-        "lsp" => Shape::Named(fields_of::<crate::tool::lsp_client::LspSpec>),
-        "network" => Shape::Struct(fields_of::<super::settings::NetworkSettings>),
-        _ => return None,
-    })
-}
-
 /// One line per unknown key in `text`: `line N: unknown key `a.b` (did you mean `c`?)`.
-/// Empty for a document that does not parse (serde says why, with its line).
-pub fn unknown(text: &str) -> Vec<String> {
+/// Empty for a document that does not parse (serde says why, with its line). `shape_of`
+/// says what the table under a top-level key holds (the settings module knows its types).
+pub fn unknown(text: &str, shape_of: fn(&str) -> Option<Shape>) -> Vec<String> {
     let Ok(doc) = DeTable::parse(text) else {
         return Vec::new();
     };
@@ -168,10 +154,19 @@ fn check(text: &str, table: &DeTable, prefix: &str, known: &[&str], found: &mut 
 mod tests {
     use super::*;
 
+    fn shape_of(key: &str) -> Option<Shape> {
+        Some(match key {
+            "provider" => Shape::Named(fields_of::<crate::llm::models::ProviderSettings>),
+            "retry" => Shape::Struct(fields_of::<crate::llm::retry::RetrySettings>),
+            "hooks" => Shape::List(fields_of::<crate::tool::hooks::HookSpec>),
+            _ => return None,
+        })
+    }
+
     #[test]
     fn every_unknown_key_at_every_level_is_listed() {
         let text = "modle = \"x\"\n[provider.local]\nbase_ur = \"u\"\napi_key_env = \"K\"\ncontext_windw = 3\n[[hooks]]\nevnt = \"x\"\n[retry]\nzzzzzzzz = 1\n";
-        let found = unknown(text);
+        let found = unknown(text, shape_of);
         assert_eq!(found.len(), 5, "{found:?}");
         assert_eq!(
             found[0],

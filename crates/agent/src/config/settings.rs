@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::keys::{Shape, fields_of};
 use crate::llm::models::ProviderSettings;
 use crate::llm::retry::RetrySettings;
 
@@ -219,7 +220,7 @@ fn read(path: &Path, notes: &mut Vec<String>) -> Result<FileSettings, SettingsEr
             instructions: file.instructions,
         });
     }
-    let unknown = super::keys::unknown(&text);
+    let unknown = super::keys::unknown(&text, table_shape);
     if !unknown.is_empty() {
         return Err(err(unknown.join("; ")));
     }
@@ -230,6 +231,22 @@ fn read(path: &Path, notes: &mut Vec<String>) -> Result<FileSettings, SettingsEr
             .span()
             .map(|s| crate::permission::layers::line_of(&text, s.start)),
         ..err(e.message().trim().to_string())
+    })
+}
+
+/// What the table under each top-level key of a runner config holds, for the unknown-key
+/// check ([`super::keys`]): the types named here are the ones the loader fills.
+fn table_shape(key: &str) -> Option<Shape> {
+    Some(match key {
+        "provider" => Shape::Named(fields_of::<ProviderSettings>),
+        "retry" => Shape::Struct(fields_of::<RetrySettings>),
+        "context" => Shape::Struct(fields_of::<ContextSettings>),
+        "hooks" => Shape::List(fields_of::<crate::tool::hooks::HookSpec>),
+        "mcp" => Shape::Named(fields_of::<crate::tool::mcp::McpSpec>),
+        "websearch" => Shape::Struct(fields_of::<crate::tool::search::SearchSettings>),
+        "lsp" => Shape::Named(fields_of::<crate::tool::lsp_client::LspSpec>),
+        "network" => Shape::Struct(fields_of::<NetworkSettings>),
+        _ => return None,
     })
 }
 
