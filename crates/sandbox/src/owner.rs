@@ -126,8 +126,10 @@ mod tests {
         let name = exe.file_name().unwrap().to_string_lossy().into_owned();
         let shown = command_of(me).expect("this process has a command line");
         assert!(shown.starts_with(&name), "{shown} vs {name}");
+        // GNU sleep adds up its intervals: three words, of which two are shown. (An
+        // argument sleep does not take would end it before it is seen.)
         let mut child = std::process::Command::new("sleep")
-            .args(["30", "--not-a-word", "x"])
+            .args(["30", "1s", "2s"])
             .spawn()
             .unwrap();
         // The child may not have exec'd yet: wait until its command line is sleep's.
@@ -135,14 +137,14 @@ mod tests {
         let mut seen = None;
         while std::time::Instant::now() < deadline {
             seen = command_of(child.id() as i32);
-            if seen.as_deref() == Some("sleep 30") {
+            if seen.as_deref() == Some("sleep 30 1s") {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(seen.as_deref(), Some("sleep 30"));
+        assert_eq!(seen.as_deref(), Some("sleep 30 1s"));
         assert_eq!(command_of(i32::MAX), None);
     }
 
