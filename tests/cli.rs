@@ -1780,3 +1780,55 @@ fn every_unknown_config_key_is_listed_and_a_wrong_type_has_its_line() {
     assert!(err.contains(&format!("{path}:4: ")), "{err}");
     assert!(model.requests().is_empty());
 }
+
+/// `tool list` offers what a session would: with a `[websearch]` service and an
+/// `[lsp.NAME]` server in the config, `websearch`, `codesearch` and `lsp` are listed (text
+/// and `--json`); without them they are not. The built-in language servers are turned off
+/// in both configs so the answer does not hang on what this host has installed.
+#[test]
+fn tool_list_includes_the_agent_level_tools_the_config_sets_up() {
+    let cli = Cli::new();
+    let mut base = String::new();
+    for name in [
+        "pylsp",
+        "pyright",
+        "rust-analyzer",
+        "gopls",
+        "typescript",
+        "clangd",
+    ] {
+        base.push_str(&format!("[lsp.{name}]\ndisabled = true\n\n"));
+    }
+    let with = format!(
+        "{base}[websearch]\nprovider = \"exa\"\n\n[lsp.mine]\ncommand = [\"mine-ls\"]\nextensions = [\".mine\"]\n"
+    );
+    let listed = |config: &str| {
+        let path = cli.data.join("list.toml");
+        std::fs::write(&path, config).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        let json = cli.run(&["tool", "list", "--json", "--config", &path]);
+        assert_eq!(code(&json), 0, "{}", stderr(&json));
+        let tools: Vec<Value> = serde_json::from_str(&stdout(&json)).unwrap();
+        let ids: Vec<String> = tools
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect();
+        let plain = cli.run(&["tool", "list", "--config", &path]);
+        assert_eq!(code(&plain), 0, "{}", stderr(&plain));
+        let names: Vec<String> = stdout(&plain)
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(names, ids);
+        ids
+    };
+    let on = listed(&with);
+    for id in ["websearch", "codesearch", "lsp", "bash", "read"] {
+        assert!(on.iter().any(|t| t == id), "{id} missing from {on:?}");
+    }
+    let off = listed(&base);
+    for id in ["websearch", "codesearch", "lsp"] {
+        assert!(!off.iter().any(|t| t == id), "{id} listed in {off:?}");
+    }
+    assert!(off.iter().any(|t| t == "bash"), "{off:?}");
+}

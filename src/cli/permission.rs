@@ -58,7 +58,7 @@ pub struct Scope {
     #[arg(long, default_value = "default")]
     profile: String,
     #[command(flatten)]
-    rules: RuleArgs,
+    pub(super) rules: RuleArgs,
     /// The worktree (its `.runner/config.toml` is the project config).
     #[arg(long, default_value = ".")]
     root: PathBuf,

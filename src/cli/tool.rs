@@ -71,7 +71,7 @@ pub struct CommonArgs {
 
 pub async fn run(cmd: ToolCommand) -> u8 {
     match cmd {
-        ToolCommand::List { json, scope } => list(json, &scope),
+        ToolCommand::List { json, scope } => list(json, &scope).await,
         ToolCommand::Call {
             name,
             args,
@@ -105,39 +105,89 @@ pub async fn run(cmd: ToolCommand) -> u8 {
     }
 }
 
-fn list(json: bool, scope: &Scope) -> u8 {
+/// What `list` prints is what a session offers: the registry comes from the same function
+/// the agent's does (`tool::user::registry`), over a context carrying the config's language
+/// servers and search service, so `lsp`, `websearch` and `codesearch` appear exactly when a
+/// session would offer them. The in-process server stands in for the sandbox: it reads the
+/// worktree's tool files and answers whether a language server's command exists, and
+/// nothing else runs. MCP servers are not started for a listing; their tools are not shown.
+async fn list(json: bool, scope: &Scope) -> u8 {
     let (_, rules, root) = match load_scope(scope) {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let gate = RuleGate::new(&root, rules, Arc::new(PolicyAsker::allow()));
-    let mut registry = Registry::builtin();
-    let taken: Vec<&str> = registry.tools().map(|t| t.id()).collect();
-    let (own, notes) = crate::tool::user::discover_on_host(
-        &root,
-        &crate::dirs::config_dir().join("tools"),
-        &taken,
-    );
+    let ctx = match offering_context(&root, rules, scope).await {
+        Ok(ctx) => ctx,
+        Err(code) => return code,
+    };
+    let (registry, notes) = crate::tool::user::registry(&ctx).await;
     for note in notes {
         eprintln!("runner: {}", display::escape(&note));
     }
-    for t in own {
-        registry = registry.with(Arc::new(t));
-    }
+    let gate = ctx.gate.as_ref();
     if json {
         let tools: Vec<Value> = registry
-            .visible(&gate)
+            .visible(gate)
             .map(|t| json!({ "id": t.id(), "description": t.description(), "parameters": t.parameters() }))
             .collect();
         println!("{}", display::json_pretty(&tools));
     } else {
         // A project's own tools describe themselves.
-        for t in registry.visible(&gate) {
+        for t in registry.visible(gate) {
             let first = t.description().lines().next().unwrap_or_default();
             println!("{}", display::escape(&format!("{:<12} {first}", t.id())));
         }
     }
     exit::OK
+}
+
+/// A tool context like a session's, for looking only: the rules' gate, the config's
+/// language servers and search service, and the in-process server over `root`.
+async fn offering_context(
+    root: &Path,
+    rules: Vec<crate::permission::rules::Rule>,
+    scope: &Scope,
+) -> Result<ToolContext, u8> {
+    let (settings, _) =
+        match crate::config::settings::Settings::load(root, scope.rules.config.as_deref()) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("runner: {}", display::escape(&e.to_string()));
+                return Err(exit::USAGE);
+            }
+        };
+    let search = match settings
+        .websearch
+        .as_ref()
+        .map(crate::tool::search::Search::from_settings)
+    {
+        None => None,
+        Some(Ok(s)) => Some(Arc::new(s)),
+        Some(Err(e)) => {
+            eprintln!("runner: {}", display::escape(&e.to_string()));
+            return Err(exit::USAGE);
+        }
+    };
+    let sandbox = match crate::sandbox::local::in_process(root, &[]).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("runner: cannot open the worktree {}: {e}", root.display());
+            return Err(exit::FAILED);
+        }
+    };
+    let gate = RuleGate::new(sandbox.worktree(), rules, Arc::new(PolicyAsker::allow()));
+    Ok(ToolContext::new(
+        Arc::new(sandbox),
+        Arc::new(Conversation::single_call("list")),
+        Arc::new(gate),
+        Arc::new(crate::tool::truncate::Truncator::new(
+            crate::tool::truncate::Truncator::default_dir(),
+        )),
+    )
+    .with_search(search)
+    .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
+        &settings.lsp,
+    ))))
 }
 
 /// One line per connection the sandbox made through the proxy, on standard error: what a
