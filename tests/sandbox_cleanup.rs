@@ -473,3 +473,93 @@ async fn all_on_a_terminal_asks_before_ending_live_sandboxes() {
     let _ = owner.kill();
     let _ = owner.wait();
 }
+
+/// Attack: an orphan whose owner's pid the kernel gave to another process. Its owner
+/// label names a live pid (this test process), but its start-time label is not that
+/// process's start, as it would be after the owner died and the pid came round again.
+/// `--dry-run` names it as going because the pid was reused and removes nothing; a plain
+/// cleanup removes it. Control: a container labelled with this process's pid and its true
+/// start time is live and stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_whose_owner_pid_was_reused_is_an_orphan() {
+    use runner::sandbox::docker::LABEL_OWNER_START;
+    let _serial = serial();
+    let docker = common::engine::client().await;
+    let me = std::process::id() as i32;
+    let mine = runner::sandbox::owner::started_at(me).expect("this process has a start time");
+    let (reused, reused_name) = plant_started(&docker, me, mine + 1, "runner-cleanup-reused").await;
+    let (owned, owned_name) = plant_started(&docker, me, mine, "runner-cleanup-owned").await;
+    let labels = docker
+        .inspect_container(&reused, None)
+        .await
+        .expect("inspect")
+        .config
+        .and_then(|c| c.labels)
+        .unwrap_or_default();
+    assert_eq!(labels.get(LABEL_OWNER_START), Some(&(mine + 1).to_string()));
+
+    let out = cleanup(&["--dry-run"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "would remove container {reused_name}: its owner, pid {me}, is gone; that pid now belongs to another process"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "would keep   container {owned_name}: owned by live pid {me} (sandbox_cleanup"
+        )),
+        "{said}"
+    );
+    assert!(exists(&docker, &reused).await && exists(&docker, &owned).await);
+
+    let out = cleanup(&[]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!exists(&docker, &reused).await, "{said}");
+    assert!(exists(&docker, &owned).await, "{said}");
+    runner::sandbox::docker::cleanup::list(&docker)
+        .await
+        .expect("list containers")
+        .into_iter()
+        .filter(|c| c.id == owned)
+        .for_each(|c| assert!(!c.orphaned()));
+    let _ = docker
+        .remove_container(
+            &owned,
+            Some(
+                bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .build(),
+            ),
+        )
+        .await;
+}
+
+/// Like [`plant`], with the owner's start time labelled as `start`.
+async fn plant_started(docker: &Docker, pid: i32, start: u64, name: &str) -> (String, String) {
+    use runner::sandbox::docker::LABEL_OWNER_START;
+    let body = ContainerCreateBody {
+        image: Some(DEFAULT_IMAGE.into()),
+        cmd: Some(vec!["sleep".into(), "1000".into()]),
+        labels: Some(HashMap::from([
+            (LABEL.to_string(), "1".to_string()),
+            (LABEL_OWNER.to_string(), pid.to_string()),
+            (LABEL_OWNER_START.to_string(), start.to_string()),
+            (LABEL_BOOT.to_string(), runner::sandbox::owner::boot_id()),
+        ])),
+        ..Default::default()
+    };
+    let name = format!("{name}-{}", std::process::id());
+    let id = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
+            body,
+        )
+        .await
+        .expect("plant a container")
+        .id;
+    (id, name)
+}

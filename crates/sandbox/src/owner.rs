@@ -11,6 +11,25 @@ pub fn alive(pid: i32) -> bool {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
+/// When process `pid` started, in clock ticks after boot (field 22 of `/proc/PID/stat`),
+/// if it runs and is not a zombie. A pid alone names a process only while it lives: once
+/// it ends, the kernel may hand the same number to another. A pid with its start time
+/// (on one boot) names one process for good, so a record of both tells its owner from a
+/// stranger that got the owner's pid.
+pub fn started_at(pid: i32) -> Option<u64> {
+    if pid <= 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields are counted after the last
+    // `)`, from the state (field 3) to the start time (field 22).
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
 /// What process `pid` runs, in a few words for a person deciding whether to end it:
 /// its program's name and the subcommand words after it (`runner eval run`), never the
 /// rest of its arguments, which may be a long task or a path. `None` when it is gone or
@@ -117,6 +136,31 @@ mod tests {
         assert!(alive(std::process::id() as i32));
         assert!(!alive(0));
         assert!(!alive(i32::MAX));
+    }
+
+    #[test]
+    fn a_start_time_is_read_for_running_processes_only() {
+        let me = std::process::id() as i32;
+        let mine = started_at(me).expect("this process has a start time");
+        assert_eq!(started_at(me), Some(mine), "a start time does not change");
+        // A child forked after this process started cannot have started earlier.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let theirs = started_at(child.id() as i32).expect("the child runs");
+        assert!(theirs >= mine, "{theirs} < {mine}");
+        let _ = child.kill();
+        // Killed but not yet waited for: a zombie (once the signal lands), which runs
+        // nothing.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while started_at(child.id() as i32).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(started_at(child.id() as i32), None);
+        let _ = child.wait();
+        assert_eq!(started_at(i32::MAX), None);
+        assert_eq!(started_at(0), None);
     }
 
     #[test]

@@ -258,16 +258,10 @@ fn record_of(dir: &Path) -> Option<PathBuf> {
     Some(records_dir()?.join(format!("{name}.json")))
 }
 
-/// When process `pid` started (clock ticks after boot), if it runs and is not a zombie.
+/// When process `pid` started, if it runs: one reading of `/proc` for records and
+/// containers alike ([`runner_sandbox::owner::started_at`]).
 fn running_since(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields are counted after the last
-    // `)`, from the state (field 3) to the start time (field 22).
-    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
-    if fields.next()? == "Z" {
-        return None;
-    }
-    fields.nth(18)?.parse().ok()
+    runner_sandbox::owner::started_at(pid)
 }
 
 /// Like [`attach`], for a folder that belongs to this run alone (an evaluation's attempt):

@@ -194,6 +194,9 @@ fn line(verb: &str, what: &str, name: &str, why: &str) {
 fn why(standing: &Standing) -> String {
     match standing {
         Standing::Orphan(Orphaned::OwnerGone(pid)) => format!("its owner, pid {pid}, is gone"),
+        Standing::Orphan(Orphaned::OwnerReused(pid)) => {
+            format!("its owner, pid {pid}, is gone; that pid now belongs to another process")
+        }
         Standing::Orphan(Orphaned::EarlierBoot(Some(pid))) => {
             format!("its owner, pid {pid}, ran before this machine last booted")
         }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use bollard::Docker;
 use bollard::query_parameters::ListContainersOptionsBuilder;
 
-use super::container::{LABEL, LABEL_BOOT, LABEL_OWNER, remove};
+use super::container::{LABEL, LABEL_BOOT, LABEL_OWNER, LABEL_OWNER_START, remove};
 use crate::owner;
 
 /// Runner's containers, each with its name and the owner its labels name.
@@ -26,6 +26,7 @@ pub async fn list(docker: &Docker) -> Result<Vec<Owned>, bollard::errors::Error>
             let label = |k: &str| c.labels.as_ref().and_then(|l| l.get(k)).cloned();
             let pid = label(LABEL_OWNER).and_then(|p| p.parse().ok());
             let boot = label(LABEL_BOOT);
+            let start = label(LABEL_OWNER_START).and_then(|s| s.parse().ok());
             let name = c
                 .names
                 .as_ref()
@@ -35,6 +36,7 @@ pub async fn list(docker: &Docker) -> Result<Vec<Owned>, bollard::errors::Error>
                 id,
                 name,
                 pid,
+                start,
                 boot,
             })
         })
@@ -47,6 +49,9 @@ pub struct Owned {
     /// The engine's name for it, as the engine gave it (show it escaped).
     pub name: Option<String>,
     pub pid: Option<i32>,
+    /// When the owner started ([`owner::started_at`]); `None` on containers of runners
+    /// that did not record it, which the pid alone judges.
+    pub start: Option<u64>,
     pub boot: Option<String>,
 }
 
@@ -68,6 +73,9 @@ pub enum Standing {
 pub enum Orphaned {
     /// Its owner's pid no longer runs.
     OwnerGone(i32),
+    /// Its owner's pid runs, but as another process (one that started at another time
+    /// than the owner did): the owner is gone and the kernel gave its pid to a newcomer.
+    OwnerReused(i32),
     /// Its owner ran before this machine last booted.
     EarlierBoot(Option<i32>),
     /// It names no owner at all (made by hand, or by a runner that did not label owners).
@@ -86,12 +94,27 @@ impl Owned {
             Some((_, Some(false))) => Standing::Orphan(Orphaned::EarlierBoot(self.pid)),
             _ => match self.pid {
                 None => Standing::Orphan(Orphaned::NoOwner),
-                Some(pid) if owner::alive(pid) => Standing::Live {
-                    pid,
-                    command: owner::command_of(pid),
-                },
-                Some(pid) => Standing::Orphan(Orphaned::OwnerGone(pid)),
+                Some(pid) => self.by_pid(pid),
             },
+        }
+    }
+
+    /// The standing of a container owned by `pid` of this boot: live while that pid runs
+    /// and, when the labels record when the owner started, started then. A pid whose
+    /// start cannot be read (a zombie, or a `/proc` that hides it) is judged by whether
+    /// it exists, as containers without the start label are.
+    fn by_pid(&self, pid: i32) -> Standing {
+        let live = || Standing::Live {
+            pid,
+            command: owner::command_of(pid),
+        };
+        match (self.start, owner::started_at(pid)) {
+            (Some(recorded), Some(now)) if recorded != now => {
+                Standing::Orphan(Orphaned::OwnerReused(pid))
+            }
+            (Some(_), Some(_)) => live(),
+            _ if owner::alive(pid) => live(),
+            _ => Standing::Orphan(Orphaned::OwnerGone(pid)),
         }
     }
 
@@ -130,10 +153,15 @@ mod tests {
     use super::*;
 
     fn owned(pid: Option<i32>, boot: Option<String>) -> Owned {
+        started(pid, None, boot)
+    }
+
+    fn started(pid: Option<i32>, start: Option<u64>, boot: Option<String>) -> Owned {
         Owned {
             id: "0123456789abcdef0123".into(),
             name: None,
             pid,
+            start,
             boot,
         }
     }
@@ -171,5 +199,35 @@ mod tests {
             }
         );
         assert_eq!(owned(None, None).label(), "0123456789ab");
+    }
+
+    /// Attack: the owner's pid now names another live process (this test's, with a start
+    /// time the owner did not have). By the pid alone it looks owned; by pid and start
+    /// time it is an orphan, and the reason names the reuse.
+    #[test]
+    fn a_reused_pid_does_not_keep_a_container() {
+        let here = owner::boot_id();
+        let me = std::process::id() as i32;
+        let mine = owner::started_at(me).expect("this process has a start time");
+        assert_eq!(
+            started(Some(me), Some(mine + 1), Some(here.clone())).standing(),
+            Standing::Orphan(Orphaned::OwnerReused(me))
+        );
+        assert!(started(Some(me), Some(mine.saturating_sub(1)), None).orphaned());
+        // Control: the pid with the start it has is its owner, live.
+        assert!(matches!(
+            started(Some(me), Some(mine), Some(here.clone())).standing(),
+            Standing::Live { pid, .. } if pid == me
+        ));
+        // Without the start label (an older runner's), the pid alone decides, as before.
+        assert!(matches!(
+            started(Some(me), None, Some(here.clone())).standing(),
+            Standing::Live { .. }
+        ));
+        // A recorded start does not make a dead pid live.
+        assert_eq!(
+            started(Some(i32::MAX), Some(mine), Some(here)).standing(),
+            Standing::Orphan(Orphaned::OwnerGone(i32::MAX))
+        );
     }
 }

@@ -29,6 +29,10 @@ pub const LABEL_OWNER: &str = "runner.owner-pid";
 pub const LABEL_CREATED: &str = "runner.created";
 /// The boot of the machine whose process owns it ([`crate::owner::boot_id`]).
 pub const LABEL_BOOT: &str = "runner.owner-boot";
+/// The owning process's start time ([`crate::owner::started_at`]): with the pid, it names
+/// that one process, so a later process that got the same pid does not keep it. Older
+/// runners did not set it; theirs are judged by the pid alone.
+pub const LABEL_OWNER_START: &str = "runner.owner-start";
 
 /// Docker watches an attached stdin for a detach sequence and, on seeing it, cuts the
 /// stream. Five ctrl-q bytes in a row cannot occur in our frames (JSON has no raw control
@@ -184,13 +188,22 @@ pub(super) fn served(run_id: &str, network: Network) -> ContainerCreateBody {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     ContainerCreateBody {
-        labels: Some(HashMap::from([
-            (LABEL.to_string(), "1".to_string()),
-            (LABEL_RUN.to_string(), run_id.to_string()),
-            (LABEL_OWNER.to_string(), std::process::id().to_string()),
-            (LABEL_CREATED.to_string(), created.to_string()),
-            (LABEL_BOOT.to_string(), crate::owner::boot_id()),
-        ])),
+        labels: Some(
+            [
+                (LABEL.to_string(), "1".to_string()),
+                (LABEL_RUN.to_string(), run_id.to_string()),
+                (LABEL_OWNER.to_string(), std::process::id().to_string()),
+                (LABEL_CREATED.to_string(), created.to_string()),
+                (LABEL_BOOT.to_string(), crate::owner::boot_id()),
+            ]
+            .into_iter()
+            // Absent when /proc cannot tell: the pid alone judges it then.
+            .chain(
+                crate::owner::started_at(std::process::id() as i32)
+                    .map(|start| (LABEL_OWNER_START.to_string(), start.to_string())),
+            )
+            .collect(),
+        ),
         network_disabled: Some(network == Network::None),
         open_stdin: Some(true),
         stdin_once: Some(true),

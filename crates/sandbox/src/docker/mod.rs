@@ -17,7 +17,8 @@ use super::spec::SandboxSpec;
 use super::{Sandbox, SandboxError};
 
 pub use container::{
-    LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_RUN, open_container, wait_gone,
+    LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_OWNER_START, LABEL_RUN, open_container,
+    wait_gone,
 };
 pub use shell::shell;
 
