@@ -1832,3 +1832,92 @@ fn tool_list_includes_the_agent_level_tools_the_config_sets_up() {
     }
     assert!(off.iter().any(|t| t == "bash"), "{off:?}");
 }
+
+/// `sandbox doctor --json` is one JSON object: every check named, with whether it passed,
+/// and `ok` and the exit status agreeing with them; the text report's checks are the same
+/// ones, in the same order.
+#[test]
+fn sandbox_doctor_json_names_each_check_and_whether_it_passed() {
+    crate::common::engine::docker();
+    let cli = Cli::new();
+    let out = cli.run(&["sandbox", "doctor", "--json"]);
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+    let checks = doc["checks"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for name in ["landlock", "seccomp", "engine", "temp disk"] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    let failed = checks
+        .iter()
+        .filter(|c| !c["passed"].as_bool().unwrap())
+        .count();
+    assert_eq!(doc["failures"], failed);
+    assert_eq!(doc["ok"], failed == 0);
+    assert_eq!(code(&out), if failed == 0 { 0 } else { 1 });
+    let text = stdout(&cli.run(&["sandbox", "doctor"]));
+    let text_names: Vec<&str> = text
+        .lines()
+        .filter(|l| ["ok ", "warn ", "FAIL "].iter().any(|p| l.starts_with(p)))
+        .map(|l| l[6..].split(':').next().unwrap())
+        .collect();
+    assert_eq!(text_names, names);
+}
+
+/// `profile list --json`: every built-in profile with its source and backend, the backend
+/// being what `profile show` says (null for a profile that takes the wall chosen here, which
+/// `backend_here` names).
+#[test]
+fn profile_list_json_gives_each_profile_and_its_backend() {
+    let cli = Cli::new();
+    let out = cli.run(&["profile", "list", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let list: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let names: Vec<&str> = list.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for name in ["default", "readonly", "untrusted", "laptop", "eval"] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    for p in &list {
+        let name = p["name"].as_str().unwrap();
+        assert_eq!(p["source"], "built-in", "{p}");
+        let shown = cli.run(&["profile", "show", name, "--json"]);
+        let shown: Value = serde_json::from_str(&stdout(&shown)).unwrap();
+        assert_eq!(p["backend"], shown["sandbox"]["backend"], "{name}");
+    }
+    let eval = list.iter().find(|p| p["name"] == "eval").unwrap();
+    assert_eq!(eval["backend"], "docker");
+    let default = list.iter().find(|p| p["name"] == "default").unwrap();
+    assert!(default["backend"].is_null());
+}
+
+/// `image build --json` on an image the engine has (`--if-missing`, so nothing is rebuilt):
+/// one object with the tag and the id the engine gives that tag.
+#[test]
+fn image_build_json_gives_the_tag_and_the_engines_id() {
+    crate::common::engine::docker();
+    let cli = Cli::new();
+    let mut cmd = cli.command();
+    crate::common::engine::cli(&mut cmd);
+    let out = cmd
+        .args(["image", "build", "--if-missing", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+    assert_eq!(doc["tag"], "runner-sandbox:bookworm");
+    assert_eq!(doc["built"], false);
+    let inspected = Command::new("docker")
+        .args([
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            "runner-sandbox:bookworm",
+        ])
+        .output()
+        .unwrap();
+    let id = String::from_utf8_lossy(&inspected.stdout)
+        .trim()
+        .to_string();
+    assert!(id.starts_with("sha256:"), "{id}");
+    assert_eq!(doc["id"], id.as_str());
+}

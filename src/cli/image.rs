@@ -35,6 +35,10 @@ pub struct BuildArgs {
     /// Do nothing when the tag already exists.
     #[arg(long)]
     if_missing: bool,
+    /// One JSON object on stdout when done: {"tag", "id", "built" (false when
+    /// --if-missing found it), "seconds"}; the build's own lines stay on stderr.
+    #[arg(long)]
+    json: bool,
 }
 
 pub async fn run(cmd: ImageCommand) -> u8 {
@@ -54,9 +58,10 @@ pub async fn run(cmd: ImageCommand) -> u8 {
         }
     };
     let tag = args.tag.clone().unwrap_or_else(|| recipe.tag.to_string());
+    let started = std::time::Instant::now();
     if args.if_missing && image::exists(&docker, &tag).await {
         eprintln!("runner: {tag} exists");
-        return exit::OK;
+        return report(&docker, &tag, false, started, args.json).await;
     }
     let req = image::BuildRequest {
         recipe: args.recipe,
@@ -65,7 +70,6 @@ pub async fn run(cmd: ImageCommand) -> u8 {
         suite: args.suite,
         fresh_base: args.fresh_base,
     };
-    let started = std::time::Instant::now();
     // A build prints what its commands print.
     let mut log = |line: &str| eprintln!("  {}", crate::display::escape(line));
     match image::build(&docker, &req, &mut log).await {
@@ -74,11 +78,42 @@ pub async fn run(cmd: ImageCommand) -> u8 {
                 "runner: built {tag} in {:.1} s",
                 started.elapsed().as_secs_f64()
             );
-            exit::OK
+            report(&docker, &tag, true, started, args.json).await
         }
         Err(e) => {
             eprintln!("runner: {e}");
             exit::FAILED
         }
     }
+}
+
+/// Under `--json`, the image as the engine now has it: the tag asked for and the id it
+/// names, so a script can pin the exact image it just made.
+async fn report(
+    docker: &bollard::Docker,
+    tag: &str,
+    built: bool,
+    started: std::time::Instant,
+    json: bool,
+) -> u8 {
+    if !json {
+        return exit::OK;
+    }
+    let id = match docker.inspect_image(tag).await {
+        Ok(i) => i.id,
+        Err(e) => {
+            eprintln!("runner: {tag} was built but the engine cannot show it: {e}");
+            return exit::FAILED;
+        }
+    };
+    println!(
+        "{}",
+        crate::display::json(&serde_json::json!({
+            "tag": tag,
+            "id": id,
+            "built": built,
+            "seconds": started.elapsed().as_secs_f64(),
+        }))
+    );
+    exit::OK
 }

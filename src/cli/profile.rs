@@ -13,7 +13,12 @@ use crate::tool::truncate::Truncator;
 #[derive(Debug, Subcommand)]
 pub enum ProfileCommand {
     /// The built-in profiles and the user's own ($XDG_CONFIG_HOME/runner/profiles/).
-    List,
+    List {
+        /// One JSON array of {name, source (built-in or user), description, backend (the
+        /// profile's, or null when it takes the wall chosen here), backend_here, broken}.
+        #[arg(long)]
+        json: bool,
+    },
     /// A profile's sandbox settings and the merged permission rules, in precedence order
     /// (later rules win): built-in defaults, the profile, the user's config, the project's
     /// config, `--config`.
@@ -33,7 +38,7 @@ pub enum ProfileCommand {
 
 pub fn run(cmd: ProfileCommand) -> u8 {
     match cmd {
-        ProfileCommand::List => list(),
+        ProfileCommand::List { json } => list(json),
         ProfileCommand::Show {
             name,
             rules,
@@ -43,7 +48,7 @@ pub fn run(cmd: ProfileCommand) -> u8 {
     }
 }
 
-fn list() -> u8 {
+fn list(as_json: bool) -> u8 {
     let mut names: Vec<(String, String)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(profile::user_dir()) {
         let mut user: Vec<String> = entries
@@ -63,20 +68,84 @@ fn list() -> u8 {
             names.push((name.to_string(), "built-in".into()));
         }
     }
-    for (name, kind) in names {
-        match profile::load(&name) {
-            Ok(p) if p.sandbox.backend.is_none() => {
-                let here = match crate::sandbox::choose::default_wall() {
-                    Ok(c) => format!("here: {}", c.backend.name()),
-                    Err(_) => "here: no wall available, so sessions refuse to start".into(),
+    let rows: Vec<ListRow> = names
+        .into_iter()
+        .map(|(name, kind)| list_row(name, kind))
+        .collect();
+    if as_json {
+        let out: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "source": r.kind,
+                    "description": r.description,
+                    "backend": r.backend,
+                    "backend_here": r.here,
+                    "broken": r.broken,
+                })
+            })
+            .collect();
+        println!("{}", crate::display::json_pretty(&out));
+        return exit::OK;
+    }
+    for r in rows {
+        let (name, kind) = (&r.name, &r.kind);
+        match (&r.broken, &r.backend) {
+            (Some(e), _) => println!("{name:<12} {kind:<9} (broken: {e})"),
+            (None, Some(_)) => println!("{name:<12} {kind:<9} {}", r.description),
+            (None, None) => {
+                let here = match &r.here {
+                    Some(b) => format!("here: {b}"),
+                    None => "here: no wall available, so sessions refuse to start".into(),
                 };
-                println!("{name:<12} {kind:<9} {} ({here})", p.description)
+                println!("{name:<12} {kind:<9} {} ({here})", r.description)
             }
-            Ok(p) => println!("{name:<12} {kind:<9} {}", p.description),
-            Err(e) => println!("{name:<12} {kind:<9} (broken: {e})"),
         }
     }
     exit::OK
+}
+
+/// One profile as `list` shows it, worked out once for the text and the JSON.
+struct ListRow {
+    name: String,
+    kind: String,
+    description: String,
+    /// The profile's own backend; `None` when it takes the default wall.
+    backend: Option<&'static str>,
+    /// The wall a profile without a backend gets on this machine, if any.
+    here: Option<&'static str>,
+    broken: Option<String>,
+}
+
+fn list_row(name: String, kind: String) -> ListRow {
+    match profile::load(&name) {
+        Ok(p) => {
+            let backend = p.sandbox.backend.map(|b| b.name());
+            let here = match backend {
+                Some(_) => None,
+                None => crate::sandbox::choose::default_wall()
+                    .ok()
+                    .map(|c| c.backend.name()),
+            };
+            ListRow {
+                name,
+                kind,
+                description: p.description,
+                backend,
+                here,
+                broken: None,
+            }
+        }
+        Err(e) => ListRow {
+            name,
+            kind,
+            description: String::new(),
+            backend: None,
+            here: None,
+            broken: Some(e.to_string()),
+        },
+    }
 }
 
 fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool) -> u8 {

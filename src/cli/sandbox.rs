@@ -23,6 +23,10 @@ pub enum SandboxCommand {
         /// The sandbox image the Docker check looks for on the engine.
         #[arg(long, default_value = crate::sandbox::spec::DEFAULT_IMAGE)]
         image: String,
+        /// One JSON object on stdout: {"ok", "failures", "checks": [{"backend", "name",
+        /// "status" (ok, warn, fail), "passed", "detail", "fix"}]} instead of the text.
+        #[arg(long)]
+        json: bool,
     },
     /// An interactive shell inside the sandbox, seeing what the agent's commands see.
     Shell {
@@ -65,26 +69,74 @@ pub struct CleanupArgs {
 
 pub async fn run(cmd: SandboxCommand) -> u8 {
     match cmd {
-        SandboxCommand::Doctor { image } => doctor(&image).await,
+        SandboxCommand::Doctor { image, json } => doctor(&image, json).await,
         SandboxCommand::Shell { root, sandbox } => shell(&root, &sandbox).await,
         SandboxCommand::Cleanup(args) => cleanup::run(&args).await,
     }
 }
 
+/// The doctor's findings: printed as they come as text, or kept for one JSON document at
+/// the end (`--json`), so a script reads the same checks a person does.
 struct Report {
     failures: usize,
+    json: bool,
+    backend: &'static str,
+    checks: Vec<serde_json::Value>,
 }
 
 impl Report {
+    fn section(&mut self, backend: &'static str) {
+        self.backend = backend;
+        if !self.json {
+            println!("{backend} backend");
+        }
+    }
+    fn record(&mut self, status: &str, what: &str, detail: String, fix: Option<&str>) {
+        self.checks.push(serde_json::json!({
+            "backend": self.backend,
+            "name": what,
+            "status": status,
+            "passed": status != "fail",
+            "detail": detail,
+            "fix": fix,
+        }));
+    }
     fn ok(&mut self, what: &str, detail: impl std::fmt::Display) {
-        println!("ok    {what}: {detail}");
+        if !self.json {
+            println!("ok    {what}: {detail}");
+        }
+        self.record("ok", what, detail.to_string(), None);
     }
     fn warn(&mut self, what: &str, detail: impl std::fmt::Display) {
-        println!("warn  {what}: {detail}");
+        if !self.json {
+            println!("warn  {what}: {detail}");
+        }
+        self.record("warn", what, detail.to_string(), None);
     }
     fn fail(&mut self, what: &str, detail: impl std::fmt::Display, fix: &str) {
         self.failures += 1;
-        println!("FAIL  {what}: {detail}\n      fix: {fix}");
+        if !self.json {
+            println!("FAIL  {what}: {detail}\n      fix: {fix}");
+        }
+        self.record("fail", what, detail.to_string(), Some(fix));
+    }
+    /// The JSON document, under `--json`; the exit status either way.
+    fn finish(self) -> u8 {
+        if self.json {
+            println!(
+                "{}",
+                crate::display::json(&serde_json::json!({
+                    "ok": self.failures == 0,
+                    "failures": self.failures,
+                    "checks": self.checks,
+                }))
+            );
+        }
+        if self.failures == 0 {
+            exit::OK
+        } else {
+            exit::FAILED
+        }
     }
 }
 
@@ -137,9 +189,14 @@ fn limits(r: &mut Report) {
     }
 }
 
-async fn doctor(image_name: &str) -> u8 {
-    let mut r = Report { failures: 0 };
-    println!("landlock backend");
+async fn doctor(image_name: &str, json: bool) -> u8 {
+    let mut r = Report {
+        failures: 0,
+        json,
+        backend: "landlock",
+        checks: Vec::new(),
+    };
+    r.section("landlock");
     let ll = crate::sandbox::confine::probe_landlock();
     if ll.fully_enforced {
         r.ok("landlock", &ll.detail);
@@ -161,7 +218,7 @@ async fn doctor(image_name: &str) -> u8 {
     namespaces(&mut r);
     limits(&mut r);
 
-    println!("docker backend");
+    r.section("docker");
     match engine::Engine::open(None).await {
         Err(e) => r.fail(
             "engine",
@@ -172,11 +229,7 @@ async fn doctor(image_name: &str) -> u8 {
         Ok(engine) => docker_engine(&mut r, &engine, image_name).await,
     }
     disk(&mut r, "temp disk", &std::env::temp_dir());
-    if r.failures == 0 {
-        exit::OK
-    } else {
-        exit::FAILED
-    }
+    r.finish()
 }
 
 fn disk(r: &mut Report, what: &str, dir: &Path) {
