@@ -1921,3 +1921,91 @@ fn image_build_json_gives_the_tag_and_the_engines_id() {
     assert!(id.starts_with("sha256:"), "{id}");
     assert_eq!(doc["id"], id.as_str());
 }
+
+/// One table of exit codes, reached through the real binary: 0 done, 1 failed, 2 usage or
+/// config (the same 2 for no model in `run` and in `eval run`, an unknown workspace in
+/// `apply` and in `discard`, a misnamed provider and a missing key), 3 denied, 4 the
+/// provider failed once asked, 6 the sandbox could not start. No case of 2 asks the model.
+#[test]
+fn each_kind_of_failure_has_its_exit_code_in_every_command() {
+    crate::common::engine::docker();
+    let model = ScriptedModel::start(vec![
+        Response::Stream(text("done")),
+        Response::Status(401, Vec::new(), r#"{"error":{"message":"bad key"}}"#.into()),
+    ]);
+    let cli = home_with_a_model();
+    let status = |out: Output| (code(&out), stderr(&out));
+    let (c, err) = status(run_with_model(&cli, &model, &["run", "say done"]));
+    assert_eq!(c, 0, "{err}");
+    let (c, err) = status(run_with_model(&cli, &model, &["run", "say it again"]));
+    assert_eq!(c, 4, "a provider refusing the key once asked: {err}");
+    assert_eq!(model.requests().len(), 2);
+
+    let (c, err) = status(cli.call("read", json!({ "filePath": "missing.txt" }), &[]));
+    assert_eq!(c, 1, "{err}");
+    let asks = cli.data.join("asks.toml");
+    std::fs::write(&asks, "[permission]\nedit = \"ask\"\n").unwrap();
+    let asks = asks.to_string_lossy().into_owned();
+    let (c, err) = status(cli.call(
+        "write",
+        json!({ "filePath": "new.txt", "content": "x" }),
+        &["--ask", "deny", "--config", &asks],
+    ));
+    assert_eq!(c, 3, "{err}");
+
+    let bare = bare_home_in_git();
+    let tasks = bare.data.join("tasks.jsonl");
+    std::fs::write(&tasks, "{}\n").unwrap();
+    let tasks = tasks.to_string_lossy().into_owned();
+    let out_dir = bare.data.join("out").to_string_lossy().into_owned();
+    let usage: &[(&Cli, &[&str], &str)] = &[
+        (&cli, &["run", "--no-such-flag", "x"], "--no-such-flag"),
+        (&bare, &["run", "x"], "no model"),
+        (
+            &bare,
+            &["eval", "run", &tasks, "--out", &out_dir],
+            "no model",
+        ),
+        (&cli, &["apply", "nosuch"], "no workspace nosuch"),
+        (&cli, &["discard", "nosuch"], "no workspace nosuch"),
+        (
+            &cli,
+            &["run", "--model", "nosuch/m", "x"],
+            "unknown provider",
+        ),
+    ];
+    for (who, args, says) in usage {
+        let (c, err) = status(run_with_model(who, &model, args));
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (c, err) = status(
+        bare.command()
+            .args(["run", "--model", "openai/m", "x"])
+            .env_remove("OPENAI_API_KEY")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(c, 2, "no key: {err}");
+    assert!(err.contains("OPENAI_API_KEY"), "{err}");
+
+    let (c, err) = status(run_with_model(
+        &cli,
+        &model,
+        &[
+            "run",
+            "--sandbox",
+            "docker",
+            "--image",
+            "runner-no-such-image:0",
+            "x",
+        ],
+    ));
+    assert_eq!(c, 6, "{err}");
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "no failure at start-up asks the model"
+    );
+}

@@ -285,11 +285,16 @@ impl std::io::Write for EscapedLines<'_> {
 }
 
 pub fn discard(args: DiscardArgs) -> u8 {
-    let discarded = Workspace::open(&args.id).and_then(|w| {
-        w.not_in_use()?;
-        w.discard()
-    });
-    match discarded {
+    // An id that names no workspace is a usage error (2), as for `changes` and `apply`; a
+    // workspace that exists but cannot go is a failure (1).
+    let ws = match Workspace::open(&args.id) {
+        Ok(ws) => ws,
+        Err(e) => {
+            eprintln!("runner: {}", display::escape(&e.to_string()));
+            return exit::USAGE;
+        }
+    };
+    match ws.not_in_use().and_then(|()| ws.discard()) {
         Ok(()) => exit::OK,
         Err(e) => {
             eprintln!("runner: {}", display::escape(&e.to_string()));

@@ -274,8 +274,9 @@ fn exit_status(roff: &mut Roff) {
         ),
         (
             run_exit::USAGE,
-            "Usage or config: a bad flag or argument, a mistyped subcommand, an unknown \
-             model or a bad config.",
+            "Usage or config, found before any work starts: a bad flag or argument, a \
+             mistyped subcommand, no model, a provider that is misnamed or has no API key, \
+             a workspace id that names none, or a bad config.",
         ),
         (
             run_exit::REFUSED,
@@ -283,7 +284,8 @@ fn exit_status(roff: &mut Roff) {
         ),
         (
             run_exit::PROVIDER,
-            "The model's provider failed (key, network, API error).",
+            "The model's provider failed once asked (a key it refused, the network, an API \
+             error, retries used up).",
         ),
         (run_exit::MAX_STEPS, "The run used all its --max-steps."),
         (

@@ -204,7 +204,11 @@ async fn run_eval(args: RunArgs) -> u8 {
         }
         Err(e) => {
             eprintln!("runner: {}", display::escape(&e.to_string()));
-            exit::FAILED
+            match e {
+                // Options that cannot make an evaluation (no model, …): usage, as for `run`.
+                eval::EvalError::Options(_) => exit::USAGE,
+                _ => exit::FAILED,
+            }
         }
     }
 }

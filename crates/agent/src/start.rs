@@ -81,7 +81,10 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::Usage(_) => super::exit::USAGE,
-            StartError::Provider(_) => super::exit::PROVIDER,
+            // The provider could not be made from the model and the config (a misnamed
+            // provider, no key, a spec that is not provider/model): a config error. A
+            // provider that fails once asked exits PROVIDER from the loop's end instead.
+            StartError::Provider(_) => super::exit::USAGE,
             StartError::Sandbox(_) => super::exit::SANDBOX,
             StartError::Failed(_) => super::exit::FAILED,
         }
