@@ -2009,3 +2009,49 @@ fn each_kind_of_failure_has_its_exit_code_in_every_command() {
         "no failure at start-up asks the model"
     );
 }
+
+/// Under `--json`, a run that cannot start prints one JSON error event on stdout, its code
+/// the exit status: no key (2), no model (2), an image the engine lacks (6).
+#[test]
+fn a_json_run_that_cannot_start_prints_one_error_event() {
+    crate::common::engine::docker();
+    let cli = bare_home_in_git();
+    let cases: &[(&[&str], u8, &str)] = &[
+        (&["--model", "openai/m"], 2, "OPENAI_API_KEY"),
+        (&[], 2, "no model"),
+        (
+            &[
+                "--model",
+                "openai/m",
+                "--sandbox",
+                "docker",
+                "--image",
+                "runner-no-such-image:0",
+            ],
+            6,
+            "runner-no-such-image:0",
+        ),
+    ];
+    for (extra, want, says) in cases {
+        let mut args = vec!["run", "--json"];
+        args.extend_from_slice(extra);
+        args.push("x");
+        let mut cmd = cli.command();
+        cmd.args(&args).stdin(std::process::Stdio::null());
+        if *want == 2 {
+            cmd.env_remove("OPENAI_API_KEY");
+        } else {
+            cmd.env("OPENAI_API_KEY", "sk-test");
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(code(&out), i32::from(*want), "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {text}");
+        let event: Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(event["type"], "error", "{event}");
+        assert_eq!(event["code"], *want, "{event}");
+        let message = event["message"].as_str().unwrap();
+        assert!(message.contains(says), "{args:?}: {message}");
+    }
+}

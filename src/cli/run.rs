@@ -72,6 +72,14 @@ pub struct RunArgs {
     pub trust_project: bool,
 }
 
+/// Under `--json`, a run that cannot start still gives its reader one event to parse
+/// instead of nothing on stdout: `{"type":"error","code":N,"message":…}`, the code being
+/// the exit status that follows. The same words also go to stderr for a person watching.
+fn print_startup_error(code: u8, message: &str) {
+    let event = serde_json::json!({ "type": "error", "code": code, "message": message });
+    println!("{}", crate::display::json(&event));
+}
+
 pub async fn run(args: RunArgs) -> u8 {
     let interactive_terminal = std::io::stdin().is_terminal();
     let prompt = match args.prompt.as_deref() {
@@ -90,9 +98,12 @@ pub async fn run(args: RunArgs) -> u8 {
         .as_deref()
         .is_some_and(|m| m.starts_with("replay/"));
     if prompt.is_none() && !interactive_terminal && !is_replay {
-        eprintln!(
-            "runner: no prompt: give the task as an argument, or `-` to read it from standard input"
-        );
+        let message =
+            "no prompt: give the task as an argument, or `-` to read it from standard input";
+        eprintln!("runner: {message}");
+        if args.json {
+            print_startup_error(exit::USAGE, message);
+        }
         return exit::USAGE;
     }
     let view: Arc<dyn EventSink> = if args.json {
@@ -105,6 +116,9 @@ pub async fn run(args: RunArgs) -> u8 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("runner: {}", shown(&e));
+            if args.json {
+                print_startup_error(e.exit_code(), &e.to_string());
+            }
             return e.exit_code();
         }
     };
