@@ -902,7 +902,10 @@ fn an_unresolved_attempt_says_why_everywhere() {
         .map(|l| {
             let mut task: Value = serde_json::from_str(l).unwrap();
             if task["id"] == "t01" {
-                task["verify"] = json!("sh test.sh; echo 'pytest: command not found' >&2; exit 4");
+                // Both on standard error: the order of lines across two pipes is not
+                // the order they were written in.
+                task["verify"] =
+                    json!("sh test.sh >&2; echo 'pytest: command not found' >&2; exit 4");
             }
             task.to_string()
         })
