@@ -37,14 +37,31 @@ fn cleanup(args: &[&str]) -> Output {
 /// A stopped container labelled as runner's, owned by `pid` of this machine's boot;
 /// returns its id and name.
 async fn plant(docker: &Docker, pid: i32, name: &str) -> (String, String) {
+    plant_labelled(docker, pid, None, name).await
+}
+
+/// A stopped runner container owned by `pid` (started at `start`, when given).
+async fn plant_labelled(
+    docker: &Docker,
+    pid: i32,
+    start: Option<u64>,
+    name: &str,
+) -> (String, String) {
+    let mut labels = HashMap::from([
+        (LABEL.to_string(), "1".to_string()),
+        (LABEL_OWNER.to_string(), pid.to_string()),
+        (LABEL_BOOT.to_string(), runner::sandbox::owner::boot_id()),
+    ]);
+    if let Some(start) = start {
+        labels.insert(
+            runner::sandbox::docker::LABEL_OWNER_START.to_string(),
+            start.to_string(),
+        );
+    }
     let body = ContainerCreateBody {
         image: Some(DEFAULT_IMAGE.into()),
         cmd: Some(vec!["sleep".into(), "1000".into()]),
-        labels: Some(HashMap::from([
-            (LABEL.to_string(), "1".to_string()),
-            (LABEL_OWNER.to_string(), pid.to_string()),
-            (LABEL_BOOT.to_string(), runner::sandbox::owner::boot_id()),
-        ])),
+        labels: Some(labels),
         ..Default::default()
     };
     let name = format!("{name}-{}", std::process::id());
@@ -487,8 +504,9 @@ async fn a_container_whose_owner_pid_was_reused_is_an_orphan() {
     let docker = common::engine::client().await;
     let me = std::process::id() as i32;
     let mine = runner::sandbox::owner::started_at(me).expect("this process has a start time");
-    let (reused, reused_name) = plant_started(&docker, me, mine + 1, "runner-cleanup-reused").await;
-    let (owned, owned_name) = plant_started(&docker, me, mine, "runner-cleanup-owned").await;
+    let (reused, reused_name) =
+        plant_labelled(&docker, me, Some(mine + 1), "runner-cleanup-reused").await;
+    let (owned, owned_name) = plant_labelled(&docker, me, Some(mine), "runner-cleanup-owned").await;
     let labels = docker
         .inspect_container(&reused, None)
         .await
@@ -536,30 +554,4 @@ async fn a_container_whose_owner_pid_was_reused_is_an_orphan() {
             ),
         )
         .await;
-}
-
-/// Like [`plant`], with the owner's start time labelled as `start`.
-async fn plant_started(docker: &Docker, pid: i32, start: u64, name: &str) -> (String, String) {
-    use runner::sandbox::docker::LABEL_OWNER_START;
-    let body = ContainerCreateBody {
-        image: Some(DEFAULT_IMAGE.into()),
-        cmd: Some(vec!["sleep".into(), "1000".into()]),
-        labels: Some(HashMap::from([
-            (LABEL.to_string(), "1".to_string()),
-            (LABEL_OWNER.to_string(), pid.to_string()),
-            (LABEL_OWNER_START.to_string(), start.to_string()),
-            (LABEL_BOOT.to_string(), runner::sandbox::owner::boot_id()),
-        ])),
-        ..Default::default()
-    };
-    let name = format!("{name}-{}", std::process::id());
-    let id = docker
-        .create_container(
-            Some(CreateContainerOptionsBuilder::new().name(&name).build()),
-            body,
-        )
-        .await
-        .expect("plant a container")
-        .id;
-    (id, name)
 }

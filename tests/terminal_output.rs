@@ -88,58 +88,16 @@ impl Home {
         args: &[&str],
         answers: &[(&str, &str)],
     ) -> (i32, Vec<u8>) {
-        common::engine::ensure_package("bsdutils", "/usr/bin/script");
-        let inner = std::iter::once(env!("CARGO_BIN_EXE_runner"))
-            .chain(args.iter().copied())
-            .map(sh_quote)
-            .collect::<Vec<_>>()
-            .join(" ");
-        let mut child = Command::new("script")
-            .args(["-qec", &inner, "/dev/null"])
-            .current_dir(&self.wt)
-            .env_remove("NO_COLOR")
-            .envs(self.env(model))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("util-linux script");
-        let screen = Arc::new(Mutex::new(Vec::<u8>::new()));
-        let mut stdout = child.stdout.take().unwrap();
-        let sink = screen.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stdout.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        let mut stdin = child.stdin.take().unwrap();
+        let mut pty = LivePty::start(self, model, args);
         for (i, (shown, key)) in answers.iter().enumerate() {
             let before = answers[..i].iter().filter(|(s, _)| s == shown).count();
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while String::from_utf8_lossy(&screen.lock().unwrap())
-                .matches(shown)
-                .count()
-                <= before
-            {
-                assert!(
-                    Instant::now() < deadline,
-                    "{shown:?} never appeared: {}",
-                    String::from_utf8_lossy(&screen.lock().unwrap())
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            stdin.write_all(key.as_bytes()).unwrap();
-            stdin.flush().unwrap();
+            let appeared = pty.wait_for(Duration::from_secs(60), |screen| {
+                screen.matches(shown).count() > before
+            });
+            assert!(appeared, "{shown:?} never appeared: {}", pty.raw());
+            pty.type_keys(key.as_bytes());
         }
-        let status = child.wait().unwrap();
-        drop(stdin);
-        reader.join().unwrap();
-        let bytes = screen.lock().unwrap().clone();
-        (status.code().unwrap_or(-1), bytes)
+        pty.finish_bytes()
     }
 }
 
@@ -542,8 +500,8 @@ fn what_the_sandbox_left_is_named_visibly_when_it_closes() {
     assert_nothing_raw("the close report", &stderr);
 }
 
-/// `runner ARGS` on a pseudo-terminal, left running: the test reads the screen as it grows
-/// and types into it when it likes (issue 31, item 4: what a running call shows).
+/// `runner ARGS` on a pseudo-terminal (util-linux `script`), left running: the test reads
+/// the screen as it grows and types into it when it likes.
 struct LivePty {
     child: std::process::Child,
     stdin: std::process::ChildStdin,
@@ -552,7 +510,7 @@ struct LivePty {
 }
 
 impl LivePty {
-    fn start(home: &Home, model: &ScriptedModel, args: &[&str]) -> LivePty {
+    fn start(home: &Home, model: Option<&ScriptedModel>, args: &[&str]) -> LivePty {
         common::engine::ensure_package("bsdutils", "/usr/bin/script");
         let inner = std::iter::once(env!("CARGO_BIN_EXE_runner"))
             .chain(args.iter().copied())
@@ -563,7 +521,7 @@ impl LivePty {
             .args(["-qec", &inner, "/dev/null"])
             .current_dir(&home.wt)
             .env_remove("NO_COLOR")
-            .envs(home.env(Some(model)))
+            .envs(home.env(model))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -607,12 +565,24 @@ impl LivePty {
         false
     }
 
-    fn finish(mut self) -> (i32, String) {
+    /// Types `keys` into the terminal.
+    fn type_keys(&mut self, keys: &[u8]) {
+        self.stdin.write_all(keys).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits for the program to end: its exit status and every byte the terminal received.
+    fn finish_bytes(mut self) -> (i32, Vec<u8>) {
         let status = self.child.wait().unwrap();
         drop(self.stdin);
         self.reader.join().unwrap();
-        let raw = String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned();
-        (status.code().unwrap_or(-1), raw)
+        let bytes = self.screen.lock().unwrap().clone();
+        (status.code().unwrap_or(-1), bytes)
+    }
+
+    fn finish(self) -> (i32, String) {
+        let (status, bytes) = self.finish_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 }
 
@@ -647,7 +617,7 @@ fn a_long_call_is_shown_while_it_runs_and_its_line_says_done() {
     ]);
     let mut args = RUN_ARGS.to_vec();
     args.push("take your time");
-    let pty = LivePty::start(&home, &model, &args);
+    let pty = LivePty::start(&home, Some(&model), &args);
     assert!(
         pty.wait_for(Duration::from_secs(60), |s| s.contains("slow step")),
         "the call never showed: {:?}",
@@ -699,13 +669,12 @@ fn a_call_cancelled_with_ctrl_c_is_drawn_stopped_not_done() {
     ]);
     let mut args = RUN_ARGS.to_vec();
     args.push("wait a while");
-    let mut pty = LivePty::start(&home, &model, &args);
+    let mut pty = LivePty::start(&home, Some(&model), &args);
     // The live line is up by about half a second into the call; on a view without one the
     // key is typed anyway, later.
     let shown = pty.wait_for(Duration::from_secs(30), |s| s.contains("long wait"));
     std::thread::sleep(Duration::from_millis(500));
-    pty.stdin.write_all(b"\x03").unwrap();
-    pty.stdin.flush().unwrap();
+    pty.type_keys(b"\x03");
     let (_, raw) = pty.finish();
     let (screen, _) = without_colours(raw.as_bytes());
     assert!(shown, "the running call never showed: {screen:?}");
