@@ -361,7 +361,8 @@ fn fill(s: &str, mark: &Path) -> String {
         .replace("ESCAPED", ESCAPED)
 }
 
-async fn open(backend: Backend, root: &Path) -> Sandbox {
+/// A sandbox of `backend` over `root` with no network, on the tests' engine.
+pub(crate) async fn open(backend: Backend, root: &Path) -> Sandbox {
     if backend == Backend::Docker {
         super::engine::docker();
     }
