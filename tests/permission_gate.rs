@@ -629,6 +629,7 @@ fn on_a_terminal_trust_is_asked_once_and_only_y_grants_it() {
         "[permission.external_directory]\n\"/srv/runner-zz/*\" = \"allow\"\n",
     );
     let args = json!({ "command": "cat /srv/runner-zz/a.txt", "description": "d" });
+    common::engine::ensure_package("bsdutils", "/usr/bin/script");
     let on_a_terminal = |answer: &str| -> String {
         let inner = format!(
             "{} permission check bash '{}' --root {}",

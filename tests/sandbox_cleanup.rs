@@ -440,10 +440,8 @@ fn kill(child: &mut std::process::Child) {
 #[tokio::test(flavor = "multi_thread")]
 async fn all_on_a_terminal_asks_before_ending_live_sandboxes() {
     let _serial = serial();
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: no `script` (util-linux) to give cleanup a terminal");
-        return;
-    }
+    // util-linux's `script` gives cleanup a terminal.
+    common::engine::ensure_package("bsdutils", "/usr/bin/script");
     let docker = common::engine::client().await;
     // A live owner that is not this test, so that only the planted container is live.
     let mut owner = Command::new("sleep").arg("120").spawn().unwrap();
