@@ -11,6 +11,7 @@
 use runner_test_support as common;
 
 mod agent;
+mod audit_trail;
 mod apply_patch_scenarios;
 mod architecture;
 mod backends_agree;
@@ -32,6 +33,7 @@ mod lifecycle;
 mod lsp;
 mod mcp;
 mod network;
+mod network_inspect;
 mod permission_gate;
 mod sandbox_start;
 mod symlink_escape;
