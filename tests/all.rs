@@ -11,9 +11,9 @@
 use runner_test_support as common;
 
 mod agent;
-mod audit_trail;
 mod apply_patch_scenarios;
 mod architecture;
+mod audit_trail;
 mod backends_agree;
 mod cli;
 mod container_image;
