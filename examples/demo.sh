@@ -26,6 +26,10 @@ fi
 
 work=$(mktemp -d /tmp/runner-demo.XXXXXX)
 cp -r examples/fix-failing-test/. "$work"
+# A checkout, as runner expects for the direct workspace: `git -C DIR diff` shows the fix.
+git -C "$work" init -q
+git -C "$work" -c user.name=demo -c user.email=demo@localhost add -A
+git -C "$work" -c user.name=demo -c user.email=demo@localhost commit -qm "the failing test"
 echo "== replaying examples/fix-failing-test.replay.jsonl in $work"
 "$runner" --sandbox docker --model replay/examples/fix-failing-test.replay.jsonl --root "$work"
 echo "== the tests afterwards, run in the sandbox"

@@ -32,6 +32,8 @@ impl Harness {
         for d in [&wt, &data, &config] {
             std::fs::create_dir_all(d).unwrap();
         }
+        // A checkout, as users run runner in: a direct run outside git stops first.
+        common::git(&wt, &["init", "-q"]);
         std::fs::write(wt.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
         std::fs::write(
             wt.join("test.sh"),

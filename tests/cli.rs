@@ -115,8 +115,10 @@ fn call(tool: &str, args: Value) -> Value {
 // tool list
 // ---------------------------------------------------------------------------------------
 
-/// Every tool is listed with an object JSON Schema whose `required` matches OpenCode's
-/// parameters (e.g. read: `filePath` required, `offset`/`limit` optional).
+/// Every tool the lead agent is offered is listed with an object JSON Schema whose
+/// `required` matches OpenCode's parameters (e.g. read: `filePath` required,
+/// `offset`/`limit` optional), the agent-level ones (`skill`, `task`, `plan_enter`)
+/// included and `invalid`, which a model is never shown, left out.
 #[test]
 fn tool_list_json_has_a_schema_per_tool() {
     let cli = Cli::new();
@@ -136,17 +138,23 @@ fn tool_list_json_has_a_schema_per_tool() {
         "todoread",
         "webfetch",
         "batch",
-        "invalid",
+        "skill",
+        "task",
+        "plan_enter",
     ] {
         assert!(ids.contains(&id), "{id} missing from {ids:?}");
     }
-    // OpenCode's defaults deny `question`, which hides it; `skill` needs discovery and is
-    // added by the agent, not listed among the built-in tools.
+    // OpenCode's defaults deny `question`, which hides it; `plan_exit` is the plan agent's,
+    // not the default lead's.
+    for absent in ["question", "invalid", "plan_exit"] {
+        assert!(!ids.contains(&absent), "{absent} in {ids:?}");
+    }
+    let task = tools.iter().find(|t| t["id"] == "task").unwrap();
+    let described = task["description"].as_str().unwrap();
     assert!(
-        !ids.contains(&"question") && !ids.contains(&"skill"),
-        "{ids:?}"
+        described.contains("- explore:"),
+        "task names its subagents: {described}"
     );
-    assert_eq!(ids.last(), Some(&"invalid"));
     for t in &tools {
         let p = &t["parameters"];
         assert_eq!(p["type"], "object", "{}: {p}", t["id"]);
@@ -2054,4 +2062,85 @@ fn a_json_run_that_cannot_start_prints_one_error_event() {
         let message = event["message"].as_str().unwrap();
         assert!(message.contains(says), "{args:?}: {message}");
     }
+}
+
+/// A direct-workspace run in a folder outside any git work tree stops before the model is
+/// asked (exit 2, the file it would have written absent), saying why and naming the three
+/// ways on. Controls: `--no-git-check`, `--workspace copy` and the same folder after
+/// `git init` each run the turn, and a folder below a repository's top counts as inside.
+#[test]
+fn a_direct_run_outside_git_stops_before_the_model_and_names_the_ways_on() {
+    use crate::common::provider::call;
+    let writes = || {
+        ScriptedModel::start(vec![
+            Response::Stream(call(
+                "write",
+                json!({ "filePath": "made.txt", "content": "edited\n" }),
+            )),
+            Response::Stream(text("done")),
+        ])
+    };
+    let cli = Cli::new();
+    let config = cli.data.join("config/runner");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), "model = \"openai/m\"\n").unwrap();
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        let base = ["run", "--sandbox", "landlock", "--ask", "allow"];
+        [&base[..], extra, &["make the file"]].concat()
+    }
+
+    let model = writes();
+    for json in [false, true] {
+        let mut args = with(&[]);
+        if json {
+            args.insert(1, "--json");
+        }
+        let out = run_with_model(&cli, &model, &args);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 2, "{err}");
+        assert!(err.contains("is not inside a git work tree"), "{err}");
+        for way in ["--workspace copy", "git init", "--no-git-check"] {
+            assert!(err.contains(way), "names {way}: {err}");
+        }
+        if json {
+            let event: Value = serde_json::from_slice(&out.stdout).expect("one JSON event");
+            assert_eq!(
+                (event["type"].as_str(), event["code"].as_u64()),
+                (Some("error"), Some(2))
+            );
+        }
+    }
+    assert_eq!(model.requests().len(), 0, "the model is never asked");
+    assert!(!cli.wt.join("made.txt").exists());
+
+    // The ways on, each of which runs the turn.
+    let model = writes();
+    let out = run_with_model(&cli, &model, &with(&["--no-git-check"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(cli.wt.join("made.txt")).unwrap(),
+        "edited\n"
+    );
+    std::fs::remove_file(cli.wt.join("made.txt")).unwrap();
+
+    let model = writes();
+    let out = run_with_model(&cli, &model, &with(&["--workspace", "copy"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        !cli.wt.join("made.txt").exists(),
+        "a copy leaves the folder alone"
+    );
+    assert_eq!(model.requests().len(), 2);
+
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&cli.wt)
+        .status();
+    assert!(git.unwrap().success());
+    std::fs::create_dir_all(cli.wt.join("sub")).unwrap();
+    let model = writes();
+    let root = cli.wt.join("sub").to_string_lossy().into_owned();
+    let out = run_with_model(&cli, &model, &with(&["--root", &root]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(cli.wt.join("sub/made.txt").exists());
 }

@@ -25,6 +25,8 @@ impl Place {
         for d in ["wt", "data", "config"] {
             std::fs::create_dir_all(base.join(d)).unwrap();
         }
+        // A checkout: a direct `runner run` outside git stops before the sandbox starts.
+        common::git(&base.join("wt"), &["init", "-q"]);
         for d in [
             &base,
             &base.join("wt"),

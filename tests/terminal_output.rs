@@ -44,6 +44,8 @@ impl Home {
         for d in [&wt, &data, &config] {
             std::fs::create_dir_all(d).unwrap();
         }
+        // A checkout: a direct `runner run` outside git stops before the model is asked.
+        common::git(&wt, &["init", "-q"]);
         std::fs::write(wt.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
         Home {
             _tmp: tmp,

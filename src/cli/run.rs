@@ -70,6 +70,10 @@ pub struct RunArgs {
     /// rules or the profile's.
     #[arg(long)]
     pub trust_project: bool,
+    /// Let the direct workspace edit a folder that is not inside a git work tree. Without
+    /// it such a run stops before the model is asked: nothing would record what changed.
+    #[arg(long)]
+    pub no_git_check: bool,
 }
 
 /// Under `--json`, a run that cannot start still gives its reader one event to parse
@@ -171,6 +175,7 @@ fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: b
     if args.trust_project {
         options.session.project_trust = crate::config::trust::TrustMode::Grant;
     }
+    options.session.require_git_for_direct = !args.no_git_check;
     if interactive_terminal && std::io::stderr().is_terminal() {
         options.user = Some(Arc::new(crate::tool::question::TerminalUser));
     }

@@ -105,35 +105,46 @@ pub async fn run(cmd: ToolCommand) -> u8 {
     }
 }
 
-/// What `list` prints is what a session offers: the registry comes from the same function
-/// the agent's does (`tool::user::registry`), over a context carrying the config's language
-/// servers and search service, so `lsp`, `websearch` and `codesearch` appear exactly when a
-/// session would offer them. The in-process server stands in for the sandbox: it reads the
-/// worktree's tool files and answers whether a language server's command exists, and
-/// nothing else runs. MCP servers are not started for a listing; their tools are not shown.
+/// What `list` prints is what a session's lead agent (`build`) is offered: the registry
+/// comes from the same function the agent's does ([`crate::agent::offered_to_lead`]), over
+/// a context carrying the config's language servers and search service, so `lsp`,
+/// `websearch` and `codesearch` appear exactly when a session would offer them, and
+/// `skill`, `task` (naming the subagents) and `plan_enter` as the agent gets them. The
+/// in-process server stands in for the sandbox: it reads the worktree's tool and skill
+/// files and answers whether a language server's command exists, and nothing else runs.
+/// MCP servers are not started for a listing: their tools are not shown, and a note says
+/// which servers the config names.
 async fn list(json: bool, scope: &Scope) -> u8 {
     let (_, rules, root) = match load_scope(scope) {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let ctx = match offering_context(&root, rules, scope).await {
-        Ok(ctx) => ctx,
+    let (ctx, mcp_servers) = match offering_context(&root, rules, scope).await {
+        Ok(x) => x,
         Err(code) => return code,
     };
-    let (registry, notes) = crate::tool::user::registry(&ctx).await;
+    let user_agents = crate::dirs::config_dir().join("agents");
+    let (agents, mut notes) = crate::agent::agents::all(&ctx, &user_agents).await;
+    let (registry, tool_notes) = crate::agent::offered_to_lead(&ctx, &agents, "build").await;
+    notes.extend(tool_notes);
+    if !mcp_servers.is_empty() {
+        notes.push(format!(
+            "the MCP servers {} are not started for a listing: a session also offers their tools",
+            mcp_servers.join(", ")
+        ));
+    }
     for note in notes {
         eprintln!("runner: {}", display::escape(&note));
     }
     let gate = ctx.gate.as_ref();
     if json {
-        let tools: Vec<Value> = registry
-            .visible(gate)
+        let tools: Vec<Value> = offered(&registry, gate)
             .map(|t| json!({ "id": t.id(), "description": t.description(), "parameters": t.parameters() }))
             .collect();
         println!("{}", display::json_pretty(&tools));
     } else {
         // A project's own tools describe themselves.
-        for t in registry.visible(gate) {
+        for t in offered(&registry, gate) {
             let first = t.description().lines().next().unwrap_or_default();
             println!("{}", display::escape(&format!("{:<12} {first}", t.id())));
         }
@@ -141,13 +152,23 @@ async fn list(json: bool, scope: &Scope) -> u8 {
     exit::OK
 }
 
+/// The tools a model is shown: every visible one but `invalid`, which only takes calls
+/// that could not be run (as the agent's own list leaves it out).
+fn offered<'a>(
+    registry: &'a crate::tool::Registry,
+    gate: &'a dyn crate::permission::PermissionGate,
+) -> impl Iterator<Item = &'a Arc<dyn crate::tool::DynTool>> + 'a {
+    registry.visible(gate).filter(|t| t.id() != "invalid")
+}
+
 /// A tool context like a session's, for looking only: the rules' gate, the config's
-/// language servers and search service, and the in-process server over `root`.
+/// language servers and search service, and the in-process server over `root`; with the
+/// names of the MCP servers the config has, which a listing does not start.
 async fn offering_context(
     root: &Path,
     rules: Vec<crate::permission::rules::Rule>,
     scope: &Scope,
-) -> Result<ToolContext, u8> {
+) -> Result<(ToolContext, Vec<String>), u8> {
     let (settings, _) =
         match crate::config::settings::Settings::load(root, scope.rules.config.as_deref()) {
             Ok(x) => x,
@@ -176,7 +197,8 @@ async fn offering_context(
         }
     };
     let gate = RuleGate::new(sandbox.worktree(), rules, Arc::new(PolicyAsker::allow()));
-    Ok(ToolContext::new(
+    let mcp_servers = settings.mcp.keys().cloned().collect();
+    let ctx = ToolContext::new(
         Arc::new(sandbox),
         Arc::new(Conversation::single_call("list")),
         Arc::new(gate),
@@ -187,7 +209,8 @@ async fn offering_context(
     .with_search(search)
     .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
         &settings.lsp,
-    ))))
+    )));
+    Ok((ctx, mcp_servers))
 }
 
 /// One line per connection the sandbox made through the proxy, on standard error: what a

@@ -48,6 +48,7 @@ use crate::tool::{Conversation, Registry, ToolContext};
 pub use agents::AgentDef;
 pub use events::{Event, EventSink};
 pub use record::Recorder;
+pub use run::offered_to_lead;
 
 /// How a run ended. Each has its own exit status (docs/GUIDE.md: "Exit status").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

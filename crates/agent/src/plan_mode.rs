@@ -6,7 +6,7 @@
 //! files read and its todo list carry over; the system prompt, the rules and the tools are
 //! the new agent's.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -51,18 +51,18 @@ pub struct PlanEnter {
 }
 
 impl PlanExit {
-    pub fn new(rt: &Arc<Runtime>, session: &str) -> Self {
+    pub fn new(rt: Weak<Runtime>, session: &str) -> Self {
         PlanExit {
-            rt: Arc::downgrade(rt),
+            rt,
             session: session.to_string(),
         }
     }
 }
 
 impl PlanEnter {
-    pub fn new(rt: &Arc<Runtime>, session: &str) -> Self {
+    pub fn new(rt: Weak<Runtime>, session: &str) -> Self {
         PlanEnter {
-            rt: Arc::downgrade(rt),
+            rt,
             session: session.to_string(),
         }
     }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Event, PROGRESS_AFTER, PROGRESS_EVERY, PROGRESS_QUIET, output_tail};
 use super::record::Record;
-use super::{Agent, End, Outcome, Runtime, compact, plan_mode, task};
+use super::{Agent, AgentDef, End, Outcome, Runtime, compact, plan_mode, task};
 use crate::llm::{Finish, Image, LlmError, Message, Request, ToolCall, ToolSpec, Turn};
 use crate::tool::registry::{CallResult, Outcome as CallOutcome};
 use crate::tool::{Registry, ToolContext};
@@ -28,22 +28,45 @@ const CONTINUE_AFTER_CUT: &str =
     "Your last answer was cut off at the output token limit. Continue exactly where it stopped.";
 const CALL_CUT: &str = "Not run: your answer was cut off at the output token limit while writing this call, so its arguments may be incomplete. Make the call again, smaller if it was large (for example, write a big file in parts).";
 
-/// The tools an agent is offered: the built-ins, the user's and the project's own tools,
-/// the skills found for this worktree, and `task` while it may still nest.
-/// An agent's tools: the session's, its skills, `task` while subagents may nest deeper,
-/// and for the session's lead (`lead`: its id and agent) the plan-mode switch its agent
-/// has (`plan_exit` for `plan`, `plan_enter` for `build`).
+/// An agent's tools: the session's (built-ins, the user's and the project's own), the
+/// skills found for this worktree, `task` while subagents may nest deeper, and for the
+/// session's lead (`lead`: its id and agent) the plan-mode switch its agent has
+/// (`plan_exit` for `plan`, `plan_enter` for `build`).
 pub(super) async fn registry_for(
     rt: &Arc<Runtime>,
     ctx: &ToolContext,
     depth: u32,
     lead: Option<(&str, &str)>,
 ) -> Registry {
+    agents_registry(Arc::downgrade(rt), &rt.agents, ctx, depth, lead)
+        .await
+        .0
+}
+
+/// What `runner tool list` shows: the tools the lead agent `lead` of a new session over
+/// `ctx` is offered, from the same function an agent's registry comes from. `task` and the
+/// plan-mode switch are built unbound: they describe themselves and are never called.
+/// The notes are the user's and project's tool files that could not be read.
+pub async fn offered_to_lead(
+    ctx: &ToolContext,
+    agents: &[AgentDef],
+    lead: &str,
+) -> (Registry, Vec<String>) {
+    agents_registry(std::sync::Weak::new(), agents, ctx, 0, Some(("", lead))).await
+}
+
+async fn agents_registry(
+    rt: std::sync::Weak<Runtime>,
+    agents: &[AgentDef],
+    ctx: &ToolContext,
+    depth: u32,
+    lead: Option<(&str, &str)>,
+) -> (Registry, Vec<String>) {
     let skills = crate::tool::skill::SkillTool::discover(ctx).await;
-    let (registry, _) = crate::tool::user::registry(ctx).await;
+    let (registry, notes) = crate::tool::user::registry(ctx).await;
     let mut registry = registry.with(Arc::new(skills));
     if depth < MAX_DEPTH {
-        registry = registry.with(Arc::new(task::TaskTool::new(rt)));
+        registry = registry.with(Arc::new(task::TaskTool::new(rt.clone(), agents)));
     }
     match lead {
         Some((session, "plan")) => {
@@ -54,7 +77,7 @@ pub(super) async fn registry_for(
         }
         _ => {}
     }
-    registry
+    (registry, notes)
 }
 
 impl Agent {

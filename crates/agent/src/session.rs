@@ -60,6 +60,11 @@ pub struct SessionOptions {
     /// How trust is settled when the project's config loosens a built-in default
     /// (`--trust-project` is [`TrustMode::Grant`]; see [`crate::config::trust`]).
     pub project_trust: TrustMode,
+    /// Refuse the direct workspace in a folder outside any git work tree (`runner run`
+    /// without `--no-git-check`): there the agent's edits would land with nothing to review
+    /// them by or undo them with. Off for callers whose worktree is their own (an
+    /// evaluation's) or who asked for one tool call.
+    pub require_git_for_direct: bool,
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -341,6 +346,9 @@ impl SessionOptions {
                 "--workspace copy needs a wall around the copy: with --sandbox none the agent's commands can still reach the checkout. Use --sandbox landlock or docker".into(),
             ));
         }
+        if mode == crate::workspace::Mode::Direct && self.in_image.is_none() {
+            self.check_git(mode)?;
+        }
         if mode != crate::workspace::Mode::Copy || self.in_image.is_some() {
             return Ok(None);
         }
@@ -348,6 +356,24 @@ impl SessionOptions {
             .map_err(|e| OpenError::Failed(e.to_string()))?;
         spec.worktree = ws.work();
         Ok(Some(ws))
+    }
+}
+
+impl SessionOptions {
+    /// The direct workspace outside git stops here, before any sandbox or model: the run
+    /// would change files that nothing records, so the person chooses how to go on.
+    fn check_git(&self, mode: crate::workspace::Mode) -> Result<(), OpenError> {
+        if !self.require_git_for_direct
+            || self.private_worktree
+            || crate::workspace::git::work_tree_of(&self.root).is_some()
+        {
+            return Ok(());
+        }
+        Err(OpenError::Usage(format!(
+            "{} is not inside a git work tree, so the {} workspace would change its files with nothing to review or undo the changes by. Go on with one of: `--workspace copy` (the agent works on a copy; review it with `runner changes` and bring it over with `runner apply`), `git init` in that folder first, or `--no-git-check` to let the agent edit the files as they are",
+            crate::display::escape(&absolute_root(&self.root).display().to_string()),
+            mode.name()
+        )))
     }
 }
 

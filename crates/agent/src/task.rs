@@ -34,16 +34,15 @@ pub struct TaskTool {
 }
 
 impl TaskTool {
-    pub fn new(rt: &Arc<Runtime>) -> Self {
+    /// The tool for the runtime `rt`, offering `agents`' subagents. An unbound `rt`
+    /// (`Weak::new()`, for a listing) describes itself and refuses every call.
+    pub fn new(rt: Weak<Runtime>, agents: &[super::AgentDef]) -> Self {
         let mut description = String::from(include_str!("task.txt"));
         description.push_str("\nSubagents:\n");
-        for a in rt.agents.iter().filter(|a| a.mode != Mode::Primary) {
+        for a in agents.iter().filter(|a| a.mode != Mode::Primary) {
             description.push_str(&format!("- {}: {}\n", a.name, a.description));
         }
-        TaskTool {
-            rt: Arc::downgrade(rt),
-            description,
-        }
+        TaskTool { rt, description }
     }
 }
 

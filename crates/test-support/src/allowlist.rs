@@ -38,6 +38,8 @@ pub fn setup() -> Setup {
     let data = tmp.path().join("data");
     std::fs::create_dir_all(&wt).unwrap();
     std::fs::create_dir_all(&data).unwrap();
+    // A checkout: a direct `runner run` outside git stops before the model is asked.
+    super::git(&wt, &["init", "-q"]);
     std::fs::write(wt.join("net.py"), CLIENT_PY).unwrap();
     let config = tmp.path().join("network.toml");
     std::fs::write(

@@ -258,6 +258,8 @@ fn run(backend: Backend, as_nobody: bool) {
     for d in [&wt, &data, &config] {
         std::fs::create_dir_all(d).unwrap();
     }
+    // A checkout: a direct `runner run` outside git stops before the model is asked.
+    super::git(&wt, &["init", "-q"]);
     let root = data.join("runner/tool-output");
     let planted = Planted::new(&root);
     super::engine::hand_over(&base);

@@ -142,3 +142,64 @@ impl crate::Workspace {
         patch_into(&base_git, &self.work(), &self.dir.join("git-index"), out)
     }
 }
+
+/// The git work tree `path` lies in, if any: the nearest ancestor (itself included) with a
+/// `.git` directory holding `HEAD`, or a `.git` file pointing at one (`gitdir: …`, as
+/// worktrees and submodules have).
+///
+/// It looks rather than asks git: the question is put before anything runs, about a
+/// folder that may be a stranger's, and git run there reads that folder's config. A
+/// folder inside a repository's own `.git` is not in a work tree.
+pub fn work_tree_of(path: &Path) -> Option<std::path::PathBuf> {
+    let path = std::path::absolute(path).ok()?;
+    if path.components().any(|c| c.as_os_str() == ".git") {
+        return None;
+    }
+    path.ancestors()
+        .find(|dir| {
+            let dot_git = dir.join(".git");
+            match std::fs::metadata(&dot_git) {
+                Ok(m) if m.is_dir() => dot_git.join("HEAD").is_file(),
+                Ok(m) if m.is_file() => {
+                    std::fs::read(&dot_git).is_ok_and(|text| text.starts_with(b"gitdir:"))
+                }
+                _ => false,
+            }
+        })
+        .map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod work_tree_tests {
+    use super::work_tree_of;
+
+    #[test]
+    fn a_folder_is_in_the_work_tree_of_its_nearest_repository() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().join("top");
+        let deep = top.join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        assert_eq!(work_tree_of(&deep), None, "no repository anywhere above");
+        std::fs::create_dir_all(top.join(".git")).unwrap();
+        assert_eq!(
+            work_tree_of(&deep),
+            None,
+            "an empty .git folder is no repository"
+        );
+        std::fs::write(top.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert_eq!(work_tree_of(&deep), Some(top.clone()));
+        assert_eq!(work_tree_of(&top), Some(top.clone()));
+        assert_eq!(
+            work_tree_of(&top.join(".git")),
+            None,
+            "inside .git is no work tree"
+        );
+        // A linked work tree or submodule: `.git` is a file naming the real one.
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir_all(&linked).unwrap();
+        std::fs::write(linked.join(".git"), "gitdir: /elsewhere/.git/worktrees/x\n").unwrap();
+        assert_eq!(work_tree_of(&linked), Some(linked.clone()));
+        std::fs::write(linked.join(".git"), "not a pointer\n").unwrap();
+        assert_eq!(work_tree_of(&linked), None);
+    }
+}
