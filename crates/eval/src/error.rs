@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use crate::sandbox::SandboxError;
-use crate::sandbox::docker::DockerError;
+use crate::sandbox::docker::{DockerError, EngineFault};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -86,6 +86,20 @@ impl EvalError {
         EvalError::Step {
             what: what.into(),
             source: Box::new(self),
+        }
+    }
+
+    /// Whether the engine itself failed a call somewhere in this error (a 5xx, a broken
+    /// connection, no answer in time): then the attempt is the machine's failure and worth
+    /// another try, whatever phase it was in. The kind travels with the error from
+    /// bollard's; a message is never read for it.
+    pub fn engine_fault(&self) -> Option<EngineFault> {
+        match self {
+            EvalError::EngineTimeout(_) => Some(EngineFault::Timeout),
+            EvalError::Docker(e) => e.engine_fault(),
+            EvalError::Sandbox(e) | EvalError::InSandbox { source: e, .. } => e.engine_fault(),
+            EvalError::Step { source, .. } => source.engine_fault(),
+            _ => None,
         }
     }
 

@@ -18,6 +18,7 @@ use tokio::sync::Semaphore;
 
 use super::EvalError;
 use super::folder::{Entry, Folder, Kind};
+use crate::sandbox::docker::{DockerError, EngineFault};
 
 /// How a build went, for whoever counts builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,7 +226,12 @@ impl Builder {
         // The last lines of output explain a failed step.
         let mut tail: Vec<String> = Vec::new();
         while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| failed(tag, &e.to_string(), &tail))?;
+            // The engine failing the call keeps its kind (worth another try); anything
+            // else is the build's own failure, said with the last lines it printed.
+            let info = item.map_err(|e| match EngineFault::of(&e) {
+                Some(_) => DockerError::engine(format!("cannot build {tag}"))(e).into(),
+                None => failed(tag, &e.to_string(), &tail),
+            })?;
             if let Some(line) = info.stream {
                 if log.len() < BUILD_LOG_LIMIT {
                     log.push_str(&line);

@@ -57,6 +57,39 @@ pub(super) fn infra(
     Some(Verdict { result, retryable })
 }
 
+/// An attempt that ends on `error`. When the engine itself failed a call in it (a 5xx, a
+/// broken connection, no answer in time), that is the engine's failure whatever the phase
+/// and whatever `retryable` says: named with the engine and the call, and worth another
+/// try. Any other error is the infrastructure's failure as the caller judged it.
+pub(super) fn failed(
+    result: TaskResult,
+    phase: &str,
+    error: EvalError,
+    engine: Option<&Engine>,
+    retryable: bool,
+) -> Option<Verdict> {
+    match error.engine_fault() {
+        Some(fault) => infra(result, phase, engine_failure(engine, fault, &error), true),
+        None => infra(result, phase, error, retryable),
+    }
+}
+
+/// What an attempt's result says of an engine that failed one of its calls: which engine,
+/// how it failed, and the call (the error names what was being done).
+fn engine_failure(
+    engine: Option<&Engine>,
+    fault: crate::sandbox::docker::EngineFault,
+    error: &EvalError,
+) -> String {
+    let engine = engine.map_or_else(
+        || "the container engine".to_string(),
+        |e| e.described.describe(),
+    );
+    format!(
+        "the engine failed a call, not the agent: {engine}: {fault}: {error}. runner tries such an attempt again; if this repeats, check the engine (`runner sandbox doctor`, the engine's log)"
+    )
+}
+
 /// An attempt's result folder, empty: what an interrupted earlier try left there (no
 /// result.json, or it would not run again) is stale.
 pub(super) fn fresh_dir(out: &Path) -> Result<(), EvalError> {
@@ -171,6 +204,11 @@ pub(super) async fn conclude(
                 result,
                 retryable: false,
             })
+        }
+        // An engine call the engine itself failed (copying the tests in, starting the
+        // container again, reading the reward) says nothing of the agent's work.
+        Verified::Failed(e) if e.engine_fault().is_some() => {
+            failed(result, "verify", e, engine, true)
         }
         // The verifier runs code the agent wrote, in what the agent left: if it dies under
         // that code while the engine is fine, that is the agent's doing.

@@ -55,6 +55,9 @@ pub enum SandboxStartError {
         engine: String,
         step: String,
         reason: String,
+        /// Whether the engine itself failed (a 5xx, a broken connection, no answer in
+        /// time) rather than refused: such a start may go through on another try.
+        fault: Option<crate::docker::EngineFault>,
     },
 }
 

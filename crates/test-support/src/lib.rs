@@ -11,6 +11,7 @@
 pub mod agree;
 pub mod allowlist;
 pub mod engine;
+pub mod engine_faults;
 pub mod escape;
 pub mod outside;
 pub mod podman;

@@ -345,14 +345,18 @@ pub async fn open_container(
                 }
                 .into()
             }
-            SandboxError::Start(SandboxStartError::Engine { step, reason, .. }) => {
-                SandboxStartError::Engine {
-                    engine: engine.describe(),
-                    step,
-                    reason,
-                }
-                .into()
+            SandboxError::Start(SandboxStartError::Engine {
+                step,
+                reason,
+                fault,
+                ..
+            }) => SandboxStartError::Engine {
+                engine: engine.describe(),
+                step,
+                reason,
+                fault,
             }
+            .into(),
             e => e,
         })
 }
@@ -404,6 +408,7 @@ fn server_command(
 /// a sandbox that did not start, not a server that was lost. `engine` names the engine
 /// where the caller knows it.
 pub(super) fn engine_refused(engine: &str, step: &str, e: bollard::errors::Error) -> SandboxError {
+    let fault = super::EngineFault::of(&e);
     let reason = match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message,
         e => e.to_string(),
@@ -412,6 +417,7 @@ pub(super) fn engine_refused(engine: &str, step: &str, e: bollard::errors::Error
         engine: engine.to_string(),
         step: step.to_string(),
         reason: reason.trim().to_string(),
+        fault,
     }
     .into()
 }

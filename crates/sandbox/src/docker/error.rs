@@ -66,7 +66,99 @@ impl From<DockerError> for crate::SandboxError {
         match e {
             DockerError::Start(start) => crate::SandboxError::Start(start),
             DockerError::Sandbox(e) => e,
+            // The engine failed the call itself: the kind goes along, so that whoever
+            // gets this can tell a broken engine from a refusal.
+            DockerError::Engine { what, source } if EngineFault::of(&source).is_some() => {
+                SandboxStartError::Engine {
+                    engine: "the container engine".into(),
+                    step: what.strip_prefix("cannot ").unwrap_or(&what).to_string(),
+                    reason: source.to_string(),
+                    fault: EngineFault::of(&source),
+                }
+                .into()
+            }
             other => crate::SandboxError::Start(SandboxStartError::EngineDown(other.to_string())),
+        }
+    }
+}
+
+/// How the engine itself failed a call, as against an answer about what was asked (a
+/// missing image, a conflict, a bad request: the 4xx answers). A call the engine failed
+/// this way may go through on another try; whatever it was for (an agent's attempt, a
+/// verdict), it is the machine's failure, never the work's. Carried as a kind, from
+/// bollard's own error, so that nobody has to read it back out of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineFault {
+    /// The engine answered with a server error (a 5xx status).
+    ServerError(u16),
+    /// The connection to the engine broke: refused, reset, or closed before the answer
+    /// was whole.
+    Connection,
+    /// The engine did not answer in time.
+    Timeout,
+}
+
+impl EngineFault {
+    /// The fault a failed call shows, if it is the engine's own.
+    pub fn of(e: &bollard::errors::Error) -> Option<EngineFault> {
+        use bollard::errors::Error as B;
+        match e {
+            B::DockerResponseServerError { status_code, .. } if *status_code >= 500 => {
+                Some(EngineFault::ServerError(*status_code))
+            }
+            B::RequestTimeoutError => Some(EngineFault::Timeout),
+            B::IOError { err } if err.kind() == std::io::ErrorKind::TimedOut => {
+                Some(EngineFault::Timeout)
+            }
+            B::IOError { .. } | B::HyperResponseError { .. } | B::HyperLegacyError { .. } => {
+                Some(EngineFault::Connection)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for EngineFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineFault::ServerError(code) => write!(f, "it answered with status {code}"),
+            EngineFault::Connection => f.write_str("the connection to it broke"),
+            EngineFault::Timeout => f.write_str("it did not answer in time"),
+        }
+    }
+}
+
+impl DockerError {
+    /// Whether the engine itself failed the call ([`EngineFault`]), wherever in this
+    /// error that happened.
+    pub fn engine_fault(&self) -> Option<EngineFault> {
+        match self {
+            DockerError::Engine { source, .. } => EngineFault::of(source),
+            DockerError::Start(start) => start.engine_fault(),
+            DockerError::Sandbox(e) => e.engine_fault(),
+            DockerError::Unexpected(_) | DockerError::Io { .. } | DockerError::Program(_) => None,
+        }
+    }
+}
+
+impl SandboxStartError {
+    /// The engine's own failure of a step of the start, if that is what stopped it.
+    pub fn engine_fault(&self) -> Option<EngineFault> {
+        match self {
+            SandboxStartError::Engine { fault, .. } => *fault,
+            _ => None,
+        }
+    }
+}
+
+impl crate::SandboxError {
+    /// The engine's own failure, when that is why the sandbox could not start or a file
+    /// could not be put in place. A server that went away mid-session says nothing of the
+    /// engine (its commands may have killed it), so it is `None`.
+    pub fn engine_fault(&self) -> Option<EngineFault> {
+        match self {
+            crate::SandboxError::Start(start) => start.engine_fault(),
+            _ => None,
         }
     }
 }

@@ -198,10 +198,16 @@ impl TaskContainer {
     pub async fn create(engine: &Engine, task: &TaskImage) -> Result<TaskContainer, SandboxError> {
         let docker = &engine.docker;
         let inspected = docker.inspect_image(&task.image).await.map_err(|e| {
-            SandboxError::Disconnected(format!(
-                "docker: the task image {} is not on the engine: {e}",
-                task.image
-            ))
+            match super::EngineFault::of(&e) {
+                // The engine failed the call: that says nothing of the image.
+                Some(_) => {
+                    docker_error(&format!("cannot inspect the task image {}", task.image), e)
+                }
+                None => SandboxError::Disconnected(format!(
+                    "docker: the task image {} is not on the engine: {e}",
+                    task.image
+                )),
+            }
         })?;
         let config = inspected.config.unwrap_or_default();
         let workdir = task
@@ -312,7 +318,8 @@ impl TaskContainer {
         self.docker
             .upload_to_container(&self.id, Some(opts), bollard::body_try_stream(stream))
             .await
-            .map_err(|e| fail(&e))
+            // The engine's answer keeps its kind: a failed engine is not a lost server.
+            .map_err(|e| docker_error("cannot copy the runner server into the task container", e))
     }
 
     /// The engine the container lives on.

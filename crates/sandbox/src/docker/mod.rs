@@ -4,7 +4,7 @@
 
 pub mod cleanup;
 mod error;
-pub use error::DockerError;
+pub use error::{DockerError, EngineFault};
 mod container;
 pub mod engine;
 pub mod image;
