@@ -46,6 +46,7 @@ pub async fn run(
 ) -> Option<Verdict> {
     let started = Instant::now();
     let mut result = TaskResult::new(&task.id, attempt, options.model_label());
+    result.set_instruction(&task.instruction);
     let timeouts = task.timeouts.scaled(options.timeout_multiplier);
     if let Err(e) = fresh_dir(out) {
         return infra(result, "prepare", e, false);

@@ -54,6 +54,7 @@ pub async fn run(
 ) -> Option<Verdict> {
     let started = Instant::now();
     let mut result = TaskResult::new(&task.id, attempt, options.model_label());
+    result.set_instruction(&instruction_text(task));
     if let Err(e) = fresh_dir(out) {
         return infra(result, "prepare", e, false);
     }
@@ -158,9 +159,7 @@ async fn prepare(
     // says (off the async threads), not wherever the last clone happens to go.
     let owner = create_container(engine, &spec)
         .await
-        .map_err(|(e, retryable)| {
-            verdict::failed(result.clone(), "prepare", e, Some(engine), retryable)
-        })?;
+        .map_err(|(e, retryable)| infra(result.clone(), "prepare", e, retryable))?;
     let container = owner.0.as_ref().expect("owned until dropped");
     // The base only serves the diff: without one the attempt still runs.
     let ws = removing.0.as_ref().expect("present until dropped");
@@ -285,8 +284,7 @@ async fn take_turn(
     let (end, timed_out) = match ran {
         AgentRan::Interrupted => return Turn::Stopped(Box::new(None)),
         AgentRan::CouldNotStart(e, retryable) => {
-            let ended = verdict::failed(result.clone(), "agent", e, Some(place.engine), retryable);
-            return Turn::Stopped(Box::new(ended));
+            return Turn::Stopped(Box::new(infra(result.clone(), "agent", e, retryable)));
         }
         AgentRan::Ended(end, timed_out) => (end, timed_out),
     };
@@ -540,28 +538,21 @@ async fn build_image(
         Err(e) => {
             // A step that failed fails again; an engine that went away may not.
             let retryable = !super::engine_alive(Some(engine)).await;
-            Err(verdict::failed(
-                result.clone(),
-                "build",
-                e,
-                Some(engine),
-                retryable,
-            ))
+            Err(infra(result.clone(), "build", e, retryable))
         }
     }
 }
 
-/// The task's container, created (not started) and owned by the attempt. `Err`: why (its
-/// kind kept: an engine that failed the call), and whether another try could go
-/// differently (an engine that went away).
-async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (EvalError, bool)> {
+/// The task's container, created (not started) and owned by the attempt. `Err`: why, and
+/// whether another try could go differently (an engine that went away).
+async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (String, bool)> {
     let container = {
         let _engine = super::ENGINE_CALLS.acquire().await;
         TaskContainer::create(&engine.described, spec).await
     };
     match container {
         Ok(c) => Ok(Owned(Some(Arc::new(c)))),
-        Err(e) => Err((e.into(), !super::engine_alive(Some(engine)).await)),
+        Err(e) => Err((e.to_string(), !super::engine_alive(Some(engine)).await)),
     }
 }
 
@@ -1095,4 +1086,18 @@ impl Drop for Owned {
             });
         }
     }
+}
+
+/// What the agent is asked, as the report shows it: the task's instruction, or a
+/// multi-step task's steps' under their names.
+fn instruction_text(task: &HarborTask) -> String {
+    if task.steps.is_empty() {
+        return task.instruction.clone();
+    }
+    let steps: Vec<String> = task
+        .steps
+        .iter()
+        .map(|s| format!("## {}\n\n{}", s.name, s.instruction))
+        .collect();
+    steps.join("\n\n")
 }

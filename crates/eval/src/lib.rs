@@ -163,7 +163,7 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     let (loaded, hash) = load_sets(&options)?;
     std::fs::create_dir_all(options.out.join("tasks"))
         .map_err(EvalError::io("create", &options.out))?;
-    results::claim(&options.out, options.attempts, &options.model_label())?;
+    results::claim(&options.out, &options)?;
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     crate::workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;

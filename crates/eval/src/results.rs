@@ -105,7 +105,22 @@ pub struct TaskResult {
     /// price (`[provider.NAME.prices]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// When the attempt began, in seconds since the Unix epoch (the report's run date;
+    /// absent in results written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix_s: Option<u64>,
+    /// The runner version that ran the attempt: a resumed run may mix versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_version: Option<String>,
+    /// What the agent was asked, at most [`INSTRUCTION_BYTES`] of it, so that a report
+    /// made after the task files moved can still show it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
 }
+
+/// How much of an instruction a result keeps (a task's instruction is the task author's
+/// text, normally a few KiB; the rest is in the task's own files).
+pub const INSTRUCTION_BYTES: usize = 64 * 1024;
 
 /// How a verifier's run ended: its exit status and the last lines it printed, where the
 /// reason an attempt is not resolved usually is (a failed assertion, a missing tool).
@@ -115,7 +130,17 @@ pub struct VerifierEnd {
     pub exit: Option<i64>,
     /// Its last lines: at most [`TAIL_LINES`] of them and [`TAIL_BYTES`] bytes.
     pub tail: String,
+    /// The last lines of its whole output that read as a failure (an assertion, a
+    /// `FAILED` test, a missing command), at most [`FAILING_LINES`]: the cause is often
+    /// printed well before the verifier's last line, which may be a bare `OK` or a
+    /// summary. Empty in results written before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<String>,
 }
+
+/// How many failing lines a result keeps, each cut to [`FAILING_LINE_BYTES`].
+pub const FAILING_LINES: usize = 6;
+pub const FAILING_LINE_BYTES: usize = 300;
 
 /// How much of the verifier's output a result keeps (all of it is in `verify.log`).
 pub const TAIL_LINES: usize = 12;
@@ -134,18 +159,37 @@ impl VerifierEnd {
             }
             tail = format!("…{}", &tail[cut..]);
         }
-        VerifierEnd { exit, tail }
+        let failing = failing_lines(&text);
+        VerifierEnd {
+            exit,
+            tail,
+            failing,
+        }
     }
 
-    /// One line: the exit status and the last line the verifier printed itself (not the
+    /// The failing lines: those kept, else (a result written before they were) the ones
+    /// in the tail.
+    pub fn failing_lines(&self) -> Vec<String> {
+        if self.failing.is_empty() {
+            failing_lines(&self.tail)
+        } else {
+            self.failing.clone()
+        }
+    }
+
+    /// One line: the exit status and the line that best says why: the last assertion
+    /// the verifier printed, else its last failing line, else its last line (never the
     /// `[test.sh exited with N]` runner adds to the log).
     pub fn summary(&self) -> String {
-        let last = self
-            .tail
-            .lines()
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with("[test.sh exited with"));
+        let failing = self.failing_lines();
+        let asserted = failing.iter().rev().find(|l| is_assertion(l));
+        let last = asserted.or(failing.last()).map(String::as_str).or_else(|| {
+            self.tail
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty() && !is_ours(l))
+        });
         let status = match self.exit {
             Some(code) => format!("the verifier exited {code}"),
             None => "the verifier was stopped".to_string(),
@@ -157,16 +201,99 @@ impl VerifierEnd {
     }
 }
 
+/// The line runner appends to a verifier's log.
+fn is_ours(line: &str) -> bool {
+    line.starts_with("[test.sh exited with")
+}
+
+/// Whether a line reads as an assertion that failed (pytest's `E   assert …`, an
+/// `AssertionError`, a `FAILED … - assert …` summary).
+fn is_assertion(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    line.starts_with("E ") || lower.contains("assert")
+}
+
+/// Whether a line of a verifier's output reads as a failure. Words test runners print
+/// when something fails (pytest, unittest, go test, cargo test, TAP, a shell).
+fn is_failing(line: &str) -> bool {
+    const WORDS: [&str; 14] = [
+        "fail",
+        "error",
+        "assert",
+        "traceback",
+        "not ok",
+        "not found",
+        "no such file",
+        "panicked",
+        "exception",
+        "expected",
+        "mismatch",
+        "denied",
+        "timed out",
+        "cannot",
+    ];
+    if is_ours(line) {
+        return false;
+    }
+    let lower = line.to_ascii_lowercase();
+    line.starts_with("E ") || line.contains('✗') || WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// The last [`FAILING_LINES`] lines of `text` that read as failures, trimmed and cut.
+pub fn failing_lines(text: &str) -> Vec<String> {
+    let mut found: Vec<String> = text
+        .lines()
+        .rev()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && is_failing(l))
+        .take(FAILING_LINES)
+        .map(|l| {
+            let mut at = l.len().min(FAILING_LINE_BYTES);
+            while !l.is_char_boundary(at) {
+                at -= 1;
+            }
+            if at < l.len() {
+                format!("{}…", &l[..at])
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    found.reverse();
+    found
+}
+
 impl TaskResult {
-    /// Why the attempt was not resolved, in a line: its error, else how the verifier
-    /// ended; `None` for a resolved attempt.
+    /// Why the attempt was not resolved, in a line; `None` for a resolved attempt. An
+    /// attempt the verifier judged says how the verifier ended and what failed first, then
+    /// the error made of its run (no reward file): "wrote neither reward.txt nor
+    /// reward.json" alone hides the assertion that explains it. Otherwise the error, else
+    /// how the verifier ended.
     pub fn reason(&self) -> Option<String> {
         if self.status == Status::Resolved {
             return None;
         }
-        self.error
-            .clone()
-            .or_else(|| self.verifier.as_ref().map(VerifierEnd::summary))
+        match (&self.error, &self.verifier) {
+            (Some(error), Some(v)) if self.status == Status::Unresolved => {
+                Some(format!("{}; {error}", v.summary()))
+            }
+            (Some(error), _) => Some(error.clone()),
+            (None, Some(v)) => Some(v.summary()),
+            (None, None) => None,
+        }
+    }
+
+    /// Keeps `text` as the attempt's instruction, cut to [`INSTRUCTION_BYTES`].
+    pub fn set_instruction(&mut self, text: &str) {
+        let mut at = text.len().min(INSTRUCTION_BYTES);
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let mut kept = text[..at].to_string();
+        if at < text.len() {
+            kept.push_str("\n… (cut here; the whole instruction is in the task's files)");
+        }
+        self.instruction = Some(kept);
     }
 
     pub fn new(id: &str, attempt: u32, model: String) -> TaskResult {
@@ -191,6 +318,9 @@ impl TaskResult {
             verifier_network: Vec::new(),
             step_rewards: Vec::new(),
             cost_usd: None,
+            started_unix_s: Some(unix_now()),
+            runner_version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            instruction: None,
         }
     }
 }
@@ -212,30 +342,119 @@ pub fn attempt_dir(out: &Path, id: &str, attempt: u32, attempts: u32) -> PathBuf
 struct RunRecord {
     attempts: u32,
     model: String,
+    /// Each run into the folder (the first, then every resume), oldest first: when it
+    /// began, with which runner and settings. Absent in folders made before it was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    runs: Vec<RunStart>,
 }
 
-/// Takes `out` for a run with these settings, or says why it cannot.
-pub fn claim(out: &Path, attempts: u32, model: &str) -> Result<(), EvalError> {
+/// One run into a results folder, as `run.json` keeps it and the report shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunStart {
+    pub started_unix_s: u64,
+    pub runner_version: String,
+    /// The run's settings: what else, beside the tasks and the model, made its results.
+    pub settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// A resumed run's history is kept to this many runs (the first and the latest ones).
+const RUNS_KEPT: usize = 50;
+
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The settings of `options` worth reading beside a run's results.
+fn settings_of(options: &super::EvalOptions) -> BTreeMap<String, serde_json::Value> {
+    use serde_json::json;
+    let backend = options.backend.map(|b| format!("{b:?}").to_lowercase());
+    let paths =
+        |p: &[PathBuf]| -> Vec<String> { p.iter().map(|p| p.display().to_string()).collect() };
+    [
+        ("agent", json!(options.model_label())),
+        ("task_sets", json!(paths(&options.task_sets))),
+        ("attempts", json!(options.attempts)),
+        ("jobs", json!(options.jobs)),
+        ("sandbox", json!(backend)),
+        ("profile", json!(options.profile)),
+        ("image", json!(options.image)),
+        ("runtime", json!(options.runtime)),
+        (
+            "config",
+            json!(options.config.as_ref().map(|p| p.display().to_string())),
+        ),
+        (
+            "timeouts_s",
+            json!({
+                "setup": options.timeouts.setup.as_secs(),
+                "agent": options.timeouts.agent.as_secs(),
+                "verify": options.timeouts.verify.as_secs(),
+            }),
+        ),
+        ("timeout_multiplier", json!(options.timeout_multiplier)),
+        ("max_steps", json!(options.max_steps)),
+        ("infra_retries", json!(options.infra_retries)),
+        ("docker_hosts", json!(options.docker_hosts)),
+        ("rebuild", json!(options.rebuild)),
+        ("build_network", json!(options.build_network)),
+        (
+            "verifier_network",
+            json!(format!("{:?}", options.verifier_network)),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Takes `out` for a run with these options, or says why it cannot; the run is added to
+/// the folder's history (`run.json`'s `runs`).
+pub fn claim(out: &Path, options: &super::EvalOptions) -> Result<(), EvalError> {
+    let (attempts, model) = (options.attempts, options.model_label());
     let path = out.join("run.json");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let old: RunRecord = serde_json::from_str(&text)
-            .map_err(|e| EvalError::NotOurs(format!("{} is not runner's: {e}", path.display())))?;
-        if old.attempts != attempts || old.model != model {
-            return Err(EvalError::NotOurs(format!(
-                "{} holds a run of {} with --attempts {}; rerun with the same, or pick another --out",
-                out.display(),
-                old.model,
-                old.attempts
-            )));
+    let mut record = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let old: RunRecord = serde_json::from_str(&text).map_err(|e| {
+                EvalError::NotOurs(format!("{} is not runner's: {e}", path.display()))
+            })?;
+            if old.attempts != attempts || old.model != model {
+                return Err(EvalError::NotOurs(format!(
+                    "{} holds a run of {} with --attempts {}; rerun with the same, or pick another --out",
+                    out.display(),
+                    old.model,
+                    old.attempts
+                )));
+            }
+            old
         }
-        return Ok(());
+        Err(_) => RunRecord {
+            attempts,
+            model,
+            runs: Vec::new(),
+        },
+    };
+    record.runs.push(RunStart {
+        started_unix_s: unix_now(),
+        runner_version: env!("CARGO_PKG_VERSION").to_string(),
+        settings: settings_of(options),
+    });
+    if record.runs.len() > RUNS_KEPT {
+        record.runs.drain(1..record.runs.len() - RUNS_KEPT + 1);
     }
-    let text = serde_json::to_vec_pretty(&RunRecord {
-        attempts,
-        model: model.to_string(),
-    })
-    .expect("a run record is plain data");
+    let text = serde_json::to_vec_pretty(&record).expect("a run record is plain data");
     crate::workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))
+}
+
+/// The runs into the folder, oldest first (empty for a folder made before they were kept).
+pub fn runs_of(out: &Path) -> Vec<RunStart> {
+    std::fs::read_to_string(out.join("run.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<RunRecord>(&t).ok())
+        .map(|r| r.runs)
+        .unwrap_or_default()
 }
 
 /// The attempts per task the folder was run with.
@@ -547,6 +766,81 @@ mod tests {
         assert_eq!(lines[1]["model_patch"], "");
         assert_eq!(lines[2]["model_patch"], "");
         assert!(!out.join("predictions.jsonl.part").exists());
+    }
+
+    /// The why names the failing assertion, not the verifier's last line ("OK") nor only
+    /// the missing reward file; a verifier that printed no failure still gives its last
+    /// line, as before.
+    #[test]
+    fn the_reason_quotes_the_failing_assertion() {
+        let log = b"collected 3 items\ntests/test_x.py ..F\nE   assert 41 == 42\nFAILED tests/test_x.py::test_answer\n1 failed, 2 passed in 0.1s\nOK\n\n[test.sh exited with 1]\n";
+        let end = VerifierEnd::of(Some(1), log);
+        assert_eq!(
+            end.failing,
+            [
+                "E   assert 41 == 42",
+                "FAILED tests/test_x.py::test_answer",
+                "1 failed, 2 passed in 0.1s"
+            ]
+        );
+        assert_eq!(end.summary(), "the verifier exited 1: E   assert 41 == 42");
+        let mut r = TaskResult::new("t", 1, "m".into());
+        r.status = Status::Unresolved;
+        r.phase = Some("verify".into());
+        r.error =
+            Some("the verifier wrote neither /logs/verifier/reward.txt nor reward.json".into());
+        r.verifier = Some(end);
+        assert_eq!(
+            r.reason().unwrap(),
+            "the verifier exited 1: E   assert 41 == 42; the verifier wrote neither /logs/verifier/reward.txt nor reward.json"
+        );
+        // Without a failing line, the last line the verifier printed.
+        let plain = VerifierEnd::of(
+            Some(4),
+            b"PASS\npytest: command not found\n[test.sh exited with 4]\n",
+        );
+        assert_eq!(
+            plain.summary(),
+            "the verifier exited 4: pytest: command not found"
+        );
+        let quiet = VerifierEnd::of(Some(2), b"checking\nstill checking\n");
+        assert_eq!(quiet.summary(), "the verifier exited 2: still checking");
+        // A result written before `failing` was kept reads it from its tail.
+        let old: VerifierEnd =
+            serde_json::from_str(r#"{"exit": 1, "tail": "x\nAssertionError: 1 != 2\nOK"}"#)
+                .unwrap();
+        assert_eq!(
+            old.summary(),
+            "the verifier exited 1: AssertionError: 1 != 2"
+        );
+        // A timeout keeps its own words first.
+        r.status = Status::Timeout;
+        r.error = Some("verify ran past 60 s".into());
+        assert_eq!(r.reason().unwrap(), "verify ran past 60 s");
+    }
+
+    /// Results and run records written before the report's fields were kept still load.
+    #[test]
+    fn older_results_still_load() {
+        let r: TaskResult = serde_json::from_str(
+            r#"{"id":"t","attempt":1,"status":"unresolved","reward":0.0,"model":"m","steps":0,
+                "usage":{"input":0,"output":0,"cache_read":0,"cache_write":0},
+                "timings":{"setup_ms":0,"agent_ms":0,"verify_ms":0,"total_ms":0}}"#,
+        )
+        .unwrap();
+        assert_eq!((r.started_unix_s, r.instruction), (None, None));
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("run.json"), r#"{"attempts":1,"model":"m"}"#).unwrap();
+        assert!(runs_of(tmp.path()).is_empty());
+        let mut options = crate::EvalOptions::new(Vec::new(), tmp.path().to_path_buf());
+        options.model = Some("m".into());
+        claim(tmp.path(), &options).unwrap();
+        claim(tmp.path(), &options).unwrap();
+        let runs = runs_of(tmp.path());
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1].settings["attempts"], 1);
+        options.attempts = 3;
+        assert!(claim(tmp.path(), &options).is_err());
     }
 
     #[test]
