@@ -159,7 +159,9 @@ async fn prepare(
     // says (off the async threads), not wherever the last clone happens to go.
     let owner = create_container(engine, &spec)
         .await
-        .map_err(|(e, retryable)| infra(result.clone(), "prepare", e, retryable))?;
+        .map_err(|(e, retryable)| {
+            verdict::failed(result.clone(), "prepare", e, Some(engine), retryable)
+        })?;
     let container = owner.0.as_ref().expect("owned until dropped");
     // The base only serves the diff: without one the attempt still runs.
     let ws = removing.0.as_ref().expect("present until dropped");
@@ -284,7 +286,8 @@ async fn take_turn(
     let (end, timed_out) = match ran {
         AgentRan::Interrupted => return Turn::Stopped(Box::new(None)),
         AgentRan::CouldNotStart(e, retryable) => {
-            return Turn::Stopped(Box::new(infra(result.clone(), "agent", e, retryable)));
+            let ended = verdict::failed(result.clone(), "agent", e, Some(place.engine), retryable);
+            return Turn::Stopped(Box::new(ended));
         }
         AgentRan::Ended(end, timed_out) => (end, timed_out),
     };
@@ -538,21 +541,28 @@ async fn build_image(
         Err(e) => {
             // A step that failed fails again; an engine that went away may not.
             let retryable = !super::engine_alive(Some(engine)).await;
-            Err(infra(result.clone(), "build", e, retryable))
+            Err(verdict::failed(
+                result.clone(),
+                "build",
+                e,
+                Some(engine),
+                retryable,
+            ))
         }
     }
 }
 
-/// The task's container, created (not started) and owned by the attempt. `Err`: why, and
-/// whether another try could go differently (an engine that went away).
-async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (String, bool)> {
+/// The task's container, created (not started) and owned by the attempt. `Err`: why (its
+/// kind kept: an engine that failed the call), and whether another try could go
+/// differently (an engine that went away).
+async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (EvalError, bool)> {
     let container = {
         let _engine = super::ENGINE_CALLS.acquire().await;
         TaskContainer::create(&engine.described, spec).await
     };
     match container {
         Ok(c) => Ok(Owned(Some(Arc::new(c)))),
-        Err(e) => Err((e.to_string(), !super::engine_alive(Some(engine)).await)),
+        Err(e) => Err((e.into(), !super::engine_alive(Some(engine)).await)),
     }
 }
 
