@@ -777,7 +777,17 @@ fn the_verifier_installs_its_test_tool_through_the_proxy() {
     let (run, pid) = eval(
         &set,
         &out,
-        &["--agent", "oracle", "--jobs", "2", "--config", &config],
+        // The registries' list, not the task's own policy (public: it says nothing).
+        &[
+            "--agent",
+            "oracle",
+            "--jobs",
+            "2",
+            "--config",
+            &config,
+            "--verifier-network",
+            "allowlist",
+        ],
         None,
     );
     assert_eq!(run.status.code(), Some(0), "{}", said(&run));

@@ -100,21 +100,30 @@ pub struct RunArgs {
     /// default bridge (`dockerd --bridge none`), where the default has none to give.
     #[arg(long, value_name = "NAME")]
     build_network: Option<String>,
-    /// Where a Harbor task's verifier may connect (its test tools' installers), always
-    /// through runner's proxy and recorded in the attempt.
-    #[arg(long, value_name = "MODE", default_value = "allowlist", value_parser = verifier_network_arg())]
-    verifier_network: crate::eval::verifier_network::VerifierNetwork,
+    /// Where a Harbor task's verifier may connect (its test tools' installers), for the
+    /// whole run; default what the task says. Always through runner's proxy, and
+    /// recorded in the attempt.
+    #[arg(long, value_name = "MODE", default_value = "task", value_parser = network_arg())]
+    verifier_network: crate::eval::verifier_network::NetworkChoice,
+    /// Where a Harbor task's agent (or its solution) may connect, for the whole run;
+    /// default what the task says. Always through runner's proxy, and recorded.
+    #[arg(long, value_name = "MODE", default_value = "task", value_parser = network_arg())]
+    agent_network: crate::eval::verifier_network::NetworkChoice,
 }
 
-/// `--verifier-network`'s values.
-fn verifier_network_arg()
--> impl clap::builder::TypedValueParser<Value = crate::eval::verifier_network::VerifierNetwork> {
-    use crate::eval::verifier_network::VerifierNetwork;
-    super::choice_arg(
-        VerifierNetwork::ALL,
-        VerifierNetwork::name,
-        VerifierNetwork::about,
-    )
+/// `--agent-network` and `--verifier-network`'s values, with their other spellings
+/// (Harbor's `no-network`; `host` and `allowlist`, the verifier's flag's older values).
+fn network_arg()
+-> impl clap::builder::TypedValueParser<Value = crate::eval::verifier_network::NetworkChoice> {
+    use crate::eval::verifier_network::NetworkChoice;
+    use clap::builder::{PossibleValue, TypedValueParser};
+    let values = NetworkChoice::ALL.map(|c| {
+        PossibleValue::new(c.name())
+            .aliases(c.aliases().iter().copied())
+            .help(c.about())
+    });
+    clap::builder::PossibleValuesParser::new(values)
+        .map(|s| NetworkChoice::parse(&s).expect("clap checked it is a listed value"))
 }
 
 pub fn run(cmd: EvalCommand) -> u8 {
@@ -181,6 +190,7 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.docker_hosts = args.docker_hosts;
     options.rebuild = args.rebuild;
     options.verifier_network = args.verifier_network;
+    options.agent_network = args.agent_network;
     options.build_network = args.build_network;
     options.progress = std::io::stderr().is_terminal();
     // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.

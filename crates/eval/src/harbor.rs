@@ -109,6 +109,8 @@ struct RawStep {
 struct RawAgent {
     timeout_sec: Option<f64>,
     user: Option<String>,
+    network_mode: Option<String>,
+    allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -117,6 +119,8 @@ struct RawVerifier {
     timeout_sec: Option<f64>,
     env: BTreeMap<String, String>,
     user: Option<String>,
+    network_mode: Option<String>,
+    allowed_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -130,6 +134,8 @@ struct RawEnvironment {
     memory: Option<String>,
     storage_mb: Option<u64>,
     allow_internet: Option<bool>,
+    network_mode: Option<String>,
+    allowed_hosts: Option<Vec<String>>,
     workdir: Option<String>,
     env: BTreeMap<String, String>,
 }
@@ -138,6 +144,9 @@ struct RawEnvironment {
 pub struct AgentSection {
     pub timeout: Option<Duration>,
     pub user: Option<String>,
+    /// `network_mode` / `allowed_hosts` of this section, when it sets either: the phase's
+    /// own policy over the environment's.
+    pub network: Option<NetworkPolicy>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -145,6 +154,8 @@ pub struct VerifierSection {
     pub timeout: Option<Duration>,
     pub env: BTreeMap<String, String>,
     pub user: Option<String>,
+    /// As [`AgentSection::network`], for the verifier's phase.
+    pub network: Option<NetworkPolicy>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -155,10 +166,186 @@ pub struct EnvironmentSection {
     pub cpus: Option<f64>,
     pub memory_bytes: Option<u64>,
     pub storage_bytes: Option<u64>,
-    pub allow_internet: bool,
+    /// The environment's network, which a phase without a policy of its own gets:
+    /// `network_mode` (with `allowed_hosts`), else `allow_internet` (Harbor's default
+    /// `true`: public).
+    pub network: NetworkPolicy,
     /// Where the agent works; default the image's own `WORKDIR`.
     pub workdir: Option<String>,
     pub env: BTreeMap<String, String>,
+}
+
+/// Harbor's `network_mode`: what a phase of the task may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// The internet: every public host (runner's proxy still refuses the host's own and
+    /// private addresses, and records every connection).
+    #[default]
+    Public,
+    /// Nothing at all.
+    NoNetwork,
+    /// The hosts in `allowed_hosts` alone.
+    Allowlist,
+}
+
+impl NetworkMode {
+    pub const ALL: [NetworkMode; 3] = [
+        NetworkMode::Public,
+        NetworkMode::NoNetwork,
+        NetworkMode::Allowlist,
+    ];
+
+    /// The value as `task.toml` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkMode::Public => "public",
+            NetworkMode::NoNetwork => "no-network",
+            NetworkMode::Allowlist => "allowlist",
+        }
+    }
+}
+
+/// The network policy of a section of `task.toml`, and which of its fields set it (for
+/// `result.json`, so a reader can find what decided).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NetworkPolicy {
+    pub mode: NetworkMode,
+    /// Lower-case host names or IPv4 addresses, without a trailing dot, each once; only
+    /// with [`NetworkMode::Allowlist`].
+    pub allowed_hosts: Vec<String>,
+    /// `[agent] network_mode`, `[environment] allow_internet`, Harbor's default…
+    pub from: String,
+}
+
+/// Harbor's precedence, as its task model reads `task.toml` (harbor
+/// `src/harbor/models/task/config.py`: `EnvironmentConfig.resolve_baseline`,
+/// `AgentConfig`/`VerifierConfig.explicit_phase_policy`, `_validate_network_policy_fields`,
+/// `normalize_allowed_hosts`; and `src/harbor/trial/network_policy.py`:
+/// `resolve_agent_phase_policy`, `resolve_verifier_phase_policy`, read in the
+/// LegoX/harbor mirror at commit 73fd120e):
+///
+/// 1. In each section (`[environment]`, `[agent]`, `[verifier]`, and a step's
+///    `[steps.agent]` and `[steps.verifier]`), `allowed_hosts` without `network_mode`
+///    means `allowlist`; `allowed_hosts` beside another mode is an error. Hosts are
+///    trimmed, lower-cased, stripped of a trailing dot, emptied ones dropped and each kept
+///    once; one with `://`, `/` or `:` (a URL, a CIDR range, a port, IPv6) is an error.
+/// 2. The environment's policy (the baseline) is its `network_mode`; without one,
+///    `allow_internet = false` is `no-network`, and anything else (the field defaults to
+///    `true`) is `public`.
+/// 3. A phase's policy is its step's section's, else the task's `[agent]` or
+///    `[verifier]`, else the baseline. The verifier shares the agent's environment, so its
+///    baseline is the same one.
+///
+/// runner adds one refusal Harbor does not need: a wildcard (`*`, `?`) in a host, which
+/// runner's rules would read as a pattern where Harbor resolves a name.
+fn section_policy(
+    section: &str,
+    mode: Option<&str>,
+    hosts: Option<&[String]>,
+) -> Result<Option<NetworkPolicy>, String> {
+    let mode = match mode {
+        None => None,
+        Some(text) => Some(
+            NetworkMode::ALL
+                .into_iter()
+                .find(|m| m.name() == text)
+                .ok_or_else(|| {
+                    format!(
+                        "{section} network_mode {text:?} is none of \"public\", \"no-network\", \"allowlist\""
+                    )
+                })?,
+        ),
+    };
+    let allowed_hosts = normalized_hosts(section, hosts.unwrap_or_default())?;
+    let from = |field: &str| format!("task {section} {field}");
+    Ok(match (mode, allowed_hosts.is_empty()) {
+        (None, true) => None,
+        (None, false) => Some(NetworkPolicy {
+            mode: NetworkMode::Allowlist,
+            allowed_hosts,
+            from: from("allowed_hosts"),
+        }),
+        (Some(m), false) if m != NetworkMode::Allowlist => {
+            return Err(format!(
+                "{section} allowed_hosts is only for network_mode = \"allowlist\", not {:?}",
+                m.name()
+            ));
+        }
+        (Some(mode), _) => Some(NetworkPolicy {
+            mode,
+            allowed_hosts,
+            from: from("network_mode"),
+        }),
+    })
+}
+
+/// `allowed_hosts` as Harbor normalizes them (see [`section_policy`]).
+fn normalized_hosts(section: &str, hosts: &[String]) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for host in hosts {
+        let value = host.trim().to_lowercase();
+        let value = value.trim_end_matches('.');
+        if value.is_empty() {
+            continue;
+        }
+        if value.contains("://") || value.contains(['/', ':']) {
+            return Err(format!(
+                "{section} allowed_hosts: {host:?} is not a host name or an IPv4 address (no URLs, ranges, ports or paths)"
+            ));
+        }
+        if value.contains(['*', '?']) {
+            return Err(format!(
+                "{section} allowed_hosts: {host:?} has a wildcard; name each host"
+            ));
+        }
+        if !out.iter().any(|h| h == value) {
+            out.push(value.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// The environment's policy: its own `network_mode`/`allowed_hosts`, else `allow_internet`.
+fn baseline(e: &RawEnvironment) -> Result<NetworkPolicy, String> {
+    let own = section_policy(
+        "[environment]",
+        e.network_mode.as_deref(),
+        e.allowed_hosts.as_deref(),
+    )?;
+    Ok(match (own, e.allow_internet) {
+        (Some(policy), _) => policy,
+        (None, Some(false)) => NetworkPolicy {
+            mode: NetworkMode::NoNetwork,
+            allowed_hosts: Vec::new(),
+            from: "task [environment] allow_internet = false".into(),
+        },
+        (None, Some(true)) => NetworkPolicy {
+            mode: NetworkMode::Public,
+            allowed_hosts: Vec::new(),
+            from: "task [environment] allow_internet = true".into(),
+        },
+        (None, None) => NetworkPolicy {
+            mode: NetworkMode::Public,
+            allowed_hosts: Vec::new(),
+            from: "Harbor's default (allow_internet = true)".into(),
+        },
+    })
+}
+
+impl HarborTask {
+    /// The agent's network in `step` (`None`: a task of one step), by Harbor's precedence.
+    pub fn agent_network<'a>(&'a self, step: Option<&'a HarborStep>) -> &'a NetworkPolicy {
+        step.and_then(|s| s.agent.network.as_ref())
+            .or(self.agent.network.as_ref())
+            .unwrap_or(&self.environment.network)
+    }
+
+    /// The verifier's network in `step`, by Harbor's precedence.
+    pub fn verifier_network<'a>(&'a self, step: Option<&'a HarborStep>) -> &'a NetworkPolicy {
+        step.and_then(|s| s.verifier.network.as_ref())
+            .or(self.verifier.network.as_ref())
+            .unwrap_or(&self.environment.network)
+    }
 }
 
 /// A task, or the id of one that cannot be used and why.
@@ -302,20 +489,24 @@ fn load_folder(folder: Folder) -> LoadedTask {
         }
     };
     let solution = solution_of(&folder, Path::new("")).map_err(fail)?;
+    let in_file = |e: String| fail(format!("{}/task.toml: {e}", dir.display()));
+    let agent = agent_section(&file.agent, "[agent]").map_err(in_file)?;
+    let verifier = verifier_section(&file.verifier, "[verifier]").map_err(in_file)?;
+    let network = baseline(&e).map_err(in_file)?;
     Ok(HarborTask {
         id,
         dir: dir.to_path_buf(),
         folder: Arc::new(folder),
         instruction,
-        agent: agent_section(&file.agent),
-        verifier: verifier_section(&file.verifier),
+        agent,
+        verifier,
         environment: EnvironmentSection {
             build_timeout: secs(e.build_timeout_sec),
             docker_image: e.docker_image,
             cpus: e.cpus,
             memory_bytes,
             storage_bytes: e.storage_mb.map(|mb| mb << 20),
-            allow_internet: e.allow_internet.unwrap_or(false),
+            network,
             workdir: e.workdir,
             env: e.env,
         },
@@ -392,19 +583,31 @@ fn secs(v: Option<f64>) -> Option<Duration> {
     v.and_then(super::fields::seconds)
 }
 
-fn agent_section(raw: &RawAgent) -> AgentSection {
-    AgentSection {
+/// `[agent]` (or a step's), `section` naming it in errors.
+fn agent_section(raw: &RawAgent, section: &str) -> Result<AgentSection, String> {
+    Ok(AgentSection {
         timeout: secs(raw.timeout_sec),
         user: raw.user.clone(),
-    }
+        network: section_policy(
+            section,
+            raw.network_mode.as_deref(),
+            raw.allowed_hosts.as_deref(),
+        )?,
+    })
 }
 
-fn verifier_section(raw: &RawVerifier) -> VerifierSection {
-    VerifierSection {
+/// `[verifier]` (or a step's), `section` naming it in errors.
+fn verifier_section(raw: &RawVerifier, section: &str) -> Result<VerifierSection, String> {
+    Ok(VerifierSection {
         timeout: secs(raw.timeout_sec),
         env: raw.env.clone(),
         user: raw.user.clone(),
-    }
+        network: section_policy(
+            section,
+            raw.network_mode.as_deref(),
+            raw.allowed_hosts.as_deref(),
+        )?,
+    })
 }
 
 /// `under/solution`, when it has a `solve.sh`; the whole folder checked for links out (it
@@ -440,6 +643,7 @@ fn load_step(folder: &Folder, raw: &RawStep) -> Result<HarborStep, String> {
     if let Some(t) = &tests {
         folder.walk_inside(t).map_err(text)?;
     }
+    let in_file = |e: String| format!("{}/task.toml: {e}", folder.path().display());
     let own = match &tests {
         Some(t) => folder.is_file(&t.join("test.sh")).map_err(text)?,
         None => false,
@@ -449,13 +653,17 @@ fn load_step(folder: &Folder, raw: &RawStep) -> Result<HarborStep, String> {
             "step {name} has no tests/test.sh, and the task has none to fall back on"
         ));
     }
+    let agent =
+        agent_section(&raw.agent, &format!("[steps.agent] of step {name}")).map_err(in_file)?;
+    let verifier = verifier_section(&raw.verifier, &format!("[steps.verifier] of step {name}"))
+        .map_err(in_file)?;
     Ok(HarborStep {
         name,
         instruction,
         tests,
         solution: solution_of(folder, &step)?,
-        agent: agent_section(&raw.agent),
-        verifier: verifier_section(&raw.verifier),
+        agent,
+        verifier,
         min_reward: raw.min_reward,
         contributes: raw.contributes_to_reward.unwrap_or(true),
     })
@@ -480,8 +688,20 @@ const KNOWN: &[(&str, &[&str])] = &[
             "artifacts",
         ],
     ),
-    ("agent", &["timeout_sec", "user"]),
-    ("verifier", &["timeout_sec", "env", "user"]),
+    (
+        "agent",
+        &["timeout_sec", "user", "network_mode", "allowed_hosts"],
+    ),
+    (
+        "verifier",
+        &[
+            "timeout_sec",
+            "env",
+            "user",
+            "network_mode",
+            "allowed_hosts",
+        ],
+    ),
     (
         "environment",
         &[
@@ -491,6 +711,8 @@ const KNOWN: &[(&str, &[&str])] = &[
             "memory_mb",
             "memory",
             "allow_internet",
+            "network_mode",
+            "allowed_hosts",
             "workdir",
             "env",
         ],
@@ -506,8 +728,20 @@ const KNOWN: &[(&str, &[&str])] = &[
             "verifier",
         ],
     ),
-    ("steps[].agent", &["timeout_sec"]),
-    ("steps[].verifier", &["timeout_sec", "env", "user"]),
+    (
+        "steps[].agent",
+        &["timeout_sec", "network_mode", "allowed_hosts"],
+    ),
+    (
+        "steps[].verifier",
+        &[
+            "timeout_sec",
+            "env",
+            "user",
+            "network_mode",
+            "allowed_hosts",
+        ],
+    ),
 ];
 
 /// What runner does instead of what an unread field asks.
@@ -519,9 +753,6 @@ fn instead(field: &str) -> &'static str {
         "gpus" | "gpu_types" => "no GPUs are given to task containers",
         "mcp_servers" => "the agent gets no MCP servers from a task",
         "skills_dir" => "skills in a task are not loaded",
-        "network_mode" => {
-            "runner chooses the network: none, or its proxy where allow_internet is set"
-        }
         "user" if field == "steps[].agent.user" => "every step runs as the task's [agent] user",
         "healthcheck" | "setup" => "not run",
         _ => "ignored",
@@ -764,6 +995,107 @@ user = "x"
         );
         assert!(fields[0].1.contains("no GPUs"));
         assert!(fields[3].1.contains("[agent] user"));
+    }
+
+    /// The task at a fresh folder with `toml`, loaded.
+    fn loaded(toml: &str) -> LoadedTask {
+        let tmp = tempfile::tempdir().unwrap();
+        task(tmp.path(), toml);
+        for step in ["a", "b"] {
+            let dir = tmp.path().join("steps").join(step);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("instruction.md"), "Do it.\n").unwrap();
+        }
+        load(tmp.path())
+    }
+
+    fn modes(t: &HarborTask, step: Option<usize>) -> (NetworkPolicy, NetworkPolicy) {
+        let step = step.map(|i| &t.steps[i]);
+        (
+            t.agent_network(step).clone(),
+            t.verifier_network(step).clone(),
+        )
+    }
+
+    #[test]
+    fn network_policy_follows_harbors_precedence() {
+        use NetworkMode::*;
+        // Nothing said: Harbor's default, public, for both phases.
+        let t = loaded("").unwrap();
+        let (a, v) = modes(&t, None);
+        assert_eq!((a.mode, v.mode), (Public, Public));
+        assert!(a.from.contains("default"), "{a:?}");
+        // The older field keeps its meaning.
+        let t = loaded("[environment]\nallow_internet = false\n").unwrap();
+        assert_eq!(modes(&t, None).0.mode, NoNetwork);
+        // network_mode wins over allow_internet; a phase's own wins over the environment's.
+        let t = loaded(
+            "[environment]\nallow_internet = false\nnetwork_mode = \"public\"\n[verifier]\nnetwork_mode = \"no-network\"\n",
+        )
+        .unwrap();
+        let (a, v) = modes(&t, None);
+        assert_eq!((a.mode, v.mode), (Public, NoNetwork));
+        assert_eq!(v.from, "task [verifier] network_mode");
+        // allowed_hosts alone means allowlist, normalized; the verifier inherits it.
+        let t = loaded(
+            "[environment]\nallowed_hosts = [\" PyPI.org. \", \"pypi.org\", \"\", \"10.0.0.5\"]\n[agent]\nnetwork_mode = \"public\"\n",
+        )
+        .unwrap();
+        let (a, v) = modes(&t, None);
+        assert_eq!(a.mode, Public);
+        assert_eq!(v.mode, Allowlist);
+        assert_eq!(v.allowed_hosts, ["pypi.org", "10.0.0.5"]);
+        // A step's section wins over the task's, which wins over the environment's.
+        let t = loaded(
+            "[environment]\nnetwork_mode = \"no-network\"\n[agent]\nnetwork_mode = \"public\"\n[[steps]]\nname = \"a\"\n[steps.agent]\nallowed_hosts = [\"x.test\"]\n[[steps]]\nname = \"b\"\n",
+        );
+        let t = match t {
+            Ok(t) => t,
+            Err(e) => panic!("{e:?}"),
+        };
+        assert_eq!(modes(&t, Some(0)).0.allowed_hosts, ["x.test"]);
+        assert_eq!(modes(&t, Some(1)).0.mode, Public);
+        assert_eq!(modes(&t, Some(1)).1.mode, NoNetwork);
+    }
+
+    #[test]
+    fn a_network_field_runner_cannot_read_names_the_file_and_the_field() {
+        for (toml, field) in [
+            (
+                "[environment]\nnetwork_mode = \"offline\"\n",
+                "[environment] network_mode",
+            ),
+            (
+                "[agent]\nnetwork_mode = \"Public\"\n",
+                "[agent] network_mode",
+            ),
+            (
+                "[verifier]\nnetwork_mode = \"public\"\nallowed_hosts = [\"a.test\"]\n",
+                "[verifier] allowed_hosts",
+            ),
+            (
+                "[environment]\nallowed_hosts = [\"https://a.test/x\"]\n",
+                "[environment] allowed_hosts",
+            ),
+            (
+                "[agent]\nallowed_hosts = [\"*.a.test\"]\n",
+                "[agent] allowed_hosts",
+            ),
+            (
+                "[agent]\nallowed_hosts = [\"a.test:443\"]\n",
+                "[agent] allowed_hosts",
+            ),
+        ] {
+            let (_, why) = loaded(toml).expect_err(toml);
+            assert!(
+                why.contains("task.toml") && why.contains(field),
+                "{toml}: {why}"
+            );
+        }
+        // The fields are read, so they are not said to be ignored.
+        let doc: toml::Table =
+            toml::from_str("[agent]\nnetwork_mode = \"public\"\nallowed_hosts = []\n").unwrap();
+        assert!(unsupported_fields(&doc).is_empty());
     }
 
     #[test]

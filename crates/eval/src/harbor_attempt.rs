@@ -30,6 +30,7 @@ use super::harbor::{self, HarborTask};
 use super::images;
 use super::results::{Status, TaskResult};
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
+use super::verifier_network::PhasePlan;
 use super::{EvalError, EvalOptions};
 use crate::agent::End;
 use crate::agent::events::NoEvents;
@@ -64,10 +65,6 @@ pub async fn run(
         Ok(s) => s,
         Err(e) => return infra(result, "prepare", e, false),
     };
-    let way_out = match verifier_way_out(options) {
-        Ok(w) => w,
-        Err(e) => return infra(result, "prepare", e, false),
-    };
 
     let prepared = match prepare(task, attempt, out, options, engine, &mut result, stop).await {
         Ok(p) => p,
@@ -84,16 +81,7 @@ pub async fn run(
     };
     let mut turns = Turns::default();
     for (i, stage) in stages.iter().enumerate() {
-        let went = take_turn(
-            stage,
-            &place,
-            ws,
-            options,
-            way_out.as_deref(),
-            &mut result,
-            stop,
-        )
-        .await;
+        let went = take_turn(stage, &place, ws, options, &mut result, stop).await;
         match went {
             Turn::Stopped(verdict) => return *verdict,
             Turn::Decided => return verdict::decided_by_the_agent(&mut result, started).flatten(),
@@ -191,7 +179,14 @@ struct Stage<'a> {
     /// `/tests` as a tar: the task's tests, the step's laid over them.
     tests: Vec<u8>,
     verifier: &'a harbor::VerifierSection,
-    allow_internet: bool,
+    /// What the agent's phase may reach (see [`super::verifier_network`]).
+    agent_net: PhasePlan,
+    /// What the verifier's phase may reach.
+    verifier_net: PhasePlan,
+    /// The `network` rules of `--config`, laid over each phase's own.
+    net_extra: Vec<crate::permission::rules::Rule>,
+    /// The agent's connections through its proxy, kept as its phase ends.
+    agent_connections: std::sync::Mutex<Vec<crate::network::ConnectionRecord>>,
     agent_limit: Duration,
     verify_limit: Duration,
     min_reward: Option<f64>,
@@ -200,6 +195,7 @@ struct Stage<'a> {
 
 /// The stages of `task`, their tests packed and their limits scaled.
 fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'a>>, EvalError> {
+    let extra = user_network_rules(options)?;
     let scale = |d: Duration| d.mul_f64(options.timeout_multiplier);
     let agent =
         |t: Option<Duration>| scale(t.or(task.agent.timeout).unwrap_or(options.timeouts.agent));
@@ -219,7 +215,10 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
             dir: task.dir.clone(),
             tests: pack_layers(&task.folder, &[&task.tests], "tests")?,
             verifier: &task.verifier,
-            allow_internet: task.environment.allow_internet,
+            agent_net: agent_plan(task, None, options),
+            verifier_net: verifier_plan(task, None, options),
+            net_extra: extra.clone(),
+            agent_connections: Default::default(),
             agent_limit: agent(None),
             verify_limit: verify(None),
             min_reward: None,
@@ -240,7 +239,10 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
                 dir: task.dir.join("steps").join(&step.name),
                 tests: pack_layers(&task.folder, &layers, "tests")?,
                 verifier: &step.verifier,
-                allow_internet: task.environment.allow_internet,
+                agent_net: agent_plan(task, Some(step), options),
+                verifier_net: verifier_plan(task, Some(step), options),
+                net_extra: extra.clone(),
+                agent_connections: Default::default(),
                 agent_limit: agent(step.agent.timeout),
                 verify_limit: verify(step.verifier.timeout),
                 min_reward: step.min_reward,
@@ -267,7 +269,6 @@ async fn take_turn(
     place: &Place<'_>,
     ws: &Workspace,
     options: &EvalOptions,
-    way_out: Option<&[crate::permission::rules::Rule]>,
     result: &mut TaskResult,
     stop: &CancellationToken,
 ) -> Turn {
@@ -283,6 +284,7 @@ async fn take_turn(
     };
     let ran = run_agent(stage, here, options, result, stop).await;
     result.timings.agent_ms += agent_started.elapsed().as_millis() as u64;
+    note_agent_network(stage, result, &out);
     let (end, timed_out) = match ran {
         AgentRan::Interrupted => return Turn::Stopped(Box::new(None)),
         AgentRan::CouldNotStart(e, retryable) => {
@@ -311,8 +313,20 @@ async fn take_turn(
         return Turn::Decided;
     }
     let mut connections = Vec::new();
-    let verified = verify(stage, place.container, way_out, &mut connections, stop).await;
+    let net = &stage.verifier_net;
+    let way_out = net.proxied().then(|| net.rules(&stage.net_extra));
+    let verified = verify(
+        stage,
+        place.container,
+        way_out.as_deref(),
+        &mut connections,
+        stop,
+    )
+    .await;
     record_connections(result, &out, &connections);
+    result
+        .network
+        .push(net.noted("verifier", stage.name, &connections));
     result.timings.verify_ms += verify_started.elapsed().as_millis() as u64;
     Turn::Judged(verified)
 }
@@ -567,7 +581,7 @@ async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (E
 }
 
 /// The container's recipe: the task's limits over the profile's; no network, or the
-/// allow-list proxy for a task with `allow_internet`.
+/// allow-list proxy where a phase may reach anything.
 fn task_image(
     task: &HarborTask,
     image: String,
@@ -601,7 +615,7 @@ fn task_image(
         user: task.agent.user.clone(),
         env: e.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         limits,
-        network: if e.allow_internet {
+        network: if proxied_phases(task, options).0 {
             Network::Allowlist
         } else {
             Network::None
@@ -617,7 +631,7 @@ fn task_image(
         } else {
             settings.ca_bundle()?
         },
-        verifier_proxy: options.verifier_network != super::verifier_network::VerifierNetwork::None,
+        verifier_proxy: proxied_phases(task, options).1,
     })
 }
 
@@ -672,10 +686,17 @@ async fn model(
             "harbor task container",
             1,
         ));
-    // `allow_internet`: every public host, through the proxy, which still refuses the
-    // host's own services, private networks and cloud metadata.
-    if stage.allow_internet {
-        session.session_rules.extend(internet_rules());
+    // The phase's network, after every config layer: its mode's rules, then the user's
+    // own `--config` rules again (they add hosts, as for the oracle). The proxy still
+    // refuses the host's own services, private networks and cloud metadata. A no-network
+    // phase in a container that has the proxy for another step's sake refuses everything.
+    if container.network() == Network::Allowlist {
+        let extra = if stage.agent_net.proxied() {
+            &stage.net_extra[..]
+        } else {
+            &[]
+        };
+        session.session_rules.extend(stage.agent_net.rules(extra));
     }
     let mut run_options = RunOptions::new(scratch, Arc::new(NoEvents));
     run_options.session = session;
@@ -708,6 +729,9 @@ async fn model(
         *result.cost_usd.get_or_insert(0.0) += price.cost(&run.agent.usage);
     }
     let session_file = run.session_file().to_path_buf();
+    if let Some(proxy) = run.open.network.clone() {
+        keep_agent_connections(stage, &proxy).await;
+    }
     drop_blocking(run).await;
     let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
     AgentRan::Ended(Some(end), timed_out)
@@ -747,20 +771,19 @@ async fn oracle(
             return AgentRan::CouldNotStart(e.during("cannot start the task container"), retryable);
         }
     };
-    // A task that may use the internet gets it through the proxy, as the model's run does.
-    let proxy = match container.network() {
-        crate::sandbox::spec::Network::Allowlist => match internet_proxy(&sandbox).await {
-            Ok(p) => Some(p),
-            Err(e) => {
-                drop_blocking(sandbox).await;
-                return AgentRan::CouldNotStart(e, false);
-            }
-        },
-        _ => None,
+    // The phase's network through the proxy, as the model's run gets it.
+    let proxy = match agent_proxy(stage, container, &sandbox).await {
+        Ok(p) => p,
+        Err(e) => {
+            drop_blocking(sandbox).await;
+            return AgentRan::CouldNotStart(e, false);
+        }
     };
     let command = with_env(stage.solution_env, "bash /solution/solve.sh");
     let ran = attempt::exec(&sandbox, &command, limit, LOG_LIMIT, stop).await;
-    drop(proxy);
+    if let Some(proxy) = proxy {
+        keep_agent_connections(stage, &proxy).await;
+    }
     drop_blocking(sandbox).await;
     match ran {
         Ok(r) if r.interrupted => AgentRan::Interrupted,
@@ -791,28 +814,101 @@ fn with_env(env: &std::collections::BTreeMap<String, String>, command: &str) -> 
     format!("env {} {command}", pairs.join(" "))
 }
 
-/// Harbor's `allow_internet`: every public host allowed, nobody asked, and still no
-/// reserved address (the proxy refuses those whatever a wildcard allows).
-fn internet_rules() -> Vec<crate::permission::rules::Rule> {
-    vec![crate::permission::rules::Rule::new(
-        "network",
-        "*",
-        crate::permission::rules::Action::Allow,
-        "harbor task allow_internet",
-        1,
-    )]
-}
-
-async fn internet_proxy(
+/// The agent's proxy in `sandbox`, when its phase may reach anything (and the container
+/// was made with one); the phase's rules alone decide, nobody is asked.
+async fn agent_proxy(
+    stage: &Stage<'_>,
+    container: &TaskContainer,
     sandbox: &crate::sandbox::Sandbox,
-) -> Result<crate::network::NetworkProxy, EvalError> {
+) -> Result<Option<crate::network::NetworkProxy>, EvalError> {
+    if !stage.agent_net.proxied() || container.network() != Network::Allowlist {
+        return Ok(None);
+    }
     rules_proxy(
         sandbox,
-        internet_rules(),
+        stage.agent_net.rules(&stage.net_extra),
         "an evaluation answers every ask with deny",
         "cannot start the network proxy in the task container",
     )
     .await
+    .map(Some)
+}
+
+/// Keeps the agent's connections once its commands are done (the host's side of each
+/// given a moment to finish counting).
+async fn keep_agent_connections(stage: &Stage<'_>, proxy: &crate::network::NetworkProxy) {
+    proxy.settle(Duration::from_secs(2)).await;
+    *stage
+        .agent_connections
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = proxy.records();
+}
+
+/// The agent's phase in `result.json`'s `network`, and its connections whole in
+/// `agent-network.jsonl`, as the verifier's are kept.
+fn note_agent_network(stage: &Stage<'_>, result: &mut TaskResult, out: &Path) {
+    let connections = std::mem::take(
+        &mut *stage
+            .agent_connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    result
+        .network
+        .push(stage.agent_net.noted("agent", stage.name, &connections));
+    if connections.is_empty() {
+        return;
+    }
+    let lines: String = connections
+        .iter()
+        .filter_map(|c| serde_json::to_string(c).ok())
+        .map(|l| l + "\n")
+        .collect();
+    let _ = write_file(&out.join("agent-network.jsonl"), lines.as_bytes());
+}
+
+/// The plan of the agent's phase in `step`: `--agent-network`, else the task's policy.
+fn agent_plan(
+    task: &HarborTask,
+    step: Option<&harbor::HarborStep>,
+    options: &EvalOptions,
+) -> PhasePlan {
+    PhasePlan::of(
+        options.agent_network,
+        "--agent-network",
+        task.agent_network(step),
+    )
+}
+
+/// The plan of the verifier's phase in `step`: `--verifier-network`, else the task's.
+fn verifier_plan(
+    task: &HarborTask,
+    step: Option<&harbor::HarborStep>,
+    options: &EvalOptions,
+) -> PhasePlan {
+    PhasePlan::of(
+        options.verifier_network,
+        "--verifier-network",
+        task.verifier_network(step),
+    )
+}
+
+/// Whether any agent phase, and any verifier phase, of the task gets the proxy: the
+/// container is made for it (the agent's commands see the proxy's variables; the server
+/// may listen on the container's loopback).
+fn proxied_phases(task: &HarborTask, options: &EvalOptions) -> (bool, bool) {
+    let steps: Vec<Option<&harbor::HarborStep>> = if task.steps.is_empty() {
+        vec![None]
+    } else {
+        task.steps.iter().map(Some).collect()
+    };
+    let agent = steps
+        .iter()
+        .any(|s| agent_plan(task, *s, options).proxied());
+    let verifier = steps
+        .iter()
+        .any(|s| verifier_plan(task, *s, options).proxied());
+    (agent, verifier)
 }
 
 /// A proxy in `sandbox` where `rules` alone decide (`why_no_ask` for what they leave open).
@@ -832,28 +928,22 @@ async fn rules_proxy(
     .map_err(|e| EvalError::from(e).during(failed))
 }
 
-/// The rules of the verifier's proxy (`--verifier-network`, and the `network` rules of
-/// `--config`); `None`: the verifier gets no proxy at all.
-fn verifier_way_out(
+/// The `network` rules of the evaluation's `--config`, the user's own: laid over each
+/// phase's rules (an exact one there may open a private address).
+fn user_network_rules(
     options: &EvalOptions,
-) -> Result<Option<Vec<crate::permission::rules::Rule>>, EvalError> {
-    use super::verifier_network::{VerifierNetwork, rules};
-    if options.verifier_network == VerifierNetwork::None {
-        return Ok(None);
-    }
-    let extra = match &options.config {
-        Some(path) => {
-            let home = std::env::var("HOME").unwrap_or_default();
-            crate::permission::layers::load_file(path, &home)
-                .map_err(|e| EvalError::Options(e.to_string()))?
-                .into_iter()
-                // `--config` is the user's own: its exact rules may open a private address.
-                .map(|r| r.in_layer(crate::permission::rules::Layer::Explicit))
-                .collect()
-        }
-        None => Vec::new(),
+) -> Result<Vec<crate::permission::rules::Rule>, EvalError> {
+    let Some(path) = &options.config else {
+        return Ok(Vec::new());
     };
-    Ok(Some(rules(options.verifier_network, &extra)))
+    let home = std::env::var("HOME").unwrap_or_default();
+    Ok(crate::permission::layers::load_file(path, &home)
+        .map_err(|e| EvalError::Options(e.to_string()))?
+        .into_iter()
+        // `--config` is the user's own: its exact rules may open a private address.
+        .map(|r| r.in_layer(crate::permission::rules::Layer::Explicit))
+        .filter(|r| crate::permission::wildcard::matches("network", &r.permission))
+        .collect())
 }
 
 /// The verifier's connections in the attempt: one line each in `result.json`, every
@@ -998,7 +1088,7 @@ async fn verifier_proxy(
     rules_proxy(
         sandbox,
         rules.to_vec(),
-        "the verifier's network is --verifier-network's rules alone",
+        "the verifier's network is its phase's rules alone (the task's, or --verifier-network's)",
         "cannot start the verifier's network proxy",
     )
     .await

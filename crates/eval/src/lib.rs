@@ -95,8 +95,11 @@ pub struct EvalOptions {
     /// `--build-network`: the engine network task images' `RUN` steps use (for engines
     /// without a default bridge); `None`: the engine's default.
     pub build_network: Option<String>,
-    /// `--verifier-network`: where a Harbor task's verifier may connect, through the proxy.
+    /// `--verifier-network`: where a Harbor task's verifier may connect (default: what
+    /// the task says), through the proxy.
     pub verifier_network: verifier_network::VerifierNetwork,
+    /// `--agent-network`: the same for the agent's phase.
+    pub agent_network: verifier_network::NetworkChoice,
     /// The runner binary sandbox containers mount; `None`: this executable. Set by [`run`]
     /// to a copy in the out folder when runner runs in a container
     /// ([`crate::sandbox::spec::IN_CONTAINER_ENV`]).
@@ -128,6 +131,7 @@ impl EvalOptions {
             rebuild: false,
             build_network: None,
             verifier_network: Default::default(),
+            agent_network: Default::default(),
             server_exe: None,
         }
     }

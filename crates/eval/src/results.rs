@@ -97,6 +97,10 @@ pub struct TaskResult {
     /// `deny example.com:443: …`); also in `verifier-network.jsonl` in full.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifier_network: Vec<String>,
+    /// What runner gave each phase of a Harbor attempt (each step's, in a multi-step
+    /// task): the mode, what decided it, and the phase's connections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<super::verifier_network::PhaseNetwork>,
     /// A multi-step task's steps, in the order they ran, each with its rewards (empty when
     /// its verifier left none); the attempt's `reward` is their roll-up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -316,6 +320,7 @@ impl TaskResult {
             diff_error: None,
             verifier: None,
             verifier_network: Vec::new(),
+            network: Vec::new(),
             step_rewards: Vec::new(),
             cost_usd: None,
             started_unix_s: Some(unix_now()),

@@ -1,56 +1,101 @@
-//! The verifier's way out. Terminal-Bench 2's `tests/test.sh` scripts install their test
-//! tools as they run (`curl … astral.sh/uv/… | sh`, `uvx -p 3.13 -w pytest …`, `pip
-//! install pytest`), so a verifier with no network leaves every such task unresolved on a
-//! faithful image. Yet the verifier runs in the file system the agent left, so its way
-//! out is the allow-list proxy, never a network of the container's own: the container
-//! keeps `network_mode=none`, and the verifier's connections go through runner's proxy on
-//! the container's loopback, judged by rules, refused for the host's private addresses,
-//! and recorded in the attempt.
+//! The network of a Harbor attempt's two phases, the agent's and the verifier's.
 //!
-//! `allowlist` (the default) opens the package registries and tool downloads below, and
-//! whatever the evaluation's `--config` adds under `[permission.network]`; `host` opens
-//! every public host; `none` keeps the verifier offline.
+//! A task says what each phase may reach (`network_mode`, `allowed_hosts`; Harbor's
+//! precedence is in [`super::harbor`]), and `--agent-network` / `--verifier-network`
+//! override it for a whole run. Whatever the mode, the task container itself keeps
+//! `network_mode=none`: a phase that may reach anything does so through runner's allow-list
+//! proxy on the container's loopback, where every connection is judged by rules, refused
+//! for the host's own and private addresses (only an exact rule in the user's own config
+//! opens one), and recorded in the attempt. The verifier runs in the file system the agent
+//! left, so that wall matters for it as much as for the agent.
+//!
+//! - `public` (Harbor's): every public host, through the proxy. Harbor's "public" is the
+//!   internet; on this machine it must not also mean the host's private network, which
+//!   the proxy keeps closed.
+//! - `allowlist` (Harbor's): the task's `allowed_hosts` alone. A task naming a private
+//!   address does not open it (runner connects from the host, where 10.0.0.5 or
+//!   127.0.0.1 is the host's network, not the container's): the user's config must.
+//! - `no-network`: no proxy at all; the phase's commands reach nothing.
+//! - `registries` (runner's, by flag only): the package registries and tool downloads
+//!   below. Terminal-Bench 2's `tests/test.sh` scripts install their test tools as they
+//!   run (`curl … astral.sh/uv/… | sh`, `uvx -p 3.13 -w pytest …`, `pip install pytest`).
+//!
+//! In every mode but `no-network`, the `network` rules of the evaluation's `--config` are
+//! laid over the mode's (they win where they match), as Harbor lets a run add hosts to a
+//! task's allow-list: an index of your own, or a private address opened on purpose.
 
+use crate::network::ConnectionRecord;
+use serde::{Deserialize, Serialize};
+
+use super::harbor::{NetworkMode, NetworkPolicy};
 use crate::permission::rules::{Action, Rule};
 
-/// `--verifier-network`.
+/// `--agent-network` and `--verifier-network`: the task's policy, or one for the whole
+/// run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum VerifierNetwork {
-    /// No network: the verifier's commands reach nothing.
-    None,
-    /// The package registries and tool downloads, and the hosts the config allows.
+pub enum NetworkChoice {
+    /// What the task says, by Harbor's precedence.
     #[default]
-    Allowlist,
-    /// Every public host, through the proxy (the host's own and private addresses stay
-    /// refused).
-    Host,
+    Task,
+    /// Every public host, through the proxy.
+    Public,
+    /// The package registries and tool downloads, and the hosts the config allows.
+    Registries,
+    /// No network.
+    None,
 }
 
-impl VerifierNetwork {
-    pub const ALL: [VerifierNetwork; 3] = [
-        VerifierNetwork::None,
-        VerifierNetwork::Allowlist,
-        VerifierNetwork::Host,
+/// The older name of [`NetworkChoice`], when only the verifier had a flag.
+pub type VerifierNetwork = NetworkChoice;
+
+impl NetworkChoice {
+    pub const ALL: [NetworkChoice; 4] = [
+        NetworkChoice::Task,
+        NetworkChoice::Public,
+        NetworkChoice::Registries,
+        NetworkChoice::None,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
-            VerifierNetwork::None => "none",
-            VerifierNetwork::Allowlist => "allowlist",
-            VerifierNetwork::Host => "host",
+            NetworkChoice::Task => "task",
+            NetworkChoice::Public => "public",
+            NetworkChoice::Registries => "registries",
+            NetworkChoice::None => "none",
         }
+    }
+
+    /// Other spellings a flag takes: Harbor's `no-network`, and the values
+    /// `--verifier-network` had before it followed the task (`host`, `allowlist`).
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            NetworkChoice::Task => &[],
+            NetworkChoice::Public => &["host"],
+            NetworkChoice::Registries => &["allowlist"],
+            NetworkChoice::None => &["no-network"],
+        }
+    }
+
+    /// The choice a flag's value (its name or an alias) names.
+    pub fn parse(text: &str) -> Option<NetworkChoice> {
+        NetworkChoice::ALL
+            .into_iter()
+            .find(|c| c.name() == text || c.aliases().contains(&text))
     }
 
     /// What the value means, for `--help`.
     pub fn about(self) -> &'static str {
         match self {
-            VerifierNetwork::None => "The verifier reaches no host",
-            VerifierNetwork::Allowlist => {
-                "Package registries and tool downloads (PyPI, astral.sh, GitHub releases, npm, crates.io, Debian and Ubuntu archives…), and the hosts --config allows, through runner's proxy"
+            NetworkChoice::Task => {
+                "What the task's network_mode and allowed_hosts say, by Harbor's precedence (public when it says nothing)"
             }
-            VerifierNetwork::Host => {
+            NetworkChoice::Public => {
                 "Every public host, through runner's proxy (never the host's own or private addresses)"
             }
+            NetworkChoice::Registries => {
+                "Package registries and tool downloads (PyPI, astral.sh, GitHub releases, npm, crates.io, Debian and Ubuntu archives…), and the hosts --config allows, through runner's proxy"
+            }
+            NetworkChoice::None => "No network at all",
         }
     }
 }
@@ -91,29 +136,122 @@ pub const REGISTRY_HOSTS: &[&str] = &[
     "dl-cdn.alpinelinux.org",
 ];
 
-const ORIGIN: &str = "runner eval --verifier-network";
+/// What a phase may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reach {
+    NoNetwork,
+    Allowlist,
+    Registries,
+    Public,
+}
 
-/// The rules the verifier's proxy judges by: the built-in ones for `kind`, then `extra`
-/// (the evaluation's own `network` rules), which win where they match.
-pub fn rules(kind: VerifierNetwork, extra: &[Rule]) -> Vec<Rule> {
-    let mut rules = vec![Rule::new("network", "*", Action::Deny, ORIGIN, 1)];
-    match kind {
-        VerifierNetwork::None => return rules,
-        VerifierNetwork::Allowlist => rules.extend(
-            REGISTRY_HOSTS
-                .iter()
-                .enumerate()
-                .map(|(i, host)| Rule::new("network", host, Action::Allow, ORIGIN, i + 2)),
-        ),
-        VerifierNetwork::Host => rules.push(Rule::new("network", "*", Action::Allow, ORIGIN, 2)),
+/// What runner gives one phase, and what decided it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhasePlan {
+    pub reach: Reach,
+    /// The task's hosts, for [`Reach::Allowlist`].
+    pub allowed_hosts: Vec<String>,
+    /// The task's field, Harbor's default, or the flag.
+    pub from: String,
+}
+
+impl PhasePlan {
+    /// The phase's plan: the flag's `choice` (named `flag`) when it is not `task`, else
+    /// the task's `policy`.
+    pub fn of(choice: NetworkChoice, flag: &str, policy: &NetworkPolicy) -> PhasePlan {
+        let by_flag = |reach| PhasePlan {
+            reach,
+            allowed_hosts: Vec::new(),
+            from: format!("{flag} {}", choice.name()),
+        };
+        match choice {
+            NetworkChoice::Public => by_flag(Reach::Public),
+            NetworkChoice::Registries => by_flag(Reach::Registries),
+            NetworkChoice::None => by_flag(Reach::NoNetwork),
+            NetworkChoice::Task => PhasePlan {
+                reach: match policy.mode {
+                    NetworkMode::Public => Reach::Public,
+                    NetworkMode::NoNetwork => Reach::NoNetwork,
+                    NetworkMode::Allowlist => Reach::Allowlist,
+                },
+                allowed_hosts: policy.allowed_hosts.clone(),
+                from: policy.from.clone(),
+            },
+        }
     }
-    rules.extend(
-        extra
-            .iter()
-            .filter(|r| crate::permission::wildcard::matches("network", &r.permission))
-            .cloned(),
-    );
-    rules
+
+    /// Whether the phase gets runner's proxy.
+    pub fn proxied(&self) -> bool {
+        self.reach != Reach::NoNetwork
+    }
+
+    /// The rules the phase's proxy judges by: everything refused, then what the mode
+    /// opens, then `extra` (the evaluation's own `network` rules), which win where they
+    /// match. `no-network` takes no extra rules: nothing opens it.
+    pub fn rules(&self, extra: &[Rule]) -> Vec<Rule> {
+        let origin = format!("runner eval: {}", self.from);
+        let allow =
+            |(i, host): (usize, &str)| Rule::new("network", host, Action::Allow, &origin, i + 2);
+        let mut rules = vec![Rule::new("network", "*", Action::Deny, &origin, 1)];
+        match self.reach {
+            Reach::NoNetwork => return rules,
+            Reach::Public => rules.push(allow((0, "*"))),
+            Reach::Registries => {
+                rules.extend(REGISTRY_HOSTS.iter().copied().enumerate().map(allow))
+            }
+            Reach::Allowlist => rules.extend(
+                self.allowed_hosts
+                    .iter()
+                    .map(String::as_str)
+                    .enumerate()
+                    .map(allow),
+            ),
+        }
+        rules.extend(
+            extra
+                .iter()
+                .filter(|r| crate::permission::wildcard::matches("network", &r.permission))
+                .cloned(),
+        );
+        rules
+    }
+
+    /// The phase as `result.json` keeps it, with its connections.
+    pub fn noted(
+        &self,
+        phase: &str,
+        step: Option<&str>,
+        connections: &[ConnectionRecord],
+    ) -> PhaseNetwork {
+        PhaseNetwork {
+            phase: phase.to_string(),
+            step: step.map(str::to_string),
+            mode: self.reach,
+            allowed_hosts: self.allowed_hosts.clone(),
+            from: self.from.clone(),
+            connections: connections.iter().map(|c| c.line()).collect(),
+        }
+    }
+}
+
+/// One phase's network in `result.json`'s `network`: what runner did, why, and every
+/// connection (one line each: `allow pypi.org:443 (…)`, `deny example.com:443: …`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseNetwork {
+    /// `agent` or `verifier`.
+    pub phase: String,
+    /// The step, in a multi-step task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    pub mode: Reach,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// What decided: `task [agent] network_mode`, `Harbor's default (…)`,
+    /// `--agent-network none`…
+    pub from: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<String>,
 }
 
 #[cfg(test)]
@@ -129,8 +267,17 @@ mod tests {
             .unwrap()
     }
 
+    fn plan(choice: NetworkChoice, mode: NetworkMode, hosts: &[&str]) -> PhasePlan {
+        let policy = NetworkPolicy {
+            mode,
+            allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            from: "task [agent] network_mode".into(),
+        };
+        PhasePlan::of(choice, "--agent-network", &policy)
+    }
+
     #[test]
-    fn the_allowlist_opens_registries_and_what_the_config_adds() {
+    fn each_mode_opens_what_it_says_and_the_config_adds() {
         let extra = [Rule::new(
             "network",
             "index.internal",
@@ -138,7 +285,9 @@ mod tests {
             "c",
             1,
         )];
-        let rules = rules(VerifierNetwork::Allowlist, &extra);
+        let registries = plan(NetworkChoice::Registries, NetworkMode::NoNetwork, &[]);
+        assert_eq!(registries.from, "--agent-network registries");
+        let rules = registries.rules(&extra);
         for open in [
             "pypi.org",
             "objects.githubusercontent.com",
@@ -154,9 +303,39 @@ mod tests {
         ] {
             assert_eq!(decides(&rules, shut), Action::Deny, "{shut}");
         }
-        let none = super::rules(VerifierNetwork::None, &extra);
-        assert_eq!(decides(&none, "pypi.org"), Action::Deny);
-        let host = super::rules(VerifierNetwork::Host, &[]);
-        assert_eq!(decides(&host, "example.com"), Action::Allow);
+        // The task's allow-list: its hosts and the config's, nothing else.
+        let hosts = plan(NetworkChoice::Task, NetworkMode::Allowlist, &["a.test"]);
+        assert_eq!(hosts.reach, Reach::Allowlist);
+        let rules = hosts.rules(&extra);
+        assert_eq!(decides(&rules, "a.test"), Action::Allow);
+        assert_eq!(decides(&rules, "index.internal"), Action::Allow);
+        assert_eq!(decides(&rules, "b.test"), Action::Deny);
+        assert_eq!(decides(&rules, "pypi.org"), Action::Deny);
+        // Public opens every host; no-network nothing, not even what the config adds.
+        let public = plan(NetworkChoice::Task, NetworkMode::Public, &[]);
+        assert_eq!(decides(&public.rules(&[]), "example.com"), Action::Allow);
+        let none = plan(NetworkChoice::Task, NetworkMode::NoNetwork, &[]);
+        assert!(!none.proxied());
+        assert_eq!(decides(&none.rules(&extra), "index.internal"), Action::Deny);
+        // A flag wins over the task.
+        let forced = plan(NetworkChoice::None, NetworkMode::Public, &[]);
+        assert_eq!(forced.reach, Reach::NoNetwork);
+        assert_eq!(forced.from, "--agent-network none");
+    }
+
+    #[test]
+    fn flags_take_harbors_and_the_older_spellings() {
+        assert_eq!(
+            NetworkChoice::parse("no-network"),
+            Some(NetworkChoice::None)
+        );
+        assert_eq!(NetworkChoice::parse("host"), Some(NetworkChoice::Public));
+        assert_eq!(
+            NetworkChoice::parse("allowlist"),
+            Some(NetworkChoice::Registries)
+        );
+        assert_eq!(NetworkChoice::parse("task"), Some(NetworkChoice::Task));
+        assert_eq!(NetworkChoice::parse("everything"), None);
+        assert_eq!(NetworkChoice::default(), NetworkChoice::Task);
     }
 }
