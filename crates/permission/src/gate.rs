@@ -13,6 +13,10 @@
 //! Who replies is an [`Asker`]: a terminal prompt, a fixed policy, or a test. An asker that
 //! cannot answer says so and the call fails at once: nothing waits for an answer that cannot
 //! come.
+//!
+//! Every decision the gate reaches is told to its audit trail ([`RuleGate::with_audit`]),
+//! with the rule that decided (or sent it to a person) and how a person answered. An ask
+//! dropped before its answer (the turn was cancelled) decided nothing and is not told.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -144,6 +148,7 @@ pub struct RuleGate {
     configured: Vec<Rule>,
     asker: Arc<dyn Asker>,
     state: Mutex<State>,
+    audit: Arc<runner_audit::Audit>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -159,7 +164,14 @@ impl RuleGate {
             configured,
             asker,
             state: Mutex::new(State::default()),
+            audit: Arc::new(runner_audit::Audit::disabled()),
         }
+    }
+
+    /// Tells `audit` of every decision from now on.
+    pub fn with_audit(mut self, audit: Arc<runner_audit::Audit>) -> Self {
+        self.audit = audit;
+        self
     }
 
     pub fn rules(&self) -> &[Rule] {
@@ -327,35 +339,106 @@ impl RuleGate {
         Ok(())
     }
 
-    async fn ask_inner(&self, request: &PermissionRequest) -> Result<(), PermissionError> {
-        let (id, done) = {
+    async fn ask_inner(
+        &self,
+        request: &PermissionRequest,
+    ) -> (Verdict, Result<(), PermissionError>) {
+        let (id, done, verdict) = {
             let mut state = self.lock();
             let verdict = self.verdict_with(request, &state.approved);
             match verdict.action {
-                Action::Allow => return Ok(()),
-                Action::Deny => return Err(self.denied(request, verdict)),
+                Action::Allow => return (verdict, Ok(())),
+                Action::Deny => return (verdict.clone(), Err(self.denied(request, verdict))),
                 Action::Ask => {}
             }
-            Self::enqueue(&mut state, request, false)
+            let (id, done) = Self::enqueue(&mut state, request, false);
+            (id, done, verdict)
         };
-        self.answer(id, done, request).await
+        (verdict, self.answer(id, done, request).await)
     }
 
     /// [`PermissionGate::confirm`]: the configured rules can refuse but not allow; only a
     /// person's answer, now or an "always" earlier in the session, lets it through.
-    async fn confirm_inner(&self, request: &PermissionRequest) -> Result<(), PermissionError> {
-        let (id, done) = {
+    async fn confirm_inner(
+        &self,
+        request: &PermissionRequest,
+    ) -> (Verdict, Result<(), PermissionError>) {
+        let (id, done, verdict) = {
             let mut state = self.lock();
             let verdict = self.verdict_with(request, &state.approved);
             if verdict.action == Action::Deny {
-                return Err(self.denied(request, verdict));
+                return (verdict.clone(), Err(self.denied(request, verdict)));
             }
             if Self::approved_covers(request, &state.approved) {
-                return Ok(());
+                // Decided by the earlier "always", not by whatever configured rule matched.
+                let by_approval = self.verdict_with_only(request, &state.approved);
+                return (by_approval, Ok(()));
             }
-            Self::enqueue(&mut state, request, true)
+            let (id, done) = Self::enqueue(&mut state, request, true);
+            let asked = Verdict {
+                action: Action::Ask,
+                ..verdict
+            };
+            (id, done, asked)
         };
-        self.answer(id, done, request).await
+        (verdict, self.answer(id, done, request).await)
+    }
+
+    /// The verdict of the approvals alone (for a confirmation they settled).
+    fn verdict_with_only(&self, request: &PermissionRequest, approved: &[Rule]) -> Verdict {
+        let pattern = request.patterns.first().cloned();
+        let rule = pattern.as_deref().and_then(|p| {
+            rules::evaluate(&request.permission, &[p], &[], approved)
+                .rule
+                .cloned()
+        });
+        Verdict {
+            action: Action::Allow,
+            pattern,
+            rule,
+        }
+    }
+
+    /// Tells the audit trail how `request` was decided: by `verdict`'s rule, or by whoever
+    /// was asked when the rules left it open.
+    fn audit(
+        &self,
+        request: &PermissionRequest,
+        verdict: &Verdict,
+        result: &Result<(), PermissionError>,
+    ) {
+        use runner_audit::Decision;
+        if !self.audit.is_on() {
+            return;
+        }
+        let asked = verdict.action == Action::Ask;
+        let (decision, detail) = match result {
+            Ok(()) if asked => (
+                Decision::Approved,
+                Some("asked, and the answer was yes".to_string()),
+            ),
+            Ok(()) => (Decision::Allowed, None),
+            Err(PermissionError::Denied(_)) => (Decision::Denied, None),
+            Err(PermissionError::Rejected { feedback }) => (
+                Decision::Rejected,
+                Some(match feedback {
+                    Some(f) => format!("asked, and the answer was no: {f}"),
+                    None => "asked, and the answer was no".to_string(),
+                }),
+            ),
+            Err(PermissionError::Unanswered { reason, .. }) => (
+                Decision::Unanswered,
+                Some(format!("needed asking, and nobody could answer: {reason}")),
+            ),
+        };
+        self.audit.permission(&runner_audit::Permission {
+            tool: request.tool.clone(),
+            permission: request.permission.clone(),
+            patterns: request.patterns.clone(),
+            decision,
+            rule: verdict.rule.as_ref().map(audit_rule),
+            detail,
+        });
     }
 
     /// Whether this session's "always" answers cover every pattern of the request.
@@ -432,13 +515,33 @@ impl Drop for ForgetOnDrop<'_> {
     }
 }
 
+/// A rule as the audit trail names it: its text, its file and place, its layer.
+pub fn audit_rule(rule: &Rule) -> runner_audit::RuleRef {
+    runner_audit::RuleRef {
+        permission: rule.permission.clone(),
+        pattern: rule.pattern.clone(),
+        action: rule.action.as_str().to_string(),
+        origin: rule.source.origin.clone(),
+        position: rule.source.position,
+        layer: format!("{:?}", rule.source.layer).to_lowercase(),
+    }
+}
+
 impl PermissionGate for RuleGate {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
-        Box::pin(self.ask_inner(request))
+        Box::pin(async move {
+            let (verdict, result) = self.ask_inner(request).await;
+            self.audit(request, &verdict, &result);
+            result
+        })
     }
 
     fn confirm<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
-        Box::pin(self.confirm_inner(request))
+        Box::pin(async move {
+            let (verdict, result) = self.confirm_inner(request).await;
+            self.audit(request, &verdict, &result);
+            result
+        })
     }
 
     fn disabled(&self, permission: &str) -> Option<Rule> {
@@ -788,6 +891,65 @@ mod tests {
         // `sudo ls` is not `ls`: the inner form may deny, never allow.
         assert_eq!(with("sudo ls", &["ls"]).action, ASK);
         assert_eq!(with("ls", &["ls"]).action, Allow);
+    }
+
+    #[tokio::test]
+    async fn every_decision_is_audited_with_the_rule_that_made_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("audit.jsonl");
+        let audit =
+            Arc::new(runner_audit::Audit::open(std::slice::from_ref(&file), "1", None).unwrap());
+        let rules = [
+            ("*", "*", Allow),
+            ("bash", "rm *", Deny),
+            ("bash", "make *", ASK),
+        ];
+        let g = Arc::into_inner(gate(&rules, Arc::new(PolicyAsker::allow())))
+            .unwrap()
+            .with_audit(audit.clone());
+        g.ask(&req("bash", &["ls"], &[])).await.unwrap();
+        g.ask(&req("bash", &["rm -rf /"], &[])).await.unwrap_err();
+        g.ask(&req("bash", &["make all"], &[])).await.unwrap();
+        let nobody = Arc::into_inner(gate(&rules, Arc::new(PolicyAsker::deny("no terminal"))))
+            .unwrap()
+            .with_audit(audit);
+        nobody
+            .ask(&req("bash", &["make x"], &[]))
+            .await
+            .unwrap_err();
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let seen: Vec<(String, u64, String)> = lines
+            .iter()
+            .map(|l| {
+                (
+                    l["resources"][0]["name"].as_str().unwrap().to_string(),
+                    l["disposition_id"].as_u64().unwrap(),
+                    l["policy"]["uid"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let want = [
+            ("ls", 1, "test#1"),
+            ("rm -rf /", 2, "test#2"),
+            ("make all", 8, "test#3"),
+            ("make x", 2, "test#3"),
+        ];
+        let want: Vec<(String, u64, String)> = want
+            .iter()
+            .map(|(s, d, u)| (s.to_string(), *d, u.to_string()))
+            .collect();
+        assert_eq!(seen, want);
+        assert_eq!(lines[1]["policy"]["name"], "bash \"rm *\" = deny");
+        assert!(
+            lines[3]["status_detail"]
+                .as_str()
+                .unwrap()
+                .contains("no terminal")
+        );
     }
 
     #[test]

@@ -1,0 +1,487 @@
+//! What each decision is in OCSF, and why that class.
+//!
+//! - **A permission decision** (a tool call judged by the rules, or by a person asked) is
+//!   *API Activity* (6003). The agent calls runner's tool interface, one operation per tool
+//!   (`api.operation`), on the subjects the rules match (`resources`); the gate is the
+//!   security control whose outcome `action_id` / `disposition_id` carry, and the deciding
+//!   rule is the `policy`. *Authorize Session* (3003) was the other candidate, but it is
+//!   about privileges given to a logon session, not one call judged; *Base Event* would lose
+//!   the `api` a SIEM groups calls by. Activities: reading tools are Read, editing ones
+//!   Update, everything else (a command, a subagent, a fetch) Other, named in
+//!   `activity_name`.
+//! - **A connection through the allow-list's proxy** is *Network Activity* (4001): Refuse
+//!   when refused, Fail when allowed but not made, else Close, since the record is written
+//!   when it is over, with the bytes each way in `traffic`. The permission decision that
+//!   let it (or not) is an API Activity of its own: the rules can allow a host whose
+//!   address the proxy then refuses, so the two are different facts.
+//! - **An inspected HTTP request** is *HTTP Activity* (4002), its activity the method.
+//! - **A secret put on a request, or refused**, is *API Activity* Read of a resource of
+//!   type `secret`, named and never valued: the proxy reads the secret to use it.
+//! - **The sandbox's start and end** are *Application Lifecycle* (6002) Start and Stop:
+//!   the sandbox is an application runner starts and stops; *Process Activity* would need
+//!   a process (pid, executable) that a container or a landlock domain is not one of.
+
+use serde_json::{Map, Value, json};
+
+use crate::ocsf::{self, Activity, Meta, OTHER, Outcome};
+
+/// The rule that decided, as the permission layers know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleRef {
+    pub permission: String,
+    pub pattern: String,
+    /// `allow`, `ask` or `deny`.
+    pub action: String,
+    /// A config file's path, `built-in defaults`, `profile NAME`, `approval`, …
+    pub origin: String,
+    /// The rule's 1-based position within its origin.
+    pub position: usize,
+    /// The layer it was stacked in: `defaults`, `profile`, `user`, `project`, `explicit`
+    /// (`--config`), `session`, `other` (approvals, rules made in code).
+    pub layer: String,
+}
+
+impl RuleRef {
+    /// `bash "rm *" = deny (~/.config/runner/config.toml #3)`: how runner shows a rule.
+    pub fn line(&self) -> String {
+        format!(
+            "{} {:?} = {} ({} #{})",
+            self.permission, self.pattern, self.action, self.origin, self.position
+        )
+    }
+
+    /// OCSF's `policy`: the rule's text as its name, where it is written as its uid.
+    fn policy(&self) -> Value {
+        json!({
+            "name": format!("{} {:?} = {}", self.permission, self.pattern, self.action),
+            "uid": format!("{}#{}", self.origin, self.position),
+            "desc": format!("rule {} of {} (layer {})", self.position, self.origin, self.layer),
+            "data": {
+                "permission": self.permission,
+                "pattern": self.pattern,
+                "action": self.action,
+                "origin": self.origin,
+                "position": self.position,
+                "layer": self.layer,
+            },
+        })
+    }
+}
+
+/// How a decision came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// A rule (or an earlier "always") allowed it.
+    Allowed,
+    /// A person was asked and said yes.
+    Approved,
+    /// A rule or a check refused it.
+    Denied,
+    /// A person was asked and said no.
+    Rejected,
+    /// It needed asking and nobody could answer (no terminal, `--ask deny`, a profile).
+    Unanswered,
+}
+
+impl Decision {
+    fn outcome(self) -> Outcome {
+        match self {
+            Decision::Allowed => Outcome::Allowed,
+            Decision::Approved => Outcome::Approved,
+            Decision::Denied | Decision::Unanswered => Outcome::Blocked,
+            Decision::Rejected => Outcome::Rejected,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Approved => "approved",
+            Decision::Denied => "denied",
+            Decision::Rejected => "rejected",
+            Decision::Unanswered => "refused, nobody could answer",
+        }
+    }
+}
+
+/// One permission decision.
+#[derive(Debug, Clone)]
+pub struct Permission {
+    /// The tool that asked, where a tool did.
+    pub tool: Option<String>,
+    pub permission: String,
+    /// The subjects judged (a command, a path, a host).
+    pub patterns: Vec<String>,
+    pub decision: Decision,
+    /// The rule that decided, or that sent it to a person; `None` when no rule matched
+    /// (then the default, ask, applied).
+    pub rule: Option<RuleRef>,
+    /// More about it: who answered, why nobody could.
+    pub detail: Option<String>,
+}
+
+/// One connection through the allow-list's proxy.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub host: String,
+    pub port: u16,
+    pub allowed: bool,
+    /// Why it was refused or failed.
+    pub reason: Option<String>,
+    /// The address connected to (`IP:PORT`, or `via PROXY` through an upstream proxy).
+    pub address: Option<String>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// The proxy's own line for it.
+    pub summary: String,
+}
+
+/// One request the proxy read, judged by method and path.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    pub method: String,
+    /// `https` for an inspected TLS connection, `http` for plain.
+    pub scheme: String,
+    pub host: String,
+    pub port: u16,
+    /// The path with its query, as the request line has it.
+    pub path: String,
+    pub decision: Decision,
+    pub rule: Option<RuleRef>,
+    /// The status the sandbox got: 403 when refused, else the server's.
+    pub status: Option<u16>,
+    pub reason: Option<String>,
+}
+
+/// A secret put on a request (allowed) or refused, named and never valued.
+#[derive(Debug, Clone)]
+pub struct SecretUse {
+    pub name: String,
+    /// The host the request was for.
+    pub host: String,
+    pub port: Option<u16>,
+    pub allowed: bool,
+    /// Why refused (another host, a tunnel), or where it was put.
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxStart {
+    /// `landlock`, `docker`, `none`.
+    pub backend: String,
+    /// `none`, `allowlist`, `host`.
+    pub network: String,
+    pub worktree: String,
+    /// The session's first line: the wall its tools run behind.
+    pub description: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SandboxEnd {
+    pub backend: String,
+    /// How the session ended, where known.
+    pub reason: Option<String>,
+}
+
+/// The agent, as the actor of a tool call.
+fn agent_actor() -> Value {
+    json!({ "app_name": "runner agent" })
+}
+
+/// Where a sandbox's traffic and calls come from.
+fn sandbox_endpoint() -> Value {
+    json!({ "name": "sandbox" })
+}
+
+fn endpoint(host: &str, port: Option<u16>) -> Value {
+    let mut e = Map::new();
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => e.insert("ip".into(), json!(ip.to_string())),
+        Err(_) => e.insert("hostname".into(), json!(host)),
+    };
+    if let Some(p) = port {
+        e.insert("port".into(), json!(p));
+    }
+    Value::Object(e)
+}
+
+fn permission_activity(permission: &str) -> Activity {
+    match permission {
+        "read" | "list" | "glob" | "grep" | "lsp" | "codesearch" | "websearch" => Activity {
+            id: 2,
+            name: "Read",
+        },
+        "edit" | "write" | "patch" | "todowrite" => Activity {
+            id: 3,
+            name: "Update",
+        },
+        _ => Activity {
+            id: OTHER,
+            name: "Invoke",
+        },
+    }
+}
+
+pub(crate) fn permission(p: &Permission, meta: Meta) -> Value {
+    let subjects = p.patterns.join(", ");
+    let mut message = format!("{} {subjects:?} {}", p.permission, p.decision.word());
+    if let Some(rule) = &p.rule {
+        message.push_str(&format!(" by {}", rule.line()));
+    }
+    let activity = permission_activity(&p.permission);
+    let mut r = ocsf::record(
+        ocsf::API_ACTIVITY,
+        activity,
+        Some(p.decision.outcome()),
+        message,
+        meta,
+    );
+    let operation = p.tool.clone().unwrap_or_else(|| p.permission.clone());
+    r.insert("actor".into(), agent_actor());
+    r.insert(
+        "api".into(),
+        json!({ "operation": operation, "service": { "name": "runner tools" } }),
+    );
+    r.insert("src_endpoint".into(), sandbox_endpoint());
+    let resources: Vec<Value> = p
+        .patterns
+        .iter()
+        .map(|s| json!({ "name": s, "type": p.permission }))
+        .collect();
+    r.insert("resources".into(), json!(resources));
+    put_policy(&mut r, p.rule.as_ref());
+    if let Some(d) = &p.detail {
+        r.insert("status_detail".into(), json!(d));
+    }
+    Value::Object(r)
+}
+
+/// The deciding rule as `policy`; with none, the default that applied.
+fn put_policy(r: &mut Map<String, Value>, rule: Option<&RuleRef>) {
+    let policy = match rule {
+        Some(rule) => rule.policy(),
+        None => json!({
+            "name": "no rule matched: ask",
+            "uid": "default",
+            "desc": "no rule matched, so the call was put to whoever answers asks",
+        }),
+    };
+    r.insert("policy".into(), policy);
+}
+
+pub(crate) fn connection(c: &Connection, meta: Meta) -> Value {
+    let (activity, outcome, status) = if !c.allowed {
+        (
+            Activity {
+                id: 5,
+                name: "Refuse",
+            },
+            Outcome::Blocked,
+            (2, "Failure"),
+        )
+    } else if c.address.is_none() && c.reason.is_some() {
+        (
+            Activity {
+                id: 4,
+                name: "Fail",
+            },
+            Outcome::Allowed,
+            (2, "Failure"),
+        )
+    } else {
+        (
+            Activity {
+                id: 2,
+                name: "Close",
+            },
+            Outcome::Allowed,
+            (1, "Success"),
+        )
+    };
+    let mut r = ocsf::record(
+        ocsf::NETWORK_ACTIVITY,
+        activity,
+        Some(outcome),
+        c.summary.clone(),
+        meta,
+    );
+    let mut dst = endpoint(&c.host, Some(c.port));
+    if let Some(addr) = c.address.as_deref()
+        && let Ok(sa) = addr.parse::<std::net::SocketAddr>()
+    {
+        dst["ip"] = json!(sa.ip().to_string());
+    }
+    r.insert("src_endpoint".into(), sandbox_endpoint());
+    r.insert("dst_endpoint".into(), dst);
+    r.insert(
+        "connection_info".into(),
+        json!({ "direction_id": 2, "direction": "Outbound", "protocol_name": "tcp" }),
+    );
+    r.insert(
+        "traffic".into(),
+        json!({
+            "bytes_out": c.bytes_sent,
+            "bytes_in": c.bytes_received,
+            "bytes": c.bytes_sent + c.bytes_received,
+        }),
+    );
+    r.insert("status_id".into(), json!(status.0));
+    r.insert("status".into(), json!(status.1));
+    if let Some(reason) = &c.reason {
+        r.insert("status_detail".into(), json!(reason));
+    }
+    Value::Object(r)
+}
+
+/// HTTP Activity's activities are the methods; any other method is Other.
+fn http_activity(method: &str) -> Activity {
+    let (id, name) = match method.to_ascii_uppercase().as_str() {
+        "CONNECT" => (1, "Connect"),
+        "DELETE" => (2, "Delete"),
+        "GET" => (3, "Get"),
+        "HEAD" => (4, "Head"),
+        "OPTIONS" => (5, "Options"),
+        "POST" => (6, "Post"),
+        "PUT" => (7, "Put"),
+        "TRACE" => (8, "Trace"),
+        "PATCH" => (9, "Patch"),
+        _ => (OTHER, "Other"),
+    };
+    Activity { id, name }
+}
+
+pub(crate) fn http_request(q: &HttpRequest, meta: Meta) -> Value {
+    let mut message = format!("{} {}{} {}", q.method, q.host, q.path, q.decision.word());
+    if let Some(rule) = &q.rule {
+        message.push_str(&format!(" by {}", rule.line()));
+    }
+    let mut r = ocsf::record(
+        ocsf::HTTP_ACTIVITY,
+        http_activity(&q.method),
+        Some(q.decision.outcome()),
+        message,
+        meta,
+    );
+    let (path, query) = match q.path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (q.path.as_str(), None),
+    };
+    let mut url = json!({
+        "scheme": q.scheme,
+        "hostname": q.host,
+        "port": q.port,
+        "path": path,
+        "url_string": format!("{}://{}:{}{}", q.scheme, q.host, q.port, q.path),
+    });
+    if let Some(query) = query {
+        url["query_string"] = json!(query);
+    }
+    let mut request = json!({ "http_method": q.method, "url": url });
+    if http_activity(&q.method).id == OTHER {
+        // The schema's list of methods is closed; another one is still named.
+        request.as_object_mut().map(|o| o.remove("http_method"));
+        r.insert("activity_name".into(), json!(q.method));
+    }
+    r.insert("http_request".into(), request);
+    if let Some(code) = q.status {
+        r.insert("http_response".into(), json!({ "code": code }));
+        r.insert("http_status".into(), json!(code));
+    }
+    r.insert("src_endpoint".into(), sandbox_endpoint());
+    r.insert("dst_endpoint".into(), endpoint(&q.host, Some(q.port)));
+    put_policy(&mut r, q.rule.as_ref());
+    if let Some(reason) = &q.reason {
+        r.insert("status_detail".into(), json!(reason));
+    }
+    Value::Object(r)
+}
+
+pub(crate) fn secret_use(s: &SecretUse, meta: Meta) -> Value {
+    let word = if s.allowed { "put on" } else { "refused on" };
+    let mut message = format!("secret {} {word} a request to {}", s.name, s.host);
+    if let Some(d) = &s.detail {
+        message.push_str(&format!(": {d}"));
+    }
+    let outcome = if s.allowed {
+        Outcome::Allowed
+    } else {
+        Outcome::Blocked
+    };
+    let mut r = ocsf::record(
+        ocsf::API_ACTIVITY,
+        Activity {
+            id: 2,
+            name: "Read",
+        },
+        Some(outcome),
+        message,
+        meta,
+    );
+    r.insert(
+        "actor".into(),
+        json!({ "app_name": "runner network proxy" }),
+    );
+    r.insert(
+        "api".into(),
+        json!({ "operation": "secret", "service": { "name": "runner network proxy" } }),
+    );
+    r.insert("src_endpoint".into(), sandbox_endpoint());
+    r.insert("dst_endpoint".into(), endpoint(&s.host, s.port));
+    r.insert(
+        "resources".into(),
+        json!([{ "name": s.name, "type": "secret" }]),
+    );
+    if let Some(d) = &s.detail {
+        r.insert("status_detail".into(), json!(d));
+    }
+    Value::Object(r)
+}
+
+fn sandbox_app(backend: &str, version: &str) -> Value {
+    json!({
+        "name": "runner sandbox",
+        "vendor_name": ocsf::VENDOR,
+        "version": version,
+        "feature": { "name": backend },
+    })
+}
+
+pub(crate) fn sandbox_start(s: &SandboxStart, meta: Meta) -> Value {
+    let version = meta.product_version.to_string();
+    let mut r = ocsf::record(
+        ocsf::APPLICATION_LIFECYCLE,
+        Activity {
+            id: 3,
+            name: "Start",
+        },
+        None,
+        s.description.clone(),
+        meta,
+    );
+    r.insert("app".into(), sandbox_app(&s.backend, &version));
+    r.insert(
+        "unmapped".into(),
+        json!({ "network": s.network, "worktree": s.worktree }),
+    );
+    Value::Object(r)
+}
+
+pub(crate) fn sandbox_end(s: &SandboxEnd, meta: Meta) -> Value {
+    let version = meta.product_version.to_string();
+    let message = match &s.reason {
+        Some(r) => format!("sandbox ({}) stopped: {r}", s.backend),
+        None => format!("sandbox ({}) stopped", s.backend),
+    };
+    let mut r = ocsf::record(
+        ocsf::APPLICATION_LIFECYCLE,
+        Activity {
+            id: 4,
+            name: "Stop",
+        },
+        None,
+        message,
+        meta,
+    );
+    r.insert("app".into(), sandbox_app(&s.backend, &version));
+    Value::Object(r)
+}
