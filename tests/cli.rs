@@ -1612,7 +1612,9 @@ fn the_manual_renders_with_every_subcommand_environment_and_exit_status() {
         assert!(plain.contains(var), "ENVIRONMENT lacks {var}");
     }
     let exit_status = &plain[plain.find("\nEXIT STATUS").unwrap()..];
-    for code in ["0", "1", "2", "3", "4", "5", "6", "7", "130"] {
+    for code in [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "130",
+    ] {
         assert!(
             exit_status
                 .lines()

@@ -246,7 +246,11 @@ fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
-    assert_eq!(run.status.code(), Some(0), "{said}");
+    assert_eq!(
+        run.status.code(),
+        Some(8),
+        "the broken line is an infra_error: {said}"
+    );
     assert_eq!(containers_of(pid), "", "containers left behind");
     assert!(!out.join(".work").exists(), "worktrees left behind");
 
@@ -339,7 +343,7 @@ fn twenty_tasks_in_docker_get_exactly_the_verdicts_the_script_deserves() {
     // Again into the same folder: nothing is run twice, and the summary is the same.
     let asked = model.requests().len();
     let (again, _) = eval(&model, &set, &out, &["--jobs", "4"]);
-    assert_eq!(again.status.code(), Some(0));
+    assert_eq!(again.status.code(), Some(8), "the broken line again");
     assert_eq!(model.requests().len(), asked, "finished tasks ran again");
     assert_eq!(read_json(&out.join("summary.json")), summary);
 

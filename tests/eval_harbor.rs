@@ -230,7 +230,7 @@ fn twenty_harbor_tasks_get_exactly_the_verdicts_the_script_deserves() {
     let out = set.dir.join("out");
     let (run, pid) = eval(&set.dir, &out, &["--jobs", "4"], Some(&model));
     let told = said(&run);
-    assert_eq!(run.status.code(), Some(0), "{told}");
+    assert_eq!(run.status.code(), Some(8), "two infra errors: {told}");
     assert_eq!(containers_of(pid), "", "containers left behind");
     assert!(!out.join(".work").exists(), "scratch folders left behind");
 
@@ -326,7 +326,7 @@ fn twenty_harbor_tasks_get_exactly_the_verdicts_the_script_deserves() {
     // Again: nothing runs twice (the two infra errors do, and fail the same way).
     let asked = model.requests().len();
     let (again, _) = eval(&set.dir, &out, &["--jobs", "4"], Some(&model));
-    assert_eq!(again.status.code(), Some(0), "{}", said(&again));
+    assert_eq!(again.status.code(), Some(8), "{}", said(&again));
     assert_eq!(model.requests().len(), asked, "finished tasks ran again");
     assert_eq!(
         read_json(&out.join("summary.json"))["counts"],
@@ -409,7 +409,12 @@ fn the_oracle_resolves_every_right_solution_and_not_a_wrong_one() {
     std::fs::remove_dir_all(missing.join("environment")).unwrap();
     let out = dir.join("out");
     let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "3"], None);
-    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(
+        run.status.code(),
+        Some(8),
+        "missing-image is an infra_error: {}",
+        said(&run)
+    );
     assert_eq!(containers_of(pid), "");
     let status = |id: &str| read_json(&out.join("tasks").join(id).join("result.json"));
     for id in [
@@ -1310,7 +1315,12 @@ fn links_out_of_a_task_folder_are_refused_by_name_and_links_inside_still_work() 
 
     let out = root.join("out");
     let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "2"], None);
-    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(
+        run.status.code(),
+        Some(8),
+        "the refused tasks: {}",
+        said(&run)
+    );
     assert_eq!(containers_of(pid), "");
     let inside = read_json(&out.join("tasks/inside/result.json"));
     assert_eq!(inside["status"], "resolved", "{inside}");
@@ -1362,7 +1372,12 @@ fn what_a_task_says_reaches_the_terminal_escaped() {
     std::fs::remove_dir_all(odd.join("solution")).unwrap();
     let out = dir.with_file_name("out");
     let (run, _) = eval(&dir, &out, &["--agent", "oracle"], None);
-    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(
+        run.status.code(),
+        Some(8),
+        "odd has no solution: {}",
+        said(&run)
+    );
     let all = [run.stdout.as_slice(), run.stderr.as_slice()].concat();
     for raw in ["\u{1b}", "\u{7}", "\r", "\u{202e}"] {
         assert!(

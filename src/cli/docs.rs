@@ -262,7 +262,7 @@ fn environment(roff: &mut Roff) {
 
 /// The statuses, from the constants the commands return.
 fn exit_status(roff: &mut Roff) {
-    let statuses: [(u8, &str); 10] = [
+    let statuses: [(u8, &str); 13] = [
         (
             run_exit::FINISHED,
             "Done: the task finished, the command did what it was asked.",
@@ -293,6 +293,21 @@ fn exit_status(roff: &mut Roff) {
             "The sandbox could not start, or failed under the run.",
         ),
         (run_exit::MODEL_REFUSED, "The model declined to answer."),
+        (
+            exit::EVAL_INCOMPLETE,
+            "eval run: an attempt ended in infra_error, or a task could not be loaded (a \
+             malformed line, a missing instruction.md): the counts are not the agent's \
+             whole score.",
+        ),
+        (
+            exit::EVAL_EMPTY,
+            "eval run: the task sets hold no task, so nothing ran.",
+        ),
+        (
+            exit::EVAL_UNRESOLVED,
+            "eval run --fail-on unresolved: an attempt was not resolved (without the flag, \
+             a run whose every attempt reached a verdict exits 0).",
+        ),
         (
             run_exit::INTERRUPTED,
             "Interrupted by Ctrl-C (128 + SIGINT).",

@@ -2,13 +2,15 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 
 use super::exit;
 use super::signals::Signals;
 use crate::display;
-use crate::eval::{self, AgentKind, EvalOptions};
+use crate::eval::events::{Event, EventSink, JsonLines, NoEvents};
+use crate::eval::{self, AgentKind, EvalOptions, Outcome};
 use crate::sandbox::BackendKind;
 
 #[derive(Debug, Subcommand)]
@@ -109,6 +111,22 @@ pub struct RunArgs {
     /// default what the task says. Always through runner's proxy, and recorded.
     #[arg(long, value_name = "MODE", default_value = "task", value_parser = network_arg())]
     agent_network: crate::eval::verifier_network::NetworkChoice,
+    /// Events as JSON lines on stdout (run_start, load_problem, attempt_start, phase,
+    /// attempt_end, run_end; docs/EVALUATIONS.md), for a harness; the lines for a person
+    /// go to stderr.
+    #[arg(long)]
+    json: bool,
+    /// Exit non-zero (10) for what is otherwise a verdict: `unresolved`, any attempt not
+    /// resolved, for CI that wants red on it.
+    #[arg(long, value_name = "WHAT", value_enum)]
+    fail_on: Option<FailOn>,
+}
+
+/// `--fail-on`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FailOn {
+    /// Any attempt that was not resolved (unresolved, agent_error, timeout).
+    Unresolved,
 }
 
 /// `--agent-network` and `--verifier-network`'s values, with their other spellings
@@ -157,16 +175,46 @@ pub fn run(cmd: EvalCommand) -> u8 {
 }
 
 async fn run_eval(args: RunArgs) -> u8 {
-    let mut options = EvalOptions::new(args.tasks, args.out.clone());
+    let (json, fail_on, out) = (args.json, args.fail_on, args.out.clone());
+    let events: Arc<dyn EventSink> = if json {
+        Arc::new(JsonLines::new(std::io::stdout()))
+    } else {
+        Arc::new(NoEvents)
+    };
+    let options = match options_of(args) {
+        Ok(o) => o,
+        Err(message) => return failed(&*events, exit::USAGE, &message),
+    };
+    // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
+    let signals = Signals::listen(
+        Some("stopping: running tasks are cancelled, finished ones are kept"),
+        Box::new(|| {}),
+    );
+    let stop = signals.turn();
+    match eval::run(options, stop.clone(), events.clone()).await {
+        Ok(report) => finish(&report, fail_on, &out, json, &*events),
+        Err(e) => {
+            let code = match e {
+                // Options that cannot make an evaluation (no model, …): usage, as for `run`.
+                eval::EvalError::Options(_) => exit::USAGE,
+                _ => exit::FAILED,
+            };
+            failed(&*events, code, &e.to_string())
+        }
+    }
+}
+
+/// The evaluation's options from the flags; `Err`: a flag no evaluation can take.
+fn options_of(args: RunArgs) -> Result<EvalOptions, String> {
+    let mut options = EvalOptions::new(args.tasks, args.out);
     options.model = args.model;
     options.agent = match args.agent.as_deref() {
         None => AgentKind::Model,
         Some("oracle") => AgentKind::Oracle,
         Some(other) => {
-            eprintln!(
-                "runner: --agent {other:?}: eval runs --model with runner's own loop, or --agent oracle"
-            );
-            return exit::USAGE;
+            return Err(format!(
+                "--agent {other:?}: eval runs --model with runner's own loop, or --agent oracle"
+            ));
         }
     };
     if let Some(j) = args.jobs {
@@ -193,34 +241,85 @@ async fn run_eval(args: RunArgs) -> u8 {
     options.agent_network = args.agent_network;
     options.build_network = args.build_network;
     options.progress = std::io::stderr().is_terminal();
-    // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
-    let signals = Signals::listen(
-        Some("stopping: running tasks are cancelled, finished ones are kept"),
-        Box::new(|| {}),
-    );
-    let stop = signals.turn();
-    match eval::run(options, stop.clone()).await {
-        Ok(report) => {
-            println!("{}", summary_line(&report.summary));
-            println!("results: {}", args.out.join("summary.json").display());
-            if report.unfinished > 0 {
-                eprintln!(
-                    "runner: stopped with {} attempts unfinished; run the same command again to finish them",
-                    report.unfinished
-                );
-                return 130;
-            }
-            exit::OK
-        }
-        Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
-            match e {
-                // Options that cannot make an evaluation (no model, …): usage, as for `run`.
-                eval::EvalError::Options(_) => exit::USAGE,
-                _ => exit::FAILED,
-            }
+    Ok(options)
+}
+
+/// A run that could not start or go on: its words on stderr, and under `--json` one
+/// `error` event, so a harness reading stdout is never left with nothing.
+fn failed(events: &dyn EventSink, code: u8, message: &str) -> u8 {
+    eprintln!("runner: {}", display::escape(message));
+    events.emit(&Event::Error {
+        code,
+        message: message.to_string(),
+    });
+    code
+}
+
+/// The summary (stdout, or stderr under `--json`, where stdout is the events'), why the
+/// status is not 0 when it is not, and `run_end`.
+fn finish(
+    report: &eval::Report,
+    fail_on: Option<FailOn>,
+    out: &std::path::Path,
+    json: bool,
+    events: &dyn EventSink,
+) -> u8 {
+    let outcome = report.outcome(fail_on == Some(FailOn::Unresolved));
+    let code = match outcome {
+        Outcome::Stopped => crate::agent::exit::INTERRUPTED,
+        Outcome::Empty => exit::EVAL_EMPTY,
+        Outcome::Incomplete => exit::EVAL_INCOMPLETE,
+        Outcome::Unresolved => exit::EVAL_UNRESOLVED,
+        Outcome::Verdicts => exit::OK,
+    };
+    let lines = [
+        summary_line(&report.summary),
+        format!(
+            "results: {}",
+            display::shown(out.join("summary.json").display())
+        ),
+    ];
+    for line in lines.iter().filter(|_| outcome != Outcome::Empty) {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
         }
     }
+    if let Some(why) = why_not_zero(report, outcome) {
+        eprintln!("runner: {why} (exit {code})");
+    }
+    events.emit(&Event::RunEnd {
+        summary: report.summary.clone(),
+        unfinished: report.unfinished,
+        load_problems: report.load_problems,
+        exit_code: code,
+    });
+    code
+}
+
+/// Why a run's status is not 0, in a line.
+fn why_not_zero(report: &eval::Report, outcome: Outcome) -> Option<String> {
+    let count = |s: eval::results::Status| report.summary.counts.get(s.name()).copied();
+    let infra = count(eval::results::Status::InfraError).unwrap_or(0);
+    let resolved = count(eval::results::Status::Resolved).unwrap_or(0);
+    Some(match outcome {
+        Outcome::Verdicts => return None,
+        Outcome::Stopped => format!(
+            "stopped with {} attempts unfinished; run the same command again to finish them",
+            report.unfinished
+        ),
+        Outcome::Empty => "the task sets hold no task: nothing ran".into(),
+        Outcome::Incomplete => format!(
+            "not every attempt reached a verdict ({infra} infra_error in the summary, {} load problems said above): the counts are not the agent's whole score",
+            report.load_problems
+        ),
+        Outcome::Unresolved => format!(
+            "--fail-on unresolved: {} of {} attempts were not resolved",
+            report.summary.attempts - resolved,
+            report.summary.attempts
+        ),
+    })
 }
 
 /// The counts in one line. A summary read back from disk (`eval summary DIR`) was written

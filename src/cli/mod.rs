@@ -28,6 +28,14 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// A permission rule denied the call, or the ask was refused.
     pub const DENIED: u8 = 3;
+    /// `eval run`: an attempt ended in `infra_error`, or a task could not be loaded (the
+    /// counts are not the agent's whole score). 4 to 7 are `run`'s
+    /// ([`crate::agent::exit`]).
+    pub const EVAL_INCOMPLETE: u8 = 8;
+    /// `eval run`: the task sets hold no task, so nothing ran.
+    pub const EVAL_EMPTY: u8 = 9;
+    /// `eval run --fail-on unresolved`: an attempt was not resolved.
+    pub const EVAL_UNRESOLVED: u8 = 10;
 }
 
 #[derive(Debug, Parser)]

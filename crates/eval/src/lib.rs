@@ -9,6 +9,7 @@
 pub mod attempt;
 pub mod engines;
 mod error;
+pub mod events;
 pub mod fields;
 pub mod folder;
 pub mod harbor;
@@ -44,8 +45,9 @@ use tokio_util::sync::CancellationToken;
 pub use error::EvalError;
 
 use crate::sandbox::BackendKind;
+use events::{Event, EventSink};
 use results::{Status, Summary, TaskResult};
-use tasks::{Loaded, Task};
+use tasks::{Loaded, Problem, Task};
 
 /// Sandboxes being closed in the background; the evaluation does not end before they are
 /// gone.
@@ -158,13 +160,67 @@ pub struct Report {
     pub summary: Summary,
     /// Attempts not run because the evaluation was stopped; a rerun picks them up.
     pub unfinished: usize,
+    /// Tasks in the sets, those that cannot run included.
+    pub tasks: usize,
+    /// Tasks that could not be loaded, and sets that hold no task.
+    pub load_problems: usize,
+}
+
+/// What a run comes to, for its exit status: the first that holds, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A stop left attempts unrun.
+    Stopped,
+    /// The task sets hold no task: nothing was run, most likely not what was meant.
+    Empty,
+    /// An attempt ended in `infra_error`, or a task could not be loaded: the counts are
+    /// not the agent's whole score.
+    Incomplete,
+    /// Asked to fail on it (`--fail-on unresolved`): an attempt was not resolved.
+    Unresolved,
+    /// Every attempt reached a verdict, or ended by the agent's own doing (agent_error,
+    /// timeout), which scores as not resolved.
+    Verdicts,
+}
+
+impl Report {
+    pub fn outcome(&self, fail_on_unresolved: bool) -> Outcome {
+        let count = |s: Status| self.summary.counts.get(s.name()).copied().unwrap_or(0);
+        if self.unfinished > 0 {
+            Outcome::Stopped
+        } else if self.tasks == 0 {
+            Outcome::Empty
+        } else if self.load_problems > 0 || count(Status::InfraError) > 0 {
+            Outcome::Incomplete
+        } else if fail_on_unresolved && count(Status::Resolved) < self.summary.attempts {
+            Outcome::Unresolved
+        } else {
+            Outcome::Verdicts
+        }
+    }
 }
 
 /// Runs every task set into `options.out` and writes `summary.json` and
-/// `predictions.jsonl`. Attempts already finished there are not run again.
-pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Report, EvalError> {
+/// `predictions.jsonl`. Attempts already finished there are not run again. What happens
+/// goes to `events` as well as to the terminal; the run's end is the caller's to send (it
+/// knows the exit status).
+pub async fn run(
+    mut options: EvalOptions,
+    stop: CancellationToken,
+    events: Arc<dyn EventSink>,
+) -> Result<Report, EvalError> {
     check(&options)?;
-    let (loaded, hash) = load_sets(&options)?;
+    let (loaded, hash, problems) = load_sets(&options)?;
+    if loaded.is_empty() {
+        // Nothing to claim the folder for, and nothing to sum up.
+        start_events(&*events, &options, 0, 0, problems.iter());
+        return Ok(Report {
+            summary: results::summarize(&[], &options.model_label(), &hash),
+            unfinished: 0,
+            tasks: 0,
+            load_problems: problems.len(),
+        });
+    }
     std::fs::create_dir_all(options.out.join("tasks"))
         .map_err(EvalError::io("create", &options.out))?;
     results::claim(&options.out, &options)?;
@@ -172,8 +228,16 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     crate::workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;
     let jobs = plan(&loaded, &options)?;
+    start_events(
+        &*events,
+        &options,
+        loaded.len(),
+        jobs.len(),
+        problems.iter(),
+    );
     let options = Arc::new(options);
-    let (unfinished, progress) = run_jobs(jobs, options.clone(), engines.clone(), stop).await;
+    let (unfinished, progress) =
+        run_jobs(jobs, options.clone(), engines.clone(), stop, events).await;
     CLOSING.close();
     CLOSING.wait().await;
     if let Some(e) = &engines {
@@ -185,7 +249,36 @@ pub async fn run(mut options: EvalOptions, stop: CancellationToken) -> Result<Re
     Ok(Report {
         summary,
         unfinished,
+        tasks: loaded.len(),
+        load_problems: problems.len(),
     })
+}
+
+/// `run_start`, then the load problems the terminal was told of as they were found.
+fn start_events<'a>(
+    events: &dyn EventSink,
+    options: &EvalOptions,
+    tasks: usize,
+    to_run: usize,
+    problems: impl Iterator<Item = &'a Event>,
+) {
+    events.emit(&Event::RunStart {
+        schema: events::SCHEMA,
+        out: options.out.display().to_string(),
+        tasks,
+        attempts: options.attempts,
+        to_run,
+        jobs: options.jobs,
+        agent: match options.agent {
+            AgentKind::Model => "model",
+            AgentKind::Oracle => "oracle",
+        }
+        .into(),
+        model: options.model_label(),
+    });
+    for p in problems {
+        events.emit(p);
+    }
 }
 
 /// Options that cannot make a run, refused before anything is written.
@@ -204,34 +297,117 @@ fn check(options: &EvalOptions) -> Result<(), EvalError> {
     Ok(())
 }
 
-/// Every task of every set (a folder of Harbor tasks, or a JSON-lines file), each id once,
-/// and the sets' content hash.
-fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String), EvalError> {
-    let mut loaded = Vec::new();
+/// Every task of every set (a folder of Harbor tasks, or a JSON-lines file), each id once;
+/// the sets' content hash; and each load problem, as an event. Each problem is said on the
+/// terminal as it is found: a typo in a set of a thousand tasks is seen before they run.
+fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String, Vec<Event>), EvalError> {
+    let mut sourced: Vec<(PathBuf, Option<usize>, Loaded)> = Vec::new();
+    let mut problems = Vec::new();
     let mut files = Vec::new();
+    let broken = |l: &Loaded| match l {
+        Loaded::Broken(p) => Some(found(Some(&p.id), &p.file, p.line, p.message.clone())),
+        _ => None,
+    };
     for set in &options.task_sets {
+        let before = sourced.len();
         if set.is_dir() {
-            let converted = options.out.join(".converted");
-            let harbor::TaskSet { tasks, notes } = harbor::load_set(set, &converted)?;
-            // Once per set: what its tasks ask for that runner does differently. A note
-            // names a field of a task's file: the task's words, escaped.
-            for note in notes {
-                say(&note);
-            }
-            for task in tasks {
-                loaded.push(match task {
-                    Ok(t) => Loaded::Harbor(Box::new(t)),
-                    Err((id, reason)) => Loaded::Broken { id, reason },
-                });
-            }
+            load_folder(set, options, &mut sourced)?;
         } else {
-            loaded.extend(tasks::load_jsonl(set, options.timeouts)?);
+            let lines = tasks::load_jsonl(set, options.timeouts)?;
+            sourced.extend(lines.into_iter().map(|(n, l)| (set.clone(), Some(n), l)));
         }
+        if sourced.len() == before {
+            problems.push(found(None, set, None, "holds no task".into()));
+        }
+        problems.extend(sourced[before..].iter().filter_map(|(_, _, l)| broken(l)));
         files.push(set.clone());
     }
     let hash = tasks::content_hash(&files);
-    dedupe(&mut loaded);
-    Ok((loaded, hash))
+    for at in dedupe(&mut sourced) {
+        problems.extend(broken(&sourced[at].2));
+    }
+    let loaded: Vec<Loaded> = sourced.into_iter().map(|(_, _, l)| l).collect();
+    Ok((loaded, hash, problems))
+}
+
+/// A folder's Harbor tasks into `sourced`, each with the folder it is in. A folder with no
+/// task in it adds none (the caller says so).
+fn load_folder(
+    set: &Path,
+    options: &EvalOptions,
+    sourced: &mut Vec<(PathBuf, Option<usize>, Loaded)>,
+) -> Result<(), EvalError> {
+    let one = harbor::is_task(set);
+    let any = one
+        || std::fs::read_dir(set)
+            .map_err(EvalError::io("read the task set", set))?
+            .flatten()
+            .any(|e| harbor::is_task(&e.path()));
+    if !any {
+        return Ok(());
+    }
+    let converted = options.out.join(".converted");
+    let harbor::TaskSet { tasks, notes } = harbor::load_set(set, &converted)?;
+    // Once per set: what its tasks ask for that runner does differently. A note
+    // names a field of a task's file: the task's words, escaped.
+    for note in notes {
+        say(&note);
+    }
+    for task in tasks {
+        let (file, loaded) = match task {
+            Ok(t) => (t.dir.clone(), Loaded::Harbor(Box::new(t))),
+            Err((id, message)) => {
+                let folder = if one {
+                    set.to_path_buf()
+                } else {
+                    set.join(&id)
+                };
+                let p = harbor_problem(id, folder, message);
+                (p.file.clone(), Loaded::Broken(p))
+            }
+        };
+        sourced.push((file, None, loaded));
+    }
+    Ok(())
+}
+
+/// A Harbor task's problem, placed: in its `task.toml` at the line the TOML parser names,
+/// else in its folder (the message names the file: `cannot read …/instruction.md`).
+fn harbor_problem(id: String, folder: PathBuf, message: String) -> Problem {
+    let toml = folder.join("task.toml");
+    let line = message
+        .strip_prefix(&format!("{}: ", toml.display()))
+        .and_then(|rest| rest.strip_prefix("TOML parse error at line "))
+        .and_then(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        });
+    Problem {
+        id,
+        file: if line.is_some() { toml } else { folder },
+        line,
+        message,
+    }
+}
+
+/// A load problem, said on the terminal now and kept as an event for the stream.
+fn found(task: Option<&str>, file: &Path, line: Option<usize>, message: String) -> Event {
+    let place = match line {
+        Some(n) => format!("{}:{n}", file.display()),
+        None => file.display().to_string(),
+    };
+    match task {
+        Some(id) => say(&format!(
+            "{place}: task {id} cannot run (infra_error): {message}"
+        )),
+        None => say(&format!("{place}: {message}")),
+    }
+    Event::LoadProblem {
+        file: file.display().to_string(),
+        line,
+        task: task.map(str::to_string),
+        message,
+    }
 }
 
 /// The engines, where anything runs on docker: Harbor tasks always, the others unless the
@@ -286,7 +462,7 @@ fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>
                 write_result(&dir, &r)
             };
             match l {
-                Loaded::Broken { reason, .. } => refused(reason)?,
+                Loaded::Broken(p) => refused(&p.located())?,
                 Loaded::Task(_) if options.agent == AgentKind::Oracle => refused(
                     "--agent oracle runs a Harbor task's solution/solve.sh; a JSON-lines task has none",
                 )?,
@@ -305,8 +481,9 @@ async fn run_jobs(
     options: Arc<EvalOptions>,
     engines: Option<Arc<engines::Engines>>,
     stop: CancellationToken,
+    events: Arc<dyn EventSink>,
 ) -> (usize, Progress) {
-    let progress = Progress::new(jobs.len(), options.progress);
+    let progress = Progress::new(jobs.len(), options.progress, events);
     let breaker = Breaker::default();
     let unfinished = AtomicUsize::new(0);
     let runs = futures_util::stream::iter(jobs)
@@ -320,7 +497,7 @@ async fn run_jobs(
                 &unfinished,
             );
             async move {
-                progress.started();
+                progress.started(task.id(), attempt);
                 let finished = run_with_retries(
                     &task,
                     attempt,
@@ -350,7 +527,7 @@ async fn run_jobs(
                                 r.status.name()
                             ));
                         }
-                        progress.finished(r.status);
+                        progress.finished(&r, &dir, &task);
                     }
                     None => {
                         unfinished.fetch_add(1, Ordering::Relaxed);
@@ -447,12 +624,12 @@ async fn run_with_retries(
                 e.alive().await;
             }
             drop(lease);
-            progress.note(&format!(
-                "{}: infrastructure failure, trying again ({retries}/{}): {}",
+            progress.retrying(
                 task.id(),
-                options.infra_retries,
-                result.error.as_deref().unwrap_or("")
-            ));
+                attempt,
+                (retries, options.infra_retries),
+                result.error.as_deref().unwrap_or(""),
+            );
             tokio::time::sleep(Duration::from_secs(2u64.pow(retries))).await;
             continue;
         }
@@ -533,16 +710,22 @@ impl Breaker {
 }
 
 /// A later task with an id already taken would overwrite the first one's results.
-fn dedupe(loaded: &mut [Loaded]) {
+/// Returns where those are.
+fn dedupe(sourced: &mut [(PathBuf, Option<usize>, Loaded)]) -> Vec<usize> {
     let mut seen = std::collections::HashSet::new();
-    for l in loaded.iter_mut() {
+    let mut again = Vec::new();
+    for (at, (file, line, l)) in sourced.iter_mut().enumerate() {
         if !seen.insert(l.id().to_string()) {
-            *l = Loaded::Broken {
+            again.push(at);
+            *l = Loaded::Broken(Problem {
                 id: format!("{}.duplicate", l.id()),
-                reason: format!("task id {} appears more than once in the task sets", l.id()),
-            };
+                file: file.clone(),
+                line: *line,
+                message: format!("task id {} appears more than once in the task sets", l.id()),
+            });
         }
     }
+    again
 }
 
 fn write_result(dir: &Path, r: &TaskResult) -> Result<(), EvalError> {
@@ -565,16 +748,18 @@ fn say(text: &str) {
     eprintln!("runner: {}", crate::display::escape(text));
 }
 
-/// The live line: done / running / failed, resolved so far, elapsed, ETA.
+/// The live line: done / running / failed, resolved so far, elapsed, ETA; and the events
+/// of the attempts, which it passes on to the caller's sink as they happen.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
     running: AtomicUsize,
     resolved: AtomicUsize,
     failed: AtomicUsize,
+    events: Arc<dyn EventSink>,
 }
 
 impl Progress {
-    fn new(total: usize, show: bool) -> Progress {
+    fn new(total: usize, show: bool, events: Arc<dyn EventSink>) -> Progress {
         let bar = show.then(|| {
             let bar = indicatif::ProgressBar::new(total as u64);
             bar.set_style(
@@ -592,6 +777,7 @@ impl Progress {
             running: AtomicUsize::new(0),
             resolved: AtomicUsize::new(0),
             failed: AtomicUsize::new(0),
+            events,
         };
         p.refresh();
         p
@@ -608,14 +794,27 @@ impl Progress {
         }
     }
 
-    fn started(&self) {
+    fn started(&self, task: &str, attempt: u32) {
+        self.events.emit(&Event::AttemptStart {
+            task: task.to_string(),
+            attempt,
+        });
         self.running.fetch_add(1, Ordering::Relaxed);
         self.refresh();
     }
 
-    fn finished(&self, status: Status) {
+    /// The attempt's result `r`, written into `dir`: its phases and its end.
+    fn finished(&self, r: &TaskResult, dir: &Path, job: &Job) {
+        let (harbor, setup) = match job {
+            Job::Repo(t) => (false, t.setup.is_some()),
+            Job::Harbor(_) => (true, false),
+        };
+        for phase in Event::phases(r, harbor, setup) {
+            self.events.emit(&phase);
+        }
+        self.events.emit(&Event::attempt_end(r, dir));
         self.running.fetch_sub(1, Ordering::Relaxed);
-        match status {
+        match r.status {
             Status::Resolved => self.resolved.fetch_add(1, Ordering::Relaxed),
             Status::Unresolved => 0,
             _ => self.failed.fetch_add(1, Ordering::Relaxed),
@@ -629,6 +828,20 @@ impl Progress {
     fn abandoned(&self) {
         self.running.fetch_sub(1, Ordering::Relaxed);
         self.refresh();
+    }
+
+    /// An attempt tried again after the infrastructure failed it: `(retry, of)`.
+    fn retrying(&self, task: &str, attempt: u32, (retry, of): (u32, u32), reason: &str) {
+        self.note(&format!(
+            "{task}: infrastructure failure, trying again ({retry}/{of}): {reason}"
+        ));
+        self.events.emit(&Event::AttemptRetry {
+            task: task.to_string(),
+            attempt,
+            retry,
+            of,
+            reason: reason.to_string(),
+        });
     }
 
     /// A line above the bar. It names tasks (from the task files) and quotes failures

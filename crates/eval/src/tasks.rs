@@ -73,10 +73,7 @@ pub enum Loaded {
     Task(Box<Task>),
     /// A Harbor task folder.
     Harbor(Box<super::harbor::HarborTask>),
-    Broken {
-        id: String,
-        reason: String,
-    },
+    Broken(Problem),
 }
 
 impl Loaded {
@@ -84,7 +81,31 @@ impl Loaded {
         match self {
             Loaded::Task(t) => &t.id,
             Loaded::Harbor(t) => &t.id,
-            Loaded::Broken { id, .. } => id,
+            Loaded::Broken(p) => &p.id,
+        }
+    }
+}
+
+/// Why a task of a set cannot run, and where in the set the cause is: the person who
+/// wrote the set fixes it there, so the file and line travel with the words to the
+/// terminal, the `--json` events and the task's `result.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// The task's id, or a stand-in (`line-3`) when its line names none.
+    pub id: String,
+    /// The task file (JSON lines), or the task's folder or file in it.
+    pub file: PathBuf,
+    /// 1-based, where the file has lines and the problem is on one.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl Problem {
+    /// `file:line: message`, the form editors and terminals jump to.
+    pub fn located(&self) -> String {
+        match self.line {
+            Some(n) => format!("{}:{n}: {}", self.file.display(), self.message),
+            None => format!("{}: {}", self.file.display(), self.message),
         }
     }
 }
@@ -117,10 +138,10 @@ struct LineTimeouts {
     verify: Option<f64>,
 }
 
-/// Every task in a JSON-lines file. Relative `repo` and `tests_dir` paths are relative to
-/// the file, so a task set can be moved as a folder. `defaults` are the timeouts of tasks
-/// that do not set their own.
-pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<Loaded>, EvalError> {
+/// Every task in a JSON-lines file, each with its 1-based line. Relative `repo` and
+/// `tests_dir` paths are relative to the file, so a task set can be moved as a folder.
+/// `defaults` are the timeouts of tasks that do not set their own.
+pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<(usize, Loaded)>, EvalError> {
     let text = std::fs::read_to_string(path).map_err(EvalError::io("read the task set", path))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut tasks = Vec::new();
@@ -128,40 +149,52 @@ pub fn load_jsonl(path: &Path, defaults: Timeouts) -> Result<Vec<Loaded>, EvalEr
         if line.trim().is_empty() {
             continue;
         }
-        let fallback_id = format!("line-{}", n + 1);
+        let at = |id: String, message: String| {
+            Loaded::Broken(Problem {
+                id,
+                file: path.to_path_buf(),
+                line: Some(n + 1),
+                message,
+            })
+        };
         let loaded = match serde_json::from_str::<Line>(line) {
-            Ok(l) => check(l, base, defaults),
+            Ok(l) => check(l, base, defaults).unwrap_or_else(|(id, message)| at(id, message)),
             Err(e) => {
                 // The id, if the line has one, still names the failure.
                 let id = serde_json::from_str::<serde_json::Value>(line)
                     .ok()
                     .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
                     .map(|id| sanitize(&id))
-                    .unwrap_or(fallback_id);
-                Loaded::Broken {
-                    id,
-                    reason: format!("{} line {}: {e}", path.display(), n + 1),
-                }
+                    .unwrap_or_else(|| format!("line-{}", n + 1));
+                at(id, on_one_line(&e))
             }
         };
-        tasks.push(loaded);
+        tasks.push((n + 1, loaded));
     }
     Ok(tasks)
 }
 
-fn check(l: Line, base: &Path, defaults: Timeouts) -> Loaded {
-    let broken = |reason: String| Loaded::Broken {
-        id: l.id.clone(),
-        reason,
-    };
+/// serde's words for a line of JSON, without its "at line 1" (the task's line is the
+/// file's line, said beside it): the column stays.
+fn on_one_line(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rsplit_once(" at line 1 column ") {
+        Some((what, column)) => format!("{what} (column {column})"),
+        None => text,
+    }
+}
+
+/// The task a line describes, or its id and why it cannot run.
+fn check(l: Line, base: &Path, defaults: Timeouts) -> Result<Loaded, (String, String)> {
+    let broken = |reason: String| Err((l.id.clone(), reason));
     if !valid_id(&l.id) {
-        return Loaded::Broken {
-            id: sanitize(&l.id),
-            reason: format!(
+        return Err((
+            sanitize(&l.id),
+            format!(
                 "task id {:?} must be letters, digits, '.', '_' or '-' (it names a folder)",
                 l.id
             ),
-        };
+        ));
     }
     if l.instruction.trim().is_empty() {
         return broken("the instruction is empty".into());
@@ -189,7 +222,7 @@ fn check(l: Line, base: &Path, defaults: Timeouts) -> Loaded {
         None => None,
     };
     let secs = |v: Option<f64>, d: Duration| v.and_then(seconds).unwrap_or(d);
-    Loaded::Task(Box::new(Task {
+    Ok(Loaded::Task(Box::new(Task {
         id: l.id,
         instruction: l.instruction,
         repo,
@@ -203,7 +236,7 @@ fn check(l: Line, base: &Path, defaults: Timeouts) -> Loaded {
             agent: secs(l.timeouts.agent, defaults.agent),
             verify: secs(l.timeouts.verify, defaults.verify),
         },
-    }))
+    })))
 }
 
 pub fn looks_like_url(repo: &str) -> bool {
@@ -297,7 +330,7 @@ mod tests {
         )
         .unwrap();
         let tasks = load_jsonl(&set, Timeouts::default()).unwrap();
-        let Loaded::Task(t) = &tasks[0] else {
+        let (1, Loaded::Task(t)) = &tasks[0] else {
             panic!("{tasks:?}")
         };
         assert_eq!(t.timeouts.agent, Duration::from_secs(5));
@@ -305,17 +338,26 @@ mod tests {
             t.tests_dir.as_deref(),
             Some(dir.path().join("hidden").as_path())
         );
-        let reasons: Vec<(String, String)> = tasks[1..]
+        let problems: Vec<&Problem> = tasks[1..]
             .iter()
-            .map(|l| match l {
-                Loaded::Broken { id, reason } => (id.clone(), reason.clone()),
-                other => panic!("{other:?}"),
+            .map(|(n, l)| match l {
+                Loaded::Broken(p) if p.line == Some(*n) && p.file == set => p,
+                other => panic!("line {n}: {other:?}"),
             })
+            .collect();
+        let reasons: Vec<(String, String)> = problems
+            .iter()
+            .map(|p| (p.id.clone(), p.message.clone()))
             .collect();
         assert!(reasons[0].1.contains("is not a directory"), "{reasons:?}");
         assert_eq!(reasons[1].0, "typo");
         assert!(reasons[1].1.contains("verfy"), "{reasons:?}");
         assert_eq!(reasons[2].0, ".._escape");
+        // A line that is not JSON: its place is the file's line, its column serde's.
+        assert_eq!(
+            problems[3].located(),
+            format!("{}:5: expected ident (column 2)", set.display())
+        );
         assert_eq!(reasons[3].0, "line-5");
     }
 }
