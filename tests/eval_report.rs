@@ -8,8 +8,12 @@
 
 use crate::common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
 
 /// The task's image: `runner-sandbox` with the program to fix.
 const TOML: &str = "version = \"1.0\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n[environment]\ndocker_image = \"runner-sandbox:bookworm\"\nworkdir = \"/app\"\n";
@@ -39,7 +43,11 @@ fn task(dir: &Path, instruction: &str, solution: &str) {
     }
     std::fs::write(dir.join("instruction.md"), instruction).unwrap();
     std::fs::write(dir.join("task.toml"), TOML).unwrap();
-    std::fs::write(dir.join("environment/Dockerfile"), "FROM runner-sandbox:bookworm\n").unwrap();
+    std::fs::write(
+        dir.join("environment/Dockerfile"),
+        "FROM runner-sandbox:bookworm\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("tests/test.sh"), TEST).unwrap();
     std::fs::write(dir.join("solution/solve.sh"), solution).unwrap();
 }
@@ -110,7 +118,9 @@ fn dom(report: &Path, suffix: &str) -> String {
         .arg(&url)
         .stdin(Stdio::null())
         .output()
-        .unwrap_or_else(|e| panic!("cannot start {browser} (install chromium, or name it in CHROMIUM): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("cannot start {browser} (install chromium, or name it in CHROMIUM): {e}")
+        });
     let text = String::from_utf8_lossy(&shown.stdout).into_owned();
     assert!(
         text.contains("data-ready=\"1\""),
@@ -179,8 +189,11 @@ fn the_report_is_one_page_an_evaluator_works_in() {
         "{why}"
     );
     let failing = section(&page, "id=\"why-failing\"", "</pre>");
-    assert!(failing.contains("FAILED tests/test_calc.py::test_add"), "{failing}");
-    let result: serde_json::Value =
+    assert!(
+        failing.contains("FAILED tests/test_calc.py::test_add"),
+        "{failing}"
+    );
+    let result: Value =
         serde_json::from_str(&std::fs::read_to_string(bad.join("result.json")).unwrap()).unwrap();
     assert!(
         result["verifier"]["failing"]
@@ -195,7 +208,10 @@ fn the_report_is_one_page_an_evaluator_works_in() {
     for name in ["agent.log", "verify.log", "result.json"] {
         let log = section(&page, &format!("data-name=\"{name}\""), "</details>");
         assert!(
-            log.contains(&format!("<span class=\"size\">{}</span>", size_of(&bad.join(name)))),
+            log.contains(&format!(
+                "<span class=\"size\">{}</span>",
+                size_of(&bad.join(name))
+            )),
             "{name}: {log}"
         );
         assert!(!tag(&page, &format!("data-name=\"{name}\"")).contains("open"));
@@ -207,7 +223,10 @@ fn the_report_is_one_page_an_evaluator_works_in() {
     // The diff: the text change, without the binary file and the `.pyc`, said.
     let diff = section(&page, "id=\"detail-diff\"", "</pre>");
     assert!(diff.contains("calc.sh"), "{diff}");
-    assert!(!diff.contains("logo.png") && !diff.contains("__pycache__"), "{diff}");
+    assert!(
+        !diff.contains("logo.png") && !diff.contains("__pycache__"),
+        "{diff}"
+    );
     assert!(
         std::fs::read_to_string(bad.join("diff.patch"))
             .unwrap()
@@ -264,4 +283,194 @@ fn search_and_filters_hide_the_other_rows() {
     assert!(!tag(&page, "id=\"row-bad/1\"").contains("hidden"));
     // The permalink still opens the attempt it names, filtered out or not.
     assert!(tag(&page, "id=\"detail\"").contains("data-task=\"good\""));
+}
+
+/// Headless Chromium driven as a reader drives it: over the DevTools protocol on a pipe
+/// (`--remote-debugging-pipe`: commands in on fd 3, answers out on fd 4, each a JSON
+/// message ended by a NUL), with one page open and expressions run in it for the clicks
+/// and keystrokes.
+struct Browser {
+    child: Child,
+    to: std::fs::File,
+    from: BufReader<std::fs::File>,
+    next: u64,
+    session: String,
+}
+
+/// A pipe whose two ends are above the descriptors the child gets (3 and 4), both closed
+/// on exec: the child's copies are made in `pre_exec`.
+fn pipe_above_four() -> (i32, i32) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let moved = fds.map(|fd| {
+        // SAFETY: duplicating a descriptor this function owns, then closing the original.
+        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        assert!(high >= 10);
+        unsafe { libc::close(fd) };
+        high
+    });
+    (moved[0], moved[1])
+}
+
+impl Browser {
+    fn open(url: &str) -> Browser {
+        use std::os::unix::process::CommandExt;
+        let browser = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+        let (command_read, command_write) = pipe_above_four();
+        let (answer_read, answer_write) = pipe_above_four();
+        let mut cmd = Command::new(&browser);
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--remote-debugging-pipe",
+            "about:blank",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // SAFETY: only dup2 runs between fork and exec; it is async-signal-safe, and the
+        // copies it makes are not closed on exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(command_read, 3) < 0 || libc::dup2(answer_write, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("cannot start {browser} (install chromium, or name it in CHROMIUM): {e}")
+        });
+        // SAFETY: the child holds its own copies; these are ours alone from here on.
+        let (to, from) = unsafe {
+            libc::close(command_read);
+            libc::close(answer_write);
+            (
+                std::fs::File::from_raw_fd(command_write),
+                std::fs::File::from_raw_fd(answer_read),
+            )
+        };
+        let mut b = Browser {
+            child,
+            to,
+            from: BufReader::new(from),
+            next: 0,
+            session: String::new(),
+        };
+        let target = b.call("Target.createTarget", json!({"url": url}), false);
+        let target = target["targetId"].as_str().unwrap().to_string();
+        let attached = b.call(
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+            false,
+        );
+        b.session = attached["sessionId"].as_str().unwrap().to_string();
+        // The page's script has run once it marks the body.
+        let ready = b.eval(
+            "new Promise(r => { const c = () => document.body && document.body.dataset.ready ? r(true) : setTimeout(c, 20); c(); })",
+        );
+        assert_eq!(ready, true, "the report's script did not finish at {url}");
+        b
+    }
+
+    /// One command and its answer's `result` (events in between are skipped); `Err` with
+    /// the protocol's error.
+    fn send(&mut self, method: &str, params: Value, in_page: bool) -> Result<Value, Value> {
+        self.next += 1;
+        let mut message = json!({"id": self.next, "method": method, "params": params});
+        if in_page {
+            message["sessionId"] = json!(self.session);
+        }
+        let mut bytes = message.to_string().into_bytes();
+        bytes.push(0);
+        self.to.write_all(&bytes).unwrap();
+        loop {
+            let mut answer = Vec::new();
+            let n = self.from.read_until(0, &mut answer).unwrap();
+            assert!(n > 0, "the browser closed its end of the pipe");
+            answer.pop();
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            if answer["id"] == self.next {
+                return match answer.get("error") {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(answer["result"].clone()),
+                };
+            }
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value, in_page: bool) -> Value {
+        self.send(method, params, in_page)
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    /// The value of `expression` in the page (a promise is awaited). The page may still
+    /// be replacing about:blank at first: that is tried again.
+    fn eval(&mut self, expression: &str) -> Value {
+        let params = json!({"expression": expression, "awaitPromise": true, "returnByValue": true});
+        for _ in 0..100 {
+            match self.send("Runtime.evaluate", params.clone(), true) {
+                Ok(r) if r.get("exceptionDetails").is_some() => panic!("{expression}: {r}"),
+                Ok(r) => return r["result"]["value"].clone(),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        }
+        panic!("{expression}: the page never answered");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.send("Browser.close", json!({}), false);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a reader does after the page loaded: a click on a row, a hash typed into the
+/// address bar, keystrokes in the search box, a filter chosen, a log opened. Each moves the
+/// page as the links above do on load.
+#[test]
+fn the_page_follows_clicks_hash_changes_and_typing() {
+    let run = run();
+    let url = format!("file://{}#good/1", run.report.display());
+    let mut page = Browser::open(&url);
+    let panel = "document.getElementById('detail').dataset.task";
+    assert_eq!(page.eval(panel), "good");
+
+    // A hash changed after the load opens that attempt.
+    let after_hash = format!(
+        "new Promise(r => {{ addEventListener('hashchange', () => setTimeout(() => r({panel}), 0), {{once: true}}); location.hash = 'bad/1'; }})"
+    );
+    assert_eq!(page.eval(&after_hash), "bad");
+
+    // A click on a row opens it, and the address names it.
+    let clicked = format!(
+        "new Promise(r => {{ addEventListener('hashchange', () => setTimeout(() => r([{panel}, location.hash]), 0), {{once: true}}); document.getElementById('row-good/1').click(); }})"
+    );
+    assert_eq!(page.eval(&clicked), json!(["good", "#good/1"]));
+
+    // Typing in the search box hides the rows whose id does not match.
+    let visible =
+        "[...document.querySelectorAll('#tasks tbody tr')].filter(t => !t.hidden).map(t => t.id)";
+    let typed = format!(
+        "(() => {{ const s = document.getElementById('search'); s.value = 'BA'; s.dispatchEvent(new Event('input')); return {visible}; }})()"
+    );
+    assert_eq!(page.eval(&typed), json!(["row-bad/1"]));
+    let cleared = format!(
+        "(() => {{ const s = document.getElementById('search'); s.value = ''; s.dispatchEvent(new Event('input')); const f = document.getElementById('filter'); f.value = 'resolved'; f.dispatchEvent(new Event('input')); return {visible}; }})()"
+    );
+    assert_eq!(page.eval(&cleared), json!(["row-good/1"]));
+
+    // The logs are collapsed until opened.
+    let log = "document.querySelector('#detail-logs details[data-name=\"agent.log\"]')";
+    assert_eq!(page.eval(&format!("{log}.open")), false);
+    assert_eq!(
+        page.eval(&format!(
+            "{log}.querySelector('summary').click(), {log}.open"
+        )),
+        true
+    );
 }
