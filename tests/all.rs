@@ -32,6 +32,7 @@ mod interactive_exec;
 mod lifecycle;
 mod lsp;
 mod mcp;
+mod mcp_serve;
 mod network;
 mod network_inspect;
 mod permission_gate;

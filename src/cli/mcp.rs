@@ -34,13 +34,65 @@ pub enum McpCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serve runner's walled tools (bash, read, write, edit, multiedit, apply_patch, glob,
+    /// grep, list) to another agent over MCP on standard input and output. One sandbox
+    /// lives as long as the MCP session; every call goes through the permission rules.
+    Serve(ServeArgs),
     /// A small MCP server on stdin/stdout, for runner's own tests.
     #[command(hide = true)]
     TestServer,
 }
 
+/// `runner mcp serve`'s options: the wall, as `runner run` takes it, and who answers asks.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The worktree the tools work in.
+    #[arg(long, default_value = ".")]
+    pub root: std::path::PathBuf,
+    #[command(flatten)]
+    pub sandbox: super::tool::SandboxArgs,
+    #[command(flatten)]
+    pub rules: super::permission::RuleArgs,
+    /// Who answers what the rules leave open when the MCP client cannot be asked (it takes
+    /// no elicitations): deny (the default) refuses, allow approves each call once.
+    #[arg(long, value_parser = ["allow", "deny"], default_value = "deny")]
+    pub ask: String,
+    /// Let the direct workspace edit a folder that is not inside a git work tree.
+    #[arg(long)]
+    pub no_git_check: bool,
+}
+
+/// Serves until the client leaves; the copy workspace, if any, is named afterwards on
+/// standard error (standard output is the MCP channel).
+async fn serve(args: ServeArgs) -> u8 {
+    let mut options = args.sandbox.options(&args.root, &args.rules, None);
+    options.require_git_for_direct = !args.no_git_check;
+    let fallback = match args.ask.as_str() {
+        "allow" => runner_mcp_serve::Fallback::Allow,
+        _ => runner_mcp_serve::Fallback::Deny,
+    };
+    let stdio = (tokio::io::stdin(), tokio::io::stdout());
+    match runner_mcp_serve::serve(options, fallback, stdio).await {
+        Ok(served) => {
+            super::tool::report_network(served.network.as_deref()).await;
+            super::changes::report(served.workspace);
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+            match e {
+                runner_mcp_serve::ServeError::Open(crate::session::OpenError::Usage(_)) => {
+                    exit::USAGE
+                }
+                _ => exit::FAILED,
+            }
+        }
+    }
+}
+
 pub async fn run(cmd: McpCommand) -> u8 {
     match cmd {
+        McpCommand::Serve(args) => serve(args).await,
         McpCommand::List { common, json } => {
             let (ctx, workspace) = match super::tool::start(&common, Conversation::new("mcp")).await
             {

@@ -65,6 +65,19 @@ pub struct SessionOptions {
     /// them by or undo them with. Off for callers whose worktree is their own (an
     /// evaluation's) or who asked for one tool call.
     pub require_git_for_direct: bool,
+    /// Who answers asks instead of `--ask`, the profile or the terminal: a front end with a
+    /// person of its own (an MCP client, through elicitation).
+    pub asker: Option<SessionAsker>,
+}
+
+/// An [`Asker`] a caller hands to [`SessionOptions`].
+#[derive(Clone)]
+pub struct SessionAsker(pub Arc<dyn Asker>);
+
+impl std::fmt::Debug for SessionAsker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionAsker")
+    }
 }
 
 /// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
@@ -271,7 +284,10 @@ impl SessionOptions {
             hooks: settings.hooks.clone(),
             host_root,
         };
-        let asker = asker(self.ask, &rules.profile);
+        let asker = match &self.asker {
+            Some(given) => given.0.clone(),
+            None => asker(self.ask, &rules.profile),
+        };
         let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());
         let ctx = ToolContext::new(
             Arc::new(sandbox),

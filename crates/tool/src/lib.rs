@@ -52,7 +52,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-pub use context::{Conversation, Progress, Services, ToolContext};
+pub use context::{Conversation, Progress, ProgressSink, Services, ToolContext};
 pub use question::{Question, QuestionOption, TerminalUser, UserChannel};
 pub use registry::{CallResult, Registry};
 pub use skill::{Skill, SkillTool};
