@@ -240,6 +240,15 @@ fn is_failing(line: &str) -> bool {
         return false;
     }
     let lower = line.to_ascii_lowercase();
+    // A test that passed may be named for what it checks (`test_error_path PASSED`,
+    // `ok 3 - fails on bad input`); a count of failures beside passes still counts.
+    let passed = lower.contains("passed")
+        || lower.starts_with("ok ")
+        || lower.ends_with(" ok")
+        || line.contains('✓');
+    if passed && !lower.contains("failed") {
+        return false;
+    }
     line.starts_with("E ") || line.contains('✗') || WORDS.iter().any(|w| lower.contains(w))
 }
 
@@ -778,7 +787,7 @@ mod tests {
     /// line, as before.
     #[test]
     fn the_reason_quotes_the_failing_assertion() {
-        let log = b"collected 3 items\ntests/test_x.py ..F\nE   assert 41 == 42\nFAILED tests/test_x.py::test_answer\n1 failed, 2 passed in 0.1s\nOK\n\n[test.sh exited with 1]\n";
+        let log = b"collected 3 items\ntests/test_x.py::test_error_path PASSED\nok 2 - fails on bad input\nE   assert 41 == 42\nFAILED tests/test_x.py::test_answer\n1 failed, 2 passed in 0.1s\nOK\n\n[test.sh exited with 1]\n";
         let end = VerifierEnd::of(Some(1), log);
         assert_eq!(
             end.failing,
