@@ -33,6 +33,7 @@ targets!(
     proxy_request,
     tunnel_first_bytes,
     sni,
+    inspected_request,
     patch,
     bash_scan,
     lsp_framing,

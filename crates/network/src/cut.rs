@@ -17,6 +17,15 @@ pub enum Cut {
         port: u16,
         why: tunnel::Refused,
     },
+    /// A tunnel's first bytes carried a secret's placeholder (named, never its value).
+    #[error(
+        "refused: the tunnel to {host}:{port} carried the placeholder of the secret {name}, which goes only to its own hosts, inspected"
+    )]
+    Secret {
+        host: String,
+        port: u16,
+        name: String,
+    },
     /// The sandbox closed its end, and said why.
     #[error("{0}")]
     BySandbox(String),

@@ -8,16 +8,22 @@
 //! rules through the session's gate (so asks, `--ask` and `permission check` work as for
 //! any other rule), the name is resolved here and checked against reserved ranges
 //! ([`address`]), and only then does the host connect. Every connection is recorded.
+//!
+//! The hosts an `http` rule or a secret names are inspected ([`inspect`]): the proxy
+//! answers their TLS itself and judges each request by method and path, and puts the
+//! session's secrets ([`secrets`]) into the requests allowed to carry them.
 
 pub mod address;
 pub mod body;
 mod cut;
 pub mod egress;
+pub mod inspect;
 pub mod outbound;
 mod pump;
 pub mod record;
 pub mod relay;
 pub mod request;
+pub mod secrets;
 pub mod sni;
 pub mod tunnel;
 mod upstream;
@@ -209,6 +215,8 @@ pub(crate) struct Shared {
     pub observer: Mutex<Option<Observer>>,
     /// Holding pipes for downloads spliced into the server's input.
     pub pipes: runner_sandbox::splice::PipePool,
+    /// The hosts read request by request, and the secrets; `None`: every host a tunnel.
+    pub inspection: Option<Arc<inspect::Inspection>>,
 }
 
 /// Called with each connection's final record.
@@ -260,6 +268,17 @@ impl NetworkProxy {
         policy: Policy,
         limits: NetworkLimits,
     ) -> Result<NetworkProxy, runner_sandbox::SandboxError> {
+        Self::start_inspecting(client, policy, limits, None).await
+    }
+
+    /// [`Self::start`], inspecting the hosts `inspection` names (its authority must be in
+    /// the sandbox's trust bundle, its placeholders in the sandbox's environment).
+    pub async fn start_inspecting(
+        client: SandboxClient,
+        policy: Policy,
+        limits: NetworkLimits,
+        inspection: Option<Arc<inspect::Inspection>>,
+    ) -> Result<NetworkProxy, runner_sandbox::SandboxError> {
         let (target, rx) = client.proxy_listen(PROXY_PORT).await?;
         let shared = Arc::new(Shared {
             client,
@@ -271,6 +290,7 @@ impl NetworkProxy {
             bytes: AtomicU64::new(0),
             observer: Mutex::default(),
             pipes: Default::default(),
+            inspection,
         });
         let task = tokio::spawn(relay::dispatch(shared.clone(), rx));
         Ok(NetworkProxy { shared, task })

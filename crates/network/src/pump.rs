@@ -60,7 +60,7 @@ impl Window {
     }
 
     /// Waits until fewer than `below` bytes are in flight.
-    async fn below(&self, below: u64) {
+    pub(crate) async fn below(&self, below: u64) {
         loop {
             let changed = self.changed.notified();
             if self.in_flight.load(Ordering::SeqCst) < below {
@@ -101,7 +101,8 @@ impl Ends<'_> {
         let sent = AtomicU64::new(0);
         let received = AtomicU64::new(0);
         let (shared, conn, window) = (self.shared, self.conn, self.window);
-        let mut to = To::new(wr, &sent, self.then);
+        let secrets = shared.inspection.as_deref().map(|i| &i.secrets);
+        let mut to = To::new(wr, &sent, self.then, secrets);
         let started = async {
             to.write(&head).await?;
             to.send(rest).await

@@ -29,6 +29,17 @@ pub struct ConnectionRecord {
     pub bytes_sent: u64,
     /// From the destination to the sandbox.
     pub bytes_received: u64,
+    /// One request of an inspected connection: `METHOD host/path` as the `http` rules
+    /// judged it (each request is a record of its own, beside its connection's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// The origin's status for an inspected request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The secrets put into the request (or whose placeholder refused it), by name:
+    /// never a value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 impl ConnectionRecord {
@@ -42,6 +53,9 @@ impl ConnectionRecord {
             address: None,
             bytes_sent: 0,
             bytes_received: 0,
+            request: None,
+            status: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -49,7 +63,16 @@ impl ConnectionRecord {
     /// bytes are there for every connection that reached its destination, also one cut
     /// later for what it carried.
     pub fn line(&self) -> String {
-        let mut s = format!("{} {}:{}", self.decision, self.host, self.port);
+        let mut s = match &self.request {
+            Some(request) => format!("{} {request} (port {})", self.decision, self.port),
+            None => format!("{} {}:{}", self.decision, self.host, self.port),
+        };
+        if let Some(status) = self.status {
+            s.push_str(&format!(" {status}"));
+        }
+        if !self.secrets.is_empty() {
+            s.push_str(&format!(" [secrets: {}]", self.secrets.join(", ")));
+        }
         // Through the host's upstream proxy: which one.
         if let Some(via) = self.address.as_deref().filter(|a| a.starts_with("via ")) {
             s.push_str(&format!(" {via}"));
@@ -172,13 +195,8 @@ mod tests {
 
     fn rec(host: &str, decision: &str) -> ConnectionRecord {
         ConnectionRecord {
-            host: host.into(),
-            port: 443,
             decision: decision.into(),
-            reason: None,
-            address: None,
-            bytes_sent: 0,
-            bytes_received: 0,
+            ..ConnectionRecord::new(host, 443)
         }
     }
 

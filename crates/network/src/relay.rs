@@ -16,6 +16,9 @@ use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
 use runner_sandbox::api::{NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
 
+/// The in-process pipe between a sandbox's connection and the inspector, each way.
+const BRIDGE_BUFFER: usize = 256 * 1024;
+
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -157,12 +160,230 @@ impl Connection<'_> {
         let Some((via, addrs)) = self.judge(&req).await else {
             return;
         };
+        if !self.judge_plain(&req, &head).await {
+            return;
+        }
         let s = self.shared;
         let id = s.record(ConnectionRecord::new(&req.host, req.port));
         let Some(stream) = self.reach(&req, via, &addrs, id).await else {
             return;
         };
-        self.relay(req, via, stream, rest, id).await;
+        let inspected = s
+            .inspection
+            .clone()
+            .filter(|i| req.kind == Kind::Connect && i.inspects(&req.host));
+        match inspected {
+            Some(inspection) => {
+                self.inspect(&inspection, &req, via, addrs, stream, rest, id)
+                    .await
+            }
+            None => self.relay(req, via, stream, rest, id).await,
+        }
+    }
+
+    /// A plain request (`GET http://…`) where secrets or `http` rules are about: one that
+    /// carries a placeholder is refused (secrets go only over TLS, to their hosts, where
+    /// the proxy can put them in), and one to an inspected host is judged by method and
+    /// path as inside TLS. False: refused, recorded and answered.
+    async fn judge_plain(&mut self, req: &request::ProxyRequest, head: &[u8]) -> bool {
+        let Some(inspection) = self.shared.inspection.clone() else {
+            return true;
+        };
+        if req.kind == Kind::Connect {
+            return true;
+        }
+        if let Err(misplaced) = inspection.secrets.check_absent(head) {
+            let reason = format!("refused: {misplaced} (and only over https)");
+            return self
+                .deny_request(req, None, &reason, vec![misplaced.name])
+                .await;
+        }
+        if !inspection.inspects(&req.host) {
+            return true;
+        }
+        let origin = crate::inspect::http1::Origin {
+            host: &req.host,
+            port: req.port,
+            scheme: "http",
+        };
+        let parsed = match crate::inspect::http1::parse_request(head, origin) {
+            Ok(p) => p,
+            Err(e) => {
+                let reason = format!("refused: {e}");
+                return self.deny_request(req, None, &reason, Vec::new()).await;
+            }
+        };
+        let subject = crate::inspect::subject(&parsed.method, &req.host, &parsed.path);
+        if let Err(reason) = crate::inspect::judge(self.shared, &subject).await {
+            return self
+                .deny_request(req, Some(subject), &reason, Vec::new())
+                .await;
+        }
+        let mut record = ConnectionRecord::new(&req.host, req.port);
+        record.request = Some(subject);
+        let id = self.shared.record(record);
+        self.shared.finish(id);
+        true
+    }
+
+    /// A plain request refused by its content: recorded with the request and the secret
+    /// named, and answered `403`. Always false.
+    async fn deny_request(
+        &mut self,
+        req: &request::ProxyRequest,
+        subject: Option<String>,
+        reason: &str,
+        secrets: Vec<String>,
+    ) -> bool {
+        let mut record = ConnectionRecord::new(&req.host, req.port);
+        record.decision = "deny".into();
+        record.reason = Some(reason.to_string());
+        record.request = subject;
+        record.secrets = secrets;
+        let id = self.shared.record(record);
+        self.shared.finish(id);
+        self.refuse(403, reason).await;
+        false
+    }
+
+    /// A tunnel to an inspected host: answered `200`, then its TLS answered here and each
+    /// request judged ([`crate::inspect`]). The sandbox's bytes reach the inspector through
+    /// an in-process pipe, within the same window as a tunnel's.
+    #[allow(clippy::too_many_arguments)]
+    async fn inspect(
+        &mut self,
+        inspection: &crate::inspect::Inspection,
+        req: &request::ProxyRequest,
+        via: Option<&'static ProxyServer>,
+        addrs: Vec<std::net::SocketAddr>,
+        stream: TcpStream,
+        rest: Vec<u8>,
+        id: u64,
+    ) {
+        let s = self.shared;
+        let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        self.window.send(established.len() as u64);
+        if !self.send(established).await {
+            s.finish(id);
+            return;
+        }
+        let (ours, theirs) = tokio::io::duplex(BRIDGE_BUFFER);
+        let upstream = crate::inspect::Upstream {
+            host: &req.host,
+            port: req.port,
+            addrs,
+            via,
+            first: Some(stream),
+            timeout: s.limits.connect_timeout,
+        };
+        let inspector = async {
+            crate::inspect::serve(s, inspection, theirs, upstream).await;
+        };
+        let ((), bridged) = tokio::join!(inspector, self.bridge(ours, rest));
+        s.update(id, |r| {
+            r.bytes_sent += bridged.0;
+            r.bytes_received += bridged.1;
+            if let Some(cut) = &bridged.2 {
+                r.reason = Some(cut.to_string());
+            }
+        });
+        s.finish(id);
+    }
+
+    /// Moves bytes between the sandbox's connection and `io` (the inspector's end) until
+    /// both are done: the sandbox's data into the pipe, acknowledged once written; the
+    /// pipe's into data frames, within the window. Bytes count against the run's limit.
+    /// The bytes each way, and why it was cut, if it was.
+    async fn bridge(
+        &mut self,
+        io: tokio::io::DuplexStream,
+        rest: Vec<u8>,
+    ) -> (u64, u64, Option<Cut>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (shared, conn, window) = (self.shared, self.conn, self.window.clone());
+        let target = shared.target;
+        let events = &mut self.events;
+        let (mut rd, mut wr) = tokio::io::split(io);
+        let sent = std::sync::atomic::AtomicU64::new(rest.len() as u64);
+        let received = std::sync::atomic::AtomicU64::new(0);
+        let down_done = tokio::sync::Notify::new();
+        let up = async {
+            if wr.write_all(&rest).await.is_err() {
+                return None;
+            }
+            loop {
+                match events.recv().await {
+                    Some(Response::NetData { data, .. }) => {
+                        window.dequeue(data.len() as u64);
+                        if !shared.spend(data.len() as u64) {
+                            return Some(Cut::Spent(shared.limits.bytes));
+                        }
+                        let n = data.len() as u64;
+                        if wr.write_all(&data).await.is_err() {
+                            return None;
+                        }
+                        sent.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                        let ack = Request::NetAck {
+                            target,
+                            conn,
+                            bytes: n,
+                        };
+                        let _ = shared.client.notify(ack).await;
+                    }
+                    // The client has said all it will: the inspector reads the end, and
+                    // answers what it has (its bytes still flow the other way).
+                    Some(Response::NetEof { .. }) => {
+                        let _ = wr.shutdown().await;
+                        return None;
+                    }
+                    Some(Response::NetClosed { reason, .. }) => {
+                        return Some(Cut::BySandbox(reason));
+                    }
+                    Some(Response::NetHungUp { .. }) => return None,
+                    Some(_) => {}
+                    None => return Some(Cut::SandboxGone),
+                }
+            }
+        };
+        let up = async {
+            // Once the inspector is done and its last bytes are taken, the sandbox has
+            // [`LINGER`] to hang up.
+            tokio::select! {
+                cut = up => cut,
+                () = async {
+                    down_done.notified().await;
+                    tokio::time::sleep(LINGER).await;
+                } => None,
+            }
+        };
+        let down = async {
+            let mut buf = vec![0u8; NET_CHUNK];
+            let cut = loop {
+                window.below(WINDOW).await;
+                let n = match rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => {
+                        let _ = shared.client.notify(Request::NetEof { target, conn }).await;
+                        break None;
+                    }
+                    Ok(n) => n,
+                };
+                if !shared.spend(n as u64) {
+                    break Some(Cut::Spent(shared.limits.bytes));
+                }
+                window.send(n as u64);
+                if let Err(e) = shared.client.send_data(target, conn, &buf[..n]).await {
+                    break Some(Cut::SandboxSend(e));
+                }
+                received.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            };
+            down_done.notify_one();
+            cut
+        };
+        let (up, down) = tokio::join!(up, down);
+        // Closing before the sandbox has taken the last bytes could cut off the end of an
+        // answer: wait for them to be acknowledged, a while at most.
+        let _ = tokio::time::timeout(LINGER, window.below(1)).await;
+        (sent.into_inner(), received.into_inner(), down.or(up))
     }
 
     /// Whether the connection may be made: the upstream proxy it goes through (if any) and
@@ -407,7 +628,10 @@ impl Connection<'_> {
     }
 }
 
-async fn connect(addrs: &[std::net::SocketAddr], timeout: Duration) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect(
+    addrs: &[std::net::SocketAddr],
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
     let mut last = std::io::Error::other("no address to connect to");
     for addr in addrs {
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {

@@ -28,7 +28,7 @@ pub enum Kind {
 
 /// A header name as RFC 9110 §5.6.2 writes it. Anything else (`Transfer-Encoding\x0b`)
 /// one parser may take for a known header and another not.
-fn is_token(name: &str) -> bool {
+pub(crate) fn is_token(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()
@@ -82,7 +82,7 @@ pub enum BadRequest {
 /// Where a forwarded request's body ends, by its headers. Framing two parsers could read
 /// two ways (both headers, lengths that differ, an encoding other than chunked) is
 /// refused: the origin might find a second request where the proxy saw none.
-fn framing(headers: &[(&str, &str)]) -> Result<Body, BadRequest> {
+pub(crate) fn framing(headers: &[(&str, &str)]) -> Result<Body, BadRequest> {
     let named = |name: &str| -> Vec<&str> {
         headers
             .iter()
@@ -204,7 +204,7 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
 /// A request line's parts, each one way only: a method of token characters (a lenient
 /// origin could split `GET\thttp://other/` at the tab), HTTP/1.0 or 1.1 (not `HTTP/2.0`,
 /// whose frames can name any host), and a target without whitespace or control bytes.
-fn request_line(method: &str, target: &str, version: &str) -> Result<(), BadRequest> {
+pub(crate) fn request_line(method: &str, target: &str, version: &str) -> Result<(), BadRequest> {
     if !is_token(method) {
         return Err(BadRequest::Method(method.to_string()));
     }
@@ -218,7 +218,7 @@ fn request_line(method: &str, target: &str, version: &str) -> Result<(), BadRequ
 }
 
 /// `host[:port]` as a Host header names it: IPv6 in brackets, the port when not 80.
-fn authority_text(host: &str, port: u16) -> String {
+pub(crate) fn authority_text(host: &str, port: u16) -> String {
     let host = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -233,7 +233,7 @@ fn authority_text(host: &str, port: u16) -> String {
 
 /// The header lines up to the blank one. What the origin gets must parse the same way
 /// there: no bare CR or LF, no space in a header name (`Host : x`), one Host only.
-fn header_lines<'a>(
+pub(crate) fn header_lines<'a>(
     lines: impl Iterator<Item = &'a str>,
 ) -> Result<Vec<(&'a str, &'a str)>, BadRequest> {
     let headers: Vec<(&str, &str)> = lines
@@ -317,7 +317,10 @@ pub fn for_upstream(head: &[u8], host: &str, port: u16, authorization: Option<&s
 }
 
 /// `host:port`, `[v6]:port`, or a bare host when a default port is given.
-fn authority(text: &str, default_port: Option<u16>) -> Result<(String, u16), BadRequest> {
+pub(crate) fn authority(
+    text: &str,
+    default_port: Option<u16>,
+) -> Result<(String, u16), BadRequest> {
     let bad = || BadRequest::Authority(text.to_string());
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (v6, after) = rest.split_once(']').ok_or_else(bad)?;

@@ -12,6 +12,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 use super::body::Body;
 use super::cut::Cut;
+use super::secrets::Secrets;
 use super::tunnel::{self, Gate};
 
 /// What the client's bytes after its request head may be.
@@ -31,13 +32,30 @@ pub(crate) struct To<'a> {
     target: (String, u16),
     /// Cut for what it carried.
     pub refused: bool,
+    /// The session's secrets, whose placeholders a tunnel's first bytes may not carry.
+    secrets: Option<&'a Secrets>,
+    /// The first bytes seen so far (up to [`SCANNED`]), for a placeholder cut in two.
+    seen: Vec<u8>,
 }
 
+/// How much of a tunnel's start is searched for a secret's placeholder: a plain protocol
+/// (HTTP inside the tunnel, SMTP) says its credentials there; TLS shows nothing to find.
+const SCANNED: usize = 64 * 1024;
+
 impl<'a> To<'a> {
-    pub fn new(wr: OwnedWriteHalf, sent: &'a AtomicU64, then: Then<'_>) -> To<'a> {
-        let (gate, target) = match then {
-            Then::Tunnel(host, port) => (Gate::tunnel(host, port), (host.to_string(), port)),
-            Then::Request(body) => (Gate::request(body), (String::new(), 0)),
+    pub fn new(
+        wr: OwnedWriteHalf,
+        sent: &'a AtomicU64,
+        then: Then<'_>,
+        secrets: Option<&'a Secrets>,
+    ) -> To<'a> {
+        let (gate, target, secrets) = match then {
+            Then::Tunnel(host, port) => (
+                Gate::tunnel(host, port),
+                (host.to_string(), port),
+                secrets.filter(|s| !s.is_empty()),
+            ),
+            Then::Request(body) => (Gate::request(body), (String::new(), 0), None),
         };
         To {
             wr,
@@ -45,6 +63,32 @@ impl<'a> To<'a> {
             gate,
             target,
             refused: false,
+            secrets,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Refuses a tunnel whose first bytes carry a secret's placeholder: it goes to a host
+    /// the proxy does not read, so the secret could only be meant for somewhere else.
+    fn scan(&mut self, out: &[u8]) -> Result<(), Cut> {
+        let Some(secrets) = self.secrets else {
+            return Ok(());
+        };
+        if self.seen.len() >= SCANNED || out.is_empty() {
+            return Ok(());
+        }
+        let room = SCANNED - self.seen.len();
+        self.seen.extend_from_slice(&out[..out.len().min(room)]);
+        match secrets.check_absent(&self.seen) {
+            Ok(()) => Ok(()),
+            Err(misplaced) => {
+                self.refused = true;
+                Err(Cut::Secret {
+                    host: self.target.0.clone(),
+                    port: self.target.1,
+                    name: misplaced.name,
+                })
+            }
         }
     }
 
@@ -57,6 +101,7 @@ impl<'a> To<'a> {
     pub async fn send(&mut self, data: Vec<u8>) -> Result<(), Cut> {
         let out = self.gate.push(data);
         let out = self.judged(out)?;
+        self.scan(&out)?;
         self.write(&out).await
     }
 
@@ -75,6 +120,7 @@ impl<'a> To<'a> {
     pub async fn finish(&mut self) -> Result<(), Cut> {
         let out = self.gate.finish();
         let out = self.judged(out)?;
+        self.scan(&out)?;
         self.write(&out).await?;
         let _ = self.wr.shutdown().await;
         Ok(())

@@ -40,9 +40,11 @@ pub enum ConfigError {
 /// and `external_directory` (ask), `question` (deny), and `.env` files for reading (ask, with
 /// `*.env.example` allowed). Then runner's own: `network` (the hosts a command may reach
 /// through the allow-list proxy) asks, since an allow-list that allows everything would be
-/// `--network host` with extra steps.
+/// `--network host` with extra steps; `http` (one request to an inspected host, `METHOD
+/// host/path`) allows what no rule names, as its host was already opened by `network`:
+/// `http` rules only narrow what a host's connection may carry.
 pub fn defaults() -> Vec<Rule> {
-    let spec: [(&str, &str, Action); 9] = [
+    let spec: [(&str, &str, Action); 10] = [
         ("*", "*", Action::Allow),
         ("doom_loop", "*", Action::Ask),
         ("external_directory", "*", Action::Ask),
@@ -52,6 +54,7 @@ pub fn defaults() -> Vec<Rule> {
         ("read", "*.env.*", Action::Ask),
         ("read", "*.env.example", Action::Allow),
         ("network", "*", Action::Ask),
+        ("http", "*", Action::Allow),
     ];
     spec.into_iter()
         .enumerate()
@@ -171,7 +174,7 @@ pub fn load_file(path: &Path, home: &str) -> Result<Vec<Rule>, ConfigError> {
 
 /// The top-level keys of a runner TOML config: `permission` here, the rest read by
 /// `config::settings` from the same files.
-pub const RUNNER_KEYS: [&str; 10] = [
+pub const RUNNER_KEYS: [&str; 11] = [
     "permission",
     "model",
     "provider",
@@ -182,6 +185,7 @@ pub const RUNNER_KEYS: [&str; 10] = [
     "websearch",
     "lsp",
     "network",
+    "audit",
 ];
 
 /// Each top-level key of a TOML document with the line it is on (1-based); empty for a

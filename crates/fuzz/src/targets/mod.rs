@@ -36,6 +36,7 @@ pub static TARGETS: &[Target] = &[
     network::REQUEST,
     network::TUNNEL,
     network::SNI,
+    network::INSPECTED,
     text::PATCH,
     text::BASH,
     framing::LSP,

@@ -1,8 +1,10 @@
 //! The allow-list proxy's parsers: the request a sandboxed client sends to the proxy, the
-//! first bytes inside a tunnel, and a TLS ClientHello's server name.
+//! first bytes inside a tunnel, a TLS ClientHello's server name, and each request on an
+//! inspected connection.
 
 use std::time::Duration;
 
+use runner_network::inspect::http1;
 use runner_network::{request, sni, tunnel};
 
 use super::{MIB, Target};
@@ -40,6 +42,17 @@ pub const SNI: Target = Target {
     time: Duration::from_secs(2),
 };
 
+pub const INSPECTED: Target = Target {
+    name: "inspected_request",
+    about: "an inspected connection's request parser: what it accepts names the tunnel's host, a path without dot segments, and one framing; what it writes on parses again to the same request",
+    run: inspected_request,
+    seeds: inspected_seeds,
+    dictionary: HTTP_WORDS,
+    max_len: 96 * 1024,
+    memory: 4 * MIB,
+    time: Duration::from_secs(2),
+};
+
 const HTTP_WORDS: &[&[u8]] = &[
     b"GET ",
     b"CONNECT ",
@@ -71,6 +84,45 @@ fn proxy_request(data: &[u8]) {
         let _ = request::parse(&data[..end]);
     }
     let _ = request::parse(data);
+}
+
+/// A request the inspector accepts is one the origin reads the same way: the head it
+/// writes on parses again to the same method, target, path and framing.
+fn inspected_request(data: &[u8]) {
+    let origin = http1::Origin {
+        host: HOST,
+        port: 443,
+        scheme: "https",
+    };
+    let end = request::head_end(data).unwrap_or(data.len());
+    let Ok(req) = http1::parse_request(&data[..end], origin) else {
+        return;
+    };
+    assert!(
+        !req.path.split('/').any(|s| s == ".." || s == "."),
+        "a dot segment passed: {:?}",
+        req.path
+    );
+    let again = http1::parse_request(&http1::request_head(&req), origin)
+        .expect("the head written on parses again");
+    assert_eq!(
+        (&again.method, &again.target, &again.path, &again.body),
+        (&req.method, &req.target, &req.path, &req.body),
+        "the origin would read another request"
+    );
+}
+
+fn inspected_seeds() -> Vec<Vec<u8>> {
+    [
+        &b"GET /me/tool.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: allowed.example\r\n\r\n"[..],
+        b"POST /me/tool.git/git-receive-pack HTTP/1.1\r\nHost: allowed.example:443\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+        b"POST /x HTTP/1.1\r\nHost: allowed.example\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"GET https://allowed.example/a/%2e%2e/b HTTP/1.1\r\nHost: allowed.example\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+    ]
+    .iter()
+    .map(|s| s.to_vec())
+    .collect()
 }
 
 /// The relay judges whatever has arrived: a verdict it reaches on a prefix must be the one

@@ -1,0 +1,551 @@
+//! One inspected connection: the sandbox's TLS answered with the session's certificate,
+//! then request after request read, judged, and sent on over the proxy's own TLS
+//! connection to the host.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::Inspection;
+use super::http1::{self, Origin, ResponseBody};
+use crate::body::Body;
+use crate::egress::ProxyServer;
+use crate::{ConnectionRecord, Shared};
+use runner_permission::{PermissionError, PermissionRequest};
+
+/// The longest request or response head read.
+const MAX_HEAD: usize = crate::request::MAX_HEAD;
+
+/// How long a client may sit between requests, or take over one head.
+const IDLE: Duration = Duration::from_secs(120);
+
+/// Where the inspected connection's requests go.
+pub(crate) struct Upstream<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub addrs: Vec<SocketAddr>,
+    pub via: Option<&'static ProxyServer>,
+    /// The connection already made when the tunnel was judged, used first.
+    pub first: Option<TcpStream>,
+    pub timeout: Duration,
+}
+
+/// A stream and what has been read from it and not yet used.
+struct Buffered<S> {
+    io: S,
+    buf: Vec<u8>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
+    fn new(io: S) -> Self {
+        Buffered {
+            io,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads more; 0 at the end.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        let mut chunk = vec![0u8; 64 * 1024];
+        let n = self.io.read(&mut chunk).await?;
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(n)
+    }
+
+    /// The next head through its blank line; `None` at a clean end before any byte.
+    async fn head(&mut self) -> Result<Option<Vec<u8>>, String> {
+        loop {
+            if let Some(end) = crate::request::head_end(&self.buf) {
+                if end > MAX_HEAD {
+                    return Err("a head over 64 KiB".into());
+                }
+                let rest = self.buf.split_off(end);
+                return Ok(Some(std::mem::replace(&mut self.buf, rest)));
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Err("a head over 64 KiB".into());
+            }
+            match self.fill().await {
+                Ok(0) if self.buf.is_empty() => return Ok(None),
+                Ok(0) => return Err("the connection ended inside a head".into()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// Copies the body `body` frames from here to `to`; the bytes copied.
+    async fn body_to<W: AsyncWrite + Unpin>(
+        &mut self,
+        to: &mut W,
+        mut body: Body,
+    ) -> std::io::Result<u64> {
+        let mut copied = 0u64;
+        while !body.done() {
+            if self.buf.is_empty() && self.fill().await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let n = body.take(&self.buf);
+            to.write_all(&self.buf[..n]).await?;
+            self.buf.drain(..n);
+            copied += n as u64;
+            if n == 0 && !body.done() {
+                return Err(std::io::Error::other("broken chunked framing"));
+            }
+        }
+        Ok(copied)
+    }
+
+    /// Copies everything until the end of the stream.
+    async fn rest_to<W: AsyncWrite + Unpin>(&mut self, to: &mut W) -> std::io::Result<u64> {
+        let mut copied = self.buf.len() as u64;
+        to.write_all(&self.buf).await?;
+        self.buf.clear();
+        copied += tokio::io::copy(&mut self.io, to).await?;
+        Ok(copied)
+    }
+}
+
+/// How one request went.
+enum Next {
+    /// Answered; the connection may carry another.
+    Again,
+    /// The connection ends here.
+    End,
+}
+
+/// Serves one inspected connection from the sandbox (`client`, whose TLS is not yet
+/// answered) until either side ends it or a request is refused.
+pub(crate) async fn serve<C>(
+    shared: &Shared,
+    inspection: &Inspection,
+    client: C,
+    mut upstream: Upstream<'_>,
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(tls) = accept(shared, inspection, client, &upstream).await else {
+        return;
+    };
+    let mut client = Buffered::new(tls);
+    let mut origin: Option<Buffered<TlsStream<TcpStream>>> = None;
+    loop {
+        let head = match tokio::time::timeout(IDLE, client.head()).await {
+            Ok(Ok(Some(head))) => head,
+            Ok(Ok(None)) | Err(_) => break,
+            Ok(Err(e)) => {
+                refuse(&mut client.io, 400, &e).await;
+                break;
+            }
+        };
+        let next = one_request(
+            shared,
+            inspection,
+            &mut client,
+            &mut origin,
+            &mut upstream,
+            &head,
+        )
+        .await;
+        if matches!(next, Next::End) {
+            break;
+        }
+    }
+    let _ = client.io.shutdown().await;
+}
+
+/// The sandbox's handshake, answered for the tunnel's host. A handshake naming another
+/// host (SNI) is cut: the certificate would not fit it, and a client that ignored that
+/// would be asking the wrong host.
+async fn accept<C>(
+    shared: &Shared,
+    inspection: &Inspection,
+    client: C,
+    upstream: &Upstream<'_>,
+) -> Option<tokio_rustls::server::TlsStream<C>>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let acceptor = tokio_rustls::LazyConfigAcceptor::new(Default::default(), client);
+    let start = tokio::time::timeout(IDLE, acceptor).await.ok()?.ok()?;
+    let named = start
+        .client_hello()
+        .server_name()
+        .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
+    if let Some(named) = named.filter(|n| n != upstream.host) {
+        let mut record = ConnectionRecord::new(upstream.host, upstream.port);
+        record.decision = "deny".into();
+        record.reason = Some(format!(
+            "refused: a TLS handshake for {named} in the tunnel to {}",
+            upstream.host
+        ));
+        let id = shared.record(record);
+        shared.finish(id);
+        return None;
+    }
+    let config = inspection.ca.server_config(upstream.host).ok()?;
+    tokio::time::timeout(IDLE, start.into_stream(config))
+        .await
+        .ok()?
+        .ok()
+}
+
+/// Reads, judges and relays one request whose head is `head`.
+async fn one_request<C>(
+    shared: &Shared,
+    inspection: &Inspection,
+    client: &mut Buffered<C>,
+    origin: &mut Option<Buffered<TlsStream<TcpStream>>>,
+    upstream: &mut Upstream<'_>,
+    head: &[u8],
+) -> Next
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (host, port) = (upstream.host.to_string(), upstream.port);
+    let at = Origin {
+        host: &host,
+        port,
+        scheme: "https",
+    };
+    let mut req = match http1::parse_request(head, at) {
+        Ok(r) => r,
+        Err(e) => {
+            let reason = format!("refused: {e}");
+            record_request(shared, &host, port, None, "deny", Some(&reason), &[]);
+            refuse(&mut client.io, e.status(), &reason).await;
+            return Next::End;
+        }
+    };
+    let subject = super::subject(&req.method, &host, &req.path);
+    if let Err(reason) = judge(shared, &subject).await {
+        record_request(
+            shared,
+            &host,
+            port,
+            Some(&subject),
+            "deny",
+            Some(&reason),
+            &[],
+        );
+        refuse(&mut client.io, 403, &reason).await;
+        return Next::End;
+    }
+    let used = match inspection
+        .secrets
+        .put_in(&host, &mut req.target, &mut req.headers)
+    {
+        Ok(used) => used,
+        Err(misplaced) => {
+            let reason = format!("refused: {misplaced}");
+            let names = [misplaced.name.clone()];
+            record_request(
+                shared,
+                &host,
+                port,
+                Some(&subject),
+                "deny",
+                Some(&reason),
+                &names,
+            );
+            refuse(&mut client.io, 403, &reason).await;
+            return Next::End;
+        }
+    };
+    let id = record_request(shared, &host, port, Some(&subject), "allow", None, &used);
+    let relayed = relay(inspection, client, origin, upstream, &req).await;
+    shared.update(id, |r| {
+        r.bytes_sent = relayed.sent;
+        r.bytes_received = relayed.received;
+        if let Some(status) = relayed.status {
+            r.status = Some(status);
+        }
+        if let Some(failed) = &relayed.failed {
+            r.reason = Some(failed.clone());
+        }
+    });
+    shared.finish(id);
+    if let (Some(failed), None) = (&relayed.failed, relayed.status) {
+        refuse(&mut client.io, 502, failed).await;
+        return Next::End;
+    }
+    if relayed.again && req.keep_alive {
+        Next::Again
+    } else {
+        Next::End
+    }
+}
+
+/// Asks the `http` permission about `subject`; the refusal's reason names the rule.
+pub(crate) async fn judge(shared: &Shared, subject: &str) -> Result<(), String> {
+    let mut request =
+        PermissionRequest::new("http", vec![subject.to_string()], vec![subject.to_string()]);
+    request.tool = Some("a command in the sandbox (an inspected HTTPS request)".into());
+    match shared.policy.gate.ask(&request).await {
+        Ok(()) => Ok(()),
+        Err(e) => Err(reason_of(subject, &e)),
+    }
+}
+
+/// A short reason for a refused request: the rule, or who refused.
+pub(crate) fn reason_of(subject: &str, e: &PermissionError) -> String {
+    match e {
+        PermissionError::Denied(d) => match &d.rule {
+            Some(r) => format!(
+                "{subject} is denied by the rule http {:?} = \"deny\" ({} #{})",
+                r.pattern, r.source.origin, r.source.position
+            ),
+            None => format!("{subject} is denied"),
+        },
+        PermissionError::Rejected { .. } => format!("the user refused {subject}"),
+        PermissionError::Unanswered { reason, .. } => {
+            format!("{subject} needs permission and was refused because {reason}")
+        }
+    }
+}
+
+/// One request's record, through the same log (and observer) as every connection.
+fn record_request(
+    shared: &Shared,
+    host: &str,
+    port: u16,
+    subject: Option<&str>,
+    decision: &str,
+    reason: Option<&str>,
+    secrets: &[String],
+) -> u64 {
+    let mut record = ConnectionRecord::new(host, port);
+    record.decision = decision.to_string();
+    record.reason = reason.map(str::to_string);
+    record.request = Some(subject.unwrap_or("(unreadable request)").to_string());
+    record.secrets = secrets.to_vec();
+    let id = shared.record(record);
+    if decision != "allow" {
+        shared.finish(id);
+    }
+    id
+}
+
+/// What relaying one allowed request did.
+#[derive(Default)]
+struct Relayed {
+    sent: u64,
+    received: u64,
+    /// The origin's final status.
+    status: Option<u16>,
+    /// Both sides may go on to another request.
+    again: bool,
+    failed: Option<String>,
+}
+
+/// Sends `req` on and its answer back. The origin connection is made as needed; a kept
+/// one the origin has closed meanwhile is made again, once, for a request without a body
+/// (nothing of it can have been acted on).
+async fn relay<C>(
+    inspection: &Inspection,
+    client: &mut Buffered<C>,
+    origin: &mut Option<Buffered<TlsStream<TcpStream>>>,
+    upstream: &mut Upstream<'_>,
+    req: &http1::Request,
+) -> Relayed
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let head = http1::request_head(req);
+    let retry_safe = req.body == Body::Length(0);
+    let mut continued = false;
+    for attempt in 0..2 {
+        let mut out = Relayed::default();
+        let reused = origin.is_some();
+        if origin.is_none() {
+            match connect(inspection, upstream).await {
+                Ok(c) => *origin = Some(Buffered::new(c)),
+                Err(e) => {
+                    out.failed = Some(e);
+                    return out;
+                }
+            }
+        }
+        let Some(to) = origin.as_mut() else {
+            return out;
+        };
+        let stale = |out: &Relayed| reused && retry_safe && attempt == 0 && out.received == 0;
+        if let Err(e) = to.io.write_all(&head).await {
+            out.failed = Some(format!("writing to {} failed: {e}", upstream.host));
+            *origin = None;
+            if stale(&out) {
+                continue;
+            }
+            return out;
+        }
+        out.sent = head.len() as u64;
+        if req.expects_continue && !continued {
+            continued = true;
+            if client
+                .io
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+            {
+                *origin = None;
+                return out;
+            }
+        }
+        match client.body_to(&mut to.io, req.body.clone()).await {
+            Ok(n) => out.sent += n,
+            Err(e) => {
+                out.failed = Some(format!("the request's body did not arrive whole: {e}"));
+                *origin = None;
+                return out;
+            }
+        }
+        let _ = to.io.flush().await;
+        let answered = answer(client, to, &req.method, &mut out).await;
+        if !answered || !out.again {
+            *origin = None;
+        }
+        if !answered && out.status.is_none() && stale(&out) {
+            continue;
+        }
+        return out;
+    }
+    Relayed {
+        failed: Some(format!(
+            "{} closed the connection twice without answering",
+            upstream.host
+        )),
+        ..Relayed::default()
+    }
+}
+
+/// The origin's answer back to the client: interim ones (`100`, `103`) as they come, then
+/// the final one with exactly the body its framing announces. False when it failed.
+async fn answer<C>(
+    client: &mut Buffered<C>,
+    to: &mut Buffered<TlsStream<TcpStream>>,
+    method: &str,
+    out: &mut Relayed,
+) -> bool
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        let head = match to.head().await {
+            Ok(Some(h)) => h,
+            Ok(None) => {
+                out.failed = Some("the origin closed without answering".into());
+                return false;
+            }
+            Err(e) => {
+                out.failed = Some(format!("the origin's answer: {e}"));
+                return false;
+            }
+        };
+        let response = match http1::parse_response(&head, method) {
+            Ok(r) => r,
+            Err(e) => {
+                out.failed = Some(format!("the origin's answer is not HTTP/1.1: {e}"));
+                return false;
+            }
+        };
+        if client.io.write_all(&head).await.is_err() {
+            return false;
+        }
+        out.received += head.len() as u64;
+        if response.status == 101 {
+            // Switched (a WebSocket): from here on the bytes are not HTTP; both ways as
+            // they come, until either side ends.
+            out.status = Some(101);
+            let _ = client.io.write_all(&to.buf).await;
+            let _ = to.io.write_all(&client.buf).await;
+            to.buf.clear();
+            client.buf.clear();
+            if let Ok((up, down)) = tokio::io::copy_bidirectional(&mut client.io, &mut to.io).await
+            {
+                out.sent += up;
+                out.received += down;
+            }
+            return true;
+        }
+        if (100..200).contains(&response.status) {
+            continue;
+        }
+        out.status = Some(response.status);
+        let copied = match response.body {
+            ResponseBody::Framed(body) => to.body_to(&mut client.io, body).await,
+            ResponseBody::UntilClose => to.rest_to(&mut client.io).await,
+        };
+        match copied {
+            Ok(n) => out.received += n,
+            Err(e) => {
+                out.failed = Some(format!("the origin's answer was cut: {e}"));
+                return false;
+            }
+        }
+        let _ = client.io.flush().await;
+        // Bytes after the answer that nobody asked for: the origin is not trusted with
+        // another request.
+        out.again = response.keep_alive && to.buf.is_empty();
+        return true;
+    }
+}
+
+/// The proxy's own TLS connection to the inspected host, verified against the host's
+/// trust: the connection made when the tunnel was judged, else a new one.
+async fn connect(
+    inspection: &Inspection,
+    upstream: &mut Upstream<'_>,
+) -> Result<TlsStream<TcpStream>, String> {
+    let tcp = match upstream.first.take() {
+        Some(tcp) => tcp,
+        None => match upstream.via {
+            Some(proxy) => proxy
+                .tunnel(upstream.host, upstream.port, upstream.timeout)
+                .await
+                .map_err(|e| e.to_string())?,
+            None => crate::relay::connect(&upstream.addrs, upstream.timeout)
+                .await
+                .map_err(|e| {
+                    format!("cannot connect to {}:{}: {e}", upstream.host, upstream.port)
+                })?,
+        },
+    };
+    let _ = tcp.set_nodelay(true);
+    let name = rustls::pki_types::ServerName::try_from(upstream.host.to_string())
+        .map_err(|e| format!("{} is not a name TLS can verify: {e}", upstream.host))?;
+    let connector = tokio_rustls::TlsConnector::from(inspection.upstream.clone());
+    tokio::time::timeout(upstream.timeout, connector.connect(name, tcp))
+        .await
+        .map_err(|_| format!("the TLS handshake with {} took too long", upstream.host))?
+        .map_err(|e| format!("the TLS handshake with {} failed: {e}", upstream.host))
+}
+
+/// Answers a refusal inside the inspected connection, then ends it: the status line and
+/// the body both say why (the rule that decided).
+pub(crate) async fn refuse<W: AsyncWrite + Unpin>(to: &mut W, status: u16, reason: &str) {
+    let _ = to.write_all(&refusal(status, reason)).await;
+    let _ = to.flush().await;
+    let _ = to.shutdown().await;
+}
+
+/// An HTTP answer for a refusal.
+pub(crate) fn refusal(status: u16, reason: &str) -> Vec<u8> {
+    let phrase = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Bad Gateway",
+    };
+    let line: String = reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let body = format!("runner network proxy: {reason}\n");
+    format!(
+        "HTTP/1.1 {status} {phrase}: {line}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}

@@ -1,0 +1,385 @@
+//! The inspector end to end in one process: a client speaking TLS to it over an
+//! in-process pipe, as the sandbox's bytes arrive, and a real TLS origin on loopback whose
+//! certificate comes from a test authority the inspector is told to trust. The origin
+//! writes down every request head it gets, so a request that should never reach it shows.
+
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+use crate::Policy;
+use runner_permission::rules::{Action, Layer, Rule};
+
+struct Origin {
+    port: u16,
+    ca_file: tempfile::NamedTempFile,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+/// An HTTPS origin for `127.0.0.1` and `localhost` that answers each request with what
+/// it saw (method, path, Authorization), keeping connections open.
+async fn origin() -> Origin {
+    runner_http::install_tls();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    let config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), kept.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                loop {
+                    let Some(end) = read_head(&mut tls, &mut buf).await else {
+                        return;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    buf.drain(..end);
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < length {
+                        let mut chunk = [0u8; 4096];
+                        match tls.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..length);
+                    seen.lock().unwrap().push(head.clone());
+                    let line = head.lines().next().unwrap_or_default().to_string();
+                    let auth = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Authorization: "))
+                        .unwrap_or("-")
+                        .to_string();
+                    let body = format!("seen {line} auth={auth}");
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+                        body.len()
+                    );
+                    if tls.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut ca_file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut ca_file, ca.pem().as_bytes()).unwrap();
+    Origin {
+        port,
+        ca_file,
+        seen,
+    }
+}
+
+async fn read_head<S: tokio::io::AsyncRead + Unpin>(s: &mut S, buf: &mut Vec<u8>) -> Option<usize> {
+    loop {
+        if let Some(end) = crate::request::head_end(buf) {
+            return Some(end);
+        }
+        let mut chunk = [0u8; 4096];
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The proxy's shared state with `rules` (all `http` and `network`, the user's own), where
+/// an ask is refused, and a sandbox client that goes nowhere (the inspector never uses it).
+fn shared(rules: &[(&str, &str, Action)], inspection: Inspection) -> crate::Shared {
+    let rules: Vec<Rule> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, (p, pat, a))| Rule::new(p, pat, *a, "test", i + 1).in_layer(Layer::User))
+        .collect();
+    let (a, _b) = tokio::io::duplex(64);
+    let (r, w) = tokio::io::split(a);
+    let client = runner_sandbox::SandboxClient::new(r, w, Arc::new(String::new));
+    crate::Shared {
+        client,
+        target: 0,
+        policy: Policy::without_asks(std::path::Path::new("/w"), rules, "nobody is there"),
+        limits: Default::default(),
+        own: Vec::new(),
+        records: Mutex::new(crate::record::Log::new(100)),
+        bytes: Default::default(),
+        observer: Mutex::default(),
+        pipes: Default::default(),
+        inspection: None,
+    }
+    .with_inspection(inspection)
+}
+
+impl crate::Shared {
+    fn with_inspection(mut self, inspection: Inspection) -> Self {
+        self.inspection = Some(Arc::new(inspection));
+        self
+    }
+}
+
+/// A TLS client trusting the session authority, over a pipe to the inspector for `host`.
+async fn client(
+    shared: &Arc<crate::Shared>,
+    host: &'static str,
+    port: u16,
+) -> tokio_rustls::client::TlsStream<tokio::io::DuplexStream> {
+    let inspection = shared.inspection.clone().unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    roots
+        .add(
+            rustls::pki_types::CertificateDer::from_pem_slice(inspection.ca_pem().as_bytes())
+                .unwrap(),
+        )
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // Offered h2 first, it gets HTTP/1.1: the only protocol the inspector reads.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let (ours, theirs) = tokio::io::duplex(1 << 20);
+    let s = shared.clone();
+    tokio::spawn(async move {
+        let upstream = Upstream {
+            host,
+            port,
+            addrs: vec![([127, 0, 0, 1], port).into()],
+            via: None,
+            first: None,
+            timeout: std::time::Duration::from_secs(5),
+        };
+        serve(&s, &inspection, theirs, upstream).await;
+    });
+    let name = rustls::pki_types::ServerName::try_from(host).unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, ours)
+        .await
+        .expect("the session authority's certificate verifies")
+}
+
+/// Sends `request` and reads until the connection ends or `responses` answers arrived.
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    request: &str,
+) -> String {
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(std::time::Duration::from_millis(1500), s.read(&mut chunk));
+        match read.await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+        if out.ends_with(b"0\r\n\r\n") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+fn inspection(rules: &[(&str, &str, Action)], origin: &Origin, secrets: Secrets) -> Inspection {
+    let rules: Vec<Rule> = rules
+        .iter()
+        .map(|(p, pat, a)| Rule::new(p, pat, *a, "test", 1))
+        .collect();
+    Inspection::new(&rules, secrets, &[origin.ca_file.path().to_path_buf()])
+        .unwrap()
+        .unwrap()
+}
+
+const RULES: &[(&str, &str, Action)] = &[
+    ("http", "* 127.0.0.1/*", Action::Deny),
+    ("http", "GET 127.0.0.1/*", Action::Allow),
+    ("http", "* 127.0.0.1/me/tool.git/*", Action::Allow),
+];
+
+#[test]
+fn rules_name_the_hosts_they_inspect() {
+    let rules: Vec<Rule> = [
+        "* api.github.com/*",
+        "GET *.example.org/x",
+        "*",
+        "* *",
+        "* */admin",
+    ]
+    .iter()
+    .map(|p| Rule::new("http", p, Action::Allow, "t", 1))
+    .chain([Rule::new("network", "pypi.org", Action::Allow, "t", 2)])
+    .collect();
+    assert_eq!(
+        Inspection::hosts_of(&rules),
+        vec!["*.example.org".to_string(), "api.github.com".to_string()]
+    );
+}
+
+#[tokio::test]
+async fn requests_are_judged_one_by_one_on_a_kept_connection() {
+    let o = origin().await;
+    let sh = Arc::new(shared(RULES, inspection(RULES, &o, Secrets::default())));
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    assert_eq!(c.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let host = format!("Host: 127.0.0.1:{}\r\n", o.port);
+    let a = exchange(&mut c, &format!("GET /a HTTP/1.1\r\n{host}\r\n")).await;
+    assert!(a.contains("seen GET /a HTTP/1.1"), "{a}");
+    let b = exchange(
+        &mut c,
+        &format!(
+            "POST /me/tool.git/git-receive-pack HTTP/1.1\r\n{host}Content-Length: 3\r\n\r\nabc"
+        ),
+    )
+    .await;
+    assert!(b.contains("seen POST /me/tool.git/git-receive-pack"), "{b}");
+    // A push elsewhere: refused with the rule named, and the origin never sees it.
+    let denied = exchange(
+        &mut c,
+        &format!("POST /other.git/git-receive-pack HTTP/1.1\r\n{host}Content-Length: 3\r\n\r\nabc"),
+    )
+    .await;
+    assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
+    assert!(
+        denied.contains("http \"* 127.0.0.1/*\" = \"deny\" (test #1)"),
+        "{denied}"
+    );
+    let seen = o.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(!seen.iter().any(|h| h.contains("other.git")));
+    let records = sh.log().records();
+    let requests: Vec<_> = records.iter().filter_map(|r| r.request.clone()).collect();
+    assert_eq!(
+        requests,
+        vec![
+            "GET 127.0.0.1/a".to_string(),
+            "POST 127.0.0.1/me/tool.git/git-receive-pack".into(),
+            "POST 127.0.0.1/other.git/git-receive-pack".into()
+        ]
+    );
+    assert_eq!(records.last().unwrap().decision, "deny");
+}
+
+#[tokio::test]
+async fn another_host_or_smuggled_framing_never_reaches_the_origin() {
+    let o = origin().await;
+    let sh = Arc::new(shared(RULES, inspection(RULES, &o, Secrets::default())));
+    let host = format!("Host: 127.0.0.1:{}\r\n", o.port);
+    // Control: one good request on the connection goes through.
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let ok = exchange(&mut c, &format!("GET /ok HTTP/1.1\r\n{host}\r\n")).await;
+    assert!(ok.contains("seen GET /ok"), "{ok}");
+    // Then one for another host down the same connection.
+    let other = exchange(&mut c, "GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
+    assert!(other.starts_with("HTTP/1.1 403"), "{other}");
+    // Conflicting framing, with a request hidden in the body.
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let smuggled = exchange(
+        &mut c,
+        &format!(
+            "GET /a HTTP/1.1\r\n{host}Content-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nPOST /other.git/x HTTP/1.1\r\n{host}\r\n"
+        ),
+    )
+    .await;
+    assert!(smuggled.starts_with("HTTP/1.1 400"), "{smuggled}");
+    let seen = o.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only the control: {seen:?}");
+}
+
+#[tokio::test]
+async fn a_secret_goes_in_only_for_its_host() {
+    let o = origin().await;
+    let secrets = Secrets::new(vec![(
+        "TOKEN".into(),
+        "s3cr3t-value".into(),
+        vec!["127.0.0.1".into()],
+    )])
+    .unwrap();
+    let placeholder = secrets.environment()[0].1.clone();
+    // What no `http` rule names is allowed, as the built-in defaults say.
+    let rules = [
+        ("http", "*", Action::Allow),
+        ("http", "* localhost/*", Action::Allow),
+    ];
+    let sh = Arc::new(shared(&rules, inspection(&rules, &o, secrets)));
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("git:{placeholder}"));
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let ok = exchange(
+        &mut c,
+        &format!(
+            "GET /repo HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Basic {basic}\r\n\r\n",
+            o.port
+        ),
+    )
+    .await;
+    let real = base64::engine::general_purpose::STANDARD.encode("git:s3cr3t-value");
+    assert!(ok.contains(&format!("auth=Basic {real}")), "{ok}");
+    // The same placeholder to another host, in a header or hidden in the query: refused
+    // by the secret's name, and that host hears nothing.
+    for request in [
+        format!(
+            "GET / HTTP/1.1\r\nHost: localhost:{}\r\nAuthorization: Bearer {placeholder}\r\n\r\n",
+            o.port
+        ),
+        format!(
+            "GET /?q={placeholder} HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
+            o.port
+        ),
+    ] {
+        let mut c = client(&sh, "localhost", o.port).await;
+        let refused = exchange(&mut c, &request).await;
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(
+            refused.contains("secret TOKEN") && !refused.contains("s3cr3t"),
+            "{refused}"
+        );
+    }
+    // Control: the other host without the placeholder is served.
+    let mut c = client(&sh, "localhost", o.port).await;
+    let fine = exchange(
+        &mut c,
+        &format!("GET /fine HTTP/1.1\r\nHost: localhost:{}\r\n\r\n", o.port),
+    )
+    .await;
+    assert!(fine.contains("seen GET /fine"), "{fine}");
+    let seen = o.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let records = sh.log().records();
+    assert!(
+        records
+            .iter()
+            .any(|r| r.secrets == vec!["TOKEN".to_string()] && r.decision == "allow")
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.secrets == vec!["TOKEN".to_string()] && r.decision == "deny")
+    );
+    assert!(!format!("{records:?}").contains("s3cr3t"));
+}
