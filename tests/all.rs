@@ -27,6 +27,7 @@ mod eval_events;
 mod eval_harbor;
 mod eval_network;
 mod eval_report;
+mod exec;
 mod hooks;
 mod interactive_exec;
 mod lifecycle;

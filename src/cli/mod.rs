@@ -3,6 +3,7 @@
 mod changes;
 mod docs;
 mod eval;
+mod exec;
 mod image;
 mod mcp;
 mod permission;
@@ -80,6 +81,9 @@ enum Command {
     /// Build sandbox images.
     #[command(subcommand)]
     Image(image::ImageCommand),
+    /// Run any program inside the wall, the terminal passed through: `runner exec
+    /// --sandbox docker -- make test`. Exits with the program's status.
+    Exec(exec::ExecArgs),
     /// The MCP servers of the config: list them, or call one of their tools.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
@@ -122,6 +126,8 @@ pub fn main() -> ExitCode {
         Some(Command::Discard(args)) => changes::discard(args),
         Some(Command::SandboxServer(args)) => sandbox_server::run(args),
         Some(Command::Tool(cmd)) => block_on(tool::run(cmd)),
+        // The program's signals are its own: exec passes them on and waits it out.
+        Some(Command::Exec(args)) => block_on_plain(exec::run(args)),
         // The shell's Ctrl-C belongs to the shell, not to runner.
         Some(Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. })) => {
             block_on_plain(sandbox::run(cmd))

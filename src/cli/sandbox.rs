@@ -1,14 +1,15 @@
 //! `runner sandbox doctor | shell | cleanup`: what this machine can enforce, a look inside
 //! the sandbox the way the agent sees it, and the removal of leftovers.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Subcommand;
 
 mod cleanup;
 
 use super::exit;
+use super::permission::RuleArgs;
 use super::tool::SandboxArgs;
 use crate::sandbox::BackendKind;
 use crate::sandbox::docker::{engine, image};
@@ -35,6 +36,8 @@ pub enum SandboxCommand {
         root: PathBuf,
         #[command(flatten)]
         sandbox: SandboxArgs,
+        #[command(flatten)]
+        rules: RuleArgs,
     },
     /// Remove what runner left behind and nobody owns any more; live sandboxes stay.
     ///
@@ -70,7 +73,11 @@ pub struct CleanupArgs {
 pub async fn run(cmd: SandboxCommand) -> u8 {
     match cmd {
         SandboxCommand::Doctor { image, json } => doctor(&image, json).await,
-        SandboxCommand::Shell { root, sandbox } => shell(&root, &sandbox).await,
+        SandboxCommand::Shell {
+            root,
+            sandbox,
+            rules,
+        } => exec_in_wall(&root, &sandbox, &rules, &[]).await,
         SandboxCommand::Cleanup(args) => cleanup::run(&args).await,
     }
 }
@@ -250,297 +257,107 @@ fn disk(r: &mut Report, what: &str, dir: &Path) {
     }
 }
 
-/// Applies the filter on a throwaway thread and checks that it bites.
-async fn shell(root: &Path, args: &SandboxArgs) -> u8 {
-    // The shell owns the terminal where the protocol would run, so there is no channel
-    // for the proxy's connections yet.
-    if args.spec(root).is_ok_and(|s| {
-        s.network == crate::sandbox::spec::Network::Allowlist && s.backend == BackendKind::None
-    }) {
-        eprintln!(
-            "runner: --network allowlist needs a wall: with --sandbox none the shell reaches the network directly. Use --sandbox landlock or docker"
-        );
-        return exit::USAGE;
-    }
-    // With a copy workspace the shell works in the copy, kept for review when it holds changes.
-    let copy_without_wall = args.workspace_mode() == Ok(crate::workspace::Mode::Copy)
-        && args
-            .spec(root)
-            .is_ok_and(|s| s.backend == BackendKind::None);
-    if copy_without_wall {
-        eprintln!(
-            "runner: --workspace copy needs a wall around the copy: with --sandbox none the shell can still reach the checkout. Use --sandbox landlock or docker"
-        );
-        return exit::USAGE;
-    }
-    let workspace = match args.workspace_mode() {
-        Ok(crate::workspace::Mode::Copy) => match args.spec(root).and_then(|s| {
-            crate::workspace::Workspace::create(root, s.limits.disk_bytes)
-                .map_err(|e| e.to_string())
-        }) {
-            Ok(ws) => Some(ws),
-            Err(e) => {
-                eprintln!("runner: {e}");
-                return exit::FAILED;
-            }
-        },
-        Ok(_) => None,
+/// Runs `argv` (empty: the sandbox's interactive shell) in the wall `args` ask for around
+/// `root`: `runner exec`, and `runner sandbox shell`, which is exec of the sandbox's shell. A copy workspace is made first and
+/// named at the end; the allow-list's proxy runs beside the program, and its connections
+/// are listed when it ends. Returns the program's status, or runner's own for a failure
+/// of its own.
+pub(super) async fn exec_in_wall(
+    root: &Path,
+    args: &SandboxArgs,
+    rules: &RuleArgs,
+    argv: &[OsString],
+) -> u8 {
+    let (spec, mode) = match args
+        .spec(root, rules)
+        .and_then(|s| Ok((s, args.workspace_mode()?)))
+    {
+        Ok(x) => x,
         Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::FAILED;
+            eprintln!("runner: {}", crate::display::escape(&e));
+            return exit::USAGE;
         }
     };
+    if let Err(e) = needs_a_wall(&spec, mode) {
+        eprintln!("runner: {e}");
+        return exit::USAGE;
+    }
+    // With a copy workspace the program works in the copy, kept for review when it holds
+    // changes.
+    let workspace = match mode {
+        crate::workspace::Mode::Copy => {
+            match crate::workspace::Workspace::create(root, spec.limits.disk_bytes) {
+                Ok(ws) => Some(ws),
+                Err(e) => {
+                    eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+                    return exit::FAILED;
+                }
+            }
+        }
+        _ => None,
+    };
     let work = workspace.as_ref().map(|w| w.work());
-    let code = shell_in(work.as_deref().unwrap_or(root), args).await;
+    let code = exec_in(work.as_deref().unwrap_or(root), root, args, rules, argv).await;
     super::changes::report(workspace);
     code
 }
 
-/// The allow-list proxy of a shell's sandbox. The shell holds the terminal, so nobody can
-/// answer an ask: what the rules leave open is refused, with a message that says where to
-/// allow the host.
-fn shell_proxy(
+/// What the flags ask for that means nothing without a wall around the program.
+fn needs_a_wall(spec: &SandboxSpec, mode: crate::workspace::Mode) -> Result<(), &'static str> {
+    if spec.backend != BackendKind::None {
+        return Ok(());
+    }
+    if spec.network == crate::sandbox::spec::Network::Allowlist {
+        return Err(
+            "--network allowlist needs a wall: with --sandbox none the program reaches the network directly. Use --sandbox landlock or docker",
+        );
+    }
+    if mode == crate::workspace::Mode::Copy {
+        return Err(
+            "--workspace copy needs a wall around the copy: with --sandbox none the program can still reach the checkout. Use --sandbox landlock or docker",
+        );
+    }
+    Ok(())
+}
+
+/// The program in `work` (the worktree, or its copy), the rules read for `root`.
+async fn exec_in(
+    work: &Path,
     root: &Path,
     args: &SandboxArgs,
-    client: crate::sandbox::SandboxClient,
-    worktree: PathBuf,
-    spec: &SandboxSpec,
-) -> impl std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + use<> {
+    rule_args: &RuleArgs,
+    argv: &[OsString],
+) -> u8 {
+    let spec = match args.spec(work, rule_args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("runner: {}", crate::display::escape(&e));
+            return exit::FAILED;
+        }
+    };
     let rules = args
-        .options(root, &super::permission::RuleArgs { config: None }, None)
+        .options(root, rule_args, None)
         .rules(None)
         .map(|r| r.rules)
         .map_err(|e| e.to_string());
     let limits = crate::network::NetworkLimits::of(&spec.limits);
-    async move {
+    let proxy = move |client, worktree: PathBuf| async move {
         let policy = crate::network::Policy::without_asks(
             &worktree,
             rules?,
-            "the shell holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
+            "the program holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
         );
         crate::network::NetworkProxy::start(client, policy, limits)
             .await
             .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
-    }
-}
-
-/// The pipes of a landlock shell's protocol: the server reads requests on its descriptor
-/// 3 and answers on 4, beside the terminal the shell holds.
-struct ShellChannel {
-    requests: std::io::PipeWriter,
-    responses: std::io::PipeReader,
-    /// The server's ends, open until it is spawned (the command's `pre_exec` names them).
-    child_ends: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
-}
-
-impl ShellChannel {
-    fn attach(command: &mut std::process::Command) -> std::io::Result<ShellChannel> {
-        use std::os::fd::{AsRawFd, OwnedFd};
-        use std::os::unix::process::CommandExt;
-        let (their_in, requests) = std::io::pipe()?;
-        let (responses, their_out) = std::io::pipe()?;
-        let (their_in, their_out) = (OwnedFd::from(their_in), OwnedFd::from(their_out));
-        let (a, b) = (their_in.as_raw_fd(), their_out.as_raw_fd());
-        command.args(["--protocol-fds", "3,4"]);
-        // SAFETY: only dup, dup2 and close between fork and exec. Both are first moved above
-        // 4, so neither overwrites the other on its way to 3 and 4.
-        unsafe {
-            command.pre_exec(move || {
-                let high_a = libc::fcntl(a, libc::F_DUPFD, 10);
-                let high_b = libc::fcntl(b, libc::F_DUPFD, 10);
-                if high_a < 0
-                    || high_b < 0
-                    || libc::dup2(high_a, 3) < 0
-                    || libc::dup2(high_b, 4) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(high_a);
-                libc::close(high_b);
-                Ok(())
-            });
-        }
-        Ok(ShellChannel {
-            requests,
-            responses,
-            child_ends: Some((their_in, their_out)),
-        })
-    }
-
-    /// The child has its copies: ours must close, or the server's end of the responses
-    /// would never read as closed here.
-    fn spawned(&mut self) {
-        self.child_ends = None;
-    }
-
-    fn client(self) -> Result<crate::sandbox::SandboxClient, String> {
-        use std::os::fd::OwnedFd;
-        let fail = |e: std::io::Error| format!("cannot use the shell's protocol pipes: {e}");
-        let writer = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(self.requests))
-            .map_err(fail)?;
-        let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(self.responses))
-            .map_err(fail)?;
-        Ok(crate::sandbox::SandboxClient::new(
-            reader,
-            writer,
-            Arc::new(String::new),
-        ))
-    }
-}
-
-async fn shell_in(root: &Path, args: &SandboxArgs) -> u8 {
-    let spec = match args.spec(root) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::FAILED;
-        }
     };
-    match spec.backend {
-        BackendKind::None | BackendKind::Landlock => shell_on_host(root, args, &spec).await,
-        BackendKind::Docker => shell_in_docker(root, args, &spec).await,
-    }
-}
-
-/// What a host shell's wall needs kept alive while it runs: the private `/tmp`, the
-/// cgroup, the sweep of the worktree's repositories.
-type HostGuards = (
-    Option<tempfile::TempDir>,
-    Option<cgroup::SandboxCgroup>,
-    Option<crate::sandbox::worktree_guard::SweepOnClose>,
-);
-
-/// The server started in shell mode on the host (landlock, or no wall), the terminal
-/// handed to its shell.
-async fn shell_on_host(root: &Path, args: &SandboxArgs, spec: &SandboxSpec) -> u8 {
-    let worktree = match std::fs::canonicalize(root) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("runner: --root {}: {e}", root.display());
-            return exit::USAGE;
-        }
-    };
-    let (mut command, _guards) = match host_shell_command(spec, &worktree) {
-        Ok(made) => made,
-        Err(e) => {
-            eprintln!("runner: {e}");
-            return exit::FAILED;
-        }
-    };
-    // With the allow-list, the server serves the proxy on two more descriptors while the
-    // shell has the terminal.
-    let channel = if spec.network == crate::sandbox::spec::Network::Allowlist {
-        match ShellChannel::attach(&mut command) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("runner: cannot make the shell's protocol pipes: {e}");
-                return exit::FAILED;
-            }
-        }
-    } else {
-        None
-    };
-    // Ctrl-C goes to the shell; runner waits it out.
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        command.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let mut child = match command.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("runner: cannot start the shell: {e}");
-            return exit::FAILED;
-        }
-    };
-    let proxy = match channel.map(|mut c| {
-        c.spawned();
-        c.client()
-    }) {
-        Some(Ok(client)) => match shell_proxy(root, args, client, worktree.clone(), spec).await {
-            Ok(p) => Some(p),
-            Err(e) => {
-                eprintln!("runner: {e}; the shell has no network");
-                None
-            }
-        },
-        Some(Err(e)) => {
-            eprintln!("runner: {e}; the shell has no network");
-            None
-        }
-        None => None,
-    };
-    let status = tokio::task::spawn_blocking(move || child.wait()).await;
-    super::tool::report_network(proxy.as_ref()).await;
-    match status {
-        Ok(Ok(status)) => status.code().map_or(exit::FAILED, |c| c as u8),
-        _ => exit::FAILED,
-    }
-}
-
-/// The server's command line for a shell: confined by landlock as the backend prepares
-/// it, or (no wall) just serving the worktree.
-fn host_shell_command(
-    spec: &SandboxSpec,
-    worktree: &Path,
-) -> Result<(std::process::Command, HostGuards), String> {
-    let mut command = std::process::Command::new(&spec.server_exe);
-    let guards = if spec.backend == BackendKind::Landlock {
-        let prepared =
-            crate::sandbox::landlock::prepare(spec, worktree).map_err(|e| e.to_string())?;
-        if let Some(line) = &prepared.given_up {
-            eprintln!("runner: {line}");
-        }
-        command.args(&prepared.args).env_clear().envs(prepared.env);
-        (Some(prepared.tmp), prepared.cgroup, Some(prepared.sweep))
-    } else {
-        command
-            .args(["sandbox-server", "--root"])
-            .arg(worktree)
-            .env_clear()
-            .envs(crate::sandbox::allowed_env());
-        (None, None, None)
-    };
-    command.arg("--shell");
-    Ok((command, guards))
-}
-
-/// Why a docker shell could not be opened: its sandbox, or the proxy beside it.
-#[derive(Debug, thiserror::Error)]
-enum ShellError {
-    #[error(transparent)]
-    Docker(#[from] crate::sandbox::docker::DockerError),
-    #[error("{0}")]
-    Proxy(String),
-}
-
-/// A shell in a new docker sandbox, the allow-list's proxy beside it when asked for.
-async fn shell_in_docker(root: &Path, args: &SandboxArgs, spec: &SandboxSpec) -> u8 {
-    let network = spec.network == crate::sandbox::spec::Network::Allowlist;
-    let opened = crate::sandbox::docker::shell(spec, |sandbox| {
-        let started = network.then(|| {
-            let worktree = sandbox.worktree().to_path_buf();
-            shell_proxy(root, args, sandbox.client.clone(), worktree, spec)
-        });
-        async move {
-            match started {
-                Some(s) => s.await.map(Some).map_err(ShellError::Proxy),
-                None => Ok(None),
-            }
-        }
-    })
-    .await;
-    match opened {
+    match crate::sandbox::exec::run(&spec, argv, proxy).await {
         Ok((code, proxy)) => {
             super::tool::report_network(proxy.as_ref()).await;
             code
         }
         Err(e) => {
-            eprintln!("runner: {e}");
+            eprintln!("runner: {}", crate::display::escape(&e.to_string()));
             exit::FAILED
         }
     }

@@ -1,13 +1,16 @@
 //! `runner sandbox-server`: the in-sandbox end of the sandbox protocol. With `--confine
-//! landlock` it first walls itself in (see `sandbox::confine`); with `--shell` it then runs
-//! an interactive shell instead of serving, for `runner sandbox shell`.
+//! landlock` it first walls itself in (see `sandbox::confine`); with `--exec` it then runs
+//! one program (the argv after `--`, or the sandbox's shell) instead of serving, for
+//! `runner exec` and `runner sandbox shell`.
 
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
 use crate::sandbox::confine::{self, Confinement};
+use crate::sandbox::server::program;
 use crate::sandbox::server::restore::ProtectedCopy;
 use crate::sandbox::server::{self, RootSpec};
 use crate::sandbox::spec::{Limits, Network};
@@ -78,13 +81,21 @@ pub struct ServerArgs {
     /// A cgroup directory to join before confining.
     #[arg(long = "cgroup")]
     cgroups: Vec<PathBuf>,
-    /// After confining, run an interactive shell in the worktree instead of serving.
+    /// After confining, run one program in the worktree instead of serving: the argv after
+    /// `--`, or without one the sandbox's interactive shell.
     #[arg(long)]
-    shell: bool,
-    /// With `--shell`: also serve the protocol on these two inherited descriptors (input,
-    /// output) while the shell runs, for the network proxy (`--network allowlist`).
-    #[arg(long = "protocol-fds", value_delimiter = ',', requires = "shell")]
+    exec: bool,
+    /// With `--exec`: standard input is a terminal made for this sandbox (runner's
+    /// pseudo-terminal, or the container's), which the program takes as its foreground.
+    #[arg(long, requires = "exec")]
+    terminal: bool,
+    /// With `--exec`: also serve the protocol on these two inherited descriptors (input,
+    /// output) while the program runs, for the network proxy (`--network allowlist`).
+    #[arg(long = "protocol-fds", value_delimiter = ',', requires = "exec")]
     protocol_fds: Vec<i32>,
+    /// With `--exec`: the program and its arguments, exactly as they reach `execve`.
+    #[arg(last = true, requires = "exec", value_parser = clap::value_parser!(OsString))]
+    argv: Vec<OsString>,
     /// How paths are resolved beneath the roots: `openat2` (the kernel's RESOLVE_BENEATH)
     /// or `walk` (a component at a time, for kernels and runtimes without openat2). Default:
     /// openat2 where the kernel has it. A switch for tests and diagnosis; the controller
@@ -121,10 +132,10 @@ fn join_cgroup(dir: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
-/// The shell as a child with the terminal, and the server on the protocol descriptors
-/// beside it; this process ends with the shell's status.
-fn shell_beside_server(
-    shell: &str,
+/// The program as a child, and the server on the protocol descriptors beside it; this
+/// process ends with the program's status. The server ignores the terminal's signals, which
+/// are the program's (with a terminal the program is the foreground group anyway).
+fn program_beside_server(
     args: &ServerArgs,
     kept: Option<ProtectedCopy>,
     input: i32,
@@ -132,20 +143,22 @@ fn shell_beside_server(
 ) -> u8 {
     use std::os::fd::FromRawFd;
     for fd in [input, output] {
-        // SAFETY: fcntl on descriptors the caller handed us; the shell must not inherit them.
+        // SAFETY: fcntl on descriptors the caller handed us; the program must not inherit them.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    let child = interactive_shell(shell, &args.roots[0].path).spawn();
-    let mut child = match child {
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP] {
+        // SAFETY: plain syscall; the program's `pre_exec` puts the default back.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+    let mut child = match program::command(&args.argv, &args.roots[0].path, args.terminal).spawn() {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("runner sandbox-server: cannot start {shell}: {e}");
-            return super::exit::FAILED;
-        }
+        Err(e) => return program::not_started(&args.argv, &e),
     };
     std::thread::spawn(move || {
-        let code = child.wait().ok().and_then(|s| s.code()).unwrap_or(1);
-        std::process::exit(code);
+        let code = child
+            .wait()
+            .map_or(super::exit::FAILED, program::status_code);
+        std::process::exit(code.into());
     });
     // SAFETY: the two descriptors are ours alone from here on.
     let (input, output) = unsafe {
@@ -155,18 +168,20 @@ fn shell_beside_server(
         )
     };
     let _ = server::serve_beside_shell(&args.roots, args.git_guard(kept), input, output);
-    // The controller went away before the shell ended: the shell goes on without a network.
+    // The controller went away before the program ended: it goes on without a network.
     std::thread::park();
     super::exit::OK
 }
 
-/// `shell -i` in the worktree, as the command user where the server split its identity.
-fn interactive_shell(shell: &str, worktree: &std::path::Path) -> std::process::Command {
-    let mut cmd = std::process::Command::new(shell);
-    cmd.arg("-i").current_dir(worktree);
-    // SAFETY: two syscalls between fork and exec.
-    unsafe { cmd.pre_exec(confine::become_command_user) };
-    cmd
+/// `--exec`: the program in place of this process, or beside the server when the proxy
+/// needs one.
+fn run_program(args: &ServerArgs, kept: Option<ProtectedCopy>) -> u8 {
+    if let [input, output] = args.protocol_fds[..] {
+        return program_beside_server(args, kept, input, output);
+    }
+    // The caller passes the sandbox's environment to this process for the program.
+    let e = program::command(&args.argv, &args.roots[0].path, args.terminal).exec();
+    program::not_started(&args.argv, &e)
 }
 
 /// Joins the cgroups and confines this process. Without namespaces, the protected paths
@@ -218,7 +233,9 @@ fn confine_landlock(args: &ServerArgs) -> Result<Option<ProtectedCopy>, u8> {
         pids: args.pids.unwrap_or(defaults.pids),
         tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
     };
-    if let Err(e) = confine::apply(&confinement, args.shell) {
+    // Runner starts an `--exec` server in a session of its own (its pseudo-terminal as the
+    // controlling terminal, or none), which must stay as it is.
+    if let Err(e) = confine::apply(&confinement, args.exec) {
         eprintln!("runner sandbox-server: {e}");
         return Err(super::exit::FAILED);
     }
@@ -265,20 +282,8 @@ pub fn run(args: ServerArgs) -> u8 {
         eprintln!("runner sandbox-server: {e}");
         return super::exit::FAILED;
     }
-    if args.shell {
-        let worktree = &args.roots[0].path;
-        let shell = if std::path::Path::new("/bin/bash").exists() {
-            "/bin/bash"
-        } else {
-            "/bin/sh"
-        };
-        if let [input, output] = args.protocol_fds[..] {
-            return shell_beside_server(shell, &args, kept, input, output);
-        }
-        // The caller passes the sandbox's environment to this process for the shell.
-        let e = interactive_shell(shell, worktree).exec();
-        eprintln!("runner sandbox-server: cannot start {shell}: {e}");
-        return super::exit::FAILED;
+    if args.exec {
+        return run_program(&args, kept);
     }
     match server::serve_stdio(&args.roots, args.git_guard(kept)) {
         Ok(()) => super::exit::OK,

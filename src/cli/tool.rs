@@ -324,9 +324,10 @@ impl SandboxArgs {
             .unwrap_or_default())
     }
 
-    pub fn spec(&self, root: &Path) -> Result<SandboxSpec, String> {
+    /// The sandbox these flags and the config (`rules.config`) ask for around `root`.
+    pub fn spec(&self, root: &Path, rules: &RuleArgs) -> Result<SandboxSpec, String> {
         let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
-        self.options(root, &RuleArgs { config: None }, None)
+        self.options(root, rules, None)
             .spec(&profile)
             .map_err(|e| e.to_string())
     }

@@ -14,6 +14,7 @@ mod exec;
 mod files;
 pub mod git_sweep;
 pub mod net;
+pub mod program;
 pub mod restore;
 pub mod roots;
 pub mod search;

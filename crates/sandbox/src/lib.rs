@@ -10,6 +10,7 @@ pub mod choose;
 pub mod client;
 pub use runner_sandbox_server::confine;
 pub mod docker;
+pub mod exec;
 pub mod landlock;
 pub mod local;
 pub mod owner;
@@ -18,6 +19,7 @@ pub use runner_sandbox_server as server;
 pub mod spec;
 pub mod splice;
 pub mod start_error;
+pub mod terminal;
 pub mod trust;
 pub mod worktree_guard;
 

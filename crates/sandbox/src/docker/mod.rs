@@ -20,7 +20,7 @@ pub use container::{
     LABEL, LABEL_BOOT, LABEL_CREATED, LABEL_OWNER, LABEL_OWNER_START, LABEL_RUN, open_container,
     wait_gone,
 };
-pub use shell::shell;
+pub use shell::exec;
 
 /// Where the server binary is mounted in every container.
 pub const SERVER_PATH: &str = "/opt/runner/runner";
