@@ -415,6 +415,10 @@ fn settings_of(options: &super::EvalOptions) -> BTreeMap<String, serde_json::Val
         ("rebuild", json!(options.rebuild)),
         ("build_network", json!(options.build_network)),
         (
+            "agent_network",
+            json!(format!("{:?}", options.agent_network)),
+        ),
+        (
             "verifier_network",
             json!(format!("{:?}", options.verifier_network)),
         ),
