@@ -38,6 +38,8 @@ pub enum Action {
 pub struct Fault {
     method: String,
     pattern: Vec<String>,
+    /// Text the call's query must hold, percent-decoded (`path=/logs/verifier`).
+    query: Option<String>,
     nth: usize,
     times: Option<usize>,
     action: Action,
@@ -61,6 +63,7 @@ impl Fault {
         Fault {
             method: method.to_string(),
             pattern: segments(path),
+            query: None,
             nth: 1,
             times: Some(1),
             action,
@@ -73,14 +76,25 @@ impl Fault {
         self
     }
 
+    /// Matches only calls whose query, percent-decoded, holds `text`: the same call on
+    /// different paths (`GET /containers/*/archive` with `path=/logs/verifier`).
+    pub fn query(mut self, text: &str) -> Fault {
+        self.query = Some(text.to_string());
+        self
+    }
+
     /// Fails every matching call from the `nth` on, not just one.
     pub fn always(mut self) -> Fault {
         self.times = None;
         self
     }
 
-    fn matches(&self, method: &str, path: &[String]) -> bool {
+    fn matches(&self, method: &str, path: &[String], query: &str) -> bool {
         method.eq_ignore_ascii_case(&self.method)
+            && self
+                .query
+                .as_ref()
+                .is_none_or(|q| query.contains(q.as_str()))
             && path.len() == self.pattern.len()
             && self
                 .pattern
@@ -88,6 +102,33 @@ impl Fault {
                 .zip(path)
                 .all(|(want, have)| want == "*" || want == have)
     }
+}
+
+/// The request target's query, percent-decoded (`path=%2Fapp` reads `path=/app`).
+fn query(target: &str) -> String {
+    let raw = target.split_once('?').map_or("", |(_, q)| q).as_bytes();
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (raw[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The path's segments, without the query and without the API version prefix (`/v1.47`).
@@ -121,12 +162,12 @@ struct State {
 
 impl State {
     /// The action for this call, if a fault takes it (counting it either way).
-    fn decide(&self, method: &str, path: &[String]) -> Option<Action> {
+    fn decide(&self, method: &str, path: &[String], query: &str) -> Option<Action> {
         let call = format!("{method} /{}", path.join("/"));
         self.calls.lock().unwrap().push(call.clone());
         let mut faults = self.faults.lock().unwrap();
         for (fault, seen, fired) in faults.iter_mut() {
-            if !fault.matches(method, path) {
+            if !fault.matches(method, path, query) {
                 continue;
             }
             *seen += 1;
@@ -228,8 +269,8 @@ fn relay(client: UnixStream, engine: UnixStream, state: &State) -> std::io::Resu
         let Some(head) = read_head(&mut requests)? else {
             break Ok(());
         };
-        let (method, path) = request_line(&head);
-        match state.decide(&method, &path) {
+        let (method, path, query) = request_line(&head);
+        match state.decide(&method, &path, &query) {
             Some(Action::Cut) => break Ok(()),
             Some(Action::Status(code)) => {
                 // The body is read, so the client sees the answer rather than a write
@@ -311,11 +352,12 @@ fn read_head(reader: &mut impl BufRead) -> std::io::Result<Option<Head>> {
     Ok(Some(head))
 }
 
-fn request_line(head: &Head) -> (String, Vec<String>) {
+/// The request's method, its path's segments and its decoded query.
+fn request_line(head: &Head) -> (String, Vec<String>, String) {
     let mut words = head.raw.split_whitespace();
     let method = words.next().unwrap_or("").to_string();
     let target = words.next().unwrap_or("");
-    (method, segments(target))
+    (method, segments(target), query(target))
 }
 
 /// Copies the request's body (by its length, or chunk by chunk to the last) to `to`.
@@ -366,11 +408,17 @@ mod tests {
     #[test]
     fn calls_match_without_version_or_query() {
         let fault = Fault::status(500, "PUT /containers/*/archive");
-        assert!(fault.matches("PUT", &segments("/v1.47/containers/abc/archive?path=%2F")));
-        assert!(fault.matches("put", &segments("/containers/abc/archive")));
-        assert!(!fault.matches("GET", &segments("/v1.47/containers/abc/archive")));
-        assert!(!fault.matches("PUT", &segments("/v1.47/containers/abc/archive/x")));
-        assert!(!fault.matches("PUT", &segments("/v1.47/images/abc/archive")));
+        let target = "/v1.47/containers/abc/archive?path=%2F";
+        assert!(fault.matches("PUT", &segments(target), &query(target)));
+        assert!(fault.matches("put", &segments("/containers/abc/archive"), ""));
+        assert!(!fault.matches("GET", &segments("/v1.47/containers/abc/archive"), ""));
+        assert!(!fault.matches("PUT", &segments("/v1.47/containers/abc/archive/x"), ""));
+        assert!(!fault.matches("PUT", &segments("/v1.47/images/abc/archive"), ""));
+        let reward = Fault::cut("GET /containers/*/archive").query("path=/logs/verifier/");
+        let read = "/v1.47/containers/abc/archive?path=%2Flogs%2Fverifier%2Freward.txt";
+        assert!(reward.matches("GET", &segments(read), &query(read)));
+        let snapshot = "/v1.47/containers/abc/archive?path=%2Fapp";
+        assert!(!reward.matches("GET", &segments(snapshot), &query(snapshot)));
     }
 
     #[test]
@@ -383,14 +431,12 @@ mod tests {
             ..Default::default()
         };
         let exec = segments("/v1.47/exec/e1/start");
-        assert_eq!(state.decide("POST", &exec), None);
-        assert_eq!(state.decide("POST", &exec), Some(Action::Cut));
-        assert_eq!(state.decide("POST", &exec), None);
+        assert_eq!(state.decide("POST", &exec, ""), None);
+        assert_eq!(state.decide("POST", &exec, ""), Some(Action::Cut));
+        assert_eq!(state.decide("POST", &exec, ""), None);
         for _ in 0..3 {
-            assert_eq!(
-                state.decide("GET", &segments("/_ping")),
-                Some(Action::Status(503))
-            );
+            let ping = segments("/_ping");
+            assert_eq!(state.decide("GET", &ping, ""), Some(Action::Status(503)));
         }
         assert_eq!(state.fired.lock().unwrap().len(), 4);
         assert_eq!(state.calls.lock().unwrap().len(), 6);
