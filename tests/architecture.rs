@@ -209,3 +209,14 @@ fn the_agent_core_links_no_cli_or_eval() {
 fn eval_links_no_cli() {
     links_none("runner-eval", "runner-agent", &["clap", "runner"]);
 }
+
+/// The MCP front end opens sessions through the agent core and serves their tools: it is
+/// not a second command line, and nothing of the evaluator comes with it.
+#[test]
+fn the_mcp_front_end_links_no_cli_or_eval() {
+    links_none(
+        "runner-mcp-serve",
+        "runner-agent",
+        &["clap", "runner", "runner-eval", "indicatif"],
+    );
+}
