@@ -210,7 +210,8 @@ fn a_whole_runs_event_stream_reads_back_and_a_verdict_exits_0() {
 
 /// Load problems, each said on stderr with its file and line as the sets are read, and
 /// each a `load_problem` event: a line that is not JSON, a line with a key no task has, a
-/// set that holds no task, a Harbor task without its instruction.md. With a task whose
+/// set that holds no task, a Harbor task without its instruction.md (and a good line the
+/// oracle has no solution for, said once). With a task whose
 /// image does not build (an infra_error of the run itself) beside a good one: exit 8. The
 /// build failure alone exits 8 too.
 #[test]
@@ -220,7 +221,7 @@ fn load_problems_are_said_with_file_and_line_and_they_and_infra_errors_exit_8() 
     let lines = dir.join("tasks.jsonl");
     std::fs::write(
         &lines,
-        "{\"id\":\"typo\",\"instruction\":\"x\",\"repo\":\".\",\"verify\":\"true\",\"verfy\":1}\n\n{not json\n",
+        "{\"id\":\"typo\",\"instruction\":\"x\",\"repo\":\".\",\"verify\":\"true\",\"verfy\":1}\n\n{not json\n{\"id\":\"needs-a-model\",\"instruction\":\"x\",\"repo\":\".\",\"verify\":\"true\"}\n",
     )
     .unwrap();
     let empty = dir.join("empty.jsonl");
@@ -271,7 +272,12 @@ fn load_problems_are_said_with_file_and_line_and_they_and_infra_errors_exit_8() 
     assert_eq!(starts[0]["task"], "good");
     let end = events.last().unwrap();
     assert_eq!(end["load_problems"], 4, "{end}");
-    assert_eq!(end["summary"]["counts"]["infra_error"], 3, "{end}");
+    // The task with no solution for the oracle: said once, an infra_error, no problem.
+    assert_eq!(end["summary"]["counts"]["infra_error"], 4, "{end}");
+    assert!(
+        told.contains("--agent oracle: 1 JSON-lines tasks have no solution to run"),
+        "{told}"
+    );
     assert_eq!(end["summary"]["counts"]["resolved"], 1, "{end}");
 
     // An attempt the run itself fails (its image does not build): 8, with no load problem.
@@ -359,4 +365,55 @@ fn an_empty_task_set_exits_9_and_a_run_that_cannot_start_sends_one_error() {
         event["message"].as_str().unwrap().contains("no model"),
         "{text}"
     );
+}
+
+/// An engine that fails one call (a 500 on the container's create, from a proxy in front
+/// of the real engine's socket): the attempt is tried again, and the stream says so once,
+/// between its one `attempt_start` and its one `attempt_end`, which counts the retry.
+#[test]
+fn a_retried_attempt_says_why_in_the_stream_and_still_starts_and_ends_once() {
+    use common::engine_faults::{EngineFaults, Fault};
+    common::engine::docker();
+    let (_tmp, dir) = scratch();
+    let set = dir.join("set");
+    task(&set.join("adds"), '+');
+    let proxy = EngineFaults::start(
+        Path::new("/var/run/docker.sock"),
+        vec![Fault::status(500, "POST /containers/create")],
+    );
+    let host = proxy.host();
+    let run = eval(
+        &[&set],
+        &dir.join("out"),
+        &["--json", "--jobs", "1", "--docker-host", &host],
+    );
+    assert_eq!(proxy.fired().len(), 1, "{}", said(&run));
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    let events = stream(&run);
+    let kinds: Vec<&str> = attempt(&events, "adds")
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "attempt_start",
+            "attempt_retry",
+            "phase",
+            "phase",
+            "phase",
+            "attempt_end"
+        ],
+        "{events:#?}"
+    );
+    let retry = of_type(&events, "attempt_retry")[0];
+    assert_eq!(
+        (&retry["retry"], &retry["of"]),
+        (&json!(1), &json!(2)),
+        "{retry}"
+    );
+    assert!(retry["reason"].as_str().unwrap().contains("500"), "{retry}");
+    let end = of_type(&events, "attempt_end")[0];
+    assert_eq!(end["status"], "resolved", "{end}");
+    assert_eq!(end["retries"], 1, "{end}");
 }

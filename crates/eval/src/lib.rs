@@ -471,6 +471,16 @@ fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>
             }
         }
     }
+    // Said once, not per task: a run that was meant for a model is not a typo per line.
+    let no_solution = loaded
+        .iter()
+        .filter(|l| matches!(l, Loaded::Task(_)))
+        .count();
+    if options.agent == AgentKind::Oracle && no_solution > 0 {
+        say(&format!(
+            "--agent oracle: {no_solution} JSON-lines tasks have no solution to run; each is infra_error (run them with --model)"
+        ));
+    }
     Ok(jobs)
 }
 
