@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
+use common::provider::{Response, ScriptedModel, call, text};
+use serde_json::{Value, json};
 
 const DOCKERFILE: &str = "FROM runner-sandbox:bookworm\nWORKDIR /app\n";
 
@@ -126,15 +127,27 @@ fn test_sh(agent_file: &str, want: &str, url: &str) -> String {
     )
 }
 
-/// `runner eval run SET --agent oracle EXTRA…` with `internet` as runner's upstream proxy
+/// `runner eval run SET --agent oracle --jobs 2 EXTRA…` with `internet` as runner's upstream proxy
 /// (and no other proxy variable of this process's).
 fn eval(set: &Path, out: &Path, internet: &Internet, extra: &[&str]) -> (Output, u32) {
+    eval_by(set, out, internet, extra, None)
+}
+
+/// The same, by `model` (a scripted one, reached directly: `no_proxy` names the loopback)
+/// when one is given.
+fn eval_by(
+    set: &Path,
+    out: &Path,
+    internet: &Internet,
+    extra: &[&str],
+    model: Option<&ScriptedModel>,
+) -> (Output, u32) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
     cmd.args(["eval", "run"])
         .arg(set)
         .arg("--out")
         .arg(out)
-        .args(["--agent", "oracle", "--jobs", "2"])
+        .args(["--jobs", "2"])
         .args(extra)
         .env("XDG_DATA_HOME", out.with_extension("data"))
         .env("XDG_CONFIG_HOME", out.with_extension("config"));
@@ -145,6 +158,14 @@ fn eval(set: &Path, out: &Path, internet: &Internet, extra: &[&str]) -> (Output,
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    match model {
+        Some(m) => cmd
+            .args(["--model", "openai/scripted"])
+            .env("no_proxy", "127.0.0.1,localhost")
+            .env("OPENAI_API_KEY", "sk-eval-test")
+            .env("OPENAI_BASE_URL", m.openai_base()),
+        None => cmd.args(["--agent", "oracle"]),
+    };
     let child = cmd.spawn().unwrap();
     let pid = child.id();
     (child.wait_with_output().unwrap(), pid)
@@ -469,4 +490,64 @@ fn the_flags_override_the_task_for_the_whole_run() {
         ["/listed-agent"],
         "the agent reached the unlisted host by the flag, the verifier kept the task's list"
     );
+}
+
+/// A model's run gets its phase's network the same way: in an allow-list task its bash
+/// reaches the listed host through the proxy and is refused the other, and both
+/// connections are in `result.json` beside the phase's mode.
+#[test]
+fn a_models_run_gets_the_tasks_allowlist_and_its_connections_are_kept() {
+    common::engine::docker();
+    let internet = Internet::start();
+    let (_tmp, dir) = tmp_set();
+    let set = dir.join("set");
+    task(
+        &set.join("model"),
+        "[agent]\ntimeout_sec = 120\nallowed_hosts = [\"allowed.test\"]\n[verifier]\nnetwork_mode = \"no-network\"\n",
+        "true\n",
+        &test_sh(
+            "/app/got.txt",
+            "served allowed.test /model-agent",
+            "http://allowed.test/model-verifier",
+        ),
+    );
+    let model = ScriptedModel::responding(|body: &Value| {
+        let steps = body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        Response::Stream(match steps {
+            0 => call(
+                "bash",
+                json!({
+                    "command": format!("{}{}", fetch("http://allowed.test/model-agent", "/app/got.txt"), fetch("http://other.test/model-agent", "/app/other.txt")),
+                    "description": "fetch the pages",
+                }),
+            ),
+            _ => text("Done."),
+        })
+    });
+    let out = dir.join("out");
+    let (run, pid) = eval_by(&set, &out, &internet, &[], Some(&model));
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "", "containers left behind");
+    let r = result(&out, "model");
+    assert_eq!(
+        r["status"],
+        "resolved",
+        "{r:#}\n{}",
+        read(&out, "model", "session.jsonl")
+    );
+    assert_eq!(internet.paths("allowed.test"), ["/model-agent"]);
+    assert_eq!(internet.paths("other.test"), Vec::<String>::new());
+    let agent = phase(&r, "agent");
+    assert_eq!(agent["mode"], "allowlist");
+    assert_eq!(agent["from"], "task [agent] allowed_hosts");
+    let agent_lines = lines(agent);
+    for seen in ["allow allowed.test:80", "deny other.test:80"] {
+        assert!(
+            agent_lines.iter().any(|l| l.starts_with(seen)),
+            "{seen}: {agent_lines:?}"
+        );
+    }
+    assert_eq!(phase(&r, "verifier")["mode"], "no-network");
 }
