@@ -1,1 +1,301 @@
-//! (being written)
+//! The audit trail end to end: a real `runner run` under landlock with the allow-list's
+//! proxy, a scripted model making one call the rules allow and one they deny, a command
+//! inside reaching a loopback server the rules open and a host they refuse. The trail
+//! written with `--audit FILE` must hold exactly those decisions, each with the rule that
+//! made it, between the sandbox's start and end; every record must conform to the OCSF
+//! schema files kept in `tests/fixtures/ocsf`; the user's `[audit] file` and `runner
+//! sessions audit ID` must have the same records; a repository's `[audit]` is ignored.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::provider::{Response, ScriptedModel, call, text};
+use serde_json::{Value, json};
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn schema() -> runner_audit::conformance::Schema {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ocsf/1.7.0");
+    runner_audit::conformance::Schema::load(&root).unwrap()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What identifies a record here: its class, its disposition (0 where it has none), and
+/// what it is about (the first resource, the destination host, or the lifecycle step).
+fn key(r: &Value) -> (u64, u64, String) {
+    let class = r["class_uid"].as_u64().unwrap();
+    let disposition = r["disposition_id"].as_u64().unwrap_or(0);
+    let about = match class {
+        6003 => format!(
+            "{} {}",
+            r["api"]["operation"].as_str().unwrap(),
+            r["resources"][0]["name"].as_str().unwrap()
+        ),
+        4001 => {
+            let dst = &r["dst_endpoint"];
+            let host = dst["hostname"].as_str().or(dst["ip"].as_str()).unwrap();
+            format!("{} {host}", r["activity_name"].as_str().unwrap())
+        }
+        _ => r["activity_name"].as_str().unwrap().to_string(),
+    };
+    (class, disposition, about)
+}
+
+struct Trail {
+    _tmp: tempfile::TempDir,
+    audit: PathBuf,
+    user_audit: PathBuf,
+    repo_audit: PathBuf,
+    config: PathBuf,
+    out: Output,
+    s: common::allowlist::Setup,
+    model: ScriptedModel,
+}
+
+/// The run: a command fetching from the loopback server (allowed) and from a host the
+/// rules refuse, then `rm -rf build`, which a rule denies.
+fn run_with_audit(outside_port: u16) -> Trail {
+    let s = common::allowlist::setup();
+    let tmp = tempfile::tempdir().unwrap();
+    let audit = tmp.path().join("trail/audit.jsonl");
+    let repo_audit = tmp.path().join("repository-audit.jsonl");
+    let config = tmp.path().join("rules.toml");
+    std::fs::write(
+        &config,
+        "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n[permission.bash]\n\"rm *\" = \"deny\"\n",
+    )
+    .unwrap();
+    // The user's own config names a trail too; the repository's tries to.
+    let user_dir = s.data.join("config/runner");
+    std::fs::create_dir_all(&user_dir).unwrap();
+    std::fs::write(
+        user_dir.join("config.toml"),
+        "[audit]\nfile = \"user-audit.jsonl\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(s.wt.join(".runner")).unwrap();
+    std::fs::write(
+        s.wt.join(".runner/config.toml"),
+        format!("[audit]\nfile = {:?}\n", repo_audit.display().to_string()),
+    )
+    .unwrap();
+    let p = outside_port;
+    let fetches = format!(
+        "export no_proxy= NO_PROXY=; python3 net.py fetch http://127.0.0.1:{p}/blob; python3 net.py fetch http://refused.example/x"
+    );
+    let model = ScriptedModel::start(vec![
+        Response::Stream(call(
+            "bash",
+            json!({"command": fetches, "description": "fetch", "timeout": 60000}),
+        )),
+        Response::Stream(call(
+            "bash",
+            json!({"command": "rm -rf build", "description": "clean"}),
+        )),
+        Response::Stream(text("done")),
+    ]);
+    let (audit_arg, config_arg) = (audit.display().to_string(), config.display().to_string());
+    let out = common::allowlist::runner(
+        &s,
+        &[
+            "run",
+            "--sandbox",
+            "landlock",
+            "--network",
+            "allowlist",
+            "--ask",
+            "deny",
+            "--continue-on-deny",
+            "--config",
+            &config_arg,
+            "--audit",
+            &audit_arg,
+            "--model",
+            "openai/gpt-test",
+            "--json",
+            "fetch, then clean",
+        ],
+    )
+    .env("OPENAI_API_KEY", "sk-test")
+    .env("OPENAI_BASE_URL", model.openai_base())
+    .output()
+    .unwrap();
+    Trail {
+        user_audit: user_dir.join("user-audit.jsonl"),
+        _tmp: tmp,
+        audit,
+        repo_audit,
+        config,
+        out,
+        s,
+        model,
+    }
+}
+
+#[test]
+fn a_runs_trail_holds_each_decision_with_its_rule_and_conforms_to_ocsf() {
+    let outside = common::outside::Outside::start(1000);
+    let t = run_with_audit(outside.port);
+    let all = describe(&t.out);
+    // What the command inside said, as the model was sent it.
+    let told = t.model.requests()[1].body["messages"].to_string();
+    assert!(
+        told.contains("OK http://127.0.0.1") && told.contains("FAIL http://refused.example"),
+        "one fetch went through and one was refused\n{told}\n{all}"
+    );
+    let records = lines(&t.audit);
+
+    // Exactly these decisions: start first, end last, the rest in the order of the run
+    // (a connection's record comes when it closes, so only the set is compared).
+    let keys: Vec<(u64, u64, String)> = records.iter().map(key).collect();
+    assert_eq!(
+        keys.first().map(|k| k.2.as_str()),
+        Some("Start"),
+        "{keys:#?}"
+    );
+    assert_eq!(keys.last().map(|k| k.2.as_str()), Some("Stop"), "{keys:#?}");
+    let mut middle: Vec<(u64, u64, String)> = keys[1..keys.len() - 1].to_vec();
+    middle.sort();
+    let mut want = vec![
+        (6003, 1, "bash export no_proxy= NO_PROXY=".to_string()),
+        (6003, 1, "network 127.0.0.1".into()),
+        (6003, 2, "network refused.example".into()),
+        (6003, 2, "bash rm -rf build".into()),
+        (4001, 1, "Close 127.0.0.1".into()),
+        (4001, 2, "Refuse refused.example".into()),
+    ];
+    want.sort();
+    assert_eq!(middle, want, "{all}");
+
+    // Each decision names the rule that made it, with its file and place.
+    let by = |about: &str| {
+        records
+            .iter()
+            .find(|r| key(r).2 == about)
+            .unwrap_or_else(|| panic!("no record of {about}"))
+    };
+    let config = t.config.display().to_string();
+    let rm = &by("bash rm -rf build")["policy"];
+    assert_eq!(rm["name"], "bash \"rm *\" = deny");
+    assert_eq!(rm["uid"], format!("{config}#3"));
+    assert_eq!(rm["data"]["layer"], "explicit");
+    let refused = &by("network refused.example")["policy"];
+    assert_eq!(refused["data"]["pattern"], "*");
+    assert_eq!(refused["data"]["action"], "deny");
+    assert_eq!(refused["uid"], format!("{config}#1"));
+    assert_eq!(
+        by("network 127.0.0.1")["policy"]["uid"],
+        format!("{config}#2")
+    );
+    // The allowed command was allowed by the built-in defaults' `"*" = "allow"`.
+    let bash = &by("bash export no_proxy= NO_PROXY=")["policy"]["data"];
+    assert_eq!(bash["origin"], "built-in defaults");
+    let close = by("Close 127.0.0.1");
+    assert_eq!(close["dst_endpoint"]["port"], outside.port);
+    assert!(
+        close["traffic"]["bytes_in"].as_u64().unwrap() >= 1000,
+        "{close}"
+    );
+    let refuse = by("Refuse refused.example");
+    assert!(
+        refuse["status_detail"]
+            .as_str()
+            .unwrap()
+            .contains("denied by the rule"),
+        "{refuse}"
+    );
+
+    // A SIEM takes every line as it is.
+    let schema = schema();
+    for r in &records {
+        let problems = schema.check(r);
+        assert!(problems.is_empty(), "{problems:#?}\nin {r:#}");
+    }
+
+    // One session: every line carries its id, and `sessions audit ID` prints the same.
+    let session = records[0]["metadata"]["correlation_uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        records
+            .iter()
+            .all(|r| r["metadata"]["correlation_uid"] == session)
+    );
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["sessions", "audit", &session[..8]])
+        .env("XDG_DATA_HOME", &t.s.data)
+        .env("XDG_CONFIG_HOME", t.s.data.join("config"))
+        .output()
+        .unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{}", describe(&shown));
+    let printed: Vec<Value> = String::from_utf8_lossy(&shown.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(printed, records);
+    // The user's `[audit] file` has them too; the repository's was never written.
+    assert_eq!(lines(&t.user_audit), records);
+    assert!(
+        !t.repo_audit.exists(),
+        "a repository chose where the trail goes"
+    );
+    assert!(
+        String::from_utf8_lossy(&t.out.stderr).contains("ignored [audit]"),
+        "{all}"
+    );
+}
+
+/// A trail is appended to, never replaced: a second run adds its own lines after the
+/// first's, each run's lines carrying its own session id.
+#[test]
+fn a_second_session_appends_to_the_same_file() {
+    let s = common::allowlist::setup();
+    let file = s.data.join("shared-audit.jsonl");
+    let file_arg = file.display().to_string();
+    for n in 0..2 {
+        let model = ScriptedModel::start(vec![Response::Stream(text("nothing to do"))]);
+        let out = common::allowlist::runner(
+            &s,
+            &[
+                "run",
+                "--sandbox",
+                "landlock",
+                "--audit",
+                &file_arg,
+                "--model",
+                "openai/gpt-test",
+                "--json",
+                "hello",
+            ],
+        )
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", model.openai_base())
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "run {n}: {}", describe(&out));
+    }
+    let records = lines(&file);
+    let steps: Vec<String> = records.iter().map(|r| key(r).2).collect();
+    assert_eq!(steps, ["Start", "Stop", "Start", "Stop"]);
+    assert_ne!(
+        records[0]["metadata"]["correlation_uid"],
+        records[2]["metadata"]["correlation_uid"]
+    );
+}

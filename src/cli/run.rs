@@ -74,6 +74,13 @@ pub struct RunArgs {
     /// it such a run stops before the model is asked: nothing would record what changed.
     #[arg(long)]
     pub no_git_check: bool,
+    /// Append every decision of the session (each tool call's permission with the rule
+    /// that decided, each connection and inspected request through the allow-list, each
+    /// secret's use, the sandbox's start and end) to FILE as OCSF JSON lines, besides
+    /// `[audit] file` in your config and the session's own trail (`runner sessions audit
+    /// ID`). See docs/AUDIT.md.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<std::path::PathBuf>,
 }
 
 /// Under `--json`, a run that cannot start still gives its reader one event to parse
@@ -176,6 +183,7 @@ fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: b
         options.session.project_trust = crate::config::trust::TrustMode::Grant;
     }
     options.session.require_git_for_direct = !args.no_git_check;
+    options.session.audit.file = args.audit.clone();
     if interactive_terminal && std::io::stderr().is_terminal() {
         options.user = Some(Arc::new(crate::tool::question::TerminalUser));
     }

@@ -1,5 +1,6 @@
 //! `runner sessions …`: the recorded sessions. `list` (newest first), `show` (a readable
-//! transcript), `export` (the replay file `--model replay/FILE` plays back).
+//! transcript), `export` (the replay file `--model replay/FILE` plays back), `audit` (the
+//! session's decisions as OCSF JSON lines, as `--audit FILE` has them).
 
 use clap::Subcommand;
 use serde_json::json;
@@ -24,6 +25,13 @@ pub enum SessionsCommand {
     },
     /// A session's model turns as a replay file (to stdout).
     Export {
+        /// The session's id, or a unique prefix of it (see `sessions list`).
+        id: String,
+    },
+    /// A session's audit trail: every decision it made (permissions with their deciding
+    /// rule, connections, inspected requests, secrets, the sandbox's start and end), one
+    /// OCSF JSON line each, as `--audit FILE` has them. See docs/AUDIT.md.
+    Audit {
         /// The session's id, or a unique prefix of it (see `sessions list`).
         id: String,
     },
@@ -113,7 +121,55 @@ pub fn run(cmd: SessionsCommand) -> u8 {
             }
             Err(code) => code,
         },
+        SessionsCommand::Audit { id } => audit(&dir, &id),
     }
+}
+
+/// Prints the trail kept beside the session file. Each line is parsed and written again
+/// as compact JSON, so what reaches the terminal has every control character escaped
+/// whatever the file holds; a line that does not parse (cut by a kill) is skipped and
+/// counted on stderr.
+fn audit(dir: &std::path::Path, id: &str) -> u8 {
+    let session = match record::find(dir, id) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("runner: {}", display::escape(&e.to_string()));
+            return exit::USAGE;
+        }
+    };
+    let trail = runner_audit::trail_beside(&session);
+    let text = match std::fs::read_to_string(&trail) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "runner: session {} has no audit trail ({} is not there: sessions recorded before the trail existed have none)",
+                display::escape(id),
+                display::shown(trail.display())
+            );
+            return exit::FAILED;
+        }
+        Err(e) => {
+            eprintln!(
+                "runner: cannot read {}: {e}",
+                display::shown(trail.display())
+            );
+            return exit::FAILED;
+        }
+    };
+    let mut skipped = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => println!("{v}"),
+            Err(_) => skipped += 1,
+        }
+    }
+    if skipped > 0 {
+        eprintln!(
+            "runner: skipped {skipped} lines of {} that are not JSON (cut by a kill?)",
+            display::shown(trail.display())
+        );
+    }
+    exit::OK
 }
 
 fn load(dir: &std::path::Path, id: &str) -> Result<Loaded, u8> {

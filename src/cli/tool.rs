@@ -67,6 +67,11 @@ pub struct CommonArgs {
     /// one), allow (approve each once), deny. Default: the profile's, else prompt.
     #[arg(long, value_parser = super::ask_arg())]
     pub ask: Option<AskMode>,
+    /// Append every decision (permissions with their deciding rule, connections, the
+    /// sandbox's start and end) to FILE as OCSF JSON lines, besides `[audit] file` in your
+    /// config. See docs/AUDIT.md.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
 }
 
 pub async fn run(cmd: ToolCommand) -> u8 {
@@ -240,9 +245,10 @@ pub(super) async fn start(
     common: &CommonArgs,
     conversation: Conversation,
 ) -> Result<(ToolContext, Option<Workspace>), u8> {
-    let options = common
+    let mut options = common
         .sandbox
         .options(&common.root, &common.rules, common.ask);
+    options.audit.file = common.audit.clone();
     match options.open(conversation).await {
         Ok(open) => {
             for note in &open.notes {

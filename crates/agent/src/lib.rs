@@ -8,6 +8,7 @@
 //! parent's denies.
 
 pub mod agents;
+pub mod audit;
 pub mod compact;
 pub mod config;
 pub mod events;
@@ -188,6 +189,8 @@ pub struct Runtime {
     /// A session's approved switch to another agent (plan mode), made between its steps.
     handoff: Mutex<Option<(String, String)>>,
     started: Instant,
+    /// Where every agent's gate tells its decisions (`--audit`, the session's trail).
+    audit: std::sync::OnceLock<Arc<runner_audit::Audit>>,
 }
 
 impl Runtime {
@@ -224,6 +227,7 @@ impl Runtime {
             root_progress: Mutex::new((0, Usage::default())),
             handoff: Mutex::new(None),
             started: Instant::now(),
+            audit: std::sync::OnceLock::new(),
         })
     }
 
@@ -252,6 +256,12 @@ impl Runtime {
     /// from now on (set once, before the first agent).
     pub fn set_instructions(&self, entries: Vec<String>) {
         let _ = self.instructions.set(entries);
+    }
+
+    /// Gives every agent's gate built from now on this audit trail (set once, before the
+    /// first agent): each agent judges its calls with a gate of its own.
+    pub fn set_audit(&self, audit: Arc<runner_audit::Audit>) {
+        let _ = self.audit.set(audit);
     }
 
     /// The provider and model for an agent: its own `model:` if it names one, else the
@@ -411,7 +421,11 @@ impl Agent {
         conversation: Arc<Conversation>,
     ) -> (ToolContext, Arc<Registry>, String) {
         let base = &rt.base;
-        let gate = Arc::new(RuleGate::new(base.worktree(), rules, rt.asker.clone()));
+        let mut gate = RuleGate::new(base.worktree(), rules, rt.asker.clone());
+        if let Some(audit) = rt.audit.get() {
+            gate = gate.with_audit(audit.clone());
+        }
+        let gate = Arc::new(gate);
         let observed = Arc::new(observe::ObservedGate {
             inner: gate,
             session: id.to_string(),

@@ -65,6 +65,8 @@ pub struct SessionOptions {
     /// them by or undo them with. Off for callers whose worktree is their own (an
     /// evaluation's) or who asked for one tool call.
     pub require_git_for_direct: bool,
+    /// Where the session's audit trail goes besides the user's `[audit] file`.
+    pub audit: crate::audit::AuditOptions,
     /// Who answers asks instead of `--ask`, the profile or the terminal: a front end with a
     /// person of its own (an MCP client, through elicitation).
     pub asker: Option<SessionAsker>,
@@ -248,6 +250,7 @@ impl SessionOptions {
             crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
         rules.notes.extend(notes);
+        let audit = crate::audit::open(&self.audit, &settings)?;
         let mut spec = self.spec_with(&rules.profile, &settings)?;
         let workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
@@ -274,6 +277,7 @@ impl SessionOptions {
             }
         };
         rules.notes.extend(sandbox.notes.iter().cloned());
+        let audit = Arc::new(crate::audit::SessionAudit::started(audit, &spec));
         // Host hooks run where the agent's files are on the host: the checkout, or its copy.
         let host_root = match (&workspace, &self.in_image) {
             (Some(ws), _) => ws.work(),
@@ -289,6 +293,10 @@ impl SessionOptions {
             None => asker(self.ask, &rules.profile),
         };
         let gate = RuleGate::new(sandbox.worktree(), rules.rules.clone(), asker.clone());
+        let gate = crate::audit::SessionGate {
+            inner: gate.with_audit(audit.sink().clone()),
+            trail: audit.clone(),
+        };
         let ctx = ToolContext::new(
             Arc::new(sandbox),
             Arc::new(conversation),
@@ -307,6 +315,7 @@ impl SessionOptions {
             &settings.lsp,
         )));
         let network = start_proxy(&ctx, &rules.rules, &spec).await?;
+        crate::audit::observe(audit.sink(), network.as_deref());
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
         Ok(OpenSession {
@@ -320,6 +329,7 @@ impl SessionOptions {
             workspace,
             settings,
             network,
+            audit,
         })
     }
 
@@ -462,6 +472,9 @@ pub struct OpenSession {
     pub settings: crate::config::settings::Settings,
     /// The proxy that is the sandbox's only way out (`--network allowlist`).
     pub network: Option<Arc<crate::network::NetworkProxy>>,
+    /// The audit trail; the sandbox's end is recorded once every context of the session
+    /// is gone.
+    pub audit: Arc<crate::audit::SessionAudit>,
 }
 
 impl OpenSession {

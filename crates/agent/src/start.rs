@@ -127,6 +127,11 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     // The conversation's saved outputs live in a folder named by its id (subagents share
     // it, as they share the sandbox).
     session.outputs_of = Some(id.clone());
+    // The session's own audit trail lives beside its session file.
+    session.audit.trail = Some(runner_audit::trail_beside(
+        &sessions_dir.join(format!("{id}.jsonl")),
+    ));
+    session.audit.session = Some(id.clone());
     let open = session.open(Conversation::new(id.clone())).await?;
     let mut notes = open.notes.clone();
     let settings = open.settings.clone();
@@ -163,7 +168,12 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     if let Some(t) = settings.context.and_then(|c| c.threshold) {
         loop_options.context_threshold = t.clamp(0.1, 1.0);
     }
-    let recorder = recorder(&sessions_dir, &id, open.network.as_deref())?;
+    let recorder = recorder(
+        &sessions_dir,
+        &id,
+        open.network.as_deref(),
+        open.audit.sink(),
+    )?;
     let rt = Runtime::new(
         provider,
         info,
@@ -186,6 +196,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         )
     }));
     rt.set_instructions(settings.instructions.clone());
+    rt.set_audit(open.audit.sink().clone());
     let history = resumed
         .as_ref()
         .map(Loaded::conversation)
@@ -251,11 +262,12 @@ fn lead_agent(all: &[agents::AgentDef], name: &str) -> Result<agents::AgentDef, 
 }
 
 /// The session file `ID.jsonl`, which also records every connection through the
-/// allow-list's proxy.
+/// allow-list's proxy (and tells the audit trail of it).
 fn recorder(
     sessions_dir: &Path,
     id: &str,
     network: Option<&crate::network::NetworkProxy>,
+    audit: &Arc<runner_audit::Audit>,
 ) -> Result<Arc<Recorder>, StartError> {
     let recorder = Arc::new(
         Recorder::create(sessions_dir.join(format!("{id}.jsonl"))).map_err(|e| {
@@ -267,11 +279,13 @@ fn recorder(
     );
     if let Some(network) = network {
         let (recorder, session) = (recorder.clone(), id.to_string());
+        let audit = audit.clone();
         network.observe(Arc::new(move |c| {
             recorder.write(&Record::Network {
                 session: session.clone(),
                 connection: c.clone(),
-            })
+            });
+            crate::audit::connection(&audit, c);
         }));
     }
     Ok(recorder)
@@ -310,6 +324,7 @@ impl Run {
         let a = &self.agent;
         let elapsed = a.elapsed();
         let duration_ms = elapsed.as_millis() as u64;
+        self.open.audit.ended(end.reason());
         self.rt.recorder.write(&Record::End {
             session: a.id.clone(),
             reason: end.reason().into(),

@@ -236,12 +236,17 @@ pub(crate) fn permission(p: &Permission, meta: Meta) -> Value {
         message,
         meta,
     );
-    let operation = p.tool.clone().unwrap_or_else(|| p.permission.clone());
+    // The permission is the operation (`bash`, `edit`, `network`): what the rules are
+    // written against. The tool that asked (`write` asks `edit`), or who did when no tool
+    // did, is kept beside it.
     r.insert("actor".into(), agent_actor());
     r.insert(
         "api".into(),
-        json!({ "operation": operation, "service": { "name": "runner tools" } }),
+        json!({ "operation": p.permission, "service": { "name": "runner tools" } }),
     );
+    if let Some(tool) = &p.tool {
+        r.insert("unmapped".into(), json!({ "tool": tool }));
+    }
     r.insert("src_endpoint".into(), sandbox_endpoint());
     let resources: Vec<Value> = p
         .patterns

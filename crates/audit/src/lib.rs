@@ -206,13 +206,15 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A session's trail beside its session file: `ID.jsonl` keeps `ID.audit.jsonl` next to it.
+/// A session's trail beside its session file: `ID.jsonl` keeps `ID.audit.ndjson` next to
+/// it. JSON lines all the same, under the other common name for them, so that nothing that
+/// lists or finds session files by their `.jsonl` takes a trail for a session.
 pub fn trail_beside(session_file: &Path) -> PathBuf {
     let stem = session_file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    session_file.with_file_name(format!("{stem}.audit.jsonl"))
+    session_file.with_file_name(format!("{stem}.audit.ndjson"))
 }
 
 #[cfg(test)]
@@ -283,7 +285,7 @@ mod tests {
     fn the_trail_sits_beside_the_session_file() {
         assert_eq!(
             trail_beside(Path::new("/d/sessions/ab12.jsonl")),
-            Path::new("/d/sessions/ab12.audit.jsonl")
+            Path::new("/d/sessions/ab12.audit.ndjson")
         );
     }
 }

@@ -45,6 +45,17 @@ pub struct Settings {
     /// Instruction files and globs from an OpenCode config's `instructions` (relative ones
     /// in the worktree, as OpenCode reads them); in the system prompt as AGENTS.md is.
     pub instructions: Vec<String>,
+    /// `[audit]`: where every session's decisions are appended (never a project's: the
+    /// trail is the user's record of what was done for them; see `crate::audit`).
+    pub audit: AuditSettings,
+}
+
+/// `[audit]` in the user's own config or `--config`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSettings {
+    /// The file every session appends its OCSF lines to; relative to the config file.
+    pub file: Option<PathBuf>,
 }
 
 /// `[network]` in the user's own config or `--config`.
@@ -94,6 +105,7 @@ struct FileSettings {
     #[serde(default)]
     lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
     network: Option<NetworkSettings>,
+    audit: Option<AuditSettings>,
     #[serde(skip)]
     instructions: Vec<String>,
 }
@@ -142,6 +154,12 @@ impl Settings {
                     project.display()
                 ));
             }
+            if file.audit.take().is_some() {
+                notes.push(format!(
+                    "ignored [audit] in {}: only your own config (or --config) may say where the audit trail goes",
+                    project.display()
+                ));
+            }
             settings.merge(file, &project, Place::Sandbox);
         }
         if let Some(path) = explicit {
@@ -182,6 +200,10 @@ impl Settings {
         }
         self.lsp.extend(file.lsp);
         self.instructions.extend(file.instructions);
+        if let Some(file) = file.audit.and_then(|a| a.file) {
+            let base = source.parent().unwrap_or(Path::new("."));
+            self.audit.file = Some(base.join(file));
+        }
         if let Some(network) = file.network {
             let base = source.parent().unwrap_or(Path::new("."));
             self.network
@@ -217,6 +239,7 @@ fn read(path: &Path, notes: &mut Vec<String>) -> Result<FileSettings, SettingsEr
             websearch: None,
             lsp: file.lsp,
             network: None,
+            audit: None,
             instructions: file.instructions,
         });
     }
@@ -246,6 +269,7 @@ fn table_shape(key: &str) -> Option<Shape> {
         "websearch" => Shape::Struct(fields_of::<crate::tool::search::SearchSettings>),
         "lsp" => Shape::Named(fields_of::<crate::tool::lsp_client::LspSpec>),
         "network" => Shape::Struct(fields_of::<NetworkSettings>),
+        "audit" => Shape::Struct(fields_of::<AuditSettings>),
         _ => return None,
     })
 }
@@ -267,6 +291,31 @@ mod tests {
         assert_eq!(s.model.as_deref(), Some("anthropic/claude-x"));
         assert!(s.provider.is_empty());
         assert!(notes[0].contains("ignored [provider]"), "{notes:?}");
+    }
+
+    #[test]
+    fn only_the_users_files_say_where_the_audit_trail_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+        std::fs::write(
+            dir.path().join(".runner/config.toml"),
+            "[audit]\nfile = \"/tmp/elsewhere.jsonl\"\n",
+        )
+        .unwrap();
+        let (s, notes) = Settings::load(dir.path(), None).unwrap();
+        assert_eq!(s.audit.file, None);
+        assert!(
+            notes.iter().any(|n| n.contains("ignored [audit]")),
+            "{notes:?}"
+        );
+        let mine = dir.path().join("mine").join("config.toml");
+        std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
+        std::fs::write(&mine, "[audit]\nfile = \"trail.jsonl\"\n").unwrap();
+        let (s, _) = Settings::load(dir.path(), Some(&mine)).unwrap();
+        assert_eq!(s.audit.file, Some(dir.path().join("mine/trail.jsonl")));
+        std::fs::write(&mine, "[audit]\nfiles = \"x\"\n").unwrap();
+        let e = Settings::load(dir.path(), Some(&mine)).unwrap_err();
+        assert!(e.to_string().contains("audit.files"), "{e}");
     }
 
     #[test]

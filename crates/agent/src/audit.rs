@@ -1,0 +1,243 @@
+//! A session's audit trail: where it goes, and what the session itself tells it.
+//!
+//! The lines go to every file asked for: `--audit FILE`, the user's `[audit] file` (never
+//! a repository's: the trail is the user's record of what was done on their behalf, and a
+//! repository that could point it elsewhere could hide its own doings), and the session's
+//! own trail beside its session file, which `runner sessions audit ID` prints. The gate
+//! tells it of permission decisions ([`crate::permission::gate::RuleGate::with_audit`]);
+//! here the session tells it of the sandbox's start and end and of every connection the
+//! allow-list's proxy records, inspected requests and secrets among them.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use runner_audit::{Audit, Connection, Decision, HttpRequest, SecretUse};
+
+use crate::network::ConnectionRecord;
+use crate::sandbox::spec::SandboxSpec;
+use crate::session::OpenError;
+
+/// Where a session's trail goes, besides the user's `[audit] file`.
+#[derive(Debug, Clone, Default)]
+pub struct AuditOptions {
+    /// `--audit FILE`.
+    pub file: Option<PathBuf>,
+    /// The session's own trail, beside its session file (`runner run` sets it).
+    pub trail: Option<PathBuf>,
+    /// The session id every line carries (`metadata.correlation_uid`).
+    pub session: Option<String>,
+}
+
+/// Opens every file the options and the user's config name; a file that cannot be
+/// written stops the session before anything is decided unrecorded.
+pub fn open(
+    options: &AuditOptions,
+    settings: &crate::config::settings::Settings,
+) -> Result<Arc<Audit>, OpenError> {
+    let files: Vec<PathBuf> = [
+        options.file.clone(),
+        settings.audit.file.clone(),
+        options.trail.clone(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if files.is_empty() {
+        return Ok(Arc::new(Audit::disabled()));
+    }
+    Audit::open(
+        &files,
+        env!("CARGO_PKG_VERSION"),
+        options.session.as_deref(),
+    )
+    .map(Arc::new)
+    .map_err(|e| OpenError::Usage(e.to_string()))
+}
+
+/// The trail as an open session holds it: records the sandbox's end when the last holder
+/// lets go ([`SessionGate`]).
+pub struct SessionAudit {
+    audit: Arc<Audit>,
+    backend: String,
+    ended: Mutex<Option<String>>,
+}
+
+impl SessionAudit {
+    /// Records the sandbox's start, and its end once this is dropped.
+    pub fn started(audit: Arc<Audit>, spec: &SandboxSpec) -> SessionAudit {
+        let network = match spec.network {
+            crate::sandbox::spec::Network::None => "none",
+            crate::sandbox::spec::Network::Allowlist => "allowlist",
+            crate::sandbox::spec::Network::Host => "host",
+        };
+        audit.sandbox_start(&runner_audit::SandboxStart {
+            backend: spec.backend.name().to_string(),
+            network: network.to_string(),
+            worktree: spec.worktree.display().to_string(),
+            description: crate::session::wall_line(spec, None),
+        });
+        SessionAudit {
+            audit,
+            backend: spec.backend.name().to_string(),
+            ended: Mutex::new(None),
+        }
+    }
+
+    pub fn sink(&self) -> &Arc<Audit> {
+        &self.audit
+    }
+
+    /// How the session ended, for the sandbox's stop record.
+    pub fn ended(&self, reason: &str) {
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.to_string());
+    }
+}
+
+impl Drop for SessionAudit {
+    fn drop(&mut self) {
+        let reason = self.ended.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.audit.sandbox_end(&runner_audit::SandboxEnd {
+            backend: self.backend.clone(),
+            reason,
+        });
+    }
+}
+
+/// The session's own gate, holding the trail open: the sandbox's end is written once the
+/// last context of the session is gone (a `tool call` keeps only its context, and a
+/// run's subagents and proxy hold the session's), not when the caller lets go of the
+/// [`crate::session::OpenSession`] it was built from.
+pub struct SessionGate {
+    pub inner: crate::permission::gate::RuleGate,
+    pub trail: Arc<SessionAudit>,
+}
+
+impl crate::permission::PermissionGate for SessionGate {
+    fn ask<'a>(
+        &'a self,
+        request: &'a crate::permission::PermissionRequest,
+    ) -> crate::permission::AskFuture<'a> {
+        self.inner.ask(request)
+    }
+
+    fn confirm<'a>(
+        &'a self,
+        request: &'a crate::permission::PermissionRequest,
+    ) -> crate::permission::AskFuture<'a> {
+        self.inner.confirm(request)
+    }
+
+    fn disabled(&self, permission: &str) -> Option<crate::permission::rules::Rule> {
+        self.inner.disabled(permission)
+    }
+}
+
+/// Tells `audit` of every connection `proxy` records from now on (replacing any other
+/// observer: a caller with one of its own calls [`connection`] from it).
+pub fn observe(audit: &Arc<Audit>, proxy: Option<&crate::network::NetworkProxy>) {
+    if let Some(proxy) = proxy.filter(|_| audit.is_on()) {
+        let audit = audit.clone();
+        proxy.observe(Arc::new(move |c| connection(&audit, c)));
+    }
+}
+
+/// One of the proxy's records as audit lines: an inspected request is HTTP Activity, any
+/// other connection Network Activity, and each secret it names a secret's use (or refusal).
+pub fn connection(audit: &Audit, c: &ConnectionRecord) {
+    if !audit.is_on() {
+        return;
+    }
+    let allowed = c.decision == "allow";
+    match c.request.as_deref().and_then(split_request) {
+        Some((method, host, path)) => audit.http_request(&HttpRequest {
+            method: method.to_string(),
+            scheme: if c.port == 80 { "http" } else { "https" }.to_string(),
+            host: host.to_string(),
+            port: c.port,
+            path: path.to_string(),
+            decision: if allowed {
+                Decision::Allowed
+            } else {
+                Decision::Denied
+            },
+            rule: None,
+            status: c.status,
+            reason: c.reason.clone(),
+        }),
+        None => audit.connection(&Connection {
+            host: c.host.clone(),
+            port: c.port,
+            allowed,
+            reason: c.reason.clone(),
+            address: c.address.clone(),
+            bytes_sent: c.bytes_sent,
+            bytes_received: c.bytes_received,
+            summary: c.line(),
+        }),
+    }
+    for name in &c.secrets {
+        audit.secret_use(&SecretUse {
+            name: name.clone(),
+            host: c.host.clone(),
+            port: Some(c.port),
+            allowed,
+            detail: c.reason.clone().filter(|_| !allowed),
+        });
+    }
+}
+
+/// `GET host/path?q` as method, host and path (with its query).
+fn split_request(request: &str) -> Option<(&str, &str, &str)> {
+    let (method, rest) = request.split_once(' ')?;
+    let slash = rest.find('/').unwrap_or(rest.len());
+    let (host, path) = rest.split_at(slash);
+    Some((method, host, if path.is_empty() { "/" } else { path }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_splits_into_method_host_and_path() {
+        assert_eq!(
+            split_request("POST github.com/me/tool.git/git-receive-pack?x=1"),
+            Some(("POST", "github.com", "/me/tool.git/git-receive-pack?x=1"))
+        );
+        assert_eq!(
+            split_request("GET example.org"),
+            Some(("GET", "example.org", "/"))
+        );
+        assert_eq!(split_request("garbage"), None);
+    }
+
+    #[test]
+    fn a_record_is_told_as_its_kind_with_its_secrets_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.jsonl");
+        let audit = Audit::open(std::slice::from_ref(&file), "1", None).unwrap();
+        let mut tunnel = ConnectionRecord::new("pypi.org", 443);
+        tunnel.address = Some("151.101.0.223:443".into());
+        connection(&audit, &tunnel);
+        let mut request = ConnectionRecord::new("github.com", 443);
+        request.request = Some("POST github.com/x/y.git/git-receive-pack".into());
+        request.decision = "deny".into();
+        request.status = Some(403);
+        request.secrets = vec!["GITHUB_TOKEN".into()];
+        connection(&audit, &request);
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let classes: Vec<u64> = lines
+            .iter()
+            .map(|l| l["class_uid"].as_u64().unwrap())
+            .collect();
+        assert_eq!(classes, [4001, 4002, 6003]);
+        assert_eq!(lines[1]["activity_id"], 6, "POST");
+        assert_eq!(lines[1]["disposition_id"], 2);
+        assert_eq!(lines[2]["resources"][0]["name"], "GITHUB_TOKEN");
+        assert_eq!(lines[2]["disposition_id"], 2);
+    }
+}
