@@ -116,3 +116,41 @@ impl EvalError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine_500(what: &str) -> EvalError {
+        DockerError::engine(what)(bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: "boom".into(),
+        })
+        .into()
+    }
+
+    #[test]
+    fn an_engine_fault_is_found_however_deep_the_steps_wrap_it() {
+        let wrapped = engine_500("cannot copy files into /")
+            .during("cannot start the task container")
+            .during("the agent's turn");
+        assert_eq!(wrapped.engine_fault(), Some(EngineFault::ServerError(500)));
+        assert_eq!(
+            EvalError::EngineTimeout(300).engine_fault(),
+            Some(EngineFault::Timeout)
+        );
+        let through_sandbox = EvalError::Sandbox(SandboxError::from(DockerError::engine(
+            "cannot start the task container",
+        )(
+            bollard::errors::Error::RequestTimeoutError,
+        )));
+        assert_eq!(through_sandbox.engine_fault(), Some(EngineFault::Timeout));
+        // Not the engine: the task's, the agent's, a server that went away.
+        assert_eq!(EvalError::Task("no step ran".into()).engine_fault(), None);
+        let gone = EvalError::InSandbox {
+            what: "the sandbox failed during the command".into(),
+            source: SandboxError::Disconnected("eof".into()),
+        };
+        assert_eq!(gone.engine_fault(), None);
+    }
+}

@@ -260,3 +260,35 @@ fn score_into(result: &mut TaskResult, score: Score) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy_failed(status_code: u16) -> EvalError {
+        let e = bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message: "boom".into(),
+        };
+        EvalError::from(crate::sandbox::docker::DockerError::engine(
+            "cannot copy files into /",
+        )(e))
+    }
+
+    #[test]
+    fn an_engine_fault_is_retried_and_named_whatever_the_caller_judged() {
+        let result = TaskResult::new("t", 1, "oracle".into());
+        let v = failed(result.clone(), "agent", copy_failed(500), None, false).unwrap();
+        assert!(v.retryable);
+        assert_eq!(v.result.status, Status::InfraError);
+        assert_eq!(v.result.phase.as_deref(), Some("agent"));
+        let error = v.result.error.unwrap();
+        assert!(error.contains("not the agent"), "{error}");
+        assert!(error.contains("status 500"), "{error}");
+        assert!(error.contains("cannot copy files into /"), "{error}");
+        // A refusal keeps the caller's judgement and its own words.
+        let v = failed(result, "agent", copy_failed(404), None, false).unwrap();
+        assert!(!v.retryable);
+        assert!(!v.result.error.unwrap().contains("not the agent"));
+    }
+}

@@ -162,3 +162,69 @@ impl crate::SandboxError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bollard::errors::Error as B;
+
+    fn status(code: u16) -> B {
+        B::DockerResponseServerError {
+            status_code: code,
+            message: "x".into(),
+        }
+    }
+
+    #[test]
+    fn the_engines_own_failures_are_told_from_its_answers() {
+        assert_eq!(
+            EngineFault::of(&status(500)),
+            Some(EngineFault::ServerError(500))
+        );
+        assert_eq!(
+            EngineFault::of(&status(503)),
+            Some(EngineFault::ServerError(503))
+        );
+        // An answer about the request: no such container, a conflict, a bad request.
+        for code in [400, 404, 409] {
+            assert_eq!(EngineFault::of(&status(code)), None, "{code}");
+        }
+        assert_eq!(
+            EngineFault::of(&B::RequestTimeoutError),
+            Some(EngineFault::Timeout)
+        );
+        let io = |kind| B::IOError {
+            err: std::io::Error::from(kind),
+        };
+        assert_eq!(
+            EngineFault::of(&io(std::io::ErrorKind::ConnectionReset)),
+            Some(EngineFault::Connection)
+        );
+        assert_eq!(
+            EngineFault::of(&io(std::io::ErrorKind::TimedOut)),
+            Some(EngineFault::Timeout)
+        );
+        // What a build step printed as its error is the build's, not the engine's.
+        let step = B::DockerStreamError {
+            error: "The command '/bin/sh -c exit 7' returned a non-zero code: 7".into(),
+        };
+        assert_eq!(EngineFault::of(&step), None);
+    }
+
+    #[test]
+    fn the_kind_survives_the_way_into_a_sandbox_error() {
+        let copy = DockerError::engine("cannot copy files into /")(status(500));
+        assert_eq!(copy.engine_fault(), Some(EngineFault::ServerError(500)));
+        let sandbox = crate::SandboxError::from(copy);
+        assert_eq!(sandbox.engine_fault(), Some(EngineFault::ServerError(500)));
+        assert!(
+            sandbox.to_string().contains("copy files into /"),
+            "{sandbox}"
+        );
+        // Refusals stay refusals.
+        let missing = DockerError::engine("cannot read /x")(status(404));
+        assert_eq!(crate::SandboxError::from(missing).engine_fault(), None);
+        let disconnected = crate::SandboxError::Disconnected("gone".into());
+        assert_eq!(disconnected.engine_fault(), None);
+    }
+}
