@@ -40,6 +40,7 @@ mod permission_gate;
 mod sandbox_start;
 mod symlink_escape;
 mod terminal_output;
+mod third_party_agent;
 mod tool_snapshots;
 mod user_tools;
 mod workspace;

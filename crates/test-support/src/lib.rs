@@ -19,6 +19,7 @@ pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;
 pub mod special_files;
+pub mod third_party;
 pub mod tls;
 pub mod upstream;
 

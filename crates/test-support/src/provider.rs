@@ -1,8 +1,10 @@
 //! A scripted model behind a real HTTP server that speaks each provider's documented
 //! streaming format: OpenAI Chat Completions (`data:` chunks, tool-call fragments keyed by
 //! index, a usage chunk, `[DONE]`) and Anthropic Messages (named events, `ping`,
-//! `input_json_delta`, `message_delta` usage). The format follows the request path, so
-//! one script can drive either provider. Every request is kept for the test to inspect.
+//! `input_json_delta`, `message_delta` usage) and OpenAI Responses (named `response.*`
+//! events around whole output items, the API Codex CLI speaks). The format follows the
+//! request path, so one script can drive any of them. Every request is kept for the test
+//! to inspect.
 
 #![allow(dead_code)]
 
@@ -206,6 +208,14 @@ fn serve(
         body: body.clone(),
     });
     let anthropic = path.ends_with("/messages");
+    let responses = path.ends_with("/responses");
+    let rendered = |a: &Answer| {
+        if responses {
+            render_responses(a)
+        } else {
+            render(a, anthropic)
+        }
+    };
     let respond = responder.lock().unwrap().clone();
     let response = match respond {
         Some(f) => Some(f(&body)),
@@ -230,19 +240,19 @@ fn serve(
             let _ = write!(stream, "{head}\r\n{body}");
         }
         Response::Stream(a) if fast => {
-            let body: String = render(&a, anthropic).concat();
+            let body: String = rendered(&a).concat();
             let whole = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             );
             return stream.write_all(whole.as_bytes()).is_ok();
         }
-        Response::Stream(a) => send(&mut stream, &render(&a, anthropic), None),
-        Response::Cut(a, n) => send(&mut stream, &render(&a, anthropic), Some(n)),
+        Response::Stream(a) => send(&mut stream, &rendered(&a), None),
+        Response::Cut(a, n) => send(&mut stream, &rendered(&a), Some(n)),
         Response::Raw(pieces) => send(&mut stream, &pieces, None),
         Response::Slow(a, d) => {
             std::thread::sleep(d);
-            send(&mut stream, &render(&a, anthropic), None)
+            send(&mut stream, &rendered(&a), None)
         }
     }
     false
@@ -386,5 +396,123 @@ fn render_anthropic(a: &Answer) -> Vec<String> {
     };
     out.push(ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 50}})));
     out.push(ev("message_stop", json!({"type": "message_stop"})));
+    out
+}
+
+/// An answer as the OpenAI Responses API streams it (`POST …/responses`): `response.created`,
+/// then each output item opened with `response.output_item.added`, filled by text or
+/// argument deltas and closed with `response.output_item.done` carrying the whole item,
+/// then `response.completed` with the usage. A call name `NAMESPACE/NAME` becomes a
+/// `function_call` of tool `NAME` in `NAMESPACE`: that is how Codex offers an MCP server's
+/// tools (namespace `mcp__SERVER`), and `/` cannot appear in a plain tool name.
+pub fn render_responses(a: &Answer) -> Vec<String> {
+    let response = |status: &str| {
+        json!({"id": "resp_1", "object": "response", "model": "scripted", "status": status,
+               "output": []})
+    };
+    let mut events = vec![json!({"type": "response.created", "response": response("in_progress")})];
+    let mut index = 0;
+    if !a.text.is_empty() {
+        events.extend(responses_message(&a.text, index));
+        index += 1;
+    }
+    for (i, (name, args)) in a.calls.iter().enumerate() {
+        events.extend(responses_call(name, args, i, index));
+        index += 1;
+    }
+    let prompt = if a.prompt_tokens == 0 {
+        1000
+    } else {
+        a.prompt_tokens
+    };
+    let mut done = response(if a.cut_at_limit {
+        "incomplete"
+    } else {
+        "completed"
+    });
+    done["usage"] = json!({"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 200},
+                           "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 0},
+                           "total_tokens": prompt + 50});
+    let kind = if a.cut_at_limit {
+        done["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    events.push(json!({"type": kind, "response": done}));
+    // Each event is named by its type and numbered in order, as the API does.
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut data)| {
+            data["sequence_number"] = json!(n);
+            let name = data["type"].as_str().unwrap_or_default().to_string();
+            format!("event: {name}\ndata: {data}\n\n")
+        })
+        .collect()
+}
+
+/// An assistant message item at `index`: added empty, its text in deltas, then done whole.
+fn responses_message(text: &str, index: usize) -> Vec<Value> {
+    let id = format!("msg_{index}");
+    let item = |content: Value, status: &str| {
+        json!({"type": "message", "id": id, "role": "assistant", "status": status,
+               "content": content})
+    };
+    let part = json!({"type": "output_text", "text": text, "annotations": []});
+    let mut out = vec![
+        json!({"type": "response.output_item.added", "output_index": index,
+                              "item": item(json!([]), "in_progress")}),
+    ];
+    for p in pieces(text, 5) {
+        out.push(json!({"type": "response.output_text.delta", "item_id": id,
+                        "output_index": index, "content_index": 0, "delta": p}));
+    }
+    out.push(
+        json!({"type": "response.output_text.done", "item_id": id, "output_index": index,
+                    "content_index": 0, "text": text}),
+    );
+    out.push(
+        json!({"type": "response.output_item.done", "output_index": index,
+                    "item": item(json!([part]), "completed")}),
+    );
+    out
+}
+
+/// A `function_call` item at `index`: added with empty arguments, the arguments in deltas,
+/// then done whole.
+fn responses_call(name: &str, args: &str, call: usize, index: usize) -> Vec<Value> {
+    let id = format!("fc_{index}");
+    let (namespace, tool) = match name.split_once('/') {
+        Some((ns, tool)) => (Some(ns), tool),
+        None => (None, name),
+    };
+    let item = |arguments: &str, status: &str| {
+        let mut item = json!({"type": "function_call", "id": id, "status": status,
+                              "call_id": format!("call_{call}_{tool}"), "name": tool,
+                              "arguments": arguments});
+        if let Some(ns) = namespace {
+            item["namespace"] = json!(ns);
+        }
+        item
+    };
+    let mut out = vec![
+        json!({"type": "response.output_item.added", "output_index": index,
+                              "item": item("", "in_progress")}),
+    ];
+    for p in pieces(args, 4) {
+        out.push(
+            json!({"type": "response.function_call_arguments.delta", "item_id": id,
+                        "output_index": index, "delta": p}),
+        );
+    }
+    out.push(
+        json!({"type": "response.function_call_arguments.done", "item_id": id,
+                    "output_index": index, "arguments": args}),
+    );
+    out.push(
+        json!({"type": "response.output_item.done", "output_index": index,
+                    "item": item(args, "completed")}),
+    );
     out
 }

@@ -1,0 +1,249 @@
+//! A real third-party agent's loop driving runner's hands: Codex CLI (the npm release
+//! pinned in `common::third_party`) with `runner mcp serve --sandbox docker` as its MCP
+//! server and its own shell turned off, its model a local scripted server speaking the
+//! Responses API over real HTTP.
+//!
+//! The model asks for runner's `bash` (which Codex offers as `bash` in the namespace
+//! `mcp__runner`) to run `id; cat /etc/hostname; touch made-by-mcp`, then answers with
+//! text. What Codex sent back to the model in its second request is the evidence: the
+//! command's output as the tool result, with the container's hostname in it, not the
+//! host's. The same run under a runner rule that denies `touch` gets the refusal, naming
+//! the rule, as its tool result, and nothing runs.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::provider::{self, Response, ScriptedModel, Seen};
+use common::third_party;
+use serde_json::{Value, json};
+
+/// What the scripted model asks runner's shell to run.
+const COMMAND: &str = "id; cat /etc/hostname; touch made-by-mcp";
+
+/// runner's bash as Codex names it to the model: tool `bash` in namespace `mcp__runner`.
+const RUNNER_BASH: &str = "mcp__runner/bash";
+
+/// The tools Codex brings of its own that run commands or change files on the host. With
+/// its shell turned off none of them may reach the model.
+const CODEX_HANDS: [&str; 6] = [
+    "exec_command",
+    "write_stdin",
+    "shell",
+    "shell_command",
+    "local_shell",
+    "apply_patch",
+];
+
+/// How long one `codex exec` may take before the test calls it hung.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// One finished `codex exec` turn: what it printed, what the model was sent, the worktree.
+struct Run {
+    _tmp: tempfile::TempDir,
+    wt: PathBuf,
+    stdout: String,
+    stderr: String,
+    requests: Vec<Seen>,
+}
+
+/// Codex in a fresh git worktree, runner's rules in `rules` (a TOML config), the model
+/// scripted to call runner's bash with [`COMMAND`] and then say "all done".
+fn codex_turn(rules: &str) -> Run {
+    assert!(
+        common::engine::owner().is_none(),
+        "this test runs the sandbox as the test's own user; an engine of another user needs \
+         Codex run as that user too"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (wt, data) = (base.join("wt"), base.join("data"));
+    for d in [&wt, &data] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    common::git(&wt, &["init", "-q"]);
+    let config = data.join("rules.toml");
+    std::fs::write(&config, rules).unwrap();
+
+    let model = ScriptedModel::start(vec![
+        Response::Stream(provider::call(
+            RUNNER_BASH,
+            json!({ "command": COMMAND, "description": "who and where am I" }),
+        )),
+        Response::Stream(provider::text("all done")),
+    ]);
+    let mut mcp = Command::new(common::engine::runner_exe());
+    mcp.args(["mcp", "serve", "--sandbox", "docker", "--root"])
+        .arg(&wt)
+        .arg("--config")
+        .arg(&config)
+        .env("XDG_DATA_HOME", &data)
+        .env("XDG_CONFIG_HOME", data.join("config"));
+    common::engine::cli(&mut mcp);
+    let home = third_party::codex_home(&base.join("codex"), &model.openai_base(), &mcp);
+
+    let mut codex = third_party::codex_exec(&home, &wt, "Show who and where you are.");
+    let (stdout, stderr) = run_within(&mut codex, &base, PATIENCE);
+    Run {
+        _tmp: tmp,
+        wt,
+        stdout,
+        stderr,
+        requests: model.requests(),
+    }
+}
+
+/// Runs `cmd` to its end, its output kept in files under `dir`; past `limit` it is killed
+/// and the test fails with what it printed so far. Panics when it exits unsuccessfully.
+fn run_within(cmd: &mut Command, dir: &Path, limit: Duration) -> (String, String) {
+    let (out, err) = (dir.join("codex.out"), dir.join("codex.err"));
+    cmd.stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
+    let mut child = cmd.spawn().expect("codex starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "codex exec did not finish within {limit:?}:\n{}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(
+        status.success(),
+        "codex exec failed ({status}):\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+/// The text Codex sent the model as the result of the call with `call_id`, from the
+/// `function_call_output` item of a later request.
+fn tool_result(requests: &[Seen], call_id: &str) -> String {
+    let outputs: Vec<&Value> = requests
+        .iter()
+        .flat_map(|r| r.body["input"].as_array().into_iter().flatten())
+        .filter(|item| item["type"] == "function_call_output" && item["call_id"] == call_id)
+        .map(|item| &item["output"])
+        .collect();
+    assert_eq!(
+        outputs.len(),
+        1,
+        "one result for {call_id} in the model's requests: {outputs:?}"
+    );
+    match outputs[0] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        other => panic!("a tool result of an unknown shape: {other}"),
+    }
+}
+
+/// Checks what Codex offered the model in its first request: runner's bash in the
+/// `mcp__runner` namespace, and none of Codex's own hands.
+fn assert_only_runner_hands(first: &Seen) {
+    assert!(
+        first.path.ends_with("/v1/responses"),
+        "Codex asked {} (the Responses API was expected)",
+        first.path
+    );
+    let tools = first.body["tools"].as_array().cloned().unwrap_or_default();
+    let runner: Vec<&str> = tools
+        .iter()
+        .filter(|t| t["type"] == "namespace" && t["name"] == "mcp__runner")
+        .flat_map(|t| t["tools"].as_array().into_iter().flatten())
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for offered in ["bash", "read", "write", "edit", "grep"] {
+        assert!(
+            runner.contains(&offered),
+            "runner's {offered} is not among the tools Codex offered: {runner:?}"
+        );
+    }
+    let own: Vec<&Value> = tools
+        .iter()
+        .filter(|t| {
+            t["type"] == "local_shell"
+                || t["name"]
+                    .as_str()
+                    .is_some_and(|name| CODEX_HANDS.contains(&name))
+        })
+        .collect();
+    assert!(own.is_empty(), "Codex's own hands were offered: {own:?}");
+}
+
+/// runner's rules for both turns: commands allowed, and `cat /etc/hostname` (a path
+/// outside the worktree, which runner asks about by default) allowed too, so that only
+/// the rule under test decides.
+const ALLOW: &str = "[permission.bash]\n\"*\" = \"allow\"\n\"touch *\" = \"allow\"\n\n\
+                     [permission.external_directory]\n\"/etc/*\" = \"allow\"\n";
+
+#[test]
+fn codex_runs_its_commands_in_runners_container() {
+    common::engine::docker();
+    let run = codex_turn(ALLOW);
+    assert_only_runner_hands(&run.requests[0]);
+    assert_eq!(
+        run.requests.len(),
+        2,
+        "the call, then the answer: {:?}",
+        run.requests.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+
+    assert!(
+        run.wt.join("made-by-mcp").is_file(),
+        "the command's file is not in the worktree:\n{}",
+        run.stderr
+    );
+    let result = tool_result(&run.requests, "call_0_bash");
+    let mut lines = result.lines().skip_while(|l| !l.starts_with("uid="));
+    assert!(
+        lines.next().is_some(),
+        "no `id` line in the result: {result}"
+    );
+    let hostname = lines.next().unwrap_or_default().trim().to_string();
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert_ne!(
+        hostname,
+        host.trim(),
+        "the command printed the host's hostname: it ran outside the container"
+    );
+    // Docker names a container's host after the start of its id.
+    assert!(
+        hostname.len() == 12 && hostname.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hostname:?} is not a container's hostname; the result was: {result}"
+    );
+    assert!(run.stdout.contains("all done"), "{}", run.stdout);
+}
+
+#[test]
+fn a_command_runners_rules_deny_is_refused_through_the_mcp_result() {
+    common::engine::docker();
+    let run = codex_turn(&ALLOW.replace("\"touch *\" = \"allow\"", "\"touch *\" = \"deny\""));
+    assert!(
+        !run.wt.join("made-by-mcp").exists(),
+        "a denied command made its file"
+    );
+    let result = tool_result(&run.requests, "call_0_bash");
+    assert!(
+        result.contains("denied") && result.contains("\"touch *\" = deny"),
+        "the refusal does not name the rule: {result}"
+    );
+    assert!(
+        !result.contains("uid="),
+        "part of a refused command ran: {result}"
+    );
+    assert!(run.stdout.contains("all done"), "{}", run.stdout);
+}
