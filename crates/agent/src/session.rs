@@ -252,6 +252,11 @@ impl SessionOptions {
         rules.notes.extend(notes);
         let audit = crate::audit::open(&self.audit, &settings)?;
         let mut spec = self.spec_with(&rules.profile, &settings)?;
+        // Hosts read request by request, and secrets: the session's authority joins the
+        // sandbox's trust bundle before the sandbox starts.
+        let inspection = settings
+            .inspection(&rules.rules, &mut spec)
+            .map_err(OpenError::Usage)?;
         let workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
@@ -263,7 +268,7 @@ impl SessionOptions {
             Some(task) => crate::sandbox::docker::open_over(task).await,
             None => crate::sandbox::open(&spec).await,
         };
-        let sandbox = match opened {
+        let mut sandbox = match opened {
             Ok(s) => s,
             Err(e) => {
                 // Nothing ran in the copy: it is not worth a review.
@@ -277,6 +282,10 @@ impl SessionOptions {
             }
         };
         rules.notes.extend(sandbox.notes.iter().cloned());
+        // Commands see each secret's placeholder, never its value.
+        if let Some(inspection) = &inspection {
+            crate::config::settings::put_placeholders(&mut sandbox.env, inspection);
+        }
         let audit = Arc::new(crate::audit::SessionAudit::started(audit, &spec));
         // Host hooks run where the agent's files are on the host: the checkout, or its copy.
         let host_root = match (&workspace, &self.in_image) {
@@ -314,7 +323,7 @@ impl SessionOptions {
         .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
             &settings.lsp,
         )));
-        let network = start_proxy(&ctx, &rules.rules, &spec).await?;
+        let network = start_proxy(&ctx, &rules.rules, &spec, inspection).await?;
         crate::audit::observe(audit.sink(), network.as_deref());
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
@@ -410,6 +419,7 @@ async fn start_proxy(
     ctx: &ToolContext,
     rules: &[Rule],
     spec: &SandboxSpec,
+    inspection: Option<Arc<crate::network::inspect::Inspection>>,
 ) -> Result<Option<Arc<crate::network::NetworkProxy>>, OpenError> {
     if spec.network != Network::Allowlist {
         return Ok(None);
@@ -418,10 +428,11 @@ async fn start_proxy(
         gate: ctx.gate.clone(),
         rules: rules.to_vec(),
     };
-    let proxy = crate::network::NetworkProxy::start(
+    let proxy = crate::network::NetworkProxy::start_inspecting(
         ctx.services.sandbox.client.clone(),
         policy,
         crate::network::NetworkLimits::of(&spec.limits),
+        inspection,
     )
     .await
     .map_err(|e| {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -308,53 +309,56 @@ impl Connection<'_> {
         let received = std::sync::atomic::AtomicU64::new(0);
         let down_done = tokio::sync::Notify::new();
         let up = async {
-            if wr.write_all(&rest).await.is_err() {
-                return None;
-            }
-            loop {
-                match events.recv().await {
-                    Some(Response::NetData { data, .. }) => {
-                        window.dequeue(data.len() as u64);
-                        if !shared.spend(data.len() as u64) {
-                            return Some(Cut::Spent(shared.limits.bytes));
-                        }
-                        let n = data.len() as u64;
-                        if wr.write_all(&data).await.is_err() {
-                            return None;
-                        }
-                        sent.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-                        let ack = Request::NetAck {
-                            target,
-                            conn,
-                            bytes: n,
-                        };
-                        let _ = shared.client.notify(ack).await;
-                    }
-                    // The client has said all it will: the inspector reads the end, and
-                    // answers what it has (its bytes still flow the other way).
-                    Some(Response::NetEof { .. }) => {
-                        let _ = wr.shutdown().await;
-                        return None;
-                    }
-                    Some(Response::NetClosed { reason, .. }) => {
-                        return Some(Cut::BySandbox(reason));
-                    }
-                    Some(Response::NetHungUp { .. }) => return None,
-                    Some(_) => {}
-                    None => return Some(Cut::SandboxGone),
+            let from_sandbox = async {
+                if wr.write_all(&rest).await.is_err() {
+                    return None;
                 }
-            }
-        };
-        let up = async {
-            // Once the inspector is done and its last bytes are taken, the sandbox has
-            // [`LINGER`] to hang up.
-            tokio::select! {
-                cut = up => cut,
+                loop {
+                    match events.recv().await {
+                        Some(Response::NetData { data, .. }) => {
+                            window.dequeue(data.len() as u64);
+                            if !shared.spend(data.len() as u64) {
+                                return Some(Cut::Spent(shared.limits.bytes));
+                            }
+                            let n = data.len() as u64;
+                            if wr.write_all(&data).await.is_err() {
+                                return None;
+                            }
+                            sent.fetch_add(n, Ordering::Relaxed);
+                            let ack = Request::NetAck {
+                                target,
+                                conn,
+                                bytes: n,
+                            };
+                            let _ = shared.client.notify(ack).await;
+                        }
+                        // The client has said all it will: the inspector reads the end and
+                        // answers what it has; the client may still be reading.
+                        Some(Response::NetEof { .. }) => {
+                            let _ = wr.shutdown().await;
+                        }
+                        Some(Response::NetClosed { reason, .. }) => {
+                            return Some(Cut::BySandbox(reason));
+                        }
+                        // Gone: what is still in flight will never be taken.
+                        Some(Response::NetHungUp { .. }) => return None,
+                        Some(_) => {}
+                        None => return Some(Cut::SandboxGone),
+                    }
+                }
+            };
+            // Once the inspector is done, the sandbox takes the last bytes (closing
+            // earlier could cut off the end of an answer) and hangs up, within [`LINGER`].
+            let cut = tokio::select! {
+                cut = from_sandbox => cut,
                 () = async {
                     down_done.notified().await;
-                    tokio::time::sleep(LINGER).await;
+                    let _ = tokio::time::timeout(LINGER, window.below(1)).await;
                 } => None,
-            }
+            };
+            // The inspector hears the end, wherever it waits.
+            let _ = wr.shutdown().await;
+            cut
         };
         let down = async {
             let mut buf = vec![0u8; NET_CHUNK];
@@ -374,15 +378,12 @@ impl Connection<'_> {
                 if let Err(e) = shared.client.send_data(target, conn, &buf[..n]).await {
                     break Some(Cut::SandboxSend(e));
                 }
-                received.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                received.fetch_add(n as u64, Ordering::Relaxed);
             };
             down_done.notify_one();
             cut
         };
         let (up, down) = tokio::join!(up, down);
-        // Closing before the sandbox has taken the last bytes could cut off the end of an
-        // answer: wait for them to be acknowledged, a while at most.
-        let _ = tokio::time::timeout(LINGER, window.below(1)).await;
         (sent.into_inner(), received.into_inner(), down.or(up))
     }
 

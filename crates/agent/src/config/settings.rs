@@ -66,6 +66,56 @@ pub struct NetworkSettings {
     /// TLS inspection CA, a private registry's); relative to the file that names them.
     #[serde(default)]
     pub ca_certificates: Vec<PathBuf>,
+    /// `[network.secrets.NAME]`: tokens the sandbox sees only as a placeholder, which the
+    /// inspecting proxy puts in on requests to the secret's own hosts. Never a project's:
+    /// a repository that could name a secret's hosts could send it anywhere.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SecretSettings>,
+}
+
+/// One secret of `[network.secrets.NAME]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSettings {
+    /// The hosts (wildcards as in rules) the real value may be sent to.
+    pub hosts: Vec<String>,
+    /// The host's environment variable holding the value; the secret's own name if unset.
+    pub env: Option<String>,
+}
+
+impl NetworkSettings {
+    /// Each secret as `(name, value, hosts)`, its value read from the host's environment
+    /// (`var`). A missing value or a secret without hosts is an error naming the secret
+    /// and the variable, never a value.
+    pub fn secret_values(
+        &self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String, Vec<String>)>, String> {
+        let mut out = Vec::new();
+        for (name, secret) in &self.secrets {
+            let valid_name = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid_name {
+                return Err(format!(
+                    "[network.secrets.{name}]: a secret's name is an environment variable's (letters, digits and _, not starting with a digit)"
+                ));
+            }
+            if secret.hosts.is_empty() {
+                return Err(format!(
+                    "[network.secrets.{name}] names no hosts: say where its value may be sent (hosts = [\"api.example.org\"])"
+                ));
+            }
+            let variable = secret.env.as_deref().unwrap_or(name);
+            let value = var(variable).filter(|v| !v.is_empty()).ok_or_else(|| {
+                format!(
+                    "[network.secrets.{name}]: the environment variable {variable} is not set on the host (set it, or name another with env = \"…\")"
+                )
+            })?;
+            out.push((name.clone(), value, secret.hosts.clone()));
+        }
+        Ok(out)
+    }
 }
 
 impl Settings {
@@ -87,6 +137,70 @@ impl Settings {
     ) -> Result<Option<PathBuf>, crate::sandbox::trust::TrustError> {
         let system = crate::sandbox::trust::system_bundle();
         crate::sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, dir)
+    }
+}
+
+impl Settings {
+    /// What the session's proxy inspects, for a walled sandbox on the allow-list whose
+    /// `http` rules or secrets name hosts; `None` otherwise. The session's authority is
+    /// added to the sandbox's trust bundle here (a new bundle: the spec's, then its
+    /// certificate), so it must run before the sandbox starts. Secrets' values come from
+    /// runner's own environment; the error names the secret or file, never a value.
+    pub fn inspection(
+        &self,
+        rules: &[crate::permission::rules::Rule],
+        spec: &mut crate::sandbox::spec::SandboxSpec,
+    ) -> Result<Option<std::sync::Arc<crate::network::inspect::Inspection>>, String> {
+        use crate::sandbox::spec::Network;
+        if spec.network != Network::Allowlist || spec.backend == crate::sandbox::BackendKind::None {
+            return Ok(None);
+        }
+        let declared = self.network.secret_values(|k| std::env::var(k).ok())?;
+        let secrets = crate::network::secrets::Secrets::new(declared)
+            .map_err(|e| format!("cannot make the secrets' placeholders: {e}"))?;
+        let trust: Vec<PathBuf> = crate::sandbox::trust::system_bundle()
+            .into_iter()
+            .chain(self.network.ca_certificates.iter().cloned())
+            .collect();
+        let Some(inspection) = crate::network::inspect::Inspection::new(rules, secrets, &trust)
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        let dir = match spec.ca_bundle.as_deref().and_then(Path::parent) {
+            Some(dir) => dir.to_path_buf(),
+            None => crate::dirs::data_home()
+                .unwrap_or_else(std::env::temp_dir)
+                .join("runner")
+                .join("ca"),
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        // The bundle is made of files: the authority's certificate (public) goes through
+        // one that lives only while the bundle is written.
+        let ca_file = dir.join(format!("session-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca_file, inspection.ca_pem())
+            .map_err(|e| format!("cannot write {}: {e}", ca_file.display()))?;
+        let bundle = crate::sandbox::trust::bundle(
+            spec.ca_bundle.as_deref(),
+            std::slice::from_ref(&ca_file),
+            &dir,
+        );
+        let _ = std::fs::remove_file(&ca_file);
+        spec.ca_bundle = bundle.map_err(|e| e.to_string())?;
+        Ok(Some(std::sync::Arc::new(inspection)))
+    }
+}
+
+/// Puts each secret's placeholder in a sandbox's environment as `NAME`, in place of any
+/// value the host's environment passed through (`env_allow` naming it must not carry the
+/// real token past the wall).
+pub fn put_placeholders(
+    env: &mut Vec<(String, String)>,
+    inspection: &crate::network::inspect::Inspection,
+) {
+    for (name, placeholder) in inspection.secrets.environment() {
+        env.retain(|(k, _)| *k != name);
+        env.push((name, placeholder));
     }
 }
 
@@ -150,7 +264,7 @@ impl Settings {
             }
             if file.network.take().is_some() {
                 notes.push(format!(
-                    "ignored [network] in {}: only your own config (or --config) may add certificate authorities",
+                    "ignored [network] in {}: only your own config (or --config) may add certificate authorities or secrets",
                     project.display()
                 ));
             }
@@ -209,6 +323,7 @@ impl Settings {
             self.network
                 .ca_certificates
                 .extend(network.ca_certificates.iter().map(|p| base.join(p)));
+            self.network.secrets.extend(network.secrets);
         }
     }
 }
@@ -316,6 +431,54 @@ mod tests {
         std::fs::write(&mine, "[audit]\nfiles = \"x\"\n").unwrap();
         let e = Settings::load(dir.path(), Some(&mine)).unwrap_err();
         assert!(e.to_string().contains("audit.files"), "{e}");
+    }
+
+    #[test]
+    fn only_the_users_files_declare_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".runner")).unwrap();
+        std::fs::write(
+            dir.path().join(".runner/config.toml"),
+            "[network.secrets.GITHUB_TOKEN]\nhosts = [\"evil.example\"]\n",
+        )
+        .unwrap();
+        let (s, notes) = Settings::load(dir.path(), None).unwrap();
+        assert!(s.network.secrets.is_empty());
+        assert!(
+            notes.iter().any(|n| n.contains("ignored [network]")),
+            "{notes:?}"
+        );
+        let mine = dir.path().join("mine.toml");
+        std::fs::write(
+            &mine,
+            "[network.secrets.GITHUB_TOKEN]\nhosts = [\"github.com\"]\n[network.secrets.NPM]\nhosts = [\"registry.npmjs.org\"]\nenv = \"MY_NPM\"\n",
+        )
+        .unwrap();
+        let (s, _) = Settings::load(dir.path(), Some(&mine)).unwrap();
+        let values = s
+            .network
+            .secret_values(|k| match k {
+                "GITHUB_TOKEN" => Some("ghp_x".into()),
+                "MY_NPM" => Some("npm_y".into()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            values[0],
+            (
+                "GITHUB_TOKEN".into(),
+                "ghp_x".into(),
+                vec!["github.com".into()]
+            )
+        );
+        assert_eq!(values[1].1, "npm_y");
+        let err = s.network.secret_values(|_| None).unwrap_err();
+        assert!(err.contains("GITHUB_TOKEN is not set"), "{err}");
+        std::fs::write(&mine, "[network.secrets.X]\nhost = [\"a\"]\n").unwrap();
+        assert!(
+            Settings::load(dir.path(), Some(&mine)).is_err(),
+            "a typo is refused"
+        );
     }
 
     #[test]

@@ -55,7 +55,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         Ok(n)
     }
 
-    /// The next head through its blank line; `None` at a clean end before any byte.
+    /// The next head through its blank line; `None` once the stream ends or fails (a head
+    /// cut short is none anyone acts on). `Err`: a head too long, to be answered.
     async fn head(&mut self) -> Result<Option<Vec<u8>>, String> {
         loop {
             if let Some(end) = crate::request::head_end(&self.buf) {
@@ -68,11 +69,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
             if self.buf.len() > MAX_HEAD {
                 return Err("a head over 64 KiB".into());
             }
+            // The end, or a failed read (a client gone without closing its TLS): nobody
+            // is left to answer.
             match self.fill().await {
-                Ok(0) if self.buf.is_empty() => return Ok(None),
-                Ok(0) => return Err("the connection ended inside a head".into()),
+                Ok(0) | Err(_) => return Ok(None),
                 Ok(_) => {}
-                Err(e) => return Err(e.to_string()),
             }
         }
     }
@@ -215,7 +216,16 @@ where
         Ok(r) => r,
         Err(e) => {
             let reason = format!("refused: {e}");
-            record_request(shared, &host, port, None, "deny", Some(&reason), &[]);
+            let said = as_said(head, &host);
+            record_request(
+                shared,
+                &host,
+                port,
+                said.as_deref(),
+                "deny",
+                Some(&reason),
+                &[],
+            );
             refuse(&mut client.io, e.status(), &reason).await;
             return Next::End;
         }
@@ -277,6 +287,21 @@ where
     } else {
         Next::End
     }
+}
+
+/// A request refused before it could be read whole, as its first line names it (`METHOD
+/// host/target`), for the record; `None` when even that is unreadable.
+fn as_said(head: &[u8], host: &str) -> Option<String> {
+    let line = head.split(|b| *b == b'\r' || *b == b'\n').next()?;
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next()?, parts.next()?);
+    let printable =
+        |s: &str| !s.is_empty() && s.len() <= 2048 && s.chars().all(|c| c.is_ascii_graphic());
+    (printable(method) && printable(target)).then(|| {
+        let target = target.split('?').next().unwrap_or(target);
+        super::subject(method, host, target)
+    })
 }
 
 /// Asks the `http` permission about `subject`; the refusal's reason names the rule.
