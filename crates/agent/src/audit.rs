@@ -161,7 +161,8 @@ pub fn connection(audit: &Audit, c: &ConnectionRecord) {
                 Decision::Denied
             },
             rule: None,
-            status: c.status,
+            // A refused request is answered 403 by the proxy itself.
+            status: c.status.or((!allowed).then_some(403)),
             reason: c.reason.clone(),
         }),
         None => audit.connection(&Connection {

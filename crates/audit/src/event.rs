@@ -394,7 +394,11 @@ pub(crate) fn http_request(q: &HttpRequest, meta: Meta) -> Value {
     }
     r.insert("src_endpoint".into(), sandbox_endpoint());
     r.insert("dst_endpoint".into(), endpoint(&q.host, Some(q.port)));
-    put_policy(&mut r, q.rule.as_ref());
+    // Where the deciding rule is not known here (the proxy's record names it in its
+    // reason), no policy is claimed: "no rule matched" would be false.
+    if q.rule.is_some() {
+        put_policy(&mut r, q.rule.as_ref());
+    }
     if let Some(reason) = &q.reason {
         r.insert("status_detail".into(), json!(reason));
     }
