@@ -47,6 +47,11 @@ fn key(r: &Value) -> (u64, u64, String) {
             r["api"]["operation"].as_str().unwrap(),
             r["resources"][0]["name"].as_str().unwrap()
         ),
+        4002 => format!(
+            "{} {}",
+            r["activity_name"].as_str().unwrap(),
+            r["http_request"]["url"]["path"].as_str().unwrap()
+        ),
         4001 => {
             let dst = &r["dst_endpoint"];
             let host = dst["hostname"].as_str().or(dst["ip"].as_str()).unwrap();
@@ -298,4 +303,185 @@ fn a_second_session_appends_to_the_same_file() {
         records[0]["metadata"]["correlation_uid"],
         records[2]["metadata"]["correlation_uid"]
     );
+}
+
+/// Requests on an inspected host (here plain HTTP, which the proxy judges by the same
+/// `http` rules as a request inside TLS) and a secret's placeholder where it may not go:
+/// HTTP Activity for each request, allowed or refused, and the secret's refusal by name,
+/// its value nowhere in the trail.
+#[test]
+fn inspected_requests_and_a_refused_secret_are_in_the_trail() {
+    let s = common::allowlist::setup();
+    let outside = common::outside::Outside::start(1000);
+    let p = outside.port;
+    let token = "audit-real-token-6d1f0c3b";
+    std::fs::write(
+        &s.config,
+        "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n\
+         [permission.http]\n\"* 127.0.0.1/*\" = \"deny\"\n\"GET 127.0.0.1/blob\" = \"allow\"\n\
+         [network.secrets.AUDIT_TOKEN]\nhosts = [\"127.0.0.1\"]\n",
+    )
+    .unwrap();
+    let audit = s.data.join("audit.jsonl");
+    let command = format!(
+        "export no_proxy= NO_PROXY=; python3 net.py fetch http://127.0.0.1:{p}/blob; \
+         python3 net.py fetch http://127.0.0.1:{p}/closed; \
+         curl -s -o /dev/null -w 'CURL %{{http_code}}\\n' -H \"Authorization: Bearer $AUDIT_TOKEN\" http://127.0.0.1:{p}/blob"
+    );
+    let args = json!({"command": command, "description": "inspected", "timeout": 60000});
+    let (args, config, audit_arg) = (
+        args.to_string(),
+        s.config.display().to_string(),
+        audit.display().to_string(),
+    );
+    let out = common::allowlist::runner(
+        &s,
+        &[
+            "tool",
+            "call",
+            "bash",
+            &args,
+            "--sandbox",
+            "landlock",
+            "--network",
+            "allowlist",
+            "--ask",
+            "deny",
+            "--config",
+            &config,
+            "--audit",
+            &audit_arg,
+        ],
+    )
+    .env("AUDIT_TOKEN", token)
+    .output()
+    .unwrap();
+    let all = describe(&out);
+    let records = lines(&audit);
+    assert!(
+        all.contains("OK http://127.0.0.1") && all.contains("CURL 403"),
+        "{all}"
+    );
+    let keys: Vec<(u64, u64, String)> = records.iter().map(key).collect();
+    assert_eq!(
+        keys.first().map(|k| k.2.as_str()),
+        Some("Start"),
+        "{keys:#?}"
+    );
+    assert_eq!(keys.last().map(|k| k.2.as_str()), Some("Stop"), "{keys:#?}");
+    let mut middle = keys[1..keys.len() - 1].to_vec();
+    middle.sort();
+    // Three connections the network rules allow; on the first the request's method and
+    // path are allowed, on the second refused (which ends that connection), and the third
+    // carries the secret's placeholder in plain HTTP, refused before any rule is asked.
+    let mut want: Vec<(u64, u64, String)> = [
+        (6003, 1, "bash export no_proxy= NO_PROXY="),
+        (6003, 1, "network 127.0.0.1"),
+        (6003, 1, "network 127.0.0.1"),
+        (6003, 1, "network 127.0.0.1"),
+        (6003, 1, "http GET 127.0.0.1/blob"),
+        (4002, 1, "Get /blob"),
+        (4001, 1, "Close 127.0.0.1"),
+        (6003, 2, "http GET 127.0.0.1/closed"),
+        (4002, 2, "Get /closed"),
+        (4001, 2, "Refuse 127.0.0.1"),
+        (6003, 2, "secret AUDIT_TOKEN"),
+    ]
+    .iter()
+    .map(|(c, d, a)| (*c, *d, a.to_string()))
+    .collect();
+    want.sort();
+    assert_eq!(middle, want, "{all}");
+    let by = |about: &str| records.iter().find(|r| key(r).2 == about).unwrap();
+    let config = s.config.display().to_string();
+    assert_eq!(
+        by("http GET 127.0.0.1/closed")["policy"]["uid"],
+        format!("{config}#3")
+    );
+    assert_eq!(
+        by("http GET 127.0.0.1/blob")["policy"]["uid"],
+        format!("{config}#4")
+    );
+    let refused = by("Get /closed");
+    assert_eq!(refused["http_status"], 403);
+    assert_eq!(refused["http_request"]["http_method"], "GET");
+    assert!(
+        refused["status_detail"]
+            .as_str()
+            .unwrap()
+            .contains("http \"* 127.0.0.1/*\" = \"deny\""),
+        "{refused}"
+    );
+    let secret = by("secret AUDIT_TOKEN");
+    assert_eq!(secret["resources"][0]["type"], "secret");
+    assert_eq!(secret["dst_endpoint"]["ip"], "127.0.0.1");
+    let schema = schema();
+    for r in &records {
+        let problems = schema.check(r);
+        assert!(problems.is_empty(), "{problems:#?}\nin {r:#}");
+    }
+    let text = std::fs::read_to_string(&audit).unwrap();
+    assert!(!text.contains(token), "the secret's value is in the trail");
+}
+
+/// `runner eval run` keeps each attempt's trail in the attempt's folder, beside its
+/// `session.jsonl`: the agent's call and its deciding rule, between its sandbox's start and
+/// stop.
+#[test]
+fn an_evaluation_keeps_each_attempts_trail_in_its_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let repo = dir.join("repos/t00");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("calc.sh"), "echo $(($1 - $2))\n").unwrap();
+    let tasks = dir.join("tasks.jsonl");
+    let task =
+        json!({"id": "t00", "instruction": "fix calc.sh", "repo": "repos/t00", "verify": "true"});
+    std::fs::write(&tasks, format!("{task}\n")).unwrap();
+    let model = ScriptedModel::responding(|body| {
+        let asked = body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+        Response::Stream(if asked == 0 {
+            call(
+                "bash",
+                json!({"command": "sh calc.sh 2 3", "description": "try"}),
+            )
+        } else {
+            text("Done.")
+        })
+    });
+    let out = dir.join("out");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["eval", "run"])
+        .arg(&tasks)
+        .arg("--out")
+        .arg(&out)
+        .args(["--model", "openai/scripted", "--sandbox", "landlock"])
+        .env("XDG_DATA_HOME", dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env("OPENAI_API_KEY", "sk-eval-test")
+        .env("OPENAI_BASE_URL", model.openai_base())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let all = describe(&run);
+    let attempt = out.join("tasks/t00");
+    let trail = attempt.join("audit.ndjson");
+    assert!(trail.is_file(), "no trail in {}\n{all}", attempt.display());
+    let records = lines(&trail);
+    let keys: Vec<(u64, u64, String)> = records.iter().map(key).collect();
+    assert_eq!(
+        keys,
+        [
+            (6002, 0, "Start".to_string()),
+            (6003, 1, "bash sh calc.sh 2 3".into()),
+            (6002, 0, "Stop".into()),
+        ],
+        "{all}"
+    );
+    let schema = schema();
+    for r in &records {
+        assert!(schema.check(r).is_empty(), "{:#?}", schema.check(r));
+    }
 }

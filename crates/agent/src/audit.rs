@@ -13,6 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use runner_audit::{Audit, Connection, Decision, HttpRequest, SecretUse};
 
+/// Where a session file's trail is (`ID.jsonl` keeps `ID.audit.ndjson` beside it).
+pub use runner_audit::trail_beside;
+
 use crate::network::ConnectionRecord;
 use crate::sandbox::spec::SandboxSpec;
 use crate::session::OpenError;
