@@ -37,6 +37,8 @@ pub(crate) struct Upstream<'a> {
 struct Buffered<S> {
     io: S,
     buf: Vec<u8>,
+    /// Where reads land: made once, as a body of megabytes passes through it.
+    chunk: Box<[u8]>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
@@ -44,14 +46,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         Buffered {
             io,
             buf: Vec::new(),
+            chunk: vec![0u8; 64 * 1024].into_boxed_slice(),
         }
     }
 
     /// Reads more; 0 at the end.
     async fn fill(&mut self) -> std::io::Result<usize> {
-        let mut chunk = vec![0u8; 64 * 1024];
-        let n = self.io.read(&mut chunk).await?;
-        self.buf.extend_from_slice(&chunk[..n]);
+        let n = self.io.read(&mut self.chunk).await?;
+        self.buf.extend_from_slice(&self.chunk[..n]);
         Ok(n)
     }
 
@@ -86,12 +88,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     ) -> std::io::Result<u64> {
         let mut copied = 0u64;
         while !body.done() {
-            if self.buf.is_empty() && self.fill().await? == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            let n = body.take(&self.buf);
-            to.write_all(&self.buf[..n]).await?;
-            self.buf.drain(..n);
+            // What was read before, then straight from the stream: no copy on the way
+            // unless a read runs past the body.
+            let n = if !self.buf.is_empty() {
+                let n = body.take(&self.buf);
+                to.write_all(&self.buf[..n]).await?;
+                self.buf.drain(..n);
+                n
+            } else {
+                let read = self.io.read(&mut self.chunk).await?;
+                if read == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                let n = body.take(&self.chunk[..read]);
+                to.write_all(&self.chunk[..n]).await?;
+                self.buf.extend_from_slice(&self.chunk[n..read]);
+                n
+            };
             copied += n as u64;
             if n == 0 && !body.done() {
                 return Err(std::io::Error::other("broken chunked framing"));
