@@ -255,6 +255,14 @@ fn a_runs_trail_holds_each_decision_with_its_rule_and_conforms_to_ocsf() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(printed, records);
+    // The session's folder holds its session file alone: what lists sessions there does
+    // not take the trail for one.
+    let kept: Vec<_> = std::fs::read_dir(t.s.data.join("runner/sessions"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
     // The user's `[audit] file` has them too; the repository's was never written.
     assert_eq!(lines(&t.user_audit), records);
     assert!(

@@ -125,7 +125,7 @@ pub fn run(cmd: SessionsCommand) -> u8 {
     }
 }
 
-/// Prints the trail kept beside the session file. Each line is parsed and written again
+/// Prints the trail the session kept ([`crate::agent::audit::trail_of`]). Each line is parsed and written again
 /// as compact JSON, so what reaches the terminal has every control character escaped
 /// whatever the file holds; a line that does not parse (cut by a kill) is skipped and
 /// counted on stderr.
@@ -137,7 +137,11 @@ fn audit(dir: &std::path::Path, id: &str) -> u8 {
             return exit::USAGE;
         }
     };
-    let trail = runner_audit::trail_beside(&session);
+    let stem = session
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let trail = crate::agent::audit::trail_of(dir, &stem);
     let text = match std::fs::read_to_string(&trail) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

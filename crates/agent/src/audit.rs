@@ -3,18 +3,29 @@
 //! The lines go to every file asked for: `--audit FILE`, the user's `[audit] file` (never
 //! a repository's: the trail is the user's record of what was done on their behalf, and a
 //! repository that could point it elsewhere could hide its own doings), and the session's
-//! own trail beside its session file, which `runner sessions audit ID` prints. The gate
+//! own trail ([`trail_of`]), which `runner sessions audit ID` prints. The gate
 //! tells it of permission decisions ([`crate::permission::gate::RuleGate::with_audit`]);
 //! here the session tells it of the sandbox's start and end and of every connection the
 //! allow-list's proxy records, inspected requests and secrets among them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use runner_audit::{Audit, Connection, Decision, HttpRequest, SecretUse};
 
-/// Where a session file's trail is (`ID.jsonl` keeps `ID.audit.ndjson` beside it).
-pub use runner_audit::trail_beside;
+/// Where a session's own trail is kept. The user's sessions (`runner run`) keep theirs in
+/// the data directory's `audit/ID.ndjson`, beside `sessions/` (not in it: whatever lists
+/// or finds session files there must not take a trail for one). A sessions folder of
+/// runner's own choosing elsewhere (an evaluation attempt's, which holds its one session)
+/// keeps it in that folder as `audit.ndjson`.
+pub fn trail_of(sessions_dir: &Path, id: &str) -> PathBuf {
+    let users = crate::record::sessions_dir();
+    if sessions_dir == users {
+        users.with_file_name("audit").join(format!("{id}.ndjson"))
+    } else {
+        sessions_dir.join("audit.ndjson")
+    }
+}
 
 use crate::network::ConnectionRecord;
 use crate::sandbox::spec::SandboxSpec;

@@ -127,10 +127,8 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     // The conversation's saved outputs live in a folder named by its id (subagents share
     // it, as they share the sandbox).
     session.outputs_of = Some(id.clone());
-    // The session's own audit trail lives beside its session file.
-    session.audit.trail = Some(runner_audit::trail_beside(
-        &sessions_dir.join(format!("{id}.jsonl")),
-    ));
+    // The session keeps its own audit trail, found again by its id.
+    session.audit.trail = Some(crate::audit::trail_of(&sessions_dir, &id));
     session.audit.session = Some(id.clone());
     let open = session.open(Conversation::new(id.clone())).await?;
     let mut notes = open.notes.clone();

@@ -22,7 +22,7 @@ mod ocsf;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -206,17 +206,6 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// A session's trail beside its session file: `ID.jsonl` keeps `ID.audit.ndjson` next to
-/// it. JSON lines all the same, under the other common name for them, so that nothing that
-/// lists or finds session files by their `.jsonl` takes a trail for a session.
-pub fn trail_beside(session_file: &Path) -> PathBuf {
-    let stem = session_file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    session_file.with_file_name(format!("{stem}.audit.ndjson"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,13 +268,5 @@ mod tests {
         let audit = Audit::disabled();
         assert!(!audit.is_on());
         audit.write(|_| panic!("no record is built for nobody"));
-    }
-
-    #[test]
-    fn the_trail_sits_beside_the_session_file() {
-        assert_eq!(
-            trail_beside(Path::new("/d/sessions/ab12.jsonl")),
-            Path::new("/d/sessions/ab12.audit.ndjson")
-        );
     }
 }

@@ -173,8 +173,8 @@ async fn start_agent(
 }
 
 /// Ends the agent's run: its usage and end into the result, its sandbox gone, its session
-/// file kept as `session.jsonl` and its audit trail (every decision, as OCSF lines) as
-/// `audit.ndjson`.
+/// file kept as `session.jsonl` (its audit trail is `audit.ndjson` beside it, written
+/// there from the start: see `agent::audit::trail_of`).
 async fn keep_the_agents_record(
     run: crate::agent::start::Run,
     end: &End,
@@ -188,10 +188,6 @@ async fn keep_the_agents_record(
     result.end = Some(end.reason().to_string());
     let session_file = run.session_file().to_path_buf();
     drop_blocking(run).await;
-    let _ = std::fs::rename(
-        crate::agent::audit::trail_beside(&session_file),
-        out.join("audit.ndjson"),
-    );
     let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
 }
 
