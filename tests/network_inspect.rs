@@ -371,6 +371,11 @@ for raw in sys.argv[3:]:
 /// `runner tool script` of one bash call per command, in one session, with the token in
 /// runner's environment: the output.
 fn script(w: &World, backend: Backend, commands: &[String]) -> Output {
+    script_with(w, backend, commands, &[])
+}
+
+/// [`script`], with more variables in runner's environment.
+fn script_with(w: &World, backend: Backend, commands: &[String], env: &[(&str, String)]) -> Output {
     let lines: Vec<String> = commands
         .iter()
         .map(|c| {
@@ -407,6 +412,9 @@ fn script(w: &World, backend: Backend, commands: &[String]) -> Output {
         ],
     );
     c.env("GIT_TOKEN", &w.token);
+    for (k, v) in env {
+        c.env(k, v);
+    }
     if backend == Backend::Docker {
         common::engine::cli(&mut c);
     }
@@ -522,6 +530,50 @@ fn git_through_an_inspected_host_with_a_secret_on_landlock() {
 #[test]
 fn git_through_an_inspected_host_with_a_secret_on_docker() {
     git_and_secrets(Backend::Docker);
+}
+
+/// Behind a company proxy (`HTTPS_PROXY` with a password in runner's environment), the
+/// proxy's own connections to an inspected host go through it too: a clone with the
+/// placeholder token works, and every connection the upstream proxy saw was a `CONNECT`
+/// to the git server with the proxy's credentials.
+#[test]
+fn an_inspected_host_is_reached_through_the_upstream_proxy() {
+    let w = world();
+    let upstream = common::upstream::UpstreamProxy::start("corp", "proxy-password");
+    let g = w.git.port;
+    let commands = vec![format!(
+        "git clone -q https://git:$GIT_TOKEN@127.0.0.1:{g}/me/tool.git tool 2>&1 && echo CLONED"
+    )];
+    let env = [
+        ("HTTPS_PROXY", upstream.url()),
+        ("NO_PROXY", String::new()),
+        ("no_proxy", String::new()),
+    ];
+    let out = script_with(&w, Backend::Landlock, &commands, &env);
+    let all = text(&out);
+    assert!(all.contains("CLONED"), "{all}");
+    let passed = upstream.passed();
+    assert!(
+        !passed.is_empty(),
+        "nothing went through the upstream proxy\n{all}"
+    );
+    for p in &passed {
+        assert_eq!(
+            p.line,
+            format!("CONNECT 127.0.0.1:{g} HTTP/1.1"),
+            "{passed:#?}"
+        );
+        assert!(p.authorized, "{passed:#?}");
+    }
+    assert!(
+        w.git.seen().iter().any(|l| l.contains("git-upload-pack")),
+        "{:#?}",
+        w.git.seen()
+    );
+    assert!(
+        !all.contains("proxy-password") && !all.contains(&w.token),
+        "{all}"
+    );
 }
 
 /// Attacks on one inspected connection from inside, each next to its control.
