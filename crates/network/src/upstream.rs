@@ -138,3 +138,66 @@ impl<'a> To<'a> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A `To` for a tunnel to `h:80` over a real loopback socket, and the far end.
+    async fn tunnel<'a>(
+        sent: &'a AtomicU64,
+        secrets: &'a Secrets,
+    ) -> (To<'a>, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (_, wr) = client.unwrap().into_split();
+        let to = To::new(wr, sent, Then::Tunnel("h", 80), Some(secrets));
+        (to, accepted.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn a_placeholder_in_a_tunnels_first_bytes_is_cut_before_it_is_sent() {
+        let secrets = Secrets::new(vec![(
+            "TOKEN".into(),
+            "v4lue".into(),
+            vec!["api.test".into()],
+        )])
+        .unwrap();
+        let placeholder = secrets.environment()[0].1.clone();
+        let sent = AtomicU64::new(0);
+        // Split across two sends, the second completing the head.
+        let (mut to, mut far) = tunnel(&sent, &secrets).await;
+        let head =
+            format!("GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer {placeholder}\r\n\r\n");
+        let (a, b) = head.as_bytes().split_at(40);
+        let first = to.send(a.to_vec()).await;
+        let second = match first {
+            Ok(()) => to.send(b.to_vec()).await,
+            e => e,
+        };
+        match second {
+            Err(Cut::Secret { name, .. }) => assert_eq!(name, "TOKEN"),
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(to.refused);
+        drop(to);
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).await.unwrap();
+        assert!(
+            !String::from_utf8_lossy(&got).contains(&placeholder),
+            "the placeholder reached the far end"
+        );
+        // Control: the same request without it goes through.
+        let (mut to, mut far) = tunnel(&sent, &secrets).await;
+        let fine = b"GET / HTTP/1.1\r\nHost: h\r\n\r\n".to_vec();
+        to.send(fine.clone()).await.unwrap();
+        to.finish().await.unwrap();
+        drop(to);
+        let mut got = Vec::new();
+        far.read_to_end(&mut got).await.unwrap();
+        // (A request inside a tunnel goes on as one request: `Connection: close` added.)
+        assert!(got.starts_with(&fine[..fine.len() - 2]), "{got:?}");
+    }
+}
