@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::harbor::{NetworkMode, NetworkPolicy};
 use crate::permission::rules::{Action, Rule};
+use crate::permission::{AskFuture, PermissionGate, PermissionRequest};
 
 /// `--agent-network` and `--verifier-network`: the task's policy, or one for the whole
 /// run.
@@ -181,6 +182,17 @@ impl PhasePlan {
         }
     }
 
+    /// The rules of a proxy that must let nothing through (one kept between phases).
+    pub fn offline_rules() -> Vec<Rule> {
+        vec![Rule::new(
+            "network",
+            "*",
+            Action::Deny,
+            "runner eval: between phases",
+            1,
+        )]
+    }
+
     /// Whether the phase gets runner's proxy.
     pub fn proxied(&self) -> bool {
         self.reach != Reach::NoNetwork
@@ -232,6 +244,58 @@ impl PhasePlan {
             from: self.from.clone(),
             connections: connections.iter().map(|c| c.line()).collect(),
         }
+    }
+}
+
+/// The gate of a proxy that serves both phases, its rules switched between them. The
+/// sandbox server listens for the proxy once: when the oracle's server is kept for the
+/// verifier (nothing of the agent's left running), the agent's proxy is still the one
+/// listening, so it is handed over with the verifier's rules (or none open, for a
+/// no-network verifier) rather than started again.
+pub struct PhaseGate {
+    worktree: std::path::PathBuf,
+    why_no_ask: String,
+    current: std::sync::RwLock<std::sync::Arc<dyn PermissionGate>>,
+}
+
+impl PhaseGate {
+    /// A gate where `rules` alone decide (what they leave open is refused, `why_no_ask`).
+    pub fn new(worktree: &std::path::Path, rules: Vec<Rule>, why_no_ask: &str) -> PhaseGate {
+        PhaseGate {
+            worktree: worktree.to_path_buf(),
+            why_no_ask: why_no_ask.to_string(),
+            current: std::sync::RwLock::new(rule_gate(worktree, rules, why_no_ask)),
+        }
+    }
+
+    /// From now on, `rules` decide.
+    pub fn switch(&self, rules: Vec<Rule>) {
+        let gate = rule_gate(&self.worktree, rules, &self.why_no_ask);
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = gate;
+    }
+}
+
+fn rule_gate(
+    worktree: &std::path::Path,
+    rules: Vec<Rule>,
+    why_no_ask: &str,
+) -> std::sync::Arc<dyn PermissionGate> {
+    let asker = crate::permission::gate::PolicyAsker::deny(why_no_ask);
+    std::sync::Arc::new(crate::permission::gate::RuleGate::new(
+        worktree,
+        rules,
+        std::sync::Arc::new(asker),
+    ))
+}
+
+impl PermissionGate for PhaseGate {
+    fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
+        let gate = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Box::pin(async move { gate.ask(request).await })
     }
 }
 
@@ -321,6 +385,31 @@ mod tests {
         let forced = plan(NetworkChoice::None, NetworkMode::Public, &[]);
         assert_eq!(forced.reach, Reach::NoNetwork);
         assert_eq!(forced.from, "--agent-network none");
+    }
+
+    #[test]
+    fn a_handed_over_gate_judges_by_the_rules_of_the_phase_it_serves() {
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = plan(NetworkChoice::Task, NetworkMode::Allowlist, &["a.test"]);
+        let gate = PhaseGate::new(tmp.path(), agent.rules(&[]), "nobody asks");
+        let asks = |host: &str| {
+            let request =
+                PermissionRequest::new("network", vec![host.to_string()], vec![host.to_string()]);
+            let gate = &gate;
+            async move { gate.ask(&request).await.is_ok() }
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(rt.block_on(asks("a.test")));
+        assert!(!rt.block_on(asks("b.test")));
+        // The verifier's phase: no network; nothing the agent had stays open.
+        let none = plan(NetworkChoice::Task, NetworkMode::NoNetwork, &[]);
+        gate.switch(none.rules(&[]));
+        assert!(!rt.block_on(asks("a.test")));
+        let public = plan(NetworkChoice::Task, NetworkMode::Public, &[]);
+        gate.switch(public.rules(&[]));
+        assert!(rt.block_on(asks("b.test")));
     }
 
     #[test]
