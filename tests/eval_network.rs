@@ -246,11 +246,13 @@ fn a_public_agent_reaches_the_host_and_a_no_network_verifier_does_not() {
         &set.join("split"),
         "[environment]\nnetwork_mode = \"no-network\"\n[agent]\nnetwork_mode = \"public\"\n[verifier]\nnetwork_mode = \"no-network\"\n",
         &fetch("http://allowed.test/split-agent", "/app/got.txt"),
-        &test_sh(
+        // Also straight at the proxy's port: whatever listens there for the agent's
+        // phase lets nothing through for a no-network verifier.
+        &(test_sh(
             "/app/got.txt",
             "served allowed.test /split-agent",
             "http://allowed.test/split-verifier",
-        ),
+        ) + "curl -s --max-time 10 --proxy http://127.0.0.1:3128 http://allowed.test/split-verifier-proxy\n"),
     );
     task(
         &set.join("silent"),
@@ -269,10 +271,12 @@ fn a_public_agent_reaches_the_host_and_a_no_network_verifier_does_not() {
     assert_eq!(split["status"], "resolved", "{split:#}");
     let paths = internet.paths("allowed.test");
     assert!(paths.contains(&"/split-agent".into()), "{paths:?}");
-    assert!(
-        !paths.contains(&"/split-verifier".into()),
-        "the no-network verifier reached the host: {paths:?}"
-    );
+    for reached in ["/split-verifier", "/split-verifier-proxy"] {
+        assert!(
+            !paths.contains(&reached.into()),
+            "the no-network verifier reached the host: {paths:?}"
+        );
+    }
     assert!(
         read(&out, "split", "verify.log").contains("verifier got: 000"),
         "{}",
