@@ -249,7 +249,15 @@ fn the_wall_holds_around_the_program_next_to_controls_that_pass() {
             backend,
             &["--network", "allowlist", "--config", &config],
             // The loopback is the sandbox's own unless the proxy carries it there.
-            &os(&["env", "no_proxy=", "NO_PROXY=", "python3", "net.py", "fetch", &url]),
+            &os(&[
+                "env",
+                "no_proxy=",
+                "NO_PROXY=",
+                "python3",
+                "net.py",
+                "fetch",
+                &url,
+            ]),
         )
         .output()
         .unwrap();
@@ -262,6 +270,39 @@ fn the_wall_holds_around_the_program_next_to_controls_that_pass() {
                 .any(|(d, h, _)| d == "allow" && h == &format!("127.0.0.1:{}", web.port)),
             "{backend}: the connection is reported\n{all}"
         );
+    }
+}
+
+/// A secret declared in the config is a placeholder inside the wall: an agent CLI's key
+/// run under exec never holds the value, which only the proxy puts into requests to the
+/// hosts the secret names. The value is in runner's environment (the control).
+#[test]
+fn a_declared_secret_is_a_placeholder_inside_the_wall() {
+    const VALUE: &str = "sk-real-value-7c1e90";
+    for backend in WALLS {
+        let s = common::allowlist::setup();
+        std::fs::write(
+            &s.config,
+            "[permission.network]\n\"*\" = \"deny\"\n\n[network.secrets.EXEC_TEST_KEY]\nhosts = [\"api.example.com\"]\n",
+        )
+        .unwrap();
+        let config = s.config.display().to_string();
+        let out = exec(
+            &s,
+            backend,
+            &["--network", "allowlist", "--config", &config],
+            &os(&["sh", "-c", "echo \"key=$EXEC_TEST_KEY\"; env"]),
+        )
+        .env("EXEC_TEST_KEY", VALUE)
+        .output()
+        .unwrap();
+        let all = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{backend}\n{all}");
+        assert!(
+            all.contains("key=runner-secret-EXEC_TEST_KEY-"),
+            "{backend}: the placeholder\n{all}"
+        );
+        assert!(!all.contains(VALUE), "{backend}: the value crossed\n{all}");
     }
 }
 
@@ -355,7 +396,11 @@ fn a_copy_workspace_is_kept_and_named() {
         .lines()
         .find_map(|l| l.strip_prefix("workspace: "))
         .unwrap_or_else(|| panic!("the copy is not named\n{all}"));
-    let copy = s.data.join("runner/workspaces").join(id.trim()).join("work");
+    let copy = s
+        .data
+        .join("runner/workspaces")
+        .join(id.trim())
+        .join("work");
     assert_eq!(
         std::fs::read_to_string(copy.join("a.txt")).unwrap(),
         "after\n",

@@ -328,30 +328,31 @@ async fn exec_in(
     rule_args: &RuleArgs,
     argv: &[OsString],
 ) -> u8 {
-    let spec = match args.spec(work, rule_args) {
-        Ok(s) => s,
+    let wall = match Wall::of(work, root, args, rule_args) {
+        Ok(w) => w,
         Err(e) => {
             eprintln!("runner: {}", crate::display::escape(&e));
-            return exit::FAILED;
+            return exit::USAGE;
         }
     };
-    let rules = args
-        .options(root, rule_args, None)
-        .rules(None)
-        .map(|r| r.rules)
-        .map_err(|e| e.to_string());
-    let limits = crate::network::NetworkLimits::of(&spec.limits);
+    // Commands see each secret's placeholder, never its value (as in a session).
+    let mut env = Vec::new();
+    if let Some(inspection) = &wall.inspection {
+        crate::config::settings::put_placeholders(&mut env, inspection);
+    }
+    let limits = crate::network::NetworkLimits::of(&wall.spec.limits);
+    let (rules, inspection) = (wall.rules, wall.inspection);
     let proxy = move |client, worktree: PathBuf| async move {
         let policy = crate::network::Policy::without_asks(
             &worktree,
-            rules?,
+            rules,
             "the program holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
         );
-        crate::network::NetworkProxy::start(client, policy, limits)
+        crate::network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
             .await
             .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
     };
-    match crate::sandbox::exec::run(&spec, argv, proxy).await {
+    match crate::sandbox::exec::run(&wall.spec, argv, &env, proxy).await {
         Ok((code, proxy)) => {
             super::tool::report_network(proxy.as_ref()).await;
             code
@@ -360,6 +361,39 @@ async fn exec_in(
             eprintln!("runner: {}", crate::display::escape(&e.to_string()));
             exit::FAILED
         }
+    }
+}
+
+/// What an exec's sandbox is made from: its spec, the network rules its proxy judges by,
+/// and the config's secrets and inspected hosts (whose authority joins the spec's trust).
+struct Wall {
+    spec: SandboxSpec,
+    rules: Vec<crate::permission::rules::Rule>,
+    inspection: Option<std::sync::Arc<crate::network::inspect::Inspection>>,
+}
+
+impl Wall {
+    fn of(
+        work: &Path,
+        root: &Path,
+        args: &SandboxArgs,
+        rule_args: &RuleArgs,
+    ) -> Result<Wall, String> {
+        let mut spec = args.spec(work, rule_args)?;
+        let rules = args
+            .options(root, rule_args, None)
+            .rules(None)
+            .map_err(|e| e.to_string())?
+            .rules;
+        let (settings, _) =
+            crate::config::settings::Settings::load(root, rule_args.config.as_deref())
+                .map_err(|e| e.to_string())?;
+        let inspection = settings.inspection(&rules, &mut spec)?;
+        Ok(Wall {
+            spec,
+            rules,
+            inspection,
+        })
     }
 }
 

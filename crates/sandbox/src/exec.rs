@@ -43,12 +43,15 @@ pub enum ExecError {
 
 /// Runs `argv` (empty: the sandbox's interactive shell) in a new sandbox made from `spec`,
 /// and returns its status (128 + N for a death by signal N, 127 when it does not exist).
+/// `env` is set in the program's environment over the sandbox's own (the secrets'
+/// placeholders).
 /// `proxy` is called with the sandbox's client and worktree when the network is the
 /// allow-list, before the program can use it; what it returns is kept until the program
 /// ends, then handed back.
 pub async fn run<T, F, Fut>(
     spec: &SandboxSpec,
     argv: &[OsString],
+    env: &[(String, String)],
     proxy: F,
 ) -> Result<(u8, Option<T>), ExecError>
 where
@@ -57,8 +60,8 @@ where
 {
     let proxy = (spec.network == Network::Allowlist).then_some(proxy);
     match spec.backend {
-        BackendKind::None | BackendKind::Landlock => on_host(spec, argv, proxy).await,
-        BackendKind::Docker => crate::docker::exec(spec, argv, proxy).await,
+        BackendKind::None | BackendKind::Landlock => on_host(spec, argv, env, proxy).await,
+        BackendKind::Docker => crate::docker::exec(spec, argv, env, proxy).await,
     }
 }
 
@@ -109,6 +112,7 @@ type HostGuards = (
 async fn on_host<T, F, Fut>(
     spec: &SandboxSpec,
     argv: &[OsString],
+    env: &[(String, String)],
     proxy: Option<F>,
 ) -> Result<(u8, Option<T>), ExecError>
 where
@@ -118,7 +122,44 @@ where
     let worktree = std::fs::canonicalize(&spec.worktree)
         .map_err(|e| ExecError::Start(format!("--root {}: {e}", spec.worktree.display())))?;
     let on_terminal = terminal::attached();
-    let (mut command, _guards) = host_command(spec, &worktree, argv, on_terminal, proxy.is_some())?;
+    let signals = forwarded_signals()
+        .map_err(|e| ExecError::Start(format!("cannot listen for signals: {e}")))?;
+    let (mut command, guards) = host_command(spec, &worktree, argv, on_terminal, proxy.is_some())?;
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    let started = start_on_host(command, guards, on_terminal, proxy.is_some())?;
+    let kept = match (started.channel, proxy) {
+        (Some(mut channel), Some(proxy)) => {
+            channel.spawned();
+            start_proxy(channel, proxy, worktree).await
+        }
+        _ => None,
+    };
+    let code = wait_on_host(started.child, started.master, signals).await;
+    drop(started.raw);
+    drop(started.guards);
+    Ok((code?, kept))
+}
+
+/// A host sandbox's server, running the program.
+struct OnHost {
+    child: std::process::Child,
+    /// Runner's side of the program's terminal (with a terminal).
+    master: Option<OwnedFd>,
+    /// The protocol's pipes (with the allow-list).
+    channel: Option<ProtocolChannel>,
+    /// The person's terminal, raw until the program ends.
+    raw: Option<terminal::RawMode>,
+    guards: HostGuards,
+}
+
+/// Makes the program's terminal (or not) and the protocol's pipes (or not), and starts the
+/// server.
+fn start_on_host(
+    mut command: std::process::Command,
+    guards: HostGuards,
+    on_terminal: bool,
+    with_protocol: bool,
+) -> Result<OnHost, ExecError> {
     let pty = match on_terminal {
         true => Some(terminal::Pty::open().map_err(|e| {
             ExecError::Start(format!("cannot make a terminal for the sandbox: {e}"))
@@ -128,30 +169,36 @@ where
     if let Some(pty) = &pty {
         give_terminal(&mut command, &pty.slave)?;
     }
-    let channel = match proxy {
-        Some(_) => Some(ProtocolChannel::attach(&mut command).map_err(|e| {
+    let channel = match with_protocol {
+        true => Some(ProtocolChannel::attach(&mut command).map_err(|e| {
             ExecError::Start(format!("cannot make the sandbox's protocol pipes: {e}"))
         })?),
-        None => None,
+        false => None,
     };
     new_session(&mut command, on_terminal);
-    let mut signals = forwarded_signals()
-        .map_err(|e| ExecError::Start(format!("cannot listen for signals: {e}")))?;
     let raw = on_terminal.then(terminal::RawMode::enter);
     let child = command
         .spawn()
-        .map_err(|e| ExecError::Start(format!("cannot start the sandbox's server: {e}")));
-    // Our copies of the pty's far side go, so that its reads end when the program's do.
+        .map_err(|e| ExecError::Start(format!("cannot start the sandbox's server: {e}")))?;
+    // Our copies of the pty's far side go (the command's and the pair's), so that reading
+    // the terminal ends when the program lets go of it.
     drop(command);
-    let mut child = child?;
-    let master = pty.map(|pty| pty.master);
-    let kept = match (channel, proxy) {
-        (Some(mut channel), Some(proxy)) => {
-            channel.spawned();
-            start_proxy(channel, proxy, worktree).await
-        }
-        _ => None,
-    };
+    Ok(OnHost {
+        child,
+        master: pty.map(|pty| pty.master),
+        channel,
+        raw,
+        guards,
+    })
+}
+
+/// Passes the terminal, its resizes and runner's termination signals on until the server
+/// (and so the program) ends; its status.
+async fn wait_on_host(
+    mut child: std::process::Child,
+    master: Option<OwnedFd>,
+    mut signals: tokio::sync::mpsc::UnboundedReceiver<i32>,
+) -> Result<u8, ExecError> {
     let pumped = master.as_ref().map(pump_terminal).transpose()?;
     let pid = child.id() as libc::pid_t;
     let mut waited = tokio::task::spawn_blocking(move || child.wait());
@@ -177,21 +224,15 @@ where
         // terminal must not keep runner waiting.
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), output).await;
     }
-    drop(raw);
-    let code = match status {
-        Ok(Ok(status)) => program::status_code(status),
-        Ok(Err(e)) => {
-            return Err(ExecError::Start(format!(
-                "cannot wait for the sandbox: {e}"
-            )));
-        }
-        Err(e) => {
-            return Err(ExecError::Start(format!(
-                "cannot wait for the sandbox: {e}"
-            )));
-        }
-    };
-    Ok((code, kept))
+    match status {
+        Ok(Ok(status)) => Ok(program::status_code(status)),
+        Ok(Err(e)) => Err(ExecError::Start(format!(
+            "cannot wait for the sandbox: {e}"
+        ))),
+        Err(e) => Err(ExecError::Start(format!(
+            "cannot wait for the sandbox: {e}"
+        ))),
+    }
 }
 
 /// The proxy on the server's protocol pipes. The program already runs: if the proxy cannot

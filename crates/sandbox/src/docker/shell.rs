@@ -24,13 +24,14 @@ use crate::spec::SandboxSpec;
 use crate::{SandboxClient, terminal};
 
 /// Runs `argv` (empty: the sandbox's shell) in a fresh sandbox container and returns its
-/// status. `proxy`, when given, gets the sandbox's client and worktree before the program
+/// status; `env` goes over the sandbox's environment. `proxy`, when given, gets the sandbox's client and worktree before the program
 /// starts (the network proxy is started there); what it returns is kept until the program
 /// ends, then handed back. On a termination signal runner stops waiting: the container is
 /// removed, the program with it, and the status is 128 + the signal.
 pub async fn exec<T, F, Fut>(
     spec: &SandboxSpec,
     argv: &[OsString],
+    env: &[(String, String)],
     proxy: Option<F>,
 ) -> Result<(u8, Option<T>), ExecError>
 where
@@ -59,7 +60,14 @@ where
     let exec = docker
         .create_exec(
             &id,
-            exec_config(spec, &sandbox, &engine.command_user(), &argv, on_terminal),
+            exec_config(
+                spec,
+                &sandbox,
+                &engine.command_user(),
+                &argv,
+                env,
+                on_terminal,
+            ),
         )
         .await
         .map_err(DockerError::engine("docker: cannot create the exec"))?;
@@ -139,11 +147,16 @@ fn exec_config(
     sandbox: &crate::Sandbox,
     user: &str,
     argv: &[String],
+    extra_env: &[(String, String)],
     on_terminal: bool,
 ) -> ExecConfig {
+    // A name set twice would leave which value a program sees to its libc: the extra
+    // value replaces the sandbox's.
     let mut env: Vec<String> = sandbox
         .env
         .iter()
+        .filter(|(k, _)| !extra_env.iter().any(|(e, _)| e == k))
+        .chain(extra_env)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     if on_terminal {
