@@ -37,6 +37,12 @@
 //!    round trips, and `docker -H HOST run --rm IMAGE true`, the engines taking turns.
 //!    Reported, with no target: it shows what an engine costs.
 //!
+//! 8. `runner exec -- true`, the whole process (`SANDBOX_BENCH_ONLY=exec`): under landlock
+//!    against `bwrap … true` (bubblewrap, where installed: the namespaces-only wall other
+//!    agents use) and `docker run --rm IMAGE true`, and under docker against the same
+//!    `docker run` (target ≤ 1.5× peer: exec adds its server and seccomp, not a second
+//!    container). The others are reported.
+//!
 //! Each pair alternates runner and peer so drift hits both alike. Run with
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
 //! `SANDBOX_BENCH_RUNS` sets the number of timed runs (default 30).
@@ -54,7 +60,7 @@ use runner::tool::{Conversation, Registry, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
-/// `proxy`, `copy`, `review`, `runtimes`, `engines`); unset, all of them.
+/// `proxy`, `copy`, `review`, `runtimes`, `engines`, `exec`); unset, all of them.
 fn wants(section: &str) -> bool {
     std::env::var("SANDBOX_BENCH_ONLY")
         .map(|only| only.split(',').any(|s| s.trim() == section))
@@ -353,6 +359,10 @@ fn main() -> ExitCode {
         // 7. The same sandbox on each engine.
         engines_side_by_side(&rt, &wt, runs.min(15));
     }
+    if wants("exec") {
+        // 8. One program in a new sandbox, as `runner exec` runs it.
+        rows.extend(exec_true(&wt, runs.min(15)));
+    }
 
     println!(
         "{:<24} {:>11} {:>11}  {:<28} {:>9}  {:<28} result",
@@ -377,6 +387,105 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Section 8: `runner exec --sandbox landlock|docker -- true` against `docker run --rm
+/// IMAGE true` and, where bubblewrap is installed, `bwrap … true`; each run after a pause,
+/// the four taking turns.
+fn exec_true(wt: &Path, runs: usize) -> Vec<Row> {
+    let timed = |program: &str, args: &[&str]| {
+        std::thread::sleep(Duration::from_millis(100));
+        let t = Instant::now();
+        let status = Command::new(program)
+            .args(args)
+            .current_dir(wt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(status.success(), "{program} {args:?} failed");
+        t.elapsed()
+    };
+    let runner = runner_exe().display().to_string();
+    let root = wt.display().to_string();
+    let exec = |backend: &str| {
+        timed(
+            &runner,
+            &["exec", "--sandbox", backend, "--root", &root, "--", "true"],
+        )
+    };
+    const BWRAP: [&str; 12] = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+    ];
+    let bwrap = Command::new("bwrap")
+        .args(BWRAP)
+        .arg("true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let (mut ll, mut dk, mut dr, mut bw) = (vec![], vec![], vec![], vec![]);
+    for i in 0..runs + 2 {
+        let (l, d, r) = (
+            exec("landlock"),
+            exec("docker"),
+            timed(
+                "docker",
+                &["run", "--rm", "--network", "none", DEFAULT_IMAGE, "true"],
+            ),
+        );
+        let b = bwrap.then(|| timed("bwrap", &[&BWRAP[..], &["true"]].concat()));
+        if i >= 2 {
+            ll.push(l);
+            dk.push(d);
+            dr.push(r);
+            bw.extend(b);
+        }
+    }
+    let (ll, dk, dr) = (median(ll), median(dk), median(dr));
+    let mut rows = vec![
+        Row {
+            name: "exec landlock -- true".into(),
+            runner: ll,
+            peer: dr,
+            peer_name: "docker run --rm IMAGE true",
+            pass: true,
+            target: "reported".into(),
+        },
+        Row {
+            name: "exec docker -- true".into(),
+            runner: dk,
+            peer: dr,
+            peer_name: "docker run --rm IMAGE true",
+            pass: dk.as_secs_f64() <= 1.5 * dr.as_secs_f64(),
+            target: "≤ 1.5× peer".into(),
+        },
+    ];
+    if bw.is_empty() {
+        println!("peer not installed here: bwrap (apt-get install bubblewrap)");
+    } else {
+        rows.push(Row {
+            name: "exec landlock -- true".into(),
+            runner: ll,
+            peer: median(bw),
+            peer_name: "bwrap … true",
+            pass: true,
+            target: "reported".into(),
+        });
+    }
+    rows
 }
 
 /// Section 6: per runtime, the read and bash round trips and the sandbox start, each with
