@@ -12,7 +12,7 @@
 //! for appending, so lines from several writers (even several processes on one file) never
 //! interleave, and nothing is buffered: a run that is killed keeps every line it wrote.
 //!
-//! This crate depends on serde alone, so the deciders can all use it without any of them
+//! This crate depends on serde_json alone, so the deciders can all use it without any of them
 //! depending on another. [`conformance`] checks records against the OCSF schema's own
 //! files; the tests use it on every record runner writes.
 
