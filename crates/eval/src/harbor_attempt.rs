@@ -30,11 +30,12 @@ use super::harbor::{self, HarborTask};
 use super::images;
 use super::results::{Status, TaskResult};
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
-use super::verifier_network::PhasePlan;
+use super::verifier_network::{PhaseGate, PhasePlan};
 use super::{EvalError, EvalOptions};
 use crate::agent::End;
 use crate::agent::events::NoEvents;
 use crate::agent::start::{RunOptions, start};
+use crate::sandbox::Sandbox;
 use crate::sandbox::docker::in_image::{ExecOutput, TaskContainer, TaskImage};
 use crate::sandbox::spec::{Limits, Network};
 use crate::workspace::{Workspace, write_file};
@@ -176,8 +177,13 @@ struct Stage<'a> {
     folder: &'a super::folder::Folder,
     /// Where `--agent oracle`'s complaint about a missing solution points.
     dir: std::path::PathBuf,
-    /// `/tests` as a tar: the task's tests, the step's laid over them.
+    /// The task's tests, the step's laid over them, as a tar of one folder named
+    /// `tests_name`: copied to `/` once the agent's processes are dead and moved to
+    /// `/tests` by the verifier's first command (see [`PREPARE`]).
     tests: Vec<u8>,
+    /// A name nobody can guess ([`hidden_name`]): what the agent planted cannot be
+    /// where the tests land.
+    tests_name: String,
     verifier: &'a harbor::VerifierSection,
     /// What the agent's phase may reach (see [`super::verifier_network`]).
     agent_net: PhasePlan,
@@ -187,6 +193,9 @@ struct Stage<'a> {
     net_extra: Vec<crate::permission::rules::Rule>,
     /// The agent's connections through its proxy, kept as its phase ends.
     agent_connections: std::sync::Mutex<Vec<crate::network::ConnectionRecord>>,
+    /// The oracle's proxy once its phase is over, for the verifier if the oracle's server
+    /// is kept for it (the server listens for the proxy only once).
+    handed_over: std::sync::Mutex<Option<HandedOver>>,
     agent_limit: Duration,
     verify_limit: Duration,
     min_reward: Option<f64>,
@@ -206,6 +215,7 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
         )
     };
     if task.steps.is_empty() {
+        let hidden = hidden_name()?;
         return Ok(vec![Stage {
             name: None,
             instruction: &task.instruction,
@@ -213,12 +223,14 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
             solution_env: &task.solution_env,
             folder: &task.folder,
             dir: task.dir.clone(),
-            tests: pack_layers(&task.folder, &[&task.tests], "tests")?,
+            tests: pack_layers(&task.folder, &[&task.tests], &hidden)?,
+            tests_name: hidden,
             verifier: &task.verifier,
             agent_net: agent_plan(task, None, options),
             verifier_net: verifier_plan(task, None, options),
             net_extra: extra.clone(),
             agent_connections: Default::default(),
+            handed_over: Default::default(),
             agent_limit: agent(None),
             verify_limit: verify(None),
             min_reward: None,
@@ -230,6 +242,7 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
         .map(|step| {
             let mut layers: Vec<&Path> = vec![&task.tests];
             layers.extend(step.tests.as_deref());
+            let hidden = hidden_name()?;
             Ok(Stage {
                 name: Some(&step.name),
                 instruction: &step.instruction,
@@ -237,12 +250,14 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
                 solution_env: &task.solution_env,
                 folder: &task.folder,
                 dir: task.dir.join("steps").join(&step.name),
-                tests: pack_layers(&task.folder, &layers, "tests")?,
+                tests: pack_layers(&task.folder, &layers, &hidden)?,
+                tests_name: hidden,
                 verifier: &step.verifier,
                 agent_net: agent_plan(task, Some(step), options),
                 verifier_net: verifier_plan(task, Some(step), options),
                 net_extra: extra.clone(),
                 agent_connections: Default::default(),
+                handed_over: Default::default(),
                 agent_limit: agent(step.agent.timeout),
                 verify_limit: verify(step.verifier.timeout),
                 min_reward: step.min_reward,
@@ -250,6 +265,19 @@ fn stages<'a>(task: &'a HarborTask, options: &EvalOptions) -> Result<Vec<Stage<'
             })
         })
         .collect()
+}
+
+/// A folder name for the hidden tests on their way in: 128 random bits, drawn before the
+/// agent starts and never in the container until every process of the agent's is dead.
+fn hidden_name() -> Result<String, EvalError> {
+    use std::io::Read;
+    let urandom = Path::new("/dev/urandom");
+    let mut bytes = [0u8; 16];
+    std::fs::File::open(urandom)
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(EvalError::io("read", urandom))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(".runner-tests-{hex}"))
 }
 
 /// How a turn went.
@@ -282,7 +310,8 @@ async fn take_turn(
         out: &out,
         ..*place
     };
-    let ran = run_agent(stage, here, options, result, stop).await;
+    // `live`: the oracle's server, kept running for the verifier when nothing else is.
+    let (ran, live) = run_agent(stage, here, options, result, stop).await;
     result.timings.agent_ms += agent_started.elapsed().as_millis() as u64;
     note_agent_network(stage, result, &out);
     let (end, timed_out) = match ran {
@@ -294,22 +323,28 @@ async fn take_turn(
         AgentRan::Ended(end, timed_out) => (end, timed_out),
     };
     if stop.is_cancelled() && !timed_out {
+        close(live).await;
         return Turn::Stopped(Box::new(None));
     }
     result.end = end.as_ref().map(|e| e.reason().to_string());
     let engine = Some(place.engine);
     if let Err(infra) = judge_end(result, end.as_ref(), timed_out, stage.agent_limit, engine).await
     {
+        close(live).await;
         return Turn::Stopped(Box::new(infra));
     }
-    // The diff, from the stopped container: everything since the attempt began.
+    // The diff, from a container where nothing of the agent's runs: everything since the
+    // attempt began. The hidden tests go in at the same time, under their hidden name
+    // (outside the worktree), where nobody is left to see them before the verifier.
     let verify_started = Instant::now();
-    let patch = ws
-        .image_patch(place.container)
-        .await
-        .map_err(EvalError::from);
-    verdict::record_patch(result, place.out, patch);
+    let container = place.container;
+    let (patch, uploaded) = tokio::join!(
+        ws.image_patch(container),
+        engine_call(container.upload(Path::new("/"), stage.tests.clone())),
+    );
+    verdict::record_patch(result, place.out, patch.map_err(EvalError::from));
     if matches!(result.status, Status::Timeout | Status::AgentError) {
+        close(live).await;
         return Turn::Decided;
     }
     let mut connections = Vec::new();
@@ -317,7 +352,11 @@ async fn take_turn(
     let way_out = net.proxied().then(|| net.rules(&stage.net_extra));
     let verified = verify(
         stage,
-        place.container,
+        Verifying {
+            container,
+            live,
+            uploaded,
+        },
         way_out.as_deref(),
         &mut connections,
         stop,
@@ -487,21 +526,115 @@ async fn collect_artifacts(container: &TaskContainer, paths: &[String], out: &Pa
 }
 
 /// The agent (or, with `--agent oracle`, the task's own solution) in the task's container;
-/// every process it left running dies with the container's stop at the end.
+/// every process it left running is dead when this returns: killed in the running
+/// container when only the server is left after (the server then comes back, for the
+/// verifier), else with the container's stop.
 async fn run_agent(
     stage: &Stage<'_>,
     place: Place<'_>,
     options: &EvalOptions,
     result: &mut TaskResult,
     stop: &CancellationToken,
-) -> AgentRan {
+) -> (AgentRan, Option<Sandbox>) {
     let container = place.container;
-    let ran = match options.agent {
+    let (ran, live) = match options.agent {
         super::AgentKind::Oracle => oracle(stage, container, place.engine, place.out, stop).await,
-        super::AgentKind::Model => model(stage, place, options, result, stop).await,
+        super::AgentKind::Model => (model(stage, place, options, result, stop).await, None),
     };
-    container.stop().await;
-    ran
+    let live = match live {
+        Some(sandbox) => quiesce(sandbox, container, stop).await,
+        None => None,
+    };
+    if live.is_none() {
+        container.stop().await;
+    }
+    (ran, live)
+}
+
+/// Run through the oracle's server as the agent's user: SIGKILL to every live process
+/// but the container's init (1), the server (this shell's parent) and this shell, again
+/// until none is left or a hundred rounds have passed. Zombies are dead already. (Not
+/// `kill -1`: the server, the init's child, runs as the agent's user too.)
+const KILL_THE_REST: &str = "keep=\" 1 $PPID $$ \"
+n=0
+while :; do
+  left=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case \"$keep\" in *\" $p \"*) continue ;; esac
+    if [ ! -r \"$d/status\" ]; then continue; fi
+    s=
+    while read -r k v rest; do
+      if [ \"$k\" = State: ]; then s=$v; break; fi
+    done 2>/dev/null < \"$d/status\"
+    if [ -n \"$s\" ] && [ \"$s\" != Z ]; then left=\"$left $p\"; kill -9 \"$p\" 2>/dev/null; fi
+  done
+  if [ -z \"$left\" ]; then exit 0; fi
+  n=$((n + 1))
+  if [ $n -ge 100 ]; then echo \"still running:$left\"; exit 1; fi
+done";
+
+/// Ends every process the agent left without stopping the container, so that the verifier
+/// needs no second start: [`KILL_THE_REST`] through the container's own server, then the
+/// engine, which nothing in the container can fool, lists what runs there. The server and
+/// its init alone: the server is given back, for the verifier's proxy. Anything more (a process of another
+/// user, a fork that outran the kill, a server that died) and the sandbox is closed, which
+/// stops the container as before: `None`, and the verifier starts it afresh.
+async fn quiesce(
+    sandbox: Sandbox,
+    container: &TaskContainer,
+    stop: &CancellationToken,
+) -> Option<Sandbox> {
+    let limit = Duration::from_secs(20);
+    let killed = attempt::exec(&sandbox, KILL_THE_REST, limit, 4096, stop).await;
+    let quiet = matches!(killed, Ok(ref r) if r.code == Some(0));
+    if quiet && only_the_server(&sandbox, container).await {
+        return Some(sandbox);
+    }
+    drop_blocking(sandbox).await;
+    None
+}
+
+/// Whether the engine sees two live processes in the container: its init and the server,
+/// its child (the server answered a moment ago, and a container whose init is gone has
+/// stopped). Zombies are dead and not counted. An engine that cannot tell (a runtime
+/// without `top`) counts as no.
+async fn only_the_server(sandbox: &Sandbox, container: &TaskContainer) -> bool {
+    let Some(id) = sandbox.container_id.as_deref() else {
+        return false;
+    };
+    let options = bollard::query_parameters::TopOptions {
+        ps_args: "-o pid,stat".into(),
+    };
+    let listed = tokio::time::timeout(
+        Duration::from_secs(30),
+        container.engine().top_processes(id, Some(options)),
+    )
+    .await;
+    let Ok(Ok(top)) = listed else {
+        return false;
+    };
+    let Some(stat) = top
+        .titles
+        .as_ref()
+        .and_then(|t| t.iter().position(|t| t == "STAT"))
+    else {
+        return false;
+    };
+    let alive = top
+        .processes
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.get(stat).is_some_and(|s| !s.starts_with('Z')))
+        .count();
+    alive == 2
+}
+
+/// Closes a kept server (which stops its container), off the async threads.
+async fn close(live: Option<Sandbox>) {
+    if let Some(sandbox) = live {
+        drop_blocking(sandbox).await;
+    }
 }
 
 /// The task's image: built from its `environment/Dockerfile`, or its prebuilt
@@ -738,26 +871,26 @@ async fn model(
 }
 
 /// The task's `solution/solve.sh`, copied to `/solution` and run as the agent would be.
+/// With the server still running once the solution ended in its time (`Some`), for
+/// [`quiesce`] to try to keep.
 async fn oracle(
     stage: &Stage<'_>,
     container: &TaskContainer,
     engine: &Engine,
     out: &Path,
     stop: &CancellationToken,
-) -> AgentRan {
+) -> (AgentRan, Option<Sandbox>) {
     let limit = stage.agent_limit;
     let Some(solution) = stage.solution else {
-        return AgentRan::CouldNotStart(
-            EvalError::Task(format!(
-                "{} has no solution/solve.sh for --agent oracle",
-                stage.dir.display()
-            )),
-            false,
-        );
+        let missing = EvalError::Task(format!(
+            "{} has no solution/solve.sh for --agent oracle",
+            stage.dir.display()
+        ));
+        return (AgentRan::CouldNotStart(missing, false), None);
     };
     let tar = match pack_layers(stage.folder, &[solution], "solution") {
         Ok(t) => t,
-        Err(e) => return AgentRan::CouldNotStart(e, false),
+        Err(e) => return (AgentRan::CouldNotStart(e, false), None),
     };
     let started = async {
         engine_call(container.upload(Path::new("/"), tar)).await?;
@@ -768,7 +901,8 @@ async fn oracle(
         Ok(s) => s,
         Err(e) => {
             let retryable = !super::engine_alive(Some(engine)).await;
-            return AgentRan::CouldNotStart(e.during("cannot start the task container"), retryable);
+            let failed = e.during("cannot start the task container");
+            return (AgentRan::CouldNotStart(failed, retryable), None);
         }
     };
     // The phase's network through the proxy, as the model's run gets it.
@@ -776,23 +910,40 @@ async fn oracle(
         Ok(p) => p,
         Err(e) => {
             drop_blocking(sandbox).await;
-            return AgentRan::CouldNotStart(e, false);
+            return (AgentRan::CouldNotStart(e, false), None);
         }
     };
     let command = with_env(stage.solution_env, "bash /solution/solve.sh");
     let ran = attempt::exec(&sandbox, &command, limit, LOG_LIMIT, stop).await;
-    if let Some(proxy) = proxy {
+    if let Some((proxy, gate)) = proxy {
         keep_agent_connections(stage, &proxy).await;
+        // Nothing passes until the verifier's phase says what may.
+        gate.switch(PhasePlan::offline_rules());
+        let agent_records = proxy.records().len();
+        *lock(&stage.handed_over) = Some(HandedOver {
+            proxy,
+            gate,
+            agent_records,
+        });
     }
-    drop_blocking(sandbox).await;
-    match ran {
+    // The agent's proxy is gone with its phase; the server stays only for a solution that
+    // ended in its time.
+    let live = match &ran {
+        Ok(r) if !r.interrupted && !r.timed_out => Some(sandbox),
+        _ => {
+            drop_blocking(sandbox).await;
+            None
+        }
+    };
+    let ran = match ran {
         Ok(r) if r.interrupted => AgentRan::Interrupted,
         Ok(r) => {
             let _ = write_file(&out.join("agent.log"), &r.output);
             AgentRan::Ended(None, r.timed_out)
         }
         Err(e) => AgentRan::CouldNotStart(e, true),
-    }
+    };
+    (ran, live)
 }
 
 /// `command` with `[solution] env` set for it: `env 'K=V' … command`, each pair quoted for
@@ -815,23 +966,49 @@ fn with_env(env: &std::collections::BTreeMap<String, String>, command: &str) -> 
 }
 
 /// The agent's proxy in `sandbox`, when its phase may reach anything (and the container
-/// was made with one); the phase's rules alone decide, nobody is asked.
+/// was made with one); the phase's rules alone decide, nobody is asked. Its gate can be
+/// switched to the verifier's rules ([`HandedOver`]).
 async fn agent_proxy(
     stage: &Stage<'_>,
     container: &TaskContainer,
     sandbox: &crate::sandbox::Sandbox,
-) -> Result<Option<crate::network::NetworkProxy>, EvalError> {
+) -> Result<Option<(crate::network::NetworkProxy, Arc<PhaseGate>)>, EvalError> {
     if !stage.agent_net.proxied() || container.network() != Network::Allowlist {
         return Ok(None);
     }
-    rules_proxy(
-        sandbox,
+    let gate = Arc::new(PhaseGate::new(
+        sandbox.worktree(),
         stage.agent_net.rules(&stage.net_extra),
         "an evaluation answers every ask with deny",
-        "cannot start the network proxy in the task container",
+    ));
+    let policy = crate::network::Policy {
+        gate: gate.clone(),
+        // The reserved-address check: only the user's own exact rules open one, in either
+        // phase.
+        rules: stage.net_extra.clone(),
+    };
+    let proxy = crate::network::NetworkProxy::start(
+        sandbox.client.clone(),
+        policy,
+        crate::network::NetworkLimits::default(),
     )
     .await
-    .map(Some)
+    .map_err(|e| {
+        EvalError::from(e).during("cannot start the network proxy in the task container")
+    })?;
+    Ok(Some((proxy, gate)))
+}
+
+/// The oracle's proxy after its phase: refusing everything until the verifier's phase
+/// switches its rules, with the number of its records that are the agent's.
+struct HandedOver {
+    proxy: crate::network::NetworkProxy,
+    gate: Arc<PhaseGate>,
+    agent_records: usize,
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Keeps the agent's connections once its commands are done (the host's side of each
@@ -969,39 +1146,71 @@ fn record_connections(
 }
 
 /// Moves aside what the agent left where the verifier looks (it may have planted a
-/// `conftest.py` in `/tests` or a reward in `/logs/verifier`), and makes both afresh. Run
-/// as root; moving works where deleting might not (a directory the agent made read-only).
+/// `conftest.py` in `/tests` or a reward in `/logs/verifier`), puts the hidden tests
+/// (copied in as `/$1`, a name nobody could guess) at `/tests`, and makes
+/// `/logs/verifier` afresh. Run as root; moving works where deleting might not (a
+/// directory the agent made read-only).
 const PREPARE: &str = "set -e
 for d in /tests /logs/verifier; do
   if [ -e \"$d\" ] || [ -L \"$d\" ]; then mv -f -- \"$d\" \"$d.left-by-agent.$$\"; fi
 done
-mkdir -p /tests /logs/verifier
+mv -- \"/$1\" /tests
+mkdir -p /logs/verifier
 chmod 1777 /logs/verifier";
+
+/// What [`PREPARE`] prints once done, when `test.sh` follows it in the same command: the
+/// verifier's output starts after it, and without it the preparation failed.
+const PREPARED: &str = "runner: /tests and /logs/verifier are ready";
+
+/// The task container for the verifier: the agent's server if it was kept (nothing else
+/// runs there), and how the copy of the hidden tests went.
+struct Verifying<'a> {
+    container: &'a TaskContainer,
+    live: Option<Sandbox>,
+    uploaded: Result<(), EvalError>,
+}
 
 async fn verify(
     stage: &Stage<'_>,
-    container: &TaskContainer,
+    verifying: Verifying<'_>,
     way_out: Option<&[crate::permission::rules::Rule]>,
     connections: &mut Vec<crate::network::ConnectionRecord>,
     stop: &CancellationToken,
 ) -> Verified {
+    let Verifying {
+        container,
+        live,
+        uploaded,
+    } = verifying;
+    // The oracle's proxy still listens in its server; in a fresh start it is gone.
+    let handed_over = lock(&stage.handed_over).take().filter(|_| live.is_some());
     let steps = async {
-        // A running container for the engine's exec, with nothing of the agent's in it.
-        let sandbox = {
-            let _engine = super::ENGINE_CALLS.acquire().await;
-            engine_call(container.serve())
-                .await
-                .map_err(|e| e.during("cannot start the task container again"))?
+        uploaded?;
+        // A running container for the engine's exec, with nothing of the agent's in it:
+        // the agent's own server when nothing else was left, else a fresh start.
+        let sandbox = match live {
+            Some(sandbox) => sandbox,
+            None => {
+                let _engine = super::ENGINE_CALLS.acquire().await;
+                engine_call(container.serve())
+                    .await
+                    .map_err(|e| e.during("cannot start the task container again"))?
+            }
         };
         let ran = async {
-            let proxy = match way_out {
-                Some(rules) => Some(verifier_proxy(&sandbox, rules).await?),
-                None => None,
+            let (proxy, skip) = match (handed_over, way_out) {
+                (Some(h), rules) => {
+                    h.gate
+                        .switch(rules.map_or_else(PhasePlan::offline_rules, <[_]>::to_vec));
+                    (Some(h.proxy), h.agent_records)
+                }
+                (None, Some(rules)) => (Some(verifier_proxy(&sandbox, rules).await?), 0),
+                (None, None) => (None, 0),
             };
-            let ran = run_tests(stage, container, proxy.is_some()).await;
+            let ran = run_tests(stage, container, way_out.is_some()).await;
             if let Some(proxy) = proxy {
                 proxy.settle(Duration::from_secs(2)).await;
-                *connections = proxy.records();
+                *connections = proxy.records().into_iter().skip(skip).collect();
             }
             ran
         }
@@ -1028,29 +1237,15 @@ async fn verify(
     }
 }
 
-/// `/tests` and `/logs/verifier` made afresh, the tests copied in, `test.sh` run (with the
-/// proxy's variables when it has one), and the rewards it left read.
+/// `/tests` and `/logs/verifier` made afresh with the tests (already copied in) in place,
+/// `test.sh` run (with the proxy's variables when it has one), and the rewards it left
+/// read. A verifier that runs as root gets both in one engine command.
 async fn run_tests(
     stage: &Stage<'_>,
     container: &TaskContainer,
     proxied: bool,
 ) -> Result<(ExecOutput, Rewards), EvalError> {
     let limit = stage.verify_limit;
-    let prepared = engine_call(container.exec(
-        &["sh", "-c", PREPARE],
-        Some("root"),
-        &[],
-        limit,
-        LOG_LIMIT as usize,
-    ))
-    .await?;
-    if prepared.code != Some(0) {
-        return Err(EvalError::Task(format!(
-            "cannot make /tests and /logs/verifier afresh: {}",
-            String::from_utf8_lossy(&prepared.output).trim()
-        )));
-    }
-    engine_call(container.upload(Path::new("/"), stage.tests.clone())).await?;
     let mut env: Vec<(String, String)> = Vec::new();
     if proxied {
         crate::sandbox::spec::set_proxy_env(&mut env);
@@ -1064,17 +1259,50 @@ async fn run_tests(
             .map(|(k, v)| (k.clone(), v.clone())),
     );
     let user = stage.verifier.user.as_deref();
-    let ran = container
-        .exec(
-            &["bash", "/tests/test.sh"],
-            user,
-            &env,
-            limit,
-            LOG_LIMIT as usize,
-        )
-        .await?;
+    // The task's own PATH could hide the preparation's programs: it then runs apart.
+    let together = is_root(&container.exec_user(user)) && !env.iter().any(|(k, _)| k == "PATH");
+    let ran = if together {
+        let script = format!("{PREPARE}\nprintf '%s\\n' '{PREPARED}'\nexec bash /tests/test.sh");
+        let argv = ["sh", "-c", &script, "sh", &stage.tests_name];
+        let ran = engine_call(container.exec(&argv, user, &env, limit, LOG_LIMIT as usize)).await?;
+        after_prepared(ran)?
+    } else {
+        let argv = ["sh", "-c", PREPARE, "sh", &stage.tests_name];
+        let prepared =
+            engine_call(container.exec(&argv, Some("root"), &[], limit, LOG_LIMIT as usize))
+                .await?;
+        if prepared.code != Some(0) {
+            return Err(not_prepared(&prepared.output));
+        }
+        let argv = ["bash", "/tests/test.sh"];
+        engine_call(container.exec(&argv, user, &env, limit, LOG_LIMIT as usize)).await?
+    };
     let rewards = read_rewards(container).await?;
     Ok((ran, rewards))
+}
+
+/// Whether an engine exec as `user` runs as root.
+fn is_root(user: &str) -> bool {
+    let name = user.split(':').next().unwrap_or(user);
+    name == "0" || name == "root"
+}
+
+/// The verifier's output after [`PREPARED`]; without that line the preparation failed
+/// (and what it printed says why).
+fn after_prepared(mut ran: ExecOutput) -> Result<ExecOutput, EvalError> {
+    let line = format!("{PREPARED}\n");
+    if ran.output.starts_with(line.as_bytes()) {
+        ran.output.drain(..line.len());
+        return Ok(ran);
+    }
+    Err(not_prepared(&ran.output))
+}
+
+fn not_prepared(output: &[u8]) -> EvalError {
+    EvalError::Task(format!(
+        "cannot make /tests and /logs/verifier afresh: {}",
+        String::from_utf8_lossy(output).trim()
+    ))
 }
 
 /// The rewards `test.sh` left: `Err` when there are none, or they are not numbers.
@@ -1110,6 +1338,15 @@ async fn engine_call<T, E: Into<EvalError>>(
 async fn read_rewards(
     container: &TaskContainer,
 ) -> Result<Result<std::collections::BTreeMap<String, f64>, EvalError>, EvalError> {
+    // One copy of the folder, when it is small (it usually is); else each file on its own.
+    let folder = Path::new("/logs/verifier");
+    if let Ok(tar) = engine_call(container.download(folder, 8 << 20)).await {
+        let [txt, json] = match tar {
+            Some(tar) => reward_files(&tar),
+            None => [None, None],
+        };
+        return Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from));
+    }
     let mut found = [None, None];
     for (slot, name) in found.iter_mut().zip(["reward.txt", "reward.json"]) {
         let path = Path::new("/logs/verifier").join(name);
@@ -1119,6 +1356,37 @@ async fn read_rewards(
     }
     let [txt, json] = found;
     Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from))
+}
+
+/// `verifier/reward.txt` and `verifier/reward.json` of the tar of `/logs/verifier`, where
+/// they are regular files (a link counts as no reward, as it does copied alone).
+fn reward_files(tar: &[u8]) -> [Option<String>; 2] {
+    use std::io::Read;
+    let mut found = [None, None];
+    let mut archive = tar::Archive::new(tar);
+    let Ok(entries) = archive.entries() else {
+        return found;
+    };
+    for mut entry in entries.flatten() {
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let Ok(path) = entry.path().map(|p| p.into_owned()) else {
+            continue;
+        };
+        let slot = if path == Path::new("verifier/reward.txt") {
+            0
+        } else if path == Path::new("verifier/reward.json") {
+            1
+        } else {
+            continue;
+        };
+        let mut text = String::new();
+        if entry.read_to_string(&mut text).is_ok() {
+            found[slot] = Some(text);
+        }
+    }
+    found
 }
 
 /// The text of the first regular file in a tar (what the engine sends for one file).

@@ -173,6 +173,9 @@ pub struct TaskContainer {
     base_env: Vec<(String, String)>,
     /// Set when the engine cannot mount the server: it is copied in before every start.
     copy_server: Option<PathBuf>,
+    /// Whether it was ever started: a container never started needs no stop before its
+    /// first start (two engine calls saved on every attempt).
+    started: std::sync::atomic::AtomicBool,
     /// The image's own user, for commands that name none.
     image_user: String,
     /// `none`, or `allowlist` when the task may reach the internet through the proxy.
@@ -278,6 +281,7 @@ impl TaskContainer {
             env,
             base_env,
             copy_server: (!task.engine_is_local).then(|| task.server_exe.clone()),
+            started: std::sync::atomic::AtomicBool::new(false),
             image_user,
             network: task.network,
             _remove: ContainerGuard {
@@ -322,6 +326,17 @@ impl TaskContainer {
             .map_err(|e| docker_error("cannot copy the runner server into the task container", e))
     }
 
+    /// Who an engine exec with `user` runs as: that user, else the image's own, root if it
+    /// names none (never the agent's, which is the container's).
+    pub fn exec_user(&self, user: Option<&str>) -> String {
+        user.map(str::to_string)
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| match self.image_user.as_str() {
+                "" => "0".to_string(),
+                u => u.to_string(),
+            })
+    }
+
     /// The engine the container lives on.
     pub fn engine(&self) -> &Docker {
         &self.docker
@@ -340,7 +355,9 @@ impl TaskContainer {
     /// kills the container, and with it every process the sandbox's commands started.
     pub async fn serve(&self) -> Result<Sandbox, SandboxError> {
         // A container still running (a sandbox dropped a moment ago) is stopped first.
-        self.stop().await;
+        if self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.stop().await;
+        }
         // Copied afresh each time: the container's files are the agent's, and a server it
         // replaced would be the one process running beside the verifier.
         if let Some(exe) = &self.copy_server {
@@ -433,13 +450,7 @@ impl TaskContainer {
         }
         // Not the container's user (that is the agent's): the image's own, root if it
         // names none.
-        let user = user
-            .map(str::to_string)
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| match self.image_user.as_str() {
-                "" => "0".to_string(),
-                u => u.to_string(),
-            });
+        let user = self.exec_user(user);
         let created = self
             .docker
             .create_exec(
@@ -511,6 +522,8 @@ impl TaskContainer {
                     None => {
                         open = false;
                         closed_at = Some(tokio::time::Instant::now());
+                        // The command has most likely ended: asked now, not a poll later.
+                        poll.reset_immediately();
                     }
                 },
                 _ = poll.tick(), if exited_at.is_none() => {
