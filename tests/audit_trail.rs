@@ -75,7 +75,7 @@ struct Trail {
 
 /// The run: a command fetching from the loopback server (allowed) and from a host the
 /// rules refuse, then `rm -rf build`, which a rule denies.
-fn run_with_audit(outside_port: u16) -> Trail {
+fn run_with_audit(outside_port: u16, backend: common::Backend) -> Trail {
     let s = common::allowlist::setup();
     let tmp = tempfile::tempdir().unwrap();
     let audit = tmp.path().join("trail/audit.jsonl");
@@ -116,12 +116,23 @@ fn run_with_audit(outside_port: u16) -> Trail {
         Response::Stream(text("done")),
     ]);
     let (audit_arg, config_arg) = (audit.display().to_string(), config.display().to_string());
-    let out = common::allowlist::runner(
+    let sandbox = match backend {
+        common::Backend::Docker => {
+            common::engine::docker();
+            "docker"
+        }
+        _ => "landlock",
+    };
+    // Where the sandbox runs as another user, what the test wrote becomes theirs.
+    common::engine::hand_over(tmp.path());
+    common::engine::hand_over(&s.data);
+    common::engine::hand_over(&s.wt);
+    let mut command = common::allowlist::runner(
         &s,
         &[
             "run",
             "--sandbox",
-            "landlock",
+            sandbox,
             "--network",
             "allowlist",
             "--ask",
@@ -136,11 +147,14 @@ fn run_with_audit(outside_port: u16) -> Trail {
             "--json",
             "fetch, then clean",
         ],
-    )
-    .env("OPENAI_API_KEY", "sk-test")
-    .env("OPENAI_BASE_URL", model.openai_base())
-    .output()
-    .unwrap();
+    );
+    command
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", model.openai_base());
+    if backend == common::Backend::Docker {
+        common::engine::cli(&mut command);
+    }
+    let out = command.output().unwrap();
     Trail {
         user_audit: user_dir.join("user-audit.jsonl"),
         _tmp: tmp,
@@ -154,9 +168,18 @@ fn run_with_audit(outside_port: u16) -> Trail {
 }
 
 #[test]
-fn a_runs_trail_holds_each_decision_with_its_rule_and_conforms_to_ocsf() {
+fn a_runs_trail_holds_each_decision_with_its_rule_and_conforms_to_ocsf_on_landlock() {
+    a_runs_trail_holds_each_decision(common::Backend::Landlock);
+}
+
+#[test]
+fn a_runs_trail_holds_each_decision_with_its_rule_and_conforms_to_ocsf_on_docker() {
+    a_runs_trail_holds_each_decision(common::Backend::Docker);
+}
+
+fn a_runs_trail_holds_each_decision(backend: common::Backend) {
     let outside = common::outside::Outside::start(1000);
-    let t = run_with_audit(outside.port);
+    let t = run_with_audit(outside.port, backend);
     let all = describe(&t.out);
     // What the command inside said, as the model was sent it.
     let told = t.model.requests()[1].body["messages"].to_string();
@@ -175,6 +198,11 @@ fn a_runs_trail_holds_each_decision_with_its_rule_and_conforms_to_ocsf() {
         "{keys:#?}"
     );
     assert_eq!(keys.last().map(|k| k.2.as_str()), Some("Stop"), "{keys:#?}");
+    let wall = match backend {
+        common::Backend::Docker => "docker",
+        _ => "landlock",
+    };
+    assert_eq!(records[0]["app"]["feature"]["name"], wall);
     let mut middle: Vec<(u64, u64, String)> = keys[1..keys.len() - 1].to_vec();
     middle.sort();
     let mut want = vec![
