@@ -200,11 +200,27 @@ where
         shared.finish(id);
         return None;
     }
-    let config = inspection.ca.server_config(upstream.host).ok()?;
-    tokio::time::timeout(IDLE, start.into_stream(config))
-        .await
-        .ok()?
-        .ok()
+    let failed = |why: String| {
+        let mut record = ConnectionRecord::new(upstream.host, upstream.port);
+        record.decision = "deny".into();
+        record.reason = Some(why);
+        let id = shared.record(record);
+        shared.finish(id);
+        None
+    };
+    let config = match inspection.ca.server_config(upstream.host) {
+        Ok(c) => c,
+        Err(e) => return failed(e.to_string()),
+    };
+    match tokio::time::timeout(IDLE, start.into_stream(config)).await {
+        Ok(Ok(tls)) => Some(tls),
+        // Most often a client that trusts its own bundle, not the sandbox's: the record
+        // says what to do.
+        Ok(Err(e)) => failed(format!(
+            "the client's TLS handshake with the inspecting proxy failed ({e}); a client must trust the sandbox's bundle ($SSL_CERT_FILE), which holds the session's authority"
+        )),
+        Err(_) => None,
+    }
 }
 
 /// Reads, judges and relays one request whose head is `head`.

@@ -492,3 +492,50 @@ async fn read_all<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     }
     out.len()
 }
+
+/// A client that does not trust the session authority (its own bundle) fails its
+/// handshake; the record says why and what to do, and the origin hears nothing.
+#[tokio::test]
+async fn a_client_that_refuses_the_session_authority_is_recorded_with_what_to_do() {
+    let o = origin().await;
+    let sh = Arc::new(shared(RULES, inspection(RULES, &o, Secrets::default())));
+    // It trusts the origin's authority, as a client with a bundle of its own would.
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    let origin_ca = std::fs::read(o.ca_file.path()).unwrap();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(&origin_ca).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let s = sh.clone();
+    let inspection = sh.inspection.clone().unwrap();
+    let port = o.port;
+    let served = tokio::spawn(async move {
+        let upstream = Upstream {
+            host: "127.0.0.1",
+            port,
+            addrs: vec![([127, 0, 0, 1], port).into()],
+            via: None,
+            first: None,
+            timeout: std::time::Duration::from_secs(5),
+        };
+        serve(&s, &inspection, theirs, upstream).await;
+    });
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let handshake = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, ours)
+        .await;
+    assert!(
+        handshake.is_err(),
+        "the session's certificate is not the origin's"
+    );
+    served.await.unwrap();
+    let records = sh.log().records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let reason = records[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("$SSL_CERT_FILE"), "{reason}");
+    assert!(o.seen.lock().unwrap().is_empty());
+}
