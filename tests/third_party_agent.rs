@@ -9,6 +9,9 @@
 //! command's output as the tool result, with the container's hostname in it, not the
 //! host's. The same run under a runner rule that denies `touch` gets the refusal, naming
 //! the rule, as its tool result, and nothing runs.
+//!
+//! OpenCode (also pinned) gets the same first turn over Chat Completions, with its own
+//! shell, file and fetch tools off: runner's bash reaches its model as `runner_bash`.
 
 use crate::common;
 
@@ -49,16 +52,14 @@ struct Run {
     requests: Vec<Seen>,
 }
 
-/// Codex in a fresh git worktree, runner's rules in `rules` (a TOML config), the model
-/// scripted to call runner's bash with [`COMMAND`] and then say "all done".
-fn codex_turn(rules: &str) -> Run {
+/// A fresh git worktree under `base`, and `runner mcp serve --sandbox docker` for it with
+/// runner's rules `rules` (a TOML config) and its data beside the worktree.
+fn worktree_and_server(base: &Path, rules: &str) -> (PathBuf, Command) {
     assert!(
         common::engine::owner().is_none(),
         "this test runs the sandbox as the test's own user; an engine of another user needs \
-         Codex run as that user too"
+         the agent run as that user too"
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
     let (wt, data) = (base.join("wt"), base.join("data"));
     for d in [&wt, &data] {
         std::fs::create_dir_all(d).unwrap();
@@ -66,14 +67,6 @@ fn codex_turn(rules: &str) -> Run {
     common::git(&wt, &["init", "-q"]);
     let config = data.join("rules.toml");
     std::fs::write(&config, rules).unwrap();
-
-    let model = ScriptedModel::start(vec![
-        Response::Stream(provider::call(
-            RUNNER_BASH,
-            json!({ "command": COMMAND, "description": "who and where am I" }),
-        )),
-        Response::Stream(provider::text("all done")),
-    ]);
     let mut mcp = Command::new(common::engine::runner_exe());
     mcp.args(["mcp", "serve", "--sandbox", "docker", "--root"])
         .arg(&wt)
@@ -82,6 +75,22 @@ fn codex_turn(rules: &str) -> Run {
         .env("XDG_DATA_HOME", &data)
         .env("XDG_CONFIG_HOME", data.join("config"));
     common::engine::cli(&mut mcp);
+    (wt, mcp)
+}
+
+/// Codex in a fresh git worktree, runner's rules in `rules` (a TOML config), the model
+/// scripted to call runner's bash with [`COMMAND`] and then say "all done".
+fn codex_turn(rules: &str) -> Run {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (wt, mcp) = worktree_and_server(&base, rules);
+    let model = ScriptedModel::start(vec![
+        Response::Stream(provider::call(
+            RUNNER_BASH,
+            json!({ "command": COMMAND, "description": "who and where am I" }),
+        )),
+        Response::Stream(provider::text("all done")),
+    ]);
     let home = third_party::codex_home(&base.join("codex"), &model.openai_base(), &mcp);
 
     let mut codex = third_party::codex_exec(&home, &wt, "Show who and where you are.");
@@ -98,10 +107,10 @@ fn codex_turn(rules: &str) -> Run {
 /// Runs `cmd` to its end, its output kept in files under `dir`; past `limit` it is killed
 /// and the test fails with what it printed so far. Panics when it exits unsuccessfully.
 fn run_within(cmd: &mut Command, dir: &Path, limit: Duration) -> (String, String) {
-    let (out, err) = (dir.join("codex.out"), dir.join("codex.err"));
+    let (out, err) = (dir.join("agent.out"), dir.join("agent.err"));
     cmd.stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
         .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
-    let mut child = cmd.spawn().expect("codex starts");
+    let mut child = cmd.spawn().expect("the agent starts");
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -111,7 +120,7 @@ fn run_within(cmd: &mut Command, dir: &Path, limit: Duration) -> (String, String
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "codex exec did not finish within {limit:?}:\n{}",
+                "{cmd:?} did not finish within {limit:?}:\n{}",
                 std::fs::read_to_string(&err).unwrap_or_default()
             );
         }
@@ -121,7 +130,7 @@ fn run_within(cmd: &mut Command, dir: &Path, limit: Duration) -> (String, String
     let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     assert!(
         status.success(),
-        "codex exec failed ({status}):\n{stdout}\n{stderr}"
+        "{cmd:?} failed ({status}):\n{stdout}\n{stderr}"
     );
     (stdout, stderr)
 }
@@ -208,23 +217,7 @@ fn codex_runs_its_commands_in_runners_container() {
         run.stderr
     );
     let result = tool_result(&run.requests, "call_0_bash");
-    let mut lines = result.lines().skip_while(|l| !l.starts_with("uid="));
-    assert!(
-        lines.next().is_some(),
-        "no `id` line in the result: {result}"
-    );
-    let hostname = lines.next().unwrap_or_default().trim().to_string();
-    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
-    assert_ne!(
-        hostname,
-        host.trim(),
-        "the command printed the host's hostname: it ran outside the container"
-    );
-    // Docker names a container's host after the start of its id.
-    assert!(
-        hostname.len() == 12 && hostname.bytes().all(|b| b.is_ascii_hexdigit()),
-        "{hostname:?} is not a container's hostname; the result was: {result}"
-    );
+    container_hostname(&result);
     assert!(run.stdout.contains("all done"), "{}", run.stdout);
 }
 
@@ -246,4 +239,89 @@ fn a_command_runners_rules_deny_is_refused_through_the_mcp_result() {
         "part of a refused command ran: {result}"
     );
     assert!(run.stdout.contains("all done"), "{}", run.stdout);
+}
+
+/// The hostname line after `id`'s line in a command's output, checked to be a docker
+/// container's (not the host's, and the start of a container id).
+fn container_hostname(result: &str) -> String {
+    let mut lines = result.lines().skip_while(|l| !l.starts_with("uid="));
+    assert!(
+        lines.next().is_some(),
+        "no `id` line in the result: {result}"
+    );
+    let hostname = lines.next().unwrap_or_default().trim().to_string();
+    let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert_ne!(
+        hostname,
+        host.trim(),
+        "the command printed the host's hostname: it ran outside the container"
+    );
+    // Docker names a container's host after the start of its id.
+    assert!(
+        hostname.len() == 12 && hostname.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hostname:?} is not a container's hostname; the result was: {result}"
+    );
+    hostname
+}
+
+/// OpenCode's loop with runner's hands: its model asks for `runner_bash` (a request with
+/// tools and no tool result yet) and then answers; OpenCode's own title request, which
+/// carries no tools, gets text.
+#[test]
+fn opencode_runs_its_commands_in_runners_container() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let (wt, mcp) = worktree_and_server(&base, ALLOW);
+    let model = ScriptedModel::responding(|body| {
+        let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+        let answered = body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        Response::Stream(if has_tools && !answered {
+            provider::call(
+                "runner_bash",
+                json!({ "command": COMMAND, "description": "who and where am I" }),
+            )
+        } else {
+            provider::text("all done")
+        })
+    });
+    let config =
+        third_party::opencode_config(&base.join("opencode"), &model.openai_base(), Some(&mcp));
+    let mut opencode = third_party::opencode_run(&config, &wt, "Show who and where you are.");
+    let (stdout, stderr) = run_within(&mut opencode, &base, PATIENCE);
+
+    assert!(
+        wt.join("made-by-mcp").is_file(),
+        "the command's file is not in the worktree:\n{stdout}\n{stderr}"
+    );
+    let requests = model.requests();
+    let with_tools: Vec<&Seen> = requests
+        .iter()
+        .filter(|r| r.body["tools"].as_array().is_some_and(|t| !t.is_empty()))
+        .collect();
+    let offered: Vec<&str> = with_tools[0].body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(offered.contains(&"runner_bash"), "{offered:?}");
+    for own in [
+        "bash", "read", "write", "edit", "glob", "grep", "list", "webfetch",
+    ] {
+        assert!(
+            !offered.contains(&own),
+            "OpenCode's own {own} was offered: {offered:?}"
+        );
+    }
+    let result: Vec<&str> = with_tools
+        .iter()
+        .flat_map(|r| r.body["messages"].as_array().into_iter().flatten())
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(result.len(), 1, "one tool result: {result:?}");
+    container_hostname(result[0]);
 }

@@ -13,7 +13,8 @@
 //!
 //! Written for `tests/third_party_agent.rs` (Codex with `runner mcp serve` as its hands)
 //! and meant to be reused by the `runner exec` tests, which run the same CLIs whole
-//! inside the wall: [`opencode`] and [`codex`] install, [`codex_home`] configures.
+//! inside the wall: [`opencode`] and [`codex`] install, [`codex_home`] and
+//! [`opencode_config`] configure, [`codex_exec`] and [`opencode_run`] start one turn.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -205,5 +206,76 @@ pub fn codex_exec(home: &Path, cwd: &Path, prompt: &str) -> Command {
     .env_remove("OPENAI_API_KEY")
     .env_remove("OPENAI_BASE_URL")
     .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Writes `dir/opencode.json`, an OpenCode configuration whose model `scripted/m` comes from
+/// `base_url` (an OpenAI Chat Completions server such as [`ScriptedModel::openai_base`])
+/// through OpenCode's `@ai-sdk/openai-compatible` provider. With `mcp`, that command is the
+/// local MCP server `runner` (its tools reach the model as `runner_bash`, `runner_read`, …)
+/// and OpenCode's own shell, file and fetch tools are off; without it, OpenCode keeps its
+/// own tools (for running the whole agent inside `runner exec`). Returns the file, for
+/// [`opencode_run`].
+///
+/// [`ScriptedModel::openai_base`]: crate::provider::ScriptedModel::openai_base
+pub fn opencode_config(dir: &Path, base_url: &str, mcp: Option<&Command>) -> PathBuf {
+    let mut config = serde_json::json!({
+        "$schema": "https://opencode.ai/config.json",
+        "model": "scripted/m",
+        "provider": {"scripted": {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "scripted model",
+            "options": {"baseURL": base_url, "apiKey": "scripted"},
+            "models": {"m": {"name": "m"}}
+        }},
+    });
+    if let Some(mcp) = mcp {
+        let mut command = vec![os(mcp.get_program())];
+        command.extend(mcp.get_args().map(os));
+        let environment: serde_json::Map<String, serde_json::Value> = mcp
+            .get_envs()
+            .filter_map(|(k, v)| Some((os(k), os(v?).into())))
+            .collect();
+        config["mcp"] = serde_json::json!({"runner": {
+            "type": "local", "command": command, "environment": environment
+        }});
+        let off = [
+            "bash", "edit", "write", "patch", "read", "glob", "grep", "list", "webfetch",
+        ];
+        let tools: serde_json::Map<String, serde_json::Value> = off
+            .iter()
+            .map(|t| (t.to_string(), serde_json::Value::Bool(false)))
+            .collect();
+        config["tools"] = tools.into();
+    }
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let file = dir.join("opencode.json");
+    std::fs::write(&file, config.to_string())
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
+    file
+}
+
+/// `opencode run PROMPT` in `cwd` with the configuration `config` ([`opencode_config`]).
+/// OpenCode keeps its state and logs under `HOME` and the XDG folders, which are pointed
+/// into `config`'s folder so a run neither reads nor changes the user's own; its caches
+/// (and npm's, for the provider packages it fetches on first use) go under [`cache_dir`],
+/// so later runs do not fetch them again. On start it also tries to fetch its model list
+/// from models.dev; without a network that fails harmlessly.
+pub fn opencode_run(config: &Path, cwd: &Path, prompt: &str) -> Command {
+    let home = config
+        .parent()
+        .expect("a config file lives in a folder")
+        .join("home");
+    let mut cmd = Command::new(opencode());
+    cmd.args(["run", prompt])
+        .current_dir(cwd)
+        .env("OPENCODE_CONFIG", config)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", cache_dir().join("opencode-home-cache"))
+        .env("npm_config_cache", cache_dir().join("npm-cache"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .stdin(std::process::Stdio::null());
     cmd
 }
