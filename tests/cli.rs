@@ -1098,12 +1098,13 @@ fn profiles_list_and_show_their_merged_rules() {
             )
         })
         .collect();
-    // OpenCode's defaults first, then runner's network ask, the profile's rule after
-    // them, saved output last.
+    // OpenCode's defaults first, then runner's network ask and http allow, the profile's
+    // rule after them, saved output last.
     assert_eq!(rules[0], ("*".into(), "*".into(), "allow".into()));
     assert_eq!(rules[8], ("network".into(), "*".into(), "ask".into()));
-    assert_eq!(rules[9], ("webfetch".into(), "*".into(), "deny".into()));
-    assert_eq!(rules.len(), 11, "{rules:?}");
+    assert_eq!(rules[9], ("http".into(), "*".into(), "allow".into()));
+    assert_eq!(rules[10], ("webfetch".into(), "*".into(), "deny".into()));
+    assert_eq!(rules.len(), 12, "{rules:?}");
     let text = stdout(&cli.run(&["profile", "show", "eval"]));
     assert!(text.contains("refused: an ask is a deny"), "{text}");
     let out = cli.run(&["profile", "show", "nope"]);

@@ -191,7 +191,15 @@ async fn tools_work_inside_and_nothing_gets_out(backend: Backend) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
-    let service = serve(backend, &place, Client::new(None), &["--ask", "allow"]).await;
+    let audit = place.data.join("audit.jsonl");
+    let audit_arg = audit.display().to_string();
+    let service = serve(
+        backend,
+        &place,
+        Client::new(None),
+        &["--ask", "allow", "--audit", &audit_arg],
+    )
+    .await;
 
     let tools = service.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -310,6 +318,21 @@ async fn tools_work_inside_and_nothing_gets_out(backend: Backend) {
         "task is runner's own, not offered: {unknown:?}"
     );
     service.cancel().await.unwrap();
+
+    // `--audit`: each call's permission decision is an OCSF API Activity line, the bash
+    // one naming its command.
+    let trail = std::fs::read_to_string(&audit).expect("the audit file");
+    let decisions: Vec<Value> = trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("one JSON object a line"))
+        .filter(|r| r["class_uid"] == 6003)
+        .collect();
+    assert!(
+        decisions
+            .iter()
+            .any(|r| r.to_string().contains("made-by-mcp")),
+        "{trail}"
+    );
 }
 
 /// A rule that asks: without elicitation the call is refused by default and the refusal

@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// Let the direct workspace edit a folder that is not inside a git work tree.
     #[arg(long)]
     pub no_git_check: bool,
+    /// Append every decision of the session (each call's permission with its deciding
+    /// rule, connections, the sandbox's start and end) to FILE as OCSF JSON lines, besides
+    /// `[audit] file` in your config. See docs/AUDIT.md.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<std::path::PathBuf>,
 }
 
 /// Serves until the client leaves; the copy workspace, if any, is named afterwards on
@@ -67,6 +72,7 @@ pub struct ServeArgs {
 async fn serve(args: ServeArgs) -> u8 {
     let mut options = args.sandbox.options(&args.root, &args.rules, None);
     options.require_git_for_direct = !args.no_git_check;
+    options.audit.file = args.audit.clone();
     let fallback = match args.ask.as_str() {
         "allow" => runner_mcp_serve::Fallback::Allow,
         _ => runner_mcp_serve::Fallback::Deny,
