@@ -1398,3 +1398,126 @@ fn what_a_task_says_reaches_the_terminal_escaped() {
         "resolved"
     );
 }
+
+/// A process left behind that waits for the hidden tests and, once they show, writes
+/// `calc.sh` as `$1` says (`add` or `subtract`) and a reward of 1: alive at verify time, it
+/// would decide the verdict. `$2` names the user it runs as (`setpriv` to another user
+/// puts it where the agent's own user cannot kill it: the container must be stopped).
+const LURKER: &str = r#"op=$1
+as=$2
+cat > /tmp/lurk.sh <<'END'
+while :; do
+  if [ -e /tests/test.sh ]; then
+    if [ "$1" = add ]; then printf 'echo $(($1 + $2))\n' > /app/calc.sh; else printf 'echo $(($1 - $2))\n' > /app/calc.sh; fi
+    echo 1 > /logs/verifier/reward.txt 2>/dev/null
+  fi
+  touch /tmp/lurking-$(id -u)
+  sleep 0.02
+done
+END
+chmod 666 /app/calc.sh
+if [ "$as" = nobody ]; then
+  setsid setpriv --reuid=65534 --regid=65534 --clear-groups sh /tmp/lurk.sh "$op" > /dev/null 2>&1 < /dev/null &
+else
+  setsid sh /tmp/lurk.sh "$op" > /dev/null 2>&1 < /dev/null &
+fi
+for i in $(seq 100); do ls /tmp/lurking-* > /dev/null 2>&1 && break; sleep 0.05; done
+echo lurking as $(ls /tmp/lurking-*)
+"#;
+
+/// The issue's bar for the engine's floor: 40 trivial Harbor tasks of one image at
+/// `--jobs 8`, half with right solutions and half with wrong ones, and among both the
+/// leftovers the verdict must not see: processes that wait for the hidden tests to flip
+/// the answer and plant a reward (as the agent's user, killed in the running container;
+/// as another user, which takes a stop of the container), a plain `sleep` left behind, and
+/// a planted, locked reward and test. Every verdict is exact, no container is left, and
+/// each container was started once, except those with the other user's process (twice).
+#[test]
+fn forty_oracle_tasks_at_jobs_8_get_exact_verdicts_and_leave_nothing() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap().join("set");
+    let right = format!("printf '%s' '{FIXED}' > /app/calc.sh\n");
+    let wrong = "printf 'echo $(($1 * $2))\\n' > /app/calc.sh\n".to_string();
+    let lurk = |op: &str, user: &str| format!("set -- {op} {user}\n{LURKER}");
+    let planted = "mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && printf 'echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh && chmod -R a-w /tests /logs/verifier\n";
+    for i in 0..40 {
+        let (kind, solution) = match (i % 2 == 0, (i / 2) % 4) {
+            (true, 0) => ("right-plain", right.clone()),
+            (true, 1) => ("right-lurker", right.clone() + &lurk("subtract", "root")),
+            (true, 2) => ("right-sleep", right.clone() + "sleep 600 &\n"),
+            (true, _) => ("right-nobody", right.clone() + &lurk("subtract", "nobody")),
+            (false, 0) => ("wrong-plain", wrong.clone()),
+            (false, 1) => ("wrong-lurker", wrong.clone() + &lurk("add", "root")),
+            (false, 2) => ("wrong-planted", wrong.clone() + planted),
+            (false, _) => ("wrong-nobody", wrong.clone() + &lurk("add", "nobody")),
+        };
+        let task = dir.join(format!("{kind}-{i:02}"));
+        harbor_task(&task, "Fix calc.sh.\n", TOML, DOCKERFILE, TEST);
+        std::fs::write(task.join("solution/solve.sh"), solution).unwrap();
+    }
+    let out = dir.with_file_name("out");
+    // The engine's own record of container starts, watched as they happen (its history
+    // keeps only the last few hundred events): each start with its owner's pid.
+    let mut starts = Command::new("docker")
+        .args([
+            "events",
+            "--filter",
+            "event=start",
+            "--filter",
+            "label=runner",
+        ])
+        .args([
+            "--format",
+            "{{index .Actor.Attributes \"runner.owner-pid\"}}",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "8"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "", "containers left behind");
+
+    let mut wrong_verdicts = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let id = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let at = out.join("tasks").join(&id);
+        let r = read_json(&at.join("result.json"));
+        let want = if id.starts_with("right") {
+            "resolved"
+        } else {
+            "unresolved"
+        };
+        if r["status"] != want {
+            let log = std::fs::read_to_string(at.join("verify.log")).unwrap_or_default();
+            wrong_verdicts.push(format!("{id}: want {want}: {r:#}\nverify.log: {log}"));
+        }
+        // The leftovers were really running when the agent's phase ended.
+        if id.contains("lurker") || id.contains("nobody") {
+            let log = std::fs::read_to_string(at.join("agent.log")).unwrap_or_default();
+            let uid = if id.contains("nobody") { "65534" } else { "0" };
+            assert!(log.contains(&format!("/tmp/lurking-{uid}")), "{id}: {log}");
+        }
+    }
+    assert!(wrong_verdicts.is_empty(), "{}", wrong_verdicts.join("\n\n"));
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(
+        summary["counts"],
+        json!({"agent_error": 0, "infra_error": 0, "resolved": 20, "timeout": 0, "unresolved": 20}),
+        "{summary:#}"
+    );
+
+    // One start per container, and a second only where the agent's user could not kill
+    // what was left (the ten tasks with a process of another user): 80 before the server
+    // was kept for the verifier.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    starts.kill().unwrap();
+    let watched = starts.wait_with_output().unwrap();
+    let watched = String::from_utf8_lossy(&watched.stdout);
+    let ours = watched
+        .lines()
+        .filter(|l| l.trim() == pid.to_string())
+        .count();
+    assert_eq!(ours, 50, "container starts by owner pid:\n{watched}");
+}
