@@ -1469,3 +1469,79 @@ fn instruction_text(task: &HarborTask) -> String {
         .collect();
     steps.join("\n\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tar_of(entries: &[(&str, Option<&str>)]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, body) in entries {
+            let mut header = tar::Header::new_gnu();
+            match body {
+                Some(text) => {
+                    header.set_size(text.len() as u64);
+                    header.set_mode(0o644);
+                    tar.append_data(&mut header, path, text.as_bytes()).unwrap();
+                }
+                None => {
+                    header.set_entry_type(tar::EntryType::Symlink);
+                    header.set_size(0);
+                    tar.append_link(&mut header, path, "/elsewhere").unwrap();
+                }
+            }
+        }
+        tar.into_inner().unwrap()
+    }
+
+    #[test]
+    fn rewards_come_from_the_two_files_of_the_folder_alone() {
+        let tar = tar_of(&[
+            ("verifier/notes/reward.txt", Some("9")),
+            ("verifier/reward.txt", Some("1\n")),
+            ("verifier/reward.json", Some("{\"a\": 0.5}")),
+        ]);
+        assert_eq!(
+            reward_files(&tar),
+            [Some("1\n".to_string()), Some("{\"a\": 0.5}".to_string())]
+        );
+        // A link is no reward, as it is copied alone.
+        let linked = tar_of(&[("verifier/reward.txt", None)]);
+        assert_eq!(reward_files(&linked), [None, None]);
+    }
+
+    #[test]
+    fn the_verifier_output_starts_after_the_preparation_or_it_failed() {
+        let out = |text: &str| ExecOutput {
+            output: text.as_bytes().to_vec(),
+            code: Some(0),
+            timed_out: false,
+        };
+        let ran = after_prepared(out(&format!("{PREPARED}\nPASS\n"))).unwrap();
+        assert_eq!(ran.output, b"PASS\n");
+        let failed = after_prepared(out("mv: cannot move '/tests'\n")).unwrap_err();
+        assert!(
+            failed.to_string().contains("cannot move '/tests'"),
+            "{failed}"
+        );
+        // The line must come first: one printed later by test.sh proves nothing.
+        assert!(after_prepared(out(&format!("x\n{PREPARED}\n"))).is_err());
+    }
+
+    #[test]
+    fn root_is_named_by_name_or_id_with_or_without_a_group() {
+        for user in ["0", "root", "0:0", "root:root"] {
+            assert!(is_root(user), "{user}");
+        }
+        for user in ["1000", "agent", "10", "rooted"] {
+            assert!(!is_root(user), "{user}");
+        }
+    }
+
+    #[test]
+    fn hidden_names_differ_and_say_nothing() {
+        let (a, b) = (hidden_name().unwrap(), hidden_name().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), ".runner-tests-".len() + 32);
+    }
+}
