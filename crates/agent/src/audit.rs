@@ -29,7 +29,6 @@ pub fn trail_of(sessions_dir: &Path, id: &str) -> PathBuf {
 
 use crate::network::ConnectionRecord;
 use crate::sandbox::spec::SandboxSpec;
-use crate::session::OpenError;
 
 /// Where a session's trail goes, besides the user's `[audit] file`.
 #[derive(Debug, Clone, Default)]
@@ -47,7 +46,7 @@ pub struct AuditOptions {
 pub fn open(
     options: &AuditOptions,
     settings: &crate::config::settings::Settings,
-) -> Result<Arc<Audit>, OpenError> {
+) -> Result<Arc<Audit>, runner_audit::AuditError> {
     let files: Vec<PathBuf> = [
         options.file.clone(),
         settings.audit.file.clone(),
@@ -65,7 +64,6 @@ pub fn open(
         options.session.as_deref(),
     )
     .map(Arc::new)
-    .map_err(|e| OpenError::Usage(e.to_string()))
 }
 
 /// The trail as an open session holds it: records the sandbox's end when the last holder
@@ -77,8 +75,9 @@ pub struct SessionAudit {
 }
 
 impl SessionAudit {
-    /// Records the sandbox's start, and its end once this is dropped.
-    pub fn started(audit: Arc<Audit>, spec: &SandboxSpec) -> SessionAudit {
+    /// Records the sandbox's start (`wall`: the session's line naming its wall), and its
+    /// end once this is dropped.
+    pub fn started(audit: Arc<Audit>, spec: &SandboxSpec, wall: String) -> SessionAudit {
         let network = match spec.network {
             crate::sandbox::spec::Network::None => "none",
             crate::sandbox::spec::Network::Allowlist => "allowlist",
@@ -88,7 +87,7 @@ impl SessionAudit {
             backend: spec.backend.name().to_string(),
             network: network.to_string(),
             worktree: spec.worktree.display().to_string(),
-            description: crate::session::wall_line(spec, None),
+            description: wall,
         });
         SessionAudit {
             audit,

@@ -250,7 +250,8 @@ impl SessionOptions {
             crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
         rules.notes.extend(notes);
-        let audit = crate::audit::open(&self.audit, &settings)?;
+        let audit = crate::audit::open(&self.audit, &settings)
+            .map_err(|e| OpenError::Usage(e.to_string()))?;
         let mut spec = self.spec_with(&rules.profile, &settings)?;
         // Hosts read request by request, and secrets: the session's authority joins the
         // sandbox's trust bundle before the sandbox starts.
@@ -286,7 +287,11 @@ impl SessionOptions {
         if let Some(inspection) = &inspection {
             crate::config::settings::put_placeholders(&mut sandbox.env, inspection);
         }
-        let audit = Arc::new(crate::audit::SessionAudit::started(audit, &spec));
+        let audit = Arc::new(crate::audit::SessionAudit::started(
+            audit,
+            &spec,
+            wall_line(&spec, None),
+        ));
         // Host hooks run where the agent's files are on the host: the checkout, or its copy.
         let host_root = match (&workspace, &self.in_image) {
             (Some(ws), _) => ws.work(),

@@ -369,6 +369,28 @@ fn hide_password(value: &str) -> String {
     }
 }
 
+/// A direct connection to the first of `addrs` that answers within `timeout` each (the
+/// way out when no upstream proxy is set), with the last failure when none does.
+pub(crate) async fn connect_direct(
+    addrs: &[std::net::SocketAddr],
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::other("no address to connect to");
+    for addr in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = e,
+            Err(_) => {
+                last = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{addr} did not answer in {timeout:?}"),
+                )
+            }
+        }
+    }
+    Err(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -451,7 +451,7 @@ impl Connection<'_> {
                 .await
                 .map_err(|e| e.to_string()),
             Some(proxy) => proxy.connect(timeout).await.map_err(|e| e.to_string()),
-            None => connect(addrs, timeout)
+            None => crate::egress::connect_direct(addrs, timeout)
                 .await
                 .map_err(|e| format!("cannot connect to {}:{}: {e}", req.host, req.port)),
         };
@@ -627,24 +627,4 @@ impl Connection<'_> {
         })
         .await;
     }
-}
-
-pub(crate) async fn connect(
-    addrs: &[std::net::SocketAddr],
-    timeout: Duration,
-) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::other("no address to connect to");
-    for addr in addrs {
-        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => return Ok(s),
-            Ok(Err(e)) => last = e,
-            Err(_) => {
-                last = std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("{addr} did not answer in {timeout:?}"),
-                )
-            }
-        }
-    }
-    Err(last)
 }

@@ -10,6 +10,7 @@ pub mod choose;
 pub mod client;
 pub use runner_sandbox_server::confine;
 pub mod docker;
+pub mod engine_fault;
 pub mod exec;
 pub mod landlock;
 pub mod local;

@@ -57,7 +57,7 @@ pub enum SandboxStartError {
         reason: String,
         /// Whether the engine itself failed (a 5xx, a broken connection, no answer in
         /// time) rather than refused: such a start may go through on another try.
-        fault: Option<crate::docker::EngineFault>,
+        fault: Option<crate::engine_fault::EngineFault>,
     },
 }
 

@@ -560,7 +560,7 @@ async fn connect(
                 .tunnel(upstream.host, upstream.port, upstream.timeout)
                 .await
                 .map_err(|e| e.to_string())?,
-            None => crate::relay::connect(&upstream.addrs, upstream.timeout)
+            None => crate::egress::connect_direct(&upstream.addrs, upstream.timeout)
                 .await
                 .map_err(|e| {
                     format!("cannot connect to {}:{}: {e}", upstream.host, upstream.port)

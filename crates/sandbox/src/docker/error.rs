@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub use crate::engine_fault::EngineFault;
 use crate::start_error::SandboxStartError;
 
 #[derive(Debug, thiserror::Error)]
@@ -78,52 +79,6 @@ impl From<DockerError> for crate::SandboxError {
                 .into()
             }
             other => crate::SandboxError::Start(SandboxStartError::EngineDown(other.to_string())),
-        }
-    }
-}
-
-/// How the engine itself failed a call, as against an answer about what was asked (a
-/// missing image, a conflict, a bad request: the 4xx answers). A call the engine failed
-/// this way may go through on another try; whatever it was for (an agent's attempt, a
-/// verdict), it is the machine's failure, never the work's. Carried as a kind, from
-/// bollard's own error, so that nobody has to read it back out of a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineFault {
-    /// The engine answered with a server error (a 5xx status).
-    ServerError(u16),
-    /// The connection to the engine broke: refused, reset, or closed before the answer
-    /// was whole.
-    Connection,
-    /// The engine did not answer in time.
-    Timeout,
-}
-
-impl EngineFault {
-    /// The fault a failed call shows, if it is the engine's own.
-    pub fn of(e: &bollard::errors::Error) -> Option<EngineFault> {
-        use bollard::errors::Error as B;
-        match e {
-            B::DockerResponseServerError { status_code, .. } if *status_code >= 500 => {
-                Some(EngineFault::ServerError(*status_code))
-            }
-            B::RequestTimeoutError => Some(EngineFault::Timeout),
-            B::IOError { err } if err.kind() == std::io::ErrorKind::TimedOut => {
-                Some(EngineFault::Timeout)
-            }
-            B::IOError { .. } | B::HyperResponseError { .. } | B::HyperLegacyError { .. } => {
-                Some(EngineFault::Connection)
-            }
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for EngineFault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EngineFault::ServerError(code) => write!(f, "it answered with status {code}"),
-            EngineFault::Connection => f.write_str("the connection to it broke"),
-            EngineFault::Timeout => f.write_str("it did not answer in time"),
         }
     }
 }
