@@ -36,6 +36,7 @@ mod mcp;
 mod mcp_serve;
 mod network;
 mod network_inspect;
+mod network_programs;
 mod permission_gate;
 mod sandbox_start;
 mod symlink_escape;

@@ -341,13 +341,14 @@ async fn exec_in(
         crate::config::settings::put_placeholders(&mut env, inspection);
     }
     let limits = crate::network::NetworkLimits::of(&wall.spec.limits);
-    let (rules, inspection) = (wall.rules, wall.inspection);
+    let (rules, inspection, programs) = (wall.rules, wall.inspection, wall.programs);
     let proxy = move |client, worktree: PathBuf| async move {
-        let policy = crate::network::Policy::without_asks(
+        let mut policy = crate::network::Policy::without_asks(
             &worktree,
             rules,
             "the program holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
         );
+        policy.programs = programs;
         crate::network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
             .await
             .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
@@ -370,6 +371,7 @@ struct Wall {
     spec: SandboxSpec,
     rules: Vec<crate::permission::rules::Rule>,
     inspection: Option<std::sync::Arc<crate::network::inspect::Inspection>>,
+    programs: crate::network::programs::Programs,
 }
 
 impl Wall {
@@ -393,6 +395,7 @@ impl Wall {
             spec,
             rules,
             inspection,
+            programs: settings.network.programs(),
         })
     }
 }

@@ -328,7 +328,8 @@ impl SessionOptions {
         .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
             &settings.lsp,
         )));
-        let network = start_proxy(&ctx, &rules.rules, &spec, inspection).await?;
+        let programs = settings.network.programs();
+        let network = start_proxy(&ctx, &rules.rules, &spec, inspection, programs).await?;
         crate::audit::observe(audit.sink(), network.as_deref());
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
@@ -425,6 +426,7 @@ async fn start_proxy(
     rules: &[Rule],
     spec: &SandboxSpec,
     inspection: Option<Arc<crate::network::inspect::Inspection>>,
+    programs: crate::network::programs::Programs,
 ) -> Result<Option<Arc<crate::network::NetworkProxy>>, OpenError> {
     if spec.network != Network::Allowlist {
         return Ok(None);
@@ -432,6 +434,7 @@ async fn start_proxy(
     let policy = crate::network::Policy {
         gate: ctx.gate.clone(),
         rules: rules.to_vec(),
+        programs,
     };
     let proxy = crate::network::NetworkProxy::start_inspecting(
         ctx.services.sandbox.client.clone(),

@@ -986,6 +986,7 @@ async fn agent_proxy(
         // The reserved-address check: only the user's own exact rules open one, in either
         // phase.
         rules: stage.net_extra.clone(),
+        programs: Default::default(),
     };
     let proxy = crate::network::NetworkProxy::start(
         sandbox.client.clone(),

@@ -19,6 +19,7 @@ mod cut;
 pub mod egress;
 pub mod inspect;
 pub mod outbound;
+pub mod programs;
 mod pump;
 pub mod record;
 pub mod relay;
@@ -77,6 +78,8 @@ impl NetworkLimits {
 pub struct Policy {
     pub gate: Arc<dyn PermissionGate>,
     pub rules: Vec<Rule>,
+    /// The hosts only some programs may reach (`[network.hosts."NAME"] programs`).
+    pub programs: programs::Programs,
 }
 
 /// A refusal as the command inside sees it: the HTTP status and why.
@@ -95,6 +98,7 @@ impl Policy {
         Policy {
             gate: Arc::new(gate),
             rules,
+            programs: programs::Programs::default(),
         }
     }
 
@@ -279,7 +283,9 @@ impl NetworkProxy {
         limits: NetworkLimits,
         inspection: Option<Arc<inspect::Inspection>>,
     ) -> Result<NetworkProxy, runner_sandbox::SandboxError> {
-        let (target, rx) = client.proxy_listen(PROXY_PORT).await?;
+        let (target, rx) = client
+            .proxy_listen(PROXY_PORT, policy.programs.any())
+            .await?;
         let shared = Arc::new(Shared {
             client,
             target,

@@ -45,7 +45,7 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
             }
         };
         let conn = match &event {
-            Response::NetOpened { conn } => {
+            Response::NetOpened { conn, program } => {
                 let (tx, events) = mpsc::unbounded_channel();
                 let window = Arc::new(Window::default());
                 let route = Route {
@@ -54,12 +54,14 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
                 };
                 conns.insert(*conn, route);
                 let (open, shared, conn) = (conns.len(), shared.clone(), *conn);
+                let program = program.clone();
                 tasks.spawn(async move {
                     let mut c = Connection {
                         shared: &shared,
                         conn,
                         events,
                         window,
+                        program,
                     };
                     if open > shared.limits.connections {
                         let reason = format!(
@@ -123,6 +125,9 @@ struct Connection<'a> {
     conn: u64,
     events: mpsc::UnboundedReceiver<Response>,
     window: Arc<Window>,
+    /// The executable that opened the connection, when the sandbox was asked to name it
+    /// ([`crate::programs`]).
+    program: Option<String>,
 }
 
 impl Connection<'_> {
@@ -399,6 +404,10 @@ impl Connection<'_> {
             Ok(via) => via,
             Err(bad) => return self.deny(req, 502, &bad.to_string()).await,
         };
+        // Before the host's own rule: a program that may not reach it is not asked about.
+        if let Err(reason) = s.policy.programs.allows(&req.host, self.program.as_deref()) {
+            return self.deny(req, 403, &format!("refused: {reason}")).await;
+        }
         let addrs = match s
             .policy
             .decide(&req.host, req.port, &s.own, via.is_some())

@@ -87,6 +87,11 @@ pub enum Request {
     /// the controller on the host reads the proxy request and decides.
     ProxyListen {
         port: u16,
+        /// Name the program that opened each connection in [`Response::NetOpened`], for
+        /// rules that let only some programs reach a host. Off unless such a rule exists:
+        /// finding the owner walks `/proc` before the connection is announced.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        identify: bool,
     },
     /// Bytes for connection `conn` of the listener `target` (sent as a data frame, see
     /// [`write_data_frame`]). No response: ordering and flow control are the streams' own.
@@ -208,6 +213,11 @@ pub enum Response {
     /// A process in the sandbox connected to the proxy listener.
     NetOpened {
         conn: u64,
+        /// The executable of the process that holds the client end (`/proc/PID/exe`, as the
+        /// sandbox names it), when the listener was asked to identify programs and it
+        /// could be found.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        program: Option<String>,
     },
     /// Bytes the process sent on the connection (a data frame on the wire).
     NetData {
@@ -661,7 +671,10 @@ mod tests {
             &mut buf,
             &ResponseFrame {
                 id: 9,
-                response: Response::NetOpened { conn: 5 },
+                response: Response::NetOpened {
+                    conn: 5,
+                    program: Some("/usr/bin/git".into()),
+                },
             },
         )
         .unwrap();
@@ -676,7 +689,9 @@ mod tests {
             _ => panic!("expected a data frame"),
         }
         let next: ResponseFrame = read_frame(&mut input).unwrap().unwrap();
-        assert!(matches!(next.response, Response::NetOpened { conn: 5 }));
+        assert!(
+            matches!(&next.response, Response::NetOpened { conn: 5, program: Some(p) } if p == "/usr/bin/git")
+        );
         // A data frame is never mistaken for a message.
         let mut again = Vec::new();
         write_data_frame(&mut again, 1, 1, b"x").unwrap();

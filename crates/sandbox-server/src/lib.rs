@@ -170,11 +170,11 @@ fn serve_with<R: Read>(
                 proxy.close(conn);
                 continue;
             }
-            Request::ProxyListen { port } => {
+            Request::ProxyListen { port, identify } => {
                 let (proxy, output) = (proxy.clone(), output.clone());
                 std::thread::spawn(move || {
                     let sink: Arc<dyn net::Sink> = output.clone();
-                    let end = proxy.listen(frame.id, port, sink);
+                    let end = proxy.listen(frame.id, port, identify, sink);
                     send(&output, frame.id, end);
                 });
                 continue;

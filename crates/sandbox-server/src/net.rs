@@ -114,7 +114,14 @@ impl Proxy {
     }
 
     /// Binds the listener and accepts until the server ends. Runs on a thread of its own.
-    pub fn listen(self: &Arc<Self>, id: u64, port: u16, sink: Arc<dyn Sink>) -> Response {
+    /// With `identify`, each connection is announced with the program that opened it.
+    pub fn listen(
+        self: &Arc<Self>,
+        id: u64,
+        port: u16,
+        identify: bool,
+        sink: Arc<dyn Sink>,
+    ) -> Response {
         let listener = match TcpListener::bind(("127.0.0.1", port)) {
             Ok(l) => l,
             Err(e) => {
@@ -130,12 +137,19 @@ impl Proxy {
         sink.response(id, Response::Listening { port });
         for socket in listener.incoming() {
             let Ok(socket) = socket else { continue };
-            self.accept(id, port, socket, &sink);
+            self.accept(id, port, identify, socket, &sink);
         }
         Response::Done
     }
 
-    fn accept(self: &Arc<Self>, id: u64, port: u16, socket: TcpStream, sink: &Arc<dyn Sink>) {
+    fn accept(
+        self: &Arc<Self>,
+        id: u64,
+        port: u16,
+        identify: bool,
+        socket: TcpStream,
+        sink: &Arc<dyn Sink>,
+    ) {
         // Three threads a connection: a flood must not use up the sandbox's processes (the
         // host refuses far fewer at once anyway).
         if self.lock().len() >= MAX_CONNS {
@@ -151,6 +165,14 @@ impl Proxy {
         let credit = Arc::new(Credit::default());
         credit.add(WINDOW);
         let queued = Arc::new(AtomicUsize::new(0));
+        // A program rule is judged before the host connects, so the owner is found here,
+        // on the accept path; otherwise off it (see [`Owner`]).
+        let known = identify.then(|| peer_port.and_then(|p| owner_of(p, port)));
+        let owner = match known {
+            None => Owner::Pending,
+            Some(found) => found.map_or(Owner::Unknown, Owner::Known),
+        };
+        let program = known.flatten().and_then(program_of);
         self.lock().insert(
             conn,
             Conn {
@@ -158,17 +180,19 @@ impl Proxy {
                 to_socket: tx,
                 queued: queued.clone(),
                 credit: credit.clone(),
-                owner: Owner::Pending,
+                owner,
             },
         );
-        sink.response(id, Response::NetOpened { conn });
-        let proxy = self.clone();
-        std::thread::spawn(move || {
-            let found = peer_port.and_then(|p| owner_of(p, port));
-            if let Some(c) = proxy.lock().get_mut(&conn) {
-                c.owner = found.map_or(Owner::Unknown, Owner::Known);
-            }
-        });
+        sink.response(id, Response::NetOpened { conn, program });
+        if known.is_none() {
+            let proxy = self.clone();
+            std::thread::spawn(move || {
+                let found = peer_port.and_then(|p| owner_of(p, port));
+                if let Some(c) = proxy.lock().get_mut(&conn) {
+                    c.owner = found.map_or(Owner::Unknown, Owner::Known);
+                }
+            });
+        }
         let s = sink.clone();
         std::thread::spawn(move || read_socket(id, conn, reader, &credit, &*s));
         let (s, proxy) = (sink.clone(), self.clone());
@@ -519,6 +543,14 @@ fn owner_of(client_port: u16, proxy_port: u16) -> Option<i32> {
         }
     }
     None
+}
+
+/// The executable process `pid` runs, as `/proc` names it: the file it was started from
+/// (its real path, whatever it calls itself in `comm` or `argv[0]`).
+fn program_of(pid: i32) -> Option<String> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// The inode of the socket whose local port is `local` and remote port `remote`, from the

@@ -351,9 +351,14 @@ impl SandboxClient {
     }
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the
-    /// returned receiver (see [`crate::api::Request::ProxyListen`]).
-    pub async fn proxy_listen(&self, port: u16) -> Result<(u64, Responses), SandboxError> {
-        let (id, mut rx) = self.start(Request::ProxyListen { port }).await?;
+    /// returned receiver (see [`crate::api::Request::ProxyListen`]), each naming the
+    /// program that opened it when `identify`.
+    pub async fn proxy_listen(
+        &self,
+        port: u16,
+        identify: bool,
+    ) -> Result<(u64, Responses), SandboxError> {
+        let (id, mut rx) = self.start(Request::ProxyListen { port, identify }).await?;
         match rx.recv().await {
             Some(Response::Listening { .. }) => Ok((id, rx)),
             Some(Response::Error(e)) => {

@@ -503,3 +503,89 @@ pub fn leftover_connection_is_cut(backend: Backend) {
         "{ctx}"
     );
 }
+
+/// The program behind each connection, as `[network.hosts."NAME"] programs` judges it.
+/// The outside is `127.0.0.1`, which only `git` may reach; `localhost` reaches the same
+/// server under a name no programs entry covers.
+///
+/// - Control: `git ls-remote` through the proxy reaches the outside (its transport helper,
+///   `git-remote-http`, is what connects, and counts as git).
+/// - Control: python3 reaches `localhost`, which no entry names.
+/// - Attack: python3 to `127.0.0.1` is refused with a 403 naming the rule and its real
+///   executable, and nothing arrives.
+/// - Attack: python3 started as `argv[0] = git` that also renames itself `git` (its
+///   `comm`, through `PR_SET_NAME`) is refused just the same: the executable is judged,
+///   not what it calls itself.
+pub fn only_named_programs_reach_a_host(backend: Backend) {
+    let s = setup();
+    std::fs::write(
+        &s.config,
+        "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n\"localhost\" = \"allow\"\n\n[network.hosts.\"127.0.0.1\"]\nprograms = [\"git\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        s.wt.join("renamed.py"),
+        "import ctypes, sys, urllib.request\nctypes.CDLL(None).prctl(15, b'git', 0, 0, 0)\nprint('COMM', open('/proc/self/comm').read().strip(), flush=True)\ntry:\n    urllib.request.urlopen(sys.argv[1], timeout=20).read()\n    print('RENAMED GOT THROUGH', flush=True)\nexcept Exception as e:\n    print('RENAMED REFUSED', str(e).replace('\\n', ' '), flush=True)\n",
+    )
+    .unwrap();
+    let outside = Outside::start(1000);
+    let p = outside.port;
+    let command = [
+        "export no_proxy= NO_PROXY=".to_string(),
+        format!("git ls-remote http://127.0.0.1:{p}/repo.git >/dev/null 2>&1; echo GIT_DONE"),
+        format!("python3 net.py fetch http://localhost:{p}/blob"),
+        format!("python3 net.py fetch http://127.0.0.1:{p}/blob"),
+        format!("bash -c 'exec -a git python3 renamed.py http://127.0.0.1:{p}/blob'"),
+    ]
+    .join("; ");
+    let out = call(&s, backend, &command);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let ctx = format!(
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("GIT_DONE"), "{ctx}");
+    assert!(
+        stdout.contains(&format!("OK http://localhost:{p}/blob 1000")),
+        "{ctx}"
+    );
+    assert!(
+        stdout.contains(&format!("FAIL http://127.0.0.1:{p}/blob")),
+        "{ctx}"
+    );
+    // The process really called itself git (PR_SET_NAME; `argv[0]` too) and was refused.
+    assert!(stdout.contains("COMM git"), "{ctx}");
+    assert!(
+        stdout.contains("RENAMED REFUSED") && !stdout.contains("GOT THROUGH"),
+        "{ctx}"
+    );
+    let recs = records(&out);
+    let allowed: Vec<_> = recs.iter().filter(|r| r.0 == "allow").collect();
+    let denied: Vec<_> = recs.iter().filter(|r| r.0 == "deny").collect();
+    assert_eq!(denied.len(), 2, "{ctx}");
+    for (_, host, rest) in &denied {
+        assert!(host.starts_with("127.0.0.1"), "{ctx}");
+        assert!(
+            rest.contains("only git may reach 127.0.0.1"),
+            "{rest}\n{ctx}"
+        );
+        // The real executable, a python, whatever the process called itself.
+        assert!(
+            rest.contains("came from /") && rest.contains("python3"),
+            "{rest}\n{ctx}"
+        );
+    }
+    assert!(
+        allowed.iter().any(|r| r.1.starts_with("127.0.0.1")),
+        "git reached the host only git may reach: {ctx}"
+    );
+    assert!(
+        allowed.iter().any(|r| r.1.starts_with("localhost")),
+        "{ctx}"
+    );
+    assert_eq!(
+        outside.accepted(),
+        allowed.len(),
+        "only the allowed connections arrived: {ctx}"
+    );
+}

@@ -71,6 +71,20 @@ pub struct NetworkSettings {
     /// a repository that could name a secret's hosts could send it anywhere.
     #[serde(default)]
     pub secrets: BTreeMap<String, SecretSettings>,
+    /// `[network.hosts."NAME"]`: what else a connection to that host must satisfy (only
+    /// `programs` so far: the executables allowed to reach it).
+    #[serde(default)]
+    pub hosts: BTreeMap<String, HostSettings>,
+}
+
+/// One host of `[network.hosts."NAME"]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSettings {
+    /// The programs that may reach the host: names (the executable's file name; `git`
+    /// also covers git's transport helpers) or paths inside the sandbox.
+    #[serde(default)]
+    pub programs: Vec<String>,
 }
 
 /// One secret of `[network.secrets.NAME]`.
@@ -84,6 +98,16 @@ pub struct SecretSettings {
 }
 
 impl NetworkSettings {
+    /// The `programs` entries, for the proxy ([`crate::network::programs`]).
+    pub fn programs(&self) -> crate::network::programs::Programs {
+        crate::network::programs::Programs::new(
+            self.hosts
+                .iter()
+                .filter(|(_, h)| !h.programs.is_empty())
+                .map(|(name, h)| (name.clone(), h.programs.clone())),
+        )
+    }
+
     /// Each secret as `(name, value, hosts)`, its value read from the host's environment
     /// (`var`). A missing value or a secret without hosts is an error naming the secret
     /// and the variable, never a value.
@@ -324,6 +348,7 @@ impl Settings {
                 .ca_certificates
                 .extend(network.ca_certificates.iter().map(|p| base.join(p)));
             self.network.secrets.extend(network.secrets);
+            self.network.hosts.extend(network.hosts);
         }
     }
 }
