@@ -325,3 +325,123 @@ fn opencode_runs_its_commands_in_runners_container() {
     assert_eq!(result.len(), 1, "one tool result: {result:?}");
     container_hostname(result[0]);
 }
+
+/// What OpenCode's own shell is asked to do: read a key in the home folder, which lies
+/// outside the worktree.
+const READ_KEY: &str = "cat \"$HOME/.ssh/id_ed25519\"; echo READ-DONE";
+const KEY_TEXT: &str = "OPENSSH-PRIVATE-KEY-never-inside-the-wall";
+
+/// The whole of OpenCode inside the wall: `runner exec --sandbox landlock --network
+/// allowlist -- opencode run …`, with its own tools on, against the scripted model, which
+/// the network rules open by its exact address. OpenCode's own `bash` runs inside runner's
+/// wall, and its read of `~/.ssh` fails. The same turn without runner reads the key (the
+/// control). The model sees each result in its second request.
+#[test]
+fn opencode_inside_runner_exec_cannot_read_the_home_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(tmp.path()).unwrap();
+    let home = base.join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), KEY_TEXT).unwrap();
+    let wt = base.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    common::git(&wt, &["init", "-q"]);
+
+    // The control: OpenCode on the host reads the key.
+    let model = key_reading_model();
+    let config = third_party::opencode_config(&base.join("oc"), &model.openai_base(), None);
+    let mut direct = third_party::opencode_run(&config, &wt, "Read my key.");
+    direct.env("HOME", &home);
+    let (stdout, stderr) = run_within(&mut direct, &base, PATIENCE);
+    let seen = shell_result(&model);
+    assert!(
+        seen.contains(KEY_TEXT),
+        "the control read nothing:\n{seen}\n{stdout}\n{stderr}"
+    );
+
+    // Inside the wall. The program, its config and its state live in the worktree: the
+    // wall lets it read nothing else of the host's but the system's folders.
+    let model = key_reading_model();
+    let config = third_party::opencode_config(&wt.join(".oc"), &model.openai_base(), None);
+    let inside = wt.join(".tools/opencode");
+    std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+    let native = third_party::opencode_native();
+    if std::fs::hard_link(&native, &inside).is_err() {
+        std::fs::copy(&native, &inside).unwrap();
+    }
+    let rules = base.join("runner.toml");
+    std::fs::write(
+        &rules,
+        "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n\"registry.npmjs.org\" = \"allow\"\n",
+    )
+    .unwrap();
+    // Bun reserves far more address space than it uses; where the memory limit falls back
+    // to RLIMIT_AS (no delegated cgroup, as on this machine) the default 4 GiB can stop it.
+    let profile = base.join("bun.toml");
+    std::fs::write(&profile, "[sandbox]\nmemory = \"256GiB\"\n").unwrap();
+    let state = wt.join(".oc-state");
+    let mut exec = Command::new(common::engine::runner_exe());
+    exec.args(["exec", "--sandbox", "landlock", "--network", "allowlist"])
+        .arg("--config")
+        .arg(&rules)
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--root")
+        .arg(&wt)
+        .args(["--", "env", "NO_PROXY=", "no_proxy="])
+        .arg(format!("HOME={}", home.display()))
+        .arg(format!("OPENCODE_CONFIG={}", config.display()))
+        .arg(format!(
+            "XDG_CONFIG_HOME={}",
+            state.join("config").display()
+        ))
+        .arg(format!("XDG_DATA_HOME={}", state.join("data").display()))
+        .arg(format!("XDG_STATE_HOME={}", state.join("state").display()))
+        .arg(format!("XDG_CACHE_HOME={}", state.join("cache").display()))
+        .arg(&inside)
+        .args(["run", "Read my key."])
+        .current_dir(&wt)
+        .env("XDG_DATA_HOME", base.join("runner-data"))
+        .env("XDG_CONFIG_HOME", base.join("runner-config"))
+        .stdin(Stdio::null());
+    let (stdout, stderr) = run_within(&mut exec, &base, PATIENCE);
+    let seen = shell_result(&model);
+    assert!(
+        seen.contains("READ-DONE"),
+        "OpenCode's shell did not run:\n{seen}\n{stdout}\n{stderr}"
+    );
+    assert!(
+        !seen.contains(KEY_TEXT),
+        "the key was read inside the wall:\n{seen}"
+    );
+}
+
+/// A model that asks OpenCode's own `bash` to read the key, then answers.
+fn key_reading_model() -> ScriptedModel {
+    ScriptedModel::responding(|body| {
+        let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+        let answered = body["messages"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+        Response::Stream(if has_tools && !answered {
+            provider::call(
+                "bash",
+                json!({ "command": READ_KEY, "description": "read the key" }),
+            )
+        } else {
+            provider::text("done")
+        })
+    })
+}
+
+/// The tool results the model was sent, joined.
+fn shell_result(model: &ScriptedModel) -> String {
+    model
+        .requests()
+        .iter()
+        .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -59,6 +59,24 @@ pub fn opencode() -> PathBuf {
     npm_bin("opencode-ai", OPENCODE_VERSION, "opencode")
 }
 
+/// OpenCode's own executable for this machine (the platform package's binary the npm
+/// wrapper starts), for running it where the wrapper's node_modules cannot be read (inside
+/// `runner exec`'s wall).
+pub fn opencode_native() -> PathBuf {
+    let wrapper = opencode();
+    let modules = wrapper
+        .parent()
+        .and_then(Path::parent)
+        .expect("the wrapper lives in node_modules/.bin");
+    let native = modules.join("opencode-linux-x64/bin/opencode");
+    assert!(
+        native.is_file(),
+        "no {}: the opencode-ai install has no linux-x64 binary",
+        native.display()
+    );
+    native
+}
+
 /// The executable `bin` of npm `package` at exactly `version`, installed into a folder of
 /// its own under [`cache_dir`] unless a finished install is there. The install goes to a
 /// scratch folder first and is renamed into place whole, under a lock, so a run that was
