@@ -456,3 +456,58 @@ async fn docker_a_cancelled_call_ends_its_command() {
     common::engine::docker();
     a_cancelled_call_ends_its_command(Backend::Docker).await;
 }
+
+/// `--workspace copy`: the client's writes land in a private copy, the checkout stays as
+/// it was, and when the session ends the copy is kept for review (marked finished, not
+/// discarded), as `runner run --workspace copy` keeps one.
+#[tokio::test]
+async fn landlock_a_copy_workspace_is_kept_for_review_when_the_session_ends() {
+    let place = place();
+    let service = serve(
+        Backend::Landlock,
+        &place,
+        Client::new(None),
+        &["--ask", "allow", "--workspace", "copy"],
+    )
+    .await;
+    let wrote = call(
+        &service,
+        "write",
+        json!({ "filePath": "reviewed.txt", "content": "in the copy\n" }),
+    )
+    .await;
+    assert!(!failed(&wrote), "{}", text(&wrote));
+    service.cancel().await.unwrap();
+    let workspaces = place.data.join("runner/workspaces");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let kept = loop {
+        let finished = std::fs::read_dir(&workspaces)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|ws| {
+                std::fs::read_to_string(ws.join("meta.json"))
+                    .ok()
+                    .and_then(|m| serde_json::from_str::<Value>(&m).ok())
+                    .is_some_and(|m| m["finished"] == true)
+            });
+        if let Some(ws) = finished {
+            break ws;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no finished copy in {}",
+            workspaces.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        std::fs::read_to_string(kept.join("work/reviewed.txt")).unwrap(),
+        "in the copy\n"
+    );
+    assert!(
+        !place.wt.join("reviewed.txt").exists(),
+        "the checkout was written"
+    );
+}
