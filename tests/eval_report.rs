@@ -105,7 +105,7 @@ fn run() -> Run {
 /// The page's DOM once its script ran, opened at `report.html` + `suffix` (a query, a
 /// hash) in headless Chromium (`CHROMIUM` names another browser binary).
 fn dom(report: &Path, suffix: &str) -> String {
-    let browser = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let browser = browser();
     let url = format!("file://{}{suffix}", report.display());
     let shown = Command::new(&browser)
         .args([
@@ -316,7 +316,7 @@ fn pipe_above_four() -> (i32, i32) {
 impl Browser {
     fn open(url: &str) -> Browser {
         use std::os::unix::process::CommandExt;
-        let browser = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+        let browser = browser();
         let (command_read, command_write) = pipe_above_four();
         let (answer_read, answer_write) = pipe_above_four();
         let mut cmd = Command::new(&browser);
@@ -473,4 +473,15 @@ fn the_page_follows_clicks_hash_changes_and_typing() {
         )),
         true
     );
+}
+
+/// The headless browser the page is tested in: `CHROMIUM` when it names one, else Debian's
+/// `chromium`, installed first when the machine lacks it (a fresh machine's `cargo test`
+/// sets up what it needs).
+fn browser() -> String {
+    if let Ok(named) = std::env::var("CHROMIUM") {
+        return named;
+    }
+    common::engine::ensure_package("chromium", "/usr/bin/chromium");
+    "/usr/bin/chromium".into()
 }
