@@ -29,6 +29,19 @@ impl Body {
         }
     }
 
+    /// [`Body::take`], also appending what of `data` is the body's content (without the
+    /// chunks' framing) to `content`.
+    pub fn take_content(&mut self, data: &[u8], content: &mut Vec<u8>) -> usize {
+        match self {
+            Body::Length(_) => {
+                let n = self.take(data);
+                content.extend_from_slice(&data[..n]);
+                n
+            }
+            Body::Chunked(c) => c.take_into(data, Some(content)),
+        }
+    }
+
     /// Whether the whole request has been seen.
     pub fn done(&self) -> bool {
         match self {
@@ -64,6 +77,11 @@ enum State {
 
 impl Chunked {
     fn take(&mut self, data: &[u8]) -> usize {
+        self.take_into(data, None)
+    }
+
+    /// How many of `data` belong to the body; the chunks' content goes to `content`.
+    fn take_into(&mut self, data: &[u8], mut content: Option<&mut Vec<u8>>) -> usize {
         let mut i = 0;
         while i < data.len() {
             if self.state == State::Done {
@@ -71,6 +89,9 @@ impl Chunked {
             }
             if let State::Data(left) = self.state {
                 let n = left.min((data.len() - i) as u64);
+                if let Some(content) = content.as_deref_mut() {
+                    content.extend_from_slice(&data[i..i + n as usize]);
+                }
                 i += n as usize;
                 self.state = if n == left {
                     State::DataCr
@@ -150,6 +171,25 @@ mod tests {
         }
         let mut plain = Body::Chunked(Chunked::default());
         assert_eq!(plain.take(b"0\r\n\r\nGET"), 5);
+    }
+
+    #[test]
+    fn chunked_content_is_the_chunks_without_their_framing() {
+        let body = b"5;x=y\r\nhello\r\n3\r\n wo\r\n2\r\nrl\r\n1\r\nd\r\n0\r\n\r\nGET";
+        for step in [1, 2, 5, body.len()] {
+            let mut b = Body::Chunked(Chunked::default());
+            let mut content = Vec::new();
+            let taken: usize = body
+                .chunks(step)
+                .map(|c| b.take_content(c, &mut content))
+                .sum();
+            assert_eq!(taken, body.len() - 3, "in pieces of {step}");
+            assert_eq!(content, b"hello world", "in pieces of {step}");
+        }
+        let mut b = Body::Length(3);
+        let mut content = Vec::new();
+        assert_eq!(b.take_content(b"abcd", &mut content), 3);
+        assert_eq!(content, b"abc");
     }
 
     #[test]

@@ -24,6 +24,7 @@ mod pump;
 pub mod record;
 pub mod relay;
 pub mod request;
+pub mod scrub;
 pub mod secrets;
 pub mod sni;
 pub mod tunnel;

@@ -40,6 +40,10 @@ pub struct ConnectionRecord {
     /// never a value.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
+    /// The secrets whose value the answer carried back and the proxy replaced with the
+    /// placeholder again ([`crate::scrub`]), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scrubbed: Vec<String>,
 }
 
 impl ConnectionRecord {
@@ -56,6 +60,7 @@ impl ConnectionRecord {
             request: None,
             status: None,
             secrets: Vec::new(),
+            scrubbed: Vec::new(),
         }
     }
 
@@ -72,6 +77,12 @@ impl ConnectionRecord {
         }
         if !self.secrets.is_empty() {
             s.push_str(&format!(" [secrets: {}]", self.secrets.join(", ")));
+        }
+        if !self.scrubbed.is_empty() {
+            s.push_str(&format!(
+                " [scrubbed from the answer: {}]",
+                self.scrubbed.join(", ")
+            ));
         }
         // Through the host's upstream proxy: which one.
         if let Some(via) = self.address.as_deref().filter(|a| a.starts_with("via ")) {

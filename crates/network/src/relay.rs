@@ -20,6 +20,9 @@ use runner_sandbox::api::{NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
 /// The in-process pipe between a sandbox's connection and the inspector, each way.
 const BRIDGE_BUFFER: usize = 256 * 1024;
 
+/// The first byte of a TLS record carrying a handshake: a ClientHello starts with it.
+const TLS_HANDSHAKE: u8 = 0x16;
+
 /// How long a client may take to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -174,17 +177,76 @@ impl Connection<'_> {
         let Some(stream) = self.reach(&req, via, &addrs, id).await else {
             return;
         };
-        let inspected = s
-            .inspection
-            .clone()
-            .filter(|i| req.kind == Kind::Connect && i.inspects(&req.host));
-        match inspected {
-            Some(inspection) => {
-                self.inspect(&inspection, &req, via, addrs, stream, rest, id)
-                    .await
-            }
-            None => self.relay(req, via, stream, rest, id).await,
+        let inspection = s.inspection.clone().filter(|_| req.kind == Kind::Connect);
+        let Some(inspection) = inspection else {
+            return self.relay(req, via, stream, rest, false, id).await;
+        };
+        if inspection.inspects(&req.host) {
+            return self
+                .inspect(&inspection, &req, via, addrs, stream, rest, false, id)
+                .await;
         }
+        if req.host.parse::<std::net::IpAddr>().is_err() {
+            return self.relay(req, via, stream, rest, false, id).await;
+        }
+        // A tunnel to an address: its TLS names no host, so the server behind it picks
+        // the site by the `Host` inside, which could name an inspected host and reach a
+        // path its rules deny. So its TLS is inspected too (each request's `Host` must
+        // name the address); another protocol goes on as a tunnel.
+        if !self.established(id).await {
+            return;
+        }
+        let Some(first) = self.first_bytes(rest).await else {
+            s.finish(id);
+            return;
+        };
+        if first.first() == Some(&TLS_HANDSHAKE) {
+            self.inspect(&inspection, &req, via, addrs, stream, first, true, id)
+                .await
+        } else {
+            self.relay(req, via, stream, first, true, id).await
+        }
+    }
+
+    /// Answers a `CONNECT`: the tunnel is open. False when the sandbox is gone (the
+    /// record is finished).
+    async fn established(&mut self, id: u64) -> bool {
+        let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        self.window.send(established.len() as u64);
+        if !self.send(established).await {
+            self.shared.finish(id);
+            return false;
+        }
+        true
+    }
+
+    /// The client's first bytes in an answered tunnel (`rest` if it sent them with its
+    /// `CONNECT`); `None` when it ends or says nothing in [`HEAD_TIMEOUT`].
+    async fn first_bytes(&mut self, rest: Vec<u8>) -> Option<Vec<u8>> {
+        if !rest.is_empty() {
+            return Some(rest);
+        }
+        let read = async {
+            loop {
+                match self.events.recv().await? {
+                    Response::NetData { data, .. } => {
+                        self.window.dequeue(data.len() as u64);
+                        self.ack(data.len()).await;
+                        if !data.is_empty() {
+                            return Some(data);
+                        }
+                    }
+                    Response::NetEof { .. }
+                    | Response::NetClosed { .. }
+                    | Response::NetHungUp { .. } => return None,
+                    _ => {}
+                }
+            }
+        };
+        tokio::time::timeout(HEAD_TIMEOUT, read)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// A plain request (`GET http://…`) where secrets or `http` rules are about: one that
@@ -264,13 +326,11 @@ impl Connection<'_> {
         addrs: Vec<std::net::SocketAddr>,
         stream: TcpStream,
         rest: Vec<u8>,
+        answered: bool,
         id: u64,
     ) {
         let s = self.shared;
-        let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-        self.window.send(established.len() as u64);
-        if !self.send(established).await {
-            s.finish(id);
+        if !answered && !self.established(id).await {
             return;
         }
         let (ours, theirs) = tokio::io::duplex(BRIDGE_BUFFER);
@@ -489,15 +549,13 @@ impl Connection<'_> {
         via: Option<&ProxyServer>,
         stream: TcpStream,
         rest: Vec<u8>,
+        answered: bool,
         id: u64,
     ) {
         let s = self.shared;
         let (first, then) = match req.kind {
             Kind::Connect => {
-                let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-                self.window.send(established.len() as u64);
-                if !self.send(established).await {
-                    s.finish(id);
+                if !answered && !self.established(id).await {
                     return;
                 }
                 (Vec::new(), pump::Then::Tunnel(&req.host, req.port))

@@ -8,9 +8,12 @@
 //! HTTP Basic credentials (decoded, replaced, encoded again), which is how git sends a
 //! token. A placeholder on a request to any other host is refused, and the refusal names
 //! the secret, never its value. The value lives in this process alone; nothing here puts
-//! it in a message, a record or a `Debug` output.
+//! it in a message, a record or a `Debug` output. A host the value goes to could send it
+//! back; its answers are scrubbed ([`Secrets::scrubber`], [`crate::scrub`]).
 
 use base64::Engine;
+
+use crate::scrub::{Needle, Scrubber};
 
 /// One secret: its name, the placeholder the sandbox sees, the hosts it may go to.
 pub struct Secret {
@@ -168,6 +171,62 @@ impl Secrets {
         Ok(Some(format!("{scheme} {}", engine.encode(replaced))))
     }
 
+    /// Whether some secret's value may go to `host`: its answers are scrubbed.
+    pub fn any_go_to(&self, host: &str) -> bool {
+        self.list.iter().any(|s| s.goes_to(host))
+    }
+
+    /// What takes the values of the secrets that go to `host` out of its answers again
+    /// ([`crate::scrub`]): each value as it is and spelt with `%` escapes, and the Basic
+    /// credentials among `sent` (the request's headers as they went) that hold one, as
+    /// they went in base64. `None` when no secret goes there.
+    pub fn scrubber(&self, host: &str, sent: &[(String, String)]) -> Option<Scrubber> {
+        let mine: Vec<&Secret> = self.list.iter().filter(|s| s.goes_to(host)).collect();
+        if mine.is_empty() {
+            return None;
+        }
+        let mut needles = Vec::new();
+        for s in &mine {
+            let needle = |real: String| Needle {
+                name: s.name.clone(),
+                real: real.into_bytes(),
+                placeholder: s.placeholder.clone().into_bytes(),
+            };
+            needles.push(needle(s.value.clone()));
+            if !s.value.bytes().all(unreserved) {
+                needles.push(needle(escaped(&s.value, false)));
+                needles.push(needle(escaped(&s.value, true)));
+            }
+        }
+        let engine = base64::engine::general_purpose::STANDARD;
+        for (name, value) in sent {
+            if !name.to_ascii_lowercase().ends_with("authorization") {
+                continue;
+            }
+            let Some((scheme, encoded)) = value.split_once(' ') else {
+                continue;
+            };
+            let pair = engine
+                .decode(encoded.trim())
+                .ok()
+                .filter(|_| scheme.eq_ignore_ascii_case("basic"))
+                .and_then(|p| String::from_utf8(p).ok());
+            let Some(pair) = pair else {
+                continue;
+            };
+            for s in mine.iter().filter(|s| pair.contains(&s.value)) {
+                needles.push(Needle {
+                    name: s.name.clone(),
+                    real: encoded.trim().as_bytes().to_vec(),
+                    placeholder: engine
+                        .encode(pair.replace(&s.value, &s.placeholder))
+                        .into_bytes(),
+                });
+            }
+        }
+        Some(Scrubber::new(needles))
+    }
+
     /// Refuses any placeholder in a request to `host` where it is not put in (a plain
     /// request, a tunnel's first bytes): the name of the first found.
     pub fn check_absent(&self, data: &[u8]) -> Result<(), Misplaced> {
@@ -204,6 +263,23 @@ impl Secret {
             hosts: self.hosts.join(", "),
         }
     }
+}
+
+/// A byte a URL never escapes (RFC 3986's unreserved).
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+}
+
+/// `value` as a URL's query spells it: every byte but the unreserved as `%XX` (or `%xx`).
+fn escaped(value: &str, lower: bool) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b if unreserved(b) => (b as char).to_string(),
+            b if lower => format!("%{b:02x}"),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -294,5 +370,45 @@ mod tests {
         let head = format!("GET / HTTP/1.1\r\nAuthorization: {basic}\r\n\r\n");
         assert!(s.check_absent(head.as_bytes()).is_err());
         assert!(s.check_absent(b"GET / HTTP/1.1\r\n\r\n").is_ok());
+    }
+
+    /// What a secret's host sends back holds the placeholder where the value was: as it
+    /// is, escaped, and inside the Basic credentials the request carried.
+    #[test]
+    fn answers_from_a_secrets_host_get_the_placeholder_back() {
+        let s = Secrets::new(vec![(
+            "T".into(),
+            "ghp_real/value+1".into(),
+            vec!["github.com".into()],
+        )])
+        .unwrap();
+        let p = s.environment()[0].1.clone();
+        let engine = base64::engine::general_purpose::STANDARD;
+        let mut target = "/".to_string();
+        let mut headers = vec![(
+            "Authorization".to_string(),
+            format!("Basic {}", engine.encode(format!("git:{p}"))),
+        )];
+        s.put_in("github.com", &mut target, &mut headers).unwrap();
+        assert!(s.scrubber("example.org", &headers).is_none());
+        let mut scrub = s.scrubber("github.com", &headers).unwrap();
+        let sent = headers[0].1.clone();
+        let answer = format!(
+            "auth={sent} raw=ghp_real/value+1 escaped=ghp_real%2Fvalue%2B1 lower=ghp_real%2fvalue%2b1"
+        );
+        let mut out = Vec::new();
+        for piece in answer.as_bytes().chunks(3) {
+            out.extend(scrub.push(piece));
+        }
+        out.extend(scrub.finish());
+        let out = String::from_utf8(out).unwrap();
+        let basic = format!("Basic {}", engine.encode(format!("git:{p}")));
+        assert_eq!(
+            out,
+            format!("auth={basic} raw={p} escaped={p} lower={p}"),
+            "{out}"
+        );
+        assert_eq!(scrub.found(), vec!["T".to_string()]);
+        assert!(!format!("{scrub:?}").contains("ghp_"));
     }
 }

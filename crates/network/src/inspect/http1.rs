@@ -7,8 +7,8 @@
 //! lengths, a coding other than chunked, a bare CR or LF, folded or nameless headers, two
 //! `Host`s. A request whose `Host` (or absolute URL) names another host than the tunnel's
 //! is refused: the upstream connection was judged and opened for that host alone.
-//! The path a rule sees is percent-decoded and must not hold `.` or `..` segments, which
-//! a server would resolve to a path the rule never saw.
+//! The path a rule sees is percent-decoded and must be one every server reads the same
+//! way: no `.` or `..` segment, no empty one, no `\`, `;` or `#` ([`judged_path`]).
 
 use crate::body::Body;
 use crate::request::{self, BadRequest};
@@ -44,6 +44,27 @@ pub enum Malformed {
     DotSegment(String),
     #[error("the target {0:?} is neither a path nor a URL of this host")]
     Target(String),
+    #[error("the path {path:?} has {why}")]
+    Path { path: String, why: PathRefusal },
+}
+
+/// What in a path servers read two ways ([`judged_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathRefusal {
+    #[error(
+        "an empty segment (`//`, or `%2f` next to a `/`), which servers merge into one `/`: send the path with single slashes"
+    )]
+    EmptySegment,
+    #[error("a backslash, which some servers read as `/`")]
+    Backslash,
+    #[error(
+        "a `;`, whose parameters Java servers drop from the path and others keep: spell it %3B"
+    )]
+    Parameters,
+    #[error("a `#`, a fragment, which clients never send and servers read two ways")]
+    Fragment,
+    #[error("a control character, where some servers cut the path")]
+    Control,
 }
 
 impl Malformed {
@@ -192,17 +213,50 @@ fn check_host(
     Ok(())
 }
 
-/// The path of an origin-form target as rules see it: decoded, no query.
+/// The path of an origin-form target as rules see it: percent-decoded, no query. Only a
+/// path every server reads as this same path is judged; the rest is refused:
+///
+/// - an empty segment (`//private`, or `/%2fprivate` once decoded): Python's http.server,
+///   nginx (`merge_slashes`) and most frameworks merge it away, so `//private/x` is served
+///   as `/private/x`, which a rule on `host/private/*` never saw (a trailing `/` is fine);
+/// - a `.` or `..` segment, which a server resolves to a path the rule never saw;
+/// - a `\`, raw or `%5c`: some servers take it for a `/`, others for a name's letter;
+/// - a raw `;`: Java servers drop a segment's `;parameters` (`/private;x/secret` is served
+///   as `/private/secret`), others keep them (`%3b` is a letter to all, and is judged so);
+/// - a `#`: clients never send the fragment, and servers differ on where the path ends;
+/// - a control character once decoded (`%00`), where C servers cut a name.
+///
+/// An encoded `/` inside a segment (npm's `@scope%2fname`) is judged decoded
+/// (`@scope/name`), as the servers above read it.
 fn judged_path(target: &str) -> Result<String, Malformed> {
-    let raw = target.split(['?', '#']).next().unwrap_or("/");
+    let raw = target.split('?').next().unwrap_or("/");
+    let refused = |why: PathRefusal| Malformed::Path {
+        path: raw.to_string(),
+        why,
+    };
+    if raw.contains('#') {
+        return Err(refused(PathRefusal::Fragment));
+    }
+    if raw.contains(';') {
+        return Err(refused(PathRefusal::Parameters));
+    }
     let path = percent_encoding::percent_decode_str(raw)
         .decode_utf8_lossy()
         .into_owned();
-    let dotted = path
-        .split(['/', '\\'])
-        .any(|segment| segment == "." || segment == "..");
-    if dotted {
+    if path.contains('\\') {
+        return Err(refused(PathRefusal::Backslash));
+    }
+    if path.chars().any(char::is_control) {
+        return Err(refused(PathRefusal::Control));
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    if segments.iter().any(|s| *s == "." || *s == "..") {
         return Err(Malformed::DotSegment(raw.to_string()));
+    }
+    // The first segment is before the leading `/`, the last after a trailing one.
+    let inner = segments.len().saturating_sub(1);
+    if segments.iter().take(inner).skip(1).any(|s| s.is_empty()) {
+        return Err(refused(PathRefusal::EmptySegment));
     }
     Ok(path)
 }
@@ -405,6 +459,55 @@ mod tests {
         let r =
             parse("GET /api/projects/me%2Ftool/x..y HTTP/1.1\r\nHost: git.test\r\n\r\n").unwrap();
         assert_eq!(r.path, "/api/projects/me/tool/x..y");
+    }
+
+    /// `"* host/private/*" = "deny"` must not be passed by a spelling a server serves as
+    /// `/private/secret.txt`; the same request spelt plainly is judged (and denied by the
+    /// rule), and spellings every server reads one way go through.
+    #[test]
+    fn paths_a_server_reads_otherwise_are_refused() {
+        for (target, why) in [
+            ("//private/secret.txt", PathRefusal::EmptySegment),
+            ("/%2fprivate/secret.txt", PathRefusal::EmptySegment),
+            ("/%2Fprivate/secret.txt", PathRefusal::EmptySegment),
+            ("/private//secret.txt", PathRefusal::EmptySegment),
+            ("/private%2f/secret.txt", PathRefusal::EmptySegment),
+            ("/\\private/secret.txt", PathRefusal::Backslash),
+            ("/private%5csecret.txt", PathRefusal::Backslash),
+            ("/private;x=1/secret.txt", PathRefusal::Parameters),
+            ("/private;/secret.txt", PathRefusal::Parameters),
+            ("/public#/../private/secret.txt", PathRefusal::Fragment),
+            ("/public%00/secret.txt", PathRefusal::Control),
+        ] {
+            let head = format!("GET {target} HTTP/1.1\r\nHost: git.test\r\n\r\n");
+            match parse(&head) {
+                Err(Malformed::Path { why: got, .. }) => assert_eq!(got, why, "{target}"),
+                other => panic!("{target}: {other:?}"),
+            }
+            assert_eq!(parse(&head).unwrap_err().status(), 400);
+        }
+        for (target, path) in [
+            ("/private/secret.txt", "/private/secret.txt"),
+            ("/private%2fsecret.txt", "/private/secret.txt"),
+            ("/@types%2fnode", "/@types/node"),
+            ("/repos/", "/repos/"),
+            ("/", "/"),
+            ("/a%3bb?x=//y;z", "/a;b"),
+        ] {
+            let head = format!("GET {target} HTTP/1.1\r\nHost: git.test\r\n\r\n");
+            assert_eq!(parse(&head).unwrap().path, path, "{target}");
+        }
+        // A plain request's absolute URL is read the same way.
+        let plain = Origin {
+            scheme: "http",
+            port: 80,
+            ..TLS
+        };
+        let head = "GET http://git.test//private/x HTTP/1.1\r\nHost: git.test\r\n\r\n";
+        assert!(matches!(
+            parse_request(head.as_bytes(), plain),
+            Err(Malformed::Path { .. })
+        ));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One inspected connection: the sandbox's TLS answered with the session's certificate,
 //! then request after request read, judged, and sent on over the proxy's own TLS
-//! connection to the host.
+//! connection to the host. The answers of a host a secret goes to come back scrubbed
+//! ([`crate::scrub`]): the value replaced by the placeholder, the body re-framed.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use super::Inspection;
 use super::http1::{self, Origin, ResponseBody};
 use crate::body::Body;
 use crate::egress::ProxyServer;
+use crate::scrub::Scrubber;
 use crate::{ConnectionRecord, Shared};
 use runner_permission::{PermissionError, PermissionRequest};
 
@@ -113,6 +115,50 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         Ok(copied)
     }
 
+    /// The content of `body` (its chunks' framing gone) through `scrub` to `to`: in
+    /// chunks of its own when `chunked`, else as it comes. The bytes read from here.
+    async fn scrubbed_to<W: AsyncWrite + Unpin>(
+        &mut self,
+        to: &mut W,
+        body: ResponseBody,
+        scrub: &mut Scrubber,
+        chunked: bool,
+    ) -> std::io::Result<u64> {
+        let mut body = match body {
+            ResponseBody::Framed(body) => Some(body),
+            ResponseBody::UntilClose => None,
+        };
+        let mut read = 0u64;
+        let mut content = Vec::new();
+        while !body.as_ref().is_some_and(Body::done) {
+            if self.buf.is_empty() && self.fill().await? == 0 {
+                if body.is_none() {
+                    break;
+                }
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let n = match body.as_mut() {
+                Some(body) => body.take_content(&self.buf, &mut content),
+                None => {
+                    content.extend_from_slice(&self.buf);
+                    self.buf.len()
+                }
+            };
+            if n == 0 {
+                return Err(std::io::Error::other("broken chunked framing"));
+            }
+            self.buf.drain(..n);
+            read += n as u64;
+            write_piece(to, &scrub.push(&content), chunked).await?;
+            content.clear();
+        }
+        write_piece(to, &scrub.finish(), chunked).await?;
+        if chunked {
+            to.write_all(b"0\r\n\r\n").await?;
+        }
+        Ok(read)
+    }
+
     /// Copies everything until the end of the stream.
     async fn rest_to<W: AsyncWrite + Unpin>(&mut self, to: &mut W) -> std::io::Result<u64> {
         let mut copied = self.buf.len() as u64;
@@ -121,6 +167,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         copied += tokio::io::copy(&mut self.io, to).await?;
         Ok(copied)
     }
+}
+
+/// One piece of a scrubbed body: a chunk of its own, or as it is.
+async fn write_piece<W: AsyncWrite + Unpin>(
+    to: &mut W,
+    piece: &[u8],
+    chunked: bool,
+) -> std::io::Result<()> {
+    if piece.is_empty() {
+        return Ok(());
+    }
+    if chunked {
+        to.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+            .await?;
+        to.write_all(piece).await?;
+        return to.write_all(b"\r\n").await;
+    }
+    to.write_all(piece).await
 }
 
 /// How one request went.
@@ -273,6 +337,10 @@ where
         refuse(&mut client.io, 403, &reason).await;
         return Next::End;
     }
+    let scrubbing = inspection.secrets.any_go_to(&host);
+    if scrubbing {
+        plain_answers(&mut req.headers);
+    }
     let used = match inspection
         .secrets
         .put_in(&host, &mut req.target, &mut req.headers)
@@ -295,10 +363,12 @@ where
         }
     };
     let id = record_request(shared, &host, port, Some(&subject), "allow", None, &used);
-    let relayed = relay(inspection, client, origin, upstream, &req).await;
+    let mut scrub = inspection.secrets.scrubber(&host, &req.headers);
+    let relayed = relay(inspection, client, origin, upstream, &req, scrub.as_mut()).await;
     shared.update(id, |r| {
         r.bytes_sent = relayed.sent;
         r.bytes_received = relayed.received;
+        r.scrubbed = scrub.as_ref().map(|s| s.found()).unwrap_or_default();
         if let Some(status) = relayed.status {
             r.status = Some(status);
         }
@@ -404,6 +474,7 @@ async fn relay<C>(
     origin: &mut Option<Buffered<TlsStream<TcpStream>>>,
     upstream: &mut Upstream<'_>,
     req: &http1::Request,
+    mut scrub: Option<&mut Scrubber>,
 ) -> Relayed
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -457,7 +528,7 @@ where
             }
         }
         let _ = to.io.flush().await;
-        let answered = answer(client, to, &req.method, &mut out).await;
+        let answered = answer(client, to, req, scrub.as_deref_mut(), &mut out).await;
         if !answered || !out.again {
             *origin = None;
         }
@@ -476,16 +547,19 @@ where
 }
 
 /// The origin's answer back to the client: interim ones (`100`, `103`) as they come, then
-/// the final one with exactly the body its framing announces. False when it failed.
+/// the final one with exactly the body its framing announces; from a secret's host
+/// (`scrub`), with the value replaced by the placeholder. False when it failed.
 async fn answer<C>(
     client: &mut Buffered<C>,
     to: &mut Buffered<TlsStream<TcpStream>>,
-    method: &str,
+    req: &http1::Request,
+    mut scrub: Option<&mut Scrubber>,
     out: &mut Relayed,
 ) -> bool
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
+    let method = req.method.as_str();
     loop {
         let head = match to.head().await {
             Ok(Some(h)) => h,
@@ -504,6 +578,16 @@ where
                 out.failed = Some(format!("the origin's answer is not HTTP/1.1: {e}"));
                 return false;
             }
+        };
+        let (head, reframed) = match scrub.as_deref_mut() {
+            None => (head, Reframed::As),
+            Some(s) => match scrubbed_head(s, &head, &response, &req.version) {
+                Ok(scrubbed) => scrubbed,
+                Err(why) => {
+                    out.failed = Some(why);
+                    return false;
+                }
+            },
         };
         if client.io.write_all(&head).await.is_err() {
             return false;
@@ -528,9 +612,13 @@ where
             continue;
         }
         out.status = Some(response.status);
-        let copied = match response.body {
-            ResponseBody::Framed(body) => to.body_to(&mut client.io, body).await,
-            ResponseBody::UntilClose => to.rest_to(&mut client.io).await,
+        let copied = match (response.body, scrub) {
+            (body, Some(s)) if reframed != Reframed::As => {
+                let chunked = reframed == Reframed::Chunked;
+                to.scrubbed_to(&mut client.io, body, s, chunked).await
+            }
+            (ResponseBody::Framed(body), _) => to.body_to(&mut client.io, body).await,
+            (ResponseBody::UntilClose, _) => to.rest_to(&mut client.io).await,
         };
         match copied {
             Ok(n) => out.received += n,
@@ -542,9 +630,88 @@ where
         let _ = client.io.flush().await;
         // Bytes after the answer that nobody asked for: the origin is not trusted with
         // another request.
-        out.again = response.keep_alive && to.buf.is_empty();
+        out.again = response.keep_alive && to.buf.is_empty() && reframed != Reframed::ToClose;
         return true;
     }
+}
+
+/// How an answer's body goes to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reframed {
+    /// As the origin framed it (no body, or nothing scrubbed).
+    As,
+    /// Scrubbed, in chunks: its length may have changed.
+    Chunked,
+    /// Scrubbed, to an HTTP/1.0 client: ended by closing the connection.
+    ToClose,
+}
+
+/// The head of an answer from a secret's host, scrubbed, and how its body goes on: the
+/// placeholder and the value may differ in length, so a body is sent in chunks (to an
+/// HTTP/1.1 client) or until the connection closes (HTTP/1.0), never under the origin's
+/// `Content-Length`. `Err`: an answer that cannot be searched (a compressed body, a
+/// WebSocket), which is cut rather than passed.
+fn scrubbed_head(
+    scrub: &mut Scrubber,
+    head: &[u8],
+    response: &http1::Response,
+    version: &str,
+) -> Result<(Vec<u8>, Reframed), String> {
+    if response.status == 101 {
+        return Err(
+            "refused: a WebSocket from a host a secret goes to, which cannot be searched for the secret's value".into(),
+        );
+    }
+    if response.body == ResponseBody::Framed(Body::Length(0)) {
+        return Ok((scrub.whole(head), Reframed::As));
+    }
+    let text = String::from_utf8_lossy(head);
+    let mut lines = text.split("\r\n").take_while(|l| !l.is_empty());
+    let mut out = format!("{}\r\n", lines.next().unwrap_or_default());
+    let reframed = if version == "HTTP/1.1" {
+        Reframed::Chunked
+    } else {
+        Reframed::ToClose
+    };
+    for line in lines {
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        let name = name.trim().to_ascii_lowercase();
+        let value = value.trim();
+        let coded = name == "content-encoding"
+            && value
+                .split(',')
+                .any(|c| !c.trim().eq_ignore_ascii_case("identity"));
+        let other_coding = name == "transfer-encoding" && !value.eq_ignore_ascii_case("chunked");
+        if coded || other_coding {
+            return Err(format!(
+                "refused: the answer is encoded ({line}), so it cannot be searched for the value of a secret that goes to this host; the proxy asked for an unencoded answer (Accept-Encoding: identity)"
+            ));
+        }
+        let framing = ["content-length", "transfer-encoding"].contains(&name.as_str());
+        let connection =
+            reframed == Reframed::ToClose && ["connection", "keep-alive"].contains(&name.as_str());
+        if !framing && !connection {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str(match reframed {
+        Reframed::Chunked => "Transfer-Encoding: chunked\r\n\r\n",
+        _ => "Connection: close\r\n\r\n",
+    });
+    Ok((scrub.whole(out.as_bytes()), reframed))
+}
+
+/// A request to a host a secret goes to asks for its answer whole and unencoded: a
+/// compressed body could not be searched for the value, and a range of one could carry
+/// the value in pieces, none of them whole.
+fn plain_answers(headers: &mut Vec<(String, String)>) {
+    headers.retain(|(k, _)| {
+        !["accept-encoding", "range", "if-range"]
+            .iter()
+            .any(|d| k.eq_ignore_ascii_case(d))
+    });
+    headers.push(("Accept-Encoding".into(), "identity".into()));
 }
 
 /// The proxy's own TLS connection to the inspected host, verified against the host's

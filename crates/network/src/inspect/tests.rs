@@ -98,6 +98,29 @@ async fn origin() -> Origin {
                         continue;
                     }
                     let body = format!("seen {line} auth={auth}");
+                    // `/back?Q`: a redirect carrying the query, and the body with a length.
+                    let target = line.split(' ').nth(1).unwrap_or_default();
+                    if let Some(query) = target.strip_prefix("/back?") {
+                        let answer = format!(
+                            "HTTP/1.1 302 Found\r\nLocation: /there?{query}\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if tls.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    // `/gzip`: compressed whatever was asked for.
+                    if target == "/gzip" {
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if tls.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
                         body.len()
@@ -357,7 +380,13 @@ async fn a_secret_goes_in_only_for_its_host() {
     )
     .await;
     let real = base64::engine::general_purpose::STANDARD.encode("git:s3cr3t-value");
-    assert!(ok.contains(&format!("auth=Basic {real}")), "{ok}");
+    let seen = o.seen.lock().unwrap().clone();
+    assert!(
+        seen[0].contains(&format!("Authorization: Basic {real}")),
+        "{seen:?}"
+    );
+    // The origin's echo of it comes back as the placeholder was sent.
+    assert!(ok.contains(&format!("auth=Basic {basic}")), "{ok}");
     // The same placeholder to another host, in a header or hidden in the query: refused
     // by the secret's name, and that host hears nothing.
     for request in [
@@ -538,4 +567,88 @@ async fn a_client_that_refuses_the_session_authority_is_recorded_with_what_to_do
     let reason = records[0].reason.clone().unwrap_or_default();
     assert!(reason.contains("$SSL_CERT_FILE"), "{reason}");
     assert!(o.seen.lock().unwrap().is_empty());
+}
+
+/// A secret's host that sends the value back (its echo of the header in a chunked body,
+/// the query in a `Location` and a body with a length) gives the sandbox the placeholder
+/// instead, re-framed so the lengths add up, and the record names the secret; a body the
+/// proxy cannot read (compressed) is cut, not passed. Another host's answers are as sent.
+#[tokio::test]
+async fn a_secret_sent_back_is_scrubbed_from_the_answer() {
+    let o = origin().await;
+    let secrets = Secrets::new(vec![(
+        "TOKEN".into(),
+        "s3cr3t-value".into(),
+        vec!["127.0.0.1".into()],
+    )])
+    .unwrap();
+    let p = secrets.environment()[0].1.clone();
+    let rules = [("http", "*", Action::Allow)];
+    let sh = Arc::new(shared(&rules, inspection(&rules, &o, secrets)));
+    let host = format!("Host: 127.0.0.1:{}\r\n", o.port);
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let echoed = exchange(
+        &mut c,
+        &format!("GET /echo HTTP/1.1\r\n{host}Authorization: Bearer {p}\r\nAccept-Encoding: gzip\r\nRange: bytes=0-3\r\n\r\n"),
+    )
+    .await;
+    assert!(echoed.contains(&format!("auth=Bearer {p}")), "{echoed}");
+    assert!(!echoed.contains("s3cr3t"), "{echoed}");
+    let body = format!("seen GET /echo HTTP/1.1 auth=Bearer {p}");
+    assert!(
+        echoed.ends_with(&format!("\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n", body.len())),
+        "re-chunked with the placeholder's length: {echoed}"
+    );
+    // The same connection goes on: a redirect carrying the query, its length re-framed.
+    let back = exchange(&mut c, &format!("GET /back?t={p} HTTP/1.1\r\n{host}\r\n")).await;
+    assert!(back.starts_with("HTTP/1.1 302"), "{back}");
+    assert!(
+        back.contains(&format!("Location: /there?t={p}\r\n")),
+        "{back}"
+    );
+    assert!(back.contains("Transfer-Encoding: chunked") && !back.contains("Content-Length"));
+    assert!(!back.contains("s3cr3t"), "{back}");
+    let seen = o.seen.lock().unwrap().clone();
+    assert!(
+        seen[0].contains("Authorization: Bearer s3cr3t-value"),
+        "{seen:?}"
+    );
+    assert!(seen[0].contains("Accept-Encoding: identity"), "{seen:?}");
+    assert!(
+        !seen[0].contains("Range") && !seen[0].contains("gzip"),
+        "{seen:?}"
+    );
+    assert!(seen[1].starts_with("GET /back?t=s3cr3t-value "), "{seen:?}");
+    // Compressed anyway: cut with why, the value never sent.
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let gz = exchange(
+        &mut c,
+        &format!("GET /gzip HTTP/1.1\r\n{host}Authorization: Bearer {p}\r\n\r\n"),
+    )
+    .await;
+    assert!(gz.starts_with("HTTP/1.1 502"), "{gz}");
+    assert!(
+        gz.contains("Content-Encoding: gzip") && !gz.contains("s3cr3t"),
+        "{gz}"
+    );
+    let records = sh.log().records();
+    let scrubbed: Vec<_> = records.iter().filter(|r| !r.scrubbed.is_empty()).collect();
+    assert_eq!(scrubbed.len(), 2, "{records:?}");
+    assert!(
+        scrubbed[0]
+            .line()
+            .contains("[scrubbed from the answer: TOKEN]")
+    );
+    // Control: a host no secret goes to gets its answers as sent.
+    let mut c = client(&sh, "localhost", o.port).await;
+    let plain = exchange(
+        &mut c,
+        &format!(
+            "GET /back?t=s3cr3t-value HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
+            o.port
+        ),
+    )
+    .await;
+    assert!(plain.contains("Location: /there?t=s3cr3t-value"), "{plain}");
+    assert!(plain.contains("Content-Length:"), "{plain}");
 }
