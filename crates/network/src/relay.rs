@@ -48,7 +48,7 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
             }
         };
         let conn = match &event {
-            Response::NetOpened { conn, program } => {
+            Response::NetOpened { conn, holders } => {
                 let (tx, events) = mpsc::unbounded_channel();
                 let window = Arc::new(Window::default());
                 let route = Route {
@@ -57,14 +57,14 @@ pub(crate) async fn dispatch(shared: Arc<Shared>, mut rx: Events) {
                 };
                 conns.insert(*conn, route);
                 let (open, shared, conn) = (conns.len(), shared.clone(), *conn);
-                let program = program.clone();
+                let holders = holders.clone();
                 tasks.spawn(async move {
                     let mut c = Connection {
                         shared: &shared,
                         conn,
                         events,
                         window,
-                        program,
+                        holders,
                     };
                     if open > shared.limits.connections {
                         let reason = format!(
@@ -128,9 +128,9 @@ struct Connection<'a> {
     conn: u64,
     events: mpsc::UnboundedReceiver<Response>,
     window: Arc<Window>,
-    /// The executable that opened the connection, when the sandbox was asked to name it
-    /// ([`crate::programs`]).
-    program: Option<String>,
+    /// The processes holding the connection's client end, when the sandbox was asked to
+    /// name them ([`crate::programs`]).
+    holders: Vec<runner_sandbox::api::Holder>,
 }
 
 impl Connection<'_> {
@@ -465,7 +465,7 @@ impl Connection<'_> {
             Err(bad) => return self.deny(req, 502, &bad.to_string()).await,
         };
         // Before the host's own rule: a program that may not reach it is not asked about.
-        if let Err(reason) = s.policy.programs.allows(&req.host, self.program.as_deref()) {
+        if let Err(reason) = s.policy.programs.allows(&req.host, &self.holders) {
             return self.deny(req, 403, &format!("refused: {reason}")).await;
         }
         let addrs = match s

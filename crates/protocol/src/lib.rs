@@ -87,9 +87,9 @@ pub enum Request {
     /// the controller on the host reads the proxy request and decides.
     ProxyListen {
         port: u16,
-        /// Name the program that opened each connection in [`Response::NetOpened`], for
+        /// Name the processes that hold each connection in [`Response::NetOpened`], for
         /// rules that let only some programs reach a host. Off unless such a rule exists:
-        /// finding the owner walks `/proc` before the connection is announced.
+        /// finding them walks `/proc` before the connection is announced.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         identify: bool,
     },
@@ -119,6 +119,26 @@ pub enum Request {
         target: u64,
         conn: u64,
     },
+}
+
+/// A process holding the client end of a proxied connection, as the sandbox's server saw
+/// it through `/proc`: what a rule on the programs that may reach a host judges.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub pid: i32,
+    /// Its executable (`/proc/PID/exe`): the file it was started from. `None` when the
+    /// process hides it (not dumpable) or is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
+    /// The loader variables it was started with (`LD_PRELOAD=…`), as `NAME=value`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loader: Vec<String>,
+    /// Files it runs code from (executable mappings) that lie where the sandbox can write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_code: Vec<String>,
+    /// What of the above could not be read, and why: then it cannot be vouched for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -213,11 +233,10 @@ pub enum Response {
     /// A process in the sandbox connected to the proxy listener.
     NetOpened {
         conn: u64,
-        /// The executable of the process that holds the client end (`/proc/PID/exe`, as the
-        /// sandbox names it), when the listener was asked to identify programs and it
-        /// could be found.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        program: Option<String>,
+        /// Every process that holds the client end, when the listener was asked to
+        /// identify programs (empty: none could be found).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        holders: Vec<Holder>,
     },
     /// Bytes the process sent on the connection (a data frame on the wire).
     NetData {
@@ -673,13 +692,17 @@ mod tests {
                 id: 9,
                 response: Response::NetOpened {
                     conn: 5,
-                    program: Some("/usr/bin/git".into()),
+                    holders: vec![Holder {
+                        pid: 7,
+                        program: Some("/usr/bin/git".into()),
+                        ..Holder::default()
+                    }],
                 },
             },
         )
         .unwrap();
-        // No base64: the frame is the payload plus a fixed header.
-        assert!(buf.len() < payload.len() + 100);
+        // No base64: the frame is the payload plus a fixed header (and the small JSON frame).
+        assert!(buf.len() < payload.len() + 150);
         let mut input = buf.as_slice();
         match read_message(&mut input).unwrap() {
             Some(Message::Data { target, conn, data }) => {
@@ -690,7 +713,7 @@ mod tests {
         }
         let next: ResponseFrame = read_frame(&mut input).unwrap().unwrap();
         assert!(
-            matches!(&next.response, Response::NetOpened { conn: 5, program: Some(p) } if p == "/usr/bin/git")
+            matches!(&next.response, Response::NetOpened { conn: 5, holders } if holders[0].program.as_deref() == Some("/usr/bin/git"))
         );
         // A data frame is never mistaken for a message.
         let mut again = Vec::new();

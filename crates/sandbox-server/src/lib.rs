@@ -13,6 +13,7 @@ pub mod confine;
 mod exec;
 mod files;
 pub mod git_sweep;
+pub mod holders;
 pub mod net;
 pub mod program;
 pub mod restore;
@@ -127,10 +128,15 @@ fn serve_with<R: Read>(
     output: impl Write + Send + 'static,
     running: Arc<exec::Running>,
 ) -> std::io::Result<()> {
+    let writable: Vec<_> = roots
+        .iter()
+        .filter(|r| r.writable)
+        .map(|r| r.path.clone())
+        .collect();
     let roots = Arc::new(Roots::new(roots)?);
     keep_large_buffers();
     let output: Arc<Output> = Arc::new(Output(Mutex::new(Box::new(output))));
-    let proxy = Arc::new(net::Proxy::default());
+    let proxy = Arc::new(net::Proxy::new(holders::Places::new(writable)));
     {
         let (proxy, output) = (proxy.clone(), output.clone());
         running.set_after_command(Box::new(move |live| proxy.command_ended(live, &*output)));

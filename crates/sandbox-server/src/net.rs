@@ -21,6 +21,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use runner_protocol::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
 
+use crate::holders::Places;
+
 /// Connections open at once in the server, whatever the host's own limit.
 const MAX_CONNS: usize = 256;
 
@@ -100,6 +102,8 @@ pub struct Proxy {
     next: AtomicU64,
     /// The listener's request id, once it listens.
     target: Mutex<Option<u64>>,
+    /// Where the sandbox can write, for naming the code a connection's holders run.
+    places: Places,
 }
 
 /// Sends one response or data frame for the listener.
@@ -109,6 +113,14 @@ pub trait Sink: Send + Sync {
 }
 
 impl Proxy {
+    /// A proxy that judges code mapped from `places` as the sandbox's own writing.
+    pub fn new(places: Places) -> Proxy {
+        Proxy {
+            places,
+            ..Proxy::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Conn>> {
         self.conns.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -165,14 +177,21 @@ impl Proxy {
         let credit = Arc::new(Credit::default());
         credit.add(WINDOW);
         let queued = Arc::new(AtomicUsize::new(0));
-        // A program rule is judged before the host connects, so the owner is found here,
-        // on the accept path; otherwise off it (see [`Owner`]).
-        let known = identify.then(|| peer_port.and_then(|p| owner_of(p, port)));
-        let owner = match known {
+        // A program rule is judged before the host connects, so the holders are found
+        // here, on the accept path; otherwise the owner is found off it (see [`Owner`]).
+        let known = identify.then(|| {
+            peer_port
+                .and_then(|p| client_inode(p, port))
+                .map(|inode| crate::holders::holders_of(inode, &self.places))
+                .unwrap_or_default()
+        });
+        let owner = match &known {
             None => Owner::Pending,
-            Some(found) => found.map_or(Owner::Unknown, Owner::Known),
+            Some(holders) => holders
+                .first()
+                .map_or(Owner::Unknown, |h| Owner::Known(h.pid)),
         };
-        let program = known.flatten().and_then(program_of);
+        let holders = known.clone().unwrap_or_default();
         self.lock().insert(
             conn,
             Conn {
@@ -183,7 +202,7 @@ impl Proxy {
                 owner,
             },
         );
-        sink.response(id, Response::NetOpened { conn, program });
+        sink.response(id, Response::NetOpened { conn, holders });
         if known.is_none() {
             let proxy = self.clone();
             std::thread::spawn(move || {
@@ -515,15 +534,20 @@ fn write_socket(
     Ok(())
 }
 
-/// The process that holds the client end of a loopback connection from `client_port` to
-/// `proxy_port`: its socket's inode from `/proc/net/tcp`, then the process with that socket
-/// among its descriptors. The sandbox's `/proc` shows only the sandbox's processes, so the
-/// walk is short.
-fn owner_of(client_port: u16, proxy_port: u16) -> Option<i32> {
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+/// The inode of the client end of a loopback connection from `client_port` to
+/// `proxy_port`, from `/proc/net/tcp`.
+fn client_inode(client_port: u16, proxy_port: u16) -> Option<u64> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
-        .find_map(|table| socket_inode(&table, client_port, proxy_port))?;
+        .find_map(|table| socket_inode(&table, client_port, proxy_port))
+}
+
+/// A process that holds the client end of a loopback connection from `client_port` to
+/// `proxy_port`: the first with that socket among its descriptors. The sandbox's `/proc`
+/// shows only the sandbox's processes, so the walk is short.
+fn owner_of(client_port: u16, proxy_port: u16) -> Option<i32> {
+    let inode = client_inode(client_port, proxy_port)?;
     let wanted = format!("socket:[{inode}]");
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry
@@ -543,14 +567,6 @@ fn owner_of(client_port: u16, proxy_port: u16) -> Option<i32> {
         }
     }
     None
-}
-
-/// The executable process `pid` runs, as `/proc` names it: the file it was started from
-/// (its real path, whatever it calls itself in `comm` or `argv[0]`).
-fn program_of(pid: i32) -> Option<String> {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
-        .ok()
-        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// The inode of the socket whose local port is `local` and remote port `remote`, from the
