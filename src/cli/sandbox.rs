@@ -387,6 +387,8 @@ impl Wall {
             .rules(None)
             .map_err(|e| e.to_string())?
             .rules;
+        // A loopback address the user opened is the host's (a model server there).
+        spec.host_loopback = crate::network::outbound::host_loopback(&rules);
         let (settings, _) =
             crate::config::settings::Settings::load(root, rule_args.config.as_deref())
                 .map_err(|e| e.to_string())?;

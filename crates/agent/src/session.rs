@@ -250,14 +250,20 @@ impl SessionOptions {
             crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
         rules.notes.extend(notes);
-        let audit = crate::audit::open(&self.audit, &settings)
-            .map_err(|e| OpenError::Usage(e.to_string()))?;
         let mut spec = self.spec_with(&rules.profile, &settings)?;
+        // The trail opens before anything runs, and never where the sandbox can write.
+        let host_root = self.in_image.is_none().then_some(rules.root.as_path());
+        let writable = crate::audit::writable_by(&spec, host_root);
+        let audit = crate::audit::open(&self.audit, &settings, &writable)
+            .map_err(|e| OpenError::Usage(e.to_string()))?;
         // Hosts read request by request, and secrets: the session's authority joins the
         // sandbox's trust bundle before the sandbox starts.
         let inspection = settings
             .inspection(&rules.rules, &mut spec)
             .map_err(OpenError::Usage)?;
+        // A loopback address the user opened is the host's: its commands reach it through
+        // the proxy, not on the sandbox's own loopback.
+        spec.host_loopback = crate::network::outbound::host_loopback(&rules.rules);
         let workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
@@ -291,6 +297,7 @@ impl SessionOptions {
             audit,
             &spec,
             wall_line(&spec, None),
+            None,
         ));
         // Host hooks run where the agent's files are on the host: the checkout, or its copy.
         let host_root = match (&workspace, &self.in_image) {

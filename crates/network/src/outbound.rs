@@ -395,6 +395,17 @@ pub fn opened_by_user(rules: &[Rule], subject: &str) -> bool {
         && last.is_some_and(|r| r.action != Action::Deny)
 }
 
+/// The loopback names ([`runner_sandbox::spec::LOOPBACK_NAMES`]) the user's own config
+/// opens ([`opened_by_user`]). Inside the wall they mean the host's loopback, so the
+/// sandbox's `no_proxy` leaves them to the proxy (`SandboxSpec::host_loopback`).
+pub fn host_loopback(rules: &[Rule]) -> Vec<String> {
+    runner_sandbox::spec::LOOPBACK_NAMES
+        .into_iter()
+        .filter(|name| opened_by_user(rules, name))
+        .map(str::to_string)
+        .collect()
+}
+
 /// A rule from outside the user's own files that names `subject` exactly as an allow (a
 /// repository trying to open it), for the refusal's message.
 fn named_by_other<'a>(rules: &'a [Rule], subject: &str) -> Option<&'a Rule> {
@@ -478,6 +489,21 @@ mod tests {
             let rules: Vec<Rule> = rules.iter().map(|(p, a, l)| rule(p, *a, *l)).collect();
             assert_eq!(opened_by_user(&rules, "127.0.0.1"), *want, "{rules:?}");
         }
+    }
+
+    /// Only the loopback names the user's own config opens leave the sandbox's `no_proxy`:
+    /// a repository's rule naming one does not send it to the host.
+    #[test]
+    fn host_loopback_is_what_the_users_own_rules_open() {
+        let rules = [
+            rule("127.0.0.1", Action::Allow, Layer::User),
+            rule("localhost", Action::Allow, Layer::Project),
+            rule("*", Action::Allow, Layer::User),
+        ];
+        assert_eq!(host_loopback(&rules[..2]), ["127.0.0.1"]);
+        // The user's later wildcard is the user's last word (as for the proxy's check).
+        assert!(host_loopback(&rules).is_empty());
+        assert!(host_loopback(&[]).is_empty());
     }
 
     #[test]

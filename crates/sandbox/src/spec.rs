@@ -8,7 +8,7 @@ use super::BackendKind;
 
 // The network mode and where the proxy listens are part of the protocol: the server
 // inside the wall needs them as much as the host does.
-pub use runner_protocol::network::{Network, PROXY_PORT, proxy_env, set_proxy_env};
+pub use runner_protocol::network::{LOOPBACK_NAMES, Network, PROXY_PORT, proxy_env, set_proxy_env};
 
 /// Resource limits. Each backend enforces what it can; `runner sandbox doctor` says which it
 /// cannot.
@@ -78,6 +78,11 @@ pub struct SandboxSpec {
     pub read_only: Vec<PathBuf>,
     pub limits: Limits,
     pub network: Network,
+    /// The loopback names (of [`runner_protocol::network::LOOPBACK_NAMES`]) that mean the
+    /// host's own under `--network allowlist`: the user's own config opens them, so
+    /// `no_proxy` leaves them to the proxy ([`set_proxy_env`]). The others stay the
+    /// sandbox's own loopback.
+    pub host_loopback: Vec<String>,
     /// Host variables passed to commands besides the fixed allow-list.
     pub env_allow: Vec<String>,
     /// Worktree-relative paths mounted read-only.
@@ -151,6 +156,7 @@ impl SandboxSpec {
             read_only: Vec::new(),
             limits: Limits::default(),
             network: Network::None,
+            host_loopback: Vec::new(),
             env_allow: Vec::new(),
             protected: DEFAULT_PROTECTED.iter().map(PathBuf::from).collect(),
             ca_bundle: None,

@@ -69,7 +69,7 @@ fn container_env(spec: &SandboxSpec) -> Vec<(String, String)> {
         }
     }
     if spec.network == Network::Allowlist {
-        crate::spec::set_proxy_env(&mut env);
+        crate::spec::set_proxy_env(&mut env, &spec.host_loopback);
     }
     if spec.ca_bundle.is_some() {
         crate::trust::set_env(&mut env, Path::new(crate::trust::INSIDE));

@@ -232,8 +232,9 @@ impl TaskContainer {
             crate::trust::set_env(&mut base_env, Path::new(crate::trust::INSIDE));
         }
         let mut env = with_home(base_env.clone(), &user);
+        // A task's loopback is its own: the services its tests start listen there.
         if task.network == Network::Allowlist {
-            crate::spec::set_proxy_env(&mut env);
+            crate::spec::set_proxy_env(&mut env, &[]);
         }
 
         let read_only: &[PathBuf] = if task.engine_is_local {

@@ -199,7 +199,7 @@ fn sandbox_env(spec: &SandboxSpec, worktree: &Path, tmp: &Path) -> Vec<(String, 
     env.push(("HOME".into(), tmp_str.clone()));
     env.push(("TMPDIR".into(), tmp_str));
     if spec.network == Network::Allowlist {
-        super::spec::set_proxy_env(&mut env);
+        super::spec::set_proxy_env(&mut env, &spec.host_loopback);
     }
     if let Some(bundle) = &spec.ca_bundle {
         crate::trust::set_env(&mut env, bundle);
