@@ -37,17 +37,42 @@ pub struct AuditOptions {
     pub file: Option<PathBuf>,
     /// The session's own trail, beside its session file (`runner run` sets it).
     pub trail: Option<PathBuf>,
-    /// The session id every line carries (`metadata.correlation_uid`).
+    /// The session id every line carries (`metadata.correlation_uid`); `None`: a new one.
     pub session: Option<String>,
+    /// Who drives the session, when a client names itself (an MCP client's
+    /// `clientInfo`): written on the sandbox's start record.
+    pub client: Option<runner_audit::Client>,
+}
+
+/// The folders the sandbox of `spec` can write, which no trail may be in: the checkout
+/// (`root`, where the host has one), the worktree the sandbox is given, and the folder
+/// copies of worktrees are made in (a `--workspace copy` session's, or a later one's).
+pub fn writable_by(spec: &SandboxSpec, root: Option<&Path>) -> Vec<runner_audit::Writable> {
+    use runner_audit::Writable;
+    let mut areas = Vec::new();
+    if let Some(root) = root {
+        areas.push(Writable::new(root, "the worktree"));
+    }
+    // Over a task's image the worktree is the container's own, not a host folder.
+    if !spec.docker.over_task_image {
+        areas.push(Writable::new(&spec.worktree, "the worktree"));
+    }
+    areas.push(Writable::new(
+        crate::workspace::root_dir(),
+        "the folder --workspace copy makes its copies in",
+    ));
+    areas
 }
 
 /// Opens every file the options and the user's config name; a file that cannot be
-/// written stops the session before anything is decided unrecorded.
+/// written, or that lies where the sandbox can write (`writable`, see [`writable_by`]),
+/// stops the session before anything is decided unrecorded.
 pub fn open(
     options: &AuditOptions,
     settings: &crate::config::settings::Settings,
+    writable: &[runner_audit::Writable],
 ) -> Result<Arc<Audit>, runner_audit::AuditError> {
-    let files: Vec<PathBuf> = [
+    let named: Vec<PathBuf> = [
         options.file.clone(),
         settings.audit.file.clone(),
         options.trail.clone(),
@@ -55,15 +80,31 @@ pub fn open(
     .into_iter()
     .flatten()
     .collect();
-    if files.is_empty() {
+    if named.is_empty() {
         return Ok(Arc::new(Audit::disabled()));
     }
-    Audit::open(
+    let files = named
+        .iter()
+        .map(|f| runner_audit::place::check(f, writable))
+        .collect::<Result<Vec<PathBuf>, _>>()?;
+    let mut limits = runner_audit::Limits::default();
+    if let Some(max) = settings.audit.max_bytes {
+        limits.max_bytes = max.0;
+    }
+    // A resumed session numbers on from where its own trail stopped.
+    let resumed = match (&options.trail, &options.session) {
+        (Some(trail), Some(id)) => runner_audit::last_sequence(trail, id),
+        _ => None,
+    };
+    let audit = Audit::open(
         &files,
         env!("CARGO_PKG_VERSION"),
         options.session.as_deref(),
-    )
-    .map(Arc::new)
+    )?
+    .with_limits(limits)
+    .with_client(options.client.clone())
+    .continuing(resumed.unwrap_or(0));
+    Ok(Arc::new(audit))
 }
 
 /// The trail as an open session holds it: records the sandbox's end when the last holder
@@ -75,9 +116,14 @@ pub struct SessionAudit {
 }
 
 impl SessionAudit {
-    /// Records the sandbox's start (`wall`: the session's line naming its wall), and its
-    /// end once this is dropped.
-    pub fn started(audit: Arc<Audit>, spec: &SandboxSpec, wall: String) -> SessionAudit {
+    /// Records the sandbox's start (`wall`: the session's line naming its wall; `command`:
+    /// the program it runs, for `runner exec`), and its end once this is dropped.
+    pub fn started(
+        audit: Arc<Audit>,
+        spec: &SandboxSpec,
+        wall: String,
+        command: Option<Vec<String>>,
+    ) -> SessionAudit {
         let network = match spec.network {
             crate::sandbox::spec::Network::None => "none",
             crate::sandbox::spec::Network::Allowlist => "allowlist",
@@ -88,6 +134,7 @@ impl SessionAudit {
             network: network.to_string(),
             worktree: spec.worktree.display().to_string(),
             description: wall,
+            command,
         });
         SessionAudit {
             audit,
@@ -164,7 +211,8 @@ pub fn connection(audit: &Audit, c: &ConnectionRecord) {
     match c.request.as_deref().and_then(split_request) {
         Some((method, host, path)) => audit.http_request(&HttpRequest {
             method: method.to_string(),
-            scheme: if c.port == 80 { "http" } else { "https" }.to_string(),
+            // As the proxy read it: plain or inside TLS (the port says nothing of it).
+            scheme: c.scheme.clone().unwrap_or_else(|| "https".into()),
             host: host.to_string(),
             port: c.port,
             path: path.to_string(),
@@ -238,7 +286,13 @@ mod tests {
         request.decision = "deny".into();
         request.status = Some(403);
         request.secrets = vec!["GITHUB_TOKEN".into()];
+        request.scheme = Some("https".into());
         connection(&audit, &request);
+        // A plain request on a port that is not 80 is still http.
+        let mut plain = ConnectionRecord::new("127.0.0.1", 8080);
+        plain.request = Some("GET 127.0.0.1/blob".into());
+        plain.scheme = Some("http".into());
+        connection(&audit, &plain);
         let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
             .unwrap()
             .lines()
@@ -248,7 +302,11 @@ mod tests {
             .iter()
             .map(|l| l["class_uid"].as_u64().unwrap())
             .collect();
-        assert_eq!(classes, [4001, 4002, 6003]);
+        assert_eq!(classes, [4001, 4002, 6003, 4002]);
+        let url = &lines[3]["http_request"]["url"];
+        assert_eq!(url["scheme"], "http");
+        assert_eq!(url["url_string"], "http://127.0.0.1:8080/blob");
+        assert_eq!(lines[1]["http_request"]["url"]["scheme"], "https");
         assert_eq!(lines[1]["activity_id"], 6, "POST");
         assert_eq!(lines[1]["disposition_id"], 2);
         assert_eq!(lines[2]["resources"][0]["name"], "GITHUB_TOKEN");

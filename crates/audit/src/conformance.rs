@@ -581,11 +581,57 @@ mod tests {
             network: "allowlist".into(),
             worktree: "/w".into(),
             description: "sandbox: landlock".into(),
+            command: Some(vec!["make".into(), "test".into()]),
         });
         audit.sandbox_end(&SandboxEnd {
             backend: "landlock".into(),
             reason: Some("done".into()),
         });
+        // A session driven by a named client, a repeat folded; one over its budget at once.
+        let refuse = |audit: &Audit, host: &str| {
+            audit.connection(&Connection {
+                host: host.into(),
+                port: 80,
+                allowed: false,
+                reason: Some("denied by a rule".into()),
+                address: None,
+                bytes_sent: 0,
+                bytes_received: 0,
+                summary: format!("deny {host}:80"),
+            })
+        };
+        let limits = |fold_after, max_bytes| crate::Limits {
+            fold_after,
+            fold_window_ms: 60_000,
+            max_bytes,
+        };
+        let driven = Audit::open(std::slice::from_ref(&file), "0.1.0", None)
+            .unwrap()
+            .with_client(Some(crate::Client {
+                name: "an MCP client".into(),
+                version: Some("1.2".into()),
+            }))
+            .with_limits(limits(1, crate::fold::DEFAULT_MAX_BYTES));
+        driven.sandbox_start(&SandboxStart {
+            backend: "docker".into(),
+            network: "none".into(),
+            worktree: "/w".into(),
+            description: "sandbox: docker".into(),
+            command: None,
+        });
+        refuse(&driven, "a.example");
+        refuse(&driven, "a.example");
+        let end = SandboxEnd {
+            backend: "docker".into(),
+            reason: None,
+        };
+        driven.sandbox_end(&end);
+        let capped = Audit::open(std::slice::from_ref(&file), "0.1.0", None)
+            .unwrap()
+            .with_limits(limits(10, 1));
+        refuse(&capped, "b.example");
+        refuse(&capped, "c.example");
+        capped.sandbox_end(&end);
         std::fs::read_to_string(&file)
             .unwrap()
             .lines()
@@ -601,7 +647,17 @@ mod tests {
             assert!(schema.class_uids().contains(&uid), "{uid}");
         }
         let records = every_kind();
-        assert_eq!(records.len(), 15 + 4 + 3 + 2 + 2);
+        assert_eq!(records.len(), 15 + 4 + 3 + 2 + 2 + 7, "{records:#?}");
+        // What the bounds add: the client on a start, a folded count, both budget records.
+        let has = |f: &dyn Fn(&Value) -> bool| records.iter().any(f);
+        assert!(has(&|r| r["actor"]["app_name"] == "an MCP client 1.2"));
+        assert!(has(&|r| r["count"] == 1 && r["class_uid"] == 4001));
+        assert!(has(
+            &|r| r["activity_name"] == "Capped" && r["unmapped"]["dropped_lines"].is_u64()
+        ));
+        assert!(has(
+            &|r| r["activity_name"] == "Capped" && r["unmapped"]["dropped_lines"].is_null()
+        ));
         for r in &records {
             let problems = schema.check(r);
             assert!(problems.is_empty(), "{problems:#?}\nin {r:#}");
@@ -662,6 +718,16 @@ mod tests {
             (
                 "at_least_one",
                 Box::new(|r| r["actor"] = serde_json::json!({})),
+            ),
+            (
+                "device.type_id is required",
+                Box::new(|r| {
+                    r["device"].as_object_mut().unwrap().remove("type_id");
+                }),
+            ),
+            (
+                "actor.user.uid is 1000, not a string_t",
+                Box::new(|r| r["actor"]["user"]["uid"] = 1000.into()),
             ),
         ];
         for (want, f) in cases {

@@ -174,6 +174,8 @@ pub struct SandboxStart {
     pub worktree: String,
     /// The session's first line: the wall its tools run behind.
     pub description: String,
+    /// The program the sandbox runs, for `runner exec` (the whole of its argv).
+    pub command: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -183,9 +185,83 @@ pub struct SandboxEnd {
     pub reason: Option<String>,
 }
 
-/// The agent, as the actor of a tool call.
-fn agent_actor() -> Value {
-    json!({ "app_name": "runner agent" })
+/// What makes decisions alike for folding ([`crate::fold`]): everything but the time
+/// (and, for connections, the bytes, which a folded record sums).
+fn key(parts: &[&str]) -> String {
+    parts.join("\u{0}")
+}
+
+impl Permission {
+    pub(crate) fn fold_key(&self) -> String {
+        let rule = self.rule.as_ref().map(RuleRef::line).unwrap_or_default();
+        let patterns = self.patterns.join("\u{0}");
+        let tool = self.tool.as_deref().unwrap_or_default();
+        let detail = self.detail.as_deref().unwrap_or_default();
+        key(&[
+            "permission",
+            &self.permission,
+            tool,
+            &patterns,
+            self.decision.word(),
+            &rule,
+            detail,
+        ])
+    }
+}
+
+impl Connection {
+    pub(crate) fn fold_key(&self) -> String {
+        let (port, allowed) = (self.port.to_string(), self.allowed.to_string());
+        let reached = if self.address.is_some() {
+            "reached"
+        } else {
+            ""
+        };
+        let reason = self.reason.as_deref().unwrap_or_default();
+        key(&["connection", &self.host, &port, &allowed, reached, reason])
+    }
+}
+
+impl HttpRequest {
+    pub(crate) fn fold_key(&self) -> String {
+        let port = self.port.to_string();
+        let status = self.status.map(|s| s.to_string()).unwrap_or_default();
+        let rule = self.rule.as_ref().map(RuleRef::line).unwrap_or_default();
+        let reason = self.reason.as_deref().unwrap_or_default();
+        key(&[
+            "http",
+            &self.method,
+            &self.scheme,
+            &self.host,
+            &port,
+            &self.path,
+            self.decision.word(),
+            &status,
+            &rule,
+            reason,
+        ])
+    }
+}
+
+impl SecretUse {
+    pub(crate) fn fold_key(&self) -> String {
+        let port = self.port.map(|p| p.to_string()).unwrap_or_default();
+        let detail = self.detail.as_deref().unwrap_or_default();
+        let allowed = self.allowed.to_string();
+        key(&["secret", &self.name, &self.host, &port, &allowed, detail])
+    }
+}
+
+/// The trail reached its budget ([`crate::fold`]): said when the first line is dropped
+/// (`over` false) and, with how much was dropped, when the session ends.
+#[derive(Debug, Clone)]
+pub struct Capped {
+    /// The budget, in bytes of lines.
+    pub budget: u64,
+    /// Lines dropped, and their bytes (when `over`).
+    pub lines: u64,
+    pub bytes: u64,
+    pub over: bool,
 }
 
 /// Where a sandbox's traffic and calls come from.
@@ -239,7 +315,7 @@ pub(crate) fn permission(p: &Permission, meta: Meta) -> Value {
     // The permission is the operation (`bash`, `edit`, `network`): what the rules are
     // written against. The tool that asked (`write` asks `edit`), or who did when no tool
     // did, is kept beside it.
-    r.insert("actor".into(), agent_actor());
+    ocsf::actor_app(&mut r, "runner agent");
     r.insert(
         "api".into(),
         json!({ "operation": p.permission, "service": { "name": "runner tools" } }),
@@ -426,10 +502,7 @@ pub(crate) fn secret_use(s: &SecretUse, meta: Meta) -> Value {
         message,
         meta,
     );
-    r.insert(
-        "actor".into(),
-        json!({ "app_name": "runner network proxy" }),
-    );
+    ocsf::actor_app(&mut r, "runner network proxy");
     r.insert(
         "api".into(),
         json!({ "operation": "secret", "service": { "name": "runner network proxy" } }),
@@ -455,8 +528,17 @@ fn sandbox_app(backend: &str, version: &str) -> Value {
     })
 }
 
-pub(crate) fn sandbox_start(s: &SandboxStart, meta: Meta) -> Value {
+/// The start names the wall, the program (`runner exec`) and who drove the session (an MCP
+/// client), where known.
+pub(crate) fn sandbox_start(s: &SandboxStart, client: Option<&crate::Client>, meta: Meta) -> Value {
     let version = meta.product_version.to_string();
+    let mut message = s.description.clone();
+    if let Some(command) = &s.command {
+        message.push_str(&format!("; runs {command:?}"));
+    }
+    if let Some(c) = client {
+        message.push_str(&format!("; driven by {}", client_name(c)));
+    }
     let mut r = ocsf::record(
         ocsf::APPLICATION_LIFECYCLE,
         Activity {
@@ -464,14 +546,63 @@ pub(crate) fn sandbox_start(s: &SandboxStart, meta: Meta) -> Value {
             name: "Start",
         },
         None,
-        s.description.clone(),
+        message,
         meta,
     );
     r.insert("app".into(), sandbox_app(&s.backend, &version));
-    r.insert(
-        "unmapped".into(),
-        json!({ "network": s.network, "worktree": s.worktree }),
+    let mut unmapped = json!({ "network": s.network, "worktree": s.worktree });
+    if let Some(command) = &s.command {
+        unmapped["command"] = json!(command);
+    }
+    if let Some(c) = client {
+        ocsf::actor_app(&mut r, &client_name(c));
+        unmapped["client"] = json!({ "name": c.name, "version": c.version });
+    }
+    r.insert("unmapped".into(), unmapped);
+    Value::Object(r)
+}
+
+fn client_name(c: &crate::Client) -> String {
+    match &c.version {
+        Some(v) => format!("{} {v}", c.name),
+        None => c.name.clone(),
+    }
+}
+
+/// The trail itself reaching its budget is a step in the trail's life: Application
+/// Lifecycle of runner's audit trail, activity Other (`Capped`).
+pub(crate) fn trail_capped(c: &Capped, meta: Meta) -> Value {
+    let version = meta.product_version.to_string();
+    let message = match c.over {
+        false => format!(
+            "this session's audit trail reached its budget of {} bytes: later decisions are counted, not written ([audit] max_bytes)",
+            c.budget
+        ),
+        true => format!(
+            "this session's audit trail was capped at {} bytes: {} lines ({} bytes) were dropped",
+            c.budget, c.lines, c.bytes
+        ),
+    };
+    let mut r = ocsf::record(
+        ocsf::APPLICATION_LIFECYCLE,
+        Activity {
+            id: OTHER,
+            name: "Capped",
+        },
+        None,
+        message,
+        meta,
     );
+    r.insert(
+        "app".into(),
+        json!({ "name": "runner audit trail", "vendor_name": ocsf::VENDOR, "version": version }),
+    );
+    let mut unmapped = json!({ "budget_bytes": c.budget });
+    if c.over {
+        unmapped["dropped_lines"] = json!(c.lines);
+        unmapped["dropped_bytes"] = json!(c.bytes);
+    }
+    r.insert("unmapped".into(), unmapped);
     Value::Object(r)
 }
 

@@ -14,12 +14,13 @@ pub const OCSF_VERSION: &str = "1.7.0";
 /// Who wrote the record, the vendor that names it (`metadata.product.vendor_name`).
 pub const VENDOR: &str = "runner";
 
-/// What a record needs from its sink.
+/// What a record needs from its sink. Its `metadata.sequence` is given when it is written
+/// (a decision counted with others alike is never numbered).
 pub(crate) struct Meta<'a> {
     pub product_version: &'a str,
-    pub session: Option<&'a str>,
-    pub sequence: u64,
+    pub session: &'a str,
     pub time: u64,
+    pub identity: &'a crate::Identity,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +142,11 @@ pub(crate) fn record(
     let (severity_id, severity) = outcome.map_or((1, "Informational"), Outcome::severity);
     put("severity_id", json!(severity_id));
     put("severity", json!(severity));
-    let mut profiles = Vec::new();
+    // Who and where (the `host` profile): the host user as the actor, the machine as the
+    // device. A record whose actor is also an application adds its name beside the user.
+    let mut profiles = vec!["host"];
+    put("actor", json!({ "user": meta.identity.user_object() }));
+    put("device", meta.identity.device_object());
     if let Some(o) = outcome {
         let (action_id, action) = o.action();
         let (disposition_id, disposition) = o.disposition();
@@ -152,7 +157,7 @@ pub(crate) fn record(
         profiles.push("security_control");
     }
     put("message", json!(message));
-    let mut metadata = json!({
+    let metadata = json!({
         "version": OCSF_VERSION,
         "product": {
             "name": "runner",
@@ -160,14 +165,16 @@ pub(crate) fn record(
             "version": meta.product_version,
         },
         "log_name": "audit",
-        "sequence": meta.sequence,
+        "profiles": profiles,
+        "correlation_uid": meta.session,
     });
-    if !profiles.is_empty() {
-        metadata["profiles"] = json!(profiles);
-    }
-    if let Some(s) = meta.session {
-        metadata["correlation_uid"] = json!(s);
-    }
     put("metadata", metadata);
     r
+}
+
+/// Names the application that acted (`actor.app_name`), beside the user.
+pub(crate) fn actor_app(r: &mut Map<String, Value>, name: &str) {
+    if let Some(actor) = r.get_mut("actor").and_then(Value::as_object_mut) {
+        actor.insert("app_name".into(), json!(name));
+    }
 }

@@ -33,6 +33,10 @@ pub struct ConnectionRecord {
     /// judged it (each request is a record of its own, beside its connection's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
+    /// How that request came: `http` (plain, read as it passed) or `https` (read inside
+    /// TLS by the inspector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
     /// The origin's status for an inspected request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -58,6 +62,7 @@ impl ConnectionRecord {
             bytes_sent: 0,
             bytes_received: 0,
             request: None,
+            scheme: None,
             status: None,
             secrets: Vec::new(),
             scrubbed: Vec::new(),

@@ -289,6 +289,7 @@ impl Connection<'_> {
         }
         let mut record = ConnectionRecord::new(&req.host, req.port);
         record.request = Some(subject);
+        record.scheme = Some("http".into());
         let id = self.shared.record(record);
         self.shared.finish(id);
         true
@@ -307,6 +308,7 @@ impl Connection<'_> {
         record.decision = "deny".into();
         record.reason = Some(reason.to_string());
         record.request = subject;
+        record.scheme = Some("http".into());
         record.secrets = secrets;
         let id = self.shared.record(record);
         self.shared.finish(id);

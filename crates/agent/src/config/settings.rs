@@ -56,6 +56,9 @@ pub struct Settings {
 pub struct AuditSettings {
     /// The file every session appends its OCSF lines to; relative to the config file.
     pub file: Option<PathBuf>,
+    /// The most one session writes to the trail (`"16MiB"`); past it decisions are
+    /// counted, not written (see `runner_audit::fold`).
+    pub max_bytes: Option<crate::config::profile::Size>,
 }
 
 /// `[network]` in the user's own config or `--config`.
@@ -338,9 +341,14 @@ impl Settings {
         }
         self.lsp.extend(file.lsp);
         self.instructions.extend(file.instructions);
-        if let Some(file) = file.audit.and_then(|a| a.file) {
-            let base = source.parent().unwrap_or(Path::new("."));
-            self.audit.file = Some(base.join(file));
+        if let Some(audit) = file.audit {
+            if let Some(file) = audit.file {
+                let base = source.parent().unwrap_or(Path::new("."));
+                self.audit.file = Some(base.join(file));
+            }
+            if audit.max_bytes.is_some() {
+                self.audit.max_bytes = audit.max_bytes;
+            }
         }
         if let Some(network) = file.network {
             let base = source.parent().unwrap_or(Path::new("."));
@@ -450,9 +458,14 @@ mod tests {
         );
         let mine = dir.path().join("mine").join("config.toml");
         std::fs::create_dir_all(mine.parent().unwrap()).unwrap();
-        std::fs::write(&mine, "[audit]\nfile = \"trail.jsonl\"\n").unwrap();
+        std::fs::write(
+            &mine,
+            "[audit]\nfile = \"trail.jsonl\"\nmax_bytes = \"2MiB\"\n",
+        )
+        .unwrap();
         let (s, _) = Settings::load(dir.path(), Some(&mine)).unwrap();
         assert_eq!(s.audit.file, Some(dir.path().join("mine/trail.jsonl")));
+        assert_eq!(s.audit.max_bytes.map(|b| b.0), Some(2 << 20));
         std::fs::write(&mine, "[audit]\nfiles = \"x\"\n").unwrap();
         let e = Settings::load(dir.path(), Some(&mine)).unwrap_err();
         assert!(e.to_string().contains("audit.files"), "{e}");

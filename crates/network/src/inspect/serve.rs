@@ -445,6 +445,7 @@ fn record_request(
     record.decision = decision.to_string();
     record.reason = reason.map(str::to_string);
     record.request = Some(subject.unwrap_or("(unreadable request)").to_string());
+    record.scheme = Some("https".into());
     record.secrets = secrets.to_vec();
     let id = shared.record(record);
     if decision != "allow" {
