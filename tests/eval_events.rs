@@ -117,7 +117,8 @@ fn attempt<'a>(events: &'a [Value], id: &str) -> Vec<&'a Value> {
 
 /// A resolved and an unresolved task, two at once: the stream has a start, each attempt's
 /// start, phases (build, agent, verify, each with its seconds) and end with its status,
-/// reward and paths, and an end with the summary; exit 0, since both reached a verdict.
+/// reward, reason and paths, and an end with the summary; exit 0, since both reached a
+/// verdict.
 /// The same folder again with `--fail-on unresolved` (nothing left to run) exits 10.
 #[test]
 fn a_whole_runs_event_stream_reads_back_and_a_verdict_exits_0() {
@@ -174,7 +175,13 @@ fn a_whole_runs_event_stream_reads_back_and_a_verdict_exits_0() {
         if status == "resolved" {
             assert!(end["reason"].is_null(), "{end}");
         } else {
-            assert!(end["reason"].is_string(), "{end}");
+            // Its verifier judged the work and said nothing else: the reason is the
+            // reward it wrote, in its file, not a verifier that "printed nothing".
+            assert_eq!(
+                end["reason"],
+                "the verifier wrote reward 0 to /logs/verifier/reward.txt; it exited 0 and printed nothing",
+                "{end}"
+            );
         }
     }
     let end = events.last().unwrap();
@@ -211,7 +218,8 @@ fn a_whole_runs_event_stream_reads_back_and_a_verdict_exits_0() {
 /// Load problems, each said on stderr with its file and line as the sets are read, and
 /// each a `load_problem` event: a line that is not JSON, a line with a key no task has, a
 /// set that holds no task, a Harbor task without its instruction.md (and a good line the
-/// oracle has no solution for, said once). With a task whose
+/// oracle has no solution for, said once), each with its `attempt_end`, so the stream ends
+/// as many attempts as the summary counts. With a task whose
 /// image does not build (an infra_error of the run itself) beside a good one: exit 8. The
 /// build failure alone exits 8 too.
 #[test]
@@ -279,6 +287,37 @@ fn load_problems_are_said_with_file_and_line_and_they_and_infra_errors_exit_8() 
         "{told}"
     );
     assert_eq!(end["summary"]["counts"]["resolved"], 1, "{end}");
+    // Every attempt the summary counts has exactly one end, those that could not load too
+    // (with the result written for them): a harness counting ends counts the summary's.
+    let ends = of_type(&events, "attempt_end");
+    assert_eq!(json!(ends.len()), end["summary"]["attempts"], "{events:#?}");
+    let mut ended: Vec<&str> = ends.iter().map(|e| e["task"].as_str().unwrap()).collect();
+    ended.sort();
+    assert_eq!(
+        ended,
+        ["good", "line-3", "needs-a-model", "no-instruction", "typo"],
+        "{events:#?}"
+    );
+    for e in ends.iter().filter(|e| e["task"] != "good") {
+        assert_eq!(
+            (&e["status"], &e["phase"]),
+            (&json!("infra_error"), &json!("load")),
+            "{e}"
+        );
+        let written: Value =
+            serde_json::from_slice(&std::fs::read(e["result"].as_str().unwrap()).unwrap()).unwrap();
+        assert_eq!(written["error"], e["reason"], "{e}");
+    }
+    // They come right after the load problems, before any attempt starts.
+    let first_start = events
+        .iter()
+        .position(|e| e["type"] == "attempt_start")
+        .unwrap();
+    let load_ends = events[..first_start]
+        .iter()
+        .filter(|e| e["type"] == "attempt_end")
+        .count();
+    assert_eq!(load_ends, 4, "{events:#?}");
 
     // An attempt the run itself fails (its image does not build): 8, with no load problem.
     let breaks = dir.join("breaks");

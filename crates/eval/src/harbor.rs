@@ -842,6 +842,30 @@ pub enum BadReward {
     Missing,
 }
 
+/// Where a verifier leaves its rewards: one number, or a flat map of numbers.
+pub const REWARD_TXT: &str = "/logs/verifier/reward.txt";
+pub const REWARD_JSON: &str = "/logs/verifier/reward.json";
+
+/// What a verifier wrote: its rewards, and the file they were read from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub rewards: BTreeMap<String, f64>,
+    /// `None` for rewards no one file holds (a multi-step task's roll-up).
+    pub file: Option<super::results::RewardFile>,
+}
+
+/// [`parse_reward`], keeping the file that decided ([`REWARD_TXT`] wins, as there) and
+/// what it held, for the reason an attempt is not resolved.
+pub fn read_reward(txt: Option<&str>, json: Option<&str>) -> Result<Written, BadReward> {
+    let rewards = parse_reward(txt, json)?;
+    let file = match (txt, json) {
+        (Some(text), _) => Some(super::results::RewardFile::new(REWARD_TXT, text)),
+        (None, Some(text)) => Some(super::results::RewardFile::new(REWARD_JSON, text)),
+        (None, None) => None,
+    };
+    Ok(Written { rewards, file })
+}
+
 /// What the verifier left in `/logs/verifier`: `reward.txt` (one number) or
 /// `reward.json` (a flat map of numbers). Resolved means every reward is at least 1.
 pub fn parse_reward(

@@ -407,7 +407,7 @@ impl Turns {
             .extend_from_slice(format!("=== step {name}\n").as_bytes());
         self.logs.extend_from_slice(&log);
         let rewards = match &score {
-            Score::Rewards(Ok(r)) => r.clone(),
+            Score::Rewards(Ok(w)) => w.rewards.clone(),
             _ => Default::default(),
         };
         let below = stage
@@ -460,7 +460,10 @@ impl Turns {
             .collect();
         let rolled = roll_up(strategy, &counted, self.skipped);
         let score = match rolled {
-            Some(r) => Score::Rewards(Ok(r)),
+            Some(rewards) => Score::Rewards(Ok(harbor::Written {
+                rewards,
+                file: None,
+            })),
             None => Score::Rewards(Err(EvalError::Reward(harbor::BadReward::Missing))),
         };
         (
@@ -1248,8 +1251,9 @@ async fn run_tests(
 ) -> Result<(ExecOutput, Rewards), EvalError> {
     let limit = stage.verify_limit;
     let mut env: Vec<(String, String)> = Vec::new();
+    // The task's loopback is its own, as for its agent (`in_image`).
     if proxied {
-        crate::sandbox::spec::set_proxy_env(&mut env);
+        crate::sandbox::spec::set_proxy_env(&mut env, &[]);
     }
     // The task's own variables win, as they would over the environment's.
     env.extend(
@@ -1314,8 +1318,9 @@ fn not_prepared(output: &[u8]) -> EvalError {
     ))
 }
 
-/// The rewards `test.sh` left: `Err` when there are none, or they are not numbers.
-type Rewards = Result<std::collections::BTreeMap<String, f64>, EvalError>;
+/// The rewards `test.sh` left, with their file: `Err` when there are none, or they are not
+/// numbers.
+type Rewards = Result<harbor::Written, EvalError>;
 
 /// The verifier's proxy: `rules` decide, nobody is asked.
 async fn verifier_proxy(
@@ -1344,9 +1349,7 @@ async fn engine_call<T, E: Into<EvalError>>(
 
 /// The rewards `test.sh` left. `Err`: they could not be read (the engine's failure);
 /// `Ok(Err)`: there are none, or they are not numbers (the task is not solved).
-async fn read_rewards(
-    container: &TaskContainer,
-) -> Result<Result<std::collections::BTreeMap<String, f64>, EvalError>, EvalError> {
+async fn read_rewards(container: &TaskContainer) -> Result<Rewards, EvalError> {
     // One copy of the folder, when it is small (it usually is); else each file on its own.
     let folder = Path::new("/logs/verifier");
     if let Ok(tar) = engine_call(container.download(folder, 8 << 20)).await {
@@ -1354,7 +1357,7 @@ async fn read_rewards(
             Some(tar) => reward_files(&tar),
             None => [None, None],
         };
-        return Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from));
+        return Ok(harbor::read_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from));
     }
     let mut found = [None, None];
     for (slot, name) in found.iter_mut().zip(["reward.txt", "reward.json"]) {
@@ -1364,7 +1367,7 @@ async fn read_rewards(
         }
     }
     let [txt, json] = found;
-    Ok(harbor::parse_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from))
+    Ok(harbor::read_reward(txt.as_deref(), json.as_deref()).map_err(EvalError::from))
 }
 
 /// `verifier/reward.txt` and `verifier/reward.json` of the tar of `/logs/verifier`, where

@@ -227,13 +227,13 @@ pub async fn run(
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     crate::workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;
-    let jobs = plan(&loaded, &options)?;
+    let (jobs, refused) = plan(&loaded, &options)?;
     start_events(
         &*events,
         &options,
         loaded.len(),
         jobs.len(),
-        problems.iter(),
+        problems.iter().chain(&refused),
     );
     let options = Arc::new(options);
     let (unfinished, progress) =
@@ -254,7 +254,8 @@ pub async fn run(
     })
 }
 
-/// `run_start`, then the load problems the terminal was told of as they were found.
+/// `run_start`, then the load problems the terminal was told of as they were found, and the
+/// ends of the attempts they cost.
 fn start_events<'a>(
     events: &dyn EventSink,
     options: &EvalOptions,
@@ -445,21 +446,29 @@ async fn connect_engines(
 }
 
 /// The attempts still to run: finished means a verdict or the agent's own failure; what
-/// the infrastructure failed runs again. A task that cannot run at all gets its result now.
-fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>, EvalError> {
+/// the infrastructure failed runs again. An attempt of a task that cannot run at all gets
+/// its result now, and its `attempt_end` (returned, for after `run_start`): a harness
+/// counting ends must count every attempt the summary does.
+fn plan(
+    loaded: &[Loaded],
+    options: &EvalOptions,
+) -> Result<(Vec<(Arc<Job>, u32)>, Vec<Event>), EvalError> {
     let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
+    let mut ends = Vec::new();
     for l in loaded {
         for attempt in 1..=options.attempts {
             let dir = results::attempt_dir(&options.out, l.id(), attempt, options.attempts);
             if results::read_result(&dir).is_some_and(|r| r.status != Status::InfraError) {
                 continue;
             }
-            let refused = |reason: &str| {
+            let mut refused = |reason: &str| {
                 let mut r = TaskResult::new(l.id(), attempt, options.model_label());
                 r.status = Status::InfraError;
                 r.phase = Some("load".into());
                 r.error = Some(reason.to_string());
-                write_result(&dir, &r)
+                write_result(&dir, &r)?;
+                ends.push(Event::attempt_end(&r, &dir));
+                Ok::<(), EvalError>(())
             };
             match l {
                 Loaded::Broken(p) => refused(&p.located())?,
@@ -481,7 +490,7 @@ fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Vec<(Arc<Job>, u32)>
             "--agent oracle: {no_solution} JSON-lines tasks have no solution to run; each is infra_error (run them with --model)"
         ));
     }
-    Ok(jobs)
+    Ok((jobs, ends))
 }
 
 /// Runs the attempts, `options.jobs` at a time, each result written as it finishes: how

@@ -140,6 +140,51 @@ pub struct VerifierEnd {
     /// summary. Empty in results written before it was kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failing: Vec<String>,
+    /// The file a Harbor verifier wrote its rewards in, with what it held: a verifier that
+    /// wrote 0 judged the work, and the reason must say so rather than read its silence as
+    /// the cause. `None` for a verify command (its exit status decides), a multi-step
+    /// task's roll-up, and results written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward_file: Option<RewardFile>,
+}
+
+/// A reward file as the verifier left it: where, and its text (trimmed, blanks run
+/// together, cut to [`REWARD_TEXT_BYTES`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewardFile {
+    pub path: String,
+    pub text: String,
+}
+
+/// How much of a reward file a result quotes.
+pub const REWARD_TEXT_BYTES: usize = 200;
+
+impl RewardFile {
+    pub fn new(path: &str, text: &str) -> RewardFile {
+        let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if text.len() > REWARD_TEXT_BYTES {
+            let mut at = REWARD_TEXT_BYTES;
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            text.truncate(at);
+            text.push('…');
+        }
+        RewardFile {
+            path: path.to_string(),
+            text,
+        }
+    }
+
+    /// `reward 0 to /logs/verifier/reward.txt`, or `rewards {…} to …/reward.json`.
+    fn wrote(&self) -> String {
+        let what = if self.path.ends_with(".json") {
+            "rewards"
+        } else {
+            "reward"
+        };
+        format!("{what} {} to {}", self.text, self.path)
+    }
 }
 
 /// How many failing lines a result keeps, each cut to [`FAILING_LINE_BYTES`].
@@ -168,6 +213,7 @@ impl VerifierEnd {
             exit,
             tail,
             failing,
+            reward_file: None,
         }
     }
 
@@ -181,9 +227,9 @@ impl VerifierEnd {
         }
     }
 
-    /// One line: the exit status and the line that best says why: the last assertion
-    /// the verifier printed, else its last failing line, else its last line (never the
-    /// `[test.sh exited with N]` runner adds to the log).
+    /// One line: the reward it wrote (quoting its file), the exit status and the line that
+    /// best says why: the last assertion the verifier printed, else its last failing line,
+    /// else its last line (never the `[test.sh exited with N]` runner adds to the log).
     pub fn summary(&self) -> String {
         let failing = self.failing_lines();
         let asserted = failing.iter().rev().find(|l| is_assertion(l));
@@ -194,9 +240,13 @@ impl VerifierEnd {
                 .map(str::trim)
                 .find(|l| !l.is_empty() && !is_ours(l))
         });
-        let status = match self.exit {
-            Some(code) => format!("the verifier exited {code}"),
-            None => "the verifier was stopped".to_string(),
+        let ended = match self.exit {
+            Some(code) => format!("exited {code}"),
+            None => "was stopped".to_string(),
+        };
+        let status = match &self.reward_file {
+            Some(file) => format!("the verifier wrote {}; it {ended}", file.wrote()),
+            None => format!("the verifier {ended}"),
         };
         match last {
             Some(line) => format!("{status}: {line}"),
@@ -291,9 +341,35 @@ impl TaskResult {
                 Some(format!("{}; {error}", v.summary()))
             }
             (Some(error), _) => Some(error.clone()),
+            (None, Some(v)) if !self.step_rewards.is_empty() => Some(format!(
+                "the steps' rewards came to {}; {}",
+                self.steps_said(),
+                v.summary()
+            )),
             (None, Some(v)) => Some(v.summary()),
             (None, None) => None,
         }
+    }
+
+    /// A multi-step attempt's reward and each step's: `0.5 (one: reward 1; two: reward 0)`.
+    fn steps_said(&self) -> String {
+        let steps: Vec<String> = self
+            .step_rewards
+            .iter()
+            .map(|(name, rewards)| {
+                let each: Vec<String> = rewards.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let each = if each.is_empty() {
+                    "none".to_string()
+                } else {
+                    each.join(", ")
+                };
+                format!("{name}: {each}")
+            })
+            .collect();
+        let total = self
+            .reward
+            .map_or_else(|| "nothing".to_string(), |r| r.to_string());
+        format!("{total} ({})", steps.join("; "))
     }
 
     /// Keeps `text` as the attempt's instruction, cut to [`INSTRUCTION_BYTES`].
@@ -835,6 +911,63 @@ mod tests {
         r.status = Status::Timeout;
         r.error = Some("verify ran past 60 s".into());
         assert_eq!(r.reason().unwrap(), "verify ran past 60 s");
+    }
+
+    /// A verifier that wrote reward 0 judged the work: the reason says so and quotes its
+    /// file, beside the exit status and what it printed (here nothing, which alone would
+    /// read as a verifier that did not run). A map in reward.json is quoted on one line.
+    #[test]
+    fn the_reason_quotes_the_reward_the_verifier_wrote() {
+        let written = |path: &str, text: &str, exit: i64, log: &[u8]| {
+            let mut r = TaskResult::new("t", 1, "m".into());
+            r.reward = Some(0.0);
+            r.verifier = Some(VerifierEnd {
+                reward_file: Some(RewardFile::new(path, text)),
+                ..VerifierEnd::of(Some(exit), log)
+            });
+            r.reason().unwrap()
+        };
+        assert_eq!(
+            written("/logs/verifier/reward.txt", "0\n", 0, b""),
+            "the verifier wrote reward 0 to /logs/verifier/reward.txt; it exited 0 and printed nothing"
+        );
+        assert_eq!(
+            written(
+                "/logs/verifier/reward.txt",
+                "0",
+                1,
+                b"E   assert 41 == 42\n[test.sh exited with 1]\n"
+            ),
+            "the verifier wrote reward 0 to /logs/verifier/reward.txt; it exited 1: E   assert 41 == 42"
+        );
+        assert_eq!(
+            written(
+                "/logs/verifier/reward.json",
+                "{\n  \"a\": 1,\n  \"b\": 0.5\n}\n",
+                0,
+                b"done\n"
+            ),
+            "the verifier wrote rewards { \"a\": 1, \"b\": 0.5 } to /logs/verifier/reward.json; it exited 0: done"
+        );
+        // A file of any length is quoted in a line of its own size.
+        let long = RewardFile::new("/logs/verifier/reward.json", &"é".repeat(400));
+        assert!(
+            long.text.len() <= REWARD_TEXT_BYTES + '…'.len_utf8(),
+            "{long:?}"
+        );
+        assert!(long.text.ends_with('…'));
+        // A multi-step task's roll-up is no one file: the steps say where it came from.
+        let mut r = TaskResult::new("t", 1, "m".into());
+        r.reward = Some(0.5);
+        r.step_rewards = vec![
+            ("one".into(), [("reward".to_string(), 1.0)].into()),
+            ("two".into(), [("reward".to_string(), 0.0)].into()),
+        ];
+        r.verifier = Some(VerifierEnd::of(Some(0), b""));
+        assert_eq!(
+            r.reason().unwrap(),
+            "the steps' rewards came to 0.5 (one: reward 1; two: reward 0); the verifier exited 0 and printed nothing"
+        );
     }
 
     /// Results and run records written before the report's fields were kept still load.

@@ -5,7 +5,6 @@
 //! score (a verifier past its limit, one that died under code the agent wrote, an engine
 //! that went away) means the same for both.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -39,8 +38,8 @@ pub(super) enum Verified {
 pub(super) enum Score {
     /// A runner task's verify command: exit status 0 resolves it.
     Exit(Option<i32>),
-    /// A Harbor task's rewards, by name, or why `test.sh` left none.
-    Rewards(Result<BTreeMap<String, f64>, EvalError>),
+    /// A Harbor task's rewards, by name, with their file, or why `test.sh` left none.
+    Rewards(Result<super::harbor::Written, EvalError>),
 }
 
 /// An attempt that ends as the infrastructure's failure: no verdict, and `retryable` says
@@ -190,15 +189,19 @@ pub(super) async fn conclude(
             score,
         } => {
             let _ = write_file(&out.join("verify.log"), &log);
+            let mut reward_file = None;
             if timed_out {
                 result.status = Status::Timeout;
                 result.phase = Some("verify".into());
                 result.error = Some(format!("verify ran past {} s", limit.as_secs()));
             } else {
-                score_into(&mut result, score);
+                reward_file = score_into(&mut result, score);
             }
             if result.status != Status::Resolved {
-                result.verifier = Some(VerifierEnd::of(exit, &log));
+                result.verifier = Some(VerifierEnd {
+                    reward_file,
+                    ..VerifierEnd::of(exit, &log)
+                });
             }
             Some(Verdict {
                 result,
@@ -226,8 +229,8 @@ pub(super) async fn conclude(
 }
 
 /// Status and reward from the score: resolved only when every reward is at least 1 (or the
-/// command exited 0).
-fn score_into(result: &mut TaskResult, score: Score) {
+/// command exited 0). Returns the reward file the verdict was read from.
+fn score_into(result: &mut TaskResult, score: Score) -> Option<super::results::RewardFile> {
     match score {
         Score::Exit(code) => {
             let resolved = code == Some(0);
@@ -237,8 +240,9 @@ fn score_into(result: &mut TaskResult, score: Score) {
                 Status::Unresolved
             };
             result.reward = Some(if resolved { 1.0 } else { 0.0 });
+            None
         }
-        Score::Rewards(Ok(map)) => {
+        Score::Rewards(Ok(super::harbor::Written { rewards: map, file })) => {
             let least = map.values().copied().fold(f64::INFINITY, f64::min);
             result.status = if least >= 1.0 {
                 Status::Resolved
@@ -249,6 +253,7 @@ fn score_into(result: &mut TaskResult, score: Score) {
             if map.len() > 1 || !map.contains_key("reward") {
                 result.rewards = map;
             }
+            file
         }
         // test.sh that ends without a reward judged nothing: the task is not solved, and
         // the log says why.
@@ -257,6 +262,7 @@ fn score_into(result: &mut TaskResult, score: Score) {
             result.reward = Some(0.0);
             result.phase = Some("verify".into());
             result.error = Some(e.to_string());
+            None
         }
     }
 }
