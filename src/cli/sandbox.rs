@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Subcommand;
 
@@ -77,7 +78,7 @@ pub async fn run(cmd: SandboxCommand) -> u8 {
             root,
             sandbox,
             rules,
-        } => exec_in_wall(&root, &sandbox, &rules, &[]).await,
+        } => exec_in_wall(&root, &sandbox, &rules, &[], None).await,
         SandboxCommand::Cleanup(args) => cleanup::run(&args).await,
     }
 }
@@ -267,6 +268,7 @@ pub(super) async fn exec_in_wall(
     args: &SandboxArgs,
     rules: &RuleArgs,
     argv: &[OsString],
+    audit: Option<&Path>,
 ) -> u8 {
     let (spec, mode) = match args
         .spec(root, rules)
@@ -282,6 +284,15 @@ pub(super) async fn exec_in_wall(
         eprintln!("runner: {e}");
         return exit::USAGE;
     }
+    // The trail opens before anything is made or run, and never where the program can
+    // write.
+    let trail = match open_trail(root, &spec, rules, audit) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("runner: {}", crate::display::escape(&e));
+            return exit::USAGE;
+        }
+    };
     // With a copy workspace the program works in the copy, kept for review when it holds
     // changes.
     let workspace = match mode {
@@ -297,7 +308,15 @@ pub(super) async fn exec_in_wall(
         _ => None,
     };
     let work = workspace.as_ref().map(|w| w.work());
-    let code = exec_in(work.as_deref().unwrap_or(root), root, args, rules, argv).await;
+    let code = exec_in(
+        work.as_deref().unwrap_or(root),
+        root,
+        args,
+        rules,
+        argv,
+        trail,
+    )
+    .await;
     super::changes::report(workspace);
     code
 }
@@ -320,13 +339,34 @@ fn needs_a_wall(spec: &SandboxSpec, mode: crate::workspace::Mode) -> Result<(), 
     Ok(())
 }
 
-/// The program in `work` (the worktree, or its copy), the rules read for `root`.
+/// The audit trail of an exec: `--audit FILE` and the user's `[audit] file`, as every
+/// session has it, refused where the sandbox of `spec` can write.
+fn open_trail(
+    root: &Path,
+    spec: &SandboxSpec,
+    rules: &RuleArgs,
+    file: Option<&Path>,
+) -> Result<Arc<runner_audit::Audit>, String> {
+    let (settings, _) = crate::config::settings::Settings::load(root, rules.config.as_deref())
+        .map_err(|e| e.to_string())?;
+    let options = crate::agent::audit::AuditOptions {
+        file: file.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    let root = crate::session::absolute_root(root);
+    let writable = crate::agent::audit::writable_by(spec, Some(&root));
+    crate::agent::audit::open(&options, &settings, &writable).map_err(|e| e.to_string())
+}
+
+/// The program in `work` (the worktree, or its copy), the rules read for `root`; its start,
+/// each connection decision and its end go to `trail`.
 async fn exec_in(
     work: &Path,
     root: &Path,
     args: &SandboxArgs,
     rule_args: &RuleArgs,
     argv: &[OsString],
+    trail: Arc<runner_audit::Audit>,
 ) -> u8 {
     let wall = match Wall::of(work, root, args, rule_args) {
         Ok(w) => w,
@@ -340,28 +380,71 @@ async fn exec_in(
     if let Some(inspection) = &wall.inspection {
         crate::config::settings::put_placeholders(&mut env, inspection);
     }
-    let limits = crate::network::NetworkLimits::of(&wall.spec.limits);
-    let (rules, inspection, programs) = (wall.rules, wall.inspection, wall.programs);
-    let proxy = move |client, worktree: PathBuf| async move {
-        let mut policy = crate::network::Policy::without_asks(
-            &worktree,
-            rules,
-            "the program holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
-        );
-        policy.programs = programs;
-        crate::network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
-            .await
-            .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))
-    };
-    match crate::sandbox::exec::run(&wall.spec, argv, &env, proxy).await {
+    // The shell of `sandbox shell` is no command anybody named.
+    let command = (!argv.is_empty()).then(|| {
+        argv.iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    });
+    let wall_line = crate::session::wall_line(&wall.spec, None);
+    let session = crate::agent::audit::SessionAudit::started(trail, &wall.spec, wall_line, command);
+    let proxy = exec_proxy(&wall, session.sink().clone());
+    let code = match crate::sandbox::exec::run(&wall.spec, argv, &env, proxy).await {
         Ok((code, proxy)) => {
             super::tool::report_network(proxy.as_ref()).await;
+            // Its connections still open are written before the stop.
+            drop(proxy);
+            session.ended(&format!("the program ended with status {code}"));
             code
         }
         Err(e) => {
             eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+            session.ended(&format!("runner could not run the program: {e}"));
             exit::FAILED
         }
+    };
+    drop(session);
+    code
+}
+
+/// What starts an exec's allow-list proxy from the sandbox's client: the rules decide
+/// alone (nobody can answer an ask while the program holds the terminal), and every
+/// decision and connection goes to `trail`.
+fn exec_proxy(
+    wall: &Wall,
+    trail: Arc<runner_audit::Audit>,
+) -> impl FnOnce(
+    crate::sandbox::SandboxClient,
+    PathBuf,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + Send>,
+> {
+    let limits = crate::network::NetworkLimits::of(&wall.spec.limits);
+    let (rules, inspection, programs) = (
+        wall.rules.clone(),
+        wall.inspection.clone(),
+        wall.programs.clone(),
+    );
+    move |client, worktree: PathBuf| {
+        Box::pin(async move {
+            use crate::permission::gate::{PolicyAsker, RuleGate};
+            let asker = PolicyAsker::deny(
+                "the program holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
+            );
+            let gate =
+                RuleGate::new(&worktree, rules.clone(), Arc::new(asker)).with_audit(trail.clone());
+            let policy = crate::network::Policy {
+                gate: Arc::new(gate),
+                rules,
+                programs,
+            };
+            let proxy =
+                crate::network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
+                    .await
+                    .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))?;
+            crate::agent::audit::observe(&trail, Some(&proxy));
+            Ok(proxy)
+        })
     }
 }
 
