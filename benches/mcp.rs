@@ -21,7 +21,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::CallToolRequestParam;
+use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
 const RUNNER: &str = env!("CARGO_BIN_EXE_runner");
@@ -72,10 +72,9 @@ async fn mcp_calls(base: &Path, backend: &str, kind: &str, calls: usize) -> f64 
     let (stdin, stdout) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
     let service = ().serve((stdout, stdin)).await.expect("the MCP session starts");
     let call = |n: usize| {
-        service.call_tool(CallToolRequestParam {
-            name: if kind == "read" { "read" } else { "bash" }.into(),
-            arguments: arguments(kind, n).as_object().cloned(),
-        })
+        let mut params = CallToolRequestParams::new(if kind == "read" { "read" } else { "bash" });
+        params.arguments = arguments(kind, n).as_object().cloned();
+        service.call_tool(params)
     };
     for n in 0..5 {
         let result = call(calls + n).await.expect("a warm-up call");

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParam, CallToolResult, ClientCapabilities, ClientInfo,
-    ClientRequest, CreateElicitationRequestParam, CreateElicitationResult, ElicitationAction,
-    ElicitationCapability, Meta, NumberOrString, ProgressNotificationParam, ProgressToken,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientConfig, ClientRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, NumberOrString,
+    ProgressNotificationParam, ProgressToken, RequestMetaObject,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -42,32 +42,27 @@ impl Client {
 }
 
 impl ClientHandler for Client {
-    fn get_info(&self) -> ClientInfo {
-        let mut capabilities = ClientCapabilities::default();
+    fn get_info(&self) -> ClientConfig {
+        let mut config = ClientConfig::default();
         if self.answer.is_some() {
-            capabilities.elicitation = Some(ElicitationCapability::default());
+            config.capabilities.elicitation = Some(ElicitationCapability::default());
         }
-        ClientInfo {
-            capabilities,
-            ..ClientInfo::default()
-        }
+        config
     }
 
     async fn create_elicitation(
         &self,
-        request: CreateElicitationRequestParam,
+        request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
-    ) -> Result<CreateElicitationResult, ErrorData> {
-        self.asked.lock().unwrap().push(request.message.clone());
+    ) -> Result<ElicitResult, ErrorData> {
+        let ElicitRequestParams::FormElicitationParams { message, .. } = &request else {
+            panic!("runner asks with a form: {request:?}");
+        };
+        self.asked.lock().unwrap().push(message.clone());
         Ok(match self.answer {
-            Some("decline") | None => CreateElicitationResult {
-                action: ElicitationAction::Decline,
-                content: None,
-            },
-            Some(answer) => CreateElicitationResult {
-                action: ElicitationAction::Accept,
-                content: Some(json!({ "answer": answer })),
-            },
+            Some("decline") | None => ElicitResult::new(ElicitationAction::Decline),
+            Some(answer) => ElicitResult::new(ElicitationAction::Accept)
+                .with_content(json!({ "answer": answer })),
         })
     }
 
@@ -159,10 +154,10 @@ async fn call(
     args: Value,
 ) -> CallToolResult {
     service
-        .call_tool(CallToolRequestParam {
-            name: tool.to_string().into(),
-            arguments: args.as_object().cloned(),
-        })
+        .call_tool(
+            CallToolRequestParams::new(tool.to_string())
+                .with_arguments(args.as_object().cloned().expect("arguments are an object")),
+        )
         .await
         .unwrap_or_else(|e| panic!("{tool} {args}: {e}"))
 }
@@ -307,12 +302,7 @@ async fn tools_work_inside_and_nothing_gets_out(backend: Backend) {
     );
 
     // An unknown tool is the client's error, not a call.
-    let unknown = service
-        .call_tool(CallToolRequestParam {
-            name: "task".into(),
-            arguments: None,
-        })
-        .await;
+    let unknown = service.call_tool(CallToolRequestParams::new("task")).await;
     assert!(
         unknown.is_err(),
         "task is runner's own, not offered: {unknown:?}"
@@ -380,24 +370,15 @@ async fn a_cancelled_call_ends_its_command(backend: Backend) {
     let client = Client::new(None);
     let progress = client.progress.clone();
     let service = serve(backend, &place, client, &["--ask", "allow"]).await;
-    let mut meta = Meta::new();
+    let mut meta = RequestMetaObject::default();
     meta.set_progress_token(ProgressToken(NumberOrString::Number(7)));
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParam {
-        name: "bash".into(),
-        arguments: bash(
-            "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 1; done; touch late",
-        )
-        .as_object()
-        .cloned(),
-    }));
+    let arguments =
+        bash("for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 1; done; touch late");
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("bash").with_arguments(arguments.as_object().cloned().unwrap()),
+    ));
     let handle = service
-        .send_cancellable_request(
-            request,
-            PeerRequestOptions {
-                timeout: None,
-                meta: Some(meta),
-            },
-        )
+        .send_cancellable_request(request, PeerRequestOptions::no_options().with_meta(meta))
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

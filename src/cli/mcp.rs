@@ -172,8 +172,8 @@ mod test_server {
     //! `echo`, `read` (a file, by path), `crash` (exits mid-call).
 
     use rmcp::model::{
-        CallToolRequestParam, CallToolResult, Content, ListToolsResult, PaginatedRequestParam,
-        ServerCapabilities, ServerInfo, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     };
     use rmcp::service::RequestContext;
     use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -186,39 +186,33 @@ mod test_server {
     }
 
     impl ServerHandler for TestServer {
-        fn get_info(&self) -> ServerInfo {
-            ServerInfo {
-                capabilities: ServerCapabilities::builder().enable_tools().build(),
-                ..Default::default()
-            }
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
         }
 
         async fn list_tools(
             &self,
-            _request: Option<PaginatedRequestParam>,
+            _request: Option<PaginatedRequestParams>,
             _context: RequestContext<RoleServer>,
         ) -> Result<ListToolsResult, ErrorData> {
             let text = json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]});
             let path = json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]});
-            Ok(ListToolsResult {
-                next_cursor: None,
-                tools: vec![
-                    Tool::new("echo", "Says the text back.", schema(text)),
-                    Tool::new("read", "Reads a file.", schema(path)),
-                    Tool::new(
-                        "crash",
-                        "Exits in the middle of the call.",
-                        schema(json!({"type": "object"})),
-                    ),
-                ],
-            })
+            Ok(ListToolsResult::with_all_items(vec![
+                Tool::new("echo", "Says the text back.", schema(text)),
+                Tool::new("read", "Reads a file.", schema(path)),
+                Tool::new(
+                    "crash",
+                    "Exits in the middle of the call.",
+                    schema(json!({"type": "object"})),
+                ),
+            ]))
         }
 
         async fn call_tool(
             &self,
-            request: CallToolRequestParam,
+            request: CallToolRequestParams,
             _context: RequestContext<RoleServer>,
-        ) -> Result<CallToolResult, ErrorData> {
+        ) -> Result<CallToolResponse, ErrorData> {
             let arg = |k: &str| {
                 request
                     .arguments
@@ -228,15 +222,18 @@ mod test_server {
                     .unwrap_or_default()
                     .to_string()
             };
-            match request.name.as_ref() {
-                "echo" => Ok(CallToolResult::success(vec![Content::text(arg("text"))])),
-                "read" => Ok(match std::fs::read_to_string(arg("path")) {
-                    Ok(text) => CallToolResult::success(vec![Content::text(text)]),
-                    Err(e) => CallToolResult::error(vec![Content::text(e.to_string())]),
-                }),
+            let result = match request.name.as_ref() {
+                "echo" => CallToolResult::success(vec![ContentBlock::text(arg("text"))]),
+                "read" => match std::fs::read_to_string(arg("path")) {
+                    Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+                    Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
+                },
                 "crash" => std::process::exit(3),
-                other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
-            }
+                other => {
+                    return Err(ErrorData::invalid_params(format!("no tool {other}"), None));
+                }
+            };
+            Ok(result.into())
         }
     }
 

@@ -10,33 +10,42 @@
 //! - **Which tools.** [`OFFERED`]: the shell and file tools. runner's agent-level tools
 //!   (`task`, plan mode, `question`, `todowrite`) belong to runner's own loop; the client
 //!   has its own.
-//! - **Who answers an ask.** The client's user, through an MCP elicitation, when the client
-//!   says it can take one; otherwise the `--ask` policy, which refuses by default, and the
-//!   refusal says so and how to allow it ([`ClientAsker`]).
+//! - **Which revision.** The newest MCP revision both sides speak, 2024-11-05 to
+//!   2025-11-25; a method runner does not know (`server/discover` among them) is "Method
+//!   not found" and the session goes on ([`handshake`]).
+//! - **Who answers an ask.** The client's user, through an MCP elicitation, when the
+//!   revision and the client both have it; otherwise the `--ask` policy, which refuses by
+//!   default, and the refusal says why and how to allow it ([`ask`]).
 //! - **Long calls.** A call whose request carries a progress token gets a progress
 //!   notification at most once a second while the tool reports output ([`progress_sink`]).
 //!   A `notifications/cancelled` for a call cancels its context, which ends the command's
 //!   process group inside the sandbox.
 
-use std::sync::{Arc, Mutex, OnceLock};
+pub mod ask;
+pub mod handshake;
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParam, CallToolResult, Content, CreateElicitationRequestParam,
-    ElicitationAction, ElicitationSchema, Implementation, InitializeRequestParam, InitializeResult,
-    ListToolsResult, PaginatedRequestParam, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerInfo, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer, ServiceExt};
 use runner_agent::session::{OpenError, OpenSession, SessionAsker, SessionOptions};
 use runner_network::NetworkProxy;
-use runner_permission::gate::{Ask, Asker, Reply, ReplyFuture, Unanswerable};
 use runner_tool::registry::{CallResult, Outcome};
 use runner_tool::{Conversation, Progress, Registry, ToolContext};
 use runner_workspace::Workspace;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+pub use ask::{ClientAsker, Fallback};
+use handshake::Handshake;
 
 /// The tools a client is offered: the ones that act on the worktree and run commands.
 pub const OFFERED: [&str; 9] = [
@@ -75,14 +84,6 @@ pub struct Served {
     pub network: Option<Arc<NetworkProxy>>,
 }
 
-/// Who answers when the client cannot: `--ask allow` approves each ask once; anything
-/// else refuses it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fallback {
-    Allow,
-    Deny,
-}
-
 /// Serves runner's walled tools on `transport` (standard input and output for `runner mcp
 /// serve`) until the client goes away. The sandbox opens before the first message is
 /// read, so a broken config or a missing wall is reported once, where runner was started,
@@ -107,7 +108,7 @@ where
         registry: Registry::builtin(),
         asker,
     };
-    let running = tools
+    let running = Handshake(tools)
         .serve(transport)
         .await
         .map_err(|e| ServeError::Protocol(e.to_string()))?;
@@ -146,36 +147,33 @@ impl WalledTools {
 }
 
 impl ServerHandler for WalledTools {
-    fn get_info(&self) -> ServerInfo {
-        ServerInfo {
-            capabilities: ServerCapabilities::builder().enable_tools().build(),
-            server_info: Implementation {
-                name: "runner".into(),
-                title: Some("runner: tools behind a wall".into()),
-                version: env!("CARGO_PKG_VERSION").into(),
-                icons: None,
-                website_url: None,
-            },
-            instructions: Some(INSTRUCTIONS.into()),
-            ..ServerInfo::default()
-        }
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("runner", env!("CARGO_PKG_VERSION"))
+                    .with_title("runner: tools behind a wall"),
+            )
+            .with_instructions(INSTRUCTIONS)
+            .with_protocol_version(handshake::NEWEST)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        handshake::supported()
     }
 
     async fn initialize(
         &self,
-        request: InitializeRequestParam,
+        request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
-        if context.peer.peer_info().is_none() {
-            context.peer.set_peer_info(request);
-        }
+        let result = self.negotiate_initialize(&request)?;
         self.asker.reach(context.peer.clone());
-        Ok(self.get_info())
+        Ok(result)
     }
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParam>,
+        _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let tools = self
@@ -188,17 +186,14 @@ impl ServerHandler for WalledTools {
                 Tool::new(t.id(), t.description().to_string(), Arc::new(schema))
             })
             .collect();
-        Ok(ListToolsResult {
-            tools,
-            next_cursor: None,
-        })
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParam,
+        request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> Result<CallToolResponse, McpError> {
         let name = request.name.as_ref();
         if !self.offered().any(|t| t.id() == name) {
             return Err(McpError::invalid_params(
@@ -220,7 +215,7 @@ impl ServerHandler for WalledTools {
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let result = self.registry.call(name, args, &ctx).await;
-        Ok(to_mcp(result))
+        Ok(to_mcp(result).into())
     }
 }
 
@@ -231,9 +226,9 @@ fn to_mcp(result: CallResult) -> CallToolResult {
         Some(error) => error.clone(),
         None => result.output.clone(),
     };
-    let mut content = vec![Content::text(text)];
+    let mut content = vec![ContentBlock::text(text)];
     for a in &result.attachments {
-        content.push(Content::text(format!(
+        content.push(ContentBlock::text(format!(
             "[attachment {} {} ({} bytes as a data URL)]",
             a.filename,
             a.mime,
@@ -268,114 +263,12 @@ fn progress_sink(peer: Peer<RoleServer>, token: ProgressToken) -> runner_tool::P
             .and_then(Value::as_str)
             .and_then(|o| o.lines().rev().find(|l| !l.trim().is_empty()))
             .map(str::to_string);
-        let params = ProgressNotificationParam {
-            progress_token: token.clone(),
-            progress: started.elapsed().as_secs_f64(),
-            total: None,
-            message,
-        };
+        let mut params =
+            ProgressNotificationParam::new(token.clone(), started.elapsed().as_secs_f64());
+        params.message = message;
         let peer = peer.clone();
         tokio::spawn(async move {
             let _ = peer.notify_progress(params).await;
         });
-    })
-}
-
-/// Answers asks through the client: an MCP elicitation naming the tool, the permission and
-/// what it would do, when the client can take one; otherwise the `--ask` fallback.
-pub struct ClientAsker {
-    peer: OnceLock<Peer<RoleServer>>,
-    fallback: Fallback,
-}
-
-impl ClientAsker {
-    fn new(fallback: Fallback) -> Self {
-        ClientAsker {
-            peer: OnceLock::new(),
-            fallback,
-        }
-    }
-
-    /// The client, once it has said hello (and what it can do).
-    fn reach(&self, peer: Peer<RoleServer>) {
-        let _ = self.peer.set(peer);
-    }
-
-    /// The peer when it declared it can answer elicitations.
-    fn elicits(&self) -> Option<&Peer<RoleServer>> {
-        self.peer.get().filter(|p| {
-            p.peer_info()
-                .is_some_and(|i| i.capabilities.elicitation.is_some())
-        })
-    }
-}
-
-impl Asker for ClientAsker {
-    fn ask<'a>(&'a self, ask: &'a Ask) -> ReplyFuture<'a> {
-        Box::pin(async move {
-            match self.elicits() {
-                Some(peer) => elicit(peer, ask).await,
-                None => self.fall_back(),
-            }
-        })
-    }
-}
-
-impl ClientAsker {
-    fn fall_back(&self) -> Result<Reply, Unanswerable> {
-        match self.fallback {
-            Fallback::Allow => Ok(Reply::Once),
-            Fallback::Deny => Err(Unanswerable(
-                "the rules ask before this, and the MCP client cannot be asked (it does not take elicitations), so runner mcp serve refuses it (--ask deny, the default). The user can allow it with a rule in their runner config, or start the server with --ask allow".into(),
-            )),
-        }
-    }
-}
-
-/// One ask as an elicitation: accept with `once` or `always`, or decline.
-async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> Result<Reply, Unanswerable> {
-    let request = &ask.request;
-    let tool = request.tool.as_deref().unwrap_or(&request.permission);
-    let message = format!(
-        "runner: allow {tool} to {} {}?",
-        request.permission,
-        request.patterns.join(", ")
-    );
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "answer": {
-                "type": "string",
-                "title": "Answer",
-                "description": "once: allow this call; always: allow calls like it for this session; reject: refuse it",
-                "enum": ["once", "always", "reject"]
-            }
-        },
-        "required": ["answer"]
-    });
-    let Value::Object(schema) = schema else {
-        unreachable!("a JSON object literal")
-    };
-    let requested_schema = ElicitationSchema::from_json_schema(schema)
-        .map_err(|e| Unanswerable(format!("runner could not build its question: {e}")))?;
-    let answer = peer
-        .create_elicitation(CreateElicitationRequestParam {
-            message,
-            requested_schema,
-        })
-        .await
-        .map_err(|e| Unanswerable(format!("the MCP client did not answer the ask: {e}")))?;
-    let chosen = answer
-        .content
-        .as_ref()
-        .and_then(|c| c.get("answer"))
-        .and_then(Value::as_str);
-    Ok(match (answer.action, chosen) {
-        (ElicitationAction::Accept, Some("always")) => Reply::Always,
-        (ElicitationAction::Accept, Some("once")) => Reply::Once,
-        (ElicitationAction::Accept, _) => Reply::Reject { feedback: None },
-        (ElicitationAction::Decline | ElicitationAction::Cancel, _) => Reply::Reject {
-            feedback: Some("the user declined it in the MCP client".into()),
-        },
     })
 }

@@ -68,8 +68,6 @@ pub enum OutboundError {
     Resolve(Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot set up the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
-    #[error("cannot make an HTTP client: {0}")]
-    Client012(#[source] reqwest012::Error),
     /// The upstream proxy of runner's environment cannot be used.
     #[error(transparent)]
     Proxy(#[from] BadProxy),
@@ -133,17 +131,16 @@ impl Outbound {
         Ok(self.client.get_or_init(|| built))
     }
 
-    /// The same guard on the older reqwest that rmcp's streamable-HTTP transport takes,
-    /// with `headers` on every request. rmcp follows redirects through the client, so the
-    /// client follows only those to the same origin (the rules judged that URL, and the
-    /// headers were meant for it), each judged again.
-    pub fn client_012(
+    /// The same guard for rmcp's streamable-HTTP transport, with `headers` on every
+    /// request. rmcp follows redirects through the client, so the client follows only those
+    /// to the same origin (the rules judged that URL, and the headers were meant for it),
+    /// each judged again.
+    pub fn client_with_headers(
         &self,
-        headers: reqwest012::header::HeaderMap,
-    ) -> Result<reqwest012::Client, OutboundError> {
-        runner_http::install_tls();
+        headers: reqwest::header::HeaderMap,
+    ) -> Result<reqwest::Client, OutboundError> {
         let openings = self.openings.clone();
-        let redirects = reqwest012::redirect::Policy::custom(move |attempt| {
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
             let first = attempt.previous().first().cloned();
             let next = attempt.url().clone();
             if attempt.previous().len() > 10 {
@@ -160,23 +157,21 @@ impl Outbound {
                 Err(refused) => attempt.error(refused),
             }
         });
-        let mut builder = reqwest012::Client::builder()
+        let mut builder = runner_http::client_builder()
             .default_headers(headers)
-            .connect_timeout(Duration::from_secs(30))
             .no_proxy();
         if Egress::from_env().is_set() {
             let openings = self.openings.clone();
-            builder = builder.proxy(reqwest012::Proxy::custom(move |url| {
-                let url = reqwest::Url::parse(url.as_str()).ok()?;
-                let proxy = Egress::from_env().for_url(&url).ok().flatten()?;
+            builder = builder.proxy(reqwest::Proxy::custom(move |url| {
+                let proxy = Egress::from_env().for_url(url).ok().flatten()?;
                 Some(openings.proxy_url(proxy))
             }));
         }
         builder
             .redirect(redirects)
-            .dns_resolver(Arc::new(Resolver(self.openings.clone())))
+            .dns_resolver(Resolver(self.openings.clone()))
             .build()
-            .map_err(OutboundError::Client012)
+            .map_err(OutboundError::Client)
     }
 
     /// Judges a URL whose host is an address, which no resolver sees; a name is judged
@@ -432,17 +427,6 @@ impl reqwest::dns::Resolve for Resolver {
         Box::pin(async move {
             let addrs = openings.resolve(&name).await?;
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
-
-impl reqwest012::dns::Resolve for Resolver {
-    fn resolve(&self, name: reqwest012::dns::Name) -> reqwest012::dns::Resolving {
-        let openings = self.0.clone();
-        let name = name.as_str().to_string();
-        Box::pin(async move {
-            let addrs = openings.resolve(&name).await?;
-            Ok(Box::new(addrs.into_iter()) as reqwest012::dns::Addrs)
         })
     }
 }

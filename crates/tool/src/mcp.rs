@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParam, RawContent};
+use rmcp::model::{CallToolRequestParams, ContentBlock};
 use rmcp::service::{RoleClient, RunningService};
 use serde::Deserialize;
 use serde_json::Value;
@@ -434,12 +434,12 @@ impl Server {
             .check(&parsed)
             .await
             .map_err(|e| not_contacted(&e))?;
-        let mut headers = reqwest012::header::HeaderMap::new();
+        let mut headers = reqwest::header::HeaderMap::new();
         for (k, v) in &self.spec.headers {
-            let name = reqwest012::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
                 ServerError::Config(format!("mcp.{}: header {k:?}: {e}", self.name))
             })?;
-            let value = reqwest012::header::HeaderValue::from_str(v).map_err(|e| {
+            let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| {
                 ServerError::Config(format!("mcp.{}: header {k:?}: {e}", self.name))
             })?;
             headers.insert(name, value);
@@ -447,7 +447,7 @@ impl Server {
         let client = ctx
             .services
             .outbound
-            .client_012(headers)
+            .client_with_headers(headers)
             .map_err(|e| ServerError::Failed(e.to_string()))?;
         let transport = StreamableHttpClientTransport::with_client(
             client,
@@ -520,10 +520,9 @@ impl Server {
             Value::Object(map) => Some(map),
             _ => None,
         };
-        let call = client.call_tool(CallToolRequestParam {
-            name: tool.to_string().into(),
-            arguments,
-        });
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = arguments;
+        let call = client.call_tool(params);
         let result = tokio::select! {
             r = tokio::time::timeout(self.timeout(), call) => match r {
                 Ok(Ok(result)) => result,
@@ -549,14 +548,14 @@ impl Server {
         let mut text = String::new();
         let mut attachments = Vec::new();
         for content in result.content {
-            match content.raw {
-                RawContent::Text(t) => text.push_str(&t.text),
-                RawContent::Image(i) => attachments.push(Attachment {
+            match content {
+                ContentBlock::Text(t) => text.push_str(&t.text),
+                ContentBlock::Image(i) => attachments.push(Attachment {
                     mime: i.mime_type.clone(),
                     url: format!("data:{};base64,{}", i.mime_type, i.data),
                     filename: format!("{}-{tool}", self.name),
                 }),
-                RawContent::Resource(r) => {
+                ContentBlock::Resource(r) => {
                     text.push_str(&serde_json::to_string(&r.resource).unwrap_or_default())
                 }
                 other => text.push_str(&serde_json::to_string(&other).unwrap_or_default()),

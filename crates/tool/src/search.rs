@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParam, RawContent};
+use rmcp::model::{CallToolRequestParams, ContentBlock};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -64,10 +64,7 @@ impl Search {
         let run = async {
             let client = self.connect(ctx).await.map_err(|e| failed(e.to_string()))?;
             let result = client
-                .call_tool(CallToolRequestParam {
-                    name: tool.into(),
-                    arguments: Some(arguments),
-                })
+                .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
                 .await
                 .map_err(|e| failed(format!("failed: {e}")));
             let _ = client.cancel().await;
@@ -75,8 +72,8 @@ impl Search {
             let text: Vec<String> = result
                 .content
                 .iter()
-                .filter_map(|c| match &c.raw {
-                    RawContent::Text(t) => Some(t.text.clone()),
+                .filter_map(|c| match c {
+                    ContentBlock::Text(t) => Some(t.text.clone()),
                     _ => None,
                 })
                 .collect();
@@ -111,9 +108,9 @@ impl Search {
             .check(&parsed)
             .await
             .map_err(|e| ServerError::NotContacted(format!("was not contacted: {e}")))?;
-        let mut headers = reqwest012::header::HeaderMap::new();
+        let mut headers = reqwest::header::HeaderMap::new();
         if let Some(key) = &self.key {
-            let mut value = reqwest012::header::HeaderValue::from_str(key).map_err(|_| {
+            let mut value = reqwest::header::HeaderValue::from_str(key).map_err(|_| {
                 ServerError::Config(format!(
                     "cannot be sent the key: {KEY_VARIABLE} holds characters a header cannot carry"
                 ))
@@ -124,7 +121,7 @@ impl Search {
         let client = ctx
             .services
             .outbound
-            .client_012(headers)
+            .client_with_headers(headers)
             .map_err(|e| ServerError::Failed(e.to_string()))?;
         let transport = StreamableHttpClientTransport::with_client(
             client,
