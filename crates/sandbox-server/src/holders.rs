@@ -117,11 +117,17 @@ pub fn holders_of(inode: u64, places: &Places) -> Vec<Holder> {
     found
 }
 
-/// Whether process `pid` has the socket among its descriptors.
+/// Whether process `pid` has the socket among its descriptors. The list of a process
+/// that is not dumpable can be readable while every link in it is not: that is an error,
+/// not "no".
 fn holds(pid: i32, wanted: &str) -> std::io::Result<bool> {
     for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
-        if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == wanted) {
-            return Ok(true);
+        match std::fs::read_link(fd.path()) {
+            Ok(link) if link.as_os_str() == wanted => return Ok(true),
+            Ok(_) => {}
+            // Closed meanwhile.
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(false)
