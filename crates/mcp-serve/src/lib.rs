@@ -25,7 +25,7 @@ pub mod ask;
 pub mod handshake;
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rmcp::ErrorData as McpError;
@@ -79,16 +79,18 @@ pub enum ServeError {
 
 /// How `serve` ends, for the caller to report once the sandbox is closed: the session's
 /// copy workspace (kept for `runner changes` and `runner apply`) and its network proxy.
+#[derive(Default)]
 pub struct Served {
     pub workspace: Option<Workspace>,
     pub network: Option<Arc<NetworkProxy>>,
 }
 
 /// Serves runner's walled tools on `transport` (standard input and output for `runner mcp
-/// serve`) until the client goes away. The sandbox opens before the first message is
-/// read, so a broken config or a missing wall is reported once, where runner was started,
-/// instead of as a failure of every call. When the client is gone the sandbox closes
-/// (every process in it ends) before this returns.
+/// serve`) until the client goes away. The sandbox opens when the client's `initialize`
+/// arrives, so that the session's audit trail names the client from its first record; a
+/// broken config or a missing wall fails that `initialize` with the reason and ends the
+/// server with it (once, instead of as a failure of every call). When the client is gone
+/// the sandbox closes (every process in it ends) before this returns.
 pub async fn serve<T, E, A>(
     mut options: SessionOptions,
     fallback: Fallback,
@@ -100,21 +102,44 @@ where
 {
     let asker = Arc::new(ClientAsker::new(fallback));
     options.asker = Some(SessionAsker(asker.clone()));
-    let mut open = options.open(Conversation::new(session_id())).await?;
-    let workspace = open.workspace.take();
-    let network = open.network.clone();
+    let opening = Arc::new(Opening::default());
+    *lock(&opening.options) = Some(options);
     let tools = WalledTools {
-        open: Arc::new(open),
+        opening: opening.clone(),
+        open: OnceLock::new(),
         registry: Registry::builtin(),
         asker,
     };
-    let running = Handshake(tools)
-        .serve(transport)
-        .await
-        .map_err(|e| ServeError::Protocol(e.to_string()))?;
-    let ended = running.waiting().await;
-    ended.map_err(|e| ServeError::Protocol(e.to_string()))?;
-    Ok(Served { workspace, network })
+    let started = Handshake(tools).serve(transport).await;
+    let ended = match started {
+        Ok(running) => running.waiting().await.map(drop).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    // The server (and with it the session) is gone: what it left is here alone.
+    if let Some(failed) = lock(&opening.failed).take() {
+        return Err(ServeError::Open(failed));
+    }
+    ended.map_err(ServeError::Protocol)?;
+    let mut served = lock(&opening.served);
+    Ok(Served {
+        workspace: served.workspace.take(),
+        network: served.network.take(),
+    })
+}
+
+/// What the session's opening takes and leaves, shared by [`serve`] and the server.
+#[derive(Default)]
+struct Opening {
+    /// The session's options until the client's `initialize` opens it.
+    options: Mutex<Option<SessionOptions>>,
+    /// Why it could not open.
+    failed: Mutex<Option<OpenError>>,
+    /// The copy workspace and the network proxy, for the caller's report at the end.
+    served: Mutex<Served>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// An id for the session's records and saved outputs, unique enough per process.
@@ -125,23 +150,65 @@ fn session_id() -> String {
     format!("mcp-{}-{nanos:08x}", std::process::id())
 }
 
-/// The server: one open session and the tools it offers.
+/// The server: one session, opened by the client's `initialize`, and the tools it offers.
 struct WalledTools {
-    open: Arc<OpenSession>,
+    opening: Arc<Opening>,
+    open: OnceLock<OpenSession>,
     registry: Registry,
     asker: Arc<ClientAsker>,
 }
 
 impl WalledTools {
-    fn ctx(&self) -> &ToolContext {
-        &self.open.ctx
+    /// Opens the session for the client `client` names itself as (on the audit trail's
+    /// start record). An error is kept for [`serve`] to end with, and told to the client.
+    async fn open(&self, client: &Implementation) -> Result<(), McpError> {
+        let Some(mut options) = lock(&self.opening.options).take() else {
+            return Err(McpError::invalid_request(
+                "the session is already initialized",
+                None,
+            ));
+        };
+        options.audit.client = Some(runner_audit::Client {
+            name: client.name.clone(),
+            version: Some(client.version.clone()).filter(|v| !v.is_empty()),
+        });
+        match options.open(Conversation::new(session_id())).await {
+            Ok(mut open) => {
+                let mut served = lock(&self.opening.served);
+                served.workspace = open.workspace.take();
+                served.network = open.network.clone();
+                let _ = self.open.set(open);
+                Ok(())
+            }
+            Err(e) => {
+                let told = McpError::internal_error(
+                    format!("runner could not open its sandbox: {e}"),
+                    None,
+                );
+                *lock(&self.opening.failed) = Some(e);
+                Err(told)
+            }
+        }
+    }
+
+    /// The open session's tool context, once `initialize` has opened it.
+    fn ctx(&self) -> Result<&ToolContext, McpError> {
+        self.open.get().map(|o| &o.ctx).ok_or_else(|| {
+            McpError::invalid_request(
+                "no session is open: the client must send initialize first",
+                None,
+            )
+        })
     }
 
     /// The offered tools the rules leave visible (a tool turned off by a `"*" = "deny"`
     /// rule is not offered at all).
-    fn offered(&self) -> impl Iterator<Item = &Arc<dyn runner_tool::DynTool>> {
+    fn offered<'a>(
+        &'a self,
+        ctx: &'a ToolContext,
+    ) -> impl Iterator<Item = &'a Arc<dyn runner_tool::DynTool>> {
         self.registry
-            .visible(self.ctx().gate.as_ref())
+            .visible(ctx.gate.as_ref())
             .filter(|t| OFFERED.contains(&t.id()))
     }
 }
@@ -167,6 +234,7 @@ impl ServerHandler for WalledTools {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
         let result = self.negotiate_initialize(&request)?;
+        self.open(&request.client_info).await?;
         self.asker.reach(context.peer.clone());
         Ok(result)
     }
@@ -177,7 +245,7 @@ impl ServerHandler for WalledTools {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let tools = self
-            .offered()
+            .offered(self.ctx()?)
             .map(|t| {
                 let schema = match t.parameters() {
                     Value::Object(o) => o,
@@ -195,11 +263,12 @@ impl ServerHandler for WalledTools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.as_ref();
-        if !self.offered().any(|t| t.id() == name) {
+        let open = self.ctx()?;
+        if !self.offered(open).any(|t| t.id() == name) {
             return Err(McpError::invalid_params(
                 format!(
                     "runner offers no tool {name:?} here; the tools are {}",
-                    self.offered()
+                    self.offered(open)
                         .map(|t| t.id())
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -207,7 +276,7 @@ impl ServerHandler for WalledTools {
                 None,
             ));
         }
-        let mut ctx = self.ctx().clone();
+        let mut ctx = open.clone();
         // rmcp cancels this token on the client's `notifications/cancelled` for the call.
         ctx.cancel = context.ct.clone();
         if let Some(token) = context.meta.get_progress_token() {
