@@ -138,6 +138,9 @@ fn serve_one(tls: &mut impl ReadWrite, serves: &Serves, log: &Mutex<Vec<String>>
         .push(format!("{} auth={auth}", line.trim_end()));
     let mut parts = line.split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
+    if matches!(serves, Serves::Plain) && target.starts_with("/echo") {
+        return echo(tls, target, &auth);
+    }
     let (status, extra, out) = match serves {
         Serves::Plain => match target.strip_prefix("/bytes/") {
             Some(n) => (200, String::new(), vec![b'x'; n.parse().unwrap_or(0)]),
@@ -163,6 +166,34 @@ fn serve_one(tls: &mut impl ReadWrite, serves: &Serves, log: &Mutex<Vec<String>>
     .into_bytes();
     answer.extend_from_slice(&out);
     tls.write_all(&answer).is_ok() && tls.flush().is_ok()
+}
+
+/// A server that sends back what it got: the `Authorization` header in a header of its
+/// own and in its body, the query in its body and in a `Location`. `/echo/chunked` sends
+/// the body in flushed chunks of 5 bytes (a value arrives split); `/echo/gzip` says its
+/// body is compressed whatever was asked for.
+fn echo(tls: &mut impl ReadWrite, target: &str, auth: &str) -> bool {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let body = format!("auth={auth}\nquery={query}\n");
+    let head = format!("HTTP/1.1 200 X\r\nX-Echo: {auth}\r\nLocation: /there?{query}\r\n");
+    let framed = match path {
+        "/echo/chunked" => {
+            let mut ok = tls
+                .write_all(format!("{head}Transfer-Encoding: chunked\r\n\r\n").as_bytes())
+                .is_ok();
+            for piece in body.as_bytes().chunks(5) {
+                let mut chunk = format!("{:x}\r\n", piece.len()).into_bytes();
+                chunk.extend_from_slice(piece);
+                chunk.extend_from_slice(b"\r\n");
+                ok &= tls.write_all(&chunk).is_ok() && tls.flush().is_ok();
+            }
+            return ok && tls.write_all(b"0\r\n\r\n").is_ok() && tls.flush().is_ok();
+        }
+        "/echo/gzip" => "Content-Encoding: gzip\r\n",
+        _ => "",
+    };
+    let answer = format!("{head}{framed}Content-Length: {}\r\n\r\n{body}", body.len());
+    tls.write_all(answer.as_bytes()).is_ok() && tls.flush().is_ok()
 }
 
 trait ReadWrite: Read + Write {}
@@ -344,11 +375,18 @@ def answer():
             return data
         data += more
     head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
+    length, chunked = 0, False
     for line in head.split(b"\r\n")[1:]:
         k, _, v = line.partition(b":")
         if k.strip().lower() == b"content-length":
             length = int(v)
+        if k.strip().lower() == b"transfer-encoding" and b"chunked" in v.lower():
+            chunked = True
+    while chunked and not body.endswith(b"0\r\n\r\n"):
+        more = t.recv(65536)
+        if not more:
+            break
+        body += more
     while len(body) < length:
         more = t.recv(65536)
         if not more:
@@ -706,6 +744,187 @@ fn attacks_on_an_inspected_connection_on_landlock() {
 #[test]
 fn attacks_on_an_inspected_connection_on_docker() {
     attacks(Backend::Docker);
+}
+
+/// The rules of [`surfaces`]: `localhost` inspected (a rule denies its `/private/`, and the
+/// secret goes there), `127.0.0.1` opened whole by a `network` rule and named by no `http`
+/// rule, though it is the same server.
+const SURFACE_RULES: &str = r#"[permission.network]
+"*" = "deny"
+"127.0.0.1" = "allow"
+"localhost" = "allow"
+
+[permission.http]
+"* localhost/private/*" = "deny"
+
+[network]
+ca_certificates = ["test-ca.pem"]
+
+[network.secrets.GIT_TOKEN]
+hosts = ["localhost"]
+"#;
+
+/// Issue 38's surfaces, each attack beside a control that goes through: a path a server
+/// reads as `/private/…` (an empty segment, `%2f`, `;`) over TLS and plain http; the
+/// secret sent back by its host (in a header, a `Location`, a body, in chunks split
+/// through the value, inside Basic credentials, and compressed); and a TLS tunnel to the
+/// address of an inspected host whose `Host` names that host.
+fn surfaces(backend: Backend) {
+    let w = world();
+    std::fs::write(&w.s.config, SURFACE_RULES).unwrap();
+    let o = w.other.port;
+    let plain = common::outside::Outside::start(1000);
+    let p = plain.port;
+    let code = |label: &str, args: &str| {
+        format!("curl -sS --path-as-is -o /dev/null -w '{label} %{{http_code}}\\n' {args}")
+    };
+    let commands = vec![
+        // §1: spellings a server serves as /private/secret.txt, and the plain ones.
+        code(
+            "SLASH",
+            &format!("'https://localhost:{o}//private/secret.txt'"),
+        ),
+        code(
+            "ENCODED",
+            &format!("'https://localhost:{o}/%2fprivate/secret.txt'"),
+        ),
+        code(
+            "SEMICOLON",
+            &format!("'https://localhost:{o}/private;x=1/secret.txt'"),
+        ),
+        code(
+            "PRIVATE",
+            &format!("'https://localhost:{o}/private/secret.txt'"),
+        ),
+        code(
+            "PUBLIC",
+            &format!("'https://localhost:{o}/public/notes.txt'"),
+        ),
+        code(
+            "PLAIN-SLASH",
+            &format!("'http://localhost:{p}//private/blob'"),
+        ),
+        code("PLAIN-PUBLIC", &format!("'http://localhost:{p}/blob'")),
+        // §2: the host the secret goes to sends it back.
+        format!(
+            "curl -sS -D - -H \"Authorization: Bearer $GIT_TOKEN\" \"https://localhost:{o}/echo?t=$GIT_TOKEN\"; echo ECHO $?"
+        ),
+        format!(
+            "echo EXPECT $(printf 'git:%s' \"$GIT_TOKEN\" | base64 -w0); curl -sS -u \"git:$GIT_TOKEN\" https://localhost:{o}/echo/chunked; echo CHUNKED $?"
+        ),
+        code(
+            "GZIP",
+            &format!("-H \"Authorization: Bearer $GIT_TOKEN\" https://localhost:{o}/echo/gzip"),
+        ),
+        // §6d: TLS to the address (no SNI) naming the inspected host inside; the control
+        // names the address.
+        format!(
+            "python3 attack.py 127.0.0.1 {o} 'GET /private/attack.txt HTTP/1.1\\r\\nHost: localhost:{o}\\r\\n\\r\\n'"
+        ),
+        format!(
+            "python3 attack.py 127.0.0.1 {o} 'GET /private/control.txt HTTP/1.1\\r\\nHost: 127.0.0.1:{o}\\r\\n\\r\\n'"
+        ),
+        code(
+            "ADDRESS",
+            &format!("https://127.0.0.1:{o}/public/by-address"),
+        ),
+    ];
+    let out = script(&w, backend, &commands);
+    let all = text(&out);
+    for (what, status) in [
+        ("SLASH", 400),
+        ("ENCODED", 400),
+        ("SEMICOLON", 400),
+        ("PRIVATE", 403),
+        ("PUBLIC", 200),
+        ("PLAIN-SLASH", 400),
+        ("PLAIN-PUBLIC", 200),
+        ("GZIP", 502),
+        ("ADDRESS", 200),
+    ] {
+        assert!(
+            all.contains(&format!("{what} {status}")),
+            "{backend:?}: {what} {status}\n{all}"
+        );
+    }
+    assert!(
+        all.contains("an empty segment"),
+        "{backend:?}: the refusal says why\n{all}"
+    );
+    let answers: Vec<&str> = all.lines().filter(|l| l.starts_with("ANSWER")).collect();
+    assert_eq!(answers.len(), 2, "{backend:?}\n{all}");
+    assert!(
+        answers[0].contains(" 403 "),
+        "another Host over the address: {answers:?}"
+    );
+    assert!(answers[1].contains(" 200 "), "control: {answers:?}");
+    // The echo came back whole, with the placeholder where the value was.
+    let placeholder = all
+        .split("query=t=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{backend:?}: no echo\n{all}"));
+    assert!(placeholder.starts_with("runner-secret-GIT_TOKEN-"), "{all}");
+    for echoed in [
+        format!("X-Echo: Bearer {placeholder}"),
+        format!("Location: /there?t={placeholder}"),
+        format!("auth=Bearer {placeholder}"),
+        "ECHO 0".to_string(),
+        "CHUNKED 0".to_string(),
+    ] {
+        assert!(all.contains(&echoed), "{backend:?}: {echoed}\n{all}");
+    }
+    let expected = all
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPECT "))
+        .unwrap_or_else(|| panic!("{all}"));
+    assert!(
+        all.contains(&format!("auth=Basic {expected}")),
+        "{backend:?}: the Basic echo, split in chunks, as the sandbox sent it\n{all}"
+    );
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("git:{}", w.token));
+    assert!(
+        !all.contains(&w.token) && !all.contains(&basic),
+        "{backend:?}: the value never comes back\n{all}"
+    );
+    assert!(
+        all.contains("[scrubbed from the answer: GIT_TOKEN]"),
+        "{backend:?}: the record names the secret scrubbed\n{all}"
+    );
+    // What reached the server: the controls, the value in the echoes, none of the attacks.
+    let seen = w.other.seen();
+    let requested = |path: &str| seen.iter().filter(|l| l.starts_with(path)).count();
+    assert_eq!(requested("GET /public/notes.txt "), 1, "{seen:#?}");
+    assert_eq!(requested("GET /private/control.txt "), 1, "{seen:#?}");
+    assert_eq!(requested("GET /public/by-address "), 1, "{seen:#?}");
+    assert!(
+        !seen.iter().any(|l| l.contains("private/secret")
+            || l.contains("private;")
+            || l.contains("attack.txt")
+            || l.starts_with("GET //")),
+        "{backend:?}: no attack reached the server: {seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("GET /echo?t=")
+                && l.ends_with(&format!("auth=Bearer {}", w.token))),
+        "{backend:?}: the server got the real value: {seen:#?}"
+    );
+    assert_eq!(
+        plain.accepted(),
+        1,
+        "{backend:?}: only the plain control reached the plain server\n{all}"
+    );
+}
+
+#[test]
+fn surfaces_hold_on_landlock() {
+    surfaces(Backend::Landlock);
+}
+
+#[test]
+fn surfaces_hold_on_docker() {
+    surfaces(Backend::Docker);
 }
 
 /// The added latency of an inspected request over a tunnelled one: 1 KiB and 10 MiB GETs

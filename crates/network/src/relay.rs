@@ -263,7 +263,7 @@ impl Connection<'_> {
         if let Err(misplaced) = inspection.secrets.check_absent(head) {
             let reason = format!("refused: {misplaced} (and only over https)");
             return self
-                .deny_request(req, None, &reason, vec![misplaced.name])
+                .deny_request(req, 403, None, &reason, vec![misplaced.name])
                 .await;
         }
         if !inspection.inspects(&req.host) {
@@ -278,13 +278,15 @@ impl Connection<'_> {
             Ok(p) => p,
             Err(e) => {
                 let reason = format!("refused: {e}");
-                return self.deny_request(req, None, &reason, Vec::new()).await;
+                return self
+                    .deny_request(req, e.status(), None, &reason, Vec::new())
+                    .await;
             }
         };
         let subject = crate::inspect::subject(&parsed.method, &req.host, &parsed.path);
         if let Err(reason) = crate::inspect::judge(self.shared, &subject).await {
             return self
-                .deny_request(req, Some(subject), &reason, Vec::new())
+                .deny_request(req, 403, Some(subject), &reason, Vec::new())
                 .await;
         }
         let mut record = ConnectionRecord::new(&req.host, req.port);
@@ -296,10 +298,12 @@ impl Connection<'_> {
     }
 
     /// A plain request refused by its content: recorded with the request and the secret
-    /// named, and answered `403`. Always false.
+    /// named, and answered with `status` (`400` for one servers could read two ways, else
+    /// `403`). Always false.
     async fn deny_request(
         &mut self,
         req: &request::ProxyRequest,
+        status: u16,
         subject: Option<String>,
         reason: &str,
         secrets: Vec<String>,
@@ -312,7 +316,7 @@ impl Connection<'_> {
         record.secrets = secrets;
         let id = self.shared.record(record);
         self.shared.finish(id);
-        self.refuse(403, reason).await;
+        self.refuse(status, reason).await;
         false
     }
 

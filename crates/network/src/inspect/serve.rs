@@ -375,6 +375,9 @@ where
         if let Some(failed) = &relayed.failed {
             r.reason = Some(failed.clone());
         }
+        if relayed.cut {
+            r.decision = "deny".into();
+        }
     });
     shared.finish(id);
     if let (Some(failed), None) = (&relayed.failed, relayed.status) {
@@ -464,6 +467,8 @@ struct Relayed {
     /// Both sides may go on to another request.
     again: bool,
     failed: Option<String>,
+    /// The answer was refused, not passed: it could not be scrubbed.
+    cut: bool,
 }
 
 /// Sends `req` on and its answer back. The origin connection is made as needed; a kept
@@ -586,6 +591,7 @@ where
                 Ok(scrubbed) => scrubbed,
                 Err(why) => {
                     out.failed = Some(why);
+                    out.cut = true;
                     return false;
                 }
             },

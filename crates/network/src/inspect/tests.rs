@@ -639,6 +639,11 @@ async fn a_secret_sent_back_is_scrubbed_from_the_answer() {
             .line()
             .contains("[scrubbed from the answer: TOKEN]")
     );
+    let cut = records
+        .iter()
+        .find(|r| r.request.as_deref() == Some("GET 127.0.0.1/gzip"))
+        .unwrap();
+    assert_eq!(cut.decision, "deny", "{cut:?}");
     // Control: a host no secret goes to gets its answers as sent.
     let mut c = client(&sh, "localhost", o.port).await;
     let plain = exchange(
