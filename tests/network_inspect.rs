@@ -828,6 +828,9 @@ fn surfaces(backend: Backend) {
             "ADDRESS",
             &format!("https://127.0.0.1:{o}/public/by-address"),
         ),
+        // Another protocol than TLS to the address is still a tunnel (judged as before:
+        // a plain request inside must name the address).
+        code("TUNNEL-PLAIN", &format!("-p 'http://127.0.0.1:{p}/blob'")),
     ];
     let out = script(&w, backend, &commands);
     let all = text(&out);
@@ -841,6 +844,7 @@ fn surfaces(backend: Backend) {
         ("PLAIN-PUBLIC", 200),
         ("GZIP", 502),
         ("ADDRESS", 200),
+        ("TUNNEL-PLAIN", 200),
     ] {
         assert!(
             all.contains(&format!("{what} {status}")),
@@ -912,8 +916,8 @@ fn surfaces(backend: Backend) {
     );
     assert_eq!(
         plain.accepted(),
-        1,
-        "{backend:?}: only the plain control reached the plain server\n{all}"
+        2,
+        "{backend:?}: only the two controls reached the plain server\n{all}"
     );
 }
 

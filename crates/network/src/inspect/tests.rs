@@ -619,6 +619,22 @@ async fn a_secret_sent_back_is_scrubbed_from_the_answer() {
         "{seen:?}"
     );
     assert!(seen[1].starts_with("GET /back?t=s3cr3t-value "), "{seen:?}");
+    // An HTTP/1.0 client cannot read chunks: its answer ends when the connection does.
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let old = exchange(&mut c, &format!("GET /back?t={p} HTTP/1.0\r\n{host}\r\n")).await;
+    assert!(
+        old.contains(&format!("Location: /there?t={p}\r\n")),
+        "{old}"
+    );
+    assert!(
+        old.contains("Connection: close\r\n\r\nseen GET /back"),
+        "{old}"
+    );
+    assert!(
+        !old.contains("Content-Length") && !old.contains("chunked"),
+        "{old}"
+    );
+    assert!(!old.contains("s3cr3t"), "{old}");
     // Compressed anyway: cut with why, the value never sent.
     let mut c = client(&sh, "127.0.0.1", o.port).await;
     let gz = exchange(
@@ -633,7 +649,7 @@ async fn a_secret_sent_back_is_scrubbed_from_the_answer() {
     );
     let records = sh.log().records();
     let scrubbed: Vec<_> = records.iter().filter(|r| !r.scrubbed.is_empty()).collect();
-    assert_eq!(scrubbed.len(), 2, "{records:?}");
+    assert_eq!(scrubbed.len(), 3, "{records:?}");
     assert!(
         scrubbed[0]
             .line()
