@@ -16,6 +16,9 @@
 //!   both hold it. Refused, naming python and git.
 //! - Attack (hidden): the same, the child python first made not dumpable, so its
 //!   descriptors cannot be listed. Refused: a holder that hides cannot be vouched for.
+//! - Attack (mem): python starts git and writes into its code through `/proc/PID/mem`,
+//!   which `ptrace` being refused does not cover. Refused on both walls (read-only
+//!   `/proc`); reading git's map is the control.
 //! - Attack (preload): git started with `LD_PRELOAD` of a library built (on the host) into
 //!   the worktree, whose constructor runs inside git. Refused, naming the variable.
 //! - Attack (libpath): git started with `LD_LIBRARY_PATH` pointing at a copy of the zlib its
@@ -118,6 +121,31 @@ print("SHARED", mode, "STATUS", status, "BODY", body[:300].decode(errors="replac
 os.close(w)
 "#;
 
+/// Writing into a running git through `/proc/PID/mem` (ptrace by another door), beside
+/// reading its map, which stays open.
+const MEM_PY: &str = r#"
+import subprocess, time
+git = subprocess.Popen(["git", "hash-object", "--stdin"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+# The exec has happened when Popen returns, the loading of git's file perhaps not yet.
+for _ in range(100):
+    maps = open(f"/proc/{git.pid}/maps").read()
+    if "/git" in maps:
+        break
+    time.sleep(0.05)
+print("MAPS READ", "/git" in maps, flush=True)
+try:
+    with open(f"/proc/{git.pid}/mem", "r+b", buffering=0) as mem:
+        start = int(maps.split("-")[0], 16)
+        mem.seek(start)
+        code = mem.read(4)
+        mem.seek(start)
+        mem.write(code)
+        print("MEM WRITTEN", flush=True)
+except OSError as e:
+    print("MEM REFUSED", e, flush=True)
+git.communicate(b"")
+"#;
+
 /// A library whose constructor says it ran, in whatever program loads it.
 const PRELOAD_C: &str = r#"
 #include <unistd.h>
@@ -164,6 +192,7 @@ fn attacks_sh(entries: Entries, port: u16) -> String {
         // Attacks.
         format!("python3 shared.py shared {}", url("blob?shared")),
         format!("python3 shared.py hidden {}", url("blob?hidden")),
+        "python3 mem.py".to_string(),
         format!(
             "LD_PRELOAD=$PWD/libquiet.so git ls-remote {} >/dev/null 2>preload.err; echo PRELOAD_RAN_IN_GIT $(grep -c PRELOAD_RAN preload.err)",
             url("preload.git")
@@ -196,6 +225,7 @@ fn the_program_that_connects_is_the_one_allowed(backend: Backend, entries: Entri
     )
     .unwrap();
     std::fs::write(s.wt.join("shared.py"), SHARED_PY).unwrap();
+    std::fs::write(s.wt.join("mem.py"), MEM_PY).unwrap();
     build_preload(&s.wt);
     let outside = Outside::start(1000);
     let p = outside.port;
@@ -268,6 +298,13 @@ fn the_program_that_connects_is_the_one_allowed(backend: Backend, entries: Entri
         "{ctx}"
     );
     assert_eq!(refused(&["hides its descriptors"]).len(), 1, "{ctx}");
+
+    // Nobody writes into a running git's memory; its map is still there to read.
+    assert!(stdout.contains("MAPS READ True"), "{ctx}");
+    assert!(
+        stdout.contains("MEM REFUSED") && !stdout.contains("MEM WRITTEN"),
+        "{ctx}"
+    );
 
     // Preload: the library's code really ran inside git, and git was refused for it.
     assert!(!stdout.contains("PRELOAD_RAN_IN_GIT 0"), "{ctx}");

@@ -107,7 +107,7 @@ pub fn holders_of(inode: u64, places: &Places) -> Vec<Holder> {
             Err(e) if in_sandbox(pid) => found.push(Holder {
                 pid,
                 unread: Some(format!(
-                    "process {pid} in the sandbox hides its descriptors ({e}; it made itself not dumpable), so whether it holds this connection cannot be told"
+                    "process {pid} in the sandbox hides its descriptors (it is not dumpable: {e}), so whether it holds this connection cannot be told"
                 )),
                 ..Holder::default()
             }),

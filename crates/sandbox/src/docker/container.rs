@@ -87,6 +87,19 @@ pub(super) fn unique_id() -> String {
     format!("{}-{n}-{nanos:08x}", std::process::id())
 }
 
+/// Paths the engine mounts read-only: its own defaults, and all of `/proc`. Writing
+/// `/proc/PID/mem` is `ptrace` by another door (seccomp refuses the call, not the file):
+/// a command could patch the code of a program it started, say git's HTTP helper, and
+/// connect as that program. Under landlock `/proc` is only readable too.
+const READONLY_PATHS: [&str; 6] = [
+    "/proc",
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
 /// What the server needs to split its identity from the commands' (`confine::identity`):
 /// set ids and groups, empty the bounding set, hand the protocol's pipes to its own id.
 pub const SPLIT_CAPABILITIES: [&str; 4] = ["SETUID", "SETGID", "SETPCAP", "CHOWN"];
@@ -150,6 +163,7 @@ pub fn container_body(
         cap_add: Some(SPLIT_CAPABILITIES.map(String::from).to_vec()),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         readonly_rootfs: Some(true),
+        readonly_paths: Some(READONLY_PATHS.map(String::from).to_vec()),
         memory: Some(limits.memory_bytes as i64),
         memory_swap: Some(limits.memory_bytes as i64),
         nano_cpus: Some((limits.cpus * 1e9) as i64),
