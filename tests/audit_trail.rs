@@ -438,7 +438,15 @@ fn inspected_requests_and_a_refused_secret_are_in_the_trail() {
         by("http GET 127.0.0.1/blob")["policy"]["uid"],
         format!("{config}#4")
     );
+    // Plain HTTP is written as such, whatever the port.
+    let allowed = by("Get /blob");
+    assert_eq!(allowed["http_request"]["url"]["scheme"], "http");
+    assert_eq!(
+        allowed["http_request"]["url"]["url_string"],
+        format!("http://127.0.0.1:{p}/blob")
+    );
     let refused = by("Get /closed");
+    assert_eq!(refused["http_request"]["url"]["scheme"], "http");
     assert_eq!(refused["http_status"], 403);
     assert_eq!(refused["http_request"]["http_method"], "GET");
     assert!(
@@ -520,4 +528,379 @@ fn an_evaluation_keeps_each_attempts_trail_in_its_folder() {
     for r in &records {
         assert!(schema.check(r).is_empty(), "{:#?}", schema.check(r));
     }
+}
+
+/// What every line must carry whatever wrote it: its session, the host user, the machine,
+/// and a place in the OCSF schema.
+fn check_every_line(records: &[Value]) {
+    let schema = schema();
+    for r in records {
+        let problems = schema.check(r);
+        assert!(problems.is_empty(), "{problems:#?}\nin {r:#}");
+        let session = r["metadata"]["correlation_uid"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(!session.is_empty(), "no session in {r}");
+        assert!(r["metadata"]["sequence"].is_u64(), "{r}");
+        assert!(r["actor"]["user"]["uid"].is_string(), "no user in {r}");
+        assert!(r["device"]["hostname"].is_string(), "no host in {r}");
+    }
+}
+
+/// What a walled command does to a trail it can name: cut it short and add a line that
+/// looks like runner's. It says whether each write went through.
+fn forge(trail: &str) -> String {
+    let forged = r#"{"class_uid":6003,"message":"forged: nothing was refused"}"#;
+    format!(
+        "(: > {trail} && echo TRUNCATED) 2>&1; (echo '{forged}' >> {trail} && echo FORGED) 2>&1; touch ran-marker; echo DONE"
+    )
+}
+
+fn tool_call(
+    s: &common::allowlist::Setup,
+    backend: common::Backend,
+    command: &str,
+    extra: &[&str],
+) -> std::process::Command {
+    let args = json!({"command": command, "description": "forge", "timeout": 60000}).to_string();
+    let sandbox = match backend {
+        common::Backend::Docker => {
+            common::engine::docker();
+            "docker"
+        }
+        _ => "landlock",
+    };
+    let mut all = vec!["tool", "call", "bash", &args, "--sandbox", sandbox];
+    all.extend_from_slice(extra);
+    let mut c = common::allowlist::runner(s, &all);
+    if backend == common::Backend::Docker {
+        common::engine::cli(&mut c);
+    }
+    c
+}
+
+/// `runner exec FLAGS --root WT -- ARGV` with the setup's data and config directories (the
+/// setup's `runner` puts `--root` last, which here would be the program's).
+fn exec(s: &common::allowlist::Setup, flags: &[&str], argv: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(common::engine::runner_exe());
+    c.arg("exec")
+        .args(flags)
+        .arg("--root")
+        .arg(&s.wt)
+        .arg("--")
+        .args(argv)
+        .env("XDG_DATA_HOME", &s.data)
+        .env("XDG_CONFIG_HOME", s.data.join("config"))
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+#[test]
+fn a_trail_the_sandbox_could_write_is_refused_and_one_outside_holds_on_landlock() {
+    a_trail_the_sandbox_could_write_is_refused(common::Backend::Landlock);
+}
+
+#[test]
+fn a_trail_the_sandbox_could_write_is_refused_and_one_outside_holds_on_docker() {
+    a_trail_the_sandbox_could_write_is_refused(common::Backend::Docker);
+}
+
+/// The attack: docs/AUDIT.md's own example, `--audit runner.jsonl` given in the checkout,
+/// and the other spellings of a place in it (`..`, a link to the worktree, a link file
+/// pointing in, the user's `[audit] file`), each with a command that truncates and forges
+/// the trail. Each is refused with exit 2 before any sandbox starts (the command never ran).
+/// The control: a trail outside the worktree is written, and the same command cannot
+/// touch it.
+fn a_trail_the_sandbox_could_write_is_refused(backend: common::Backend) {
+    let s = common::allowlist::setup();
+    let beside = s.wt.parent().unwrap().to_path_buf();
+    let logs = beside.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::os::unix::fs::symlink(&s.wt, logs.join("to-worktree")).unwrap();
+    std::fs::write(s.wt.join("kept.jsonl"), "").unwrap();
+    std::os::unix::fs::symlink(s.wt.join("kept.jsonl"), logs.join("points-in.jsonl")).unwrap();
+    let config = beside.join("audit-config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[audit]\nfile = {:?}\n",
+            s.wt.join("mine.jsonl").display().to_string()
+        ),
+    )
+    .unwrap();
+    common::engine::hand_over(&beside);
+    let config_arg = config.display().to_string();
+    let attacks: Vec<(&str, Vec<String>, &Path)> = vec![
+        (
+            "the documented example",
+            vec!["--audit".into(), "runner.jsonl".into()],
+            &s.wt,
+        ),
+        (
+            "through ..",
+            vec!["--audit".into(), "../wt/sub/../runner.jsonl".into()],
+            &logs,
+        ),
+        (
+            "a link to the worktree",
+            vec!["--audit".into(), "logs/to-worktree/runner.jsonl".into()],
+            &beside,
+        ),
+        (
+            "a link file pointing in",
+            vec![
+                "--audit".into(),
+                logs.join("points-in.jsonl").display().to_string(),
+            ],
+            &beside,
+        ),
+        (
+            "[audit] file",
+            vec!["--config".into(), config_arg.clone()],
+            &beside,
+        ),
+    ];
+    for (what, extra, cwd) in &attacks {
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let out = tool_call(&s, backend, &forge("runner.jsonl"), &extra)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        let all = describe(&out);
+        assert_eq!(out.status.code(), Some(2), "{what}: {all}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("the sandbox can write") || stderr.contains("symbolic link"),
+            "{what}: {all}"
+        );
+        assert!(
+            stderr.contains("--audit FILE"),
+            "{what}: says what to do\n{all}"
+        );
+        assert!(!s.wt.join("ran-marker").exists(), "{what}: the command ran");
+        assert!(
+            !s.wt.join("runner.jsonl").exists() && !s.wt.join("mine.jsonl").exists(),
+            "{what}"
+        );
+    }
+
+    // The control: outside the worktree, written, and out of the command's reach. Asks
+    // are approved: the wall, not a rule, is what must stop the command.
+    let trail = logs.join("trail/runner.jsonl");
+    let trail_arg = trail.display().to_string();
+    let extra = ["--audit", &trail_arg, "--ask", "allow"];
+    let out = tool_call(&s, backend, &forge(&trail_arg), &extra)
+        .output()
+        .unwrap();
+    let all = describe(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("DONE") && s.wt.join("ran-marker").exists(),
+        "the command ran\n{all}"
+    );
+    assert!(
+        !all.contains("TRUNCATED") && !all.contains("FORGED"),
+        "{all}"
+    );
+    // Every line is runner's (the command's text is in the trail, as the bash call's
+    // subject; its forged line is not).
+    let records = lines(&trail);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["message"] != "forged: nothing was refused"),
+        "{records:#?}"
+    );
+    let steps: Vec<String> = records.iter().map(|r| key(r).2).collect();
+    assert_eq!(
+        steps.first().map(String::as_str),
+        Some("Start"),
+        "{steps:?}"
+    );
+    assert_eq!(steps.last().map(String::as_str), Some("Stop"), "{steps:?}");
+    check_every_line(&records);
+}
+
+/// `runner exec` keeps the trail every session keeps, in `--audit FILE` and the user's
+/// `[audit] file` alike: the start naming the program run, each connection the rules
+/// judged (the decision and the proxy's record of it), the stop with the program's status.
+#[test]
+fn runner_exec_keeps_the_same_trail_as_every_session() {
+    let s = common::allowlist::setup();
+    let outside = common::outside::Outside::start(1000);
+    let p = outside.port;
+    let user_dir = s.data.join("config/runner");
+    std::fs::create_dir_all(&user_dir).unwrap();
+    std::fs::write(
+        user_dir.join("config.toml"),
+        "[audit]\nfile = \"user-audit.jsonl\"\n",
+    )
+    .unwrap();
+    let audit = s.data.join("exec-audit.jsonl");
+    let (config, audit_arg) = (s.config.display().to_string(), audit.display().to_string());
+    let script = format!(
+        "export no_proxy= NO_PROXY=; python3 net.py fetch http://127.0.0.1:{p}/blob; python3 net.py fetch http://refused.example/x; exit 3"
+    );
+    let flags = [
+        "--sandbox",
+        "landlock",
+        "--network",
+        "allowlist",
+        "--config",
+        &config,
+        "--audit",
+        &audit_arg,
+    ];
+    let out = exec(&s, &flags, &["sh", "-c", &script]).output().unwrap();
+    let all = describe(&out);
+    assert_eq!(out.status.code(), Some(3), "{all}");
+    assert!(
+        all.contains("OK http://127.0.0.1") && all.contains("FAIL http://refused.example"),
+        "{all}"
+    );
+    let records = lines(&audit);
+    let keys: Vec<(u64, u64, String)> = records.iter().map(key).collect();
+    assert_eq!(
+        keys.first().map(|k| k.2.as_str()),
+        Some("Start"),
+        "{keys:#?}"
+    );
+    assert_eq!(keys.last().map(|k| k.2.as_str()), Some("Stop"), "{keys:#?}");
+    let mut middle = keys[1..keys.len() - 1].to_vec();
+    middle.sort();
+    let mut want = vec![
+        (6003, 1, "network 127.0.0.1".to_string()),
+        (6003, 2, "network refused.example".into()),
+        (4001, 1, "Close 127.0.0.1".into()),
+        (4001, 2, "Refuse refused.example".into()),
+    ];
+    want.sort();
+    assert_eq!(middle, want, "{all}");
+    assert_eq!(
+        records[0]["unmapped"]["command"],
+        json!(["sh", "-c", script])
+    );
+    assert!(
+        records[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("net.py fetch"),
+        "{}",
+        records[0]
+    );
+    let stop = records.last().unwrap()["message"].as_str().unwrap();
+    assert!(stop.contains("status 3"), "{stop}");
+    let refused = records
+        .iter()
+        .find(|r| key(r).2 == "network refused.example")
+        .unwrap();
+    assert_eq!(refused["policy"]["uid"], format!("{config}#1"));
+    check_every_line(&records);
+    assert_eq!(lines(&user_dir.join("user-audit.jsonl")), records);
+}
+
+/// Two sessions appending to one file, from `tool call` (whose lines named no session
+/// before): every line carries its session, the two differ, each numbers its own lines,
+/// and each names the host user and machine.
+#[test]
+fn two_sessions_in_one_file_are_told_apart_and_name_who_and_where() {
+    let s = common::allowlist::setup();
+    let file = s.data.join("shared.jsonl");
+    let file_arg = file.display().to_string();
+    for n in 0..2 {
+        let out = tool_call(
+            &s,
+            common::Backend::Landlock,
+            "echo hi",
+            &["--audit", &file_arg],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(0), "run {n}: {}", describe(&out));
+    }
+    let records = lines(&file);
+    check_every_line(&records);
+    let mut sessions: Vec<&str> = Vec::new();
+    for r in &records {
+        let id = r["metadata"]["correlation_uid"].as_str().unwrap();
+        if sessions.last() != Some(&id) {
+            sessions.push(id);
+        }
+        let mine: Vec<u64> = records
+            .iter()
+            .filter(|o| o["metadata"]["correlation_uid"] == id)
+            .map(|o| o["metadata"]["sequence"].as_u64().unwrap())
+            .collect();
+        assert_eq!(mine, (1..=mine.len() as u64).collect::<Vec<_>>(), "{id}");
+    }
+    assert_eq!(sessions.len(), 2, "{records:#?}");
+    assert_ne!(sessions[0], sessions[1]);
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    let uid = String::from_utf8_lossy(&uid.stdout).trim().to_string();
+    let user = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let user = String::from_utf8_lossy(&user.stdout).trim().to_string();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    for r in &records {
+        assert_eq!(r["actor"]["user"]["uid"], uid, "{r}");
+        assert_eq!(r["actor"]["user"]["name"], user, "{r}");
+        assert_eq!(r["device"]["hostname"], host.trim(), "{r}");
+    }
+}
+
+/// A loop of 1,500 refused connections from inside the wall: the trail stays small, and
+/// the refusals it holds (one by one, then folded) add up to 1,500, for the rule's
+/// decisions and the proxy's records alike.
+#[test]
+fn a_loop_of_refused_connections_is_folded_into_a_bounded_trail() {
+    let s = common::allowlist::setup();
+    let audit = s.data.join("loop.jsonl");
+    let (config, audit_arg) = (s.config.display().to_string(), audit.display().to_string());
+    let looped = r#"
+import os, urllib.request
+refused = 0
+for _ in range(1500):
+    try:
+        urllib.request.urlopen("http://refused.example/x", timeout=20).read()
+    except urllib.error.HTTPError as e:
+        refused += e.code == 403
+print("REFUSED", refused, flush=True)
+"#;
+    let flags = [
+        "--sandbox",
+        "landlock",
+        "--network",
+        "allowlist",
+        "--config",
+        &config,
+        "--audit",
+        &audit_arg,
+    ];
+    let out = exec(&s, &flags, &["python3", "-c", looped])
+        .output()
+        .unwrap();
+    let all = describe(&out);
+    assert!(all.contains("REFUSED 1500"), "{all}");
+    let size = std::fs::metadata(&audit).unwrap().len();
+    let records = lines(&audit);
+    check_every_line(&records);
+    let counted = |about: &str| -> u64 {
+        records
+            .iter()
+            .filter(|r| key(r).2 == about)
+            .map(|r| r["count"].as_u64().unwrap_or(1))
+            .sum()
+    };
+    assert_eq!(counted("network refused.example"), 1500, "{records:#?}");
+    assert_eq!(counted("Refuse refused.example"), 1500, "{records:#?}");
+    let folded: Vec<&Value> = records.iter().filter(|r| r["count"].is_u64()).collect();
+    assert!(!folded.is_empty());
+    for f in &folded {
+        assert!(f["start_time"].as_u64() <= f["end_time"].as_u64(), "{f}");
+    }
+    // Unfolded, 1,500 refusals wrote 3,000 lines (3.3 MB before lines named who and where).
+    assert!(records.len() < 100, "{} lines", records.len());
+    assert!(size < 100_000, "{size} bytes");
 }
