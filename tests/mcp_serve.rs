@@ -4,6 +4,12 @@
 //! outside the worktree, a write outside it, the host's network), each next to a control
 //! that works. Asks reach the client as elicitations when it takes them and are refused
 //! by default when it does not; a cancelled call ends its command.
+//!
+//! The protocol itself is checked on the wire (JSON-RPC line by line: the revision each
+//! proposal is answered with, the form an ask takes in each, "Method not found" for
+//! `server/discover` and other unknown methods) and with the official SDKs' clients as
+//! they come (the Python SDK 1.x and 2.x, the TypeScript SDK), each installed at a pinned
+//! release on first use.
 
 use crate::common;
 
@@ -490,5 +496,467 @@ async fn landlock_a_copy_workspace_is_kept_for_review_when_the_session_ends() {
     assert!(
         !place.wt.join("reviewed.txt").exists(),
         "the checkout was written"
+    );
+}
+
+/// The rules of the protocol tests below: `touch` asks.
+const ASKS: &str = "[permission.bash]\n\"touch *\" = \"ask\"\n";
+
+/// The titled choices runner's question offers from 2025-11-25.
+fn titled_choices() -> Value {
+    json!([
+        { "const": "once", "title": "Allow once" },
+        { "const": "always", "title": "Allow for this session" },
+        { "const": "reject", "title": "Reject" }
+    ])
+}
+
+/// `runner mcp serve` spoken to line by line, as JSON-RPC on its standard input and
+/// output: for what an SDK would hide (the exact error code, the schema as sent).
+struct Wire {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Wire {
+    /// The server over `place` on landlock, with `config` as its `--config` and `extra`.
+    fn start(place: &Place, config: &str, extra: &[&str]) -> Wire {
+        let rules = place.data.join("wire.toml");
+        std::fs::write(&rules, config).unwrap();
+        let mut child = std::process::Command::new(common::engine::runner_exe())
+            .args(["mcp", "serve", "--sandbox", "landlock", "--root"])
+            .arg(&place.wt)
+            .arg("--config")
+            .arg(&rules)
+            .args(extra)
+            .env("XDG_DATA_HOME", &place.data)
+            .env("XDG_CONFIG_HOME", place.data.join("config"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("runner mcp serve starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in stdout.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Wire {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").expect("the server reads");
+        self.stdin.flush().unwrap();
+    }
+
+    /// The server's next message.
+    fn next(&self) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the server answers within a minute and stays up");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+    }
+
+    /// Request `id` and the server's next message (its answer, or a request of its own).
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        self.next()
+    }
+
+    /// `initialize` proposing `version` with `capabilities`, then `initialized`; the
+    /// revision the server answered.
+    fn initialize(&mut self, version: &str, capabilities: Value) -> String {
+        let answer = self.request(
+            1,
+            "initialize",
+            json!({
+                "protocolVersion": version,
+                "capabilities": capabilities,
+                "clientInfo": { "name": "wire-test", "version": "9.9" }
+            }),
+        );
+        assert_eq!(answer["id"], 1, "{answer}");
+        assert_eq!(answer["result"]["serverInfo"]["name"], "runner", "{answer}");
+        self.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        answer["result"]["protocolVersion"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no revision: {answer}"))
+            .to_string()
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn call_bash(id: u64, command: &str) -> (u64, &'static str, Value) {
+    (
+        id,
+        "tools/call",
+        json!({ "name": "bash", "arguments": bash(command) }),
+    )
+}
+
+/// The 2026 revisions open with `server/discover`, which runner does not speak: it is
+/// "Method not found" (-32601), and the client's `initialize` that follows opens the
+/// session. After it, a method nobody defined is -32601 too and the session goes on: the
+/// tools are listed and a call asks with the choices as the spec's titled enum. The audit
+/// trail's start record names the client as its `initialize` did.
+#[test]
+fn landlock_discover_and_unknown_methods_are_method_not_found_and_the_session_goes_on() {
+    let place = place();
+    let audit = place.data.join("wire-audit.jsonl");
+    let audit_arg = audit.display().to_string();
+    let mut wire = Wire::start(&place, ASKS, &["--audit", &audit_arg]);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "wire-test", "version": "9.9" },
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} }
+    });
+    let discover = wire.request(0, "server/discover", json!({ "_meta": meta }));
+    assert_eq!(discover["id"], 0, "{discover}");
+    assert_eq!(discover["error"]["code"], -32601, "{discover}");
+
+    let agreed = wire.initialize("2025-11-25", json!({ "elicitation": {} }));
+    assert_eq!(agreed, "2025-11-25");
+    let unknown = wire.request(2, "runner/no-such-method", json!({}));
+    assert_eq!(unknown["id"], 2, "{unknown}");
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("runner/no-such-method")),
+        "{unknown}"
+    );
+    let again = wire.request(3, "server/discover", json!({ "_meta": meta }));
+    assert_eq!(again["error"]["code"], -32601, "{again}");
+
+    let listed = wire.request(4, "tools/list", json!({}));
+    let tools = listed["result"]["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), 9, "{listed}");
+    let (id, method, params) = call_bash(5, "touch by-wire");
+    let ask = wire.request(id, method, params);
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert!(
+        ask["params"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("touch by-wire")),
+        "{ask}"
+    );
+    let answer = &ask["params"]["requestedSchema"]["properties"]["answer"];
+    assert_eq!(answer["type"], "string", "{ask}");
+    assert_eq!(answer["oneOf"], titled_choices(), "{ask}");
+    assert_eq!(
+        ask["params"]["requestedSchema"]["required"],
+        json!(["answer"])
+    );
+    wire.send(json!({
+        "jsonrpc": "2.0",
+        "id": ask["id"],
+        "result": { "action": "accept", "content": { "answer": "once" } }
+    }));
+    let done = wire.next();
+    assert_eq!(done["id"], 5, "{done}");
+    assert_ne!(done["result"]["isError"], true, "{done}");
+    assert!(place.wt.join("by-wire").exists(), "{done}");
+    drop(wire);
+
+    let trail = std::fs::read_to_string(&audit).expect("the audit file");
+    let started: Vec<Value> = trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("one JSON object a line"))
+        .filter(|r| !r["unmapped"]["client"].is_null())
+        .collect();
+    assert_eq!(started.len(), 1, "{trail}");
+    assert_eq!(
+        started[0]["unmapped"]["client"],
+        json!({ "name": "wire-test", "version": "9.9" }),
+        "{trail}"
+    );
+}
+
+/// What each revision is answered and how an ask reaches its client: 2025-06-18 takes the
+/// choices as `enum` with `enumNames`, 2025-11-25 as titled `oneOf`, a revision from before
+/// elicitation (and a client that takes URL elicitations only) is never sent one and the
+/// call is refused by the default policy, saying why and how to allow it. A revision
+/// runner does not know is answered with the newest it speaks.
+#[test]
+fn landlock_each_revision_is_asked_as_it_can_be() {
+    let place = place();
+    let form = json!({ "elicitation": {} });
+    let cases = [
+        ("2025-06-18", form.clone(), "2025-06-18", Some("enumNames")),
+        ("2099-01-01", form.clone(), "2025-11-25", Some("oneOf")),
+        ("2025-03-26", form.clone(), "2025-03-26", None),
+        ("2024-11-05", form, "2024-11-05", None),
+        (
+            "2025-11-25",
+            json!({ "elicitation": { "url": {} } }),
+            "2025-11-25",
+            None,
+        ),
+    ];
+    for (n, (proposed, capabilities, answered, choices)) in cases.into_iter().enumerate() {
+        let mut wire = Wire::start(&place, ASKS, &[]);
+        let agreed = wire.initialize(proposed, capabilities.clone());
+        assert_eq!(agreed, answered, "{proposed}");
+        let file = format!("made-{n}");
+        let (id, method, params) = call_bash(2, &format!("touch {file}"));
+        let first = wire.request(id, method, params);
+        let done = match choices {
+            Some(kind) => {
+                assert_eq!(first["method"], "elicitation/create", "{proposed}: {first}");
+                let answer = &first["params"]["requestedSchema"]["properties"]["answer"];
+                if kind == "oneOf" {
+                    assert_eq!(answer["oneOf"], titled_choices(), "{first}");
+                    assert!(answer.get("enum").is_none(), "{first}");
+                } else {
+                    assert_eq!(answer["enum"], json!(["once", "always", "reject"]));
+                    assert_eq!(
+                        answer["enumNames"],
+                        json!(["Allow once", "Allow for this session", "Reject"]),
+                        "{first}"
+                    );
+                    assert!(answer.get("oneOf").is_none(), "{first}");
+                }
+                wire.send(json!({
+                    "jsonrpc": "2.0",
+                    "id": first["id"],
+                    "result": { "action": "accept", "content": { "answer": "always" } }
+                }));
+                wire.next()
+            }
+            None => first,
+        };
+        assert_eq!(done["id"], 2, "{proposed}: {done}");
+        let text = done["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        let ran = place.wt.join(&file).exists();
+        if choices.is_some() {
+            assert!(
+                ran && done["result"]["isError"] != true,
+                "{proposed}: {done}"
+            );
+        } else {
+            assert!(
+                !ran,
+                "{proposed} {capabilities}: ran without an answer: {done}"
+            );
+            assert_eq!(done["result"]["isError"], true, "{done}");
+            assert!(text.contains("--ask allow"), "{proposed}: {text}");
+            let why = match capabilities["elicitation"].get("url") {
+                Some(_) => "URL".to_string(),
+                None => format!("MCP {proposed}"),
+            };
+            assert!(text.contains(&why), "{proposed}: {text}");
+        }
+    }
+}
+
+/// The official SDK releases the tests run, pinned (see `common::third_party`): the
+/// Python SDK's last 1.x and its 2.x, and the TypeScript SDK.
+const PYTHON_SDK_1: &str = "1.30.0";
+const PYTHON_SDK_2: &str = "2.3.0";
+const TYPESCRIPT_SDK: &str = "1.32.2";
+
+/// The folder of the test's client scripts.
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_clients")
+}
+
+/// Runs an SDK's client script, `client`, with `runner mcp serve` (landlock, `touch` asks,
+/// an audit file) as the server it starts; its report, the worktree and the audit trail.
+fn sdk_session(mut client: std::process::Command) -> (Place, Value, String) {
+    let place = place();
+    let config = place.data.join("asks.toml");
+    std::fs::write(&config, ASKS).unwrap();
+    let audit = place.data.join("sdk-audit.jsonl");
+    client
+        .arg(common::engine::runner_exe())
+        .args(["mcp", "serve", "--sandbox", "landlock", "--root"])
+        .arg(&place.wt)
+        .arg("--config")
+        .arg(&config)
+        .arg("--audit")
+        .arg(&audit)
+        .env("XDG_DATA_HOME", &place.data)
+        .env("XDG_CONFIG_HOME", place.data.join("config"))
+        .env("PICK", "Allow for this session")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = client.spawn().expect("the SDK's client starts");
+    let out = finish_within(child, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the client failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let report = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
+        .unwrap_or_else(|| panic!("no report:\n{stdout}\n{stderr}"));
+    let trail = std::fs::read_to_string(&audit).expect("the audit file");
+    (place, report, trail)
+}
+
+/// The child's output once it ends; past `limit` it is killed and the test fails.
+fn finish_within(mut child: std::process::Child, limit: Duration) -> std::process::Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the client did not finish within {limit:?}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What every SDK's session must show: the newest revision agreed, runner's tools listed
+/// and run, one ask whose choices came as the titled enum (the client picked "Allow for
+/// this session" by its title, so the second call like it was not asked), the unknown
+/// method refused as -32601 with the session going on, and the client named on the
+/// audit trail's start record.
+fn check_sdk_session(place: &Place, report: &Value, trail: &str, client: Value) {
+    assert_eq!(report["protocol"], "2025-11-25", "{report}");
+    assert_eq!(report["server"], "runner", "{report}");
+    assert_eq!(
+        report["tools"],
+        json!([
+            "apply_patch",
+            "bash",
+            "edit",
+            "glob",
+            "grep",
+            "list",
+            "multiedit",
+            "read",
+            "write"
+        ]),
+        "{report}"
+    );
+    assert!(
+        report["echo"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("said-by-sdk")),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(place.wt.join("said.txt")).unwrap(),
+        "said-by-sdk\n"
+    );
+    let asked = report["asked"].as_array().expect("the asks");
+    assert_eq!(asked.len(), 1, "always covers the second call: {report}");
+    assert!(
+        asked[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("touch asked-first")),
+        "{report}"
+    );
+    assert_eq!(
+        asked[0]["requestedSchema"]["properties"]["answer"]["oneOf"],
+        titled_choices(),
+        "{report}"
+    );
+    for (call, file) in [("first", "asked-first"), ("second", "asked-second")] {
+        assert_eq!(report[call]["error"], false, "{call}: {report}");
+        assert!(place.wt.join(file).exists(), "{call}: {report}");
+    }
+    assert_eq!(report["unknown"]["code"], -32601, "{report}");
+    assert!(
+        report["after"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("still-here")),
+        "{report}"
+    );
+    let named = trail
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["unmapped"]["client"] == client)
+        .count();
+    assert_eq!(named, 1, "the start record names {client}:\n{trail}");
+}
+
+/// The Python SDK's last 1.x `ClientSession` over its stdio client, as it comes.
+#[test]
+fn landlock_python_sdk_1_client_works_with_its_defaults() {
+    let python = common::third_party::pip_venv("mcp", PYTHON_SDK_1);
+    let mut client = std::process::Command::new(python);
+    client.arg(clients_dir().join("python_client.py"));
+    let (place, report, trail) = sdk_session(client);
+    assert_eq!(report["sdk"], PYTHON_SDK_1);
+    check_sdk_session(
+        &place,
+        &report,
+        &trail,
+        json!({ "name": "mcp", "version": "0.1.0" }),
+    );
+}
+
+/// The Python SDK 2.x `Client`, whose default opens with `server/discover`: answered
+/// "Method not found", it falls back to `initialize` (no discovery was adopted).
+#[test]
+fn landlock_python_sdk_2_client_works_with_its_defaults() {
+    let python = common::third_party::pip_venv("mcp", PYTHON_SDK_2);
+    let mut client = std::process::Command::new(python);
+    client.arg(clients_dir().join("python_client.py"));
+    let (place, report, trail) = sdk_session(client);
+    assert_eq!(report["sdk"], PYTHON_SDK_2);
+    assert_eq!(report["discovered"], false, "{report}");
+    check_sdk_session(
+        &place,
+        &report,
+        &trail,
+        json!({ "name": "mcp", "version": "0.1.0" }),
+    );
+}
+
+/// The TypeScript SDK's `Client` over its stdio transport, declaring elicitation.
+#[test]
+fn landlock_typescript_sdk_client_works_with_its_defaults() {
+    let sdk = common::third_party::npm_package("@modelcontextprotocol/sdk", TYPESCRIPT_SDK);
+    // Node resolves a script's imports from the script's folder: the script goes beside a
+    // link to the install's node_modules.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("typescript_client.mjs");
+    std::fs::copy(clients_dir().join("typescript_client.mjs"), &script).unwrap();
+    std::os::unix::fs::symlink(sdk.join("node_modules"), dir.path().join("node_modules")).unwrap();
+    let mut client = std::process::Command::new("node");
+    client.arg(&script);
+    let (place, report, trail) = sdk_session(client);
+    assert_eq!(report["sdk"], TYPESCRIPT_SDK);
+    check_sdk_session(
+        &place,
+        &report,
+        &trail,
+        json!({ "name": "runner-test-typescript", "version": TYPESCRIPT_SDK }),
     );
 }

@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 
 use rmcp::ErrorData as McpError;
-use rmcp::model::{ClientRequest, DiscoverRequestMethod, ProtocolVersion};
+use rmcp::model::{ClientRequest, ConstString, DiscoverRequestMethod, ErrorCode, ProtocolVersion};
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, Service, ServiceRole};
 
 /// The newest revision runner speaks; every known one before it is spoken too.
@@ -40,6 +40,15 @@ pub fn at_least(version: &ProtocolVersion, since: &ProtocolVersion) -> bool {
     version.as_str() >= since.as_str()
 }
 
+/// JSON-RPC's "Method not found" (-32601) for `method`, saying why.
+pub fn not_found(method: &str, why: &str) -> McpError {
+    McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("Method not found: {method} ({why})"),
+        None,
+    )
+}
+
 /// A server whose requests the inner handler answers, except `server/discover`, which
 /// gets "Method not found" (see the module's documentation).
 pub struct Handshake<S>(pub S);
@@ -51,7 +60,13 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Handshake<S> {
         context: RequestContext<RoleServer>,
     ) -> Result<<RoleServer as ServiceRole>::Resp, McpError> {
         if matches!(request, ClientRequest::DiscoverRequest(_)) {
-            return Err(McpError::method_not_found::<DiscoverRequestMethod>());
+            return Err(not_found(
+                DiscoverRequestMethod::VALUE,
+                &format!(
+                    "runner speaks MCP {} to {NEWEST}, which open with initialize",
+                    ProtocolVersion::V_2024_11_05
+                ),
+            ));
         }
         self.0.handle_request(request, context).await
     }

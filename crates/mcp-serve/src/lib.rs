@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer, ServiceExt};
 use runner_agent::session::{OpenError, OpenSession, SessionAsker, SessionOptions};
@@ -237,6 +237,17 @@ impl ServerHandler for WalledTools {
         self.open(&request.client_info).await?;
         self.asker.reach(context.peer.clone());
         Ok(result)
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        Err(handshake::not_found(
+            &request.method,
+            "runner mcp serve offers tools only: tools/list and tools/call",
+        ))
     }
 
     async fn list_tools(

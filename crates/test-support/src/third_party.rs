@@ -1,7 +1,8 @@
 //! Other people's agent CLIs for the tests that put runner's wall around them: Codex CLI
 //! (and OpenCode) installed from npm at a pinned version, and their configuration pointed
 //! at a local scripted model ([`crate::provider::ScriptedModel`]) and at a runner command
-//! as their MCP server.
+//! as their MCP server. The official MCP SDKs' clients come the same way, pinned, for the
+//! tests of `runner mcp serve` ([`npm_package`], [`pip_venv`]).
 //!
 //! The tests drive the real agents' loops, so what they show holds for the program users
 //! run, not for a stand-in. A pinned version keeps a new release from changing a test's
@@ -77,15 +78,33 @@ pub fn opencode_native() -> PathBuf {
     native
 }
 
-/// The executable `bin` of npm `package` at exactly `version`, installed into a folder of
-/// its own under [`cache_dir`] unless a finished install is there. The install goes to a
-/// scratch folder first and is renamed into place whole, under a lock, so a run that was
-/// killed mid-download, or two test processes at once, never leave a half install that
-/// later runs would take for a good one.
+/// The executable `bin` of npm `package` at exactly `version`, installed on first use
+/// ([`npm_install`]).
 pub fn npm_bin(package: &str, version: &str, bin: &str) -> PathBuf {
+    npm_install(package, version, &Path::new("node_modules/.bin").join(bin))
+}
+
+/// The folder npm `package` at exactly `version` is installed in (a library: its
+/// `node_modules` is inside), installed on first use ([`npm_install`]).
+pub fn npm_package(package: &str, version: &str) -> PathBuf {
+    let manifest = Path::new("node_modules").join(package).join("package.json");
+    let installed = npm_install(package, version, &manifest);
+    installed
+        .ancestors()
+        .nth(manifest.components().count())
+        .expect("the manifest is inside the install")
+        .to_path_buf()
+}
+
+/// `made` (a path inside the install) of npm `package` at exactly `version`, installed
+/// into a folder of its own under [`cache_dir`] unless a finished install is there. The
+/// install goes to a scratch folder first and is renamed into place whole, under a lock,
+/// so a run that was killed mid-download, or two test processes at once, never leave a
+/// half install that later runs would take for a good one.
+pub fn npm_install(package: &str, version: &str, made: &Path) -> PathBuf {
     let name = package.trim_start_matches('@').replace('/', "-");
     let dir = cache_dir().join(format!("{name}-{version}"));
-    let exe = dir.join("node_modules/.bin").join(bin);
+    let exe = dir.join(made);
     if exe.exists() {
         return exe;
     }
@@ -126,9 +145,10 @@ pub fn npm_bin(package: &str, version: &str, bin: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        scratch.join("node_modules/.bin").join(bin).exists(),
-        "npm installed {spec} into {} but it has no node_modules/.bin/{bin}",
-        scratch.display()
+        scratch.join(made).exists(),
+        "npm installed {spec} into {} but it has no {}",
+        scratch.display(),
+        made.display()
     );
     std::fs::rename(&scratch, &dir).unwrap_or_else(|e| {
         panic!(
@@ -138,6 +158,71 @@ pub fn npm_bin(package: &str, version: &str, bin: &str) -> PathBuf {
         )
     });
     exe
+}
+
+/// The Python of a virtual environment holding PyPI `package` at exactly `version` (and
+/// what it depends on), made with the machine's `python3` under [`cache_dir`] unless a
+/// finished one is there. As with npm, it is made in a scratch folder and renamed into
+/// place whole, under a lock; the environment's Python finds its packages from where it
+/// lies, so the move keeps it working.
+pub fn pip_venv(package: &str, version: &str) -> PathBuf {
+    let dir = cache_dir().join(format!("python-{package}-{version}"));
+    let python = dir.join("bin/python");
+    if python.exists() {
+        return python;
+    }
+    let _lock = super::engine::lock(&format!("runner-test-pip-{package}.lock"));
+    if python.exists() {
+        return python;
+    }
+    super::engine::ensure_package_for("python3-venv", "python3 -m venv", || {
+        let probe = tempfile::tempdir().expect("a temporary folder");
+        Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(probe.path().join("venv"))
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let scratch = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let run = |cmd: &mut Command, what: &str| {
+        let out = cmd
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{what} could not start: {e}"));
+        assert!(
+            out.status.success(),
+            "{what} failed ({}); the test needs it and never skips. Make it by hand or fix \
+             the index's access:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&scratch),
+        &format!("python3 -m venv {}", scratch.display()),
+    );
+    let spec = format!("{package}=={version}");
+    run(
+        Command::new(scratch.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(&spec),
+        &format!("pip install {spec} into {}", scratch.display()),
+    );
+    std::fs::rename(&scratch, &dir).unwrap_or_else(|e| {
+        panic!(
+            "cannot move {} to {}: {e}",
+            scratch.display(),
+            dir.display()
+        )
+    });
+    python
 }
 
 /// A TOML basic string: JSON's string escapes are valid TOML ones.
