@@ -326,32 +326,134 @@ fn opencode_runs_its_commands_in_runners_container() {
     container_hostname(result[0]);
 }
 
-/// What OpenCode's own shell is asked to do: read a key in the home folder, which lies
-/// outside the worktree.
-const READ_KEY: &str = "cat \"$HOME/.ssh/id_ed25519\"; echo READ-DONE";
+/// What the scripted model has OpenCode's own shell do: read a key in the user's home
+/// folder, outside the worktree, by its absolute path (inside the wall `$HOME` is the
+/// sandbox's own). The path goes through a variable, as a model that wants it would write
+/// it: OpenCode's own check for folders outside the project reads paths in a command's
+/// words, and would refuse a literal one before the wall was ever tried.
+fn read_key(home: &Path) -> String {
+    format!(
+        "key={}; cat \"$key\"; echo READ-DONE",
+        home.join(".ssh/id_ed25519").display()
+    )
+}
 const KEY_TEXT: &str = "OPENSSH-PRIVATE-KEY-never-inside-the-wall";
 
-/// The whole of OpenCode inside the wall: `runner exec --sandbox landlock --network
-/// allowlist -- opencode run …`, with its own tools on, against the scripted model, which
-/// the network rules open by its exact address. OpenCode's own `bash` runs inside runner's
-/// wall, and its read of `~/.ssh` fails. The same turn without runner reads the key (the
-/// control). The model sees each result in its second request.
+/// The model address docs/EXEC.md's recipe names; the test puts its scripted model's there.
+const DOC_MODEL: &str = "http://127.0.0.1:8080/v1";
+
+/// docs/EXEC.md's "OpenCode inside the wall", as the page writes it: OpenCode's config, the
+/// runner config and profile (each named by its first line), and the command line.
+struct Recipe {
+    opencode_json: String,
+    config: String,
+    profile: String,
+    command: String,
+}
+
+impl Recipe {
+    fn from_the_doc() -> Recipe {
+        let doc =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/EXEC.md"))
+                .expect("docs/EXEC.md");
+        let section = doc
+            .split_once("\n## OpenCode inside the wall\n")
+            .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
+            .expect("docs/EXEC.md has a section \"OpenCode inside the wall\"");
+        let blocks = fenced_blocks(section);
+        let block = |what: &str, pick: &dyn Fn(&(String, String)) -> bool| -> String {
+            let found: Vec<&(String, String)> = blocks.iter().filter(|b| pick(b)).collect();
+            assert_eq!(found.len(), 1, "one {what} in the recipe: {blocks:#?}");
+            found[0].1.clone()
+        };
+        let first_line = |line: &'static str| move |b: &(String, String)| b.1.starts_with(line);
+        Recipe {
+            opencode_json: block("opencode.json", &|b| b.0 == "json"),
+            config: block(
+                "runner config",
+                &first_line("# ~/.config/runner/config.toml\n"),
+            ),
+            profile: block(
+                "profile",
+                &first_line("# ~/.config/runner/profiles/opencode.toml\n"),
+            ),
+            command: block("command line", &|b| b.0 == "sh").trim().to_string(),
+        }
+    }
+}
+
+/// The fenced code blocks of Markdown `text`: each one's info string and its lines, with the
+/// fence's own indentation (a block inside a list item) taken off.
+fn fenced_blocks(text: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(usize, String, String)> = None;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let trimmed = line.trim_start();
+        match &mut open {
+            None => {
+                if let Some(info) = trimmed.strip_prefix("```") {
+                    open = Some((indent, info.trim().to_string(), String::new()));
+                }
+            }
+            Some((_, _, _)) if trimmed.starts_with("```") => {
+                let (_, info, body) = open.take().unwrap();
+                blocks.push((info, body));
+            }
+            Some((at, _, body)) => {
+                body.push_str(line.get(*at..).unwrap_or(trimmed));
+                body.push('\n');
+            }
+        }
+    }
+    blocks
+}
+
+/// Whether anything under `dir` was disarmed by runner's git guard.
+fn disarmed_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(".disarmed"))
+            {
+                found.push(path.clone());
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// The whole of OpenCode inside the wall, by docs/EXEC.md's recipe as written: its
+/// `opencode.json` (the scripted model's port in place of the page's), the runner config
+/// and profile at the paths it names in a home folder of the test's, and its command line
+/// run by a shell in the worktree. OpenCode's own tools are on; the model reaches the host's
+/// loopback through the proxy because the config opens `127.0.0.1` by name. Its `bash`
+/// runs inside runner's wall, and its read of the key in the home folder fails, with
+/// nothing left for the git guard to disarm. The same turn without runner reads the key
+/// (the control). The model sees each result in its second request.
 #[test]
 fn opencode_inside_runner_exec_cannot_read_the_home_folder() {
+    let recipe = Recipe::from_the_doc();
     let tmp = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(tmp.path()).unwrap();
     let home = base.join("home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::write(home.join(".ssh/id_ed25519"), KEY_TEXT).unwrap();
-    let wt = base.join("wt");
-    std::fs::create_dir_all(&wt).unwrap();
-    common::git(&wt, &["init", "-q"]);
 
-    // The control: OpenCode on the host reads the key.
-    let model = key_reading_model();
+    // The control: OpenCode on the host, in a folder of its own, reads the key.
+    let control = base.join("control");
+    std::fs::create_dir_all(&control).unwrap();
+    common::git(&control, &["init", "-q"]);
+    let model = key_reading_model(read_key(&home));
     let config = third_party::opencode_config(&base.join("oc"), &model.openai_base(), None);
-    let mut direct = third_party::opencode_run(&config, &wt, "Read my key.");
-    direct.env("HOME", &home);
+    let mut direct = third_party::opencode_run(&config, &control, "Read my key.");
     let (stdout, stderr) = run_within(&mut direct, &base, PATIENCE);
     let seen = shell_result(&model);
     assert!(
@@ -359,66 +461,78 @@ fn opencode_inside_runner_exec_cannot_read_the_home_folder() {
         "the control read nothing:\n{seen}\n{stdout}\n{stderr}"
     );
 
-    // Inside the wall. The program, its config and its state live in the worktree: the
-    // wall lets it read nothing else of the host's but the system's folders.
-    let model = key_reading_model();
-    let config = third_party::opencode_config(&wt.join(".oc"), &model.openai_base(), None);
-    let inside = wt.join(".tools/opencode");
-    std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+    // Inside the wall, set up as the recipe says.
+    let wt = base.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    common::git(&wt, &["init", "-q"]);
+    let model = key_reading_model(read_key(&home));
+    assert_eq!(
+        recipe.opencode_json.matches(DOC_MODEL).count(),
+        1,
+        "the recipe's opencode.json names {DOC_MODEL} once:\n{}",
+        recipe.opencode_json
+    );
+    let opencode_json = recipe
+        .opencode_json
+        .replace(DOC_MODEL, &model.openai_base());
+    std::fs::write(wt.join("opencode.json"), opencode_json).unwrap();
+    let tools = wt.join(".tools");
+    std::fs::create_dir_all(&tools).unwrap();
     let native = third_party::opencode_native();
-    if std::fs::hard_link(&native, &inside).is_err() {
-        std::fs::copy(&native, &inside).unwrap();
+    if std::fs::hard_link(&native, tools.join("opencode")).is_err() {
+        std::fs::copy(&native, tools.join("opencode")).unwrap();
     }
-    let rules = base.join("runner.toml");
+    let runner_config = home.join(".config/runner");
+    std::fs::create_dir_all(runner_config.join("profiles")).unwrap();
+    std::fs::write(runner_config.join("config.toml"), &recipe.config).unwrap();
     std::fs::write(
-        &rules,
-        "[permission.network]\n\"*\" = \"deny\"\n\"127.0.0.1\" = \"allow\"\n\"registry.npmjs.org\" = \"allow\"\n",
+        runner_config.join("profiles/opencode.toml"),
+        &recipe.profile,
     )
     .unwrap();
-    // Bun reserves far more address space than it uses; where the memory limit falls back
-    // to RLIMIT_AS (no delegated cgroup, as on this machine) the default 4 GiB can stop it.
-    let profile = base.join("bun.toml");
-    std::fs::write(&profile, "[sandbox]\nmemory = \"256GiB\"\n").unwrap();
-    let state = wt.join(".oc-state");
-    let mut exec = Command::new(common::engine::runner_exe());
-    exec.args(["exec", "--sandbox", "landlock", "--network", "allowlist"])
-        .arg("--config")
-        .arg(&rules)
-        .arg("--profile")
-        .arg(&profile)
-        .arg("--root")
-        .arg(&wt)
-        .args(["--", "env", "NO_PROXY=", "no_proxy="])
-        .arg(format!("HOME={}", home.display()))
-        .arg(format!("OPENCODE_CONFIG={}", config.display()))
-        .arg(format!(
-            "XDG_CONFIG_HOME={}",
-            state.join("config").display()
-        ))
-        .arg(format!("XDG_DATA_HOME={}", state.join("data").display()))
-        .arg(format!("XDG_STATE_HOME={}", state.join("state").display()))
-        .arg(format!("XDG_CACHE_HOME={}", state.join("cache").display()))
-        .arg(&inside)
-        .args(["run", "Read my key."])
+    let runner_dir = common::engine::runner_exe()
+        .parent()
+        .expect("the runner executable is in a folder")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        runner_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut exec = Command::new("sh");
+    exec.args(["-c", &recipe.command])
         .current_dir(&wt)
-        .env("XDG_DATA_HOME", base.join("runner-data"))
-        .env("XDG_CONFIG_HOME", base.join("runner-config"))
+        .env("PATH", path)
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_CACHE_HOME")
         .stdin(Stdio::null());
     let (stdout, stderr) = run_within(&mut exec, &base, PATIENCE);
     let seen = shell_result(&model);
     assert!(
         seen.contains("READ-DONE"),
-        "OpenCode's shell did not run:\n{seen}\n{stdout}\n{stderr}"
+        "OpenCode's shell did not run (did its model calls reach the host?):\n{seen}\n{stdout}\n{stderr}"
     );
     assert!(
         !seen.contains(KEY_TEXT),
         "the key was read inside the wall:\n{seen}"
     );
+    assert!(
+        stderr.contains("network: allow 127.0.0.1"),
+        "the model's connections are not among the proxy's:\n{stderr}"
+    );
+    let disarmed = disarmed_under(&wt);
+    assert!(
+        disarmed.is_empty() && !stderr.contains("disarmed"),
+        "OpenCode left a repository in the worktree for the git guard: {disarmed:?}\n{stderr}"
+    );
 }
 
-/// A model that asks OpenCode's own `bash` to read the key, then answers.
-fn key_reading_model() -> ScriptedModel {
-    ScriptedModel::responding(|body| {
+/// A model that asks OpenCode's own `bash` to run `command`, then answers.
+fn key_reading_model(command: String) -> ScriptedModel {
+    ScriptedModel::responding(move |body| {
         let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
         let answered = body["messages"]
             .as_array()
@@ -426,7 +540,7 @@ fn key_reading_model() -> ScriptedModel {
         Response::Stream(if has_tools && !answered {
             provider::call(
                 "bash",
-                json!({ "command": READ_KEY, "description": "read the key" }),
+                json!({ "command": command, "description": "read the key" }),
             )
         } else {
             provider::text("done")
