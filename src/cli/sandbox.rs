@@ -407,18 +407,18 @@ async fn exec_in(
     code
 }
 
+/// An exec's allow-list proxy on its way up, or why it could not start.
+type ProxyStarting = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + Send>,
+>;
+
 /// What starts an exec's allow-list proxy from the sandbox's client: the rules decide
 /// alone (nobody can answer an ask while the program holds the terminal), and every
 /// decision and connection goes to `trail`.
 fn exec_proxy(
     wall: &Wall,
     trail: Arc<runner_audit::Audit>,
-) -> impl FnOnce(
-    crate::sandbox::SandboxClient,
-    PathBuf,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + Send>,
-> {
+) -> impl FnOnce(crate::sandbox::SandboxClient, PathBuf) -> ProxyStarting {
     let limits = crate::network::NetworkLimits::of(&wall.spec.limits);
     let (rules, inspection, programs) = (
         wall.rules.clone(),
