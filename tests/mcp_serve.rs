@@ -13,7 +13,7 @@
 
 use crate::common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -522,11 +522,16 @@ struct Wire {
 impl Wire {
     /// The server over `place` on landlock, with `config` as its `--config` and `extra`.
     fn start(place: &Place, config: &str, extra: &[&str]) -> Wire {
+        Wire::start_at(place, &place.wt, config, extra)
+    }
+
+    /// The same with `root` as its worktree.
+    fn start_at(place: &Place, root: &Path, config: &str, extra: &[&str]) -> Wire {
         let rules = place.data.join("wire.toml");
         std::fs::write(&rules, config).unwrap();
         let mut child = std::process::Command::new(common::engine::runner_exe())
             .args(["mcp", "serve", "--sandbox", "landlock", "--root"])
-            .arg(&place.wt)
+            .arg(root)
             .arg("--config")
             .arg(&rules)
             .args(extra)
@@ -689,6 +694,42 @@ fn landlock_discover_and_unknown_methods_are_method_not_found_and_the_session_go
         json!({ "name": "wire-test", "version": "9.9" }),
         "{trail}"
     );
+}
+
+/// The sandbox opens at `initialize`: a session that cannot open (here a direct workspace
+/// outside any git work tree) fails that `initialize` with the reason, and the server ends
+/// with the usage status, having made nothing.
+#[test]
+fn landlock_a_session_that_cannot_open_fails_initialize_with_the_reason() {
+    let place = place();
+    let plain = place.wt.parent().unwrap().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let mut wire = Wire::start_at(&place, &plain, "", &[]);
+    let answer = wire.request(
+        1,
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": { "name": "wire-test", "version": "9.9" }
+        }),
+    );
+    assert_eq!(answer["id"], 1, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("is not inside a git work tree") && message.contains("--no-git-check"),
+        "{answer}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = wire.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the server did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(2), "{status}");
+    assert_eq!(std::fs::read_dir(&plain).unwrap().count(), 0);
 }
 
 /// What each revision is answered and how an ask reaches its client: 2025-06-18 takes the
