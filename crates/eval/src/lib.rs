@@ -227,7 +227,7 @@ pub async fn run(
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     crate::workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;
-    let (jobs, refused) = plan(&loaded, &options)?;
+    let Plan { jobs, refused } = plan(&loaded, &options)?;
     start_events(
         &*events,
         &options,
@@ -445,14 +445,18 @@ async fn connect_engines(
     Ok(Some(Arc::new(engines)))
 }
 
+/// What a run has to do: the attempts to run, and the `attempt_end` of each attempt of a
+/// task that cannot run (its result already written), sent after `run_start`: a harness
+/// counting ends must count every attempt the summary does.
+struct Plan {
+    jobs: Vec<(Arc<Job>, u32)>,
+    refused: Vec<Event>,
+}
+
 /// The attempts still to run: finished means a verdict or the agent's own failure; what
 /// the infrastructure failed runs again. An attempt of a task that cannot run at all gets
-/// its result now, and its `attempt_end` (returned, for after `run_start`): a harness
-/// counting ends must count every attempt the summary does.
-fn plan(
-    loaded: &[Loaded],
-    options: &EvalOptions,
-) -> Result<(Vec<(Arc<Job>, u32)>, Vec<Event>), EvalError> {
+/// its result now.
+fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Plan, EvalError> {
     let mut jobs: Vec<(Arc<Job>, u32)> = Vec::new();
     let mut ends = Vec::new();
     for l in loaded {
@@ -490,7 +494,10 @@ fn plan(
             "--agent oracle: {no_solution} JSON-lines tasks have no solution to run; each is infra_error (run them with --model)"
         ));
     }
-    Ok((jobs, ends))
+    Ok(Plan {
+        jobs,
+        refused: ends,
+    })
 }
 
 /// Runs the attempts, `options.jobs` at a time, each result written as it finishes: how
