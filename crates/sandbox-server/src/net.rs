@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
-use runner_protocol::{NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
+use runner_protocol::{Holder, NET_CHUNK as CHUNK, NET_WINDOW as WINDOW, Response};
 
 use crate::holders::Places;
 
@@ -179,19 +179,10 @@ impl Proxy {
         let queued = Arc::new(AtomicUsize::new(0));
         // A program rule is judged before the host connects, so the holders are found
         // here, on the accept path; otherwise the owner is found off it (see [`Owner`]).
-        let known = identify.then(|| {
-            peer_port
-                .and_then(|p| client_inode(p, port))
-                .map(|inode| crate::holders::holders_of(inode, &self.places))
-                .unwrap_or_default()
-        });
-        let owner = match &known {
-            None => Owner::Pending,
-            Some(holders) => holders
-                .first()
-                .map_or(Owner::Unknown, |h| Owner::Known(h.pid)),
+        let (owner, holders) = match identify {
+            true => self.holders(peer_port, port),
+            false => (Owner::Pending, Vec::new()),
         };
-        let holders = known.clone().unwrap_or_default();
         self.lock().insert(
             conn,
             Conn {
@@ -203,7 +194,7 @@ impl Proxy {
             },
         );
         sink.response(id, Response::NetOpened { conn, holders });
-        if known.is_none() {
+        if !identify {
             let proxy = self.clone();
             std::thread::spawn(move || {
                 let found = peer_port.and_then(|p| owner_of(p, port));
@@ -224,6 +215,19 @@ impl Proxy {
                 proxy.drop_conn(conn, &*s, Some(ending));
             }
         });
+    }
+
+    /// Every process holding the client end of the connection from `peer_port`, and the
+    /// first of them as its owner.
+    fn holders(&self, peer_port: Option<u16>, port: u16) -> (Owner, Vec<Holder>) {
+        let holders = peer_port
+            .and_then(|p| client_inode(p, port))
+            .map(|inode| crate::holders::holders_of(inode, &self.places))
+            .unwrap_or_default();
+        let owner = holders
+            .first()
+            .map_or(Owner::Unknown, |h| Owner::Known(h.pid));
+        (owner, holders)
     }
 
     /// A data frame's payload of `len` bytes, still in `input`, for a connection. Where the
