@@ -683,17 +683,21 @@ fn landlock_discover_and_unknown_methods_are_method_not_found_and_the_session_go
     drop(wire);
 
     let trail = std::fs::read_to_string(&audit).expect("the audit file");
-    let started: Vec<Value> = trail
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("one JSON object a line"))
-        .filter(|r| !r["unmapped"]["client"].is_null())
-        .collect();
-    assert_eq!(started.len(), 1, "{trail}");
     assert_eq!(
-        started[0]["unmapped"]["client"],
-        json!({ "name": "wire-test", "version": "9.9" }),
+        clients_named(&trail),
+        [json!({ "name": "wire-test", "version": "9.9" })],
         "{trail}"
     );
+}
+
+/// The clients the trail's records name (the start record names the one that drove it).
+fn clients_named(trail: &str) -> Vec<Value> {
+    trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("one JSON object a line"))
+        .map(|r| r["unmapped"]["client"].clone())
+        .filter(|c| !c.is_null())
+        .collect()
 }
 
 /// The sandbox opens at `initialize`: a session that cannot open (here a direct workspace
@@ -763,19 +767,7 @@ fn landlock_each_revision_is_asked_as_it_can_be() {
         let done = match choices {
             Some(kind) => {
                 assert_eq!(first["method"], "elicitation/create", "{proposed}: {first}");
-                let answer = &first["params"]["requestedSchema"]["properties"]["answer"];
-                if kind == "oneOf" {
-                    assert_eq!(answer["oneOf"], titled_choices(), "{first}");
-                    assert!(answer.get("enum").is_none(), "{first}");
-                } else {
-                    assert_eq!(answer["enum"], json!(["once", "always", "reject"]));
-                    assert_eq!(
-                        answer["enumNames"],
-                        json!(["Allow once", "Allow for this session", "Reject"]),
-                        "{first}"
-                    );
-                    assert!(answer.get("oneOf").is_none(), "{first}");
-                }
+                check_choices(&first, kind);
                 wire.send(json!({
                     "jsonrpc": "2.0",
                     "id": first["id"],
@@ -786,9 +778,6 @@ fn landlock_each_revision_is_asked_as_it_can_be() {
             None => first,
         };
         assert_eq!(done["id"], 2, "{proposed}: {done}");
-        let text = done["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap_or_default();
         let ran = place.wt.join(&file).exists();
         if choices.is_some() {
             assert!(
@@ -800,15 +789,44 @@ fn landlock_each_revision_is_asked_as_it_can_be() {
                 !ran,
                 "{proposed} {capabilities}: ran without an answer: {done}"
             );
-            assert_eq!(done["result"]["isError"], true, "{done}");
-            assert!(text.contains("--ask allow"), "{proposed}: {text}");
             let why = match capabilities["elicitation"].get("url") {
                 Some(_) => "URL".to_string(),
                 None => format!("MCP {proposed}"),
             };
-            assert!(text.contains(&why), "{proposed}: {text}");
+            check_refused(&done, &why);
         }
     }
+}
+
+/// The ask's choices as `kind` writes them (`oneOf`, or `enum` with `enumNames`), and not
+/// the other way too.
+fn check_choices(ask: &Value, kind: &str) {
+    let answer = &ask["params"]["requestedSchema"]["properties"]["answer"];
+    if kind == "oneOf" {
+        assert_eq!(answer["oneOf"], titled_choices(), "{ask}");
+        assert!(answer.get("enum").is_none(), "{ask}");
+    } else {
+        assert_eq!(answer["enum"], json!(["once", "always", "reject"]), "{ask}");
+        assert_eq!(
+            answer["enumNames"],
+            json!(["Allow once", "Allow for this session", "Reject"]),
+            "{ask}"
+        );
+        assert!(answer.get("oneOf").is_none(), "{ask}");
+    }
+}
+
+/// A call refused by the default policy, its text saying `why` the user was not asked and
+/// how to allow it.
+fn check_refused(done: &Value, why: &str) {
+    let text = done["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    assert!(
+        text.contains("--ask allow") && text.contains(why),
+        "{why}: {text}"
+    );
 }
 
 /// The official SDK releases the tests run, pinned (see `common::third_party`): the
@@ -938,12 +956,11 @@ fn check_sdk_session(place: &Place, report: &Value, trail: &str, client: Value) 
             .is_some_and(|t| t.contains("still-here")),
         "{report}"
     );
-    let named = trail
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|r| r["unmapped"]["client"] == client)
-        .count();
-    assert_eq!(named, 1, "the start record names {client}:\n{trail}");
+    assert_eq!(
+        clients_named(trail),
+        [client],
+        "the start record names the client:\n{trail}"
+    );
 }
 
 /// The Python SDK's last 1.x `ClientSession` over its stdio client, as it comes.
