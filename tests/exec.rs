@@ -273,6 +273,65 @@ fn the_wall_holds_around_the_program_next_to_controls_that_pass() {
     }
 }
 
+/// A loopback address your own config opens by name means the host's (a model server on
+/// this machine): it leaves `no_proxy`, so a client that honours the proxy variables
+/// reaches it through the proxy with no flag of its own, as OpenCode's recipe in
+/// docs/EXEC.md needs. The other loopback names stay the sandbox's own: `localhost` goes
+/// direct and reaches nothing of the host's. A repository's `.runner/config.toml` naming
+/// `localhost` does not move it to the host (the attack: a repository choosing which of the
+/// host's loopback services its commands are sent to); the host's server sees only the one
+/// connection the user opened.
+#[test]
+fn a_loopback_address_your_config_opens_is_the_hosts_and_the_rest_stay_the_sandboxs() {
+    for backend in WALLS {
+        let s = common::allowlist::setup();
+        std::fs::create_dir_all(s.wt.join(".runner")).unwrap();
+        std::fs::write(
+            s.wt.join(".runner/config.toml"),
+            "[permission.network]\n\"localhost\" = \"allow\"\n",
+        )
+        .unwrap();
+        let web = common::outside::Outside::start(1000);
+        let config = s.config.display().to_string();
+        let (opened, other) = (
+            format!("http://127.0.0.1:{}/blob", web.port),
+            format!("http://localhost:{}/blob", web.port),
+        );
+        let script = format!(
+            "echo \"no_proxy=$no_proxy NO_PROXY=$NO_PROXY\"; python3 net.py fetch {opened}; \
+             python3 net.py fetch {other}"
+        );
+        let out = exec(
+            &s,
+            backend,
+            &["--network", "allowlist", "--config", &config],
+            &os(&["sh", "-c", &script]),
+        )
+        .output()
+        .unwrap();
+        let all = text(&out);
+        assert!(
+            all.contains("no_proxy=localhost,::1 NO_PROXY=localhost,::1\n"),
+            "{backend}: the opened address is still sent direct\n{all}"
+        );
+        assert!(
+            all.contains(&format!("OK {opened} 1000")),
+            "{backend}\n{all}"
+        );
+        assert!(
+            common::allowlist::records(&out)
+                .iter()
+                .any(|(d, h, _)| d == "allow" && h == &format!("127.0.0.1:{}", web.port)),
+            "{backend}: the connection went through the proxy\n{all}"
+        );
+        assert!(
+            all.contains(&format!("FAIL {other}")),
+            "{backend}: localhost reached the host\n{all}"
+        );
+        assert_eq!(web.accepted(), 1, "{backend}\n{all}");
+    }
+}
+
 /// A secret declared in the config is a placeholder inside the wall: an agent CLI's key
 /// run under exec never holds the value, which only the proxy puts into requests to the
 /// hosts the secret names. The value is in runner's environment (the control).
