@@ -11,7 +11,7 @@
 //! call). runner speaks none of them, so `server/discover` is to it a method like any other
 //! it does not know: JSON-RPC error -32601, after which a client falls back to `initialize`
 //! and the session goes on. [`Handshake`] answers it so before rmcp's own handling, which
-//! would answer a discovery.
+//! would answer with a discovery result or a protocol version error instead.
 
 use std::borrow::Cow;
 
