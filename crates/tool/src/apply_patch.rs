@@ -9,8 +9,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::patch::{FileChange, Hunk, ReadFailure, parse_patch, plan};
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
+use runner_patch::{FileChange, Hunk, ReadFailure, parse_patch, plan};
 use runner_permission::PermissionRequest;
 use runner_sandbox::SandboxError;
 use runner_sandbox::api::{ErrorKind, FileStamp, WritePrecondition};

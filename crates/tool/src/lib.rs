@@ -28,7 +28,6 @@ pub mod lsp;
 pub mod lsp_client;
 pub mod mcp;
 mod multiedit;
-pub mod patch;
 pub mod question;
 mod read;
 pub mod search;

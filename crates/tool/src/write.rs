@@ -3,8 +3,8 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::edit::text::{BOM, join_bom, split_bom};
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
+use runner_edit::text::{BOM, join_bom, split_bom};
 use runner_permission::PermissionRequest;
 use runner_sandbox::api::WritePrecondition;
 

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use runner_patch::parse_patch;
 use runner_permission::bash_scan::{ScanContext, scan};
-use runner_tool::patch::parse_patch;
 
 use super::{MIB, Target};
 
@@ -83,8 +83,8 @@ fn patch(data: &[u8]) {
         return;
     };
     for hunk in &hunks {
-        if let runner_tool::patch::Hunk::Update { chunks, .. } = hunk {
-            let _ = runner_tool::patch::derive_new_contents("f.rs", FILE, chunks);
+        if let runner_patch::Hunk::Update { chunks, .. } = hunk {
+            let _ = runner_patch::derive_new_contents("f.rs", FILE, chunks);
         }
     }
 }

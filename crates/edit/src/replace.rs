@@ -5,7 +5,7 @@
 //! whitespace collapses, quotes get escaped twice, a comment in the middle of
 //! the block was misremembered. Failing every such edit wastes a turn (the
 //! model re-reads the file and retries), so OpenCode tries a cascade of
-//! increasingly tolerant matchers ([`super::replacers::REPLACERS`]) and accepts the
+//! increasingly tolerant matchers ([`crate::replacers::REPLACERS`]) and accepts the
 //! first candidate that is **unique** in the file.
 //!
 //! Tolerance is dangerous in the other direction: a fuzzy match that lands
@@ -13,7 +13,7 @@
 //! from OpenCode issue #30932 (a lone `fn …() {` / `}` anchor pair replaced an
 //! unrelated function):
 //! * BlockAnchor requires ≥ 65 % middle-line similarity and a block of about
-//!   the model's size (see [`super::replacers::block_anchor`]);
+//!   the model's size (see [`crate::replacers::block_anchor`]);
 //! * every candidate of every replacer must pass
 //!   [`is_disproportionate_match`]: a span much larger than `oldString` is
 //!   refused outright ([`ReplaceError::Disproportionate`]) rather than
@@ -35,8 +35,8 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use super::replacers::{Haystack, REPLACERS};
-use super::text::{js_line_count, js_trim, utf16_len};
+use crate::replacers::{Haystack, REPLACERS};
+use crate::text::{js_line_count, js_trim, utf16_len};
 
 /// Why a replacement was refused. `Display` gives OpenCode's exact messages,
 /// which are what the model sees and has been trained against.
@@ -92,7 +92,7 @@ pub fn replace(
 }
 
 /// [`replace`], also returning the name of the replacer that matched (see
-/// [`super::replacers::REPLACERS`]); useful in tests, logs and benchmarks.
+/// [`crate::replacers::REPLACERS`]); useful in tests, logs and benchmarks.
 /// In a CRLF file a line-based span ends with the last line's `\r` (lines are split on
 /// `\n`). Replacing it with text that lacks the `\r` would leave a bare `\n` in a CRLF
 /// file, so the `\r` is carried over.
@@ -219,10 +219,8 @@ pub fn is_disproportionate_match(search: &str, old: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::text::{
-        LineEnding, convert_line_endings, detect_line_ending, join_bom, split_bom,
-    };
     use super::*;
+    use crate::text::{LineEnding, convert_line_endings, detect_line_ending, join_bom, split_bom};
 
     fn info(content: &str, old: &str, new: &str) -> Result<(String, &'static str), ReplaceError> {
         replace_with_info(content, old, new, false)
@@ -494,9 +492,9 @@ mod tests {
 mod prop_tests {
     use proptest::prelude::*;
 
-    use super::super::replacers::{Haystack, REPLACERS};
-    use super::super::text::{LineEnding, convert_line_endings, detect_line_ending};
     use super::replace;
+    use crate::replacers::{Haystack, REPLACERS};
+    use crate::text::{LineEnding, convert_line_endings, detect_line_ending};
 
     const INDENTS: &[&str] = &["", "  ", "    ", "\t", " \t"];
     const BODIES: &[&str] = &[

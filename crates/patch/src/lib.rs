@@ -1,6 +1,6 @@
-//! The `apply_patch` tool's patch language: the Codex `*** Begin Patch`
-//! format as OpenCode accepts it, plus a pure planner that turns parsed hunks
-//! into file changes.
+//! `runner-patch`: the `apply_patch` tool's patch language, the Codex
+//! `*** Begin Patch` format as OpenCode accepts it, and a pure planner that
+//! turns parsed hunks into file changes.
 //!
 //! ```text
 //! *** Begin Patch
@@ -16,7 +16,15 @@
 //! *** End Patch
 //! ```
 //!
-//! The module is split in two so that nothing here touches the file system:
+//! Why a crate of its own: this is pure text. It imports nothing of runner
+//! (no sandbox, no permission gate, no async runtime, no dependency at all
+//! beyond std), so the fuzzer links it alone rather than all of runner-tool
+//! with its MCP and HTTP clients, and its scenario tests
+//! (`tests/fixtures/scenarios/NNN_*`) run in a second without a sandbox. The
+//! `apply_patch` tool in runner-tool resolves the paths, reads the files
+//! through the wall, asks for permission and writes what this crate planned.
+//!
+//! Nothing here touches the file system:
 //!
 //! * [`parse_patch`] turns text into [`Hunk`]s ([`parser`]).
 //! * [`plan`] reads the files it needs through a caller-supplied callback and

@@ -11,7 +11,7 @@
 //!    stripped: models sometimes pass the shell form of the Codex command.
 //! 2. Lines are split on `\n` and one trailing `\r` is dropped from each, so a
 //!    CRLF patch parses like an LF one (files added by it are written with
-//!    LF; updated files keep their own line endings, see [`super::apply`]).
+//!    LF; updated files keep their own line endings, see [`crate::apply`]).
 //! 3. The patch is what lies between the first line that trims to
 //!    `*** Begin Patch` and the next one that trims to `*** End Patch`;
 //!    anything outside is ignored.
@@ -42,7 +42,7 @@
 //!    drop the hunk's lines, and an Update with no change lines is rejected
 //!    as empty (unless it is a pure rename) because it would do nothing.
 
-use super::{Hunk, PatchError, UpdateChunk};
+use crate::{Hunk, PatchError, UpdateChunk};
 
 const BEGIN_MARKER: &str = "*** Begin Patch";
 const END_MARKER: &str = "*** End Patch";

@@ -23,8 +23,8 @@
 
 use std::collections::HashMap;
 
-use super::seek::seek_sequence;
-use super::{FileChange, Hunk, PatchError, ReadFailure, UpdateChunk};
+use crate::seek::seek_sequence;
+use crate::{FileChange, Hunk, PatchError, ReadFailure, UpdateChunk};
 
 /// Verifies the whole patch and computes every change before anything is
 /// written. `read` returns a file's current text by the path as written in
@@ -379,7 +379,7 @@ mod tests {
             "*** Begin Patch\n*** Update File: f.txt\n@@\n{}\n*** End Patch",
             lines.join("\n")
         );
-        match super::super::parse_patch(&text).as_deref() {
+        match crate::parse_patch(&text).as_deref() {
             Ok([Hunk::Update { chunks, .. }]) if chunks.len() == 1 => chunks[0].clone(),
             other => panic!("unexpected parse: {other:?}"),
         }

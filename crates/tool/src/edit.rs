@@ -1,13 +1,9 @@
 //! `edit`: replace a string in a file, finding it even when the model's copy differs in
-//! whitespace, indentation or escaping (OpenCode's cascade of replacers), but never
-//! replacing text that is not recognisably the block the model meant.
+//! whitespace, indentation or escaping (OpenCode's cascade of replacers, in runner-edit),
+//! but never replacing text that is not recognisably the block the model meant.
 //!
 //! The core ([`edit_file`]) is shared with `multiedit`: all edits are applied to the text in
 //! memory and the file is written once, atomically, only over the version the model read.
-
-pub mod replace;
-pub mod replacers;
-pub mod text;
 
 use std::path::Path;
 
@@ -15,7 +11,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
-use replace::ReplaceError;
+use runner_edit::replace::{self, ReplaceError};
+use runner_edit::text;
 use runner_permission::PermissionRequest;
 use runner_sandbox::api::WritePrecondition;
 

@@ -2,7 +2,7 @@
 //!
 //! A replacer never edits anything. Given the file `content` and the model's
 //! `find` (= `oldString`), it proposes *candidate spans*: substrings of
-//! `content` that the model plausibly meant. [`super::replace::replace`] tries the
+//! `content` that the model plausibly meant. [`crate::replace::replace`] tries the
 //! replacers in [`REPLACERS`] order and, within one replacer, the candidates
 //! in order; the first candidate that occurs exactly once in the file wins.
 //!
@@ -34,7 +34,7 @@
 
 use std::cell::OnceCell;
 
-use super::text::{
+use crate::text::{
     byte_offset_of_char, is_js_whitespace, js_line_count, js_trim, leading_ws_chars,
 };
 
@@ -57,7 +57,7 @@ pub const SINGLE_CANDIDATE_SIMILARITY_THRESHOLD: f64 = 0.65;
 pub const MULTIPLE_CANDIDATES_SIMILARITY_THRESHOLD: f64 = 0.65;
 
 /// The cascade, in OpenCode's order, with the names reported by
-/// [`super::replace::replace_with_info`]. Order matters: strict replacers come first
+/// [`crate::replace::replace_with_info`]. Order matters: strict replacers come first
 /// so a fuzzy one only runs when nothing stricter produced a unique match.
 pub const REPLACERS: [(&str, Replacer); 9] = [
     ("Simple", simple),
@@ -72,7 +72,7 @@ pub const REPLACERS: [(&str, Replacer); 9] = [
 ];
 
 /// The file being edited, with its line index computed lazily and at most
-/// once per [`super::replace::replace`] call.
+/// once per [`crate::replace::replace`] call.
 ///
 /// Every line-based replacer needs `content.split("\n")` and most need each
 /// line trimmed. OpenCode recomputes both in every replacer; on a 20,000-line

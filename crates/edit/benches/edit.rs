@@ -10,7 +10,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use runner::tool::edit::replace::{ReplaceError, replace_with_info};
+use runner_edit::replace::{ReplaceError, replace_with_info};
 
 const TARGET_MS: f64 = 20.0;
 const RUNS: usize = 50;

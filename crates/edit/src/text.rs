@@ -6,7 +6,7 @@
 //! JavaScript behaviour where it matters for matching, so that a port of the
 //! replacer cascade accepts and refuses the same inputs as the original.
 //!
-//! All offsets in this module and in [`super::replacers`] are **byte** offsets
+//! All offsets in this module and in [`crate::replacers`] are **byte** offsets
 //! into UTF-8 strings and are always char boundaries; lengths that OpenCode
 //! compares numerically (`isDisproportionateMatch`) are measured in UTF-16
 //! code units, exactly like JavaScript's `.length`.
