@@ -519,6 +519,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("audit.jsonl");
         let audit = Audit::open(std::slice::from_ref(&file), "0.1.0", Some("sess")).unwrap();
+        permissions(&audit);
+        network(&audit);
+        sandbox(&audit);
+        folded_and_capped(&file);
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Every decision on three permissions, with and without the rule that made it.
+    fn permissions(audit: &Audit) {
         for (decision, rule) in [
             (Decision::Denied, Some(rule())),
             (Decision::Allowed, None),
@@ -537,6 +550,10 @@ mod tests {
                 });
             }
         }
+    }
+
+    /// Connections allowed and refused, requests judged inside TLS, a secret's uses.
+    fn network(audit: &Audit) {
         for (allowed, address, reason) in [
             (true, Some("127.0.0.1:443"), None),
             (false, None, Some("denied by a rule")),
@@ -576,6 +593,10 @@ mod tests {
                 detail: None,
             });
         }
+    }
+
+    /// A sandbox's start and end.
+    fn sandbox(audit: &Audit) {
         audit.sandbox_start(&SandboxStart {
             backend: "landlock".into(),
             network: "allowlist".into(),
@@ -587,7 +608,10 @@ mod tests {
             backend: "landlock".into(),
             reason: Some("done".into()),
         });
-        // A session driven by a named client, a repeat folded; one over its budget at once.
+    }
+
+    /// A session driven by a named client, a repeat folded; one over its budget at once.
+    fn folded_and_capped(file: &Path) {
         let refuse = |audit: &Audit, host: &str| {
             audit.connection(&Connection {
                 host: host.into(),
@@ -605,7 +629,7 @@ mod tests {
             fold_window_ms: 60_000,
             max_bytes,
         };
-        let driven = Audit::open(std::slice::from_ref(&file), "0.1.0", None)
+        let driven = Audit::open(&[file.to_path_buf()], "0.1.0", None)
             .unwrap()
             .with_client(Some(crate::Client {
                 name: "an MCP client".into(),
@@ -626,17 +650,12 @@ mod tests {
             reason: None,
         };
         driven.sandbox_end(&end);
-        let capped = Audit::open(std::slice::from_ref(&file), "0.1.0", None)
+        let capped = Audit::open(&[file.to_path_buf()], "0.1.0", None)
             .unwrap()
             .with_limits(limits(10, 1));
         refuse(&capped, "b.example");
         refuse(&capped, "c.example");
         capped.sandbox_end(&end);
-        std::fs::read_to_string(&file)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
     }
 
     #[test]

@@ -156,61 +156,9 @@ fn serve_with<R: Read>(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        // Quick, and ordered: handled here rather than on a thread of their own, so that
-        // the pieces of one command's input, and of one connection's bytes, arrive in the
-        // order they were sent.
-        match frame.request {
-            Request::NetData { conn, data, .. } => {
-                proxy.data(conn, data, &*output);
-                continue;
-            }
-            Request::NetAck { conn, bytes, .. } => {
-                proxy.ack(conn, bytes);
-                continue;
-            }
-            Request::NetEof { conn, .. } => {
-                proxy.eof(conn);
-                continue;
-            }
-            Request::NetClose { conn, .. } => {
-                proxy.close(conn);
-                continue;
-            }
-            Request::ProxyListen { port, identify } => {
-                let (proxy, output) = (proxy.clone(), output.clone());
-                std::thread::spawn(move || {
-                    let sink: Arc<dyn net::Sink> = output.clone();
-                    let end = proxy.listen(frame.id, port, identify, sink);
-                    send(&output, frame.id, end);
-                });
-                continue;
-            }
-            Request::Cancel { target } => {
-                running.cancel(target);
-                send(&output, frame.id, Response::Done);
-                continue;
-            }
-            Request::Input { target, data } => {
-                let reply = if running.input(target, data) {
-                    Response::Done
-                } else {
-                    Response::Error(not_interactive(target))
-                };
-                send(&output, frame.id, reply);
-                continue;
-            }
-            Request::CloseInput { target } => {
-                let reply = if running.close_input(target) {
-                    Response::Done
-                } else {
-                    Response::Error(not_interactive(target))
-                };
-                send(&output, frame.id, reply);
-                continue;
-            }
-            Request::Exec(ref req) if req.interactive => running.open_input(frame.id),
-            _ => {}
-        }
+        let Some(frame) = in_order(frame, &proxy, &output, &running) else {
+            continue;
+        };
         let (roots, output, running) = (roots.clone(), output.clone(), running.clone());
         std::thread::spawn(move || {
             let id = frame.id;
@@ -222,6 +170,71 @@ fn serve_with<R: Read>(
     };
     running.kill_all();
     result
+}
+
+/// The requests that are quick and ordered, handled on the reading thread rather than on a
+/// thread of their own, so that the pieces of one command's input, and of one connection's
+/// bytes, arrive in the order they were sent. Gives back the frame when it is not one of
+/// them (an interactive command's input is opened here first, before any of it arrives).
+fn in_order(
+    frame: RequestFrame,
+    proxy: &Arc<net::Proxy>,
+    output: &Arc<Output>,
+    running: &exec::Running,
+) -> Option<RequestFrame> {
+    match frame.request {
+        Request::NetData { conn, data, .. } => {
+            proxy.data(conn, data, &**output);
+            return None;
+        }
+        Request::NetAck { conn, bytes, .. } => {
+            proxy.ack(conn, bytes);
+            return None;
+        }
+        Request::NetEof { conn, .. } => {
+            proxy.eof(conn);
+            return None;
+        }
+        Request::NetClose { conn, .. } => {
+            proxy.close(conn);
+            return None;
+        }
+        Request::ProxyListen { port, identify } => {
+            let (proxy, output) = (proxy.clone(), output.clone());
+            std::thread::spawn(move || {
+                let sink: Arc<dyn net::Sink> = output.clone();
+                let end = proxy.listen(frame.id, port, identify, sink);
+                send(&output, frame.id, end);
+            });
+            return None;
+        }
+        Request::Cancel { target } => {
+            running.cancel(target);
+            send(output, frame.id, Response::Done);
+            return None;
+        }
+        Request::Input { target, data } => {
+            let reply = if running.input(target, data) {
+                Response::Done
+            } else {
+                Response::Error(not_interactive(target))
+            };
+            send(output, frame.id, reply);
+            return None;
+        }
+        Request::CloseInput { target } => {
+            let reply = if running.close_input(target) {
+                Response::Done
+            } else {
+                Response::Error(not_interactive(target))
+            };
+            send(output, frame.id, reply);
+            return None;
+        }
+        Request::Exec(ref req) if req.interactive => running.open_input(frame.id),
+        _ => {}
+    }
+    Some(frame)
 }
 
 /// Proxied data arrives in chunks of up to a MiB, each in a buffer of its own. Above
