@@ -308,34 +308,13 @@ where
     let mut req = match http1::parse_request(head, at) {
         Ok(r) => r,
         Err(e) => {
-            let reason = format!("refused: {e}");
-            let said = as_said(head, &host);
-            record_request(
-                shared,
-                &host,
-                port,
-                said.as_deref(),
-                "deny",
-                Some(&reason),
-                &[],
-            );
-            refuse(&mut client.io, e.status(), &reason).await;
-            return Next::End;
+            let (said, why) = (as_said(head, &host), format!("refused: {e}"));
+            return deny(shared, at, client, said.as_deref(), (e.status(), &why), &[]).await;
         }
     };
     let subject = super::subject(&req.method, &host, &req.path);
     if let Err(reason) = judge(shared, &subject).await {
-        record_request(
-            shared,
-            &host,
-            port,
-            Some(&subject),
-            "deny",
-            Some(&reason),
-            &[],
-        );
-        refuse(&mut client.io, 403, &reason).await;
-        return Next::End;
+        return deny(shared, at, client, Some(&subject), (403, &reason), &[]).await;
     }
     let scrubbing = inspection.secrets.any_go_to(&host);
     if scrubbing {
@@ -349,26 +328,57 @@ where
         Err(misplaced) => {
             let reason = format!("refused: {misplaced}");
             let names = [misplaced.name.clone()];
-            record_request(
-                shared,
-                &host,
-                port,
-                Some(&subject),
-                "deny",
-                Some(&reason),
-                &names,
-            );
-            refuse(&mut client.io, 403, &reason).await;
-            return Next::End;
+            return deny(shared, at, client, Some(&subject), (403, &reason), &names).await;
         }
     };
     let id = record_request(shared, &host, port, Some(&subject), "allow", None, &used);
     let mut scrub = inspection.secrets.scrubber(&host, &req.headers);
     let relayed = relay(inspection, client, origin, upstream, &req, scrub.as_mut()).await;
+    let scrubbed = scrub.as_ref().map(|s| s.found()).unwrap_or_default();
+    settle(shared, id, &relayed, scrubbed);
+    if let (Some(failed), None) = (&relayed.failed, relayed.status) {
+        refuse(&mut client.io, 502, failed).await;
+        return Next::End;
+    }
+    if relayed.again && req.keep_alive {
+        Next::Again
+    } else {
+        Next::End
+    }
+}
+
+/// Records a refused request (as `said`, or unreadable) with the secrets it named, and
+/// answers the client with `status` and the reason; the connection ends there.
+async fn deny<C>(
+    shared: &Shared,
+    at: Origin<'_>,
+    client: &mut Buffered<C>,
+    said: Option<&str>,
+    (status, reason): (u16, &str),
+    secrets: &[String],
+) -> Next
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    record_request(
+        shared,
+        at.host,
+        at.port,
+        said,
+        "deny",
+        Some(reason),
+        secrets,
+    );
+    refuse(&mut client.io, status, reason).await;
+    Next::End
+}
+
+/// An allowed request's record completed with what relaying it did, and closed.
+fn settle(shared: &Shared, id: u64, relayed: &Relayed, scrubbed: Vec<String>) {
     shared.update(id, |r| {
         r.bytes_sent = relayed.sent;
         r.bytes_received = relayed.received;
-        r.scrubbed = scrub.as_ref().map(|s| s.found()).unwrap_or_default();
+        r.scrubbed = scrubbed;
         if let Some(status) = relayed.status {
             r.status = Some(status);
         }
@@ -380,15 +390,6 @@ where
         }
     });
     shared.finish(id);
-    if let (Some(failed), None) = (&relayed.failed, relayed.status) {
-        refuse(&mut client.io, 502, failed).await;
-        return Next::End;
-    }
-    if relayed.again && req.keep_alive {
-        Next::Again
-    } else {
-        Next::End
-    }
 }
 
 /// A request refused before it could be read whole, as its first line names it (`METHOD
