@@ -566,23 +566,11 @@ async fn answer<C>(
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let method = req.method.as_str();
     loop {
-        let head = match to.head().await {
-            Ok(Some(h)) => h,
-            Ok(None) => {
-                out.failed = Some("the origin closed without answering".into());
-                return false;
-            }
-            Err(e) => {
-                out.failed = Some(format!("the origin's answer: {e}"));
-                return false;
-            }
-        };
-        let response = match http1::parse_response(&head, method) {
-            Ok(r) => r,
-            Err(e) => {
-                out.failed = Some(format!("the origin's answer is not HTTP/1.1: {e}"));
+        let (head, response) = match response_head(to, &req.method).await {
+            Ok(read) => read,
+            Err(why) => {
+                out.failed = Some(why);
                 return false;
             }
         };
@@ -602,18 +590,7 @@ where
         }
         out.received += head.len() as u64;
         if response.status == 101 {
-            // Switched (a WebSocket): from here on the bytes are not HTTP; both ways as
-            // they come, until either side ends.
-            out.status = Some(101);
-            let _ = client.io.write_all(&to.buf).await;
-            let _ = to.io.write_all(&client.buf).await;
-            to.buf.clear();
-            client.buf.clear();
-            if let Ok((up, down)) = tokio::io::copy_bidirectional(&mut client.io, &mut to.io).await
-            {
-                out.sent += up;
-                out.received += down;
-            }
+            switched(client, to, out).await;
             return true;
         }
         if (100..200).contains(&response.status) {
@@ -640,6 +617,42 @@ where
         // another request.
         out.again = response.keep_alive && to.buf.is_empty() && reframed != Reframed::ToClose;
         return true;
+    }
+}
+
+/// The origin's next answer head, read and parsed; `Err`: why there is none.
+async fn response_head(
+    to: &mut Buffered<TlsStream<TcpStream>>,
+    method: &str,
+) -> Result<(Vec<u8>, http1::Response), String> {
+    let head = match to.head().await {
+        Ok(Some(h)) => h,
+        Ok(None) => return Err("the origin closed without answering".into()),
+        Err(e) => return Err(format!("the origin's answer: {e}")),
+    };
+    match http1::parse_response(&head, method) {
+        Ok(response) => Ok((head, response)),
+        Err(e) => Err(format!("the origin's answer is not HTTP/1.1: {e}")),
+    }
+}
+
+/// Switched protocols (a WebSocket): from here on the bytes are not HTTP; both ways as
+/// they come, until either side ends.
+async fn switched<C>(
+    client: &mut Buffered<C>,
+    to: &mut Buffered<TlsStream<TcpStream>>,
+    out: &mut Relayed,
+) where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    out.status = Some(101);
+    let _ = client.io.write_all(&to.buf).await;
+    let _ = to.io.write_all(&client.buf).await;
+    to.buf.clear();
+    client.buf.clear();
+    if let Ok((up, down)) = tokio::io::copy_bidirectional(&mut client.io, &mut to.io).await {
+        out.sent += up;
+        out.received += down;
     }
 }
 
