@@ -15,7 +15,7 @@
 
 use std::process::{Command, ExitCode, Stdio};
 
-use runner_test_support::provider::{Response, ScriptedModel, call, text};
+use common::provider::{Response, ScriptedModel, call, text};
 use serde_json::{Value, json};
 
 struct Figures {

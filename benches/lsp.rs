@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use runner::permission::{AskPolicy, PolicyGate};
-use runner::tool::lsp_client::LspServers;
-use runner::tool::truncate::Truncator;
-use runner::tool::{Conversation, Registry, ToolContext};
+use runner_permission::{AskPolicy, PolicyGate};
+use runner_tool::lsp_client::LspServers;
+use runner_tool::truncate::Truncator;
+use runner_tool::{Conversation, Registry, ToolContext};
 
 const TARGET_MS: f64 = 50.0;
 
@@ -78,7 +78,7 @@ fn main() {
 /// Writes through runner's registry with and without language servers; the server is
 /// warmed first.
 async fn through_runner(wt: &std::path::Path, runs: usize) -> (Vec<Duration>, Vec<Duration>) {
-    let sandbox = runner::sandbox::local::in_process(wt, &[])
+    let sandbox = runner_sandbox::local::in_process(wt, &[])
         .await
         .expect("in-process sandbox");
     let base = ToolContext::new(

@@ -52,11 +52,11 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runner::permission::{AskPolicy, PolicyGate};
-use runner::sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
-use runner::sandbox::{BackendKind, Sandbox};
-use runner::tool::truncate::Truncator;
-use runner::tool::{Conversation, Registry, ToolContext};
+use runner_permission::{AskPolicy, PolicyGate};
+use runner_sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
+use runner_sandbox::{BackendKind, Sandbox};
+use runner_tool::truncate::Truncator;
+use runner_tool::{Conversation, Registry, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
@@ -140,7 +140,7 @@ fn main() -> ExitCode {
     if wants("roundtrip") {
         // 1. Round trips into one running container.
         let sandbox: Sandbox = rt
-            .block_on(runner::sandbox::open(&spec(BackendKind::Docker, &wt)))
+            .block_on(runner_sandbox::open(&spec(BackendKind::Docker, &wt)))
             .expect("open the docker sandbox (is the engine running? `runner image build`?)");
         let id = sandbox.container_id.clone().expect("container id");
         let ctx = ToolContext::new(
@@ -204,7 +204,7 @@ fn main() -> ExitCode {
         let open_close = |kind: BackendKind| {
             let t = Instant::now();
             let sb = rt
-                .block_on(runner::sandbox::open(&spec(kind, &wt)))
+                .block_on(runner_sandbox::open(&spec(kind, &wt)))
                 .expect("open sandbox");
             drop(sb);
             t.elapsed()
@@ -216,7 +216,7 @@ fn main() -> ExitCode {
             let took_nn = open_close(BackendKind::None);
             let t = Instant::now();
             let sb = rt
-                .block_on(runner::sandbox::open(&spec(BackendKind::Docker, &wt)))
+                .block_on(runner_sandbox::open(&spec(BackendKind::Docker, &wt)))
                 .expect("open docker");
             let took_dk = t.elapsed();
             drop(sb);
@@ -496,8 +496,8 @@ fn runtimes(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) -> Vec<Row> {
         .or_else(|| std::env::var("DOCKER_HOST").ok());
     let have = rt
         .block_on(async {
-            let docker = runner::sandbox::docker::engine::connect_to(host.as_deref()).await?;
-            runner::sandbox::docker::engine::runtimes(&docker).await
+            let docker = runner_sandbox::docker::engine::connect_to(host.as_deref()).await?;
+            runner_sandbox::docker::engine::runtimes(&docker).await
         })
         .map(|(names, _)| names)
         .unwrap_or_default();
@@ -524,7 +524,7 @@ fn runtimes(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) -> Vec<Row> {
         s.docker.runtime = vec![runtime.to_string()];
         let t = Instant::now();
         let sb = rt
-            .block_on(runner::sandbox::open(&s))
+            .block_on(runner_sandbox::open(&s))
             .expect("open the docker sandbox");
         (sb, t.elapsed())
     };
@@ -750,7 +750,7 @@ fn proxy_throughput(wt: &Path, runs: usize) -> (Duration, Duration) {
 /// Whether the data directory's file system can clone files (btrfs, XFS, bcachefs).
 fn reflinks_work() -> bool {
     let dir = tempfile::tempdir_in(
-        runner::workspace::root_dir()
+        runner_workspace::root_dir()
             .parent()
             .unwrap_or(Path::new("/tmp")),
     )
@@ -786,9 +786,9 @@ fn copy_setup(runs: usize) -> (Duration, Duration) {
     let (mut ours, mut peer) = (vec![], vec![]);
     for _ in 0..runs {
         let t = Instant::now();
-        let ws = runner::workspace::Workspace::create(
+        let ws = runner_workspace::Workspace::create(
             src.path(),
-            runner::sandbox::spec::DEFAULT_DISK_BUDGET,
+            runner_sandbox::spec::DEFAULT_DISK_BUDGET,
         )
         .expect("copy workspace");
         ours.push(t.elapsed());
@@ -1005,8 +1005,8 @@ fn bench_engines() -> Vec<String> {
             .map(String::from)
             .collect(),
         Err(_) => vec![
-            format!("unix://{}", runner::sandbox::docker::engine::DOCKER_SOCKET),
-            format!("unix://{}", runner::sandbox::docker::engine::PODMAN_SOCKET),
+            format!("unix://{}", runner_sandbox::docker::engine::DOCKER_SOCKET),
+            format!("unix://{}", runner_sandbox::docker::engine::PODMAN_SOCKET),
         ],
     }
 }
@@ -1026,7 +1026,7 @@ fn time_engine(rt: &tokio::runtime::Runtime, wt: &Path, host: &str, into: &mut E
     spec.docker.host = Some(host.to_string());
     let t = Instant::now();
     let sandbox = rt
-        .block_on(runner::sandbox::open(&spec))
+        .block_on(runner_sandbox::open(&spec))
         .unwrap_or_else(|e| panic!("open a sandbox on {host}: {e}"));
     into.start.push(t.elapsed());
     let ctx = ToolContext::new(
@@ -1059,7 +1059,7 @@ fn time_engine(rt: &tokio::runtime::Runtime, wt: &Path, host: &str, into: &mut E
 /// containers get).
 fn run_rm_true(rt: &tokio::runtime::Runtime, host: &str) -> Duration {
     let engine = rt
-        .block_on(runner::sandbox::docker::engine::Engine::open(Some(host)))
+        .block_on(runner_sandbox::docker::engine::Engine::open(Some(host)))
         .unwrap_or_else(|e| panic!("{e}"));
     let mut args = vec![
         "-H".to_string(),
@@ -1067,7 +1067,7 @@ fn run_rm_true(rt: &tokio::runtime::Runtime, host: &str) -> Duration {
         "run".into(),
         "--rm".into(),
     ];
-    if engine.kind == runner::sandbox::docker::engine::Kind::Podman {
+    if engine.kind == runner_sandbox::docker::engine::Kind::Podman {
         let l = engine.hard_limits;
         args.push(format!("--ulimit=nofile={0}:{0}", l.nofile));
         args.push(format!("--ulimit=nproc={0}:{0}", l.nproc));

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use runner::sandbox::api::{GlobOutcome, GrepOutcome};
-use runner::sandbox::{Sandbox, local};
+use runner_protocol::{GlobOutcome, GrepOutcome};
+use runner_sandbox::{Sandbox, local};
 
 /// runner's side is measured through the sandbox protocol (request frame → server thread →
 /// ripgrep's crates → JSON response with every result → client), the path the tools take,

@@ -3,8 +3,6 @@
 //! sandboxes. Each test checks what a broken loop would get wrong: the files afterwards,
 //! the session file, the events, the exit status, and what the model was sent.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

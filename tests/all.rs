@@ -8,8 +8,6 @@
 //! `sandbox_cleanup` ends every runner container on the machine (`--all --yes`), which would pull
 //! sandboxes from under the tests beside it.
 
-use runner_test_support as common;
-
 mod agent;
 mod apply_patch_scenarios;
 mod architecture;

@@ -4,15 +4,13 @@
 //! afterwards. The folders are read and judged by the patch crate's `tests/scenario.rs`, so
 //! both runners hold a scenario to the same rules (see the fixtures' README.md).
 
-use crate::common;
-
 use std::path::Path;
 
 #[path = "../crates/patch/tests/scenario.rs"]
 mod scenario;
 
 use common::{fixture, write_file};
-use runner::tool::registry::Outcome;
+use runner_tool::registry::Outcome;
 use scenario::{Scenario, load_all, tree};
 use serde_json::json;
 

@@ -6,8 +6,6 @@
 //! schema files kept in `tests/fixtures/ocsf`; the user's `[audit] file` and `runner
 //! sessions audit ID` must have the same records; a repository's `[audit]` is ignored.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 

@@ -4,8 +4,6 @@
 //! child, landlock and docker; outcomes, outputs, errors and metadata are compared after the
 //! per-run paths are replaced.
 
-use crate::common;
-
 use common::Backend;
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1317,7 +1317,7 @@ fn read_brings_the_folders_instructions() {
 // ---------------------------------------------------------------------------------------
 // First contact: typos, completions, the manual, help texts, the version.
 
-use crate::common::provider::{Response, ScriptedModel, text};
+use common::provider::{Response, ScriptedModel, text};
 
 /// A home whose config names a model (`openai/m`); [`run_with_model`] points that provider
 /// at a scripted one on loopback, so any run that starts asks it and the test sees it.
@@ -1566,7 +1566,7 @@ fn completions_are_generated_and_bash_completes_with_them() {
 /// too), the EXAMPLES, the ENVIRONMENT runner reads and its EXIT STATUS table.
 #[test]
 fn the_manual_renders_with_every_subcommand_environment_and_exit_status() {
-    crate::common::engine::ensure_package("man-db", "/usr/bin/man");
+    common::engine::ensure_package("man-db", "/usr/bin/man");
     let cli = Cli::new();
     let page = cli.run(&["man"]);
     assert_eq!(code(&page), 0, "{}", stderr(&page));
@@ -1849,7 +1849,7 @@ fn tool_list_includes_the_agent_level_tools_the_config_sets_up() {
 /// ones, in the same order.
 #[test]
 fn sandbox_doctor_json_names_each_check_and_whether_it_passed() {
-    crate::common::engine::docker();
+    common::engine::docker();
     let cli = Cli::new();
     let out = cli.run(&["sandbox", "doctor", "--json"]);
     let doc: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
@@ -1904,10 +1904,10 @@ fn profile_list_json_gives_each_profile_and_its_backend() {
 /// one object with the tag and the id the engine gives that tag.
 #[test]
 fn image_build_json_gives_the_tag_and_the_engines_id() {
-    crate::common::engine::docker();
+    common::engine::docker();
     let cli = Cli::new();
     let mut cmd = cli.command();
-    crate::common::engine::cli(&mut cmd);
+    common::engine::cli(&mut cmd);
     let out = cmd
         .args(["image", "build", "--if-missing", "--json"])
         .output()
@@ -1939,7 +1939,7 @@ fn image_build_json_gives_the_tag_and_the_engines_id() {
 /// provider failed once asked, 6 the sandbox could not start. No case of 2 asks the model.
 #[test]
 fn each_kind_of_failure_has_its_exit_code_in_every_command() {
-    crate::common::engine::docker();
+    common::engine::docker();
     let model = ScriptedModel::start(vec![
         Response::Stream(text("done")),
         Response::Status(401, Vec::new(), r#"{"error":{"message":"bad key"}}"#.into()),
@@ -2025,7 +2025,7 @@ fn each_kind_of_failure_has_its_exit_code_in_every_command() {
 /// the exit status: no key (2), no model (2), an image the engine lacks (6).
 #[test]
 fn a_json_run_that_cannot_start_prints_one_error_event() {
-    crate::common::engine::docker();
+    common::engine::docker();
     let cli = bare_home_in_git();
     let cases: &[(&[&str], u8, &str)] = &[
         (&["--model", "openai/m"], 2, "OPENAI_API_KEY"),
@@ -2073,7 +2073,7 @@ fn a_json_run_that_cannot_start_prints_one_error_event() {
 /// `git init` each run the turn, and a folder below a repository's top counts as inside.
 #[test]
 fn a_direct_run_outside_git_stops_before_the_model_and_names_the_ways_on() {
-    use crate::common::provider::call;
+    use common::provider::call;
     let writes = || {
         ScriptedModel::start(vec![
             Response::Stream(call(

@@ -6,8 +6,6 @@
 //! worktree the host engine mounts from the out folder, with a scripted model reached over
 //! the host's network. Both must come out resolved.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

@@ -8,8 +8,6 @@
 //! `escape_docker.rs`), and so does the tool conformance script (`common/agree.rs`): the
 //! same calls give the same results as on the in-process server.
 
-use runner_test_support as common;
-
 use common::Backend;
 use common::engine::{self, runsc, use_engine};
 use common::escape;
@@ -96,9 +94,9 @@ fn an_unknown_runtime_is_refused_naming_the_engines_runtimes() {
 /// retries an EAGAIN and only its first words say why.
 #[tokio::test(flavor = "multi_thread")]
 async fn task_containers_count_processes_in_gvisors_kernel() {
-    use runner::sandbox::docker::in_image::{TaskContainer, TaskImage};
+    use runner_sandbox::docker::in_image::{TaskContainer, TaskImage};
     use_engine(runsc);
-    let engine = runner::sandbox::docker::engine::Engine::open(engine::engine().host.as_deref())
+    let engine = runner_sandbox::docker::engine::Engine::open(engine::engine().host.as_deref())
         .await
         .expect("the engine answers");
     let task = TaskImage {
@@ -106,11 +104,11 @@ async fn task_containers_count_processes_in_gvisors_kernel() {
         workdir: Some("/tmp".into()),
         user: Some("1000:1000".into()),
         env: Vec::new(),
-        limits: runner::sandbox::spec::Limits {
+        limits: runner_sandbox::spec::Limits {
             pids: 64,
-            ..runner::sandbox::spec::Limits::default()
+            ..runner_sandbox::spec::Limits::default()
         },
-        network: runner::sandbox::spec::Network::None,
+        network: runner_sandbox::spec::Network::None,
         read_only: Vec::new(),
         server_exe: env!("CARGO_BIN_EXE_runner").into(),
         engine_is_local: true,
@@ -153,9 +151,9 @@ async fn an_allocation_past_the_memory_fails_the_command_not_the_sandbox() {
     use_engine(runsc);
     let lab = escape::Lab::new(BACKEND);
     let sb = lab
-        .open_with(runner::sandbox::spec::Limits {
+        .open_with(runner_sandbox::spec::Limits {
             memory_bytes: 1 << 30,
-            ..runner::sandbox::spec::Limits::default()
+            ..runner_sandbox::spec::Limits::default()
         })
         .await;
     let (code, stdout, stderr, _) = escape::run(

@@ -9,8 +9,6 @@
 //! The last test runs the server in an image that holds nothing but a static busybox (it
 //! installs Debian's busybox-static first when /bin/busybox is missing or not static).
 
-use crate::common;
-
 use common::Backend;
 use common::escape;
 
@@ -63,7 +61,7 @@ async fn server_runs_in_a_busybox_only_image() {
     common::engine::import_image(IMAGE, bytes).await;
 
     let lab = escape::Lab::new(BACKEND);
-    let mut spec = lab.spec(runner::sandbox::spec::Limits::default());
+    let mut spec = lab.spec(runner_sandbox::spec::Limits::default());
     spec.docker.image = format!("{IMAGE}:latest");
     let sb = lab.open_spec(&spec).await;
     let (code, stdout, stderr, timed_out) = escape::run(

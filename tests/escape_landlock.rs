@@ -5,8 +5,6 @@
 //! (one test each, from `escape_suite!`) runs its whole table and lists every attack that
 //! got through. No attack is a known hole today (`holes: &[]`).
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -241,7 +239,7 @@ struct Delegated(PathBuf);
 
 impl Delegated {
     fn new() -> Delegated {
-        let mount = runner::sandbox::landlock::cgroup::v2::mount()
+        let mount = runner_sandbox::landlock::cgroup::v2::mount()
             .expect("this machine mounts a cgroup v2 hierarchy (hybrid: /sys/fs/cgroup/unified)");
         let dir = mount.join(format!("runner-test-delegated-{}", std::process::id()));
         std::fs::create_dir(&dir).unwrap();

@@ -4,8 +4,6 @@
 //! The same attack table as `escape_docker.rs`, the same holes (none); the conformance
 //! test compares Podman's results with the in-process server's, call by call.
 
-use runner_test_support as common;
-
 use common::Backend;
 use common::escape;
 
@@ -31,10 +29,10 @@ async fn tools_agree_with_the_reference() {
 async fn sandbox_runs_on_podman() {
     on_podman();
     let engine =
-        runner::sandbox::docker::engine::Engine::open(common::engine::engine().host.as_deref())
+        runner_sandbox::docker::engine::Engine::open(common::engine::engine().host.as_deref())
             .await
             .expect("the engine answers");
-    assert_eq!(engine.kind, runner::sandbox::docker::engine::Kind::Podman);
+    assert_eq!(engine.kind, runner_sandbox::docker::engine::Kind::Podman);
     assert!(engine.host.ends_with(common::podman::ROOTFUL_SOCKET));
     let lab = escape::Lab::new(BACKEND);
     let sb = lab.open().await;
@@ -61,10 +59,10 @@ async fn sandbox_runs_on_podman() {
 /// asked for: one the engine lacks is refused, naming those it has.
 #[tokio::test(flavor = "multi_thread")]
 async fn harbor_task_containers_get_the_engines_rlimits_and_runtime() {
-    use runner::sandbox::docker::in_image::{TaskContainer, TaskImage};
+    use runner_sandbox::docker::in_image::{TaskContainer, TaskImage};
     on_podman();
     let engine =
-        runner::sandbox::docker::engine::Engine::open(common::engine::engine().host.as_deref())
+        runner_sandbox::docker::engine::Engine::open(common::engine::engine().host.as_deref())
             .await
             .expect("the engine answers");
     let task = |runtime: &str| TaskImage {
@@ -72,8 +70,8 @@ async fn harbor_task_containers_get_the_engines_rlimits_and_runtime() {
         workdir: Some("/tmp".into()),
         user: None,
         env: Vec::new(),
-        limits: runner::sandbox::spec::Limits::default(),
-        network: runner::sandbox::spec::Network::None,
+        limits: runner_sandbox::spec::Limits::default(),
+        network: runner_sandbox::spec::Network::None,
         read_only: Vec::new(),
         server_exe: env!("CARGO_BIN_EXE_runner").into(),
         engine_is_local: true,
@@ -124,9 +122,9 @@ async fn a_runtime_podman_would_not_apply_is_refused() {
          runner need not refuse it"
     );
     let lab = escape::Lab::new(BACKEND);
-    let mut spec = lab.spec(runner::sandbox::spec::Limits::default());
+    let mut spec = lab.spec(runner_sandbox::spec::Limits::default());
     spec.docker.runtime = vec!["runsc".into()];
-    let refused = runner::sandbox::open(&spec)
+    let refused = runner_sandbox::open(&spec)
         .await
         .err()
         .expect("runsc on Podman is refused");

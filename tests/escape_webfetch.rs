@@ -10,8 +10,6 @@
 //! connects. The servers here are on loopback, so the controls (and the attacks on the
 //! permission rules) run with a user config that names `127.0.0.1`.
 
-use crate::common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
@@ -120,10 +118,10 @@ fn fetch_env(url: &str, extra: &[&str], configs: Configs, env: &[(&str, &str)]) 
         std::fs::write(tmp.path().join(".runner/config.toml"), text).unwrap();
         if configs.trusted {
             let repo = std::fs::canonicalize(tmp.path()).unwrap();
-            runner::config::trust::remember(
+            runner_agent::config::trust::remember(
                 &tmp.path().join("data/runner/trusted-projects.jsonl"),
                 &repo.to_string_lossy(),
-                &runner::config::trust::digest(text),
+                &runner_agent::config::trust::digest(text),
             )
             .unwrap();
         }

@@ -3,8 +3,6 @@
 //! gives up on others, runs past its time on two, tries to cheat on one, leaves a process
 //! behind on another and kills its own sandbox on one more. The counts must be exactly what the script deserves.
 
-use crate::common;
-
 use common::git;
 
 use std::path::{Path, PathBuf};
@@ -560,7 +558,7 @@ fn stopped_and_killed_runs_resume_to_the_same_counts_and_leave_nothing() {
 
 #[test]
 fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
-    use runner::eval::images::{Builder, Built};
+    use runner_eval::images::{Builder, Built};
     common::engine::docker();
     let tmp = tempfile::tempdir().unwrap();
     let context = tmp.path().join("environment");
@@ -575,7 +573,7 @@ fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
     .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let docker = runner::sandbox::docker::engine::connect().await.unwrap();
+        let docker = runner_sandbox::docker::engine::connect().await.unwrap();
         let builder = Builder::new(docker, 2);
         let limit = std::time::Duration::from_secs(300);
         // Two tasks with the same environment at once: one build, one wait.
@@ -629,7 +627,7 @@ fn a_task_image_is_built_once_by_content_and_a_failed_build_says_why() {
 /// engine already has, once in a run.
 #[test]
 fn a_base_tagged_anew_makes_a_new_task_image() {
-    use runner::eval::images::{Builder, Built};
+    use runner_eval::images::{Builder, Built};
     common::engine::docker();
     let docker = |args: &[&str]| {
         let out = Command::new("docker").args(args).output().unwrap();
@@ -650,7 +648,7 @@ fn a_base_tagged_anew_makes_a_new_task_image() {
     .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (a, b) = rt.block_on(async {
-        let engine = runner::sandbox::docker::engine::connect().await.unwrap();
+        let engine = runner_sandbox::docker::engine::connect().await.unwrap();
         let builder = Builder::new(engine, 2);
         let limit = std::time::Duration::from_secs(300);
         let a = builder.image_for(&context, limit).await.unwrap();
@@ -679,7 +677,7 @@ fn a_base_tagged_anew_makes_a_new_task_image() {
         assert_ne!(b.image(), a.image());
 
         // `--rebuild`: built again though the engine has it, then once is enough.
-        let engine = runner::sandbox::docker::engine::connect().await.unwrap();
+        let engine = runner_sandbox::docker::engine::connect().await.unwrap();
         let rebuilding = Builder::new(engine, 2).rebuilding(true);
         let again = rebuilding.image_for(&context, limit).await.unwrap();
         assert_eq!(again, Built::Fresh(b.image().to_string()));

@@ -9,8 +9,6 @@
 //! `infra_error` naming the engine and the call. The controls: a wrong solution, and one
 //! that breaks what the verifier needs, are still the agent's.
 
-use crate::common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 

@@ -5,8 +5,6 @@
 //! under `--fail-on unresolved`; and each load problem said on stderr with its file and
 //! line as it is found.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

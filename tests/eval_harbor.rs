@@ -4,8 +4,6 @@
 //! reward read from `/logs/verifier`. Driven by a scripted model (a real SSE server) and by
 //! `--agent oracle` (each task's `solution/solve.sh`).
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -859,7 +857,7 @@ fn apt_installs_in_a_task_container_through_the_proxy() {
     common::engine::ensure_base();
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
-    let base = runner::sandbox::docker::image::DEFAULT_BASE;
+    let base = runner_sandbox::docker::image::DEFAULT_BASE;
     let dockerfile = format!("FROM {base}\nWORKDIR /app\nCOPY calc.sh /app/calc.sh\n");
     let test = "#!/bin/bash\ngrep -q 'Hello, world!' /app/hello.txt && echo 1 > /logs/verifier/reward.txt\n";
     for (id, allow) in [("apt", true), ("apt-offline", false)] {

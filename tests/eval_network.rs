@@ -10,8 +10,6 @@
 //! `.test`, which resolves nowhere (RFC 6761): a request the test's server saw for one came
 //! through runner's proxy, past its rules, and nothing else.
 
-use crate::common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

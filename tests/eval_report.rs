@@ -6,8 +6,6 @@
 //! every file of the attempt embedded with its size, the diff without its binary files
 //! (and saying so), and a "why" that quotes the failing assertion.
 
-use crate::common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};

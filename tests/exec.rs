@@ -4,8 +4,6 @@
 //! terminal (util-linux `script`) it takes keys, sees the window size and its changes, and
 //! gets Ctrl-C itself while runner waits it out.
 
-use crate::common;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::ffi::OsStrExt;

@@ -2,8 +2,6 @@
 //! formatter whose changes the next `read` sees, and where each hook runs: the user's own
 //! on the host, a project's inside the sandbox (where the host's files are out of reach).
 
-use crate::common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 

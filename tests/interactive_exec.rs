@@ -2,16 +2,14 @@
 //! piece by piece and closed, its output streamed back as it comes (what a stdio MCP server
 //! inside the sandbox needs), on every backend.
 
-use crate::common;
-
 use std::time::Duration;
 
 use common::Backend;
-use runner::sandbox::api::ExecRequest;
-use runner::sandbox::client::ExecEvent;
+use runner_protocol::ExecRequest;
+use runner_sandbox::client::ExecEvent;
 
 /// Reads output until `want` has appeared; the whole output so far.
-async fn until(exec: &mut runner::sandbox::client::Execution, seen: &mut String, want: &str) {
+async fn until(exec: &mut runner_sandbox::client::Execution, seen: &mut String, want: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !seen.contains(want) {
         let event = tokio::time::timeout_at(deadline, exec.next())

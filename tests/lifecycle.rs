@@ -1,8 +1,6 @@
 //! Lifecycle of sandboxes: what is left behind when runner dies, is interrupted, or runs a
 //! command that ignores SIGTERM. Real engine, real kernel, real `runner` processes.
 
-use crate::common;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use runner::sandbox::BackendKind;
-use runner::sandbox::docker::{LABEL, LABEL_OWNER};
-use runner::sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
+use runner_sandbox::BackendKind;
+use runner_sandbox::docker::{LABEL, LABEL_OWNER};
+use runner_sandbox::spec::{DEFAULT_IMAGE, SandboxSpec};
 
 fn worktree() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::Builder::new()
@@ -144,7 +142,7 @@ async fn killed_runner_leaves_nothing_after_the_next_start() {
     // another start is removing at the same moment).
     let mut spec = SandboxSpec::new(BackendKind::Docker, &wt).expect("spec");
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
-    let sandbox = runner::sandbox::open(&spec).await.expect("next start");
+    let sandbox = runner_sandbox::open(&spec).await.expect("next start");
     for owner in [pid, owner] {
         assert_eq!(
             common::engine::containers_of(&docker, owner).await,
@@ -199,7 +197,7 @@ async fn interrupt_leaves_nothing(backend: &str) {
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(&format!("{}{pid}-", runner::sandbox::landlock::TMP_PREFIX))
+                .starts_with(&format!("{}{pid}-", runner_sandbox::landlock::TMP_PREFIX))
         })
         .collect();
     assert!(leftovers.is_empty(), "temp directories left: {leftovers:?}");
@@ -222,12 +220,12 @@ async fn sigterm_ignorer_dies_at_timeout(kind: BackendKind) {
     let (_tmp, wt) = worktree();
     let mut spec = SandboxSpec::new(kind, &wt).expect("spec");
     spec.server_exe = PathBuf::from(env!("CARGO_BIN_EXE_runner"));
-    let sandbox = runner::sandbox::open(&spec).await.expect("open");
+    let sandbox = runner_sandbox::open(&spec).await.expect("open");
     let mark = marker();
     let start = Instant::now();
     let mut ex = sandbox
         .client
-        .exec(runner::sandbox::api::ExecRequest {
+        .exec(runner_protocol::ExecRequest {
             command: format!("trap '' TERM INT; (trap '' TERM; sleep {mark}) & sleep {mark}"),
             cwd: sandbox.worktree.clone(),
             env: sandbox.env.clone(),
@@ -240,8 +238,8 @@ async fn sigterm_ignorer_dies_at_timeout(kind: BackendKind) {
         .expect("exec");
     let status = loop {
         match ex.next().await.expect("event") {
-            runner::sandbox::client::ExecEvent::Exit(s) => break s,
-            runner::sandbox::client::ExecEvent::Output(_) => {}
+            runner_sandbox::client::ExecEvent::Exit(s) => break s,
+            runner_sandbox::client::ExecEvent::Output(_) => {}
         }
     };
     assert!(status.timed_out, "{status:?}");

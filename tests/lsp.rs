@@ -6,8 +6,6 @@
 //! control). And diagnostics: an edit that
 //! breaks a file comes back with the server's errors.
 
-use crate::common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 

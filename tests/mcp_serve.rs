@@ -11,8 +11,6 @@
 //! they come (the Python SDK 1.x and 2.x, the TypeScript SDK), each installed at a pinned
 //! release on first use.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};

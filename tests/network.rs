@@ -2,8 +2,6 @@
 //! learned from the session's records (nothing here names a registry), then allowed one by
 //! one.
 
-use crate::common;
-
 use std::process::{Output, Stdio};
 
 use common::allowlist::records;
@@ -376,7 +374,7 @@ fn a_configured_authority_is_trusted_behind_both_walls_and_only_then() {
         );
         if backend == common::Backend::Docker {
             assert!(
-                all.contains(&format!("trusting {}", runner::sandbox::trust::INSIDE)),
+                all.contains(&format!("trusting {}", runner_sandbox::trust::INSIDE)),
                 "{all}"
             );
         }

@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 
-use crate::common;
-use crate::common::Backend;
+use common::Backend;
 
 /// The token the git server wants. Each run makes its own; it must never show inside.
 fn real_token() -> String {
@@ -34,7 +33,7 @@ fn real_token() -> String {
 /// A test authority's certificate (PEM) and a server configuration for `127.0.0.1` and
 /// `localhost` signed by it.
 fn authority() -> (String, Arc<rustls::ServerConfig>) {
-    runner::http::install_tls();
+    runner_http::install_tls();
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

@@ -30,8 +30,6 @@
 //! Every refusal is a 403 whose reason names the rule and why, and nothing refused
 //! arrives at the outside.
 
-use crate::common;
-
 use common::Backend;
 use common::allowlist::{call, records, setup};
 use common::outside::Outside;

@@ -3,17 +3,15 @@
 //! through bash, external directories reached through symlinks, the doom-loop guard, and
 //! tools hidden by a `"*"` deny.
 
-use crate::common;
-
 use std::sync::Arc;
 
 use common::{Fixture, fixture};
-use runner::permission::PermissionRequest;
-use runner::permission::gate::{PolicyAsker, RuleGate};
-use runner::permission::layers::{self, Layers};
-use runner::permission::rules::{Action, Rule};
-use runner::tool::ToolContext;
-use runner::tool::registry::Outcome;
+use runner_permission::PermissionRequest;
+use runner_permission::gate::{PolicyAsker, RuleGate};
+use runner_permission::layers::{self, Layers};
+use runner_permission::rules::{Action, Rule};
+use runner_tool::ToolContext;
+use runner_tool::registry::Outcome;
 use serde_json::{Value, json};
 
 /// The fixture's context with a rule gate of OpenCode's defaults plus `extra`, where asks

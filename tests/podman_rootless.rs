@@ -13,8 +13,6 @@
 //!   same holes as on Docker (none). The limits this engine says it cannot enforce are not
 //!   judged, each with its reason (`podman::unenforced_limits`); all the others are.
 
-use runner_test_support as common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,10 +39,10 @@ async fn tools_agree_with_the_reference() {
 async fn the_suites_sandbox_runs_as_the_user_on_its_engine() {
     let test_engine = use_engine(rootless_engine);
     let owner = test_engine.owner.clone().expect("an owner");
-    let engine = runner::sandbox::docker::engine::Engine::open(test_engine.host.as_deref())
+    let engine = runner_sandbox::docker::engine::Engine::open(test_engine.host.as_deref())
         .await
         .expect("the engine answers");
-    assert_eq!(engine.kind, runner::sandbox::docker::engine::Kind::Podman);
+    assert_eq!(engine.kind, runner_sandbox::docker::engine::Kind::Podman);
     assert!(engine.rootless, "{}", engine.describe());
     assert_eq!(engine.owner, Some((owner.uid, owner.gid)));
     let lab = escape::Lab::new(BACKEND);

@@ -4,8 +4,6 @@
 //! Its tests take turns ([`serial`]): a cleanup in one would remove what another planted
 //! and is about to look for.
 
-use runner_test_support as common;
-
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -13,10 +11,10 @@ use std::time::{Duration, Instant};
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use runner::sandbox::api::ExecRequest;
-use runner::sandbox::client::ExecEvent;
-use runner::sandbox::docker::{LABEL, LABEL_BOOT, LABEL_OWNER};
-use runner::sandbox::spec::DEFAULT_IMAGE;
+use runner_protocol::ExecRequest;
+use runner_sandbox::client::ExecEvent;
+use runner_sandbox::docker::{LABEL, LABEL_BOOT, LABEL_OWNER};
+use runner_sandbox::spec::DEFAULT_IMAGE;
 
 /// A pid that cannot be running: the largest a Linux pid can be, plus one.
 const DEAD: i32 = 4_194_305;
@@ -50,11 +48,11 @@ async fn plant_labelled(
     let mut labels = HashMap::from([
         (LABEL.to_string(), "1".to_string()),
         (LABEL_OWNER.to_string(), pid.to_string()),
-        (LABEL_BOOT.to_string(), runner::sandbox::owner::boot_id()),
+        (LABEL_BOOT.to_string(), runner_sandbox::owner::boot_id()),
     ]);
     if let Some(start) = start {
         labels.insert(
-            runner::sandbox::docker::LABEL_OWNER_START.to_string(),
+            runner_sandbox::docker::LABEL_OWNER_START.to_string(),
             start.to_string(),
         );
     }
@@ -89,7 +87,7 @@ async fn name_of(docker: &Docker, id: &str) -> String {
 }
 
 /// Runs `echo` in the sandbox: its output, or what went wrong.
-async fn answers(sandbox: &runner::sandbox::Sandbox) -> Result<String, String> {
+async fn answers(sandbox: &runner_sandbox::Sandbox) -> Result<String, String> {
     let request = ExecRequest {
         command: "echo still here".into(),
         cwd: sandbox.worktree.clone(),
@@ -130,7 +128,7 @@ async fn alone_on_the_engine(docker: &Docker) {
 async fn alone_on_the_engine_but(docker: &Docker, me: i32) {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let others: Vec<String> = runner::sandbox::docker::cleanup::list(docker)
+        let others: Vec<String> = runner_sandbox::docker::cleanup::list(docker)
             .await
             .expect("list containers")
             .into_iter()
@@ -497,11 +495,11 @@ async fn all_on_a_terminal_asks_before_ending_live_sandboxes() {
 /// start time is live and stays.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_container_whose_owner_pid_was_reused_is_an_orphan() {
-    use runner::sandbox::docker::LABEL_OWNER_START;
+    use runner_sandbox::docker::LABEL_OWNER_START;
     let _serial = serial();
     let docker = common::engine::client().await;
     let me = std::process::id() as i32;
-    let mine = runner::sandbox::owner::started_at(me).expect("this process has a start time");
+    let mine = runner_sandbox::owner::started_at(me).expect("this process has a start time");
     let (reused, reused_name) =
         plant_labelled(&docker, me, Some(mine + 1), "runner-cleanup-reused").await;
     let (owned, owned_name) = plant_labelled(&docker, me, Some(mine), "runner-cleanup-owned").await;
@@ -536,7 +534,7 @@ async fn a_container_whose_owner_pid_was_reused_is_an_orphan() {
     assert!(out.status.success(), "{out:?}");
     assert!(!exists(&docker, &reused).await, "{said}");
     assert!(exists(&docker, &owned).await, "{said}");
-    runner::sandbox::docker::cleanup::list(&docker)
+    runner_sandbox::docker::cleanup::list(&docker)
         .await
         .expect("list containers")
         .into_iter()

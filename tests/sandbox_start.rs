@@ -4,8 +4,6 @@
 //! `runner run` must exit with its sandbox status (6), name the cause, and never ask the
 //! model. Control: the same run with the real image starts.
 
-use crate::common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

@@ -14,11 +14,9 @@
 //! Positive controls at the end show that links staying inside the worktree still work, so
 //! the refusals above are not just every symlink being refused.
 
-use crate::common;
-
 use common::{Backend, Fixture, Options, fixture_with, snapshot_tree};
-use runner::tool::CallResult;
-use runner::tool::registry::Outcome;
+use runner_tool::CallResult;
+use runner_tool::registry::Outcome;
 use serde_json::{Value, json};
 
 const SECRET: &str = "TOP-SECRET-7c1f9a";

@@ -10,8 +10,6 @@
 //! Each sits next to its control: runner's own colours still show, `--json` is still exact,
 //! a piped patch still carries its lines as `git diff` would.
 
-use crate::common;
-
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

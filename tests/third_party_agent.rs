@@ -13,8 +13,6 @@
 //! OpenCode (also pinned) gets the same first turn over Chat Completions, with its own
 //! shell, file and fetch tools off: runner's bash reaches its model as `runner_bash`.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

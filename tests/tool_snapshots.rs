@@ -6,14 +6,12 @@
 //! deliberate snapshot update, not an accident. Temp paths are filtered to `[WT]` (the
 //! worktree), `[OUT]` (a saved full output) and `[OUT_DIR]`.
 
-use crate::common;
-
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use common::{Options, ask, fixture, fixture_with};
-use runner::permission::AskPolicy;
-use runner::tool::registry::Outcome;
+use runner_permission::AskPolicy;
+use runner_tool::registry::Outcome;
 use serde_json::{Value, json};
 
 /// A valid 1×1 RGB PNG.

@@ -3,8 +3,6 @@
 //! name is its permission key, its command a deny-only bash spelling), and the same wall:
 //! a project's tool runs inside the sandbox and cannot reach the host's home directory.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 

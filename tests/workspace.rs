@@ -2,8 +2,6 @@
 //! while it runs, and `runner changes` / `apply` / `discard` review and bring over what it
 //! did. Real `runner` processes on the landlock and docker backends.
 
-use crate::common;
-
 use common::git;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -1,6 +1,6 @@
 //! `runner changes [ID]`, `runner apply ID`, `runner discard ID`: reviewing what an agent
 //! did in a copy workspace, and bringing it over (or not). The work is in
-//! [`crate::workspace`].
+//! [`runner_workspace`].
 
 use std::path::PathBuf;
 
@@ -9,8 +9,7 @@ use std::io::IsTerminal;
 use clap::Args;
 
 use super::exit;
-use crate::display;
-use crate::workspace::{self, Workspace};
+use runner_workspace::Workspace;
 
 #[derive(Debug, Args)]
 pub struct ChangesArgs {
@@ -65,7 +64,7 @@ fn list(root: &std::path::Path, json: bool, include_ignored: bool) -> u8 {
             return exit::USAGE;
         }
     };
-    let waiting: Vec<Workspace> = workspace::list_all()
+    let waiting: Vec<Workspace> = runner_workspace::list_all()
         .into_iter()
         .filter(|w| w.meta.source == root)
         .collect();
@@ -84,9 +83,12 @@ fn list(root: &std::path::Path, json: bool, include_ignored: bool) -> u8 {
         }));
     }
     if json {
-        println!("{}", display::json(&serde_json::Value::Array(rows)));
+        println!("{}", runner_display::json(&serde_json::Value::Array(rows)));
     } else if rows.is_empty() {
-        println!("no workspaces wait for {}", display::shown(root.display()));
+        println!(
+            "no workspaces wait for {}",
+            runner_display::shown(root.display())
+        );
     } else {
         for r in rows {
             let left_out = match r["left_out"].as_u64().unwrap_or(0) {
@@ -108,7 +110,7 @@ fn show(id: &str, json: bool, include_ignored: bool) -> u8 {
     let ws = match Workspace::open(id) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             return exit::USAGE;
         }
     };
@@ -122,7 +124,8 @@ fn show(id: &str, json: bool, include_ignored: bool) -> u8 {
                 "changes": changes,
                 "left_out": left_out,
             });
-            writeln!(out, "{}", display::json(&shown)).map_err(crate::workspace::Error::Output)?;
+            writeln!(out, "{}", runner_display::json(&shown))
+                .map_err(runner_workspace::Error::Output)?;
             Ok(left_out)
         })
     } else if std::io::stdout().is_terminal() {
@@ -131,26 +134,26 @@ fn show(id: &str, json: bool, include_ignored: bool) -> u8 {
         let mut escaped = EscapedLines::new(&mut out);
         ws.write_review(&mut escaped, include_ignored)
             .and_then(|left_out| {
-                escaped.flush().map_err(crate::workspace::Error::Output)?;
+                escaped.flush().map_err(runner_workspace::Error::Output)?;
                 Ok(left_out)
             })
     } else {
         ws.write_review(&mut out, include_ignored)
     };
     let shown = shown.and_then(|left_out| {
-        out.flush().map_err(crate::workspace::Error::Output)?;
+        out.flush().map_err(runner_workspace::Error::Output)?;
         Ok(left_out)
     });
     match shown {
         Ok(left_out) => {
             // On stderr: the patch on stdout stays one `git apply` takes.
-            if let Some(note) = crate::workspace::ignored::review_note(left_out) {
+            if let Some(note) = runner_workspace::ignored::review_note(left_out) {
                 eprintln!("runner: {note}");
             }
             exit::OK
         }
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             exit::FAILED
         }
     }
@@ -160,7 +163,7 @@ pub fn apply(args: ApplyArgs) -> u8 {
     let ws = match Workspace::open(&args.id) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             return exit::USAGE;
         }
     };
@@ -172,21 +175,21 @@ pub fn apply(args: ApplyArgs) -> u8 {
     let code = match applied {
         Ok(applied) => {
             for note in &applied.notes {
-                eprintln!("runner: {}", display::escape(note));
+                eprintln!("runner: {}", runner_display::escape(note));
             }
-            if let Some(note) = crate::workspace::ignored::note(applied.left_out) {
+            if let Some(note) = runner_workspace::ignored::note(applied.left_out) {
                 eprintln!("runner: {note}");
             }
             println!(
                 "applied {} change(s) to {}",
                 applied.changes.len(),
-                display::shown(target.display())
+                runner_display::shown(target.display())
             );
             exit::OK
         }
         Err(e) => {
             // It names the files that conflict: the copy's names, which the agent chose.
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             exit::FAILED
         }
     };
@@ -241,7 +244,7 @@ impl Drop for HeldSignals {
 /// The review patch as it is written: on a terminal, every line with what could act on it
 /// shown visibly (an added line's cursor-up and erase-line could otherwise hide it, or the
 /// lines above it); piped, as it is, as `git diff` leaves a patch, so that it still applies.
-/// The names in its headers are quoted either way ([`crate::workspace::diff`]).
+/// The names in its headers are quoted either way ([`runner_workspace::diff`]).
 /// A writer that shows what passes through it escaped for a terminal, a line at a time
 /// (a line is whole before it is escaped, so a character split across writes is kept).
 struct EscapedLines<'a> {
@@ -259,7 +262,8 @@ impl<'a> EscapedLines<'a> {
 
     fn emit(&mut self) -> std::io::Result<()> {
         let text = String::from_utf8_lossy(&self.line);
-        self.out.write_all(display::escape(&text).as_bytes())?;
+        self.out
+            .write_all(runner_display::escape(&text).as_bytes())?;
         self.line.clear();
         Ok(())
     }
@@ -290,14 +294,14 @@ pub fn discard(args: DiscardArgs) -> u8 {
     let ws = match Workspace::open(&args.id) {
         Ok(ws) => ws,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             return exit::USAGE;
         }
     };
     match ws.not_in_use().and_then(|()| ws.discard()) {
         Ok(()) => exit::OK,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             exit::FAILED
         }
     }
@@ -314,13 +318,13 @@ pub fn report(workspace: Option<Workspace>) -> Option<String> {
                 return None;
             }
             // What is left of it is reported below, as a copy that waits.
-            Err(e) => eprintln!("runner: {}", display::escape(&e.to_string())),
+            Err(e) => eprintln!("runner: {}", runner_display::escape(&e.to_string())),
         }
     }
     if let Err(e) = ws.finish() {
-        eprintln!("runner: {}", display::escape(&e.to_string()));
+        eprintln!("runner: {}", runner_display::escape(&e.to_string()));
     }
-    if let Some(note) = crate::workspace::disk::full_note(&ws.work()) {
+    if let Some(note) = runner_workspace::disk::full_note(&ws.work()) {
         eprintln!("runner: workspace {}: {note}", ws.meta.id);
     }
     eprintln!("workspace: {}", ws.meta.id);

@@ -13,7 +13,7 @@ use clap_complete::Shell;
 use clap_mangen::roff::{Roff, bold, roman};
 
 use super::exit;
-use crate::agent::exit as run_exit;
+use runner_agent::exit as run_exit;
 
 /// `runner --version`: the package version, the commit it was built from and the build
 /// date (both from `build.rs`; the commit is `unknown` outside a git checkout).

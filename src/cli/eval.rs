@@ -1,4 +1,4 @@
-//! `runner eval run|summary`: flags in, [`crate::eval`] does the work.
+//! `runner eval run|summary`: flags in, [`runner_eval`] does the work.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -8,10 +8,9 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::exit;
 use super::signals::Signals;
-use crate::display;
-use crate::eval::events::{Event, EventSink, JsonLines, NoEvents};
-use crate::eval::{self, AgentKind, EvalOptions, Outcome};
-use crate::sandbox::BackendKind;
+use runner_eval::events::{Event, EventSink, JsonLines, NoEvents};
+use runner_eval::{AgentKind, EvalOptions, Outcome};
+use runner_sandbox::BackendKind;
 
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
@@ -106,11 +105,11 @@ pub struct RunArgs {
     /// whole run; default what the task says. Always through runner's proxy, and
     /// recorded in the attempt.
     #[arg(long, value_name = "MODE", default_value = "task", value_parser = network_arg())]
-    verifier_network: crate::eval::verifier_network::NetworkChoice,
+    verifier_network: runner_eval::verifier_network::NetworkChoice,
     /// Where a Harbor task's agent (or its solution) may connect, for the whole run;
     /// default what the task says. Always through runner's proxy, and recorded.
     #[arg(long, value_name = "MODE", default_value = "task", value_parser = network_arg())]
-    agent_network: crate::eval::verifier_network::NetworkChoice,
+    agent_network: runner_eval::verifier_network::NetworkChoice,
     /// Events as JSON lines on stdout (run_start, load_problem, attempt_start, phase,
     /// attempt_end, run_end; docs/EVALUATIONS.md), for a harness; the lines for a person
     /// go to stderr.
@@ -132,9 +131,9 @@ enum FailOn {
 /// `--agent-network` and `--verifier-network`'s values, with their other spellings
 /// (Harbor's `no-network`; `host` and `allowlist`, the verifier's flag's older values).
 fn network_arg()
--> impl clap::builder::TypedValueParser<Value = crate::eval::verifier_network::NetworkChoice> {
-    use crate::eval::verifier_network::NetworkChoice;
+-> impl clap::builder::TypedValueParser<Value = runner_eval::verifier_network::NetworkChoice> {
     use clap::builder::{PossibleValue, TypedValueParser};
+    use runner_eval::verifier_network::NetworkChoice;
     let values = NetworkChoice::ALL.map(|c| {
         PossibleValue::new(c.name())
             .aliases(c.aliases().iter().copied())
@@ -146,27 +145,27 @@ fn network_arg()
 
 pub fn run(cmd: EvalCommand) -> u8 {
     match cmd {
-        EvalCommand::Summary { dir, json } => match eval::summary(&dir) {
+        EvalCommand::Summary { dir, json } => match runner_eval::summary(&dir) {
             Ok(s) => {
                 if json {
-                    println!("{}", display::json_pretty(&s));
+                    println!("{}", runner_display::json_pretty(&s));
                 } else {
                     println!("{}", summary_line(&s));
                 }
                 exit::OK
             }
             Err(e) => {
-                eprintln!("runner: {}", display::escape(&e.to_string()));
+                eprintln!("runner: {}", runner_display::escape(&e.to_string()));
                 exit::FAILED
             }
         },
-        EvalCommand::Report { dir } => match eval::report::write(&dir) {
+        EvalCommand::Report { dir } => match runner_eval::report::write(&dir) {
             Ok(path) => {
-                println!("{}", display::shown(path.display()));
+                println!("{}", runner_display::shown(path.display()));
                 exit::OK
             }
             Err(e) => {
-                eprintln!("runner: {}", display::escape(&e.to_string()));
+                eprintln!("runner: {}", runner_display::escape(&e.to_string()));
                 exit::FAILED
             }
         },
@@ -191,12 +190,12 @@ async fn run_eval(args: RunArgs) -> u8 {
         Box::new(|| {}),
     );
     let stop = signals.turn();
-    match eval::run(options, stop.clone(), events.clone()).await {
+    match runner_eval::run(options, stop.clone(), events.clone()).await {
         Ok(report) => finish(&report, fail_on, &out, json, &*events),
         Err(e) => {
             let code = match e {
                 // Options that cannot make an evaluation (no model, …): usage, as for `run`.
-                eval::EvalError::Options(_) => exit::USAGE,
+                runner_eval::EvalError::Options(_) => exit::USAGE,
                 _ => exit::FAILED,
             };
             failed(&*events, code, &e.to_string())
@@ -227,9 +226,9 @@ fn options_of(args: RunArgs) -> Result<EvalOptions, String> {
     options.config = args.config;
     options.attempts = args.attempts;
     options.timeout_multiplier = args.timeout_multiplier;
-    let secs = |v: Option<f64>, d| v.and_then(crate::eval::fields::seconds).unwrap_or(d);
+    let secs = |v: Option<f64>, d| v.and_then(runner_eval::fields::seconds).unwrap_or(d);
     let d = options.timeouts;
-    options.timeouts = crate::eval::tasks::Timeouts {
+    options.timeouts = runner_eval::tasks::Timeouts {
         setup: secs(args.setup_timeout, d.setup),
         agent: secs(args.agent_timeout, d.agent),
         verify: secs(args.verify_timeout, d.verify),
@@ -247,7 +246,7 @@ fn options_of(args: RunArgs) -> Result<EvalOptions, String> {
 /// A run that could not start or go on: its words on stderr, and under `--json` one
 /// `error` event, so a harness reading stdout is never left with nothing.
 fn failed(events: &dyn EventSink, code: u8, message: &str) -> u8 {
-    eprintln!("runner: {}", display::escape(message));
+    eprintln!("runner: {}", runner_display::escape(message));
     events.emit(&Event::Error {
         code,
         message: message.to_string(),
@@ -258,7 +257,7 @@ fn failed(events: &dyn EventSink, code: u8, message: &str) -> u8 {
 /// The summary (stdout, or stderr under `--json`, where stdout is the events'), why the
 /// status is not 0 when it is not, and `run_end`.
 fn finish(
-    report: &eval::Report,
+    report: &runner_eval::Report,
     fail_on: Option<FailOn>,
     out: &std::path::Path,
     json: bool,
@@ -266,7 +265,7 @@ fn finish(
 ) -> u8 {
     let outcome = report.outcome(fail_on == Some(FailOn::Unresolved));
     let code = match outcome {
-        Outcome::Stopped => crate::agent::exit::INTERRUPTED,
+        Outcome::Stopped => runner_agent::exit::INTERRUPTED,
         Outcome::Empty => exit::EVAL_EMPTY,
         Outcome::Incomplete => exit::EVAL_INCOMPLETE,
         Outcome::Unresolved => exit::EVAL_UNRESOLVED,
@@ -276,7 +275,7 @@ fn finish(
         summary_line(&report.summary),
         format!(
             "results: {}",
-            display::shown(out.join("summary.json").display())
+            runner_display::shown(out.join("summary.json").display())
         ),
     ];
     for line in lines.iter().filter(|_| outcome != Outcome::Empty) {
@@ -299,10 +298,10 @@ fn finish(
 }
 
 /// Why a run's status is not 0, in a line.
-fn why_not_zero(report: &eval::Report, outcome: Outcome) -> Option<String> {
-    let count = |s: eval::results::Status| report.summary.counts.get(s.name()).copied();
-    let infra = count(eval::results::Status::InfraError).unwrap_or(0);
-    let resolved = count(eval::results::Status::Resolved).unwrap_or(0);
+fn why_not_zero(report: &runner_eval::Report, outcome: Outcome) -> Option<String> {
+    let count = |s: runner_eval::results::Status| report.summary.counts.get(s.name()).copied();
+    let infra = count(runner_eval::results::Status::InfraError).unwrap_or(0);
+    let resolved = count(runner_eval::results::Status::Resolved).unwrap_or(0);
     Some(match outcome {
         Outcome::Verdicts => return None,
         Outcome::Stopped => format!(
@@ -324,7 +323,7 @@ fn why_not_zero(report: &eval::Report, outcome: Outcome) -> Option<String> {
 
 /// The counts in one line. A summary read back from disk (`eval summary DIR`) was written
 /// where the tasks' own files live, so its model name is escaped with the rest.
-fn summary_line(s: &eval::results::Summary) -> String {
+fn summary_line(s: &runner_eval::results::Summary) -> String {
     let counts: Vec<String> = s
         .counts
         .iter()
@@ -349,5 +348,5 @@ fn summary_line(s: &eval::results::Summary) -> String {
         "; tokens in {} out {} cached {}",
         s.usage.input, s.usage.output, s.usage.cache_read
     ));
-    display::escape(&line).into_owned()
+    runner_display::escape(&line).into_owned()
 }

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 
 use super::exit;
-use crate::sandbox::docker::{engine, image};
+use runner_sandbox::docker::{engine, image};
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
@@ -71,7 +71,7 @@ pub async fn run(cmd: ImageCommand) -> u8 {
         fresh_base: args.fresh_base,
     };
     // A build prints what its commands print.
-    let mut log = |line: &str| eprintln!("  {}", crate::display::escape(line));
+    let mut log = |line: &str| eprintln!("  {}", runner_display::escape(line));
     match image::build(&docker, &req, &mut log).await {
         Ok(()) => {
             eprintln!(
@@ -108,7 +108,7 @@ async fn report(
     };
     println!(
         "{}",
-        crate::display::json(&serde_json::json!({
+        runner_display::json(&serde_json::json!({
             "tag": tag,
             "id": id,
             "built": built,

@@ -1,6 +1,6 @@
 //! `runner mcp list|call`: the configured MCP servers, started in the sandbox the options
 //! choose, and one of their tools called through the whole pipeline (gate, sandbox,
-//! truncation). The work is in [`crate::tool::mcp`].
+//! truncation). The work is in [`runner_tool::mcp`].
 
 use clap::Subcommand;
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::exit;
 use super::tool::CommonArgs;
-use crate::tool::{Conversation, DynTool, mcp};
+use runner_tool::{Conversation, DynTool, mcp};
 
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
@@ -85,9 +85,9 @@ async fn serve(args: ServeArgs) -> u8 {
             exit::OK
         }
         Err(e) => {
-            eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             match e {
-                runner_mcp_serve::ServeError::Open(crate::session::OpenError::Usage(_)) => {
+                runner_mcp_serve::ServeError::Open(runner_agent::session::OpenError::Usage(_)) => {
                     exit::USAGE
                 }
                 _ => exit::FAILED,
@@ -110,14 +110,14 @@ pub async fn run(cmd: McpCommand) -> u8 {
                 None => Vec::new(),
             };
             if json {
-                println!("{}", crate::display::json_pretty(&states));
+                println!("{}", runner_display::json_pretty(&states));
             } else if states.is_empty() {
                 println!("no MCP servers are configured ([mcp.NAME] in a config file)");
             } else {
                 // A server names its tools, and its state can quote what it said.
                 for s in &states {
                     let line = format!("{}  {}  {}", s.name, s.state, s.tools.join(", "));
-                    println!("{}", crate::display::escape(&line));
+                    println!("{}", runner_display::escape(&line));
                 }
             }
             drop(ctx);
@@ -145,7 +145,7 @@ pub async fn run(cmd: McpCommand) -> u8 {
             let tool = match found {
                 Ok(tool) => Arc::new(tool),
                 Err(e) => {
-                    eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+                    eprintln!("runner: {}", runner_display::escape(&e.to_string()));
                     drop(ctx);
                     super::changes::report(workspace);
                     return match e {
@@ -156,7 +156,7 @@ pub async fn run(cmd: McpCommand) -> u8 {
             };
             // The one tool, through the registry's pipeline (gate, hooks, truncation).
             let id = tool.id();
-            let registry = crate::tool::Registry::builtin().with(tool);
+            let registry = runner_tool::Registry::builtin().with(tool);
             let result = registry.call_raw(id, &args, &ctx).await;
             super::tool::print_result(&result, json);
             drop(ctx);

@@ -31,7 +31,7 @@ pub mod exit {
     pub const DENIED: u8 = 3;
     /// `eval run`: an attempt ended in `infra_error`, or a task could not be loaded (the
     /// counts are not the agent's whole score). 4 to 7 are `run`'s
-    /// ([`crate::agent::exit`]).
+    /// ([`runner_agent::exit`]).
     pub const EVAL_INCOMPLETE: u8 = 8;
     /// `eval run`: the task sets hold no task, so nothing ran.
     pub const EVAL_EMPTY: u8 = 9;
@@ -204,28 +204,29 @@ fn choice_arg<T: Copy + Send + Sync + 'static, const N: usize>(
 }
 
 /// `--sandbox`'s values: the backends.
-fn backend_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::BackendKind> {
-    use crate::sandbox::BackendKind;
+fn backend_arg() -> impl clap::builder::TypedValueParser<Value = runner_sandbox::BackendKind> {
+    use runner_sandbox::BackendKind;
     choice_arg(BackendKind::ALL, BackendKind::name, BackendKind::about)
 }
 
 /// `--ask`'s values: who answers what the rules leave open.
-fn ask_arg() -> impl clap::builder::TypedValueParser<Value = crate::config::profile::AskMode> {
-    use crate::config::profile::AskMode;
+fn ask_arg() -> impl clap::builder::TypedValueParser<Value = runner_agent::config::profile::AskMode>
+{
+    use runner_agent::config::profile::AskMode;
     choice_arg(AskMode::ALL, AskMode::name, AskMode::about)
 }
 
 /// `--workspace`'s values: the workspace modes.
-fn workspace_arg() -> impl clap::builder::TypedValueParser<Value = crate::workspace::Mode> {
-    use crate::workspace::Mode;
+fn workspace_arg() -> impl clap::builder::TypedValueParser<Value = runner_workspace::Mode> {
+    use runner_workspace::Mode;
     choice_arg(Mode::ALL, Mode::name, Mode::about)
 }
 
 /// `--network`'s values: the protocol's modes (which know nothing of clap), listed in
 /// `--help` and checked by clap like any value enum.
-fn network_arg() -> impl clap::builder::TypedValueParser<Value = crate::sandbox::spec::Network> {
-    use crate::sandbox::spec::Network;
+fn network_arg() -> impl clap::builder::TypedValueParser<Value = runner_sandbox::spec::Network> {
     use clap::builder::TypedValueParser;
+    use runner_sandbox::spec::Network;
     clap::builder::PossibleValuesParser::new(Network::ALL.map(Network::as_arg)).map(|s| {
         s.parse::<Network>()
             .expect("clap checked it is a listed mode")

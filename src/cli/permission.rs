@@ -7,13 +7,13 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::exit;
-use crate::config::profile::{AskMode, Profile};
-use crate::config::trust::TrustMode;
-use crate::permission::gate::{PolicyAsker, RuleGate};
-use crate::permission::rules::{Action, Rule};
-use crate::session::{SessionOptions, absolute_root};
-use crate::tool::truncate::Truncator;
-use crate::tool::{Conversation, ToolContext};
+use runner_agent::config::profile::{AskMode, Profile};
+use runner_agent::config::trust::TrustMode;
+use runner_agent::session::{SessionOptions, absolute_root};
+use runner_permission::gate::{PolicyAsker, RuleGate};
+use runner_permission::rules::{Action, Rule};
+use runner_tool::truncate::Truncator;
+use runner_tool::{Conversation, ToolContext};
 
 /// The options that decide which rules apply.
 #[derive(Debug, Args, Clone)]
@@ -110,11 +110,11 @@ fn rules_trusting(
     };
     // A project's config (its errors quote it) and its rules are the repository's text.
     let loaded = options.rules(output_dir).map_err(|e| {
-        eprintln!("runner: {}", crate::display::shown(&e));
+        eprintln!("runner: {}", runner_display::shown(&e));
         exit::USAGE
     })?;
     for note in loaded.notes {
-        eprintln!("runner: {}", crate::display::escape(&note));
+        eprintln!("runner: {}", runner_display::escape(&note));
     }
     Ok((loaded.profile, loaded.rules))
 }
@@ -122,7 +122,7 @@ fn rules_trusting(
 /// The configured MCP server whose tool `tool` (`NAME_tool`) would be.
 fn mcp_server_of(tool: &str, root: &std::path::Path, scope: &Scope) -> Option<String> {
     let (settings, _) =
-        crate::config::settings::Settings::load(root, scope.rules.config.as_deref()).ok()?;
+        runner_agent::config::settings::Settings::load(root, scope.rules.config.as_deref()).ok()?;
     settings
         .mcp
         .keys()
@@ -172,7 +172,7 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
     };
     // The analysis only locates targets (stat, symlinks), so the in-process server is
     // enough whatever sandbox the profile names: nothing runs.
-    let sandbox = match crate::sandbox::local::in_process(&root, &[]).await {
+    let sandbox = match runner_sandbox::local::in_process(&root, &[]).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("runner: cannot open the worktree {}: {e}", root.display());
@@ -185,11 +185,12 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         Arc::new(PolicyAsker::deny("permission check never asks")),
     ));
     // The search tools exist where a search service is configured (nothing is sent here).
-    let search = crate::config::settings::Settings::load(&root, scope.rules.config.as_deref())
-        .ok()
-        .and_then(|(s, _)| s.websearch)
-        .and_then(|s| crate::tool::search::Search::from_settings(&s).ok())
-        .map(Arc::new);
+    let search =
+        runner_agent::config::settings::Settings::load(&root, scope.rules.config.as_deref())
+            .ok()
+            .and_then(|(s, _)| s.websearch)
+            .and_then(|s| runner_tool::search::Search::from_settings(&s).ok())
+            .map(Arc::new);
     let ctx = ToolContext::new(
         Arc::new(sandbox),
         Arc::new(Conversation::single_call("check")),
@@ -197,18 +198,18 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         Arc::new(Truncator::new(Truncator::default_dir())),
     )
     .with_search(search);
-    let builtin = crate::tool::Registry::builtin();
+    let builtin = runner_tool::Registry::builtin();
     let registry = if builtin.get(tool).is_some() {
         builtin
     } else {
-        crate::tool::user::registry(&ctx).await.0
+        runner_tool::user::registry(&ctx).await.0
     };
     let asks = match registry.permissions(tool, args, &ctx).await {
         Ok(asks) => asks,
         // A configured MCP server's tool: its ask is its name, known without starting the
         // server (nothing runs here).
         Err(_) if mcp_server_of(tool, &root, scope).is_some() => {
-            vec![crate::permission::PermissionRequest::new(
+            vec![runner_permission::PermissionRequest::new(
                 tool,
                 vec!["*".into()],
                 vec!["*".into()],
@@ -216,7 +217,7 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         }
         Err(e) => {
             // It can quote the arguments.
-            eprintln!("runner: {}", crate::display::shown(&e));
+            eprintln!("runner: {}", runner_display::shown(&e));
             return exit::USAGE;
         }
     };
@@ -239,7 +240,7 @@ async fn check(tool: &str, args: &str, scope: &Scope) -> u8 {
         }));
     }
     let out = json!({ "decision": overall, "asks": entries });
-    println!("{}", crate::display::json_pretty(&out));
+    println!("{}", runner_display::json_pretty(&out));
     exit::OK
 }
 
@@ -249,7 +250,7 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
         Err(code) => return code,
     };
     let gate = RuleGate::new(&root, rules, Arc::new(PolicyAsker::allow()));
-    let request = crate::permission::PermissionRequest::new(
+    let request = runner_permission::PermissionRequest::new(
         permission,
         vec![pattern.to_string()],
         Vec::new(),
@@ -258,13 +259,13 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
     let action = effective(verdict.action, &profile);
     if as_json {
         let out = json!({ "action": action, "rule": verdict.rule });
-        println!("{}", crate::display::json_pretty(&out));
+        println!("{}", runner_display::json_pretty(&out));
         return exit::OK;
     }
     match &verdict.rule {
         Some(r) => println!(
             "{}",
-            crate::display::escape(&format!(
+            runner_display::escape(&format!(
                 "{}  by {} {:?} = {} ({} #{})",
                 action, r.permission, r.pattern, r.action, r.source.origin, r.source.position
             ))

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::exit;
 use super::permission::{RuleArgs, profile_and_rules};
-use crate::config::profile::{self, AskMode};
-use crate::tool::truncate::Truncator;
+use runner_agent::config::profile::{self, AskMode};
+use runner_tool::truncate::Truncator;
 
 #[derive(Debug, Subcommand)]
 pub enum ProfileCommand {
@@ -86,7 +86,7 @@ fn list(as_json: bool) -> u8 {
                 })
             })
             .collect();
-        println!("{}", crate::display::json_pretty(&out));
+        println!("{}", runner_display::json_pretty(&out));
         return exit::OK;
     }
     for r in rows {
@@ -124,7 +124,7 @@ fn list_row(name: String, kind: String) -> ListRow {
             let backend = p.sandbox.backend.map(|b| b.name());
             let here = match backend {
                 Some(_) => None,
-                None => crate::sandbox::choose::default_wall()
+                None => runner_sandbox::choose::default_wall()
                     .ok()
                     .map(|c| c.backend.name()),
             };
@@ -171,7 +171,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
             "project_allows": p.project_allows.unwrap_or(true),
             "rules": rules,
         });
-        println!("{}", crate::display::json_pretty(&out));
+        println!("{}", runner_display::json_pretty(&out));
         return exit::OK;
     }
     println!("{name}: {}", p.description);
@@ -208,7 +208,7 @@ fn show(name: &str, rule_args: &RuleArgs, root: &std::path::Path, as_json: bool)
             r.source.origin,
             r.source.position
         );
-        println!("{}", crate::display::escape(&line));
+        println!("{}", runner_display::escape(&line));
     }
     exit::OK
 }

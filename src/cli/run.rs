@@ -12,11 +12,11 @@ use clap::Args;
 
 use super::signals::Signals;
 use super::tool::SandboxArgs;
-use crate::agent::events::{EventSink, JsonLines};
-use crate::agent::start::{Resume, RunOptions, start};
-use crate::agent::{End, LoopOptions, exit};
-use crate::config::profile::AskMode;
-use crate::display::{escape, shown};
+use runner_agent::config::profile::AskMode;
+use runner_agent::events::{EventSink, JsonLines};
+use runner_agent::start::{Resume, RunOptions, start};
+use runner_agent::{End, LoopOptions, exit};
+use runner_display::{escape, shown};
 
 mod view;
 use view::TerminalView;
@@ -88,7 +88,7 @@ pub struct RunArgs {
 /// the exit status that follows. The same words also go to stderr for a person watching.
 fn print_startup_error(code: u8, message: &str) {
     let event = serde_json::json!({ "type": "error", "code": code, "message": message });
-    println!("{}", crate::display::json(&event));
+    println!("{}", runner_display::json(&event));
 }
 
 pub async fn run(args: RunArgs) -> u8 {
@@ -180,12 +180,12 @@ fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: b
         args.ask,
     );
     if args.trust_project {
-        options.session.project_trust = crate::config::trust::TrustMode::Grant;
+        options.session.project_trust = runner_agent::config::trust::TrustMode::Grant;
     }
     options.session.require_git_for_direct = !args.no_git_check;
     options.session.audit.file = args.audit.clone();
     if interactive_terminal && std::io::stderr().is_terminal() {
-        options.user = Some(Arc::new(crate::tool::question::TerminalUser));
+        options.user = Some(Arc::new(runner_tool::question::TerminalUser));
     }
     options.model = args.model.clone();
     options.agent = args.agent.clone();
@@ -204,7 +204,7 @@ fn run_options(args: &RunArgs, view: Arc<dyn EventSink>, interactive_terminal: b
 
 /// A copy workspace after its session: its changes listed, then applied (`--apply`) or
 /// left for review; a copy with no changes is discarded.
-fn hand_over(ws: crate::workspace::Workspace, apply: bool) {
+fn hand_over(ws: runner_workspace::Workspace, apply: bool) {
     let Some(id) = super::changes::report(Some(ws)) else {
         return;
     };
@@ -215,13 +215,13 @@ fn hand_over(ws: crate::workspace::Workspace, apply: bool) {
         return;
     }
     let applied =
-        crate::workspace::Workspace::open(&id).and_then(|w| w.apply(false, false, &|| false));
+        runner_workspace::Workspace::open(&id).and_then(|w| w.apply(false, false, &|| false));
     match applied {
         Ok(applied) => {
             for note in &applied.notes {
                 eprintln!("runner: {}", escape(note));
             }
-            if let Some(note) = crate::workspace::ignored::note(applied.left_out) {
+            if let Some(note) = runner_workspace::ignored::note(applied.left_out) {
                 eprintln!("runner: {note}");
             }
             eprintln!("runner: applied {} change(s)", applied.changes.len())
@@ -232,7 +232,7 @@ fn hand_over(ws: crate::workspace::Workspace, apply: bool) {
 
 /// One line, one turn, until Ctrl-D (or a second Ctrl-C at the prompt). A turn that ends
 /// for any reason but a broken provider or sandbox leaves the conversation open.
-async fn conversation(run: &mut crate::agent::start::Run, signals: &Signals, json: bool) -> End {
+async fn conversation(run: &mut runner_agent::start::Run, signals: &Signals, json: bool) -> End {
     let mut last = End::Finished;
     loop {
         if !json {

@@ -12,10 +12,10 @@ mod cleanup;
 use super::exit;
 use super::permission::RuleArgs;
 use super::tool::SandboxArgs;
-use crate::sandbox::BackendKind;
-use crate::sandbox::docker::{engine, image};
-use crate::sandbox::landlock::cgroup;
-use crate::sandbox::spec::SandboxSpec;
+use runner_sandbox::BackendKind;
+use runner_sandbox::docker::{engine, image};
+use runner_sandbox::landlock::cgroup;
+use runner_sandbox::spec::SandboxSpec;
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
@@ -23,7 +23,7 @@ pub enum SandboxCommand {
     /// disk; say how to fix each problem.
     Doctor {
         /// The sandbox image the Docker check looks for on the engine.
-        #[arg(long, default_value = crate::sandbox::spec::DEFAULT_IMAGE)]
+        #[arg(long, default_value = runner_sandbox::spec::DEFAULT_IMAGE)]
         image: String,
         /// One JSON object on stdout: {"ok", "failures", "checks": [{"backend", "name",
         /// "status" (ok, warn, fail), "passed", "detail", "fix"}]} instead of the text.
@@ -133,7 +133,7 @@ impl Report {
         if self.json {
             println!(
                 "{}",
-                crate::display::json(&serde_json::json!({
+                runner_display::json(&serde_json::json!({
                     "ok": self.failures == 0,
                     "failures": self.failures,
                     "checks": self.checks,
@@ -151,8 +151,8 @@ impl Report {
 /// The mount and PID namespaces, tried the way the server makes them. Without them
 /// landlock still starts, and this says what it goes without.
 fn namespaces(r: &mut Report) {
-    let limits = crate::sandbox::spec::Limits::default();
-    match crate::sandbox::confine::namespaces_refused() {
+    let limits = runner_sandbox::spec::Limits::default();
+    match runner_sandbox::confine::namespaces_refused() {
         None => r.ok(
             "namespaces",
             "mount and PID namespaces: .git/hooks and .git/config read-only, a size-limited \
@@ -177,7 +177,7 @@ fn namespaces(r: &mut Report) {
 
 /// The cgroup limits a landlock sandbox would get here.
 fn limits(r: &mut Report) {
-    let limits = crate::sandbox::spec::Limits::default();
+    let limits = runner_sandbox::spec::Limits::default();
     let cg = cgroup::create(&limits);
     match cgroup::missing_limits(cg.as_ref()) {
         None => r.ok("limits", "a cgroup per sandbox: memory, processes and CPU"),
@@ -205,7 +205,7 @@ async fn doctor(image_name: &str, json: bool) -> u8 {
         checks: Vec::new(),
     };
     r.section("landlock");
-    let ll = crate::sandbox::confine::probe_landlock();
+    let ll = runner_sandbox::confine::probe_landlock();
     if ll.fully_enforced {
         r.ok("landlock", &ll.detail);
     } else {
@@ -215,7 +215,7 @@ async fn doctor(image_name: &str, json: bool) -> u8 {
             "boot a kernel with landlock ABI 6 or later (Linux 6.12+, lsm=...,landlock), or use --sandbox docker",
         );
     }
-    match crate::sandbox::confine::probe_seccomp() {
+    match runner_sandbox::confine::probe_seccomp() {
         Ok(()) => r.ok("seccomp", "filters apply; an AF_INET socket is refused"),
         Err(e) => r.fail(
             "seccomp",
@@ -276,7 +276,7 @@ pub(super) async fn exec_in_wall(
     {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("runner: {}", crate::display::escape(&e));
+            eprintln!("runner: {}", runner_display::escape(&e));
             return exit::USAGE;
         }
     };
@@ -289,18 +289,18 @@ pub(super) async fn exec_in_wall(
     let trail = match open_trail(root, &spec, rules, audit) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("runner: {}", crate::display::escape(&e));
+            eprintln!("runner: {}", runner_display::escape(&e));
             return exit::USAGE;
         }
     };
     // With a copy workspace the program works in the copy, kept for review when it holds
     // changes.
     let workspace = match mode {
-        crate::workspace::Mode::Copy => {
-            match crate::workspace::Workspace::create(root, spec.limits.disk_bytes) {
+        runner_workspace::Mode::Copy => {
+            match runner_workspace::Workspace::create(root, spec.limits.disk_bytes) {
                 Ok(ws) => Some(ws),
                 Err(e) => {
-                    eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+                    eprintln!("runner: {}", runner_display::escape(&e.to_string()));
                     return exit::FAILED;
                 }
             }
@@ -322,16 +322,16 @@ pub(super) async fn exec_in_wall(
 }
 
 /// What the flags ask for that means nothing without a wall around the program.
-fn needs_a_wall(spec: &SandboxSpec, mode: crate::workspace::Mode) -> Result<(), &'static str> {
+fn needs_a_wall(spec: &SandboxSpec, mode: runner_workspace::Mode) -> Result<(), &'static str> {
     if spec.backend != BackendKind::None {
         return Ok(());
     }
-    if spec.network == crate::sandbox::spec::Network::Allowlist {
+    if spec.network == runner_sandbox::spec::Network::Allowlist {
         return Err(
             "--network allowlist needs a wall: with --sandbox none the program reaches the network directly. Use --sandbox landlock or docker",
         );
     }
-    if mode == crate::workspace::Mode::Copy {
+    if mode == runner_workspace::Mode::Copy {
         return Err(
             "--workspace copy needs a wall around the copy: with --sandbox none the program can still reach the checkout. Use --sandbox landlock or docker",
         );
@@ -347,15 +347,16 @@ fn open_trail(
     rules: &RuleArgs,
     file: Option<&Path>,
 ) -> Result<Arc<runner_audit::Audit>, String> {
-    let (settings, _) = crate::config::settings::Settings::load(root, rules.config.as_deref())
-        .map_err(|e| e.to_string())?;
-    let options = crate::agent::audit::AuditOptions {
+    let (settings, _) =
+        runner_agent::config::settings::Settings::load(root, rules.config.as_deref())
+            .map_err(|e| e.to_string())?;
+    let options = runner_agent::audit::AuditOptions {
         file: file.map(Path::to_path_buf),
         ..Default::default()
     };
-    let root = crate::session::absolute_root(root);
-    let writable = crate::agent::audit::writable_by(spec, Some(&root));
-    crate::agent::audit::open(&options, &settings, &writable).map_err(|e| e.to_string())
+    let root = runner_agent::session::absolute_root(root);
+    let writable = runner_agent::audit::writable_by(spec, Some(&root));
+    runner_agent::audit::open(&options, &settings, &writable).map_err(|e| e.to_string())
 }
 
 /// The program in `work` (the worktree, or its copy), the rules read for `root`; its start,
@@ -371,14 +372,14 @@ async fn exec_in(
     let wall = match Wall::of(work, root, args, rule_args) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("runner: {}", crate::display::escape(&e));
+            eprintln!("runner: {}", runner_display::escape(&e));
             return exit::USAGE;
         }
     };
     // Commands see each secret's placeholder, never its value (as in a session).
     let mut env = Vec::new();
     if let Some(inspection) = &wall.inspection {
-        crate::config::settings::put_placeholders(&mut env, inspection);
+        runner_agent::config::settings::put_placeholders(&mut env, inspection);
     }
     // The shell of `sandbox shell` is no command anybody named.
     let command = (!argv.is_empty()).then(|| {
@@ -386,10 +387,10 @@ async fn exec_in(
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
     });
-    let wall_line = crate::session::wall_line(&wall.spec, None);
-    let session = crate::agent::audit::SessionAudit::started(trail, &wall.spec, wall_line, command);
+    let wall_line = runner_agent::session::wall_line(&wall.spec, None);
+    let session = runner_agent::audit::SessionAudit::started(trail, &wall.spec, wall_line, command);
     let proxy = exec_proxy(&wall, session.sink().clone());
-    let code = match crate::sandbox::exec::run(&wall.spec, argv, &env, proxy).await {
+    let code = match runner_sandbox::exec::run(&wall.spec, argv, &env, proxy).await {
         Ok((code, proxy)) => {
             super::tool::report_network(proxy.as_ref()).await;
             // Its connections still open are written before the stop.
@@ -398,7 +399,7 @@ async fn exec_in(
             code
         }
         Err(e) => {
-            eprintln!("runner: {}", crate::display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             session.ended(&format!("runner could not run the program: {e}"));
             exit::FAILED
         }
@@ -409,7 +410,7 @@ async fn exec_in(
 
 /// An exec's allow-list proxy on its way up, or why it could not start.
 type ProxyStarting = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<crate::network::NetworkProxy, String>> + Send>,
+    Box<dyn std::future::Future<Output = Result<runner_network::NetworkProxy, String>> + Send>,
 >;
 
 /// What starts an exec's allow-list proxy from the sandbox's client: the rules decide
@@ -418,8 +419,8 @@ type ProxyStarting = std::pin::Pin<
 fn exec_proxy(
     wall: &Wall,
     trail: Arc<runner_audit::Audit>,
-) -> impl FnOnce(crate::sandbox::SandboxClient, PathBuf) -> ProxyStarting {
-    let limits = crate::network::NetworkLimits::of(&wall.spec.limits);
+) -> impl FnOnce(runner_sandbox::SandboxClient, PathBuf) -> ProxyStarting {
+    let limits = runner_network::NetworkLimits::of(&wall.spec.limits);
     let (rules, inspection, programs) = (
         wall.rules.clone(),
         wall.inspection.clone(),
@@ -427,22 +428,22 @@ fn exec_proxy(
     );
     move |client, worktree: PathBuf| {
         Box::pin(async move {
-            use crate::permission::gate::{PolicyAsker, RuleGate};
+            use runner_permission::gate::{PolicyAsker, RuleGate};
             let asker = PolicyAsker::deny(
                 "the program holds the terminal, so nobody can answer; allow the host under [permission.network] in your config",
             );
             let gate =
                 RuleGate::new(&worktree, rules.clone(), Arc::new(asker)).with_audit(trail.clone());
-            let policy = crate::network::Policy {
+            let policy = runner_network::Policy {
                 gate: Arc::new(gate),
                 rules,
                 programs,
             };
             let proxy =
-                crate::network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
+                runner_network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
                     .await
                     .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))?;
-            crate::agent::audit::observe(&trail, Some(&proxy));
+            runner_agent::audit::observe(&trail, Some(&proxy));
             Ok(proxy)
         })
     }
@@ -452,9 +453,9 @@ fn exec_proxy(
 /// and the config's secrets and inspected hosts (whose authority joins the spec's trust).
 struct Wall {
     spec: SandboxSpec,
-    rules: Vec<crate::permission::rules::Rule>,
-    inspection: Option<std::sync::Arc<crate::network::inspect::Inspection>>,
-    programs: crate::network::programs::Programs,
+    rules: Vec<runner_permission::rules::Rule>,
+    inspection: Option<std::sync::Arc<runner_network::inspect::Inspection>>,
+    programs: runner_network::programs::Programs,
 }
 
 impl Wall {
@@ -471,9 +472,9 @@ impl Wall {
             .map_err(|e| e.to_string())?
             .rules;
         // A loopback address the user opened is the host's (a model server there).
-        spec.host_loopback = crate::network::outbound::host_loopback(&rules);
+        spec.host_loopback = runner_network::outbound::host_loopback(&rules);
         let (settings, _) =
-            crate::config::settings::Settings::load(root, rule_args.config.as_deref())
+            runner_agent::config::settings::Settings::load(root, rule_args.config.as_deref())
                 .map_err(|e| e.to_string())?;
         let inspection = settings.inspection(&rules, &mut spec)?;
         Ok(Wall {

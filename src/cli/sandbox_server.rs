@@ -9,11 +9,11 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::sandbox::confine::{self, Confinement};
-use crate::sandbox::server::program;
-use crate::sandbox::server::restore::ProtectedCopy;
-use crate::sandbox::server::{self, RootSpec};
-use crate::sandbox::spec::{Limits, Network};
+use runner_sandbox::confine::{self, Confinement};
+use runner_sandbox::spec::{Limits, Network};
+use runner_sandbox_server::RootSpec;
+use runner_sandbox_server::program;
+use runner_sandbox_server::restore::ProtectedCopy;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ConfineKind {
@@ -105,8 +105,8 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    fn git_guard(&self, kept: Option<ProtectedCopy>) -> server::GitGuard {
-        server::GitGuard {
+    fn git_guard(&self, kept: Option<ProtectedCopy>) -> runner_sandbox_server::GitGuard {
+        runner_sandbox_server::GitGuard {
             forbidden: self.forbid.clone(),
             sweep_repositories: self.sweep_repositories,
             known: self.known_repositories.clone(),
@@ -167,7 +167,8 @@ fn program_beside_server(
             std::fs::File::from_raw_fd(output),
         )
     };
-    let _ = server::serve_beside_shell(&args.roots, args.git_guard(kept), input, output);
+    let _ =
+        runner_sandbox_server::serve_beside_shell(&args.roots, args.git_guard(kept), input, output);
     // The controller went away before the program ended: it goes on without a network.
     std::thread::park();
     super::exit::OK
@@ -244,7 +245,7 @@ fn confine_landlock(args: &ServerArgs) -> Result<Option<ProtectedCopy>, u8> {
 
 pub fn run(args: ServerArgs) -> u8 {
     // Chosen once, at the start, before any wall goes up.
-    server::roots::Resolver::choose(args.resolve.as_deref());
+    runner_sandbox_server::roots::Resolver::choose(args.resolve.as_deref());
     let mut kept = None;
     if let Some(ConfineKind::Landlock) = args.confine {
         match confine_landlock(&args) {
@@ -260,7 +261,7 @@ pub fn run(args: ServerArgs) -> u8 {
             .iter()
             .any(|p| std::path::Path::new(p).exists())
     {
-        eprintln!("{}", crate::sandbox::start_error::NO_SHELL_MARK);
+        eprintln!("{}", runner_sandbox::start_error::NO_SHELL_MARK);
         return super::exit::FAILED;
     }
     if let Some(user) = args.command_user
@@ -285,7 +286,7 @@ pub fn run(args: ServerArgs) -> u8 {
     if args.exec {
         return run_program(&args, kept);
     }
-    match server::serve_stdio(&args.roots, args.git_guard(kept)) {
+    match runner_sandbox_server::serve_stdio(&args.roots, args.git_guard(kept)) {
         Ok(()) => super::exit::OK,
         Err(e) => {
             eprintln!("runner sandbox-server: {e}");

@@ -6,9 +6,8 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::exit;
-use crate::agent::record::{self, Loaded, Record};
-use crate::display;
-use crate::llm::Message;
+use runner_agent::record::{self, Loaded, Record};
+use runner_llm::Message;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
@@ -78,9 +77,9 @@ pub fn run(cmd: SessionsCommand) -> u8 {
                 }));
             }
             if json {
-                println!("{}", display::json_pretty(&rows));
+                println!("{}", runner_display::json_pretty(&rows));
             } else if rows.is_empty() {
-                println!("no sessions in {}", display::shown(dir.display()));
+                println!("no sessions in {}", runner_display::shown(dir.display()));
             } else {
                 for r in rows {
                     let prompt: String = r["prompt"]
@@ -99,7 +98,7 @@ pub fn run(cmd: SessionsCommand) -> u8 {
                         r["root"].as_str().unwrap_or(""),
                         prompt.replace('\n', " ")
                     );
-                    println!("{}", display::escape(&line));
+                    println!("{}", runner_display::escape(&line));
                 }
             }
             exit::OK
@@ -108,8 +107,8 @@ pub fn run(cmd: SessionsCommand) -> u8 {
             Ok(l) => {
                 // What the model said and every tool's output, escaped for the terminal
                 // (`export` is the exact record).
-                let text = crate::agent::transcript::transcript(&l);
-                print!("{}", display::escape(&text));
+                let text = runner_agent::transcript::transcript(&l);
+                print!("{}", runner_display::escape(&text));
                 exit::OK
             }
             Err(code) => code,
@@ -125,7 +124,7 @@ pub fn run(cmd: SessionsCommand) -> u8 {
     }
 }
 
-/// Prints the trail the session kept ([`crate::agent::audit::trail_of`]). Each line is parsed and written again
+/// Prints the trail the session kept ([`runner_agent::audit::trail_of`]). Each line is parsed and written again
 /// as compact JSON, so what reaches the terminal has every control character escaped
 /// whatever the file holds; a line that does not parse (cut by a kill) is skipped and
 /// counted on stderr.
@@ -133,7 +132,7 @@ fn audit(dir: &std::path::Path, id: &str) -> u8 {
     let session = match record::find(dir, id) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             return exit::USAGE;
         }
     };
@@ -141,21 +140,21 @@ fn audit(dir: &std::path::Path, id: &str) -> u8 {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let trail = crate::agent::audit::trail_of(dir, &stem);
+    let trail = runner_agent::audit::trail_of(dir, &stem);
     let text = match std::fs::read_to_string(&trail) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!(
                 "runner: session {} has no audit trail ({} is not there: sessions recorded before the trail existed have none)",
-                display::escape(id),
-                display::shown(trail.display())
+                runner_display::escape(id),
+                runner_display::shown(trail.display())
             );
             return exit::FAILED;
         }
         Err(e) => {
             eprintln!(
                 "runner: cannot read {}: {e}",
-                display::shown(trail.display())
+                runner_display::shown(trail.display())
             );
             return exit::FAILED;
         }
@@ -170,7 +169,7 @@ fn audit(dir: &std::path::Path, id: &str) -> u8 {
     if skipped > 0 {
         eprintln!(
             "runner: skipped {skipped} lines of {} that are not JSON (cut by a kill?)",
-            display::shown(trail.display())
+            runner_display::shown(trail.display())
         );
     }
     exit::OK
@@ -178,7 +177,7 @@ fn audit(dir: &std::path::Path, id: &str) -> u8 {
 
 fn load(dir: &std::path::Path, id: &str) -> Result<Loaded, u8> {
     let path = record::find(dir, id).map_err(|e| {
-        eprintln!("runner: {}", display::escape(&e.to_string()));
+        eprintln!("runner: {}", runner_display::escape(&e.to_string()));
         exit::USAGE
     })?;
     Loaded::read(&path).map_err(|e| {

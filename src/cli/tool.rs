@@ -11,15 +11,14 @@ use serde_json::{Value, json};
 
 use super::exit;
 use super::permission::{RuleArgs, Scope, load_scope};
-use crate::config::profile::AskMode;
-use crate::display;
-use crate::permission::gate::{PolicyAsker, RuleGate};
-use crate::sandbox::BackendKind;
-use crate::sandbox::spec::{Network, SandboxSpec};
-use crate::session::{OpenError, SessionOptions};
-use crate::tool::registry::Outcome;
-use crate::tool::{CallResult, Conversation, Registry, ToolContext};
-use crate::workspace::Workspace;
+use runner_agent::config::profile::AskMode;
+use runner_agent::session::{OpenError, SessionOptions};
+use runner_permission::gate::{PolicyAsker, RuleGate};
+use runner_sandbox::BackendKind;
+use runner_sandbox::spec::{Network, SandboxSpec};
+use runner_tool::registry::Outcome;
+use runner_tool::{CallResult, Conversation, Registry, ToolContext};
+use runner_workspace::Workspace;
 
 #[derive(Debug, Subcommand)]
 pub enum ToolCommand {
@@ -92,9 +91,9 @@ pub async fn run(cmd: ToolCommand) -> u8 {
             let registry = if builtin.get(&name).is_some() {
                 builtin
             } else {
-                let (registry, notes) = crate::tool::user::registry(&ctx).await;
+                let (registry, notes) = runner_tool::user::registry(&ctx).await;
                 for note in notes {
-                    eprintln!("runner: {}", display::escape(&note));
+                    eprintln!("runner: {}", runner_display::escape(&note));
                 }
                 registry
             };
@@ -111,7 +110,7 @@ pub async fn run(cmd: ToolCommand) -> u8 {
 }
 
 /// What `list` prints is what a session's lead agent (`build`) is offered: the registry
-/// comes from the same function the agent's does ([`crate::agent::offered_to_lead`]), over
+/// comes from the same function the agent's does ([`runner_agent::offered_to_lead`]), over
 /// a context carrying the config's language servers and search service, so `lsp`,
 /// `websearch` and `codesearch` appear exactly when a session would offer them, and
 /// `skill`, `task` (naming the subagents) and `plan_enter` as the agent gets them. The
@@ -128,9 +127,9 @@ async fn list(json: bool, scope: &Scope) -> u8 {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let user_agents = crate::dirs::config_dir().join("agents");
-    let (agents, mut notes) = crate::agent::agents::all(&ctx, &user_agents).await;
-    let (registry, tool_notes) = crate::agent::offered_to_lead(&ctx, &agents, "build").await;
+    let user_agents = runner_dirs::config_dir().join("agents");
+    let (agents, mut notes) = runner_agent::agents::all(&ctx, &user_agents).await;
+    let (registry, tool_notes) = runner_agent::offered_to_lead(&ctx, &agents, "build").await;
     notes.extend(tool_notes);
     if !mcp_servers.is_empty() {
         notes.push(format!(
@@ -139,19 +138,22 @@ async fn list(json: bool, scope: &Scope) -> u8 {
         ));
     }
     for note in notes {
-        eprintln!("runner: {}", display::escape(&note));
+        eprintln!("runner: {}", runner_display::escape(&note));
     }
     let gate = ctx.gate.as_ref();
     if json {
         let tools: Vec<Value> = offered(&registry, gate)
             .map(|t| json!({ "id": t.id(), "description": t.description(), "parameters": t.parameters() }))
             .collect();
-        println!("{}", display::json_pretty(&tools));
+        println!("{}", runner_display::json_pretty(&tools));
     } else {
         // A project's own tools describe themselves.
         for t in offered(&registry, gate) {
             let first = t.description().lines().next().unwrap_or_default();
-            println!("{}", display::escape(&format!("{:<12} {first}", t.id())));
+            println!(
+                "{}",
+                runner_display::escape(&format!("{:<12} {first}", t.id()))
+            );
         }
     }
     exit::OK
@@ -160,9 +162,9 @@ async fn list(json: bool, scope: &Scope) -> u8 {
 /// The tools a model is shown: every visible one but `invalid`, which only takes calls
 /// that could not be run (as the agent's own list leaves it out).
 fn offered<'a>(
-    registry: &'a crate::tool::Registry,
-    gate: &'a dyn crate::permission::PermissionGate,
-) -> impl Iterator<Item = &'a Arc<dyn crate::tool::DynTool>> + 'a {
+    registry: &'a runner_tool::Registry,
+    gate: &'a dyn runner_permission::PermissionGate,
+) -> impl Iterator<Item = &'a Arc<dyn runner_tool::DynTool>> + 'a {
     registry.visible(gate).filter(|t| t.id() != "invalid")
 }
 
@@ -171,30 +173,30 @@ fn offered<'a>(
 /// names of the MCP servers the config has, which a listing does not start.
 async fn offering_context(
     root: &Path,
-    rules: Vec<crate::permission::rules::Rule>,
+    rules: Vec<runner_permission::rules::Rule>,
     scope: &Scope,
 ) -> Result<(ToolContext, Vec<String>), u8> {
     let (settings, _) =
-        match crate::config::settings::Settings::load(root, scope.rules.config.as_deref()) {
+        match runner_agent::config::settings::Settings::load(root, scope.rules.config.as_deref()) {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("runner: {}", display::escape(&e.to_string()));
+                eprintln!("runner: {}", runner_display::escape(&e.to_string()));
                 return Err(exit::USAGE);
             }
         };
     let search = match settings
         .websearch
         .as_ref()
-        .map(crate::tool::search::Search::from_settings)
+        .map(runner_tool::search::Search::from_settings)
     {
         None => None,
         Some(Ok(s)) => Some(Arc::new(s)),
         Some(Err(e)) => {
-            eprintln!("runner: {}", display::escape(&e.to_string()));
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             return Err(exit::USAGE);
         }
     };
-    let sandbox = match crate::sandbox::local::in_process(root, &[]).await {
+    let sandbox = match runner_sandbox::local::in_process(root, &[]).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("runner: cannot open the worktree {}: {e}", root.display());
@@ -207,12 +209,12 @@ async fn offering_context(
         Arc::new(sandbox),
         Arc::new(Conversation::single_call("list")),
         Arc::new(gate),
-        Arc::new(crate::tool::truncate::Truncator::new(
-            crate::tool::truncate::Truncator::default_dir(),
+        Arc::new(runner_tool::truncate::Truncator::new(
+            runner_tool::truncate::Truncator::default_dir(),
         )),
     )
     .with_search(search)
-    .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
+    .with_lsp(Arc::new(runner_tool::lsp_client::LspServers::new(
         &settings.lsp,
     )));
     Ok((ctx, mcp_servers))
@@ -223,11 +225,11 @@ async fn offering_context(
 /// How long a report waits for connections that are still closing on the host's side.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
-pub(super) async fn report_network(proxy: Option<&crate::network::NetworkProxy>) {
+pub(super) async fn report_network(proxy: Option<&runner_network::NetworkProxy>) {
     if let Some(network) = proxy {
         network.settle(SETTLE).await;
         for record in network.records() {
-            eprintln!("network: {}", display::escape(&record.line()));
+            eprintln!("network: {}", runner_display::escape(&record.line()));
         }
         let past = network.past_limit();
         if past.allowed + past.denied > 0 {
@@ -252,20 +254,20 @@ pub(super) async fn start(
     match options.open(conversation).await {
         Ok(open) => {
             for note in &open.notes {
-                eprintln!("runner: {}", display::escape(note));
+                eprintln!("runner: {}", runner_display::escape(note));
             }
             use std::io::IsTerminal;
             let ctx = open.ctx;
             // `question` asks the person at the terminal, when there is one.
             let ctx = if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-                ctx.with_user(Arc::new(crate::tool::TerminalUser))
+                ctx.with_user(Arc::new(runner_tool::TerminalUser))
             } else {
                 ctx
             };
             Ok((ctx, open.workspace))
         }
         Err(e) => {
-            eprintln!("runner: {}", display::shown(&e));
+            eprintln!("runner: {}", runner_display::shown(&e));
             Err(match e {
                 OpenError::Usage(_) => exit::USAGE,
                 OpenError::Sandbox(_) | OpenError::Failed(_) => exit::FAILED,
@@ -302,7 +304,7 @@ pub struct SandboxArgs {
     /// review it with `runner changes ID`, bring it over with `runner apply ID`). Default:
     /// the profile's, else direct.
     #[arg(long, value_parser = super::workspace_arg())]
-    pub workspace: Option<crate::workspace::Mode>,
+    pub workspace: Option<runner_workspace::Mode>,
 }
 
 impl SandboxArgs {
@@ -322,8 +324,9 @@ impl SandboxArgs {
     }
 
     /// The workspace mode: the flag, else the profile's, else direct.
-    pub fn workspace_mode(&self) -> Result<crate::workspace::Mode, String> {
-        let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
+    pub fn workspace_mode(&self) -> Result<runner_workspace::Mode, String> {
+        let profile =
+            runner_agent::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
         Ok(self
             .workspace
             .or(profile.sandbox.workspace)
@@ -332,7 +335,8 @@ impl SandboxArgs {
 
     /// The sandbox these flags and the config (`rules.config`) ask for around `root`.
     pub fn spec(&self, root: &Path, rules: &RuleArgs) -> Result<SandboxSpec, String> {
-        let profile = crate::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
+        let profile =
+            runner_agent::config::profile::load(&self.profile).map_err(|e| e.to_string())?;
         self.options(root, rules, None)
             .spec(&profile)
             .map_err(|e| e.to_string())
@@ -343,21 +347,21 @@ impl SandboxArgs {
 /// `--json` has it exact) or as one line of JSON.
 pub(super) fn print_result(result: &CallResult, json: bool) {
     if json {
-        println!("{}", display::json(result));
+        println!("{}", runner_display::json(result));
         return;
     }
     if let Some(error) = &result.error {
-        eprintln!("{}", display::escape(error));
+        eprintln!("{}", runner_display::escape(error));
         return;
     }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{}", display::escape(&result.output));
+    let _ = writeln!(out, "{}", runner_display::escape(&result.output));
     for a in &result.attachments {
         let _ = writeln!(
             out,
             "[attachment {} {} ({} bytes of data URL)]",
-            display::escape(&a.filename),
-            display::escape(&a.mime),
+            runner_display::escape(&a.filename),
+            runner_display::escape(&a.mime),
             a.url.len()
         );
     }
@@ -396,9 +400,9 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let (registry, notes) = crate::tool::user::registry(&ctx).await;
+    let (registry, notes) = runner_tool::user::registry(&ctx).await;
     for note in notes {
-        eprintln!("runner: {}", display::escape(&note));
+        eprintln!("runner: {}", runner_display::escape(&note));
     }
     let mut first_failure = exit::OK;
     for (n, line) in lines.iter().enumerate() {
@@ -422,7 +426,7 @@ async fn script(file: &Path, common: &CommonArgs) -> u8 {
                 registry.call_invalid("", error, &ctx).await
             }
         };
-        println!("{}", display::json(&result));
+        println!("{}", runner_display::json(&result));
         let code = exit_code(&result);
         if first_failure == exit::OK && code != exit::OK {
             first_failure = code;

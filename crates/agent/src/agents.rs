@@ -13,9 +13,9 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
-use crate::permission::layers::rules_from_value;
-use crate::permission::rules::{Action, Rule};
-use crate::tool::ToolContext;
+use runner_permission::layers::rules_from_value;
+use runner_permission::rules::{Action, Rule};
+use runner_tool::ToolContext;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -205,7 +205,7 @@ pub fn parse(text: &str, origin: &str) -> Result<AgentDef, BadAgentFile> {
     if let Some(Value::Object(tools)) = meta.get("tools") {
         for (tool, on) in tools {
             if on == &json!(false) || on == &json!("false") {
-                let key = crate::tool::registry::permission_key(tool).to_string();
+                let key = runner_tool::registry::permission_key(tool).to_string();
                 permission.insert(key, json!("deny"));
             }
         }
@@ -351,7 +351,7 @@ mod tests {
         let agents = builtin();
         let plan = agents.iter().find(|a| a.name == "plan").unwrap();
         let eval =
-            |p: &str, s: &str| crate::permission::rules::evaluate(p, &[s], &plan.rules, &[]).action;
+            |p: &str, s: &str| runner_permission::rules::evaluate(p, &[s], &plan.rules, &[]).action;
         assert_eq!(eval("edit", "src/main.rs"), Action::Deny);
         assert_eq!(eval("edit", ".runner/plans/fix.md"), Action::Allow);
         assert_eq!(eval("bash", "rm -rf src"), Action::Deny);

@@ -4,7 +4,7 @@
 //! a repository's: the trail is the user's record of what was done on their behalf, and a
 //! repository that could point it elsewhere could hide its own doings), and the session's
 //! own trail ([`trail_of`]), which `runner sessions audit ID` prints. The gate
-//! tells it of permission decisions ([`crate::permission::gate::RuleGate::with_audit`]);
+//! tells it of permission decisions ([`runner_permission::gate::RuleGate::with_audit`]);
 //! here the session tells it of the sandbox's start and end and of every connection the
 //! allow-list's proxy records, inspected requests and secrets among them.
 
@@ -27,8 +27,8 @@ pub fn trail_of(sessions_dir: &Path, id: &str) -> PathBuf {
     }
 }
 
-use crate::network::ConnectionRecord;
-use crate::sandbox::spec::SandboxSpec;
+use runner_network::ConnectionRecord;
+use runner_sandbox::spec::SandboxSpec;
 
 /// Where a session's trail goes, besides the user's `[audit] file`.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +58,7 @@ pub fn writable_by(spec: &SandboxSpec, root: Option<&Path>) -> Vec<runner_audit:
         areas.push(Writable::new(&spec.worktree, "the worktree"));
     }
     areas.push(Writable::new(
-        crate::workspace::root_dir(),
+        runner_workspace::root_dir(),
         "the folder --workspace copy makes its copies in",
     ));
     areas
@@ -125,9 +125,9 @@ impl SessionAudit {
         command: Option<Vec<String>>,
     ) -> SessionAudit {
         let network = match spec.network {
-            crate::sandbox::spec::Network::None => "none",
-            crate::sandbox::spec::Network::Allowlist => "allowlist",
-            crate::sandbox::spec::Network::Host => "host",
+            runner_sandbox::spec::Network::None => "none",
+            runner_sandbox::spec::Network::Allowlist => "allowlist",
+            runner_sandbox::spec::Network::Host => "host",
         };
         audit.sandbox_start(&runner_audit::SandboxStart {
             backend: spec.backend.name().to_string(),
@@ -168,33 +168,33 @@ impl Drop for SessionAudit {
 /// run's subagents and proxy hold the session's), not when the caller lets go of the
 /// [`crate::session::OpenSession`] it was built from.
 pub struct SessionGate {
-    pub inner: crate::permission::gate::RuleGate,
+    pub inner: runner_permission::gate::RuleGate,
     pub trail: Arc<SessionAudit>,
 }
 
-impl crate::permission::PermissionGate for SessionGate {
+impl runner_permission::PermissionGate for SessionGate {
     fn ask<'a>(
         &'a self,
-        request: &'a crate::permission::PermissionRequest,
-    ) -> crate::permission::AskFuture<'a> {
+        request: &'a runner_permission::PermissionRequest,
+    ) -> runner_permission::AskFuture<'a> {
         self.inner.ask(request)
     }
 
     fn confirm<'a>(
         &'a self,
-        request: &'a crate::permission::PermissionRequest,
-    ) -> crate::permission::AskFuture<'a> {
+        request: &'a runner_permission::PermissionRequest,
+    ) -> runner_permission::AskFuture<'a> {
         self.inner.confirm(request)
     }
 
-    fn disabled(&self, permission: &str) -> Option<crate::permission::rules::Rule> {
+    fn disabled(&self, permission: &str) -> Option<runner_permission::rules::Rule> {
         self.inner.disabled(permission)
     }
 }
 
 /// Tells `audit` of every connection `proxy` records from now on (replacing any other
 /// observer: a caller with one of its own calls [`connection`] from it).
-pub fn observe(audit: &Arc<Audit>, proxy: Option<&crate::network::NetworkProxy>) {
+pub fn observe(audit: &Arc<Audit>, proxy: Option<&runner_network::NetworkProxy>) {
     if let Some(proxy) = proxy.filter(|_| audit.is_on()) {
         let audit = audit.clone();
         proxy.observe(Arc::new(move |c| connection(&audit, c)));

@@ -2,7 +2,7 @@
 //! tool output goes first (it is the bulk, and the model can re-run a tool); if that is not
 //! enough, the model writes a summary of the work so far, which replaces the older turns.
 
-use crate::llm::{LlmError, Message, Provider, Request, ToolSpec, Turn};
+use runner_llm::{LlmError, Message, Provider, Request, ToolSpec, Turn};
 
 /// The most recent tool output kept whole when pruning, in characters (about 40k tokens).
 pub const PROTECT_CHARS: usize = 160_000;

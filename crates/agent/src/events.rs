@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::llm::Usage;
+use runner_llm::Usage;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -171,7 +171,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         // Exact JSON in which no character a terminal acts on is raw (`--json` may well be
         // read on one).
-        let line = crate::display::json(event);
+        let line = runner_display::json(event);
         if !line.is_empty() {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();

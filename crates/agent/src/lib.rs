@@ -22,16 +22,6 @@ pub mod start;
 mod task;
 pub mod transcript;
 
-// The layers below, under the names the code uses.
-use runner_dirs as dirs;
-use runner_display as display;
-use runner_llm as llm;
-use runner_network as network;
-use runner_permission as permission;
-use runner_sandbox as sandbox;
-use runner_tool as tool;
-use runner_workspace as workspace;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -39,12 +29,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::llm::models::ModelInfo;
-use crate::llm::{LlmError, Message, Provider, Usage};
-use crate::permission::gate::{Asker, RuleGate};
-use crate::permission::rules::Rule;
-use crate::sandbox::spec::SandboxSpec;
-use crate::tool::{Conversation, Registry, ToolContext};
+use runner_llm::models::ModelInfo;
+use runner_llm::{LlmError, Message, Provider, Usage};
+use runner_permission::gate::{Asker, RuleGate};
+use runner_permission::rules::Rule;
+use runner_sandbox::spec::SandboxSpec;
+use runner_tool::{Conversation, Registry, ToolContext};
 
 pub use agents::AgentDef;
 pub use events::{Event, EventSink};
@@ -218,7 +208,7 @@ impl Runtime {
             rules,
             asker,
             base,
-            user_config: crate::dirs::config_dir(),
+            user_config: runner_dirs::config_dir(),
             refused: Arc::new(Mutex::new(None)),
             children: tokio::sync::Mutex::new(HashMap::new()),
             lineage: Mutex::new(HashMap::new()),

@@ -5,11 +5,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::permission::gate::RuleGate;
-use crate::permission::rules::Action;
-use crate::permission::{AskFuture, PermissionError, PermissionGate, PermissionRequest};
-use crate::tool::UserChannel;
-use crate::tool::question::{AnswerFuture, Question};
+use runner_permission::gate::RuleGate;
+use runner_permission::rules::Action;
+use runner_permission::{AskFuture, PermissionError, PermissionGate, PermissionRequest};
+use runner_tool::UserChannel;
+use runner_tool::question::{AnswerFuture, Question};
 
 use super::events::{Event, EventSink};
 use super::record::{Record, Recorder};
@@ -51,7 +51,7 @@ impl PermissionGate for ObservedGate {
         })
     }
 
-    fn disabled(&self, permission: &str) -> Option<crate::permission::rules::Rule> {
+    fn disabled(&self, permission: &str) -> Option<runner_permission::rules::Rule> {
         self.inner.disabled(permission)
     }
 }

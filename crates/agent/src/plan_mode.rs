@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 use super::Runtime;
 use super::agents::PLANS;
-use crate::permission::PermissionRequest;
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
+use runner_permission::PermissionRequest;
+use runner_tool::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
 
 /// Neither tool takes arguments.
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
-use crate::sandbox::BackendKind;
-use crate::sandbox::spec::{Network, SandboxSpec};
-use crate::tool::ToolContext;
+use runner_sandbox::BackendKind;
+use runner_sandbox::spec::{Network, SandboxSpec};
+use runner_tool::ToolContext;
 
 use super::agents::AgentDef;
 
@@ -39,7 +39,7 @@ pub async fn build(
         ));
     }
     // An OpenCode config's `instructions`: the files the user's own config names.
-    for (path, text) in crate::tool::instructions::configured(ctx, configured).await {
+    for (path, text) in runner_tool::instructions::configured(ctx, configured).await {
         let name = match path.strip_prefix(ctx.worktree()) {
             Ok(rel) => rel.display().to_string(),
             Err(_) => path.display().to_string(),
@@ -96,7 +96,7 @@ fn environment(env: &Environment) -> String {
 
 /// `AGENTS.md` at the worktree root, else `CLAUDE.md`: its name and text.
 pub async fn project_instructions(ctx: &ToolContext) -> Option<(String, String)> {
-    let (path, text) = crate::tool::instructions::in_folder(ctx, ctx.worktree()).await?;
+    let (path, text) = runner_tool::instructions::in_folder(ctx, ctx.worktree()).await?;
     let name = path.file_name()?.to_string_lossy().into_owned();
     Some((name, text))
 }

@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::llm::{Message, Turn, Usage};
+use runner_llm::{Message, Turn, Usage};
 
 /// One line of the file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,7 +73,7 @@ pub enum Record {
     Network {
         session: String,
         #[serde(flatten)]
-        connection: crate::network::ConnectionRecord,
+        connection: runner_network::ConnectionRecord,
     },
     End {
         session: String,
@@ -179,7 +179,7 @@ fn end_torn_line(file: &mut File) -> std::io::Result<()> {
 
 /// `$XDG_DATA_HOME/runner/sessions` (default `~/.local/share/runner/sessions`).
 pub fn sessions_dir() -> PathBuf {
-    crate::dirs::data_home()
+    runner_dirs::data_home()
         .unwrap_or_else(|| PathBuf::from(".local/share"))
         .join("runner")
         .join("sessions")
@@ -307,11 +307,11 @@ impl Loaded {
         };
         let header = serde_json::json!({"type": "replay", "session": self.id(), "model": model, "prompt": prompt, "context_window": window});
         // Exact JSON, with nothing raw a terminal would act on (it is printed to stdout).
-        out.push_str(&crate::display::json(&header));
+        out.push_str(&runner_display::json(&header));
         out.push('\n');
         for r in &self.records {
             if matches!(r, Record::Turn { .. }) {
-                let line = crate::display::json(r);
+                let line = runner_display::json(r);
                 if !line.is_empty() {
                     out.push_str(&line);
                     out.push('\n');
@@ -410,7 +410,7 @@ pub fn find(dir: &Path, id: &str) -> Result<PathBuf, NotFound> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{Finish, ToolCall};
+    use runner_llm::{Finish, ToolCall};
 
     #[test]
     fn a_continued_session_starts_after_a_torn_line() {

@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use super::events::{Event, PROGRESS_AFTER, PROGRESS_EVERY, PROGRESS_QUIET, output_tail};
 use super::record::Record;
 use super::{Agent, AgentDef, End, Outcome, Runtime, compact, plan_mode, task};
-use crate::llm::{Finish, Image, LlmError, Message, Request, ToolCall, ToolSpec, Turn};
-use crate::tool::registry::{CallResult, Outcome as CallOutcome};
-use crate::tool::{Registry, ToolContext};
+use runner_llm::{Finish, Image, LlmError, Message, Request, ToolCall, ToolSpec, Turn};
+use runner_tool::registry::{CallResult, Outcome as CallOutcome};
+use runner_tool::{Registry, ToolContext};
 
 /// How much of a running command's output its progress carries: the last lines, each cut
 /// to a terminal's width (the view cuts again to the one it has).
@@ -62,8 +62,8 @@ async fn agents_registry(
     depth: u32,
     lead: Option<(&str, &str)>,
 ) -> (Registry, Vec<String>) {
-    let skills = crate::tool::skill::SkillTool::discover(ctx).await;
-    let (registry, notes) = crate::tool::user::registry(ctx).await;
+    let skills = runner_tool::skill::SkillTool::discover(ctx).await;
+    let (registry, notes) = runner_tool::user::registry(ctx).await;
     let mut registry = registry.with(Arc::new(skills));
     if depth < MAX_DEPTH {
         registry = registry.with(Arc::new(task::TaskTool::new(rt.clone(), agents)));
@@ -210,7 +210,7 @@ impl Agent {
 
     /// One turn of the model on the conversation so far, its text streamed to the
     /// observers as it comes.
-    async fn ask_model(&self, tools: &[crate::llm::ToolSpec]) -> Result<Turn, LlmError> {
+    async fn ask_model(&self, tools: &[runner_llm::ToolSpec]) -> Result<Turn, LlmError> {
         let events = self.rt.events.clone();
         let session = self.id.clone();
         let sink = move |delta: &str| {
@@ -415,7 +415,7 @@ impl Agent {
         let mut ctx = ctx.clone();
         let outer = ctx.progress.clone();
         let seen = latest.clone();
-        ctx.progress = Arc::new(move |p: crate::tool::Progress| {
+        ctx.progress = Arc::new(move |p: runner_tool::Progress| {
             if let Some(output) = p.metadata.get("output").and_then(Value::as_str) {
                 let tail = output_tail(output, TAIL_LINES, TAIL_WIDTH);
                 *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(tail);

@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use crate::config::profile::{self, AskMode, Profile};
 use crate::config::trust::{self, TrustMode};
-use crate::permission::gate::{Asker, PolicyAsker, RuleGate};
-use crate::permission::layers::{self as rule_layers, Sources};
-use crate::permission::rules::Rule;
-use crate::permission::terminal::TerminalAsker;
-use crate::sandbox::spec::{Network, SandboxSpec};
-use crate::sandbox::{BackendKind, Sandbox};
-use crate::tool::truncate::Truncator;
-use crate::tool::{Conversation, ToolContext};
+use runner_permission::gate::{Asker, PolicyAsker, RuleGate};
+use runner_permission::layers::{self as rule_layers, Sources};
+use runner_permission::rules::Rule;
+use runner_permission::terminal::TerminalAsker;
+use runner_sandbox::spec::{Network, SandboxSpec};
+use runner_sandbox::{BackendKind, Sandbox};
+use runner_tool::truncate::Truncator;
+use runner_tool::{Conversation, ToolContext};
 
 /// What a session is asked to be. Every `Option` left `None` means "the profile's".
 #[derive(Debug, Clone, Default)]
@@ -44,18 +44,18 @@ pub struct SessionOptions {
     pub outputs_of: Option<String>,
     /// Open the sandbox over this task container (its image holds the worktree; docker
     /// only). `root` then only names where config files are looked for.
-    pub in_image: Option<Arc<crate::sandbox::docker::in_image::TaskContainer>>,
+    pub in_image: Option<Arc<runner_sandbox::docker::in_image::TaskContainer>>,
     /// The Docker engine to use (docker backend); `None`: DOCKER_HOST or the local socket.
     pub docker_host: Option<String>,
     /// Where the sandbox works: the checkout, or a private copy of it (default: the
     /// profile's, else the checkout).
-    pub workspace: Option<crate::workspace::Mode>,
+    pub workspace: Option<runner_workspace::Mode>,
     /// The root is a private worktree of runner's own (an evaluation attempt's), not a
     /// checkout the user runs git in: repositories made there are left as they are.
     pub private_worktree: bool,
     /// The runner binary sandbox containers mount as their server, where this executable
     /// is not at that path on the engine's host (runner in a container, see
-    /// [`crate::sandbox::spec::IN_CONTAINER_ENV`]); `None`: this executable.
+    /// [`runner_sandbox::spec::IN_CONTAINER_ENV`]); `None`: this executable.
     pub server_exe: Option<PathBuf>,
     /// How trust is settled when the project's config loosens a built-in default
     /// (`--trust-project` is [`TrustMode::Grant`]; see [`crate::config::trust`]).
@@ -136,7 +136,7 @@ impl SessionOptions {
         let (layers, notes) = rule_layers::load(Sources {
             profile: profile.permission_rules(),
             worktree: &root,
-            user_config: &crate::dirs::user_config(),
+            user_config: &runner_dirs::user_config(),
             explicit: self.config.as_deref(),
             output_dir,
             session: self.session_rules.clone(),
@@ -152,14 +152,14 @@ impl SessionOptions {
     }
 
     /// The wall picked for this session when neither `--sandbox` nor the profile names
-    /// one ([`crate::sandbox::choose`]); `None` when one was named.
+    /// one ([`runner_sandbox::choose`]); `None` when one was named.
     pub fn default_wall(
         &self,
         profile: &Profile,
-    ) -> Option<Result<crate::sandbox::choose::Chosen, crate::sandbox::choose::NoWall>> {
+    ) -> Option<Result<runner_sandbox::choose::Chosen, runner_sandbox::choose::NoWall>> {
         let named =
             self.backend.is_some() || profile.sandbox.backend.is_some() || self.in_image.is_some();
-        (!named).then(crate::sandbox::choose::default_wall)
+        (!named).then(runner_sandbox::choose::default_wall)
     }
 
     /// The sandbox spec: the profile's, then each override given; with no backend named
@@ -209,7 +209,7 @@ impl SessionOptions {
                 .server_exe
                 .as_deref()
                 .and_then(Path::parent)
-                .filter(|_| crate::sandbox::spec::in_container());
+                .filter(|_| runner_sandbox::spec::in_container());
             let bundle = match beside_server {
                 Some(dir) => settings.ca_bundle_in(dir),
                 None => settings.ca_bundle(),
@@ -226,11 +226,11 @@ impl SessionOptions {
             Some(exe) => spec.server_exe = exe.clone(),
             None if spec.backend == BackendKind::Docker
                 && !spec.docker.over_task_image
-                && crate::sandbox::spec::in_container() =>
+                && runner_sandbox::spec::in_container() =>
             {
                 return Err(OpenError::Sandbox(format!(
                     "runner runs in a container ({} is set): the engine would mount {} and the worktree from its own host, not from here; in this image use `runner eval` (its out folder mounted at the same path), or run runner on the host",
-                    crate::sandbox::spec::IN_CONTAINER_ENV,
+                    runner_sandbox::spec::IN_CONTAINER_ENV,
                     spec.server_exe.display()
                 )));
             }
@@ -263,7 +263,7 @@ impl SessionOptions {
             .map_err(OpenError::Usage)?;
         // A loopback address the user opened is the host's: its commands reach it through
         // the proxy, not on the sandbox's own loopback.
-        spec.host_loopback = crate::network::outbound::host_loopback(&rules.rules);
+        spec.host_loopback = runner_network::outbound::host_loopback(&rules.rules);
         let workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
@@ -272,8 +272,8 @@ impl SessionOptions {
         // and only them: the session's own folder, never the folders of other sessions.
         spec.read_only.push(truncator.dir().to_path_buf());
         let opened = match &self.in_image {
-            Some(task) => crate::sandbox::docker::open_over(task).await,
-            None => crate::sandbox::open(&spec).await,
+            Some(task) => runner_sandbox::docker::open_over(task).await,
+            None => runner_sandbox::open(&spec).await,
         };
         let mut sandbox = match opened {
             Ok(s) => s,
@@ -305,7 +305,7 @@ impl SessionOptions {
             (None, None) => rules.root.clone(),
             (None, Some(_)) => self.root.clone(),
         };
-        let hooks = crate::tool::hooks::Hooks {
+        let hooks = runner_tool::hooks::Hooks {
             hooks: settings.hooks.clone(),
             host_root,
         };
@@ -325,14 +325,14 @@ impl SessionOptions {
             Arc::new(truncator),
         )
         .with_hooks(Arc::new(hooks))
-        .with_outbound(Arc::new(crate::network::outbound::Outbound::new(
+        .with_outbound(Arc::new(runner_network::outbound::Outbound::new(
             &rules.rules,
         )))
-        .with_mcp(Arc::new(crate::tool::mcp::McpServers::new(
+        .with_mcp(Arc::new(runner_tool::mcp::McpServers::new(
             settings.mcp.clone(),
         )))
         .with_search(search_service(&settings)?)
-        .with_lsp(Arc::new(crate::tool::lsp_client::LspServers::new(
+        .with_lsp(Arc::new(runner_tool::lsp_client::LspServers::new(
             &settings.lsp,
         )));
         let programs = settings.network.programs();
@@ -379,7 +379,7 @@ impl SessionOptions {
         &self,
         profile: &Profile,
         spec: &mut SandboxSpec,
-    ) -> Result<Option<crate::workspace::Workspace>, OpenError> {
+    ) -> Result<Option<runner_workspace::Workspace>, OpenError> {
         let mode = self
             .workspace
             .or(profile.sandbox.workspace)
@@ -389,18 +389,18 @@ impl SessionOptions {
                 "--network allowlist needs a wall: with --sandbox none commands reach the network directly and the proxy would be only a suggestion. Use --sandbox landlock or docker".into(),
             ));
         }
-        if mode == crate::workspace::Mode::Copy && spec.backend == BackendKind::None {
+        if mode == runner_workspace::Mode::Copy && spec.backend == BackendKind::None {
             return Err(OpenError::Usage(
                 "--workspace copy needs a wall around the copy: with --sandbox none the agent's commands can still reach the checkout. Use --sandbox landlock or docker".into(),
             ));
         }
-        if mode == crate::workspace::Mode::Direct && self.in_image.is_none() {
+        if mode == runner_workspace::Mode::Direct && self.in_image.is_none() {
             self.check_git(mode)?;
         }
-        if mode != crate::workspace::Mode::Copy || self.in_image.is_some() {
+        if mode != runner_workspace::Mode::Copy || self.in_image.is_some() {
             return Ok(None);
         }
-        let ws = crate::workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
+        let ws = runner_workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
             .map_err(|e| OpenError::Failed(e.to_string()))?;
         spec.worktree = ws.work();
         Ok(Some(ws))
@@ -410,16 +410,16 @@ impl SessionOptions {
 impl SessionOptions {
     /// The direct workspace outside git stops here, before any sandbox or model: the run
     /// would change files that nothing records, so the person chooses how to go on.
-    fn check_git(&self, mode: crate::workspace::Mode) -> Result<(), OpenError> {
+    fn check_git(&self, mode: runner_workspace::Mode) -> Result<(), OpenError> {
         if !self.require_git_for_direct
             || self.private_worktree
-            || crate::workspace::git::work_tree_of(&self.root).is_some()
+            || runner_workspace::git::work_tree_of(&self.root).is_some()
         {
             return Ok(());
         }
         Err(OpenError::Usage(format!(
             "{} is not inside a git work tree, so the {} workspace would change its files with nothing to review or undo the changes by. Go on with one of: `--workspace copy` (the agent works on a copy; review it with `runner changes` and bring it over with `runner apply`), `git init` in that folder first, or `--no-git-check` to let the agent edit the files as they are",
-            crate::display::escape(&absolute_root(&self.root).display().to_string()),
+            runner_display::escape(&absolute_root(&self.root).display().to_string()),
             mode.name()
         )))
     }
@@ -432,21 +432,21 @@ async fn start_proxy(
     ctx: &ToolContext,
     rules: &[Rule],
     spec: &SandboxSpec,
-    inspection: Option<Arc<crate::network::inspect::Inspection>>,
-    programs: crate::network::programs::Programs,
-) -> Result<Option<Arc<crate::network::NetworkProxy>>, OpenError> {
+    inspection: Option<Arc<runner_network::inspect::Inspection>>,
+    programs: runner_network::programs::Programs,
+) -> Result<Option<Arc<runner_network::NetworkProxy>>, OpenError> {
     if spec.network != Network::Allowlist {
         return Ok(None);
     }
-    let policy = crate::network::Policy {
+    let policy = runner_network::Policy {
         gate: ctx.gate.clone(),
         rules: rules.to_vec(),
         programs,
     };
-    let proxy = crate::network::NetworkProxy::start_inspecting(
+    let proxy = runner_network::NetworkProxy::start_inspecting(
         ctx.services.sandbox.client.clone(),
         policy,
-        crate::network::NetworkLimits::of(&spec.limits),
+        runner_network::NetworkLimits::of(&spec.limits),
         inspection,
     )
     .await
@@ -460,7 +460,7 @@ async fn start_proxy(
 
 /// The session's first line: the wall its tools run behind, and why when runner picked it.
 /// Without a wall it is a warning.
-pub fn wall_line(spec: &SandboxSpec, chosen: Option<&crate::sandbox::choose::Chosen>) -> String {
+pub fn wall_line(spec: &SandboxSpec, chosen: Option<&runner_sandbox::choose::Chosen>) -> String {
     let network = match spec.network {
         Network::None => "no network",
         Network::Allowlist => "network through the allow-list proxy",
@@ -493,11 +493,11 @@ pub struct OpenSession {
     pub asker: Arc<dyn Asker>,
     /// The private copy the sandbox works in (`--workspace copy`). The caller reports it
     /// once the sandbox is closed.
-    pub workspace: Option<crate::workspace::Workspace>,
+    pub workspace: Option<runner_workspace::Workspace>,
     /// The config's other keys (model, providers, retry, context), as every layer set them.
     pub settings: crate::config::settings::Settings,
     /// The proxy that is the sandbox's only way out (`--network allowlist`).
-    pub network: Option<Arc<crate::network::NetworkProxy>>,
+    pub network: Option<Arc<runner_network::NetworkProxy>>,
     /// The audit trail; the sandbox's end is recorded once every context of the session
     /// is gone.
     pub audit: Arc<crate::audit::SessionAudit>,
@@ -532,18 +532,18 @@ pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
 /// The worktree as the sandbox names it (absolute, normalised), so rules and asks agree on
 /// spellings.
 pub fn absolute_root(root: &Path) -> PathBuf {
-    crate::sandbox::local::absolute(root).unwrap_or_else(|_| root.to_path_buf())
+    runner_sandbox::local::absolute(root).unwrap_or_else(|_| root.to_path_buf())
 }
 
 /// The search service the settings name (`[websearch]`), with the key from the host's
 /// environment; `None` when there is none.
 fn search_service(
     settings: &crate::config::settings::Settings,
-) -> Result<Option<Arc<crate::tool::search::Search>>, OpenError> {
+) -> Result<Option<Arc<runner_tool::search::Search>>, OpenError> {
     settings
         .websearch
         .as_ref()
-        .map(|s| crate::tool::search::Search::from_settings(s).map(Arc::new))
+        .map(|s| runner_tool::search::Search::from_settings(s).map(Arc::new))
         .transpose()
         .map_err(|e| OpenError::Usage(e.to_string()))
 }

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use super::events::{Event, EventSink};
 use super::record::{self, Loaded, Record, Recorder};
 use super::{Agent, End, LoopOptions, Outcome, Runtime, agents};
-use crate::llm::models::resolve;
-use crate::llm::retry::Retry;
 use crate::session::{OpenError, OpenSession, SessionOptions};
-use crate::tool::{Conversation, UserChannel};
+use runner_llm::models::resolve;
+use runner_llm::retry::Retry;
+use runner_tool::{Conversation, UserChannel};
 
 /// Which earlier session to continue.
 #[derive(Debug, Clone)]
@@ -141,7 +141,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
             events: events.clone(),
         }) as Arc<dyn UserChannel>
     });
-    let user_agents = crate::dirs::config_dir().join("agents");
+    let user_agents = runner_dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
     // Named, or the one a resumed session had become, or `build`.
@@ -221,7 +221,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
 /// run's prompt differs.
 fn recorded_prompt(model_spec: &str) -> Option<String> {
     match model_spec.split_once('/') {
-        Some(("replay", path)) => crate::llm::replay::Replay::open(Path::new(path))
+        Some(("replay", path)) => runner_llm::replay::Replay::open(Path::new(path))
             .ok()
             .and_then(|r| r.prompt().map(str::to_string)),
         _ => None,
@@ -230,7 +230,7 @@ fn recorded_prompt(model_spec: &str) -> Option<String> {
 
 /// Tells the run's observers of every retry of a model request, naming the conversation
 /// that asked (a subagent's, when one was asking).
-fn retry_notice(events: &Arc<dyn EventSink>, id: &str) -> crate::llm::retry::RetryNotice {
+fn retry_notice(events: &Arc<dyn EventSink>, id: &str) -> runner_llm::retry::RetryNotice {
     let (events, session) = (events.clone(), id.to_string());
     Arc::new(move |r: Retry| {
         events.emit(&Event::Retry {
@@ -264,7 +264,7 @@ fn lead_agent(all: &[agents::AgentDef], name: &str) -> Result<agents::AgentDef, 
 fn recorder(
     sessions_dir: &Path,
     id: &str,
-    network: Option<&crate::network::NetworkProxy>,
+    network: Option<&runner_network::NetworkProxy>,
     audit: &Arc<runner_audit::Audit>,
 ) -> Result<Arc<Recorder>, StartError> {
     let recorder = Arc::new(

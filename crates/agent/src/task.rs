@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::agents::Mode;
 use super::{Agent, Runtime};
-use crate::permission::PermissionRequest;
-use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
+use runner_permission::PermissionRequest;
+use runner_tool::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct TaskParams {
@@ -157,7 +157,7 @@ impl Agent {
         rules.extend(
             parent_rules
                 .iter()
-                .filter(|r| r.action == crate::permission::rules::Action::Deny)
+                .filter(|r| r.action == runner_permission::rules::Action::Deny)
                 .cloned(),
         );
         let depth = rt.depth_of(parent_id) + 1;

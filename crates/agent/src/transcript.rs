@@ -1,7 +1,7 @@
 //! A session file as a readable transcript (`runner sessions show`, the eval report).
 
 use super::record::{Loaded, Record};
-use crate::llm::Message;
+use runner_llm::Message;
 
 /// The transcript: who said what, each tool call with its result, the end.
 pub fn transcript(l: &Loaded) -> String {

@@ -18,15 +18,15 @@ use super::tasks::Task;
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use super::worktree;
 use super::{EvalError, EvalOptions};
-use crate::agent::End;
-use crate::agent::events::NoEvents;
-use crate::agent::start::{RunOptions, start};
-use crate::sandbox::Sandbox;
-use crate::sandbox::api::ExecRequest;
-use crate::sandbox::client::ExecEvent;
-use crate::session::{OpenError, OpenSession, SessionOptions};
-use crate::tool::Conversation;
-use crate::workspace::{Workspace, write_file};
+use runner_agent::End;
+use runner_agent::events::NoEvents;
+use runner_agent::session::{OpenError, OpenSession, SessionOptions};
+use runner_agent::start::{RunOptions, start};
+use runner_protocol::ExecRequest;
+use runner_sandbox::Sandbox;
+use runner_sandbox::client::ExecEvent;
+use runner_tool::Conversation;
+use runner_workspace::{Workspace, write_file};
 
 /// Output kept from setup and verify commands (head and tail beyond it).
 pub(super) const LOG_LIMIT: u64 = 1 << 20;
@@ -131,7 +131,7 @@ pub async fn run(
 /// The agent's turn on the instruction, cut off (and given a moment to wind down) past
 /// `limit`. Returns how it ended and whether the limit did it.
 pub(super) async fn drive(
-    run: &mut crate::agent::start::Run,
+    run: &mut runner_agent::start::Run,
     instruction: &str,
     limit: Duration,
     stop: &CancellationToken,
@@ -159,7 +159,7 @@ async fn start_agent(
     session: SessionOptions,
     options: &EvalOptions,
     out: &Path,
-) -> Result<crate::agent::start::Run, (String, bool)> {
+) -> Result<runner_agent::start::Run, (String, bool)> {
     let mut run_options = RunOptions::new(root, Arc::new(NoEvents));
     run_options.session = session;
     run_options.model = options.model.clone();
@@ -167,7 +167,7 @@ async fn start_agent(
     run_options.loop_options.max_steps = options.max_steps;
     let _engine = super::ENGINE_CALLS.acquire().await;
     start(run_options).await.map_err(|e| {
-        let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_));
+        let retryable = matches!(e, runner_agent::start::StartError::Sandbox(_));
         (format!("cannot start the agent: {e}"), retryable)
     })
 }
@@ -176,7 +176,7 @@ async fn start_agent(
 /// file kept as `session.jsonl` (its audit trail is `audit.ndjson` beside it, written
 /// there from the start: see `agent::audit::trail_of`).
 async fn keep_the_agents_record(
-    run: crate::agent::start::Run,
+    run: runner_agent::start::Run,
     end: &End,
     out: &Path,
     result: &mut TaskResult,
@@ -220,7 +220,7 @@ async fn prepare_worktree(
 /// agent's: however it fails, it is no verdict.
 async fn run_setup(
     setup: &str,
-    run: &crate::agent::start::Run,
+    run: &runner_agent::start::Run,
     limit: Duration,
     out: &Path,
     result: &mut TaskResult,
@@ -259,7 +259,7 @@ async fn judge(
         let names: Vec<String> = std::fs::read_dir(dir)
             .map(|d| {
                 d.flatten()
-                    .map(|e| crate::tool::stdio::shell_quote(&e.file_name().to_string_lossy()))
+                    .map(|e| runner_tool::stdio::shell_quote(&e.file_name().to_string_lossy()))
                     .collect()
             })
             .unwrap_or_default();
@@ -310,7 +310,7 @@ pub(super) fn session_options_for(
     // The worktree is already private (the attempt's workspace, or the task's container):
     // the session works in it and makes no copy of its own, whatever the profile says.
     // A copy would leave the attempt's diff and verifier looking at the untouched files.
-    s.workspace = Some(crate::workspace::Mode::Direct);
+    s.workspace = Some(runner_workspace::Mode::Direct);
     s.private_worktree = true;
     s.profile = Some(options.profile.clone());
     s.backend = options.backend;
@@ -318,7 +318,7 @@ pub(super) fn session_options_for(
     s.runtime = options.runtime.clone();
     s.config = options.config.clone();
     // Nobody watches an evaluation: what a rule would ask is refused.
-    s.ask = Some(crate::config::profile::AskMode::Deny);
+    s.ask = Some(runner_agent::config::profile::AskMode::Deny);
     s.server_exe = options.server_exe.clone();
     s
 }
@@ -326,10 +326,10 @@ pub(super) fn session_options_for(
 /// What an attempt's commands may write beyond its clone: the profile's `disk`, else the
 /// default. A profile that does not load fails the attempt later, with its own message.
 fn disk_budget(options: &EvalOptions) -> u64 {
-    crate::config::profile::load(&options.profile)
+    runner_agent::config::profile::load(&options.profile)
         .ok()
         .and_then(|p| p.sandbox.disk)
-        .map_or(crate::sandbox::spec::DEFAULT_DISK_BUDGET, |size| size.0)
+        .map_or(runner_sandbox::spec::DEFAULT_DISK_BUDGET, |size| size.0)
 }
 
 fn session_options(task: &Task, options: &EvalOptions, root: &Path) -> SessionOptions {

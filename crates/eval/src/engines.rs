@@ -15,8 +15,8 @@ use bollard::Docker;
 
 use super::EvalError;
 use super::images::Builder;
-use crate::sandbox::docker::DockerError;
-use crate::sandbox::docker::engine;
+use runner_sandbox::docker::DockerError;
+use runner_sandbox::docker::engine;
 
 /// Image builds at once on one engine: a build takes the engine's CPU and disk.
 const IMAGE_BUILDS: usize = 2;
@@ -79,7 +79,7 @@ impl Engines {
     /// just then) in its own time, which can be after the sweep at the start.
     pub async fn remove_orphans(&self) {
         for engine in &self.0 {
-            let _ = crate::sandbox::docker::cleanup::remove_orphans(&engine.docker).await;
+            let _ = runner_sandbox::docker::cleanup::remove_orphans(&engine.docker).await;
         }
     }
 
@@ -104,7 +104,7 @@ impl Engines {
                 .map_err(DockerError::from)?;
             let docker = described.docker.clone();
             // Leftovers go first, so they do not count as the engine's load.
-            let _ = crate::sandbox::docker::cleanup::remove_orphans(&docker).await;
+            let _ = runner_sandbox::docker::cleanup::remove_orphans(&docker).await;
             let info = docker.info().await.map_err(DockerError::engine(format!(
                 "the engine {} does not say what it has",
                 host.as_deref().unwrap_or("default")

@@ -7,8 +7,8 @@
 
 use std::path::PathBuf;
 
-use crate::sandbox::SandboxError;
-use crate::sandbox::docker::{DockerError, EngineFault};
+use runner_sandbox::SandboxError;
+use runner_sandbox::docker::{DockerError, EngineFault};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
@@ -47,13 +47,13 @@ pub enum EvalError {
         source: Box<EvalError>,
     },
     #[error(transparent)]
-    Profile(#[from] crate::config::profile::ProfileError),
+    Profile(#[from] runner_agent::config::profile::ProfileError),
     #[error(transparent)]
-    Settings(#[from] crate::config::settings::SettingsError),
+    Settings(#[from] runner_agent::config::settings::SettingsError),
     #[error(transparent)]
-    Trust(#[from] crate::sandbox::trust::TrustError),
+    Trust(#[from] runner_sandbox::trust::TrustError),
     #[error(transparent)]
-    Workspace(#[from] crate::workspace::Error),
+    Workspace(#[from] runner_workspace::Error),
     #[error(transparent)]
     Docker(#[from] DockerError),
     #[error(transparent)]
@@ -67,10 +67,10 @@ pub enum EvalError {
     },
     /// The agent's run could not start.
     #[error(transparent)]
-    Agent(#[from] crate::agent::start::StartError),
+    Agent(#[from] runner_agent::start::StartError),
     /// The attempt's session could not be opened.
     #[error(transparent)]
-    Session(#[from] crate::session::OpenError),
+    Session(#[from] runner_agent::session::OpenError),
     /// A task that opens a sandbox or fills a worktree off the async threads died.
     #[error("{what} failed: {source}")]
     Join {

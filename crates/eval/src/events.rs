@@ -13,8 +13,8 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use crate::llm::Usage;
 use crate::results::{Summary, TaskResult};
+use runner_llm::Usage;
 
 /// The version of the event stream's shape, in [`Event::RunStart`].
 pub const SCHEMA: u32 = 1;
@@ -192,7 +192,7 @@ impl<W: Write + Send> EventSink for JsonLines<W> {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
         // Task ids, reasons and messages are the tasks' words: exact JSON in which nothing
         // a terminal acts on is raw.
-        let line = crate::display::json(event);
+        let line = runner_display::json(event);
         if !line.is_empty() {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();

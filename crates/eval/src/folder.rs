@@ -20,7 +20,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::sandbox::server::roots::{self, Resolver, Root};
+use runner_sandbox_server::roots::{self, Resolver, Root};
 
 /// Whether there is anything at `path` itself, a link included (not followed): whether a
 /// folder is a task of one layout or the other is decided by a name being there, whatever

@@ -32,13 +32,13 @@ use super::results::{Status, TaskResult};
 use super::verdict::{self, Score, Verdict, Verified, fresh_dir, infra, judge_end};
 use super::verifier_network::{PhaseGate, PhasePlan};
 use super::{EvalError, EvalOptions};
-use crate::agent::End;
-use crate::agent::events::NoEvents;
-use crate::agent::start::{RunOptions, start};
-use crate::sandbox::Sandbox;
-use crate::sandbox::docker::in_image::{ExecOutput, TaskContainer, TaskImage};
-use crate::sandbox::spec::{Limits, Network};
-use crate::workspace::{Workspace, write_file};
+use runner_agent::End;
+use runner_agent::events::NoEvents;
+use runner_agent::start::{RunOptions, start};
+use runner_sandbox::Sandbox;
+use runner_sandbox::docker::in_image::{ExecOutput, TaskContainer, TaskImage};
+use runner_sandbox::spec::{Limits, Network};
+use runner_workspace::{Workspace, write_file};
 
 /// How long one engine operation (a start, a copy in or out) may take before the engine
 /// counts as not answering.
@@ -190,9 +190,9 @@ struct Stage<'a> {
     /// What the verifier's phase may reach.
     verifier_net: PhasePlan,
     /// The `network` rules of `--config`, laid over each phase's own.
-    net_extra: Vec<crate::permission::rules::Rule>,
+    net_extra: Vec<runner_permission::rules::Rule>,
     /// The agent's connections through its proxy, kept as its phase ends.
-    agent_connections: std::sync::Mutex<Vec<crate::network::ConnectionRecord>>,
+    agent_connections: std::sync::Mutex<Vec<runner_network::ConnectionRecord>>,
     /// The oracle's proxy once its phase is over, for the verifier if the oracle's server
     /// is kept for it (the server listens for the proxy only once).
     handed_over: std::sync::Mutex<Option<HandedOver>>,
@@ -725,9 +725,9 @@ fn task_image(
     engine: &Engine,
     outputs: &Path,
 ) -> Result<TaskImage, EvalError> {
-    let profile = crate::config::profile::load(&options.profile)?;
+    let profile = runner_agent::config::profile::load(&options.profile)?;
     let mut spec =
-        crate::sandbox::spec::SandboxSpec::new(crate::sandbox::BackendKind::Docker, outputs)
+        runner_sandbox::spec::SandboxSpec::new(runner_sandbox::BackendKind::Docker, outputs)
             .map_err(EvalError::io(
                 "find the runner executable at",
                 Path::new("/proc/self/exe"),
@@ -738,7 +738,7 @@ fn task_image(
     }
     // The task's commands and its verifier trust what the host trusts.
     let (settings, _) =
-        crate::config::settings::Settings::load(outputs, options.config.as_deref())?;
+        runner_agent::config::settings::Settings::load(outputs, options.config.as_deref())?;
     let e = &task.environment;
     let limits = Limits {
         memory_bytes: e.memory_bytes.unwrap_or(spec.limits.memory_bytes),
@@ -762,7 +762,7 @@ fn task_image(
         runtime: spec.docker.runtime,
         // In a container, the engine mounts from its own host: the bundle goes where the
         // out folder is, as the server does.
-        ca_bundle: if crate::sandbox::spec::in_container() {
+        ca_bundle: if runner_sandbox::spec::in_container() {
             settings.ca_bundle_in(&options.out.join(".server"))?
         } else {
             settings.ca_bundle()?
@@ -815,10 +815,10 @@ async fn model(
     // cannot leave their root there, and bash may work anywhere in it.
     session
         .session_rules
-        .push(crate::permission::rules::Rule::new(
+        .push(runner_permission::rules::Rule::new(
             "external_directory",
             "*",
-            crate::permission::rules::Action::Allow,
+            runner_permission::rules::Action::Allow,
             "harbor task container",
             1,
         ));
@@ -848,7 +848,7 @@ async fn model(
         Err(e) => {
             // A sandbox that cannot start on an engine that answers (a task user the image
             // lacks, say) will not start on a second try either.
-            let retryable = matches!(e, crate::agent::start::StartError::Sandbox(_))
+            let retryable = matches!(e, runner_agent::start::StartError::Sandbox(_))
                 && !super::engine_alive(Some(engine)).await;
             return AgentRan::CouldNotStart(
                 EvalError::from(e).during("cannot start the agent"),
@@ -960,7 +960,7 @@ fn with_env(env: &std::collections::BTreeMap<String, String>, command: &str) -> 
     let pairs: Vec<String> = env
         .iter()
         .filter(|(k, _)| valid(k))
-        .map(|(k, v)| crate::tool::stdio::shell_quote(&format!("{k}={v}")))
+        .map(|(k, v)| runner_tool::stdio::shell_quote(&format!("{k}={v}")))
         .collect();
     if pairs.is_empty() {
         return command.to_string();
@@ -974,8 +974,8 @@ fn with_env(env: &std::collections::BTreeMap<String, String>, command: &str) -> 
 async fn agent_proxy(
     stage: &Stage<'_>,
     container: &TaskContainer,
-    sandbox: &crate::sandbox::Sandbox,
-) -> Result<Option<(crate::network::NetworkProxy, Arc<PhaseGate>)>, EvalError> {
+    sandbox: &runner_sandbox::Sandbox,
+) -> Result<Option<(runner_network::NetworkProxy, Arc<PhaseGate>)>, EvalError> {
     if !stage.agent_net.proxied() || container.network() != Network::Allowlist {
         return Ok(None);
     }
@@ -984,17 +984,17 @@ async fn agent_proxy(
         stage.agent_net.rules(&stage.net_extra),
         "an evaluation answers every ask with deny",
     ));
-    let policy = crate::network::Policy {
+    let policy = runner_network::Policy {
         gate: gate.clone(),
         // The reserved-address check: only the user's own exact rules open one, in either
         // phase.
         rules: stage.net_extra.clone(),
         programs: Default::default(),
     };
-    let proxy = crate::network::NetworkProxy::start(
+    let proxy = runner_network::NetworkProxy::start(
         sandbox.client.clone(),
         policy,
-        crate::network::NetworkLimits::default(),
+        runner_network::NetworkLimits::default(),
     )
     .await
     .map_err(|e| {
@@ -1006,7 +1006,7 @@ async fn agent_proxy(
 /// The oracle's proxy after its phase: refusing everything until the verifier's phase
 /// switches its rules, with the number of its records that are the agent's.
 struct HandedOver {
-    proxy: crate::network::NetworkProxy,
+    proxy: runner_network::NetworkProxy,
     gate: Arc<PhaseGate>,
     agent_records: usize,
 }
@@ -1017,7 +1017,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Keeps the agent's connections once its commands are done (the host's side of each
 /// given a moment to finish counting).
-async fn keep_agent_connections(stage: &Stage<'_>, proxy: &crate::network::NetworkProxy) {
+async fn keep_agent_connections(stage: &Stage<'_>, proxy: &runner_network::NetworkProxy) {
     proxy.settle(Duration::from_secs(2)).await;
     *stage
         .agent_connections
@@ -1094,16 +1094,16 @@ fn proxied_phases(task: &HarborTask, options: &EvalOptions) -> (bool, bool) {
 
 /// A proxy in `sandbox` where `rules` alone decide (`why_no_ask` for what they leave open).
 async fn rules_proxy(
-    sandbox: &crate::sandbox::Sandbox,
-    rules: Vec<crate::permission::rules::Rule>,
+    sandbox: &runner_sandbox::Sandbox,
+    rules: Vec<runner_permission::rules::Rule>,
     why_no_ask: &str,
     failed: &str,
-) -> Result<crate::network::NetworkProxy, EvalError> {
-    let policy = crate::network::Policy::without_asks(sandbox.worktree(), rules, why_no_ask);
-    crate::network::NetworkProxy::start(
+) -> Result<runner_network::NetworkProxy, EvalError> {
+    let policy = runner_network::Policy::without_asks(sandbox.worktree(), rules, why_no_ask);
+    runner_network::NetworkProxy::start(
         sandbox.client.clone(),
         policy,
-        crate::network::NetworkLimits::default(),
+        runner_network::NetworkLimits::default(),
     )
     .await
     .map_err(|e| EvalError::from(e).during(failed))
@@ -1113,17 +1113,17 @@ async fn rules_proxy(
 /// phase's rules (an exact one there may open a private address).
 fn user_network_rules(
     options: &EvalOptions,
-) -> Result<Vec<crate::permission::rules::Rule>, EvalError> {
+) -> Result<Vec<runner_permission::rules::Rule>, EvalError> {
     let Some(path) = &options.config else {
         return Ok(Vec::new());
     };
     let home = std::env::var("HOME").unwrap_or_default();
-    Ok(crate::permission::layers::load_file(path, &home)
+    Ok(runner_permission::layers::load_file(path, &home)
         .map_err(|e| EvalError::Options(e.to_string()))?
         .into_iter()
         // `--config` is the user's own: its exact rules may open a private address.
-        .map(|r| r.in_layer(crate::permission::rules::Layer::Explicit))
-        .filter(|r| crate::permission::wildcard::matches("network", &r.permission))
+        .map(|r| r.in_layer(runner_permission::rules::Layer::Explicit))
+        .filter(|r| runner_permission::wildcard::matches("network", &r.permission))
         .collect())
 }
 
@@ -1132,7 +1132,7 @@ fn user_network_rules(
 fn record_connections(
     result: &mut TaskResult,
     out: &Path,
-    connections: &[crate::network::ConnectionRecord],
+    connections: &[runner_network::ConnectionRecord],
 ) {
     if connections.is_empty() {
         return;
@@ -1177,8 +1177,8 @@ struct Verifying<'a> {
 async fn verify(
     stage: &Stage<'_>,
     verifying: Verifying<'_>,
-    way_out: Option<&[crate::permission::rules::Rule]>,
-    connections: &mut Vec<crate::network::ConnectionRecord>,
+    way_out: Option<&[runner_permission::rules::Rule]>,
+    connections: &mut Vec<runner_network::ConnectionRecord>,
     stop: &CancellationToken,
 ) -> Verified {
     let Verifying {
@@ -1253,7 +1253,7 @@ async fn run_tests(
     let mut env: Vec<(String, String)> = Vec::new();
     // The task's loopback is its own, as for its agent (`in_image`).
     if proxied {
-        crate::sandbox::spec::set_proxy_env(&mut env, &[]);
+        runner_sandbox::spec::set_proxy_env(&mut env, &[]);
     }
     // The task's own variables win, as they would over the environment's.
     env.extend(
@@ -1324,9 +1324,9 @@ type Rewards = Result<harbor::Written, EvalError>;
 
 /// The verifier's proxy: `rules` decide, nobody is asked.
 async fn verifier_proxy(
-    sandbox: &crate::sandbox::Sandbox,
-    rules: &[crate::permission::rules::Rule],
-) -> Result<crate::network::NetworkProxy, EvalError> {
+    sandbox: &runner_sandbox::Sandbox,
+    rules: &[runner_permission::rules::Rule],
+) -> Result<runner_network::NetworkProxy, EvalError> {
     rules_proxy(
         sandbox,
         rules.to_vec(),

@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 
 use super::EvalError;
 use super::folder::{Entry, Folder, Kind};
-use crate::sandbox::docker::{DockerError, EngineFault};
+use runner_sandbox::docker::{DockerError, EngineFault};
 
 /// How a build went, for whoever counts builds.
 #[derive(Debug, Clone, PartialEq, Eq)]

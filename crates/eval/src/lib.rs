@@ -1,7 +1,7 @@
 //! `runner eval`: many tasks, each in its own sandbox, with results a harness can trust.
 //!
 //! The pieces: [`tasks`] reads task sets, [`worktree`] fills each attempt's private
-//! [`crate::workspace::Workspace`], [`attempt`] runs setup, the agent and the verifier, and
+//! [`runner_workspace::Workspace`], [`attempt`] runs setup, the agent and the verifier, and
 //! [`results`] keeps what came of it on disk and sums it up. This module schedules: `--jobs` attempts at once, retries
 //! for infrastructure failures only, a pause while the engine keeps failing, and a resume
 //! that skips what is already finished.
@@ -23,17 +23,6 @@ mod verdict;
 pub mod verifier_network;
 pub mod worktree;
 
-// The layers below, under the names the code uses.
-use runner_agent as agent;
-use runner_agent::{config, session};
-use runner_display as display;
-use runner_llm as llm;
-use runner_network as network;
-use runner_permission as permission;
-use runner_sandbox as sandbox;
-use runner_tool as tool;
-use runner_workspace as workspace;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -44,9 +33,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::EvalError;
 
-use crate::sandbox::BackendKind;
 use events::{Event, EventSink};
 use results::{Status, Summary, TaskResult};
+use runner_sandbox::BackendKind;
 use tasks::{Loaded, Problem, Task};
 
 /// Sandboxes being closed in the background; the evaluation does not end before they are
@@ -104,7 +93,7 @@ pub struct EvalOptions {
     pub agent_network: verifier_network::NetworkChoice,
     /// The runner binary sandbox containers mount; `None`: this executable. Set by [`run`]
     /// to a copy in the out folder when runner runs in a container
-    /// ([`crate::sandbox::spec::IN_CONTAINER_ENV`]).
+    /// ([`runner_sandbox::spec::IN_CONTAINER_ENV`]).
     pub server_exe: Option<PathBuf>,
 }
 
@@ -225,7 +214,7 @@ pub async fn run(
         .map_err(EvalError::io("create", &options.out))?;
     results::claim(&options.out, &options)?;
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
-    crate::workspace::remove_run_folders(&options.out.join(".work"));
+    runner_workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;
     let Plan { jobs, refused } = plan(&loaded, &options)?;
     start_events(
@@ -244,7 +233,7 @@ pub async fn run(
         e.remove_orphans().await;
     }
     progress.done();
-    crate::workspace::remove_run_folders(&options.out.join(".work"));
+    runner_workspace::remove_run_folders(&options.out.join(".work"));
     let summary = write_summary(&options, &hash)?;
     Ok(Report {
         summary,
@@ -437,8 +426,8 @@ async fn connect_engines(
             "the engine {far} is not reached through a Unix socket, so it may not see this machine's files, and JSON-lines tasks mount their worktree from here; run them on local engines, or use Harbor task folders (their files live in the image)"
         )));
     }
-    if options.server_exe.is_none() && crate::sandbox::spec::in_container() {
-        options.server_exe = Some(crate::sandbox::docker::server_copy(
+    if options.server_exe.is_none() && runner_sandbox::spec::in_container() {
+        options.server_exe = Some(runner_sandbox::docker::server_copy(
             &options.out.join(".server"),
         )?);
     }
@@ -683,7 +672,7 @@ impl Job {
 fn uses_docker(options: &EvalOptions) -> Result<bool, EvalError> {
     let backend = match options.backend {
         Some(b) => b,
-        None => crate::config::profile::load(&options.profile)?
+        None => runner_agent::config::profile::load(&options.profile)?
             .sandbox
             .backend
             .unwrap_or(BackendKind::None),
@@ -763,7 +752,7 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), EvalErr
     let mut text =
         serde_json::to_vec_pretty(value).map_err(|e| EvalError::io("encode", path)(e.into()))?;
     text.push(b'\n');
-    crate::workspace::write_file(path, &text).map_err(EvalError::io("write", path))
+    runner_workspace::write_file(path, &text).map_err(EvalError::io("write", path))
 }
 
 /// The one way eval writes a line of its own to the terminal. Every such line carries
@@ -771,7 +760,7 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), EvalErr
 /// a command printed), so every one goes through the display crate's escaping: an escape
 /// sequence in a task's file is shown, never acted on.
 fn say(text: &str) {
-    eprintln!("runner: {}", crate::display::escape(text));
+    eprintln!("runner: {}", runner_display::escape(text));
 }
 
 /// The live line: done / running / failed, resolved so far, elapsed, ETA; and the events
@@ -874,7 +863,7 @@ impl Progress {
     /// (what a command printed), so it is escaped.
     fn note(&self, text: &str) {
         match &self.bar {
-            Some(bar) => bar.println(format!("runner: {}", crate::display::escape(text))),
+            Some(bar) => bar.println(format!("runner: {}", runner_display::escape(text))),
             None => say(text),
         }
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::EvalError;
-use crate::llm::Usage;
+use runner_llm::Usage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -539,7 +539,7 @@ pub fn claim(out: &Path, options: &super::EvalOptions) -> Result<(), EvalError> 
         record.runs.drain(1..record.runs.len() - RUNS_KEPT + 1);
     }
     let text = serde_json::to_vec_pretty(&record).expect("a run record is plain data");
-    crate::workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))
+    runner_workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))
 }
 
 /// The runs into the folder, oldest first (empty for a folder made before they were kept).

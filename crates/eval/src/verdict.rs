@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use super::EvalError;
 use super::engines::Engine;
 use super::results::{Status, TaskResult, VerifierEnd};
-use crate::agent::End;
-use crate::workspace::write_file;
+use runner_agent::End;
+use runner_workspace::write_file;
 
 /// Whether a failure is the infrastructure's (worth another try) or the task's own.
 pub struct Verdict {
@@ -77,7 +77,7 @@ pub(super) fn failed(
 /// how it failed, and the call (the error names what was being done).
 fn engine_failure(
     engine: Option<&Engine>,
-    fault: crate::sandbox::docker::EngineFault,
+    fault: runner_sandbox::docker::EngineFault,
     error: &EvalError,
 ) -> String {
     let engine = engine.map_or_else(
@@ -147,7 +147,7 @@ pub(super) fn record_patch(result: &mut TaskResult, out: &Path, patch: Result<Ve
 
 /// Writes the agent's changes in a workspace on the host into `path` as git makes them,
 /// never holding the patch whole; no file is left when there is none.
-pub(super) fn stream_patch(ws: &crate::workspace::Workspace, path: &Path) -> Result<(), EvalError> {
+pub(super) fn stream_patch(ws: &runner_workspace::Workspace, path: &Path) -> Result<(), EvalError> {
     let file = std::fs::File::create(path).map_err(EvalError::io("write", path))?;
     ws.write_git_patch(file).map_err(|e| {
         let _ = std::fs::remove_file(path);
@@ -276,7 +276,7 @@ mod tests {
             status_code,
             message: "boom".into(),
         };
-        EvalError::from(crate::sandbox::docker::DockerError::engine(
+        EvalError::from(runner_sandbox::docker::DockerError::engine(
             "cannot copy files into /",
         )(e))
     }

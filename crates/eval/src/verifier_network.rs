@@ -24,12 +24,12 @@
 //! laid over the mode's (they win where they match), as Harbor lets a run add hosts to a
 //! task's allow-list: an index of your own, or a private address opened on purpose.
 
-use crate::network::ConnectionRecord;
+use runner_network::ConnectionRecord;
 use serde::{Deserialize, Serialize};
 
 use super::harbor::{NetworkMode, NetworkPolicy};
-use crate::permission::rules::{Action, Rule};
-use crate::permission::{AskFuture, PermissionGate, PermissionRequest};
+use runner_permission::rules::{Action, Rule};
+use runner_permission::{AskFuture, PermissionGate, PermissionRequest};
 
 /// `--agent-network` and `--verifier-network`: the task's policy, or one for the whole
 /// run.
@@ -223,7 +223,7 @@ impl PhasePlan {
         rules.extend(
             extra
                 .iter()
-                .filter(|r| crate::permission::wildcard::matches("network", &r.permission))
+                .filter(|r| runner_permission::wildcard::matches("network", &r.permission))
                 .cloned(),
         );
         rules
@@ -280,8 +280,8 @@ fn rule_gate(
     rules: Vec<Rule>,
     why_no_ask: &str,
 ) -> std::sync::Arc<dyn PermissionGate> {
-    let asker = crate::permission::gate::PolicyAsker::deny(why_no_ask);
-    std::sync::Arc::new(crate::permission::gate::RuleGate::new(
+    let asker = runner_permission::gate::PolicyAsker::deny(why_no_ask);
+    std::sync::Arc::new(runner_permission::gate::RuleGate::new(
         worktree,
         rules,
         std::sync::Arc::new(asker),
@@ -326,7 +326,7 @@ mod tests {
         rules
             .iter()
             .rev()
-            .find(|r| crate::permission::wildcard::matches(host, &r.pattern))
+            .find(|r| runner_permission::wildcard::matches(host, &r.pattern))
             .map(|r| r.action)
             .unwrap()
     }

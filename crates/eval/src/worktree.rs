@@ -13,12 +13,12 @@ use std::path::Path;
 
 use super::EvalError;
 use super::tasks::looks_like_url;
-use crate::workspace::Workspace;
-use crate::workspace::git::{RunGit, git};
+use runner_workspace::Workspace;
+use runner_workspace::git::{RunGit, git};
 
 /// The attempt's own workspace under `parent`, with `repo` at `commit` (HEAD if none), and
 /// the commit it starts from. `budget`: what commands may write beyond the clone
-/// ([`crate::workspace::disk`]).
+/// ([`runner_workspace::disk`]).
 pub fn create(
     repo: &str,
     commit: Option<&str>,
@@ -65,7 +65,7 @@ fn fill(repo: &str, commit: Option<&str>, dest: &Path) -> Result<(), EvalError> 
                 "{repo} is not a git repository, so it has no commit to check out"
             )));
         }
-        crate::workspace::copy_tree(Path::new(repo), dest, None)?;
+        runner_workspace::copy_tree(Path::new(repo), dest, None)?;
         git(Some(dest), &["init", "--quiet"]).run("git init")?;
         git(Some(dest), &["add", "-A"]).run("git add")?;
         git(
@@ -111,7 +111,7 @@ fn head_commit(dest: &Path) -> Result<String, EvalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workspace::{Kind, PatchFormat};
+    use runner_workspace::{Kind, PatchFormat};
 
     #[test]
     fn a_plain_directory_becomes_a_repository_and_the_source_is_untouched() {
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(ws.changes().unwrap().len(), 1);
         let no_git = ws.diff(PatchFormat::Git).unwrap_err();
         assert!(
-            matches!(no_git, crate::workspace::Error::NotARepository(_)),
+            matches!(no_git, runner_workspace::Error::NotARepository(_)),
             "{no_git}"
         );
         let refused = ws.clone().apply(true, false, &|| false).unwrap_err();

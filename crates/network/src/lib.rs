@@ -3,7 +3,7 @@
 //! In `--network allowlist` mode the sandbox has no route anywhere (a container without a
 //! network, or a private network namespace with only `lo`). Its server listens on that
 //! loopback and relays each connection, unread, over the sandbox protocol (see
-//! `sandbox::server::net`). Here, on the host, each connection's first bytes are read as an
+//! `runner_sandbox_server::net`). Here, on the host, each connection's first bytes are read as an
 //! HTTP proxy request ([`request`]), the destination is judged by the `network` permission
 //! rules through the session's gate (so asks, `--ask` and `permission check` work as for
 //! any other rule), the name is resolved here and checked against reserved ranges

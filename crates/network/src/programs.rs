@@ -23,7 +23,7 @@
 //! connections of a `git clone` or `git push`. A connection whose program could not be
 //! found is refused: the rule says who may connect, and an unknown one is not among them.
 
-use runner_sandbox::api::Holder;
+use runner_protocol::Holder;
 
 /// The programs entries of one config: each host (a name, or a pattern with `*` as in
 /// rules) with the executables allowed to reach it.

@@ -17,7 +17,7 @@ use super::Shared;
 use super::cut::Cut;
 pub(crate) use super::upstream::Then;
 use super::upstream::To;
-use runner_sandbox::api::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+use runner_protocol::{DATA_FRAME_HEADER, NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
 
 /// How long a finished connection waits for the sandbox to take what was sent to it.
 const DRAIN: Duration = Duration::from_secs(30);

@@ -15,7 +15,7 @@ use super::egress::{Egress, ProxyServer};
 use super::pump::{self, Window};
 use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
-use runner_sandbox::api::{NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
+use runner_protocol::{NET_CHUNK, NET_WINDOW as WINDOW, Request, Response};
 
 /// The in-process pipe between a sandbox's connection and the inspector, each way.
 const BRIDGE_BUFFER: usize = 256 * 1024;
@@ -130,7 +130,7 @@ struct Connection<'a> {
     window: Arc<Window>,
     /// The processes holding the connection's client end, when the sandbox was asked to
     /// name them ([`crate::programs`]).
-    holders: Vec<runner_sandbox::api::Holder>,
+    holders: Vec<runner_protocol::Holder>,
 }
 
 impl Connection<'_> {

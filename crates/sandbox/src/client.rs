@@ -33,13 +33,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::api::{
+use crate::splice::{PipeWriter, SplicePipe};
+use runner_protocol::{
     ApiError, DATA_FRAME_HEADER, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest,
     GrepOutcome, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
     ResponseFrame, Stat, TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
     data_frame_header, data_frame_len, decode_len, encode_len, split_data_header,
 };
-use crate::splice::{PipeWriter, SplicePipe};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SandboxError {
@@ -351,7 +351,7 @@ impl SandboxClient {
     }
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the
-    /// returned receiver (see [`crate::api::Request::ProxyListen`]), each naming the
+    /// returned receiver (see [`runner_protocol::Request::ProxyListen`]), each naming the
     /// program that opened it when `identify`.
     pub async fn proxy_listen(
         &self,
@@ -430,7 +430,7 @@ impl SandboxClient {
         let mut first = self.read(path, 0, limit.saturating_add(1)).await?;
         if first.data.len() as u64 > limit || first.size > limit {
             return Err(SandboxError::Api(ApiError::at(
-                crate::api::ErrorKind::InvalidArgument,
+                runner_protocol::ErrorKind::InvalidArgument,
                 path,
                 format!(
                     "{} is {} bytes, over the {limit}-byte limit for this operation; use bash (sed, head, split) to work on it in parts",
@@ -580,7 +580,7 @@ fn unexpected(op: &str, response: &Response) -> SandboxError {
 /// What a running command reports.
 #[derive(Debug)]
 pub enum ExecEvent {
-    Output(crate::api::ExecOutput),
+    Output(runner_protocol::ExecOutput),
     Exit(ExecStatus),
 }
 
@@ -674,7 +674,7 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
             };
         }
         match data_frame_len(len) {
-            Ok(Some(total)) if total > 16 + crate::api::NET_CHUNK => {
+            Ok(Some(total)) if total > 16 + runner_protocol::NET_CHUNK => {
                 break format!(
                     "the server sent a data frame of {total} bytes, over the chunk size"
                 );
@@ -703,7 +703,7 @@ async fn route_responses(mut reader: impl AsyncRead + Unpin, shared: Arc<Shared>
         };
         // The length word is the server's claim: reserve at most one chunk ahead of the
         // bytes that really arrive (see `RESERVE_AHEAD`).
-        let mut body = Vec::with_capacity(body_len.min(crate::api::RESERVE_AHEAD));
+        let mut body = Vec::with_capacity(body_len.min(runner_protocol::RESERVE_AHEAD));
         match (&mut reader)
             .take(body_len as u64)
             .read_to_end(&mut body)
@@ -788,7 +788,7 @@ mod tests {
     use std::io::Read;
     use std::os::fd::FromRawFd;
 
-    use crate::api::{ExecOutput, OutputStream};
+    use runner_protocol::{ExecOutput, OutputStream};
     use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
     use tokio::io::{DuplexStream, ReadHalf, WriteHalf};

@@ -4,7 +4,7 @@
 //!
 //! The sandbox is the one the agent's commands get (landlock's confinement, or a docker
 //! container with runner's server in it); the server is started with `--exec` and runs the
-//! program instead of serving requests (see [`crate::server::program`]). The argv travels
+//! program instead of serving requests (see [`runner_sandbox_server::program`]). The argv travels
 //! as the server's own trailing arguments, never through a shell.
 //!
 //! With a terminal on standard input and output the program gets a terminal of the
@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::landlock::cgroup;
-use crate::server::program;
 use crate::spec::{Network, SandboxSpec};
 use crate::{BackendKind, SandboxClient, terminal};
+use runner_sandbox_server::program;
 
 /// Why the program could not be run: runner's failure, not the program's.
 #[derive(Debug, thiserror::Error)]

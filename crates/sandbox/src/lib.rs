@@ -1,11 +1,11 @@
-//! The isolation boundary: the protocol, the client, the in-sandbox server and the backends
-//! that start it.
+//! The isolation boundary, host side: the client and the backends that start the server.
+//! The protocol both sides speak is a crate of its own (`runner_protocol`), and so is what
+//! runs inside the wall (`runner_sandbox_server`), which cannot link the host's code; callers
+//! name them directly.
 //!
 //! Backends differ only in how the server is started; every tool talks to the same
 //! [`SandboxClient`], so tool code runs unchanged on every backend.
 
-/// The sandbox API: its own crate, shared by both sides of the wall.
-pub use runner_protocol as api;
 pub mod choose;
 pub mod client;
 pub use runner_sandbox_server::confine;
@@ -15,8 +15,6 @@ pub mod exec;
 pub mod landlock;
 pub mod local;
 pub mod owner;
-/// What runs inside the wall: its own crate, which cannot link the host's code.
-pub use runner_sandbox_server as server;
 pub mod spec;
 pub mod splice;
 pub mod start_error;

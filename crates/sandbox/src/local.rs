@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncReadExt;
 
-use super::server::RootSpec;
 use super::{BackendKind, Sandbox, SandboxClient, SandboxError};
+use runner_sandbox_server::RootSpec;
 
 /// Owns what keeps a server alive; dropping it ends the server (the child is killed, the
 /// thread sees its input close), then drops the backend's guards (temp directories,
@@ -124,7 +124,7 @@ pub(super) fn root_args(
     read_only: &[PathBuf],
 ) -> Result<Vec<std::ffi::OsString>, SandboxError> {
     let mut args = vec!["--root".into(), worktree.as_os_str().to_owned()];
-    args.extend(super::server::roots::Resolver::forward_args());
+    args.extend(runner_sandbox_server::roots::Resolver::forward_args());
     for dir in read_only {
         let mut spec = absolute(dir)?.into_os_string();
         spec.push(":ro");
@@ -250,7 +250,7 @@ pub async fn in_process(worktree: &Path, read_only: &[PathBuf]) -> Result<Sandbo
     let error = Arc::new(Mutex::new(String::new()));
     let error_slot = error.clone();
     std::thread::spawn(move || {
-        if let Err(e) = super::server::serve(&roots, theirs, their_writer) {
+        if let Err(e) = runner_sandbox_server::serve(&roots, theirs, their_writer) {
             *error_slot.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
         }
     });
@@ -298,10 +298,10 @@ pub(super) async fn finish(
 pub fn absolute(path: &Path) -> Result<PathBuf, SandboxError> {
     std::path::absolute(path)
         .ok()
-        .and_then(|p| super::server::roots::normalize(&p))
+        .and_then(|p| runner_sandbox_server::roots::normalize(&p))
         .ok_or_else(|| {
-            SandboxError::Api(crate::api::ApiError::at(
-                crate::api::ErrorKind::InvalidArgument,
+            SandboxError::Api(runner_protocol::ApiError::at(
+                runner_protocol::ErrorKind::InvalidArgument,
                 path,
                 format!("cannot make {} absolute", path.display()),
             ))

@@ -91,7 +91,7 @@ pub struct SandboxSpec {
     /// and the user's extra ones, mounted read-only in containers. `None`: the image's own.
     pub ca_bundle: Option<PathBuf>,
     /// Disarm repositories commands make in the worktree (see
-    /// [`super::server::git_sweep`]): for a checkout the user runs git in.
+    /// [`runner_sandbox_server::git_sweep`]): for a checkout the user runs git in.
     pub sweep_repositories: bool,
     /// The `runner` executable that serves inside the sandbox. It must be static for the
     /// docker backend (every runner build is).

@@ -28,9 +28,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::server::git_sweep::{Repositories, RepositorySweep};
-use super::server::restore::ProtectedCopy;
-use super::server::special_files::SpecialFiles;
+use runner_sandbox_server::git_sweep::{Repositories, RepositorySweep};
+use runner_sandbox_server::restore::ProtectedCopy;
+use runner_sandbox_server::special_files::SpecialFiles;
 
 /// The files of a repository directory whose contents git runs, or that redirect it to
 /// another repository whose contents it runs.
@@ -211,7 +211,7 @@ impl Drop for SweepOnClose {
         done.extend(
             self.forbid
                 .iter()
-                .filter(|p| super::server::remove_planted(p))
+                .filter(|p| runner_sandbox_server::remove_planted(p))
                 .map(|p| format!("removed {}", p.display())),
         );
         if let Some(repositories) = &self.repositories {

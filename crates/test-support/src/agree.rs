@@ -83,7 +83,7 @@ fn script() -> Vec<(&'static str, Value)> {
 }
 
 /// Keeps what the model sees and what decides the outcome; drops timings.
-fn comparable(r: &runner::tool::CallResult, filters: &[(regex::Regex, &str)]) -> Value {
+fn comparable(r: &runner_tool::CallResult, filters: &[(regex::Regex, &str)]) -> Value {
     let mut meta = r.metadata.clone();
     meta.remove("outputPath");
     let v = json!({

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const SOCKET: &str = "/var/run/docker.sock";
-pub const IMAGE: &str = runner::sandbox::spec::DEFAULT_IMAGE;
+pub const IMAGE: &str = runner_sandbox::spec::DEFAULT_IMAGE;
 
 /// Status code of a GET on the engine's socket, `None` when nothing answers.
 fn get(path: &str) -> Option<u16> {
@@ -168,7 +168,7 @@ fn ensure_image_at(socket: &str) {
 /// (it makes the base only when the engine lacks it), after the sandbox image is there.
 pub fn ensure_base() {
     docker();
-    let base = runner::sandbox::docker::image::DEFAULT_BASE;
+    let base = runner_sandbox::docker::image::DEFAULT_BASE;
     let _l = lock("runner-test-image.lock");
     if get(&format!("/images/{base}/json")) == Some(200) {
         return;
@@ -190,7 +190,7 @@ pub fn ensure_base() {
 /// engine, built with `runner image build dev` when missing (its base made offline with
 /// mmdebstrap, as the default's is). Its tag.
 pub fn dev_image() -> &'static str {
-    let image = runner::sandbox::docker::image::DEV_IMAGE;
+    let image = runner_sandbox::docker::image::DEV_IMAGE;
     docker();
     let _l = lock("runner-test-image.lock");
     if get(&format!("/images/{image}/json")) == Some(200) {
@@ -281,7 +281,7 @@ pub fn engine() -> TestEngine {
 
 /// Points a docker spec at the test engine and runtime (and, for an engine of another
 /// user, at a server that user can read).
-pub fn apply(spec: &mut runner::sandbox::spec::SandboxSpec) {
+pub fn apply(spec: &mut runner_sandbox::spec::SandboxSpec) {
     let e = engine();
     if e.host.is_some() {
         spec.docker.host = e.host;
@@ -401,7 +401,7 @@ pub async fn import_image(name: &str, tar: Vec<u8>) {
 
 /// Ids of runner's containers whose owner label is `pid`.
 pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
-    use runner::sandbox::docker::{LABEL, LABEL_OWNER};
+    use runner_sandbox::docker::{LABEL, LABEL_OWNER};
     let filters = std::collections::HashMap::from([("label", vec![LABEL])]);
     let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
         .all(true)

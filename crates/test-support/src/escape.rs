@@ -30,10 +30,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use runner::sandbox::api::{ExecRequest, OutputStream};
-use runner::sandbox::client::ExecEvent;
-use runner::sandbox::spec::{Limits, Network, SandboxSpec};
-use runner::sandbox::{BackendKind, Sandbox, SandboxError};
+use runner_protocol::{ExecRequest, OutputStream};
+use runner_sandbox::client::ExecEvent;
+use runner_sandbox::spec::{Limits, Network, SandboxSpec};
+use runner_sandbox::{BackendKind, Sandbox, SandboxError};
 
 use super::{Backend, snapshot_tree};
 
@@ -518,7 +518,7 @@ impl Lab {
         if self.backend == Backend::Docker {
             super::engine::docker();
         }
-        runner::sandbox::open(spec)
+        runner_sandbox::open(spec)
             .await
             .unwrap_or_else(|e| panic!("the {} sandbox opens: {e}", backend_name(self.backend)))
     }
@@ -1721,7 +1721,7 @@ fn net_engine_sockets(lab: &Lab) -> Attack {
         "/run/docker.sock",
         "/run/docker/containerd/containerd.sock",
         "/run/containerd/containerd.sock",
-        runner::sandbox::docker::engine::PODMAN_SOCKET,
+        runner_sandbox::docker::engine::PODMAN_SOCKET,
     ]
     .map(String::from)
     .to_vec();
@@ -2752,7 +2752,7 @@ async fn gone_after_close(
     }
     let id = container.ok_or("no container id")?;
     let docker = super::engine::client().await;
-    if runner::sandbox::docker::wait_gone(&docker, id, within).await {
+    if runner_sandbox::docker::wait_gone(&docker, id, within).await {
         Ok(())
     } else {
         Err(format!(
@@ -2781,7 +2781,7 @@ async fn pids_limit_in_place(backend: Backend, sb: &Sandbox) -> Result<(), Strin
         ));
     }
     let id = sb.container_id.as_deref().ok_or("no container id")?;
-    let host_max = runner::sandbox::docker::engine::pids_cgroup(true, LIMIT_PIDS).to_string();
+    let host_max = runner_sandbox::docker::engine::pids_cgroup(true, LIMIT_PIDS).to_string();
     let file = find_named_dir(Path::new("/sys/fs/cgroup/pids"), id, 4)
         .map(|d| d.join("pids.max"))
         .ok_or_else(|| format!("no pids cgroup for the container {id}"))?;
@@ -2990,7 +2990,7 @@ pub async fn run_limits(backend: Backend) {
             Err(e) => p.push(format!("the sandbox died: {e}")),
         }
         let host_tmp = match backend {
-            Backend::Landlock => runner::sandbox::landlock::tmp_of(&sb).expect("TMPDIR"),
+            Backend::Landlock => runner_sandbox::landlock::tmp_of(&sb).expect("TMPDIR"),
             _ => PathBuf::from("/tmp"),
         };
         if host_tmp.join("fill").exists() || host_tmp.join("fill1").exists() {

@@ -26,10 +26,10 @@ pub mod upstream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use runner::permission::{AskPolicy, PermissionRequest, PolicyGate};
-use runner::tool::registry::Outcome;
-use runner::tool::truncate::Truncator;
-use runner::tool::{CallResult, Conversation, Registry, ToolContext};
+use runner_permission::{AskPolicy, PermissionRequest, PolicyGate};
+use runner_tool::registry::Outcome;
+use runner_tool::truncate::Truncator;
+use runner_tool::{CallResult, Conversation, Registry, ToolContext};
 use serde_json::Value;
 
 /// The `runner` binary of this build: `target/…/debug/runner`, beside the `deps/` folder
@@ -102,10 +102,10 @@ pub async fn open_sandbox(
     backend: Backend,
     wt: &Path,
     read_only: &[PathBuf],
-) -> Result<runner::sandbox::Sandbox, runner::sandbox::SandboxError> {
-    use runner::sandbox::BackendKind;
+) -> Result<runner_sandbox::Sandbox, runner_sandbox::SandboxError> {
+    use runner_sandbox::BackendKind;
     let kind = match backend {
-        Backend::InProcess => return runner::sandbox::local::in_process(wt, read_only).await,
+        Backend::InProcess => return runner_sandbox::local::in_process(wt, read_only).await,
         Backend::Child => BackendKind::None,
         Backend::Landlock => BackendKind::Landlock,
         Backend::Docker => {
@@ -113,13 +113,13 @@ pub async fn open_sandbox(
             BackendKind::Docker
         }
     };
-    let mut spec = runner::sandbox::spec::SandboxSpec::new(kind, wt).expect("spec");
+    let mut spec = runner_sandbox::spec::SandboxSpec::new(kind, wt).expect("spec");
     spec.server_exe = crate::runner_exe().to_path_buf();
     spec.read_only = read_only.to_vec();
     if kind == BackendKind::Docker {
         engine::apply(&mut spec);
     }
-    runner::sandbox::open(&spec).await
+    runner_sandbox::open(&spec).await
 }
 
 /// How a fixture is set up; `Options::default()` is in-process, a strict session (read
@@ -505,7 +505,7 @@ pub fn in_this_binary(module: &str, name: &str) -> String {
 }
 
 pub fn rerun_with_the_walk(args: &[&str]) {
-    use runner::sandbox::server::roots::{RESOLVE_VAR, Resolver};
+    use runner_sandbox_server::roots::{RESOLVE_VAR, Resolver};
     if std::env::var(RESOLVE_VAR).is_ok() {
         // Already the rerun (a filter that matched its own caller): nothing to do twice.
         assert_eq!(Resolver::chosen(), Resolver::Walk);

@@ -62,7 +62,7 @@ fn unenforced_limits(host: &str) -> &'static [(&'static str, &'static str)] {
             .enable_all()
             .build()
             .expect("runtime")
-            .block_on(runner::sandbox::docker::engine::Engine::open(Some(&host)))
+            .block_on(runner_sandbox::docker::engine::Engine::open(Some(&host)))
     })
     .join()
     .expect("engine thread")

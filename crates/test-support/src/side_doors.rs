@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use runner::sandbox::spec::{Network, SandboxSpec};
-use runner::sandbox::{BackendKind, Sandbox};
+use runner_sandbox::spec::{Network, SandboxSpec};
+use runner_sandbox::{BackendKind, Sandbox};
 
 use super::escape::{ESCAPED, exec};
 use super::{Backend, NOBODY};
@@ -376,7 +376,7 @@ pub(crate) async fn open(backend: Backend, root: &Path) -> Sandbox {
     if kind == BackendKind::Docker {
         super::engine::apply(&mut spec);
     }
-    runner::sandbox::open(&spec)
+    runner_sandbox::open(&spec)
         .await
         .expect("the sandbox opens")
 }

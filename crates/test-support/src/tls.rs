@@ -23,7 +23,7 @@ impl TlsOutside {
     /// Serves [`BODY`] at every path of `https://127.0.0.1:PORT/` (the certificate names
     /// `127.0.0.1` and `localhost`).
     pub fn start() -> TlsOutside {
-        runner::http::install_tls();
+        runner_http::install_tls();
         let ca_key = rcgen::KeyPair::generate().unwrap();
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

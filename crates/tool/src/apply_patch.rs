@@ -12,8 +12,8 @@ use serde_json::json;
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use runner_patch::{FileChange, Hunk, ReadFailure, parse_patch, plan};
 use runner_permission::PermissionRequest;
+use runner_protocol::{ErrorKind, FileStamp, WritePrecondition};
 use runner_sandbox::SandboxError;
-use runner_sandbox::api::{ErrorKind, FileStamp, WritePrecondition};
 
 /// Files bigger than this are not patched; a patch to a file this size is almost surely a
 /// mistake, and the whole text has to travel through the sandbox twice.

@@ -10,7 +10,7 @@ use super::collect::Following;
 use super::{Progress, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient, truncate};
 use runner_permission::PermissionRequest;
 use runner_permission::bash_scan::{self, ScanContext};
-use runner_sandbox::api::{ExecRequest, ExecStatus};
+use runner_protocol::{ExecRequest, ExecStatus};
 use runner_sandbox::client::ExecEvent;
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 2 * 60 * 1000;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::{ToolContext, ToolError};
-use runner_sandbox::api::{ExecRequest, ExecStatus, OutputStream};
+use runner_protocol::{ExecRequest, ExecStatus, OutputStream};
 use runner_sandbox::client::{ExecEvent, Execution};
 
 /// How long past its timeout a command may go unanswered before the call gives up on it.

@@ -16,9 +16,9 @@ use super::registry::Registry;
 use super::todo::Todo;
 use super::truncate::Truncator;
 use runner_permission::{PermissionGate, PermissionRequest};
-use runner_sandbox::api::{ErrorKind, FileKind, FileStamp, Stat, WritePrecondition};
-use runner_sandbox::server::roots::normalize;
+use runner_protocol::{ErrorKind, FileKind, FileStamp, Stat, WritePrecondition};
 use runner_sandbox::{Sandbox, SandboxError};
+use runner_sandbox_server::roots::normalize;
 
 /// State that lives as long as a conversation: which files were read (and in which
 /// version), and a lock per file so that concurrent edits of one file are serialised.

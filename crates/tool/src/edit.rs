@@ -14,7 +14,7 @@ use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use runner_edit::replace::{self, ReplaceError};
 use runner_edit::text;
 use runner_permission::PermissionRequest;
-use runner_sandbox::api::WritePrecondition;
+use runner_protocol::WritePrecondition;
 
 /// Files bigger than this are not edited in memory; use bash tools on them.
 const MAX_FILE: u64 = 64 * 1024 * 1024;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use runner_sandbox::api::FileStamp;
+use runner_protocol::FileStamp;
 
 use crate::ToolError;
 

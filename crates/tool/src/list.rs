@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
 use runner_permission::PermissionRequest;
-use runner_sandbox::api::FileKind;
+use runner_protocol::FileKind;
 
 pub const LIMIT: usize = 100;
 

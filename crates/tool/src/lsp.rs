@@ -10,7 +10,7 @@ use super::lsp_client::uri;
 use super::server_error::ServerError;
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
 use runner_permission::PermissionRequest;
-use runner_sandbox::api::FileKind;
+use runner_protocol::FileKind;
 
 /// Larger files are not sent to a server.
 const MAX_FILE: u64 = 4 * 1024 * 1024;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::{Attachment, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
 use runner_permission::PermissionRequest;
+use runner_protocol::{FileKind, Stat};
 use runner_sandbox::SandboxError;
-use runner_sandbox::api::{FileKind, Stat};
 
 pub const DEFAULT_LIMIT: u64 = 2000;
 pub const MAX_LINE_CHARS: usize = 2000;
@@ -452,7 +452,7 @@ async fn attachment(
 async fn collect_lines(
     client: &runner_sandbox::SandboxClient,
     path: &Path,
-    first: runner_sandbox::api::ReadResponse,
+    first: runner_protocol::ReadResponse,
     offset: u64,
     limit: u64,
 ) -> Result<LineCollector, ToolError> {

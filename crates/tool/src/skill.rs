@@ -14,8 +14,8 @@ use serde::Deserialize;
 
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult};
 use runner_permission::PermissionRequest;
+use runner_protocol::{ErrorKind, FileKind};
 use runner_sandbox::SandboxError;
-use runner_sandbox::api::{ErrorKind, FileKind};
 
 /// Where skills live inside the worktree.
 pub const WORKTREE_DIR: &str = ".runner/skills";

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio_util::sync::CancellationToken;
 
 use super::ToolContext;
-use runner_sandbox::api::{ExecRequest, OutputStream};
+use runner_protocol::{ExecRequest, OutputStream};
 use runner_sandbox::client::ExecEvent;
 
 /// How long such a program may live: as long as its session, in practice.

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::{Tool, ToolContext, ToolError, ToolOutput, ToolResult, diff};
 use runner_edit::text::{BOM, join_bom, split_bom};
 use runner_permission::PermissionRequest;
-use runner_sandbox::api::WritePrecondition;
+use runner_protocol::WritePrecondition;
 
 /// Existing files bigger than this are not loaded for the diff; they can still be replaced.
 const DIFF_LIMIT: u64 = 8 * 1024 * 1024;

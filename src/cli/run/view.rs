@@ -23,8 +23,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, P
 use serde_json::Value;
 
 use super::{colour, paint, short_duration};
-use crate::agent::events::{Event, EventSink};
-use crate::display::escape;
+use runner_agent::events::{Event, EventSink};
+use runner_display::escape;
 
 /// How wide a live output line may be, in characters, before it is cut (after escaping).
 const TAIL_SHOWN: usize = 100;

@@ -16,11 +16,11 @@ use bollard::Docker;
 
 use super::CleanupArgs;
 use super::exit;
-use crate::display::shown;
-use crate::sandbox::docker::cleanup::{Orphaned, Owned, Standing};
-use crate::sandbox::docker::{cleanup, engine};
-use crate::sandbox::landlock::{TMP_PREFIX, cgroup};
-use crate::sandbox::owner;
+use runner_display::shown;
+use runner_sandbox::docker::cleanup::{Orphaned, Owned, Standing};
+use runner_sandbox::docker::{cleanup, engine};
+use runner_sandbox::landlock::{TMP_PREFIX, cgroup};
+use runner_sandbox::owner;
 
 /// Exit codes: 0 done, 1 the engine's containers could not be listed or the question was
 /// answered no, 2 `--all` with no terminal to ask on and no `--yes`.
@@ -254,14 +254,14 @@ fn host_plan(tally: &mut Tally) {
         let why = gone_owner(&dir, cgroup::PREFIX);
         tally.plan(true, "cgroup", &dir.display().to_string(), &why);
     }
-    for dir in crate::sandbox::landlock::leftover_tmp_dirs() {
+    for dir in runner_sandbox::landlock::leftover_tmp_dirs() {
         let why = gone_owner(&dir, TMP_PREFIX);
         tally.plan(true, "temp directory", &dir.display().to_string(), &why);
     }
     for (goes, id, why) in workspace_verdicts() {
         tally.plan(goes, "workspace", &id, &why);
     }
-    for left in crate::workspace::disk::leftovers() {
+    for left in runner_workspace::disk::leftovers() {
         let pid = left.owner_pid;
         let why = if left.owner_gone {
             format!("its run, pid {pid}, is gone")
@@ -285,11 +285,11 @@ fn gone_owner(dir: &Path, prefix: &str) -> String {
 /// Every copy workspace: whether a cleanup removes it, its id, and why. It goes only
 /// when its run was killed (never finished, owner gone) and left nothing to review.
 fn workspace_verdicts() -> Vec<(bool, String, String)> {
-    let orphans: HashSet<String> = crate::workspace::orphans()
+    let orphans: HashSet<String> = runner_workspace::orphans()
         .into_iter()
         .map(|w| w.meta.id)
         .collect();
-    crate::workspace::list_all()
+    runner_workspace::list_all()
         .into_iter()
         .map(|w| {
             let m = w.meta;
@@ -327,21 +327,21 @@ fn remove_host_leftovers() {
     let cgroups = cgroup::leftovers();
     cgroup::destroy(&cgroups);
     println!("removed {} cgroup(s)", cgroups.len());
-    let dirs = crate::sandbox::landlock::leftover_tmp_dirs()
+    let dirs = runner_sandbox::landlock::leftover_tmp_dirs()
         .into_iter()
         .filter(|d| std::fs::remove_dir_all(d).is_ok())
         .count();
     println!("removed {dirs} temp director(ies)");
     // Copies whose command never ended (a killed run) hold nothing meant for review.
     let mut copies = 0;
-    for w in crate::workspace::orphans() {
+    for w in runner_workspace::orphans() {
         if w.discard().is_ok() {
             copies += 1;
         }
     }
     println!("removed {copies} unfinished workspace(s)");
     // After the cgroups and containers: their processes no longer hold the file systems.
-    let swept = crate::workspace::disk::sweep_leftovers();
+    let swept = runner_workspace::disk::sweep_leftovers();
     for line in &swept.notes {
         eprintln!("runner: {line}");
     }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, Visitor};
 use toml::de::{DeTable, DeValue};
 
-use crate::permission::layers::{RUNNER_KEYS, did_you_mean, line_of};
+use runner_permission::layers::{RUNNER_KEYS, did_you_mean, line_of};
 
 /// The field names `T` accepts, in their config spelling (renames applied).
 pub fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
@@ -119,7 +119,7 @@ fn prices(text: &str, provider: &DeTable, at: &str, found: &mut Vec<String>) {
                 text,
                 price,
                 &here,
-                fields_of::<crate::llm::models::Price>(),
+                fields_of::<runner_llm::models::Price>(),
                 found,
             );
         }
@@ -156,9 +156,9 @@ mod tests {
 
     fn shape_of(key: &str) -> Option<Shape> {
         Some(match key {
-            "provider" => Shape::Named(fields_of::<crate::llm::models::ProviderSettings>),
-            "retry" => Shape::Struct(fields_of::<crate::llm::retry::RetrySettings>),
-            "hooks" => Shape::List(fields_of::<crate::tool::hooks::HookSpec>),
+            "provider" => Shape::Named(fields_of::<runner_llm::models::ProviderSettings>),
+            "retry" => Shape::Struct(fields_of::<runner_llm::retry::RetrySettings>),
+            "hooks" => Shape::List(fields_of::<runner_tool::hooks::HookSpec>),
             _ => return None,
         })
     }
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn the_field_names_are_the_types_own() {
-        let fields = fields_of::<crate::llm::models::ProviderSettings>();
+        let fields = fields_of::<runner_llm::models::ProviderSettings>();
         assert!(
             fields.contains(&"type") && fields.contains(&"base_url"),
             "{fields:?}"

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::llm::models::ProviderSettings;
+use runner_llm::models::ProviderSettings;
 
 /// What runner takes from an OpenCode config besides its permission rules (which
 /// `permission::layers` reads from the same file).
@@ -21,8 +21,8 @@ use crate::llm::models::ProviderSettings;
 pub struct OpenCodeFile {
     pub model: Option<String>,
     pub provider: BTreeMap<String, ProviderSettings>,
-    pub mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
-    pub lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
+    pub mcp: BTreeMap<String, runner_tool::mcp::McpSpec>,
+    pub lsp: BTreeMap<String, runner_tool::lsp_client::LspSpec>,
     /// `instructions`: files and globs, as written.
     pub instructions: Vec<String>,
     /// One line for each key runner does not act on.
@@ -40,7 +40,7 @@ pub const PROJECT_FILES: [&str; 4] = [
 /// Parses `text` (the file at `path`). A syntax error carries the file's own line, since
 /// the JSONC scanner keeps every newline.
 pub fn read(path: &Path, text: &str) -> Result<OpenCodeFile, String> {
-    let clean = crate::permission::layers::strip_json_comments(text);
+    let clean = runner_permission::layers::strip_json_comments(text);
     let doc: Value = serde_json::from_str(&clean).map_err(|e| {
         format!(
             "line {}: not valid JSON (comments and trailing commas are fine): {e}",
@@ -68,9 +68,9 @@ fn take_key(file: &mut OpenCodeFile, key: &str, value: &Value, path: &Path) -> R
                     .to_string(),
             );
         }
-        "mcp" => file.mcp = crate::tool::mcp::from_opencode(value).map_err(|e| e.to_string())?,
+        "mcp" => file.mcp = runner_tool::mcp::from_opencode(value).map_err(|e| e.to_string())?,
         "lsp" => {
-            file.lsp = crate::tool::lsp_client::from_opencode(value).map_err(|e| e.to_string())?
+            file.lsp = runner_tool::lsp_client::from_opencode(value).map_err(|e| e.to_string())?
         }
         "provider" => providers(file, value)?,
         "instructions" => {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::sandbox::BackendKind;
-use crate::sandbox::spec::{Network, SandboxSpec};
+use runner_sandbox::BackendKind;
+use runner_sandbox::spec::{Network, SandboxSpec};
 
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("default", include_str!("../../../../profiles/default.toml")),
@@ -49,8 +49,8 @@ pub struct Profile {
 
 impl Profile {
     /// What this profile says about permissions, for the permission layers.
-    pub fn permission_rules(&self) -> crate::permission::layers::ProfileRules<'_> {
-        crate::permission::layers::ProfileRules {
+    pub fn permission_rules(&self) -> runner_permission::layers::ProfileRules<'_> {
+        runner_permission::layers::ProfileRules {
             rules: self.permission.as_ref(),
             project_allows: self.project_allows,
             source: &self.source,
@@ -113,7 +113,7 @@ pub struct SandboxSection {
     pub env: Option<Vec<String>>,
     pub protected: Option<Vec<PathBuf>>,
     /// `direct` (the checkout) or `copy` (a private copy, applied after review).
-    pub workspace: Option<crate::workspace::Mode>,
+    pub workspace: Option<runner_workspace::Mode>,
     /// `--network allowlist`: connections through the proxy open at once.
     pub network_connections: Option<u64>,
     /// `--network allowlist`: bytes through the proxy over a run, both ways.
@@ -208,7 +208,7 @@ pub enum ProfileError {
 
 /// `$XDG_CONFIG_HOME/runner/profiles` (default `~/.config/runner/profiles`).
 pub fn user_dir() -> PathBuf {
-    crate::dirs::config_dir().join("profiles")
+    runner_dirs::config_dir().join("profiles")
 }
 
 pub fn parse(text: &str, source: &str) -> Result<Profile, ProfileError> {

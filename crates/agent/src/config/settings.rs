@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::keys::{Shape, fields_of};
-use crate::llm::models::ProviderSettings;
-use crate::llm::retry::RetrySettings;
+use runner_llm::models::ProviderSettings;
+use runner_llm::retry::RetrySettings;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,14 +31,14 @@ pub struct Settings {
     pub context: Option<ContextSettings>,
     /// Every layer's hooks, each marked with where it may run: the user's own config and
     /// `--config` on the host, a project's only in the sandbox.
-    pub hooks: Vec<crate::tool::hooks::Hook>,
+    pub hooks: Vec<runner_tool::hooks::Hook>,
     /// MCP servers by name; a later layer's server replaces an earlier one of that name.
-    pub mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
+    pub mcp: BTreeMap<String, runner_tool::mcp::McpSpec>,
     /// The search service of `websearch` and `codesearch` (never a project's: it says
     /// where the user's key goes).
-    pub websearch: Option<crate::tool::search::SearchSettings>,
+    pub websearch: Option<runner_tool::search::SearchSettings>,
     /// Language servers by name; a later layer's replaces an earlier one of that name.
-    pub lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
+    pub lsp: BTreeMap<String, runner_tool::lsp_client::LspSpec>,
     /// `[network]`: what sandboxes trust (never a project's: an authority a repository
     /// adds would let it vouch for any site).
     pub network: NetworkSettings,
@@ -101,9 +101,9 @@ pub struct SecretSettings {
 }
 
 impl NetworkSettings {
-    /// The `programs` entries, for the proxy ([`crate::network::programs`]).
-    pub fn programs(&self) -> crate::network::programs::Programs {
-        crate::network::programs::Programs::new(
+    /// The `programs` entries, for the proxy ([`runner_network::programs`]).
+    pub fn programs(&self) -> runner_network::programs::Programs {
+        runner_network::programs::Programs::new(
             self.hosts
                 .iter()
                 .filter(|(_, h)| !h.programs.is_empty())
@@ -148,8 +148,8 @@ impl NetworkSettings {
 impl Settings {
     /// The certificate bundle a sandbox trusts: the host's system bundle and the extra
     /// authorities configured, written once under `$XDG_DATA_HOME/runner/ca`.
-    pub fn ca_bundle(&self) -> Result<Option<PathBuf>, crate::sandbox::trust::TrustError> {
-        let dir = crate::dirs::data_home()
+    pub fn ca_bundle(&self) -> Result<Option<PathBuf>, runner_sandbox::trust::TrustError> {
+        let dir = runner_dirs::data_home()
             .unwrap_or_else(std::env::temp_dir)
             .join("runner")
             .join("ca");
@@ -161,9 +161,9 @@ impl Settings {
     pub fn ca_bundle_in(
         &self,
         dir: &Path,
-    ) -> Result<Option<PathBuf>, crate::sandbox::trust::TrustError> {
-        let system = crate::sandbox::trust::system_bundle();
-        crate::sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, dir)
+    ) -> Result<Option<PathBuf>, runner_sandbox::trust::TrustError> {
+        let system = runner_sandbox::trust::system_bundle();
+        runner_sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, dir)
     }
 }
 
@@ -175,28 +175,28 @@ impl Settings {
     /// runner's own environment; the error names the secret or file, never a value.
     pub fn inspection(
         &self,
-        rules: &[crate::permission::rules::Rule],
-        spec: &mut crate::sandbox::spec::SandboxSpec,
-    ) -> Result<Option<std::sync::Arc<crate::network::inspect::Inspection>>, String> {
-        use crate::sandbox::spec::Network;
-        if spec.network != Network::Allowlist || spec.backend == crate::sandbox::BackendKind::None {
+        rules: &[runner_permission::rules::Rule],
+        spec: &mut runner_sandbox::spec::SandboxSpec,
+    ) -> Result<Option<std::sync::Arc<runner_network::inspect::Inspection>>, String> {
+        use runner_sandbox::spec::Network;
+        if spec.network != Network::Allowlist || spec.backend == runner_sandbox::BackendKind::None {
             return Ok(None);
         }
         let declared = self.network.secret_values(|k| std::env::var(k).ok())?;
-        let secrets = crate::network::secrets::Secrets::new(declared)
+        let secrets = runner_network::secrets::Secrets::new(declared)
             .map_err(|e| format!("cannot make the secrets' placeholders: {e}"))?;
-        let trust: Vec<PathBuf> = crate::sandbox::trust::system_bundle()
+        let trust: Vec<PathBuf> = runner_sandbox::trust::system_bundle()
             .into_iter()
             .chain(self.network.ca_certificates.iter().cloned())
             .collect();
-        let Some(inspection) = crate::network::inspect::Inspection::new(rules, secrets, &trust)
+        let Some(inspection) = runner_network::inspect::Inspection::new(rules, secrets, &trust)
             .map_err(|e| e.to_string())?
         else {
             return Ok(None);
         };
         let dir = match spec.ca_bundle.as_deref().and_then(Path::parent) {
             Some(dir) => dir.to_path_buf(),
-            None => crate::dirs::data_home()
+            None => runner_dirs::data_home()
                 .unwrap_or_else(std::env::temp_dir)
                 .join("runner")
                 .join("ca"),
@@ -207,7 +207,7 @@ impl Settings {
         let ca_file = dir.join(format!("session-ca-{}.pem", std::process::id()));
         std::fs::write(&ca_file, inspection.ca_pem())
             .map_err(|e| format!("cannot write {}: {e}", ca_file.display()))?;
-        let bundle = crate::sandbox::trust::bundle(
+        let bundle = runner_sandbox::trust::bundle(
             spec.ca_bundle.as_deref(),
             std::slice::from_ref(&ca_file),
             &dir,
@@ -223,7 +223,7 @@ impl Settings {
 /// real token past the wall).
 pub fn put_placeholders(
     env: &mut Vec<(String, String)>,
-    inspection: &crate::network::inspect::Inspection,
+    inspection: &runner_network::inspect::Inspection,
 ) {
     for (name, placeholder) in inspection.secrets.environment() {
         env.retain(|(k, _)| *k != name);
@@ -239,12 +239,12 @@ struct FileSettings {
     retry: Option<RetrySettings>,
     context: Option<ContextSettings>,
     #[serde(default)]
-    hooks: Vec<crate::tool::hooks::HookSpec>,
+    hooks: Vec<runner_tool::hooks::HookSpec>,
     #[serde(default)]
-    mcp: BTreeMap<String, crate::tool::mcp::McpSpec>,
-    websearch: Option<crate::tool::search::SearchSettings>,
+    mcp: BTreeMap<String, runner_tool::mcp::McpSpec>,
+    websearch: Option<runner_tool::search::SearchSettings>,
     #[serde(default)]
-    lsp: BTreeMap<String, crate::tool::lsp_client::LspSpec>,
+    lsp: BTreeMap<String, runner_tool::lsp_client::LspSpec>,
     network: Option<NetworkSettings>,
     audit: Option<AuditSettings>,
     #[serde(skip)]
@@ -268,8 +268,8 @@ impl Settings {
     ) -> Result<(Settings, Vec<String>), SettingsError> {
         let mut settings = Settings::default();
         let mut notes = Vec::new();
-        let user = crate::dirs::config_dir().join("config.toml");
-        use crate::tool::hooks::Place;
+        let user = runner_dirs::config_dir().join("config.toml");
+        use runner_tool::hooks::Place;
         if user.is_file() {
             settings.merge(read(&user, &mut notes)?, &user, Place::Host);
         }
@@ -310,9 +310,9 @@ impl Settings {
         Ok((settings, notes))
     }
 
-    fn merge(&mut self, file: FileSettings, source: &Path, place: crate::tool::hooks::Place) {
+    fn merge(&mut self, file: FileSettings, source: &Path, place: runner_tool::hooks::Place) {
         self.hooks
-            .extend(file.hooks.into_iter().map(|spec| crate::tool::hooks::Hook {
+            .extend(file.hooks.into_iter().map(|spec| runner_tool::hooks::Hook {
                 spec,
                 place,
                 source: source.to_path_buf(),
@@ -321,7 +321,7 @@ impl Settings {
         self.mcp
             .extend(file.mcp.into_iter().map(|(name, mut spec)| {
                 spec.source = Some(source.to_path_buf());
-                spec.from_project = place == crate::tool::hooks::Place::Sandbox;
+                spec.from_project = place == runner_tool::hooks::Place::Sandbox;
                 (name, spec)
             }));
         if file.model.is_some() {
@@ -400,7 +400,7 @@ fn read(path: &Path, notes: &mut Vec<String>) -> Result<FileSettings, SettingsEr
     toml::from_str::<FileSettings>(&text).map_err(|e| SettingsError {
         line: e
             .span()
-            .map(|s| crate::permission::layers::line_of(&text, s.start)),
+            .map(|s| runner_permission::layers::line_of(&text, s.start)),
         ..err(e.message().trim().to_string())
     })
 }
@@ -412,10 +412,10 @@ fn table_shape(key: &str) -> Option<Shape> {
         "provider" => Shape::Named(fields_of::<ProviderSettings>),
         "retry" => Shape::Struct(fields_of::<RetrySettings>),
         "context" => Shape::Struct(fields_of::<ContextSettings>),
-        "hooks" => Shape::List(fields_of::<crate::tool::hooks::HookSpec>),
-        "mcp" => Shape::Named(fields_of::<crate::tool::mcp::McpSpec>),
-        "websearch" => Shape::Struct(fields_of::<crate::tool::search::SearchSettings>),
-        "lsp" => Shape::Named(fields_of::<crate::tool::lsp_client::LspSpec>),
+        "hooks" => Shape::List(fields_of::<runner_tool::hooks::HookSpec>),
+        "mcp" => Shape::Named(fields_of::<runner_tool::mcp::McpSpec>),
+        "websearch" => Shape::Struct(fields_of::<runner_tool::search::SearchSettings>),
+        "lsp" => Shape::Named(fields_of::<runner_tool::lsp_client::LspSpec>),
         "network" => Shape::Struct(fields_of::<NetworkSettings>),
         "audit" => Shape::Struct(fields_of::<AuditSettings>),
         _ => return None,

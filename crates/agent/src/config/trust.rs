@@ -17,8 +17,8 @@ use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
-use crate::display::escape;
-use crate::permission::layers::ProjectReview;
+use runner_display::escape;
+use runner_permission::layers::ProjectReview;
 
 /// How this process settles trust when a project config loosens a default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub enum TrustMode {
 
 /// Where trusted configs are recorded; `None` when there is no data directory.
 pub fn store_path() -> Option<PathBuf> {
-    crate::dirs::data_home().map(|d| d.join("runner").join("trusted-projects.jsonl"))
+    runner_dirs::data_home().map(|d| d.join("runner").join("trusted-projects.jsonl"))
 }
 
 /// Hex SHA-256 of a config's bytes.
@@ -101,7 +101,7 @@ pub fn decide(review: &ProjectReview, mode: TrustMode) -> bool {
             TrustMode::Ask => {
                 std::io::stdin().is_terminal()
                     && std::io::stderr().is_terminal()
-                    && crate::permission::terminal::confirm(&question(review))
+                    && runner_permission::terminal::confirm(&question(review))
             }
         };
     if yes && !known {
@@ -145,8 +145,8 @@ pub fn question(review: &ProjectReview) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::permission::project::Loosening;
-    use crate::permission::rules::{Action, Rule};
+    use runner_permission::project::Loosening;
+    use runner_permission::rules::{Action, Rule};
 
     #[test]
     fn the_record_is_by_repo_and_content() {

@@ -72,7 +72,7 @@ pub fn write(out: &Path) -> Result<PathBuf, EvalError> {
     });
     let html = page::page(&data);
     let path = out.join("report.html");
-    crate::workspace::write_file(&path, html.as_bytes()).map_err(EvalError::io("write", &path))?;
+    runner_workspace::write_file(&path, html.as_bytes()).map_err(EvalError::io("write", &path))?;
     Ok(path)
 }
 
@@ -193,8 +193,8 @@ fn transcript_of(dir: &Path) -> String {
         return files::head_and_tail(&session, Path::new("session.jsonl"), half, half)
             .map_or_else(|_| String::new(), |s| s.text);
     }
-    match crate::agent::record::Loaded::read(&session) {
-        Ok(loaded) => cut(crate::agent::transcript::transcript(&loaded)),
+    match runner_agent::record::Loaded::read(&session) {
+        Ok(loaded) => cut(runner_agent::transcript::transcript(&loaded)),
         Err(_) => files::head_and_tail(&dir.join("agent.log"), Path::new("agent.log"), half, half)
             .map_or_else(|_| String::new(), |s| s.text),
     }

@@ -8,11 +8,11 @@ pub mod cgroup;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use super::api::{ApiError, ErrorKind};
-use super::server::restore::ProtectedCopy;
 use super::spec::{Network, SandboxSpec};
 use super::worktree_guard::{SweepOnClose, WorktreeGuard};
 use super::{BackendKind, Sandbox, SandboxError, local};
+use runner_protocol::{ApiError, ErrorKind};
+use runner_sandbox_server::restore::ProtectedCopy;
 
 /// Private temp directories are `runner-sandbox-<owner pid>-…` in the system temp dir.
 pub const TMP_PREFIX: &str = "runner-sandbox-";
