@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 
 use super::cut::Cut;
 use super::egress::{Egress, ProxyServer};
+use super::inspect::Tunnel;
 use super::pump::{self, Window};
 use super::request::{self, Kind};
 use super::{ConnectionRecord, Events, Shared};
@@ -181,18 +182,15 @@ impl Connection<'_> {
         let Some(inspection) = inspection else {
             return self.relay(req, via, stream, rest, false, id).await;
         };
-        if inspection.inspects(&req.host) {
-            return self
-                .inspect(&inspection, &req, via, addrs, stream, rest, false, id)
-                .await;
+        match inspection.tunnel(&req.host) {
+            Tunnel::Inspected => {
+                return self
+                    .inspect(&inspection, &req, via, addrs, stream, rest, false, id)
+                    .await;
+            }
+            Tunnel::Unread => return self.relay(req, via, stream, rest, false, id).await,
+            Tunnel::InspectedIfTls => {}
         }
-        if req.host.parse::<std::net::IpAddr>().is_err() {
-            return self.relay(req, via, stream, rest, false, id).await;
-        }
-        // A tunnel to an address: its TLS names no host, so the server behind it picks
-        // the site by the `Host` inside, which could name an inspected host and reach a
-        // path its rules deny. So its TLS is inspected too (each request's `Host` must
-        // name the address); another protocol goes on as a tunnel.
         if !self.established(id).await {
             return;
         }

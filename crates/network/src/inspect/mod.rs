@@ -131,6 +131,32 @@ impl Inspection {
     pub fn inspects(&self, host: &str) -> bool {
         self.hosts.iter().any(|p| wildcard::matches(host, p))
     }
+
+    /// What becomes of a `CONNECT` tunnel to `host`. One to an address carries TLS that
+    /// names no host, so the server behind it picks the site by the `Host` inside, which
+    /// could name an inspected host and reach a path its rules deny: its TLS is inspected
+    /// too, where each request's `Host` must name the address.
+    pub fn tunnel(&self, host: &str) -> Tunnel {
+        if self.inspects(host) {
+            Tunnel::Inspected
+        } else if host.parse::<std::net::IpAddr>().is_ok() {
+            Tunnel::InspectedIfTls
+        } else {
+            Tunnel::Unread
+        }
+    }
+}
+
+/// How a tunnel is carried ([`Inspection::tunnel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tunnel {
+    /// Its TLS answered here, each request judged.
+    Inspected,
+    /// An address: inspected if the client's first bytes are a TLS handshake, else a
+    /// tunnel (another protocol, judged by its first bytes as any tunnel's are).
+    InspectedIfTls,
+    /// Bytes both ways, unread past the first flight.
+    Unread,
 }
 
 /// The client side of the proxy's own connections: the given authorities, HTTP/1.1.

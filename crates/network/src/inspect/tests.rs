@@ -733,3 +733,56 @@ async fn scrubbing_cost() {
         b / a
     );
 }
+
+/// A tunnel to an address is inspected when it carries TLS (which names no host there), to
+/// a name only when a rule or a secret names it.
+#[tokio::test]
+async fn a_tunnel_to_an_address_is_inspected_when_any_host_is() {
+    let o = origin().await;
+    let rules = [("http", "* localhost/private/*", Action::Deny)];
+    let i = inspection(&rules, &o, Secrets::default());
+    assert_eq!(i.tunnel("localhost"), Tunnel::Inspected);
+    assert_eq!(i.tunnel("127.0.0.1"), Tunnel::InspectedIfTls);
+    assert_eq!(i.tunnel("::1"), Tunnel::InspectedIfTls);
+    assert_eq!(i.tunnel("example.org"), Tunnel::Unread);
+}
+
+/// Over a tunnel to the origin's address, a TLS handshake naming no host gets the session's
+/// certificate for the address; a request whose `Host` names the inspected name (and its
+/// denied path) is refused and never arrives, the same path with the address as `Host` is
+/// served.
+#[tokio::test]
+async fn over_an_address_a_host_naming_an_inspected_name_is_refused() {
+    let o = origin().await;
+    let rules = [
+        ("http", "* localhost/private/*", Action::Deny),
+        ("http", "*", Action::Allow),
+    ];
+    let sh = Arc::new(shared(&rules, inspection(&rules, &o, Secrets::default())));
+    assert_eq!(
+        sh.inspection.as_ref().unwrap().tunnel("127.0.0.1"),
+        Tunnel::InspectedIfTls
+    );
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let named = exchange(
+        &mut c,
+        &format!(
+            "GET /private/x HTTP/1.1\r\nHost: localhost:{}\r\n\r\n",
+            o.port
+        ),
+    )
+    .await;
+    assert!(named.starts_with("HTTP/1.1 403"), "{named}");
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let address = exchange(
+        &mut c,
+        &format!(
+            "GET /private/y HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            o.port
+        ),
+    )
+    .await;
+    assert!(address.contains("seen GET /private/y"), "{address}");
+    let seen = o.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only the control: {seen:?}");
+}
