@@ -220,3 +220,27 @@ fn the_mcp_front_end_links_no_cli_or_eval() {
         &["clap", "runner", "runner-eval", "indicatif"],
     );
 }
+
+/// apply_patch's language and edit's replacers are pure text: they link nothing at all, so
+/// the fuzzer and the edit bench build them alone.
+#[test]
+fn the_text_engines_link_nothing() {
+    for package in ["runner-patch", "runner-edit"] {
+        assert_eq!(
+            tree(package, Some(1)),
+            [package],
+            "{package}'s dependencies"
+        );
+    }
+}
+
+/// The fuzzer links the decoders it fuzzes (the patch parser among them), not the tools
+/// around them with their MCP SDK.
+#[test]
+fn the_fuzzer_links_no_tool_or_mcp() {
+    links_none(
+        "runner-fuzz",
+        "runner-patch",
+        &["runner-tool", "rmcp", "runner-agent", "runner"],
+    );
+}
