@@ -13,6 +13,12 @@
 //! `cargo bench --bench agent` (docker needs the engine and `runner image build`).
 //! `AGENT_BENCH_STEPS` sets the steps (default 100).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark that cannot set up has nothing to measure: it stops there"
+)]
+
 use std::process::{Command, ExitCode, Stdio};
 
 use common::provider::{Response, ScriptedModel, call, text};

@@ -16,6 +16,12 @@
 //! `MCP_BENCH_CALLS` sets the MCP calls per kind (default 200); a tenth as many whole
 //! processes are timed (at least 5).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark that cannot set up has nothing to measure: it stops there"
+)]
+
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};

@@ -47,6 +47,12 @@
 //! `cargo bench --bench sandbox` (needs a running engine and `runner image build`).
 //! `SANDBOX_BENCH_RUNS` sets the number of timed runs (default 30).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark that cannot set up has nothing to measure: it stops there"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;

@@ -8,6 +8,12 @@
 //! `sandbox_cleanup` ends every runner container on the machine (`--all --yes`), which would pull
 //! sandboxes from under the tests beside it.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 mod agent;
 mod apply_patch_scenarios;
 mod architecture;

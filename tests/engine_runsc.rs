@@ -8,6 +8,12 @@
 //! `escape_docker.rs`), and so does the tool conformance script (`common/agree.rs`): the
 //! same calls give the same results as on the in-process server.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use common::Backend;
 use common::engine::{self, runsc, use_engine};
 use common::escape;

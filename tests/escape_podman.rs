@@ -4,6 +4,12 @@
 //! The same attack table as `escape_docker.rs`, the same holes (none); the conformance
 //! test compares Podman's results with the in-process server's, call by call.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use common::Backend;
 use common::escape;
 

@@ -13,6 +13,12 @@
 //!   same holes as on Docker (none). The limits this engine says it cannot enforce are not
 //!   judged, each with its reason (`podman::unenforced_limits`); all the others are.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -4,6 +4,12 @@
 //! Its tests take turns ([`serial`]): a cleanup in one would remove what another planted
 //! and is about to look for.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

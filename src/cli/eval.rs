@@ -139,8 +139,9 @@ fn network_arg()
             .aliases(c.aliases().iter().copied())
             .help(c.about())
     });
-    clap::builder::PossibleValuesParser::new(values)
-        .map(|s| NetworkChoice::parse(&s).expect("clap checked it is a listed value"))
+    clap::builder::PossibleValuesParser::new(values).try_map(|s| {
+        NetworkChoice::parse(&s).ok_or_else(|| format!("{s} is not one of the values listed"))
+    })
 }
 
 pub fn run(cmd: EvalCommand) -> u8 {

@@ -196,10 +196,10 @@ fn choice_arg<T: Copy + Send + Sync + 'static, const N: usize>(
 ) -> impl clap::builder::TypedValueParser<Value = T> {
     use clap::builder::{PossibleValue, TypedValueParser};
     let values = all.map(|v| PossibleValue::new(name(v)).help(about(v)));
-    clap::builder::PossibleValuesParser::new(values).map(move |s| {
+    clap::builder::PossibleValuesParser::new(values).try_map(move |s| {
         all.into_iter()
             .find(|v| name(*v) == s)
-            .expect("clap checked it is a listed value")
+            .ok_or_else(|| format!("{s} is not one of the values listed"))
     })
 }
 
@@ -227,8 +227,6 @@ fn workspace_arg() -> impl clap::builder::TypedValueParser<Value = runner_worksp
 fn network_arg() -> impl clap::builder::TypedValueParser<Value = runner_sandbox::spec::Network> {
     use clap::builder::TypedValueParser;
     use runner_sandbox::spec::Network;
-    clap::builder::PossibleValuesParser::new(Network::ALL.map(Network::as_arg)).map(|s| {
-        s.parse::<Network>()
-            .expect("clap checked it is a listed mode")
-    })
+    clap::builder::PossibleValuesParser::new(Network::ALL.map(Network::as_arg))
+        .try_map(|s| s.parse::<Network>())
 }

@@ -58,7 +58,7 @@ pub async fn run(
         Err(e) => return infra(result, "prepare", e, false),
     };
     let removing = Removing(Some(ws));
-    let ws = removing.0.as_ref().expect("present until dropped");
+    let ws = removing.workspace();
     let root = ws.work();
     result.base = Some(base);
     let mut session = session_options(task, options, &root);
@@ -291,6 +291,19 @@ async fn judge(
 /// tree takes a while), before the evaluation ends.
 pub(super) struct Removing(pub(super) Option<Workspace>);
 
+impl Removing {
+    /// The workspace, there until the guard is dropped.
+    #[expect(
+        clippy::expect_used,
+        reason = "only Drop takes the workspace out; the Option is for that take"
+    )]
+    pub(super) fn workspace(&self) -> &Workspace {
+        self.0
+            .as_ref()
+            .expect("the workspace is there until the guard is dropped")
+    }
+}
+
 impl Drop for Removing {
     fn drop(&mut self) {
         if let Some(ws) = self.0.take() {
@@ -348,8 +361,12 @@ impl Prewarmed {
         })))
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "the handle leaves only here, which consumes the guard, or in Drop"
+    )]
     async fn take(mut self) -> Result<OpenSession, EvalError> {
-        let handle = self.0.take().expect("taken once");
+        let handle = self.0.take().expect("a prewarmed session is taken once");
         match handle.await {
             Ok(Ok(open)) => Ok(open),
             Ok(Err(e)) => Err(e.into()),

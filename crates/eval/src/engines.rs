@@ -129,6 +129,10 @@ impl Engines {
 
     /// The engine with the most free capacity among those not set aside (all of them, if
     /// every one is). Held until the attempt ends.
+    #[expect(
+        clippy::expect_used,
+        reason = "Engines::connect makes one engine per host named, or the default engine when none is: the set is never empty"
+    )]
     pub fn lease(&self) -> Lease {
         let usable: Vec<&Arc<Engine>> = self.0.iter().filter(|e| e.usable()).collect();
         let pool = if usable.is_empty() {
@@ -139,7 +143,7 @@ impl Engines {
         let engine = pool
             .into_iter()
             .max_by(|a, b| a.free().total_cmp(&b.free()))
-            .expect("at least one engine")
+            .expect("Engines::connect makes one engine per host, or the default one")
             .clone();
         engine.running.fetch_add(1, Ordering::Relaxed);
         Lease(engine)

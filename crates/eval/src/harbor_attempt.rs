@@ -71,8 +71,8 @@ pub async fn run(
         Ok(p) => p,
         Err(ended) => return ended,
     };
-    let ws = prepared.removing.0.as_ref().expect("present until dropped");
-    let container = prepared.owner.0.as_ref().expect("owned until dropped");
+    let ws = prepared.removing.workspace();
+    let container = prepared.owner.container();
     let place = Place {
         container,
         engine,
@@ -151,9 +151,9 @@ async fn prepare(
         .map_err(|(e, retryable)| {
             verdict::failed(result.clone(), "prepare", e, Some(engine), retryable)
         })?;
-    let container = owner.0.as_ref().expect("owned until dropped");
+    let container = owner.container();
     // The base only serves the diff: without one the attempt still runs.
-    let ws = removing.0.as_ref().expect("present until dropped");
+    let ws = removing.workspace();
     ws.take_base(container).await;
     Ok(Prepared {
         removing,
@@ -1456,6 +1456,19 @@ fn pack_layers(
 
 /// The task container, removed off the async threads when the attempt is done.
 struct Owned(Option<Arc<TaskContainer>>);
+
+impl Owned {
+    /// The container, there until the owner is dropped.
+    #[expect(
+        clippy::expect_used,
+        reason = "only Drop takes the container out; the Option is for that take"
+    )]
+    fn container(&self) -> &Arc<TaskContainer> {
+        self.0
+            .as_ref()
+            .expect("the container is there until its owner is dropped")
+    }
+}
 
 impl Drop for Owned {
     fn drop(&mut self) {

@@ -615,10 +615,19 @@ async fn run_with_retries(
         let engine = lease.as_deref();
         let verdict = match task {
             Job::Repo(t) => attempt::run(t, attempt, &dir, options, engine, stop).await?,
-            Job::Harbor(t) => {
-                let engine = engine.expect("engines are connected for Harbor tasks");
-                harbor_attempt::run(t, attempt, &dir, options, engine, stop).await?
-            }
+            Job::Harbor(t) => match engine {
+                Some(engine) => {
+                    harbor_attempt::run(t, attempt, &dir, options, engine, stop).await?
+                }
+                // The engines are connected whenever the set holds a Harbor task; were that
+                // ever not so, the attempt says it rather than the evaluation panicking.
+                None => verdict::infra(
+                    TaskResult::new(&t.id, attempt, options.model_label()),
+                    "prepare",
+                    "no Docker engine is connected to run this Harbor task in",
+                    false,
+                )?,
+            },
         };
         let mut result = verdict.result;
         result.infra_retries = retries;

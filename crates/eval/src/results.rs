@@ -538,7 +538,8 @@ pub fn claim(out: &Path, options: &super::EvalOptions) -> Result<(), EvalError> 
     if record.runs.len() > RUNS_KEPT {
         record.runs.drain(1..record.runs.len() - RUNS_KEPT + 1);
     }
-    let text = serde_json::to_vec_pretty(&record).expect("a run record is plain data");
+    let text =
+        serde_json::to_vec_pretty(&record).map_err(|e| EvalError::io("write", &path)(e.into()))?;
     runner_workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))
 }
 

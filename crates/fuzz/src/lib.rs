@@ -17,6 +17,10 @@
 pub mod alloc;
 mod driver;
 mod mutate;
+#[allow(
+    clippy::expect_used,
+    reason = "a target asserts what must hold by panicking: the panic is the fuzzer's finding"
+)]
 pub mod targets;
 
 pub use driver::{Failure, Report, Settings, run_target};

@@ -2,6 +2,12 @@
 //! `FUZZ_SECONDS` (2 s a target unless set; CI keeps the default). A failure names the seed
 //! and the file the failing input was written to.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use runner_fuzz::{Settings, find, run_target};
 
 fn fuzz(name: &str) {

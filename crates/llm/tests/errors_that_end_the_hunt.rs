@@ -4,6 +4,12 @@
 //! retries; a refused key names the variable it came from. The controls show that what
 //! waiting can cure (a 429 from the same loopback server) is still retried.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

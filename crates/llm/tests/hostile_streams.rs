@@ -2,6 +2,12 @@
 //! wire format, with one thing in its answer that used to panic runner or fill its memory.
 //! Each attack sits next to the control that shows the same answer, well formed, works.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 use std::time::Duration;
 
 use runner_llm::anthropic::Anthropic;

@@ -4,6 +4,12 @@
 //! compared byte for byte. The root's `tests/apply_patch_scenarios.rs` runs the same folders
 //! through the real tool and sandbox.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test's panic is its failure report"
+)]
+
 mod scenario;
 
 use std::path::Path;

@@ -8,6 +8,12 @@
 //! `common`. The runner binary the tests start is found beside the test binary
 //! ([`runner_exe`]): cargo builds it for the package's integration tests.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a fixture for tests: its panic is the failing test's report"
+)]
+
 pub mod agree;
 pub mod allowlist;
 pub mod engine;

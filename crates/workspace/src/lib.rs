@@ -313,19 +313,17 @@ impl Workspace {
 
     /// The workspace `id` (or a unique prefix of one).
     pub fn open(id: &str) -> Result<Workspace, Error> {
-        let all = list_all();
-        let found: Vec<Workspace> = all
+        let mut found: Vec<Workspace> = list_all()
             .into_iter()
             .filter(|w| w.meta.id.starts_with(id))
             .collect();
-        match found.len() {
-            1 => Ok(found.into_iter().next().expect("one")),
-            0 => Err(Error::NotFound(id.to_string())),
-            count => Err(Error::Ambiguous {
+        if found.len() > 1 {
+            return Err(Error::Ambiguous {
                 prefix: id.to_string(),
-                count,
-            }),
+                count: found.len(),
+            });
         }
+        found.pop().ok_or_else(|| Error::NotFound(id.to_string()))
     }
 
     /// What the sandbox works in.
@@ -497,8 +495,9 @@ impl Workspace {
     }
 
     fn save(&self) -> Result<(), Error> {
-        let text = serde_json::to_vec_pretty(&self.meta).expect("a Meta is plain data");
         let path = self.dir.join("meta.json");
+        let text = serde_json::to_vec_pretty(&self.meta)
+            .map_err(|e| Error::io("write", &path)(e.into()))?;
         write_file(&path, &text).map_err(Error::io("write", &path))
     }
 }
