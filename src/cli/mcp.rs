@@ -53,8 +53,9 @@ pub struct ServeArgs {
     pub sandbox: super::tool::SandboxArgs,
     #[command(flatten)]
     pub rules: super::permission::RuleArgs,
-    /// Who answers what the rules leave open when the MCP client cannot be asked (it takes
-    /// no elicitations): deny (the default) refuses, allow approves each call once.
+    /// Who answers what the rules leave open when the MCP client cannot be asked (the
+    /// session's MCP revision or the client has no elicitation): deny (the default)
+    /// refuses, allow approves each call once.
     #[arg(long, value_parser = ["allow", "deny"], default_value = "deny")]
     pub ask: String,
     /// Let the direct workspace edit a folder that is not inside a git work tree.
@@ -87,7 +88,9 @@ async fn serve(args: ServeArgs) -> u8 {
         Err(e) => {
             eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             match e {
-                runner_mcp_serve::ServeError::Open(runner_agent::session::OpenError::Usage(_)) => {
+                runner_mcp_serve::ServeError::Open(e)
+                    if e.kind() == runner_agent::session::OpenKind::Usage =>
+                {
                     exit::USAGE
                 }
                 _ => exit::FAILED,

@@ -82,16 +82,103 @@ impl std::fmt::Debug for SessionAsker {
     }
 }
 
-/// Why a session could not open. `Usage` is the caller's to fix (bad root, broken config);
-/// `Sandbox` is the wall that could not be built.
+/// Why a session could not open. Each error keeps what stopped it (the profile's, the
+/// config's, the engine's own error) as its source, so a caller decides by kind, never by
+/// reading the message: [`OpenError::kind`] says whose it is to fix, and
+/// [`OpenError::engine_fault`] whether the engine itself failed a call.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// A flag or root the caller has to change, said here.
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Profile(#[from] profile::ProfileError),
+    #[error(transparent)]
+    Rules(#[from] rule_layers::ConfigError),
+    #[error(transparent)]
+    Settings(#[from] crate::config::settings::SettingsError),
+    /// The trust bundle the sandbox gets could not be made from the config's authorities.
+    #[error(transparent)]
+    Trust(#[from] runner_sandbox::trust::TrustError),
+    #[error(transparent)]
+    Audit(#[from] runner_audit::AuditError),
+    /// The config's `[websearch]` names a service that cannot be used.
+    #[error(transparent)]
+    Search(#[from] runner_tool::server_error::ServerError),
+    /// Hosts read request by request, or secrets, that cannot be set up as the config says.
+    #[error("{0}")]
+    Inspection(String),
+    /// No wall was named and none works here.
+    #[error(transparent)]
+    NoWall(#[from] runner_sandbox::choose::NoWall),
+    /// A wall that cannot work where runner is (a container of its own), said here.
     #[error("{0}")]
     Sandbox(String),
-    #[error("{0}")]
-    Failed(String),
+    /// The sandbox did not start.
+    #[error("cannot start the {backend} sandbox: {source}")]
+    SandboxStart {
+        backend: &'static str,
+        #[source]
+        source: runner_sandbox::SandboxError,
+    },
+    /// The allow-list's proxy did not start in the sandbox.
+    #[error("cannot start the network proxy in the sandbox: {0}")]
+    Proxy(#[source] runner_sandbox::SandboxError),
+    #[error("cannot find the runner executable: {0}")]
+    Executable(#[source] std::io::Error),
+    #[error(
+        "cannot prepare {} for saved tool output: {source}; set XDG_DATA_HOME to a writable directory",
+        dir.display()
+    )]
+    Outputs {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The copy workspace could not be made.
+    #[error(transparent)]
+    Workspace(#[from] runner_workspace::Error),
+}
+
+/// Whose an [`OpenError`] is to fix: the caller's (flags, config), the wall's, or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenKind {
+    Usage,
+    Sandbox,
+    Failed,
+}
+
+impl OpenError {
+    pub fn kind(&self) -> OpenKind {
+        match self {
+            OpenError::Usage(_)
+            | OpenError::Profile(_)
+            | OpenError::Rules(_)
+            | OpenError::Settings(_)
+            | OpenError::Trust(_)
+            | OpenError::Audit(_)
+            | OpenError::Search(_)
+            | OpenError::Inspection(_) => OpenKind::Usage,
+            OpenError::NoWall(_)
+            | OpenError::Sandbox(_)
+            | OpenError::SandboxStart { .. }
+            | OpenError::Proxy(_) => OpenKind::Sandbox,
+            OpenError::Executable(_) | OpenError::Outputs { .. } | OpenError::Workspace(_) => {
+                OpenKind::Failed
+            }
+        }
+    }
+
+    /// The engine's own failure of a call (a 5xx, a cut connection, no answer in time),
+    /// when that is what stopped the sandbox or its proxy from starting.
+    pub fn engine_fault(&self) -> Option<runner_sandbox::docker::EngineFault> {
+        match self {
+            OpenError::SandboxStart { source, .. } | OpenError::Proxy(source) => {
+                source.engine_fault()
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The rules half of a session: enough to judge calls without running anything.
@@ -125,8 +212,7 @@ impl SessionOptions {
                 self.root.display()
             )));
         }
-        let usage = |e: &dyn std::fmt::Display| OpenError::Usage(e.to_string());
-        let profile = profile::load(self.profile_name()).map_err(|e| usage(&e))?;
+        let profile = profile::load(self.profile_name())?;
         let root = absolute_root(&self.root);
         // A private worktree (an evaluation's) has nobody to ask, whatever the terminal.
         let mode = match self.project_trust {
@@ -141,8 +227,7 @@ impl SessionOptions {
             output_dir,
             session: self.session_rules.clone(),
             trust: &mut |review| trust::decide(review, mode),
-        })
-        .map_err(|e| usage(&e))?;
+        })?;
         Ok(Rules {
             profile,
             rules: rule_layers::merge(layers),
@@ -166,8 +251,7 @@ impl SessionOptions {
     /// anywhere, the default wall.
     pub fn spec(&self, profile: &Profile) -> Result<SandboxSpec, OpenError> {
         let (settings, _) =
-            crate::config::settings::Settings::load(&self.root, self.config.as_deref())
-                .map_err(|e| OpenError::Usage(e.to_string()))?;
+            crate::config::settings::Settings::load(&self.root, self.config.as_deref())?;
         self.spec_with(profile, &settings)
     }
 
@@ -177,12 +261,12 @@ impl SessionOptions {
         profile: &Profile,
         settings: &crate::config::settings::Settings,
     ) -> Result<SandboxSpec, OpenError> {
-        let mut spec = SandboxSpec::new(BackendKind::None, &self.root)
-            .map_err(|e| OpenError::Failed(format!("cannot find the runner executable: {e}")))?;
+        let mut spec =
+            SandboxSpec::new(BackendKind::None, &self.root).map_err(OpenError::Executable)?;
         profile.sandbox.apply(&mut spec);
         match self.default_wall(profile) {
             Some(Ok(chosen)) => spec.backend = chosen.backend,
-            Some(Err(none)) => return Err(OpenError::Sandbox(none.to_string())),
+            Some(Err(none)) => return Err(none.into()),
             None => {}
         }
         if let Some(b) = self.backend {
@@ -214,7 +298,7 @@ impl SessionOptions {
                 Some(dir) => settings.ca_bundle_in(dir),
                 None => settings.ca_bundle(),
             };
-            spec.ca_bundle = bundle.map_err(|e| OpenError::Usage(e.to_string()))?;
+            spec.ca_bundle = bundle?;
         }
         if let Some(task) = &self.in_image {
             spec.backend = BackendKind::Docker;
@@ -247,20 +331,18 @@ impl SessionOptions {
         // The rest of the config (model, providers, hooks, MCP servers), read once here for
         // everything that runs in the session; a broken file stops it before any sandbox.
         let (settings, notes) =
-            crate::config::settings::Settings::load(&rules.root, self.config.as_deref())
-                .map_err(|e| OpenError::Usage(e.to_string()))?;
+            crate::config::settings::Settings::load(&rules.root, self.config.as_deref())?;
         rules.notes.extend(notes);
         let mut spec = self.spec_with(&rules.profile, &settings)?;
         // The trail opens before anything runs, and never where the sandbox can write.
         let host_root = self.in_image.is_none().then_some(rules.root.as_path());
         let writable = crate::audit::writable_by(&spec, host_root);
-        let audit = crate::audit::open(&self.audit, &settings, &writable)
-            .map_err(|e| OpenError::Usage(e.to_string()))?;
+        let audit = crate::audit::open(&self.audit, &settings, &writable)?;
         // Hosts read request by request, and secrets: the session's authority joins the
         // sandbox's trust bundle before the sandbox starts.
         let inspection = settings
             .inspection(&rules.rules, &mut spec)
-            .map_err(OpenError::Usage)?;
+            .map_err(OpenError::Inspection)?;
         // A loopback address the user opened is the host's: its commands reach it through
         // the proxy, not on the sandbox's own loopback.
         spec.host_loopback = runner_network::outbound::host_loopback(&rules.rules);
@@ -282,10 +364,10 @@ impl SessionOptions {
                 if let Some(ws) = workspace {
                     let _ = ws.discard();
                 }
-                return Err(OpenError::Sandbox(format!(
-                    "cannot start the {} sandbox: {e}",
-                    spec.backend.name()
-                )));
+                return Err(OpenError::SandboxStart {
+                    backend: spec.backend.name(),
+                    source: e,
+                });
             }
         };
         rules.notes.extend(sandbox.notes.iter().cloned());
@@ -363,11 +445,9 @@ impl SessionOptions {
                 .unwrap_or_else(Truncator::default_dir),
             self.outputs_of.as_deref(),
         );
-        truncator.prepare().map_err(|e| {
-            OpenError::Failed(format!(
-                "cannot prepare {} for saved tool output: {e}; set XDG_DATA_HOME to a writable directory",
-                truncator.dir().display()
-            ))
+        truncator.prepare().map_err(|source| OpenError::Outputs {
+            dir: truncator.dir().to_path_buf(),
+            source,
         })?;
         Ok(truncator)
     }
@@ -400,8 +480,7 @@ impl SessionOptions {
         if mode != runner_workspace::Mode::Copy || self.in_image.is_some() {
             return Ok(None);
         }
-        let ws = runner_workspace::Workspace::create(&self.root, spec.limits.disk_bytes)
-            .map_err(|e| OpenError::Failed(e.to_string()))?;
+        let ws = runner_workspace::Workspace::create(&self.root, spec.limits.disk_bytes)?;
         spec.worktree = ws.work();
         Ok(Some(ws))
     }
@@ -450,11 +529,7 @@ async fn start_proxy(
         inspection,
     )
     .await
-    .map_err(|e| {
-        OpenError::Sandbox(format!(
-            "cannot start the network proxy in the sandbox: {e}"
-        ))
-    })?;
+    .map_err(OpenError::Proxy)?;
     Ok(Some(Arc::new(proxy)))
 }
 
@@ -545,5 +620,5 @@ fn search_service(
         .as_ref()
         .map(|s| runner_tool::search::Search::from_settings(s).map(Arc::new))
         .transpose()
-        .map_err(|e| OpenError::Usage(e.to_string()))
+        .map_err(OpenError::from)
 }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::{Event, EventSink};
 use super::record::{self, Loaded, Record, Recorder};
 use super::{Agent, End, LoopOptions, Outcome, Runtime, agents};
-use crate::session::{OpenError, OpenSession, SessionOptions};
+use crate::session::{OpenError, OpenKind, OpenSession, SessionOptions};
 use runner_llm::models::resolve;
 use runner_llm::retry::Retry;
 use runner_tool::{Conversation, UserChannel};
@@ -53,40 +53,86 @@ impl RunOptions {
     }
 }
 
+/// Why a run could not start. The session's own error ([`OpenError`]), the provider's and
+/// the session file's travel as sources; [`StartError::kind`] says whose it is to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// A flag the caller has to change (no model, no such agent), said here.
     #[error("{0}")]
     Usage(String),
-    #[error("{0}")]
-    Provider(String),
-    #[error("{0}")]
-    Sandbox(String),
-    #[error("{0}")]
-    Failed(String),
+    /// The session (rules, config, sandbox, proxy) could not open.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The provider could not be made from the model and the config (a misnamed provider,
+    /// no key, a spec that is not provider/model).
+    #[error(transparent)]
+    Provider(#[from] runner_llm::LlmError),
+    /// `--resume ID` names no one session.
+    #[error(transparent)]
+    NoSession(#[from] record::NotFound),
+    /// The session to continue cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot create the session file in {}: {source}; set XDG_DATA_HOME to a writable directory",
+        dir.display()
+    )]
+    SessionFile {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// A session that could not open keeps its kind: a usage error, a wall that would not
-/// start, or anything else.
-impl From<OpenError> for StartError {
-    fn from(e: OpenError) -> StartError {
-        match e {
-            OpenError::Usage(m) => StartError::Usage(m),
-            OpenError::Sandbox(m) => StartError::Sandbox(m),
-            OpenError::Failed(m) => StartError::Failed(m),
-        }
-    }
+/// Whose a [`StartError`] is to fix: the caller's (flags, config), the provider's config,
+/// the wall's, or neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartKind {
+    Usage,
+    Provider,
+    Sandbox,
+    Failed,
 }
 
 impl StartError {
-    pub fn exit_code(&self) -> u8 {
+    /// A session that could not open keeps its kind: a usage error, a wall that would not
+    /// start, or anything else.
+    pub fn kind(&self) -> StartKind {
         match self {
-            StartError::Usage(_) => super::exit::USAGE,
-            // The provider could not be made from the model and the config (a misnamed
-            // provider, no key, a spec that is not provider/model): a config error. A
-            // provider that fails once asked exits PROVIDER from the loop's end instead.
-            StartError::Provider(_) => super::exit::USAGE,
-            StartError::Sandbox(_) => super::exit::SANDBOX,
-            StartError::Failed(_) => super::exit::FAILED,
+            StartError::Usage(_) | StartError::NoSession(_) | StartError::Unreadable { .. } => {
+                StartKind::Usage
+            }
+            StartError::Open(e) => match e.kind() {
+                OpenKind::Usage => StartKind::Usage,
+                OpenKind::Sandbox => StartKind::Sandbox,
+                OpenKind::Failed => StartKind::Failed,
+            },
+            StartError::Provider(_) => StartKind::Provider,
+            StartError::SessionFile { .. } => StartKind::Failed,
+        }
+    }
+
+    /// The engine's own failure of a call, when that is what stopped the session's sandbox
+    /// or proxy ([`OpenError::engine_fault`]).
+    pub fn engine_fault(&self) -> Option<runner_sandbox::docker::EngineFault> {
+        match self {
+            StartError::Open(e) => e.engine_fault(),
+            _ => None,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self.kind() {
+            StartKind::Usage => super::exit::USAGE,
+            // The provider could not be made from the model and the config: a config
+            // error. A provider that fails once asked exits PROVIDER from the loop's end.
+            StartKind::Provider => super::exit::USAGE,
+            StartKind::Sandbox => super::exit::SANDBOX,
+            StartKind::Failed => super::exit::FAILED,
         }
     }
 }
@@ -159,8 +205,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         &settings.provider,
         settings.retry,
         on_retry.clone(),
-    )
-    .map_err(|e| StartError::Provider(e.to_string()))?;
+    )?;
     let recorded_prompt = recorded_prompt(&model_spec);
     let mut loop_options = loop_options;
     if let Some(t) = settings.context.and_then(|c| c.threshold) {
@@ -268,11 +313,11 @@ fn recorder(
     audit: &Arc<runner_audit::Audit>,
 ) -> Result<Arc<Recorder>, StartError> {
     let recorder = Arc::new(
-        Recorder::create(sessions_dir.join(format!("{id}.jsonl"))).map_err(|e| {
-            StartError::Failed(format!(
-                "cannot create the session file in {}: {e}; set XDG_DATA_HOME to a writable directory",
-                sessions_dir.display()
-            ))
+        Recorder::create(sessions_dir.join(format!("{id}.jsonl"))).map_err(|source| {
+            StartError::SessionFile {
+                dir: sessions_dir.to_path_buf(),
+                source,
+            }
         })?,
     );
     if let Some(network) = network {
@@ -291,7 +336,7 @@ fn recorder(
 
 fn find_resume(resume: &Resume, dir: &Path, root: &Path) -> Result<Loaded, StartError> {
     let path = match resume {
-        Resume::Id(id) => record::find(dir, id).map_err(|e| StartError::Usage(e.to_string()))?,
+        Resume::Id(id) => record::find(dir, id)?,
         Resume::Last => record::list(dir)
             .into_iter()
             .find(|p| {
@@ -307,8 +352,7 @@ fn find_resume(resume: &Resume, dir: &Path, root: &Path) -> Result<Loaded, Start
                 ))
             })?,
     };
-    Loaded::read(&path)
-        .map_err(|e| StartError::Usage(format!("cannot read {}: {e}", path.display())))
+    Loaded::read(&path).map_err(|source| StartError::Unreadable { path, source })
 }
 
 impl Run {

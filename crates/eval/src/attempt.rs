@@ -167,7 +167,7 @@ async fn start_agent(
     run_options.loop_options.max_steps = options.max_steps;
     let _engine = super::ENGINE_CALLS.acquire().await;
     start(run_options).await.map_err(|e| {
-        let retryable = matches!(e, runner_agent::start::StartError::Sandbox(_));
+        let retryable = e.kind() == runner_agent::start::StartKind::Sandbox;
         (format!("cannot start the agent: {e}"), retryable)
     })
 }

@@ -99,6 +99,8 @@ impl EvalError {
             EvalError::Docker(e) => e.engine_fault(),
             EvalError::Sandbox(e) | EvalError::InSandbox { source: e, .. } => e.engine_fault(),
             EvalError::Step { source, .. } => source.engine_fault(),
+            EvalError::Agent(e) => e.engine_fault(),
+            EvalError::Session(e) => e.engine_fault(),
             _ => None,
         }
     }

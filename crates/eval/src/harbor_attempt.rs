@@ -848,7 +848,7 @@ async fn model(
         Err(e) => {
             // A sandbox that cannot start on an engine that answers (a task user the image
             // lacks, say) will not start on a second try either.
-            let retryable = matches!(e, runner_agent::start::StartError::Sandbox(_))
+            let retryable = e.kind() == runner_agent::start::StartKind::Sandbox
                 && !super::engine_alive(Some(engine)).await;
             return AgentRan::CouldNotStart(
                 EvalError::from(e).during("cannot start the agent"),
