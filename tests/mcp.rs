@@ -4,6 +4,8 @@
 //! read the worktree but not the host's files, and killing it mid-call gives a clear error
 //! and a restart.
 
+use crate::common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -429,7 +431,7 @@ fn a_node_mcp_server_runs_in_docker_from_the_dev_image() {
     assert_eq!(out.status.code(), Some(1), "the host file was read: {v}");
     assert!(!v.to_string().contains("HOST SECRET"), "{v}");
 
-    let (out, _) = node(runner_sandbox::spec::DEFAULT_IMAGE, "version", json!({}));
+    let (out, _) = node(runner::sandbox::spec::DEFAULT_IMAGE, "version", json!({}));
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     let said = format!(
         "{}{}",
@@ -565,6 +567,16 @@ fn far_server_answering(answer: fn(&Value) -> Value) -> FarServer {
                 let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
                 log.lock().unwrap().push(format!("{head}\n{request}"));
                 let mut stream = stream;
+                let path = head.split_whitespace().nth(1).unwrap_or_default();
+                if let Some(to) = moved_to(path) {
+                    let _ = stream.write_all(
+                        format!(
+                            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    );
+                    return;
+                }
                 let reply = |status: &str, body: Option<Value>| {
                     let text = body.map(|b| b.to_string()).unwrap_or_default();
                     format!(
@@ -605,6 +617,17 @@ fn far_server_answering(answer: fn(&Value) -> Value) -> FarServer {
         url,
         seen,
         connections,
+    }
+}
+
+/// Where a far server sends a request for `path` instead of answering it: `/moved` to its
+/// own `/mcp` (the same origin), `/away/PORT` to `/mcp` on another loopback port.
+fn moved_to(path: &str) -> Option<String> {
+    match path {
+        "/moved" => Some("/mcp".to_string()),
+        _ => path
+            .strip_prefix("/away/")
+            .map(|port| format!("http://127.0.0.1:{port}/mcp")),
     }
 }
 
@@ -691,6 +714,56 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
     );
 }
 
+/// rmcp's HTTP transport follows redirects through runner's client, which follows one
+/// only to the same origin (the rules judged that URL, and the headers are meant for it).
+/// Control: the server moving its own path is followed and answers. Attack: a server that
+/// sends the session to another origin (another port) is not followed, and that origin
+/// sees no connection at all.
+#[test]
+fn attack_a_remote_servers_redirect_to_another_origin_is_not_followed() {
+    let far = far_server();
+    let elsewhere = far_server();
+    let port = elsewhere
+        .url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .trim_end_matches("/mcp");
+    let p = project();
+    std::fs::remove_file(p.root.join(".runner/config.toml")).unwrap();
+    let call = [
+        "mcp",
+        "call",
+        "far",
+        "hello",
+        "{}",
+        "--json",
+        "--sandbox",
+        "landlock",
+    ];
+    let to = |path: &str| {
+        format!(
+            "{USER_OPENS_LOOPBACK}[mcp.far]\nurl = \"{}\"\nheaders = {{ X-Token = \"abc123\" }}\n",
+            far.url.replace("/mcp", path)
+        )
+    };
+
+    user_config(&p, &to("/moved"));
+    let out = runner(&p, &call);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(v["output"], "hello from far away", "{out:?}");
+
+    user_config(&p, &to(&format!("/away/{port}")));
+    let out = runner(&p, &call);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        elsewhere.connections(),
+        0,
+        "the redirect to another origin was followed: {out:?}"
+    );
+}
+
 /// `runner mcp list --json` with no terminal: each server's state (the status is 1 when
 /// one failed, which these tests read from the states).
 fn list(p: &Project, extra: &[&str]) -> Vec<Value> {
@@ -771,10 +844,10 @@ fn attack_an_approved_repository_server_still_cannot_reach_loopback() {
     std::fs::write(p.root.join(".runner/config.toml"), &text).unwrap();
     // Its network allow loosens a built-in default, so it counts only once the config is
     // trusted (recorded here as `--trust-project` would); trusted, it meets the check below.
-    runner_agent::config::trust::remember(
+    runner::config::trust::remember(
         &p.data.join("runner/trusted-projects.jsonl"),
         &p.root.to_string_lossy(),
-        &runner_agent::config::trust::digest(&text),
+        &runner::config::trust::digest(&text),
     )
     .unwrap();
     // Approved, but only the user's own config can open the host's loopback.
