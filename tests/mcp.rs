@@ -4,8 +4,6 @@
 //! read the worktree but not the host's files, and killing it mid-call gives a clear error
 //! and a restart.
 
-use crate::common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -431,7 +429,7 @@ fn a_node_mcp_server_runs_in_docker_from_the_dev_image() {
     assert_eq!(out.status.code(), Some(1), "the host file was read: {v}");
     assert!(!v.to_string().contains("HOST SECRET"), "{v}");
 
-    let (out, _) = node(runner::sandbox::spec::DEFAULT_IMAGE, "version", json!({}));
+    let (out, _) = node(runner_sandbox::spec::DEFAULT_IMAGE, "version", json!({}));
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     let said = format!(
         "{}{}",
@@ -844,10 +842,10 @@ fn attack_an_approved_repository_server_still_cannot_reach_loopback() {
     std::fs::write(p.root.join(".runner/config.toml"), &text).unwrap();
     // Its network allow loosens a built-in default, so it counts only once the config is
     // trusted (recorded here as `--trust-project` would); trusted, it meets the check below.
-    runner::config::trust::remember(
+    runner_agent::config::trust::remember(
         &p.data.join("runner/trusted-projects.jsonl"),
         &p.root.to_string_lossy(),
-        &runner::config::trust::digest(&text),
+        &runner_agent::config::trust::digest(&text),
     )
     .unwrap();
     // Approved, but only the user's own config can open the host's loopback.

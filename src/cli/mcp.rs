@@ -88,7 +88,9 @@ async fn serve(args: ServeArgs) -> u8 {
         Err(e) => {
             eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             match e {
-                runner_mcp_serve::ServeError::Open(runner_agent::session::OpenError::Usage(_)) => {
+                runner_mcp_serve::ServeError::Open(e)
+                    if e.kind() == runner_agent::session::OpenKind::Usage =>
+                {
                     exit::USAGE
                 }
                 _ => exit::FAILED,
