@@ -379,7 +379,7 @@ async fn exec_in(
     // Commands see each secret's placeholder, never its value (as in a session).
     let mut env = Vec::new();
     if let Some(inspection) = &wall.inspection {
-        runner_agent::config::settings::put_placeholders(&mut env, inspection);
+        runner_network::settings::put_placeholders(&mut env, inspection);
     }
     // The shell of `sandbox shell` is no command anybody named.
     let command = (!argv.is_empty()).then(|| {
@@ -438,11 +438,11 @@ fn exec_proxy(
                 gate: Arc::new(gate),
                 rules,
                 programs,
+                inspection,
             };
-            let proxy =
-                runner_network::NetworkProxy::start_inspecting(client, policy, limits, inspection)
-                    .await
-                    .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))?;
+            let proxy = runner_network::NetworkProxy::start(client, policy, limits)
+                .await
+                .map_err(|e| format!("cannot start the network proxy in the sandbox: {e}"))?;
             runner_agent::audit::observe(&trail, Some(&proxy));
             Ok(proxy)
         })
@@ -476,7 +476,10 @@ impl Wall {
         let (settings, _) =
             runner_agent::config::settings::Settings::load(root, rule_args.config.as_deref())
                 .map_err(|e| e.to_string())?;
-        let inspection = settings.inspection(&rules, &mut spec)?;
+        let inspection = settings
+            .network
+            .inspection(&rules, &mut spec)
+            .map_err(|e| e.to_string())?;
         Ok(Wall {
             spec,
             rules,

@@ -105,9 +105,10 @@ pub enum OpenError {
     /// The config's `[websearch]` names a service that cannot be used.
     #[error(transparent)]
     Search(#[from] runner_tool::server_error::ServerError),
-    /// Hosts read request by request, or secrets, that cannot be set up as the config says.
-    #[error("{0}")]
-    Inspection(String),
+    /// Hosts read request by request, or secrets, that cannot be set up as the config's
+    /// `[network]` says.
+    #[error(transparent)]
+    Network(#[from] runner_network::settings::SettingsError),
     /// No wall was named and none works here.
     #[error(transparent)]
     NoWall(#[from] runner_sandbox::choose::NoWall),
@@ -158,7 +159,7 @@ impl OpenError {
             | OpenError::Trust(_)
             | OpenError::Audit(_)
             | OpenError::Search(_)
-            | OpenError::Inspection(_) => OpenKind::Usage,
+            | OpenError::Network(_) => OpenKind::Usage,
             OpenError::NoWall(_)
             | OpenError::Sandbox(_)
             | OpenError::SandboxStart { .. }
@@ -340,9 +341,7 @@ impl SessionOptions {
         let audit = crate::audit::open(&self.audit, &settings, &writable)?;
         // Hosts read request by request, and secrets: the session's authority joins the
         // sandbox's trust bundle before the sandbox starts.
-        let inspection = settings
-            .inspection(&rules.rules, &mut spec)
-            .map_err(OpenError::Inspection)?;
+        let inspection = settings.network.inspection(&rules.rules, &mut spec)?;
         // A loopback address the user opened is the host's: its commands reach it through
         // the proxy, not on the sandbox's own loopback.
         spec.host_loopback = runner_network::outbound::host_loopback(&rules.rules);
@@ -373,7 +372,7 @@ impl SessionOptions {
         rules.notes.extend(sandbox.notes.iter().cloned());
         // Commands see each secret's placeholder, never its value.
         if let Some(inspection) = &inspection {
-            crate::config::settings::put_placeholders(&mut sandbox.env, inspection);
+            runner_network::settings::put_placeholders(&mut sandbox.env, inspection);
         }
         let audit = Arc::new(crate::audit::SessionAudit::started(
             audit,
@@ -417,8 +416,13 @@ impl SessionOptions {
         .with_lsp(Arc::new(runner_tool::lsp_client::LspServers::new(
             &settings.lsp,
         )));
-        let programs = settings.network.programs();
-        let network = start_proxy(&ctx, &rules.rules, &spec, inspection, programs).await?;
+        let policy = runner_network::Policy {
+            gate: ctx.gate.clone(),
+            rules: rules.rules.clone(),
+            programs: settings.network.programs(),
+            inspection,
+        };
+        let network = start_proxy(&ctx, policy, &spec).await?;
         crate::audit::observe(audit.sink(), network.as_deref());
         let ctx = ctx.with_network(network.clone());
         let chosen = self.default_wall(&rules.profile).and_then(Result::ok);
@@ -509,24 +513,16 @@ impl SessionOptions {
 /// policy) as an ask about a command.
 async fn start_proxy(
     ctx: &ToolContext,
-    rules: &[Rule],
+    policy: runner_network::Policy,
     spec: &SandboxSpec,
-    inspection: Option<Arc<runner_network::inspect::Inspection>>,
-    programs: runner_network::programs::Programs,
 ) -> Result<Option<Arc<runner_network::NetworkProxy>>, OpenError> {
     if spec.network != Network::Allowlist {
         return Ok(None);
     }
-    let policy = runner_network::Policy {
-        gate: ctx.gate.clone(),
-        rules: rules.to_vec(),
-        programs,
-    };
-    let proxy = runner_network::NetworkProxy::start_inspecting(
+    let proxy = runner_network::NetworkProxy::start(
         ctx.services.sandbox.client.clone(),
         policy,
         runner_network::NetworkLimits::of(&spec.limits),
-        inspection,
     )
     .await
     .map_err(OpenError::Proxy)?;

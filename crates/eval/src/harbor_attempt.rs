@@ -990,6 +990,7 @@ async fn agent_proxy(
         // phase.
         rules: stage.net_extra.clone(),
         programs: Default::default(),
+        inspection: None,
     };
     let proxy = runner_network::NetworkProxy::start(
         sandbox.client.clone(),

@@ -26,6 +26,7 @@ pub mod relay;
 pub mod request;
 pub mod scrub;
 pub mod secrets;
+pub mod settings;
 pub mod sni;
 pub mod tunnel;
 mod upstream;
@@ -73,14 +74,19 @@ impl NetworkLimits {
     }
 }
 
-/// Who decides: the session's gate, and the configured rules for the reserved-address
-/// check (which only a rule written without wildcards in the user's own config can pass,
-/// as for the host's own requests: [`outbound::opened_by_user`]).
+/// Everything the proxy judges by, in one value: the session's gate, the configured rules
+/// for the reserved-address check (which only a rule written without wildcards in the
+/// user's own config can pass, as for the host's own requests:
+/// [`outbound::opened_by_user`]), and what `[network]` adds ([`settings`]).
 pub struct Policy {
     pub gate: Arc<dyn PermissionGate>,
     pub rules: Vec<Rule>,
     /// The hosts only some programs may reach (`[network.hosts."NAME"] programs`).
     pub programs: programs::Programs,
+    /// The hosts read request by request, and the secrets put into them
+    /// ([`settings::NetworkSettings::inspection`]: its authority must be in the sandbox's
+    /// trust bundle, its placeholders in the sandbox's environment); `None`: none.
+    pub inspection: Option<Arc<inspect::Inspection>>,
 }
 
 /// A refusal as the command inside sees it: the HTTP status and why.
@@ -100,6 +106,7 @@ impl Policy {
             gate: Arc::new(gate),
             rules,
             programs: programs::Programs::default(),
+            inspection: None,
         }
     }
 
@@ -267,23 +274,14 @@ pub struct NetworkProxy {
 }
 
 impl NetworkProxy {
-    /// Starts the listener in the sandbox and the dispatcher on the host.
+    /// Starts the listener in the sandbox and the dispatcher on the host, judging by
+    /// `policy` (and inspecting the hosts its inspection names).
     pub async fn start(
         client: SandboxClient,
         policy: Policy,
         limits: NetworkLimits,
     ) -> Result<NetworkProxy, runner_sandbox::SandboxError> {
-        Self::start_inspecting(client, policy, limits, None).await
-    }
-
-    /// [`Self::start`], inspecting the hosts `inspection` names (its authority must be in
-    /// the sandbox's trust bundle, its placeholders in the sandbox's environment).
-    pub async fn start_inspecting(
-        client: SandboxClient,
-        policy: Policy,
-        limits: NetworkLimits,
-        inspection: Option<Arc<inspect::Inspection>>,
-    ) -> Result<NetworkProxy, runner_sandbox::SandboxError> {
+        let inspection = policy.inspection.clone();
         let (target, rx) = client
             .proxy_listen(PROXY_PORT, policy.programs.any())
             .await?;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::keys::{Shape, fields_of};
 use runner_llm::models::ProviderSettings;
 use runner_llm::retry::RetrySettings;
+use runner_network::settings::NetworkSettings;
 
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,90 +62,6 @@ pub struct AuditSettings {
     pub max_bytes: Option<crate::config::profile::Size>,
 }
 
-/// `[network]` in the user's own config or `--config`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NetworkSettings {
-    /// PEM files of authorities sandboxes trust beside the host's own bundle (a company's
-    /// TLS inspection CA, a private registry's); relative to the file that names them.
-    #[serde(default)]
-    pub ca_certificates: Vec<PathBuf>,
-    /// `[network.secrets.NAME]`: tokens the sandbox sees only as a placeholder, which the
-    /// inspecting proxy puts in on requests to the secret's own hosts. Never a project's:
-    /// a repository that could name a secret's hosts could send it anywhere.
-    #[serde(default)]
-    pub secrets: BTreeMap<String, SecretSettings>,
-    /// `[network.hosts."NAME"]`: what else a connection to that host must satisfy (only
-    /// `programs` so far: the executables allowed to reach it).
-    #[serde(default)]
-    pub hosts: BTreeMap<String, HostSettings>,
-}
-
-/// One host of `[network.hosts."NAME"]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostSettings {
-    /// The programs that may reach the host: names (the executable's file name; `git`
-    /// also covers git's transport helpers) or paths inside the sandbox.
-    #[serde(default)]
-    pub programs: Vec<String>,
-}
-
-/// One secret of `[network.secrets.NAME]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SecretSettings {
-    /// The hosts (wildcards as in rules) the real value may be sent to.
-    pub hosts: Vec<String>,
-    /// The host's environment variable holding the value; the secret's own name if unset.
-    pub env: Option<String>,
-}
-
-impl NetworkSettings {
-    /// The `programs` entries, for the proxy ([`runner_network::programs`]).
-    pub fn programs(&self) -> runner_network::programs::Programs {
-        runner_network::programs::Programs::new(
-            self.hosts
-                .iter()
-                .filter(|(_, h)| !h.programs.is_empty())
-                .map(|(name, h)| (name.clone(), h.programs.clone())),
-        )
-    }
-
-    /// Each secret as `(name, value, hosts)`, its value read from the host's environment
-    /// (`var`). A missing value or a secret without hosts is an error naming the secret
-    /// and the variable, never a value.
-    pub fn secret_values(
-        &self,
-        var: impl Fn(&str) -> Option<String>,
-    ) -> Result<Vec<(String, String, Vec<String>)>, String> {
-        let mut out = Vec::new();
-        for (name, secret) in &self.secrets {
-            let valid_name = !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit());
-            if !valid_name {
-                return Err(format!(
-                    "[network.secrets.{name}]: a secret's name is an environment variable's (letters, digits and _, not starting with a digit)"
-                ));
-            }
-            if secret.hosts.is_empty() {
-                return Err(format!(
-                    "[network.secrets.{name}] names no hosts: say where its value may be sent (hosts = [\"api.example.org\"])"
-                ));
-            }
-            let variable = secret.env.as_deref().unwrap_or(name);
-            let value = var(variable).filter(|v| !v.is_empty()).ok_or_else(|| {
-                format!(
-                    "[network.secrets.{name}]: the environment variable {variable} is not set on the host (set it, or name another with env = \"…\")"
-                )
-            })?;
-            out.push((name.clone(), value, secret.hosts.clone()));
-        }
-        Ok(out)
-    }
-}
-
 impl Settings {
     /// The certificate bundle a sandbox trusts: the host's system bundle and the extra
     /// authorities configured, written once under `$XDG_DATA_HOME/runner/ca`.
@@ -162,72 +79,7 @@ impl Settings {
         &self,
         dir: &Path,
     ) -> Result<Option<PathBuf>, runner_sandbox::trust::TrustError> {
-        let system = runner_sandbox::trust::system_bundle();
-        runner_sandbox::trust::bundle(system.as_deref(), &self.network.ca_certificates, dir)
-    }
-}
-
-impl Settings {
-    /// What the session's proxy inspects, for a walled sandbox on the allow-list whose
-    /// `http` rules or secrets name hosts; `None` otherwise. The session's authority is
-    /// added to the sandbox's trust bundle here (a new bundle: the spec's, then its
-    /// certificate), so it must run before the sandbox starts. Secrets' values come from
-    /// runner's own environment; the error names the secret or file, never a value.
-    pub fn inspection(
-        &self,
-        rules: &[runner_permission::rules::Rule],
-        spec: &mut runner_sandbox::spec::SandboxSpec,
-    ) -> Result<Option<std::sync::Arc<runner_network::inspect::Inspection>>, String> {
-        use runner_sandbox::spec::Network;
-        if spec.network != Network::Allowlist || spec.backend == runner_sandbox::BackendKind::None {
-            return Ok(None);
-        }
-        let declared = self.network.secret_values(|k| std::env::var(k).ok())?;
-        let secrets = runner_network::secrets::Secrets::new(declared)
-            .map_err(|e| format!("cannot make the secrets' placeholders: {e}"))?;
-        let trust: Vec<PathBuf> = runner_sandbox::trust::system_bundle()
-            .into_iter()
-            .chain(self.network.ca_certificates.iter().cloned())
-            .collect();
-        let Some(inspection) = runner_network::inspect::Inspection::new(rules, secrets, &trust)
-            .map_err(|e| e.to_string())?
-        else {
-            return Ok(None);
-        };
-        let dir = match spec.ca_bundle.as_deref().and_then(Path::parent) {
-            Some(dir) => dir.to_path_buf(),
-            None => runner_dirs::data_home()
-                .unwrap_or_else(std::env::temp_dir)
-                .join("runner")
-                .join("ca"),
-        };
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-        // The bundle is made of files: the authority's certificate (public) goes through
-        // one that lives only while the bundle is written.
-        let ca_file = dir.join(format!("session-ca-{}.pem", std::process::id()));
-        std::fs::write(&ca_file, inspection.ca_pem())
-            .map_err(|e| format!("cannot write {}: {e}", ca_file.display()))?;
-        let bundle = runner_sandbox::trust::bundle(
-            spec.ca_bundle.as_deref(),
-            std::slice::from_ref(&ca_file),
-            &dir,
-        );
-        let _ = std::fs::remove_file(&ca_file);
-        spec.ca_bundle = bundle.map_err(|e| e.to_string())?;
-        Ok(Some(std::sync::Arc::new(inspection)))
-    }
-}
-
-/// Puts each secret's placeholder in a sandbox's environment as `NAME`, in place of any
-/// value the host's environment passed through (`env_allow` naming it must not carry the
-/// real token past the wall).
-pub fn put_placeholders(
-    env: &mut Vec<(String, String)>,
-    inspection: &runner_network::inspect::Inspection,
-) {
-    for (name, placeholder) in inspection.secrets.environment() {
-        env.retain(|(k, _)| *k != name);
-        env.push((name, placeholder));
+        self.network.ca_bundle_in(dir)
     }
 }
 
@@ -510,7 +362,7 @@ mod tests {
             )
         );
         assert_eq!(values[1].1, "npm_y");
-        let err = s.network.secret_values(|_| None).unwrap_err();
+        let err = s.network.secret_values(|_| None).unwrap_err().to_string();
         assert!(err.contains("GITHUB_TOKEN is not set"), "{err}");
         std::fs::write(&mine, "[network.secrets.X]\nhost = [\"a\"]\n").unwrap();
         assert!(
