@@ -165,7 +165,7 @@ async fn start_agent(
     run_options.model = options.model.clone();
     run_options.sessions_dir = out.to_path_buf();
     run_options.loop_options.max_steps = options.max_steps;
-    let _engine = super::ENGINE_CALLS.acquire().await;
+    let _engine = super::engines::CALLS.acquire().await;
     start(run_options).await.map_err(|e| {
         let retryable = e.kind() == runner_agent::start::StartKind::Sandbox;
         (format!("cannot start the agent: {e}"), retryable)
@@ -307,7 +307,7 @@ impl Removing {
 impl Drop for Removing {
     fn drop(&mut self) {
         if let Some(ws) = self.0.take() {
-            super::CLOSING.spawn(async move {
+            super::engines::CLOSING.spawn(async move {
                 let _ = tokio::task::spawn_blocking(move || ws.discard()).await;
             });
         }
@@ -356,7 +356,7 @@ struct Prewarmed(Option<tokio::task::JoinHandle<Result<OpenSession, OpenError>>>
 impl Prewarmed {
     fn open(session: SessionOptions) -> Prewarmed {
         Prewarmed(Some(tokio::spawn(async move {
-            let _engine = super::ENGINE_CALLS.acquire().await;
+            let _engine = super::engines::CALLS.acquire().await;
             session.open(Conversation::new("verify")).await
         })))
     }
@@ -381,7 +381,7 @@ impl Prewarmed {
 impl Drop for Prewarmed {
     fn drop(&mut self) {
         if let Some(handle) = self.0.take() {
-            super::CLOSING.spawn(async move {
+            super::engines::CLOSING.spawn(async move {
                 if let Ok(Ok(open)) = handle.await {
                     drop_blocking(open).await;
                 }
@@ -391,7 +391,7 @@ impl Drop for Prewarmed {
 }
 
 pub(super) async fn drop_blocking<T: Send + 'static>(value: T) {
-    let _engine = super::ENGINE_CALLS.acquire().await;
+    let _engine = super::engines::CALLS.acquire().await;
     let _ = tokio::task::spawn_blocking(move || drop(value)).await;
 }
 

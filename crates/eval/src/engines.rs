@@ -188,3 +188,21 @@ impl Drop for Lease {
         self.0.running.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+/// Sandboxes being closed in the background; the evaluation does not end before they are
+/// gone.
+pub(crate) static CLOSING: std::sync::LazyLock<tokio_util::task::TaskTracker> =
+    std::sync::LazyLock::new(tokio_util::task::TaskTracker::new);
+
+/// Sandbox starts and removals in flight at once, whatever `--jobs` says: past a handful,
+/// a Docker engine answers every call more slowly and then times out.
+pub(crate) static CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+
+/// Whether the engine an attempt ran on answers (always true off docker: there is no
+/// engine to lose).
+pub(crate) async fn alive(engine: Option<&Engine>) -> bool {
+    match engine {
+        Some(e) => e.alive().await,
+        None => true,
+    }
+}

@@ -690,7 +690,7 @@ async fn build_image(
         }
         Err(e) => {
             // A step that failed fails again; an engine that went away may not.
-            let retryable = !super::engine_alive(Some(engine)).await;
+            let retryable = !super::engines::alive(Some(engine)).await;
             Err(verdict::failed(
                 result.clone(),
                 "build",
@@ -707,12 +707,12 @@ async fn build_image(
 /// differently (an engine that went away).
 async fn create_container(engine: &Engine, spec: &TaskImage) -> Result<Owned, (EvalError, bool)> {
     let container = {
-        let _engine = super::ENGINE_CALLS.acquire().await;
+        let _engine = super::engines::CALLS.acquire().await;
         TaskContainer::create(&engine.described, spec).await
     };
     match container {
         Ok(c) => Ok(Owned(Some(Arc::new(c)))),
-        Err(e) => Err((e.into(), !super::engine_alive(Some(engine)).await)),
+        Err(e) => Err((e.into(), !super::engines::alive(Some(engine)).await)),
     }
 }
 
@@ -840,7 +840,7 @@ async fn model(
     run_options.sessions_dir = out.to_path_buf();
     run_options.loop_options.max_steps = options.max_steps;
     let started = {
-        let _engine = super::ENGINE_CALLS.acquire().await;
+        let _engine = super::engines::CALLS.acquire().await;
         start(run_options).await
     };
     let mut run = match started {
@@ -849,7 +849,7 @@ async fn model(
             // A sandbox that cannot start on an engine that answers (a task user the image
             // lacks, say) will not start on a second try either.
             let retryable = e.kind() == runner_agent::start::StartKind::Sandbox
-                && !super::engine_alive(Some(engine)).await;
+                && !super::engines::alive(Some(engine)).await;
             return AgentRan::CouldNotStart(
                 EvalError::from(e).during("cannot start the agent"),
                 retryable,
@@ -897,13 +897,13 @@ async fn oracle(
     };
     let started = async {
         engine_call(container.upload(Path::new("/"), tar)).await?;
-        let _engine = super::ENGINE_CALLS.acquire().await;
+        let _engine = super::engines::CALLS.acquire().await;
         engine_call(container.serve()).await
     };
     let sandbox = match started.await {
         Ok(s) => s,
         Err(e) => {
-            let retryable = !super::engine_alive(Some(engine)).await;
+            let retryable = !super::engines::alive(Some(engine)).await;
             let failed = e.during("cannot start the task container");
             return (AgentRan::CouldNotStart(failed, retryable), None);
         }
@@ -1196,7 +1196,7 @@ async fn verify(
         let sandbox = match live {
             Some(sandbox) => sandbox,
             None => {
-                let _engine = super::ENGINE_CALLS.acquire().await;
+                let _engine = super::engines::CALLS.acquire().await;
                 engine_call(container.serve())
                     .await
                     .map_err(|e| e.during("cannot start the task container again"))?
@@ -1474,8 +1474,8 @@ impl Owned {
 impl Drop for Owned {
     fn drop(&mut self) {
         if let Some(c) = self.0.take() {
-            super::CLOSING.spawn(async move {
-                let _engine = super::ENGINE_CALLS.acquire().await;
+            super::engines::CLOSING.spawn(async move {
+                let _engine = super::engines::CALLS.acquire().await;
                 let _ = tokio::task::spawn_blocking(move || drop(c)).await;
             });
         }

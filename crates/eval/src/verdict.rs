@@ -116,7 +116,7 @@ pub(super) async fn judge_end(
         Some(End::SandboxError(m)) => {
             // The agent's own commands can bring its sandbox down; a dead engine cannot
             // be blamed on it.
-            if super::engine_alive(engine).await {
+            if super::engines::alive(engine).await {
                 result.status = Status::AgentError;
                 result.phase = Some("agent".into());
                 result.error = Some(m.clone());
@@ -215,7 +215,7 @@ pub(super) async fn conclude(
         }
         // The verifier runs code the agent wrote, in what the agent left: if it dies under
         // that code while the engine is fine, that is the agent's doing.
-        Verified::Failed(e) if super::engine_alive(engine).await => {
+        Verified::Failed(e) if super::engines::alive(engine).await => {
             result.status = Status::AgentError;
             result.phase = Some("verify".into());
             result.error = Some(e.to_string());
