@@ -124,17 +124,6 @@ impl StartError {
             _ => None,
         }
     }
-
-    pub fn exit_code(&self) -> u8 {
-        match self.kind() {
-            StartKind::Usage => super::exit::USAGE,
-            // The provider could not be made from the model and the config: a config
-            // error. A provider that fails once asked exits PROVIDER from the loop's end.
-            StartKind::Provider => super::exit::USAGE,
-            StartKind::Sandbox => super::exit::SANDBOX,
-            StartKind::Failed => super::exit::FAILED,
-        }
-    }
 }
 
 /// A started run: the root agent, its runtime, and the open session that owns the sandbox
@@ -150,7 +139,7 @@ pub struct Run {
 
 pub async fn start(options: RunOptions) -> Result<Run, StartError> {
     let RunOptions {
-        mut session,
+        session,
         model,
         agent,
         loop_options,
@@ -170,23 +159,11 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         None => record::new_id(),
     };
     let on_retry = retry_notice(&events, &id);
-    // The conversation's saved outputs live in a folder named by its id (subagents share
-    // it, as they share the sandbox).
-    session.outputs_of = Some(id.clone());
-    // The session keeps its own audit trail, found again by its id.
-    session.audit.trail = Some(crate::audit::trail_of(&sessions_dir, &id));
-    session.audit.session = Some(id.clone());
-    let open = session.open(Conversation::new(id.clone())).await?;
+    let open = open_as(session, &id, &sessions_dir).await?;
     let mut notes = open.notes.clone();
     let settings = open.settings.clone();
     let model_spec = model.or(settings.model.clone());
-    let mut base = open.ctx.clone();
-    base.services_mut().user = user.map(|inner| {
-        Arc::new(super::observe::ObservedUser {
-            inner,
-            events: events.clone(),
-        }) as Arc<dyn UserChannel>
-    });
+    let base = observed_context(&open, user, &events);
     let user_agents = runner_dirs::config_dir().join("agents");
     let (all, agent_notes) = agents::all(&open.ctx, &user_agents).await;
     notes.extend(agent_notes);
@@ -229,17 +206,7 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         open.asker.clone(),
         base,
     );
-    let subagent_settings = settings.clone();
-    rt.set_model_resolver(Box::new(move |spec| {
-        resolve(
-            spec,
-            &subagent_settings.provider,
-            subagent_settings.retry,
-            on_retry.clone(),
-        )
-    }));
-    rt.set_instructions(settings.instructions.clone());
-    rt.set_audit(open.audit.sink().clone());
+    settle_runtime(&rt, &settings, on_retry, &open);
     let history = resumed
         .as_ref()
         .map(Loaded::conversation)
@@ -260,6 +227,58 @@ pub async fn start(options: RunOptions) -> Result<Run, StartError> {
         notes,
         recorded_prompt,
     })
+}
+
+/// Opens the session as conversation `id`: its saved outputs live in a folder named by the
+/// id (subagents share it, as they share the sandbox), and it keeps its own audit trail,
+/// found again by the id.
+async fn open_as(
+    mut session: SessionOptions,
+    id: &str,
+    sessions_dir: &Path,
+) -> Result<OpenSession, StartError> {
+    session.outputs_of = Some(id.to_string());
+    session.audit.trail = Some(crate::audit::trail_of(sessions_dir, id));
+    session.audit.session = Some(id.to_string());
+    Ok(session.open(Conversation::new(id.to_string())).await?)
+}
+
+/// The session's tool context with the user's channel observed: every ask and its answer
+/// becomes an event.
+fn observed_context(
+    open: &OpenSession,
+    user: Option<Arc<dyn UserChannel>>,
+    events: &Arc<dyn EventSink>,
+) -> runner_tool::ToolContext {
+    let mut base = open.ctx.clone();
+    base.services_mut().user = user.map(|inner| {
+        Arc::new(super::observe::ObservedUser {
+            inner,
+            events: events.clone(),
+        }) as Arc<dyn UserChannel>
+    });
+    base
+}
+
+/// What the runtime takes from the settings once it exists: how subagents' models are
+/// resolved (with the same retry notices), the instructions, and the audit sink.
+fn settle_runtime(
+    rt: &Runtime,
+    settings: &crate::config::settings::Settings,
+    on_retry: runner_llm::retry::RetryNotice,
+    open: &OpenSession,
+) {
+    let subagent_settings = settings.clone();
+    rt.set_model_resolver(Box::new(move |spec| {
+        resolve(
+            spec,
+            &subagent_settings.provider,
+            subagent_settings.retry,
+            on_retry.clone(),
+        )
+    }));
+    rt.set_instructions(settings.instructions.clone());
+    rt.set_audit(open.audit.sink().clone());
 }
 
 /// The system prompt a replayed session was recorded with, so a replay can say when this
