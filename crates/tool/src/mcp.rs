@@ -459,9 +459,8 @@ impl Server {
                 |e| match runner_network::outbound::Outbound::refusal_in(&e) {
                     Some(refused) => not_contacted(refused),
                     None => ServerError::Failed(format!(
-                        "the MCP server {} at {url} did not start: {}",
-                        self.name,
-                        with_causes(&e)
+                        "the MCP server {} at {url} did not start: {e}",
+                        self.name
                     )),
                 },
             )
@@ -572,22 +571,6 @@ impl Server {
             attachments,
         })
     }
-}
-
-/// `error` with the causes under it that its own text leaves out: rmcp's transport errors
-/// name only the step that failed, and the reason (a redirect refused, and why) is deeper.
-pub(crate) fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 /// The id a server's tool has in the registry: OpenCode's `SERVER_TOOL`, in the characters

@@ -134,10 +134,7 @@ impl Search {
                     Some(refused) => {
                         ServerError::NotContacted(format!("was not contacted: {refused}"))
                     }
-                    None => ServerError::Failed(format!(
-                        "did not answer as an MCP server: {}",
-                        crate::mcp::with_causes(&e)
-                    )),
+                    None => ServerError::Failed(format!("did not answer as an MCP server: {e}")),
                 },
             )
     }
