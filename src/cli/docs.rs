@@ -13,7 +13,6 @@ use clap_complete::Shell;
 use clap_mangen::roff::{Roff, bold, roman};
 
 use super::exit;
-use runner_agent::exit as run_exit;
 
 /// `runner --version`: the package version, the commit it was built from and the build
 /// date (both from `build.rs`; the commit is `unknown` outside a git checkout).
@@ -260,79 +259,12 @@ fn environment(roff: &mut Roff) {
     }
 }
 
-/// The statuses, from the constants the commands return.
+/// The statuses, from the one table the commands return ([`exit::TABLE`]).
 fn exit_status(roff: &mut Roff) {
-    let statuses: [(u8, &str); 13] = [
-        (
-            run_exit::FINISHED,
-            "Done: the task finished, the command did what it was asked.",
-        ),
-        (
-            run_exit::FAILED,
-            "Failed: a tool call or command failed, or something went wrong that is none of \
-             the below.",
-        ),
-        (
-            run_exit::USAGE,
-            "Usage or config, found before any work starts: a bad flag or argument, a \
-             mistyped subcommand, no model, a provider that is misnamed or has no API key, \
-             a workspace id that names none, or a bad config.",
-        ),
-        (
-            run_exit::REFUSED,
-            "Denied: a permission rule denied a call, or an ask was refused.",
-        ),
-        (
-            run_exit::PROVIDER,
-            "The model's provider failed once asked (a key it refused, the network, an API \
-             error, retries used up).",
-        ),
-        (run_exit::MAX_STEPS, "The run used all its --max-steps."),
-        (
-            run_exit::SANDBOX,
-            "The sandbox could not start, or failed under the run.",
-        ),
-        (run_exit::MODEL_REFUSED, "The model declined to answer."),
-        (
-            exit::EVAL_INCOMPLETE,
-            "eval run: an attempt ended in infra_error, or a task could not be loaded (a \
-             malformed line, a missing instruction.md): the counts are not the agent's \
-             whole score.",
-        ),
-        (
-            exit::EVAL_EMPTY,
-            "eval run: the task sets hold no task, so nothing ran.",
-        ),
-        (
-            exit::EVAL_UNRESOLVED,
-            "eval run --fail-on unresolved: an attempt was not resolved (without the flag, \
-             a run whose every attempt reached a verdict exits 0).",
-        ),
-        (
-            run_exit::INTERRUPTED,
-            "Interrupted by Ctrl-C (128 + SIGINT).",
-        ),
-        (
-            128 + 15,
-            "Terminated by SIGTERM (128 + the signal; 129 for SIGHUP).",
-        ),
-    ];
     roff.control("SH", ["EXIT STATUS"]);
-    for (code, what) in statuses {
+    for (code, what) in exit::TABLE {
         roff.control("TP", [])
             .text([bold(code.to_string())])
             .text([roman(what)]);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_cli_exit_codes_agree_with_the_runs() {
-        use super::{exit, run_exit};
-        assert_eq!(exit::OK, run_exit::FINISHED);
-        assert_eq!(exit::FAILED, run_exit::FAILED);
-        assert_eq!(exit::USAGE, run_exit::USAGE);
-        assert_eq!(exit::DENIED, run_exit::REFUSED);
     }
 }

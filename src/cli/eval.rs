@@ -266,7 +266,7 @@ fn finish(
 ) -> u8 {
     let outcome = report.outcome(fail_on == Some(FailOn::Unresolved));
     let code = match outcome {
-        Outcome::Stopped => runner_agent::exit::INTERRUPTED,
+        Outcome::Stopped => exit::INTERRUPTED,
         Outcome::Empty => exit::EVAL_EMPTY,
         Outcome::Incomplete => exit::EVAL_INCOMPLETE,
         Outcome::Unresolved => exit::EVAL_UNRESOLVED,

@@ -88,11 +88,7 @@ async fn serve(args: ServeArgs) -> u8 {
         Err(e) => {
             eprintln!("runner: {}", runner_display::escape(&e.to_string()));
             match e {
-                runner_mcp_serve::ServeError::Open(e)
-                    if e.kind() == runner_agent::session::OpenKind::Usage =>
-                {
-                    exit::USAGE
-                }
+                runner_mcp_serve::ServeError::Open(e) => exit::of_open(e.kind()),
                 _ => exit::FAILED,
             }
         }

@@ -4,6 +4,7 @@ mod changes;
 mod docs;
 mod eval;
 mod exec;
+pub mod exit;
 mod image;
 mod mcp;
 mod permission;
@@ -19,25 +20,6 @@ mod typo;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-
-/// Exit statuses shared by the subcommands.
-pub mod exit {
-    pub const OK: u8 = 0;
-    /// The tool ran and failed (or the call was malformed).
-    pub const FAILED: u8 = 1;
-    /// Bad command-line usage (clap uses 2 as well).
-    pub const USAGE: u8 = 2;
-    /// A permission rule denied the call, or the ask was refused.
-    pub const DENIED: u8 = 3;
-    /// `eval run`: an attempt ended in `infra_error`, or a task could not be loaded (the
-    /// counts are not the agent's whole score). 4 to 7 are `run`'s
-    /// ([`runner_agent::exit`]).
-    pub const EVAL_INCOMPLETE: u8 = 8;
-    /// `eval run`: the task sets hold no task, so nothing ran.
-    pub const EVAL_EMPTY: u8 = 9;
-    /// `eval run --fail-on unresolved`: an attempt was not resolved.
-    pub const EVAL_UNRESOLVED: u8 = 10;
-}
 
 #[derive(Debug, Parser)]
 #[command(

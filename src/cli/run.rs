@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::exit;
 use super::signals::Signals;
 use super::tool::SandboxArgs;
 use runner_agent::config::profile::AskMode;
 use runner_agent::events::{EventSink, JsonLines};
 use runner_agent::start::{Resume, RunOptions, start};
-use runner_agent::{End, LoopOptions, exit};
+use runner_agent::{End, LoopOptions};
 use runner_display::{escape, shown};
 
 mod view;
@@ -128,9 +129,9 @@ pub async fn run(args: RunArgs) -> u8 {
         Err(e) => {
             eprintln!("runner: {}", shown(&e));
             if args.json {
-                print_startup_error(e.exit_code(), &e.to_string());
+                print_startup_error(exit::of_start(&e), &e.to_string());
             }
-            return e.exit_code();
+            return exit::of_start(&e);
         }
     };
     if !args.json {
@@ -165,7 +166,7 @@ pub async fn run(args: RunArgs) -> u8 {
     if let Some(ws) = workspace {
         hand_over(ws, args.apply);
     }
-    end.exit_code()
+    exit::of_end(&end)
 }
 
 /// The run the command line asks for: its sandbox and rules, model, agent, limits, and

@@ -38,7 +38,7 @@ impl Signals {
                     // servers with their parent).
                     on_forced_exit();
                     eprintln!("\nrunner: stopped");
-                    std::process::exit(runner_agent::exit::INTERRUPTED as i32);
+                    std::process::exit(super::exit::INTERRUPTED as i32);
                 }
                 if let Some(text) = first {
                     eprintln!("\nrunner: {text}");

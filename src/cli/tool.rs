@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::exit;
 use super::permission::{RuleArgs, Scope, load_scope};
 use runner_agent::config::profile::AskMode;
-use runner_agent::session::{OpenKind, SessionOptions};
+use runner_agent::session::SessionOptions;
 use runner_permission::gate::{PolicyAsker, RuleGate};
 use runner_sandbox::BackendKind;
 use runner_sandbox::spec::{Network, SandboxSpec};
@@ -268,10 +268,7 @@ pub(super) async fn start(
         }
         Err(e) => {
             eprintln!("runner: {}", runner_display::shown(&e));
-            Err(match e.kind() {
-                OpenKind::Usage => exit::USAGE,
-                OpenKind::Sandbox | OpenKind::Failed => exit::FAILED,
-            })
+            Err(exit::of_open(e.kind()))
         }
     }
 }

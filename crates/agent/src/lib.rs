@@ -80,36 +80,6 @@ impl End {
             _ => None,
         }
     }
-
-    /// The process exit status for this end.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            End::Finished => exit::FINISHED,
-            End::Refused(_) => exit::REFUSED,
-            End::ModelRefused(_) => exit::MODEL_REFUSED,
-            End::ProviderError(_) => exit::PROVIDER,
-            End::MaxSteps => exit::MAX_STEPS,
-            End::SandboxError(_) => exit::SANDBOX,
-            End::Interrupted => exit::INTERRUPTED,
-        }
-    }
-}
-
-/// Exit statuses of `runner run`.
-pub mod exit {
-    pub const FINISHED: u8 = 0;
-    /// Something else went wrong (the session file could not be created, …).
-    pub const FAILED: u8 = 1;
-    /// Bad flags or config.
-    pub const USAGE: u8 = 2;
-    pub const REFUSED: u8 = 3;
-    pub const PROVIDER: u8 = 4;
-    pub const MAX_STEPS: u8 = 5;
-    pub const SANDBOX: u8 = 6;
-    /// The model declined to answer.
-    pub const MODEL_REFUSED: u8 = 7;
-    /// 128 + SIGINT, as shells report an interrupted program.
-    pub const INTERRUPTED: u8 = 130;
 }
 
 /// Knobs of the loop.

@@ -2,7 +2,7 @@
 //!
 //! A sandbox that never started is not a server that died: the session has not begun, and
 //! "start a new session" would only fail the same way. Each case says what happened and
-//! what to do; `runner run` exits with one code (`agent::exit::SANDBOX`) for all of them.
+//! what to do; `runner run` exits with one status (the CLI's `exit::SANDBOX`) for all of them.
 
 /// The wall could not be put up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
