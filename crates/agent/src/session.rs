@@ -345,30 +345,14 @@ impl SessionOptions {
         // A loopback address the user opened is the host's: its commands reach it through
         // the proxy, not on the sandbox's own loopback.
         spec.host_loopback = runner_network::outbound::host_loopback(&rules.rules);
-        let workspace = self.workspace_for(&rules.profile, &mut spec)?;
+        let mut workspace = self.workspace_for(&rules.profile, &mut spec)?;
         // Only a checkout the user runs git in needs repositories the sandbox makes
         // disarmed: a copy's `.git`s never reach it (`apply` leaves them out).
         spec.sweep_repositories = workspace.is_none() && !self.private_worktree;
         // The model is told where full outputs are saved; the sandbox must let it read them,
         // and only them: the session's own folder, never the folders of other sessions.
         spec.read_only.push(truncator.dir().to_path_buf());
-        let opened = match &self.in_image {
-            Some(task) => runner_sandbox::docker::open_over(task).await,
-            None => runner_sandbox::open(&spec).await,
-        };
-        let mut sandbox = match opened {
-            Ok(s) => s,
-            Err(e) => {
-                // Nothing ran in the copy: it is not worth a review.
-                if let Some(ws) = workspace {
-                    let _ = ws.discard();
-                }
-                return Err(OpenError::SandboxStart {
-                    backend: spec.backend.name(),
-                    source: e,
-                });
-            }
-        };
+        let mut sandbox = self.open_sandbox(&spec, &mut workspace).await?;
         rules.notes.extend(sandbox.notes.iter().cloned());
         // Commands see each secret's placeholder, never its value.
         if let Some(inspection) = &inspection {
@@ -380,16 +364,7 @@ impl SessionOptions {
             wall_line(&spec, None),
             None,
         ));
-        // Host hooks run where the agent's files are on the host: the checkout, or its copy.
-        let host_root = match (&workspace, &self.in_image) {
-            (Some(ws), _) => ws.work(),
-            (None, None) => rules.root.clone(),
-            (None, Some(_)) => self.root.clone(),
-        };
-        let hooks = runner_tool::hooks::Hooks {
-            hooks: settings.hooks.clone(),
-            host_root,
-        };
+        let hooks = self.host_hooks(workspace.as_ref(), &rules.root, &settings);
         let asker = match &self.asker {
             Some(given) => given.0.clone(),
             None => asker(self.ask, &rules.profile),
@@ -405,17 +380,8 @@ impl SessionOptions {
             Arc::new(gate),
             Arc::new(truncator),
         )
-        .with_hooks(Arc::new(hooks))
-        .with_outbound(Arc::new(runner_network::outbound::Outbound::new(
-            &rules.rules,
-        )))
-        .with_mcp(Arc::new(runner_tool::mcp::McpServers::new(
-            settings.mcp.clone(),
-        )))
-        .with_search(search_service(&settings)?)
-        .with_lsp(Arc::new(runner_tool::lsp_client::LspServers::new(
-            &settings.lsp,
-        )));
+        .with_hooks(Arc::new(hooks));
+        let ctx = with_services(ctx, &rules.rules, &settings)?;
         let policy = runner_network::Policy {
             gate: ctx.gate.clone(),
             rules: rules.rules.clone(),
@@ -439,6 +405,48 @@ impl SessionOptions {
             network,
             audit,
         })
+    }
+
+    /// The sandbox `spec` asks for, or the task container's when the session runs in one.
+    /// A copy nothing ran in is not worth a review: it is discarded when the wall does not
+    /// start.
+    async fn open_sandbox(
+        &self,
+        spec: &SandboxSpec,
+        workspace: &mut Option<runner_workspace::Workspace>,
+    ) -> Result<Sandbox, OpenError> {
+        let opened = match &self.in_image {
+            Some(task) => runner_sandbox::docker::open_over(task).await,
+            None => runner_sandbox::open(spec).await,
+        };
+        opened.map_err(|e| {
+            if let Some(ws) = workspace.take() {
+                let _ = ws.discard();
+            }
+            OpenError::SandboxStart {
+                backend: spec.backend.name(),
+                source: e,
+            }
+        })
+    }
+
+    /// The configured hooks, run where the agent's files are on the host: the checkout, or
+    /// its copy.
+    fn host_hooks(
+        &self,
+        workspace: Option<&runner_workspace::Workspace>,
+        checkout: &Path,
+        settings: &crate::config::settings::Settings,
+    ) -> runner_tool::hooks::Hooks {
+        let host_root = match (workspace, &self.in_image) {
+            (Some(ws), _) => ws.work(),
+            (None, None) => checkout.to_path_buf(),
+            (None, Some(_)) => self.root.clone(),
+        };
+        runner_tool::hooks::Hooks {
+            hooks: settings.hooks.clone(),
+            host_root,
+        }
     }
 
     /// Where the session's full tool outputs are saved, made ready.
@@ -582,6 +590,24 @@ impl OpenSession {
 
 /// Who answers asks: `--ask`, else the profile's `ask`, else the terminal. Without a
 /// terminal an ask is refused at once with a message that says how to allow it.
+/// The services tools reach beyond the sandbox: the checked outbound client, MCP servers,
+/// search and language servers, each from the session's rules and settings.
+fn with_services(
+    ctx: ToolContext,
+    rules: &[Rule],
+    settings: &crate::config::settings::Settings,
+) -> Result<ToolContext, OpenError> {
+    Ok(ctx
+        .with_outbound(Arc::new(runner_network::outbound::Outbound::new(rules)))
+        .with_mcp(Arc::new(runner_tool::mcp::McpServers::new(
+            settings.mcp.clone(),
+        )))
+        .with_search(search_service(settings)?)
+        .with_lsp(Arc::new(runner_tool::lsp_client::LspServers::new(
+            &settings.lsp,
+        ))))
+}
+
 pub fn asker(flag: Option<AskMode>, profile: &Profile) -> Arc<dyn Asker> {
     let (mode, from) = match (flag, profile.ask) {
         (Some(m), _) => (m, "--ask deny refuses every ask".to_string()),
