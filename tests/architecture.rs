@@ -221,6 +221,180 @@ fn the_mcp_front_end_links_no_cli_or_eval() {
     );
 }
 
+/// The workspace as cargo sees it: each member's package name and its folder from the
+/// repository's root (`""` for the root package).
+fn workspace_members() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--offline",
+            "--no-deps",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(root)
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let members = meta["workspace_members"].as_array().expect("members");
+    let mut found: Vec<(String, String)> = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|p| members.contains(&p["id"]))
+        .map(|p| {
+            let manifest = std::path::Path::new(p["manifest_path"].as_str().expect("a path"));
+            let dir = manifest.parent().expect("a folder");
+            let rel = dir
+                .strip_prefix(root)
+                .expect("a member inside the repository");
+            let name = p["name"].as_str().expect("a name").to_string();
+            (name, rel.display().to_string())
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// What DEVELOPMENT.md's `## Layout` (the one map of the workspace) gets wrong about
+/// `members`: a crate the table leaves out or names without it existing, a `runner-…` in
+/// the drawing that is no crate, a member's folder missing from the folder list, and a
+/// folder listed there that `exists` says is not there.
+fn layout_problems(
+    doc: &str,
+    members: &[(String, String)],
+    exists: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let Some(start) = doc.find("\n## Layout\n") else {
+        return vec!["DEVELOPMENT.md has no `## Layout` section".to_string()];
+    };
+    let section = &doc[start + 1..];
+    let section = &section[..section[1..].find("\n## ").map_or(section.len(), |e| e + 1)];
+    let names: std::collections::BTreeSet<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
+    let crate_word = regex::Regex::new(r"\brunner(?:-[a-z]+)+\b").expect("pattern");
+    let tick = regex::Regex::new(r"`([^`]+)`").expect("pattern");
+
+    let mut problems = Vec::new();
+    let mut in_table = std::collections::BTreeSet::new();
+    let mut listed = std::collections::BTreeSet::new();
+    let mut in_fence = false;
+    for line in section.lines() {
+        if line.starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            for word in crate_word.find_iter(line) {
+                if !names.contains(word.as_str()) {
+                    problems.push(format!(
+                        "the drawing names {}, which is no crate",
+                        word.as_str()
+                    ));
+                }
+            }
+            let path = line.split_whitespace().next().unwrap_or("");
+            if !line.starts_with(' ') && path.contains('/') {
+                if !exists(path) {
+                    problems.push(format!(
+                        "the folder list names {path}, which does not exist"
+                    ));
+                }
+                listed.insert(path.trim_end_matches('/').to_string());
+            }
+        } else if let Some(cell) = line.strip_prefix("| `runner") {
+            let cell = format!("`runner{}", cell.split('|').next().unwrap_or(""));
+            for name in tick.captures_iter(&cell) {
+                in_table.insert(name[1].to_string());
+            }
+        }
+    }
+    for (name, dir) in members {
+        if !in_table.contains(name) {
+            problems.push(format!("the crate table leaves out {name} ({dir})"));
+        }
+        if !dir.is_empty() && !listed.contains(dir) {
+            problems.push(format!("the folder list leaves out {dir}/ ({name})"));
+        }
+    }
+    for name in &in_table {
+        if !names.contains(name.as_str()) {
+            problems.push(format!("the crate table names {name}, which is no crate"));
+        }
+    }
+    problems
+}
+
+/// DEVELOPMENT.md's layout is the one map of where things live (ARCHITECTURE.md links to it
+/// and keeps none of its own): it names every crate of the workspace and nothing else, and
+/// lists every crate's folder and only folders that exist.
+#[test]
+fn the_layout_doc_maps_the_real_workspace() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let members = workspace_members();
+    assert!(
+        members.iter().any(|(n, d)| n == "runner" && d.is_empty())
+            && members.iter().any(|(n, _)| n == "runner-sandbox-server"),
+        "cargo metadata listed {members:?}"
+    );
+    let doc = std::fs::read_to_string(root.join("docs/DEVELOPMENT.md")).expect("read the doc");
+    let problems = layout_problems(&doc, &members, |p| root.join(p).exists());
+    assert!(
+        problems.is_empty(),
+        "docs/DEVELOPMENT.md's layout disagrees with the workspace:\n{}",
+        problems.join("\n")
+    );
+    let architecture =
+        std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).expect("read the doc");
+    assert!(
+        architecture.contains("(DEVELOPMENT.md#layout)"),
+        "ARCHITECTURE.md should point at the one map, DEVELOPMENT.md#layout"
+    );
+    assert!(
+        !architecture
+            .lines()
+            .any(|l| l.starts_with("crates/") || l.starts_with("  core/")),
+        "ARCHITECTURE.md keeps a folder map of its own; the map is DEVELOPMENT.md's"
+    );
+}
+
+/// The map's check finds each kind of disagreement, and only those.
+#[test]
+fn the_layout_check_catches_what_it_is_for() {
+    let members = [
+        ("runner".to_string(), String::new()),
+        ("runner-a".to_string(), "crates/a".to_string()),
+        ("runner-b".to_string(), "crates/b".to_string()),
+    ];
+    let doc = "\
+# Dev\n\n## Layout\n\n\
+```\nrunner\n└── runner-a\n    └── runner-ghost\n```\n\n\
+| crate | what |\n|---|---|\n\
+| `runner-a`, `runner-gone` | a |\n| `runner` (the root) | cli |\n\n\
+```\ncrates/a/    a\n             continued, crates/x/ in prose\ncrates/old/  gone\nsrc/cli/     cli\n```\n\n\
+## Next\n\n| `runner-b` | outside the section |\n";
+    let found = layout_problems(doc, &members, |p| p != "crates/old/");
+    let expect = [
+        "the drawing names runner-ghost",
+        "the crate table leaves out runner-b",
+        "the crate table names runner-gone",
+        "the folder list leaves out crates/b/",
+        "the folder list names crates/old/, which does not exist",
+    ];
+    for e in expect {
+        assert!(
+            found.iter().any(|f| f.contains(e)),
+            "missed: {e}\nfound: {found:#?}"
+        );
+    }
+    assert_eq!(found.len(), expect.len(), "false alarms: {found:#?}");
+}
+
 /// apply_patch's language and edit's replacers are pure text: they link nothing at all, so
 /// the fuzzer and the edit bench build them alone.
 #[test]
