@@ -8,7 +8,8 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::exit;
 use super::signals::Signals;
-use runner_eval::events::{Event, EventSink, JsonLines, NoEvents};
+use runner_agent::events::{JsonLines, NoEvents};
+use runner_eval::events::{Event, EventSink};
 use runner_eval::{AgentKind, EvalOptions, Outcome};
 use runner_sandbox::BackendKind;
 

@@ -145,7 +145,9 @@ pub fn output_tail(output: &str, lines: usize, width: usize) -> String {
     tail.join("\n")
 }
 
-/// Discards everything (subagents in tests, benchmarks).
+/// Discards everything: a subagent in a test, a benchmark, an evaluation's attempts (whose
+/// results are their files), and `runner eval run` without `--json`. One type for every
+/// event stream: runner-eval implements its own sink trait for it.
 pub struct NoEvents;
 
 impl EventSink for NoEvents {
@@ -153,7 +155,9 @@ impl EventSink for NoEvents {
 }
 
 /// `--json`: one event per line on a writer (stdout), flushed per line so a harness reading
-/// the pipe sees each event when it happens.
+/// the pipe sees each event when it happens. One writer for every event stream (`runner run
+/// --json` and `runner eval run --json`): runner-eval implements its own sink trait with
+/// [`JsonLines::line`].
 pub struct JsonLines<W: Write + Send> {
     out: Mutex<W>,
 }
@@ -164,18 +168,28 @@ impl<W: Write + Send> JsonLines<W> {
             out: Mutex::new(out),
         }
     }
-}
 
-impl<W: Write + Send> EventSink for JsonLines<W> {
-    fn emit(&self, event: &Event) {
+    /// `value` as one line. Exact JSON in which no character a terminal acts on is raw: the
+    /// stream may well be read on one, and it carries words of the model, the tools and
+    /// the tasks.
+    pub fn line<T: Serialize>(&self, value: &T) {
         let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        // Exact JSON in which no character a terminal acts on is raw (`--json` may well be
-        // read on one).
-        let line = runner_display::json(event);
+        let line = runner_display::json(value);
         if !line.is_empty() {
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         }
+    }
+
+    /// The writer back, with everything written to it (tests).
+    pub fn into_inner(self) -> W {
+        self.out.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<W: Write + Send> EventSink for JsonLines<W> {
+    fn emit(&self, event: &Event) {
+        self.line(event)
     }
 }
 

@@ -9,11 +9,11 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::Mutex;
 
 use serde::Serialize;
 
 use crate::results::{Summary, TaskResult};
+use runner_agent::events::{JsonLines, NoEvents};
 use runner_llm::Usage;
 
 /// The version of the event stream's shape, in [`Event::RunStart`].
@@ -166,37 +166,19 @@ pub trait EventSink: Send + Sync {
     fn emit(&self, event: &Event);
 }
 
-/// Events go nowhere: the terminal's lines are all there is.
-pub struct NoEvents;
-
+/// Events go nowhere: the terminal's lines are all there is. The sink is the agent's
+/// (one type for every event stream).
 impl EventSink for NoEvents {
     fn emit(&self, _event: &Event) {}
 }
 
 /// `--json`: one event per line, flushed per line so a harness reading the pipe sees each
-/// attempt when it ends, not when the run does.
-pub struct JsonLines<W: Write + Send> {
-    out: Mutex<W>,
-}
-
-impl<W: Write + Send> JsonLines<W> {
-    pub fn new(out: W) -> Self {
-        JsonLines {
-            out: Mutex::new(out),
-        }
-    }
-}
-
+/// attempt when it ends, not when the run does. The writer is the agent's (`runner run
+/// --json` writes its events the same way); task ids, reasons and messages are the tasks'
+/// words, and it leaves nothing a terminal acts on raw.
 impl<W: Write + Send> EventSink for JsonLines<W> {
     fn emit(&self, event: &Event) {
-        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
-        // Task ids, reasons and messages are the tasks' words: exact JSON in which nothing
-        // a terminal acts on is raw.
-        let line = runner_display::json(event);
-        if !line.is_empty() {
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
+        self.line(event)
     }
 }
 
@@ -259,7 +241,7 @@ mod tests {
             code: 2,
             message: "no model".into(),
         });
-        let text = String::from_utf8(sink.out.into_inner().unwrap()).unwrap();
+        let text = String::from_utf8(sink.into_inner()).unwrap();
         let lines: Vec<serde_json::Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
