@@ -3,6 +3,8 @@
 //! sandboxes. Each test checks what a broken loop would get wrong: the files afterwards,
 //! the session file, the events, the exit status, and what the model was sent.
 
+use common::project::Project;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -12,8 +14,9 @@ use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-4f9a1c-never-in-the-sandbox";
 
+/// A worktree with a failing test, and the user's folders of its own.
 struct Harness {
-    _tmp: tempfile::TempDir,
+    project: Project,
     wt: PathBuf,
     data: PathBuf,
     config: PathBuf,
@@ -22,14 +25,8 @@ struct Harness {
 impl Harness {
     /// A worktree with a failing test: add.sh subtracts.
     fn new() -> Harness {
-        let tmp = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(tmp.path()).unwrap();
-        let wt = base.join("wt");
-        let data = base.join("data");
-        let config = base.join("config");
-        for d in [&wt, &data, &config] {
-            std::fs::create_dir_all(d).unwrap();
-        }
+        let project = Project::new("wt");
+        let wt = project.root.clone();
         // A checkout, as users run runner in: a direct run outside git stops first.
         common::git(&wt, &["init", "-q"]);
         std::fs::write(wt.join("add.sh"), "echo $(($1 - $2))\n").unwrap();
@@ -39,24 +36,20 @@ impl Harness {
         )
         .unwrap();
         Harness {
-            _tmp: tmp,
             wt,
-            data,
-            config,
+            data: project.data.clone(),
+            config: project.config.clone(),
+            project,
         }
     }
 
     fn command(&self, model: &ScriptedModel) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
-        c.current_dir(&self.wt)
-            .env("XDG_DATA_HOME", &self.data)
-            .env("XDG_CONFIG_HOME", &self.config)
-            .env("OPENAI_API_KEY", KEY)
+        let mut c = self.project.command();
+        c.env("OPENAI_API_KEY", KEY)
             .env("OPENAI_BASE_URL", model.openai_base())
             .env("ANTHROPIC_API_KEY", KEY)
             .env("ANTHROPIC_BASE_URL", model.anthropic_base())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null());
+            .env("NO_COLOR", "1");
         c
     }
 

@@ -10,34 +10,28 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+use common::project::Project;
+
+/// A worktree (`wt`) and the user's folders of its own: the user's own config and
+/// profiles must not leak into what the tests see.
 struct Cli {
-    _tmp: tempfile::TempDir,
+    project: Project,
     wt: PathBuf,
     data: PathBuf,
 }
 
 impl Cli {
     fn new() -> Cli {
-        let tmp = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(tmp.path()).unwrap();
-        let wt = base.join("wt");
-        let data = base.join("data");
-        std::fs::create_dir_all(&wt).unwrap();
-        std::fs::create_dir_all(&data).unwrap();
+        let project = Project::new("wt");
         Cli {
-            _tmp: tmp,
-            wt,
-            data,
+            wt: project.root.clone(),
+            data: project.data.clone(),
+            project,
         }
     }
 
     fn command(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_runner"));
-        // The user's own config and profiles must not leak into what the tests see.
-        c.current_dir(&self.wt)
-            .env("XDG_DATA_HOME", &self.data)
-            .env("XDG_CONFIG_HOME", self.data.join("config"));
-        c
+        self.project.command()
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -654,7 +648,7 @@ fn profiles_choose_the_sandbox_and_flags_override_them() {
 /// `permission check` and `permission eval` against a worktree with config files.
 impl Cli {
     fn config_home(&self) -> PathBuf {
-        self.data.join("config")
+        self.project.config.clone()
     }
 
     fn check(&self, tool: &str, args: Value, extra: &[&str]) -> Value {
@@ -1330,7 +1324,7 @@ fn home_with_a_model() -> Cli {
         .status()
         .unwrap();
     assert!(git.success());
-    let config = cli.data.join("config/runner");
+    let config = cli.project.config.join("runner");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("config.toml"), "model = \"openai/m\"\n").unwrap();
     cli
@@ -1402,7 +1396,7 @@ fn a_typo_is_an_error_and_never_asks_the_model() {
     );
 
     // Before any config is read: a broken config does not change the answer.
-    std::fs::write(cli.data.join("config/runner/config.toml"), "model = [\n").unwrap();
+    std::fs::write(cli.project.config.join("runner/config.toml"), "model = [\n").unwrap();
     let out = run_with_model(&cli, &model, &["sesions"]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(
@@ -1411,7 +1405,7 @@ fn a_typo_is_an_error_and_never_asks_the_model() {
         stderr(&out)
     );
     std::fs::write(
-        cli.data.join("config/runner/config.toml"),
+        cli.project.config.join("runner/config.toml"),
         "model = \"openai/m\"\n",
     )
     .unwrap();
@@ -2084,7 +2078,7 @@ fn a_direct_run_outside_git_stops_before_the_model_and_names_the_ways_on() {
         ])
     };
     let cli = Cli::new();
-    let config = cli.data.join("config/runner");
+    let config = cli.project.config.join("runner");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("config.toml"), "model = \"openai/m\"\n").unwrap();
     fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {

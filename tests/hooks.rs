@@ -2,65 +2,32 @@
 //! formatter whose changes the next `read` sees, and where each hook runs: the user's own
 //! on the host, a project's inside the sandbox (where the host's files are out of reach).
 
-use std::path::PathBuf;
+use common::project::Project;
+
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-struct Project {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    /// Outside the worktree: stands for the host's home.
-    outside: PathBuf,
-    data: PathBuf,
-    config: PathBuf,
-}
-
+/// A worktree with a `.runner/` folder for the project's config.
 fn project() -> Project {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let p = Project {
-        root: base.join("repo"),
-        outside: base.join("outside"),
-        data: base.join("data"),
-        config: base.join("config"),
-        _tmp: tmp,
-    };
-    for d in [&p.root, &p.outside, &p.data, &p.config] {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let p = Project::new("repo");
     std::fs::create_dir_all(p.root.join(".runner")).unwrap();
     p
 }
 
-fn runner(p: &Project, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(args)
-        .arg("--root")
-        .arg(&p.root)
-        .env("XDG_DATA_HOME", &p.data)
-        .env("XDG_CONFIG_HOME", &p.config)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 fn bash(p: &Project, backend: &str, command: &str) -> (Output, Value) {
     let args = json!({"command": command, "description": "run"}).to_string();
-    let out = runner(
-        p,
-        &[
-            "tool",
-            "call",
-            "bash",
-            &args,
-            "--json",
-            "--sandbox",
-            backend,
-            "--ask",
-            "allow",
-        ],
-    );
+    let out = p.run(&[
+        "tool",
+        "call",
+        "bash",
+        &args,
+        "--json",
+        "--sandbox",
+        backend,
+        "--ask",
+        "allow",
+    ]);
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out, v)
 }
@@ -116,16 +83,13 @@ command = "for f in *.txt; do sed -i 's/[[:space:]]*$//' \"$f\"; done"
         .collect::<String>(),
     )
     .unwrap();
-    let out = runner(
-        &p,
-        &[
-            "tool",
-            "script",
-            &script.display().to_string(),
-            "--sandbox",
-            "landlock",
-        ],
-    );
+    let out = p.run(&[
+        "tool",
+        "script",
+        &script.display().to_string(),
+        "--sandbox",
+        "landlock",
+    ]);
     assert!(out.status.success(), "{out:?}");
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -232,20 +196,17 @@ fn a_project_hook_is_judged_by_the_bash_rules() {
     let deny = p.data.join("deny.toml");
     std::fs::write(&deny, "[permission.bash]\n\"touch *\" = \"deny\"\n").unwrap();
     let args = json!({"command": "echo hi", "description": "run"}).to_string();
-    let out = runner(
-        &p,
-        &[
-            "tool",
-            "call",
-            "bash",
-            &args,
-            "--json",
-            "--sandbox",
-            "landlock",
-            "--config",
-            &deny.display().to_string(),
-        ],
-    );
+    let out = p.run(&[
+        "tool",
+        "call",
+        "bash",
+        &args,
+        "--json",
+        "--sandbox",
+        "landlock",
+        "--config",
+        &deny.display().to_string(),
+    ]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(out.status.code(), Some(3), "{v}");
     assert!(
@@ -336,7 +297,7 @@ fn a_hook_that_floods_its_output_is_cut_off_at_its_limit() {
     .unwrap();
     let args = json!({"command": "echo hi", "description": "run"}).to_string();
     let (out, peak_kib) = run_measured(
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        p.command()
             .args([
                 "tool",
                 "call",
@@ -347,9 +308,7 @@ fn a_hook_that_floods_its_output_is_cut_off_at_its_limit() {
                 "landlock",
             ])
             .args(["--ask", "allow", "--root"])
-            .arg(&p.root)
-            .env("XDG_DATA_HOME", &p.data)
-            .env("XDG_CONFIG_HOME", &p.config),
+            .arg(&p.root),
     );
     let all = format!(
         "{}{}",

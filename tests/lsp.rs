@@ -6,17 +6,11 @@
 //! control). And diagnostics: an edit that
 //! breaks a file comes back with the server's errors.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use common::project::Project;
+
+use std::process::Output;
 
 use serde_json::{Value, json};
-
-struct Project {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    outside: PathBuf,
-    data: PathBuf,
-}
 
 /// A worktree with two Python files (b.py calls a.py's `greet`) and, beside it, a module
 /// the worktree must not see.
@@ -27,13 +21,8 @@ fn project() -> Project {
         "python3-pyflakes",
         "/usr/lib/python3/dist-packages/pyflakes/__init__.py",
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let root = base.join("repo");
-    let outside = base.join("outside");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::create_dir_all(&outside).unwrap();
-    std::fs::create_dir_all(base.join("data")).unwrap();
+    let p = Project::new("repo");
+    let (root, outside) = (&p.root, &p.outside);
     std::fs::write(
         root.join("a.py"),
         "def greet(name):\n    \"\"\"Say hello to NAME.\"\"\"\n    return \"hi \" + name\n",
@@ -49,24 +38,7 @@ fn project() -> Project {
         "def leak():\n    return 'HOST SECRET'\n",
     )
     .unwrap();
-    Project {
-        data: base.join("data"),
-        _tmp: tmp,
-        root,
-        outside,
-    }
-}
-
-fn runner(p: &Project, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(args)
-        .arg("--root")
-        .arg(&p.root)
-        .env("XDG_DATA_HOME", &p.data)
-        .env("XDG_CONFIG_HOME", p.data.join("config"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    p
 }
 
 /// `runner tool call lsp ARGS --json` on `backend`, with `extra` flags.
@@ -74,7 +46,7 @@ fn lsp(p: &Project, backend: &str, args: Value, extra: &[&str]) -> (Output, Valu
     let a = args.to_string();
     let mut all = vec!["tool", "call", "lsp", &a, "--json", "--sandbox", backend];
     all.extend_from_slice(extra);
-    let out = runner(p, &all);
+    let out = p.run(&all);
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out, v)
 }
@@ -226,10 +198,7 @@ fn attack_a_language_server_cannot_read_outside_the_worktree() {
 /// `runner tool call TOOL ARGS --json` on landlock.
 fn call(p: &Project, tool: &str, args: Value) -> Value {
     let a = args.to_string();
-    let out = runner(
-        p,
-        &["tool", "call", tool, &a, "--json", "--sandbox", "landlock"],
-    );
+    let out = p.run(&["tool", "call", tool, &a, "--json", "--sandbox", "landlock"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -310,9 +279,9 @@ except BrokenPipeError:
     )
     .unwrap();
     std::fs::write(p.root.join("a.fl"), "x\n").unwrap();
-    std::fs::create_dir_all(p.data.join("config/runner")).unwrap();
+    std::fs::create_dir_all(p.config.join("runner")).unwrap();
     std::fs::write(
-        p.data.join("config/runner/config.toml"),
+        p.config.join("runner/config.toml"),
         format!(
             "[lsp.flood]\ncommand = [\"python3\", \"{}\"]\nextensions = [\".fl\"]\n",
             p.root.join("flood.py").display()
@@ -321,7 +290,7 @@ except BrokenPipeError:
     .unwrap();
     let args = at("hover", "a.fl", 1, 1).to_string();
     let (out, peak_kib) = crate::hooks::run_measured(
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        p.command()
             .args([
                 "tool",
                 "call",
@@ -332,9 +301,7 @@ except BrokenPipeError:
                 "landlock",
             ])
             .arg("--root")
-            .arg(&p.root)
-            .env("XDG_DATA_HOME", &p.data)
-            .env("XDG_CONFIG_HOME", p.data.join("config")),
+            .arg(&p.root),
     );
     let all = format!(
         "{}{}",

@@ -4,28 +4,19 @@
 //! read the worktree but not the host's files, and killing it mid-call gives a clear error
 //! and a restart.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use common::project::Project;
+
+use std::process::{Command, Output};
 
 use serde_json::{Value, json};
-
-struct Project {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    outside: PathBuf,
-    data: PathBuf,
-}
 
 /// A worktree whose config names the server, with the server's binary inside it (a
 /// sandbox runs what it can see).
 fn project() -> Project {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let root = base.join("repo");
-    let outside = base.join("outside");
+    let p = Project::new("repo");
+    let (root, outside) = (&p.root, &p.outside);
     std::fs::create_dir_all(root.join(".runner")).unwrap();
     std::fs::create_dir_all(root.join(".bin")).unwrap();
-    std::fs::create_dir_all(&outside).unwrap();
     let server = root.join(".bin/runner");
     if std::fs::hard_link(env!("CARGO_BIN_EXE_runner"), &server).is_err() {
         std::fs::copy(env!("CARGO_BIN_EXE_runner"), &server).unwrap();
@@ -40,38 +31,21 @@ fn project() -> Project {
     .unwrap();
     std::fs::write(root.join("notes.txt"), "in the worktree\n").unwrap();
     std::fs::write(outside.join("secret.txt"), "HOST SECRET\n").unwrap();
-    Project {
-        data: base.join("data"),
-        _tmp: tmp,
-        root,
-        outside,
-    }
-}
-
-fn runner(p: &Project, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(args)
-        .arg("--root")
-        .arg(&p.root)
-        .env("XDG_DATA_HOME", &p.data)
-        .env("XDG_CONFIG_HOME", p.data.join("config"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    p
 }
 
 fn call(p: &Project, backend: &str, tool: &str, args: Value, extra: &[&str]) -> (Output, Value) {
     let a = args.to_string();
     let mut all = vec!["mcp", "call", "t", tool, &a, "--json", "--sandbox", backend];
     all.extend_from_slice(extra);
-    let out = runner(p, &all);
+    let out = p.run(&all);
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out, v)
 }
 
 fn mcp_on(backend: &str) {
     let p = project();
-    let listed = runner(&p, &["mcp", "list", "--json", "--sandbox", backend]);
+    let listed = p.run(&["mcp", "list", "--json", "--sandbox", backend]);
     assert!(listed.status.success(), "{backend}: {listed:?}");
     let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(states[0]["name"], "t", "{states}");
@@ -123,16 +97,13 @@ fn mcp_on(backend: &str) {
     )
     .unwrap();
     let started = std::time::Instant::now();
-    let out = runner(
-        &p,
-        &[
-            "tool",
-            "script",
-            &script.display().to_string(),
-            "--sandbox",
-            backend,
-        ],
-    );
+    let out = p.run(&[
+        "tool",
+        "script",
+        &script.display().to_string(),
+        "--sandbox",
+        backend,
+    ]);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(30),
         "{backend}: the crash hung the call"
@@ -202,21 +173,18 @@ fn call_pypi(
     args: Value,
 ) -> (Output, Value) {
     let a = args.to_string();
-    let out = runner(
-        p,
-        &[
-            "mcp",
-            "call",
-            server,
-            tool,
-            &a,
-            "--json",
-            "--sandbox",
-            backend,
-            "--config",
-            config,
-        ],
-    );
+    let out = p.run(&[
+        "mcp",
+        "call",
+        server,
+        tool,
+        &a,
+        "--json",
+        "--sandbox",
+        backend,
+        "--config",
+        config,
+    ]);
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out, v)
 }
@@ -227,18 +195,15 @@ fn call_pypi(
 /// behind a wall (without one it can: the control, [`pypi_servers_without_a_wall`]).
 fn pypi_servers_on(backend: &str) {
     let (p, c) = pypi_project();
-    let listed = runner(
-        &p,
-        &[
-            "mcp",
-            "list",
-            "--json",
-            "--sandbox",
-            backend,
-            "--config",
-            &c,
-        ],
-    );
+    let listed = p.run(&[
+        "mcp",
+        "list",
+        "--json",
+        "--sandbox",
+        backend,
+        "--config",
+        &c,
+    ]);
     assert!(listed.status.success(), "{backend}: {listed:?}");
     let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let tools = |name: &str| -> Vec<String> {
@@ -393,23 +358,20 @@ fn a_node_mcp_server_runs_in_docker_from_the_dev_image() {
     let c = config.display().to_string();
     let node = |image: &str, tool: &str, args: Value| {
         let a = args.to_string();
-        let out = runner(
-            &p,
-            &[
-                "mcp",
-                "call",
-                "node",
-                tool,
-                &a,
-                "--json",
-                "--sandbox",
-                "docker",
-                "--image",
-                image,
-                "--config",
-                &c,
-            ],
-        );
+        let out = p.run(&[
+            "mcp",
+            "call",
+            "node",
+            tool,
+            &a,
+            "--json",
+            "--sandbox",
+            "docker",
+            "--image",
+            image,
+            "--config",
+            &c,
+        ]);
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
         (out, v)
     };
@@ -450,7 +412,7 @@ fn a_server_that_cannot_start_says_so_and_the_rest_goes_on() {
         "[mcp.gone]\ncommand = \"/no/such/server\"\n",
     )
     .unwrap();
-    let listed = runner(&p, &["mcp", "list", "--json", "--sandbox", "landlock"]);
+    let listed = p.run(&["mcp", "list", "--json", "--sandbox", "landlock"]);
     // Listed, and the exit status says a server failed.
     assert_eq!(listed.status.code(), Some(1), "{listed:?}");
     let states: Value = serde_json::from_slice(&listed.stdout).unwrap();
@@ -460,18 +422,15 @@ fn a_server_that_cannot_start_says_so_and_the_rest_goes_on() {
     );
     // The built-in tools still work in a session whose server is broken.
     let args = json!({"command": "echo fine", "description": "x"}).to_string();
-    let out = runner(
-        &p,
-        &[
-            "tool",
-            "call",
-            "bash",
-            &args,
-            "--sandbox",
-            "landlock",
-            "--json",
-        ],
-    );
+    let out = p.run(&[
+        "tool",
+        "call",
+        "bash",
+        &args,
+        "--sandbox",
+        "landlock",
+        "--json",
+    ]);
     assert!(out.status.success(), "{out:?}");
 }
 
@@ -490,21 +449,18 @@ fn opencodes_mcp_section_is_read_as_it_is() {
     )
     .unwrap();
     let oc = oc.display().to_string();
-    let out = runner(
-        &p,
-        &[
-            "mcp",
-            "call",
-            "oc",
-            "echo",
-            r#"{"text":"from opencode"}"#,
-            "--json",
-            "--sandbox",
-            "landlock",
-            "--config",
-            &oc,
-        ],
-    );
+    let out = p.run(&[
+        "mcp",
+        "call",
+        "oc",
+        "echo",
+        r#"{"text":"from opencode"}"#,
+        "--json",
+        "--sandbox",
+        "landlock",
+        "--config",
+        &oc,
+    ]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(v["output"], "from opencode");
@@ -631,7 +587,7 @@ fn moved_to(path: &str) -> Option<String> {
 
 /// The user's own config (`$XDG_CONFIG_HOME/runner/config.toml`), replacing any before.
 fn user_config(p: &Project, text: &str) {
-    let dir = p.data.join("config/runner");
+    let dir = p.config.join("runner");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), text).unwrap();
 }
@@ -653,19 +609,16 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
         ),
     );
     // The sandbox has no network: the answer can only have come through the host.
-    let out = runner(
-        &p,
-        &[
-            "mcp",
-            "call",
-            "far",
-            "hello",
-            "{}",
-            "--json",
-            "--sandbox",
-            "landlock",
-        ],
-    );
+    let out = p.run(&[
+        "mcp",
+        "call",
+        "far",
+        "hello",
+        "{}",
+        "--json",
+        "--sandbox",
+        "landlock",
+    ]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(v["output"], "hello from far away");
@@ -689,21 +642,18 @@ fn a_remote_server_is_reached_from_the_host_with_its_headers_and_behind_the_webf
     let deny = p.data.join("deny.toml");
     std::fs::write(&deny, "[permission]\nwebfetch = \"deny\"\n").unwrap();
     let d = deny.display().to_string();
-    let out = runner(
-        &p,
-        &[
-            "mcp",
-            "call",
-            "far",
-            "hello",
-            "{}",
-            "--json",
-            "--sandbox",
-            "landlock",
-            "--config",
-            &d,
-        ],
-    );
+    let out = p.run(&[
+        "mcp",
+        "call",
+        "far",
+        "hello",
+        "{}",
+        "--json",
+        "--sandbox",
+        "landlock",
+        "--config",
+        &d,
+    ]);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     let seen = far.seen.lock().unwrap().join("\n---\n");
     assert!(
@@ -747,13 +697,13 @@ fn attack_a_remote_servers_redirect_to_another_origin_is_not_followed() {
     };
 
     user_config(&p, &to("/moved"));
-    let out = runner(&p, &call);
+    let out = p.run(&call);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(v["output"], "hello from far away", "{out:?}");
 
     user_config(&p, &to(&format!("/away/{port}")));
-    let out = runner(&p, &call);
+    let out = p.run(&call);
     assert_ne!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         elsewhere.connections(),
@@ -767,7 +717,7 @@ fn attack_a_remote_servers_redirect_to_another_origin_is_not_followed() {
 fn list(p: &Project, extra: &[&str]) -> Vec<Value> {
     let mut args = vec!["mcp", "list", "--json"];
     args.extend_from_slice(extra);
-    let out = runner(p, &args);
+    let out = p.run(&args);
     let states: Vec<Value> =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     let failed = states.iter().any(|s| s["state"] != "running");
@@ -803,7 +753,7 @@ fn attack_a_repositorys_remote_server_is_not_contacted_without_an_ask() {
         );
         assert!(state.contains("--ask allow"), "{state}");
         // Calling one of its tools starts it the same way.
-        let out = runner(&p, &["mcp", "call", "x", "hello", "{}", "--json"]);
+        let out = p.run(&["mcp", "call", "x", "hello", "{}", "--json"]);
         assert_ne!(out.status.code(), Some(0), "{out:?}");
         // `--ask deny` refuses as well.
         let states = list(&p, &["--ask", "deny"]);
@@ -900,13 +850,12 @@ fn permission_check_knows_a_servers_tools_without_starting_it() {
     let deny = p.data.join("deny.toml");
     std::fs::create_dir_all(&p.data).unwrap();
     std::fs::write(&deny, "[permission]\n\"t_*\" = \"deny\"\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let out = p
+        .command()
         .args(["permission", "check", "t_echo", r#"{"text":"x"}"#, "--root"])
         .arg(&p.root)
         .arg("--config")
         .arg(&deny)
-        .env("XDG_DATA_HOME", &p.data)
-        .env("XDG_CONFIG_HOME", p.data.join("config"))
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -941,18 +890,15 @@ fn mcp_call_says_which_server_failed_and_starts_only_its_own() {
         "calling t started the server other too"
     );
 
-    let out = runner(
-        &p,
-        &[
-            "mcp",
-            "call",
-            "nosuch",
-            "echo",
-            "{}",
-            "--sandbox",
-            "landlock",
-        ],
-    );
+    let out = p.run(&[
+        "mcp",
+        "call",
+        "nosuch",
+        "echo",
+        "{}",
+        "--sandbox",
+        "landlock",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
         text(&out).contains("no MCP server nosuch is configured (there are: gone, other, t)"),
@@ -960,10 +906,7 @@ fn mcp_call_says_which_server_failed_and_starts_only_its_own() {
         text(&out)
     );
 
-    let out = runner(
-        &p,
-        &["mcp", "call", "gone", "x", "{}", "--sandbox", "landlock"],
-    );
+    let out = p.run(&["mcp", "call", "gone", "x", "{}", "--sandbox", "landlock"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let err = text(&out);
     assert!(
@@ -971,18 +914,15 @@ fn mcp_call_says_which_server_failed_and_starts_only_its_own() {
         "{err}"
     );
 
-    let out = runner(
-        &p,
-        &[
-            "mcp",
-            "call",
-            "t",
-            "teleport",
-            "{}",
-            "--sandbox",
-            "landlock",
-        ],
-    );
+    let out = p.run(&[
+        "mcp",
+        "call",
+        "t",
+        "teleport",
+        "{}",
+        "--sandbox",
+        "landlock",
+    ]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(
         text(&out).contains("the MCP server t has no tool teleport (there are: echo, read, crash)"),
@@ -991,16 +931,13 @@ fn mcp_call_says_which_server_failed_and_starts_only_its_own() {
     );
 }
 
-/// `runner` as `runner(p, args)` does, with `EXA_API_KEY` set on the host.
+/// `runner` as `p.run(args)` does, with `EXA_API_KEY` set on the host.
 fn runner_with_key(p: &Project, args: &[&str], key: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
+    p.command()
         .args(args)
         .arg("--root")
         .arg(&p.root)
-        .env("XDG_DATA_HOME", &p.data)
-        .env("XDG_CONFIG_HOME", p.data.join("config"))
         .env("EXA_API_KEY", key)
-        .stdin(Stdio::null())
         .output()
         .unwrap()
 }
@@ -1272,11 +1209,9 @@ except BrokenPipeError:
     )
     .unwrap();
     let (out, peak_kib) = crate::hooks::run_measured(
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        p.command()
             .args(["mcp", "list", "--json", "--sandbox", "landlock", "--root"])
-            .arg(&p.root)
-            .env("XDG_DATA_HOME", &p.data)
-            .env("XDG_CONFIG_HOME", p.data.join("config")),
+            .arg(&p.root),
     );
     let all = format!(
         "{}{}",

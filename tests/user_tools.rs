@@ -3,52 +3,34 @@
 //! name is its permission key, its command a deny-only bash spelling), and the same wall:
 //! a project's tool runs inside the sandbox and cannot reach the host's home directory.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use common::project::Project;
+
+use std::path::Path;
+use std::process::Output;
 
 use serde_json::Value;
 
-struct Project {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    /// A directory outside the worktree, standing for the host's home.
-    home: PathBuf,
-    data: PathBuf,
-}
-
+/// A worktree with `tools` (name, TOML) in `.runner/tools/`; `outside` stands for the
+/// host's home, with a private key in it.
 fn project(tools: &[(&str, &str)]) -> Project {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(tmp.path()).unwrap();
-    let root = base.join("repo");
-    let home = base.join("home");
-    std::fs::create_dir_all(root.join(".runner/tools")).unwrap();
-    std::fs::create_dir_all(home.join(".ssh")).unwrap();
-    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE KEY MATERIAL\n").unwrap();
-    std::fs::write(root.join("notes.txt"), "inside the worktree\n").unwrap();
+    let p = Project::new("repo");
+    std::fs::create_dir_all(p.root.join(".runner/tools")).unwrap();
+    std::fs::create_dir_all(p.outside.join(".ssh")).unwrap();
+    std::fs::write(p.outside.join(".ssh/id_ed25519"), "PRIVATE KEY MATERIAL\n").unwrap();
+    p.file("notes.txt", "inside the worktree\n");
     for (name, text) in tools {
-        std::fs::write(
-            root.join(".runner/tools").join(format!("{name}.toml")),
-            text,
-        )
-        .unwrap();
+        p.file(&format!(".runner/tools/{name}.toml"), text);
     }
-    Project {
-        data: base.join("data"),
-        _tmp: tmp,
-        root,
-        home,
-    }
+    p
 }
 
+/// `runner ARGS --root WORKTREE` with `HOME` at the folder outside.
 fn runner(p: &Project, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
+    p.command()
         .args(args)
         .arg("--root")
         .arg(&p.root)
-        .env("XDG_DATA_HOME", &p.data)
-        .env("XDG_CONFIG_HOME", p.data.join("config"))
-        .env("HOME", &p.home)
-        .stdin(Stdio::null())
+        .env("HOME", &p.outside)
         .output()
         .unwrap()
 }
@@ -80,7 +62,7 @@ fn peek(path: &Path) -> String {
 
 fn tools_on(backend: &str) {
     let p = project(&[("shout", SHOUT)]);
-    let key = p.home.join(".ssh/id_ed25519");
+    let key = p.outside.join(".ssh/id_ed25519");
     std::fs::write(p.root.join(".runner/tools/peek_home.toml"), peek(&key)).unwrap();
     std::fs::write(
         p.root.join(".runner/tools/peek_notes.toml"),
@@ -193,7 +175,7 @@ fn a_tool_that_floods_its_output_leaves_the_hosts_memory_flat() {
         "description = \"prints a lot\"\ncommand = \"head -c 314572800 /dev/zero | tr '\\\\0' x; echo; echo end\"\n",
     )]);
     let (out, peak_kib) = crate::hooks::run_measured(
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        p.command()
             .args([
                 "tool",
                 "call",
@@ -205,9 +187,7 @@ fn a_tool_that_floods_its_output_leaves_the_hosts_memory_flat() {
             ])
             .args(["--ask", "allow", "--root"])
             .arg(&p.root)
-            .env("XDG_DATA_HOME", &p.data)
-            .env("XDG_CONFIG_HOME", p.data.join("config"))
-            .env("HOME", &p.home),
+            .env("HOME", &p.outside),
     );
     assert_eq!(
         out.status.code(),

@@ -21,6 +21,7 @@ pub mod engine_faults;
 pub mod escape;
 pub mod outside;
 pub mod podman;
+pub mod project;
 pub mod provider;
 pub mod saved_outputs;
 pub mod side_doors;
