@@ -8,6 +8,14 @@
 //! the folder copies of it are made in, any other writable folder the wall grants. A file
 //! that is itself a symbolic link is refused too (what it points to can change after the
 //! check), and so is one with other hard links (one of them may be in the worktree).
+//!
+//! Paths alone are not enough: a bind mount shows the worktree under a second name that no
+//! link or `..` leads from, and no prefix of the worktree's path matches. What a bind mount
+//! cannot change is the folder itself, the kernel's (device, inode) pair. So the trail's
+//! folder and every folder above it are also compared, by that pair, with each writable
+//! place: the worktree mounted anywhere, or a folder holding it mounted anywhere, is
+//! recognised for what it is. (A folder *inside* the worktree mounted elsewhere has no
+//! ancestor in common with it; only the mount table would tell.)
 
 use std::path::{Component, Path, PathBuf};
 
@@ -67,18 +75,12 @@ pub fn check(file: &Path, writable: &[Writable]) -> Result<PathBuf, AuditError> 
     let resolved = resolve_dir(dir)
         .map_err(|e| AuditError::open(file, e))?
         .join(name);
-    for area in writable {
-        // An area not made yet is compared where it will be.
-        let Ok(inside) = resolve_dir(&area.dir) else {
-            continue;
-        };
-        if resolved.starts_with(&inside) {
-            return Err(AuditError::Writable {
-                path: file.to_path_buf(),
-                resolved,
-                area: area.clone(),
-            });
-        }
+    if let Some(area) = writable_area_of(&resolved, writable) {
+        return Err(AuditError::Writable {
+            path: file.to_path_buf(),
+            resolved,
+            area: area.clone(),
+        });
     }
     if let Ok(meta) = resolved.symlink_metadata() {
         use std::os::unix::fs::MetadataExt;
@@ -95,6 +97,31 @@ pub fn check(file: &Path, writable: &[Writable]) -> Result<PathBuf, AuditError> 
         }
     }
     Ok(resolved)
+}
+
+/// The writable place `resolved` (a file, its folder resolved) lies in, by path or by the
+/// identity of its folder or of one above it.
+fn writable_area_of<'a>(resolved: &Path, writable: &'a [Writable]) -> Option<&'a Writable> {
+    let by_path = writable.iter().find(|area| {
+        // An area not made yet is compared where it will be.
+        resolve_dir(&area.dir).is_ok_and(|inside| resolved.starts_with(inside))
+    });
+    by_path.or_else(|| {
+        // A folder not made yet has no identity; the first existing one above it does, and
+        // `create_dir_all` makes the rest inside it.
+        let above: Vec<Identity> = resolved.ancestors().skip(1).filter_map(identity).collect();
+        writable
+            .iter()
+            .find(|area| identity(&area.dir).is_some_and(|id| above.contains(&id)))
+    })
+}
+
+/// A folder as the kernel knows it, whatever path reached it: (device, inode).
+type Identity = (u64, u64);
+
+fn identity(dir: &Path) -> Option<Identity> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// `dir` as the kernel will find it: its longest existing part canonical (every symbolic
@@ -236,5 +263,59 @@ mod tests {
             check(&p.outside, &walls(&p)).is_err(),
             "a folder is no file"
         );
+    }
+
+    /// A bind mount of `from` at `at`, taken down when dropped, a failing test too.
+    struct Bound(PathBuf);
+
+    fn bind(from: &Path, at: &Path) -> Bound {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount")
+            .arg("--bind")
+            .args([from, at])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount --bind: {out:?}");
+        Bound(at.to_path_buf())
+    }
+
+    impl Drop for Bound {
+        fn drop(&mut self) {
+            let out = std::process::Command::new("umount").arg(&self.0).output();
+            if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                eprintln!("umount {}: {out:?}", self.0.display());
+            }
+        }
+    }
+
+    #[test]
+    fn the_worktree_under_a_bind_mount_is_refused_and_another_mounted_folder_is_not() {
+        let p = places();
+        let walls = walls(&p);
+        // The attack: the worktree itself, and a folder holding it, shown elsewhere.
+        let at = p.outside.join("bm");
+        let _wt = bind(&p.worktree, &at);
+        let e = refused(&p, &at.join("trail.jsonl"));
+        assert!(
+            e.contains("the worktree") && e.contains("the sandbox can write"),
+            "{e}"
+        );
+        refused(&p, &at.join("sub/trail.jsonl"));
+        refused(&p, &at.join("not/made/yet/trail.jsonl"));
+        let up = p.outside.join("up");
+        let _up = bind(p.worktree.parent().unwrap(), &up);
+        refused(&p, &up.join("wt/trail.jsonl"));
+        // The controls: a plain folder outside, the folder above the worktree through the
+        // same mount, and an outside folder mounted elsewhere are all kept.
+        let kept = p.outside.join("trail.jsonl");
+        assert_eq!(check(&kept, &walls).unwrap(), kept);
+        let beside = up.join("wt-trail.jsonl");
+        assert_eq!(check(&beside, &walls).unwrap(), beside);
+        let mine = p.worktree.parent().unwrap().join("mine");
+        std::fs::create_dir_all(&mine).unwrap();
+        let shown = p.outside.join("shown");
+        let _mine = bind(&mine, &shown);
+        let there = shown.join("new/trail.jsonl");
+        assert_eq!(check(&there, &walls).unwrap(), there);
     }
 }
