@@ -1,0 +1,181 @@
+//! One attempt at a Harbor task: its image built (or found), a container from it whose
+//! `WORKDIR` is the worktree, the agent (or the task's own solution) working in it, then
+//! the verifier in the same file system once every process of the agent's is dead.
+//!
+//! The order is what makes the verdict trustworthy:
+//! 1. the container is created and a snapshot of the worktree taken before anything runs;
+//! 2. the agent works through runner's server in the container (`/tests` is not there);
+//! 3. the container is killed: the PID namespace goes, and every process the agent left
+//!    behind with it, while its files stay;
+//! 4. the second snapshot gives `diff.patch`;
+//! 5. the container starts again with only runner's server in it; whatever the agent left
+//!    at `/tests` or `/logs/verifier` is moved aside, the hidden tests are copied in, and
+//!    `bash /tests/test.sh` runs as `[verifier] user` through the engine;
+//! 6. the reward is read from `/logs/verifier`, and the container removed.
+//!
+//! What this does not stop, as in Harbor itself: the verifier runs in the file system the
+//! agent left, so an agent with the rights to do so can change the programs `test.sh`
+//! uses. The tests are hidden, no process of the agent's survives into the verdict, and
+//! neither a planted reward nor planted tests count.
+//!
+//! The attempt is split along its phases, one file each, so that each can be read (and
+//! reviewed for what it lets the agent do) on its own:
+//! - [`stages`]: what each turn is (a task of one step is one stage, a multi-step task's
+//!   steps are stages in order, in one container) and how the turns' verdicts make one;
+//! - [`image`]: the task's image, the attempt's workspace over it, and the container
+//!   made from them (steps 1 and 6);
+//! - [`agent`]: runner's loop, or the task's own solution, in the container, and every
+//!   process it left ended before anything else happens (steps 2 and 3);
+//! - [`network`]: what each phase may reach, through a proxy whose rules that phase alone
+//!   decides, and the connections each phase made;
+//! - [`verify`]: the hidden tests put in place, `test.sh` run, its rewards read (step 5).
+//!
+//! This file runs them in order ([`run`]) and holds what every phase uses: the place a turn
+//! works in and the bound on every engine call.
+
+mod agent;
+mod image;
+mod network;
+mod stages;
+mod verify;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use runner_sandbox::docker::in_image::TaskContainer;
+use runner_workspace::write_file;
+use tokio_util::sync::CancellationToken;
+
+use crate::engines::Engine;
+use crate::harbor::HarborTask;
+use crate::results::TaskResult;
+use crate::verdict::{self, Verdict, fresh_dir, infra};
+use crate::{EvalError, EvalOptions};
+use image::prepare;
+use stages::{Turn, Turns, take_turn};
+
+/// How long one engine operation (a start, a copy in or out) may take before the engine
+/// counts as not answering.
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub async fn run(
+    task: &HarborTask,
+    attempt: u32,
+    out: &Path,
+    options: &EvalOptions,
+    engine: &Engine,
+    stop: &CancellationToken,
+) -> Option<Verdict> {
+    let started = Instant::now();
+    let mut result = TaskResult::new(&task.id, attempt, options.model_label());
+    result.set_instruction(&instruction_text(task));
+    if let Err(e) = fresh_dir(out) {
+        return infra(result, "prepare", e, false);
+    }
+    // Read from the task folder now: a folder that cannot be read is the task's failure,
+    // found before anything runs.
+    let stages = match stages::stages(task, options) {
+        Ok(s) => s,
+        Err(e) => return infra(result, "prepare", e, false),
+    };
+
+    let prepared = match prepare(task, attempt, out, options, engine, &mut result, stop).await {
+        Ok(p) => p,
+        Err(ended) => return ended,
+    };
+    let ws = prepared.removing.workspace();
+    let container = prepared.owner.container();
+    let place = Place {
+        container,
+        engine,
+        scratch: &prepared.scratch,
+        outputs: &prepared.outputs,
+        out,
+    };
+    let mut turns = Turns::default();
+    for (i, stage) in stages.iter().enumerate() {
+        let went = take_turn(stage, &place, ws, options, &mut result, stop).await;
+        match went {
+            Turn::Stopped(verdict) => return *verdict,
+            Turn::Decided => return verdict::decided_by_the_agent(&mut result, started).flatten(),
+            Turn::Judged(verified) => {
+                if !turns.add(stage, verified) {
+                    // The steps not run count against the roll-up.
+                    turns.skipped = stages[i + 1..].iter().filter(|s| s.contributes).count();
+                    break;
+                }
+            }
+        }
+    }
+    if !task.artifacts.is_empty() {
+        collect_artifacts(container, &task.artifacts, out).await;
+    }
+    result.timings.total_ms = started.elapsed().as_millis() as u64;
+    drop(prepared.owner);
+    let (verified, limit) = turns.verdict(task.reward_strategy, &mut result);
+    verdict::conclude(result, verified, out, limit, Some(engine)).await
+}
+
+/// Where the agent's run happens and leaves its files.
+#[derive(Clone, Copy)]
+pub(super) struct Place<'a> {
+    pub(super) container: &'a Arc<TaskContainer>,
+    pub(super) engine: &'a Engine,
+    /// Where config files are looked for on the host (an empty folder).
+    pub(super) scratch: &'a Path,
+    /// Where full tool outputs are saved, readable in the container.
+    pub(super) outputs: &'a Path,
+    /// The attempt's result folder.
+    pub(super) out: &'a Path,
+}
+
+/// An engine operation, bounded: an engine that stops answering mid-call must not hold
+/// the attempt forever.
+pub(super) async fn engine_call<T, E: Into<EvalError>>(
+    call: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, EvalError> {
+    match tokio::time::timeout(ENGINE_TIMEOUT, call).await {
+        Ok(done) => done.map_err(Into::into),
+        Err(_) => Err(EvalError::EngineTimeout(ENGINE_TIMEOUT.as_secs())),
+    }
+}
+
+pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `artifacts`: each path copied out of the container into the attempt's `artifacts/`,
+/// as the tar the engine gives (a path that is not there is noted, not an error).
+async fn collect_artifacts(container: &TaskContainer, paths: &[String], out: &Path) {
+    let dir = out.join("artifacts");
+    let _ = std::fs::create_dir_all(&dir);
+    let mut missing = String::new();
+    for path in paths {
+        let name = crate::fields::sanitize(path.trim_start_matches('/'));
+        match engine_call(container.download(Path::new(path), 64 << 20)).await {
+            Ok(Some(tar)) => {
+                let _ = write_file(&dir.join(format!("{name}.tar")), &tar);
+            }
+            Ok(None) => missing.push_str(&format!("{path}: not in the container\n")),
+            Err(e) => missing.push_str(&format!("{path}: {e}\n")),
+        }
+    }
+    if !missing.is_empty() {
+        let _ = write_file(&dir.join("missing.txt"), missing.as_bytes());
+    }
+}
+
+/// What the agent is asked, as the report shows it: the task's instruction, or a
+/// multi-step task's steps' under their names.
+fn instruction_text(task: &HarborTask) -> String {
+    if task.steps.is_empty() {
+        return task.instruction.clone();
+    }
+    let steps: Vec<String> = task
+        .steps
+        .iter()
+        .map(|s| format!("## {}\n\n{}", s.name, s.instruction))
+        .collect();
+    steps.join("\n\n")
+}
