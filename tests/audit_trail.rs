@@ -603,9 +603,34 @@ fn a_trail_the_sandbox_could_write_is_refused_and_one_outside_holds_on_docker() 
     a_trail_the_sandbox_could_write_is_refused(common::Backend::Docker);
 }
 
+/// A bind mount of a folder at another, taken down when dropped (a failing test too).
+struct Bound(PathBuf);
+
+impl Bound {
+    fn new(from: &Path, at: &Path) -> Bound {
+        std::fs::create_dir_all(at).unwrap();
+        let out = std::process::Command::new("mount")
+            .arg("--bind")
+            .args([from, at])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount --bind: {}", describe(&out));
+        Bound(at.to_path_buf())
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let out = std::process::Command::new("umount").arg(&self.0).output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            eprintln!("umount {}: {out:?}", self.0.display());
+        }
+    }
+}
+
 /// The attack: docs/AUDIT.md's own example, `--audit runner.jsonl` given in the checkout,
 /// and the other spellings of a place in it (`..`, a link to the worktree, a link file
-/// pointing in, the user's `[audit] file`), each with a command that truncates and forges
+/// pointing in, the user's `[audit] file`, the worktree bind-mounted elsewhere), each with a command that truncates and forges
 /// the trail. Each is refused with exit 2 before any sandbox starts (the command never ran).
 /// The control: a trail outside the worktree is written, and the same command cannot
 /// touch it.
@@ -627,6 +652,7 @@ fn a_trail_the_sandbox_could_write_is_refused(backend: common::Backend) {
     )
     .unwrap();
     common::engine::hand_over(&beside);
+    let _bound = Bound::new(&s.wt, &beside.join("bm"));
     let config_arg = config.display().to_string();
     let attacks: Vec<(&str, Vec<String>, &Path)> = vec![
         (
@@ -655,6 +681,11 @@ fn a_trail_the_sandbox_could_write_is_refused(backend: common::Backend) {
         (
             "[audit] file",
             vec!["--config".into(), config_arg.clone()],
+            &beside,
+        ),
+        (
+            "the worktree bind-mounted elsewhere",
+            vec!["--audit".into(), "bm/runner.jsonl".into()],
             &beside,
         ),
     ];
