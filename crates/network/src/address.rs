@@ -137,9 +137,89 @@ pub fn own_addresses() -> Vec<IpAddr> {
     out
 }
 
+/// The IPv4 address C's `inet_aton` reads in `host`, when it is one: besides the dotted
+/// quad, hex (`0x7f000001`), octal (`0177.0.0.1`), short forms whose last part fills the
+/// bytes left (`127.1`, `127.0.1`) and a single number (`2130706433`). curl, Python and
+/// glibc's `getaddrinfo` connect to that address, so the proxy must judge it as that
+/// address, not as a name no rule or inspection choice was written for.
+pub fn ipv4_spelling(host: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.len() > 4 {
+        return None;
+    }
+    let numbers: Vec<u64> = parts
+        .iter()
+        .map(|p| {
+            let (digits, radix) = match p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+                Some(hex) => (hex, 16),
+                None if p.len() > 1 && p.starts_with('0') => (&p[1..], 8),
+                None => (*p, 10),
+            };
+            // Bounded so that no part overflows; a longer one is no address.
+            let bounded = !digits.is_empty() && digits.len() <= 12;
+            let valid = digits.chars().all(|c| c.is_digit(radix));
+            (bounded && valid).then(|| u64::from_str_radix(digits, radix).ok())?
+        })
+        .collect::<Option<_>>()?;
+    let (last, leading) = numbers.split_last()?;
+    // Each leading part is one byte; the last fills the bytes left.
+    let rest_bits = 8 * (4 - leading.len() as u32);
+    if leading.iter().any(|n| *n > 0xff) || *last >= 1u64 << rest_bits {
+        return None;
+    }
+    let high = leading
+        .iter()
+        .enumerate()
+        .fold(0u32, |acc, (i, n)| acc | ((*n as u32) << (24 - 8 * i)));
+    Some(Ipv4Addr::from(high | *last as u32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every spelling `inet_aton` reads as an address is that address; names are not.
+    #[test]
+    fn other_spellings_of_an_ipv4_address_are_read_as_it() {
+        for spelling in [
+            "0x7f000001",
+            "0X7F000001",
+            "0177.0.0.1",
+            "0x7f.0.0.1",
+            "127.1",
+            "127.0.1",
+            "2130706433",
+            "017700000001",
+            "127.0.0.1",
+        ] {
+            assert_eq!(
+                ipv4_spelling(spelling),
+                Some(Ipv4Addr::LOCALHOST),
+                "{spelling}"
+            );
+        }
+        assert_eq!(
+            ipv4_spelling("169.254.43518"),
+            Some(Ipv4Addr::new(169, 254, 169, 254))
+        );
+        for name in [
+            "localhost",
+            "example.org",
+            "0x",
+            "08.0.0.1",
+            "256.0.0.1",
+            "1.2.3.4.5",
+            "127.0.0.256",
+            "127.16777216",
+            "4294967296",
+            "1..1",
+            "",
+            "0xdeadbeef.com",
+            "1.2.3.",
+        ] {
+            assert_eq!(ipv4_spelling(name), None, "{name}");
+        }
+    }
 
     fn class(s: &str) -> Option<Reserved> {
         classify(s.parse().unwrap(), &[])

@@ -55,6 +55,10 @@ pub enum BadRequest {
     Protocol(String),
     #[error("the method {0:?} is not a token")]
     Method(String),
+    #[error(
+        "the method {0:?} is not all upper case (methods are case-sensitive, and servers that upper-case them would serve another than the one judged): write it in capitals"
+    )]
+    MethodCase(String),
     #[error("whitespace or a control character in the request target {0:?}")]
     TargetBytes(String),
     #[error("a bare CR or LF in the request line {0:?}")]
@@ -202,11 +206,15 @@ pub fn parse(head: &[u8]) -> Result<ProxyRequest, BadRequest> {
 }
 
 /// A request line's parts, each one way only: a method of token characters (a lenient
-/// origin could split `GET\thttp://other/` at the tab), HTTP/1.0 or 1.1 (not `HTTP/2.0`,
+/// origin could split `GET\thttp://other/` at the tab) and upper case (Werkzeug serves
+/// `get` as `GET`, which a rule on `GET host/path` would never have seen), HTTP/1.0 or 1.1 (not `HTTP/2.0`,
 /// whose frames can name any host), and a target without whitespace or control bytes.
 pub(crate) fn request_line(method: &str, target: &str, version: &str) -> Result<(), BadRequest> {
     if !is_token(method) {
         return Err(BadRequest::Method(method.to_string()));
+    }
+    if method.bytes().any(|b| b.is_ascii_lowercase()) {
+        return Err(BadRequest::MethodCase(method.to_string()));
     }
     if version != "HTTP/1.1" && version != "HTTP/1.0" {
         return Err(BadRequest::Protocol(version.to_string()));
@@ -352,6 +360,12 @@ pub(crate) fn authority(
     if !valid || port == 0 {
         return Err(bad());
     }
+    // `0x7f000001` or `127.1` is where curl and the proxy's resolver connect: 127.0.0.1.
+    // Rules, the inspection choice, programs and records see that address, as written.
+    let host = match crate::address::ipv4_spelling(&host) {
+        Some(ip) => ip.to_string(),
+        None => host,
+    };
     Ok((host, port))
 }
 
@@ -533,6 +547,47 @@ mod tests {
                 proptest::prop_assert_eq!((&again.host, again.port), (&host, port));
                 proptest::prop_assert_eq!(again.kind, Kind::Forward { head, body });
             }
+        }
+    }
+
+    /// Another spelling of an address is judged as the address, however it comes: a
+    /// tunnel, an absolute URL, a Host header; a name or a dotted quad is as it was.
+    #[test]
+    fn other_spellings_of_an_address_are_judged_as_the_address() {
+        for spelling in ["0x7f000001", "0177.0.0.1", "127.1", "127.0.1", "2130706433"] {
+            for head in [
+                format!("CONNECT {spelling}:18443 HTTP/1.1\r\n\r\n"),
+                format!("GET http://{spelling}:18443/x HTTP/1.1\r\n\r\n"),
+                format!("GET /x HTTP/1.1\r\nHost: {spelling}:18443\r\n\r\n"),
+                format!("GET http://127.0.0.1:18443/x HTTP/1.1\r\nHost: {spelling}:18443\r\n\r\n"),
+            ] {
+                let r = parse(head.as_bytes()).unwrap();
+                assert_eq!((r.host.as_str(), r.port), ("127.0.0.1", 18443), "{head}");
+            }
+        }
+        // Controls: the plain address and names stay as they were.
+        for (said, judged) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("localhost", "localhost"),
+            ("0x7f.example", "0x7f.example"),
+        ] {
+            let r = parse(format!("CONNECT {said}:443 HTTP/1.1\r\n\r\n").as_bytes()).unwrap();
+            assert_eq!(r.host, judged);
+        }
+    }
+
+    /// `get` would be judged as `get` but served as `GET` by a server that upper-cases it.
+    #[test]
+    fn a_method_not_in_capitals_is_refused_by_name() {
+        for method in ["get", "Get", "gET", "propfind", "connect"] {
+            let err =
+                parse(format!("{method} http://a.test/x HTTP/1.1\r\n\r\n").as_bytes()).unwrap_err();
+            assert_eq!(err, BadRequest::MethodCase(method.to_string()));
+            assert!(err.to_string().contains(&format!("{method:?}")), "{err}");
+        }
+        for method in ["GET", "PROPFIND", "M-SEARCH"] {
+            let r = parse(format!("{method} http://a.test/x HTTP/1.1\r\n\r\n").as_bytes());
+            assert!(r.is_ok(), "{method}: {r:?}");
         }
     }
 

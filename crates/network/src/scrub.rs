@@ -5,7 +5,7 @@
 //! into its body, a query string in its answer, a `Location` carrying the query. The
 //! sandbox would then hold the token after all. So every answer from a secret's host goes
 //! through a [`Scrubber`], which writes the placeholder where the value was (also spelt
-//! with `%` escapes, and inside the Basic credentials the request carried), as the answer
+//! with `%` escapes or JSON's, and inside the Basic credentials the request carried), as the answer
 //! streams: no body is held whole. A value split across two reads is found because the
 //! end of each read that could begin one is held back until the next (at most the longest
 //! value's length less one byte), and let go at the end of the body.

@@ -177,7 +177,7 @@ impl Secrets {
     }
 
     /// What takes the values of the secrets that go to `host` out of its answers again
-    /// ([`crate::scrub`]): each value as it is and spelt with `%` escapes, and the Basic
+    /// ([`crate::scrub`]): each value in each of its [`spellings`], and the Basic
     /// credentials among `sent` (the request's headers as they went) that hold one, as
     /// they went in base64. `None` when no secret goes there.
     pub fn scrubber(&self, host: &str, sent: &[(String, String)]) -> Option<Scrubber> {
@@ -192,10 +192,8 @@ impl Secrets {
                 real: real.into_bytes(),
                 placeholder: s.placeholder.clone().into_bytes(),
             };
-            needles.push(needle(s.value.clone()));
-            if !s.value.bytes().all(unreserved) {
-                needles.push(needle(escaped(&s.value, false)));
-                needles.push(needle(escaped(&s.value, true)));
+            for spelling in spellings(&s.value) {
+                needles.push(needle(spelling));
             }
         }
         let engine = base64::engine::general_purpose::STANDARD;
@@ -270,14 +268,45 @@ fn unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~".contains(&b)
 }
 
-/// `value` as a URL's query spells it: every byte but the unreserved as `%XX` (or `%xx`).
-fn escaped(value: &str, lower: bool) -> String {
+/// The ways an answer may spell `value`, each once: as it is; with `%` escapes in upper
+/// or lower case hex, of every byte but the unreserved (a query string) or also keeping
+/// `/` (Python's `urllib.parse.quote`); and in a JSON string, with `/` as it is or as
+/// `\/` (PHP's `json_encode`). A search cannot find it base64-encoded or compressed
+/// without a `Content-Encoding` (docs/NETWORK.md says so).
+fn spellings(value: &str) -> Vec<String> {
+    let mut out = vec![value.to_string()];
+    for lower in [false, true] {
+        out.push(escaped(value, lower, b""));
+        out.push(escaped(value, lower, b"/"));
+    }
+    out.push(json(value, false));
+    out.push(json(value, true));
+    let mut seen = std::collections::BTreeSet::new();
+    out.retain(|s| seen.insert(s.clone()));
+    out
+}
+
+/// `value` with every byte but the unreserved and `keep` as `%XX` (or `%xx`).
+fn escaped(value: &str, lower: bool, keep: &[u8]) -> String {
     value
         .bytes()
         .map(|b| match b {
-            b if unreserved(b) => (b as char).to_string(),
+            b if unreserved(b) || keep.contains(&b) => (b as char).to_string(),
             b if lower => format!("%{b:02x}"),
             b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `value` inside a JSON string: `"` and `\` escaped, `/` too when `slash`.
+fn json(value: &str, slash: bool) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            '"' => "\\\"".to_string(),
+            '\\' => "\\\\".to_string(),
+            '/' if slash => "\\/".to_string(),
+            c => c.to_string(),
         })
         .collect()
 }
@@ -410,5 +439,35 @@ mod tests {
         );
         assert_eq!(scrub.found(), vec!["T".to_string()]);
         assert!(!format!("{scrub:?}").contains("ghp_"));
+    }
+
+    /// Python's `quote` keeps `/`, PHP's `json_encode` writes `\/`: both are found, in
+    /// either case of hex, also split across reads; a value that only looks alike is not.
+    #[test]
+    fn answers_spelling_the_value_as_quote_or_json_do_are_scrubbed() {
+        let s = Secrets::new(vec![(
+            "T".into(),
+            "realAKIA/tok+en9Zq".into(),
+            vec!["localhost".into()],
+        )])
+        .unwrap();
+        let p = s.environment()[0].1.clone();
+        let mut scrub = s.scrubber("localhost", &[]).unwrap();
+        let answer = concat!(
+            "quote=realAKIA/tok%2Ben9Zq lower=realAKIA/tok%2ben9Zq ",
+            r#"json={"t":"realAKIA\/tok+en9Zq"} "#,
+            "other=realAKIA/tok%2Ben9Zz"
+        );
+        let mut out = Vec::new();
+        for piece in answer.as_bytes().chunks(5) {
+            out.extend(scrub.push(piece));
+        }
+        out.extend(scrub.finish());
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(
+            out,
+            format!("quote={p} lower={p} json={{\"t\":\"{p}\"}} other=realAKIA/tok%2Ben9Zz")
+        );
+        assert!(!out.contains("realAKIA/tok+"), "{out}");
     }
 }

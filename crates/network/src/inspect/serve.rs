@@ -393,8 +393,9 @@ fn settle(shared: &Shared, id: u64, relayed: &Relayed, scrubbed: Vec<String>) {
 }
 
 /// A request refused before it could be read whole, as its first line names it (`METHOD
-/// host/target`), for the record; `None` when even that is unreadable.
-fn as_said(head: &[u8], host: &str) -> Option<String> {
+/// host/path`, the path of an absolute-form target), for the record; `None` when even
+/// that is unreadable.
+pub(super) fn as_said(head: &[u8], host: &str) -> Option<String> {
     let line = head.split(|b| *b == b'\r' || *b == b'\n').next()?;
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split(' ');
@@ -402,8 +403,16 @@ fn as_said(head: &[u8], host: &str) -> Option<String> {
     let printable =
         |s: &str| !s.is_empty() && s.len() <= 2048 && s.chars().all(|c| c.is_ascii_graphic());
     (printable(method) && printable(target)).then(|| {
-        let target = target.split('?').next().unwrap_or(target);
-        super::subject(method, host, target)
+        // `https://host:port/path`: the path only, as a rule would see it.
+        let path = match target.split_once("://") {
+            Some((_, rest)) => rest.find(['/', '?']).map_or("", |i| &rest[i..]),
+            None => target,
+        };
+        let path = match path.split('?').next().unwrap_or_default() {
+            "" => "/",
+            path => path,
+        };
+        super::subject(method, host, path)
     })
 }
 

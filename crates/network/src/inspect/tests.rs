@@ -361,6 +361,49 @@ async fn another_host_or_smuggled_framing_never_reaches_the_origin() {
     assert_eq!(seen.len(), 1, "only the control: {seen:?}");
 }
 
+/// `get` is refused by name (Werkzeug would serve it as the `GET` no rule judged); `GET`
+/// and `PROPFIND` go on to be judged. A refused absolute-form target is recorded as host
+/// and path, not run together.
+#[tokio::test]
+async fn a_method_not_in_capitals_is_refused_and_records_name_host_and_path() {
+    let o = origin().await;
+    let sh = Arc::new(shared(RULES, inspection(RULES, &o, Secrets::default())));
+    let host = format!("Host: 127.0.0.1:{}\r\n", o.port);
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let lower = exchange(&mut c, &format!("get /a HTTP/1.1\r\n{host}\r\n")).await;
+    assert!(lower.starts_with("HTTP/1.1 400"), "{lower}");
+    assert!(lower.contains("\"get\" is not all upper case"), "{lower}");
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let ok = exchange(&mut c, &format!("GET /a HTTP/1.1\r\n{host}\r\n")).await;
+    assert!(ok.contains("seen GET /a"), "{ok}");
+    let dav = exchange(
+        &mut c,
+        &format!("PROPFIND /me/tool.git/x HTTP/1.1\r\n{host}\r\n"),
+    )
+    .await;
+    assert!(dav.contains("seen PROPFIND /me/tool.git/x"), "{dav}");
+    let seen = o.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "only the controls: {seen:?}");
+    let mut c = client(&sh, "127.0.0.1", o.port).await;
+    let absolute = format!(
+        "GET https://127.0.0.1:{}//private/x?q HTTP/1.1\r\n{host}\r\n",
+        o.port
+    );
+    let refused = exchange(&mut c, &absolute).await;
+    assert!(refused.starts_with("HTTP/1.1 400"), "{refused}");
+    let records = sh.log().records();
+    let requests: Vec<_> = records.iter().filter_map(|r| r.request.clone()).collect();
+    assert!(
+        requests.contains(&"get 127.0.0.1/a".to_string()),
+        "{requests:?}"
+    );
+    assert_eq!(
+        requests.last().unwrap(),
+        "GET 127.0.0.1//private/x",
+        "{requests:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_secret_goes_in_only_for_its_host() {
     let o = origin().await;

@@ -169,8 +169,8 @@ fn one_request_for_the_tunnels_host_goes_on_and_nothing_after_it() {
             format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"),
         ),
         (
-            format!("\r\nget /x HTTP/1.1\r\nHost: {HOST}\r\n\r\n{smuggled}"),
-            format!("get /x HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"),
+            format!("\r\nGET /x HTTP/1.1\r\nHost: {HOST}\r\n\r\n{smuggled}"),
+            format!("GET /x HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"),
         ),
         (
             format!("POST / HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 3\r\n\r\nabc{smuggled}"),
