@@ -755,6 +755,7 @@ const SURFACE_RULES: &str = r#"[permission.network]
 
 [permission.http]
 "* localhost/private/*" = "deny"
+"GET localhost/hidden/*" = "deny"
 
 [network]
 ca_certificates = ["test-ca.pem"]
@@ -763,14 +764,38 @@ ca_certificates = ["test-ca.pem"]
 hosts = ["localhost"]
 "#;
 
+/// Raw bytes to the proxy, each answer's status lines printed on one line after a label.
+const RAW_PY: &str = r#"
+import socket, sys
+label, raw = sys.argv[1], sys.argv[2].encode().decode("unicode_escape").encode()
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(raw)
+data = b""
+try:
+    while True:
+        more = s.recv(65536)
+        if not more:
+            break
+        data += more
+except OSError:
+    pass
+lines = data.decode(errors="replace").split("\r\n")
+statuses = [l for l in lines if l.startswith("HTTP/1.")]
+print("RAW", label, " | ".join(statuses), "|", " ".join(l for l in lines if "upper case" in l))
+"#;
+
 /// Issue 38's surfaces, each attack beside a control that goes through: a path a server
 /// reads as `/private/…` (an empty segment, `%2f`, `;`) over TLS and plain http; the
 /// secret sent back by its host (in a header, a `Location`, a body, in chunks split
 /// through the value, inside Basic credentials, and compressed); and a TLS tunnel to the
-/// address of an inspected host whose `Host` names that host.
+/// address of an inspected host whose `Host` names that host. Review 38: another spelling
+/// of the address (`0x7f000001`, `127.1`, `2130706433`) is judged as the address (so
+/// opened here, where the old code judged a name `"*"` denies), and a method not in
+/// capitals is refused, inspected or plain, where `GET` and `PROPFIND` go on.
 fn surfaces(backend: Backend) {
     let w = world();
     std::fs::write(&w.s.config, SURFACE_RULES).unwrap();
+    std::fs::write(w.s.wt.join("raw.py"), RAW_PY).unwrap();
     let o = w.other.port;
     let plain = common::outside::Outside::start(1000);
     let p = plain.port;
@@ -830,6 +855,24 @@ fn surfaces(backend: Backend) {
         // Another protocol than TLS to the address is still a tunnel (judged as before:
         // a plain request inside must name the address).
         code("TUNNEL-PLAIN", &format!("-p 'http://127.0.0.1:{p}/blob'")),
+        // Review 38 hole 1: other spellings of 127.0.0.1, in a URL, a Host and a CONNECT.
+        format!("python3 raw.py HEX 'GET http://0x7f000001:{p}/blob HTTP/1.1\\r\\n\\r\\n'"),
+        format!("python3 raw.py SHORT 'GET http://127.1:{p}/blob HTTP/1.1\\r\\n\\r\\n'"),
+        format!("python3 raw.py NUMBER 'GET /blob HTTP/1.1\\r\\nHost: 2130706433:{p}\\r\\n\\r\\n'"),
+        format!(
+            "python3 raw.py CONNECT-HEX 'CONNECT 0x7f000001:{p} HTTP/1.1\\r\\n\\r\\nGET /blob HTTP/1.1\\r\\nHost: 127.0.0.1:{p}\\r\\n\\r\\n'"
+        ),
+        // Hole 4: `get` plain and inspected; `GET` (PLAIN-PUBLIC, and below) and
+        // `PROPFIND` are the controls, and `GET` on /hidden meets its rule.
+        format!(
+            "python3 raw.py LOWER 'get http://localhost:{p}/lower HTTP/1.1\\r\\nHost: localhost:{p}\\r\\n\\r\\n'"
+        ),
+        format!(
+            "python3 attack.py localhost {o} 'get /hidden/lower.txt HTTP/1.1\\r\\nHost: localhost:{o}\\r\\n\\r\\n'"
+        ),
+        format!(
+            "python3 attack.py localhost {o} 'PROPFIND /public/dav.txt HTTP/1.1\\r\\nHost: localhost:{o}\\r\\n\\r\\n' 'GET /hidden/upper.txt HTTP/1.1\\r\\nHost: localhost:{o}\\r\\n\\r\\n'"
+        ),
     ];
     let out = script(&w, backend, &commands);
     let all = text(&out);
@@ -855,12 +898,39 @@ fn surfaces(backend: Backend) {
         "{backend:?}: the refusal says why\n{all}"
     );
     let answers: Vec<&str> = all.lines().filter(|l| l.starts_with("ANSWER")).collect();
-    assert_eq!(answers.len(), 2, "{backend:?}\n{all}");
+    assert_eq!(answers.len(), 5, "{backend:?}\n{all}");
     assert!(
         answers[0].contains(" 403 "),
         "another Host over the address: {answers:?}"
     );
     assert!(answers[1].contains(" 200 "), "control: {answers:?}");
+    assert!(answers[2].contains(" 400 "), "get, inspected: {answers:?}");
+    assert!(answers[3].contains(" 200 "), "PROPFIND: {answers:?}");
+    assert!(answers[4].contains(" 403 "), "GET /hidden: {answers:?}");
+    let raw = |label: &str| {
+        all.lines()
+            .find_map(|l| l.strip_prefix(&format!("RAW {label} ")))
+            .unwrap_or_else(|| panic!("{backend:?}: no {label}\n{all}"))
+            .to_string()
+    };
+    for label in ["HEX", "SHORT", "NUMBER"] {
+        let got = raw(label);
+        assert!(
+            got.starts_with("HTTP/1.1 200"),
+            "{backend:?}: {label} {got}\n{all}"
+        );
+    }
+    let tunnel = raw("CONNECT-HEX");
+    assert_eq!(
+        tunnel.matches(" 200").count(),
+        2,
+        "{backend:?}: {tunnel}\n{all}"
+    );
+    let lower = raw("LOWER");
+    assert!(
+        lower.starts_with("HTTP/1.1 400") && lower.contains("\"get\" is not all upper case"),
+        "{backend:?}: {lower}\n{all}"
+    );
     // The echo came back whole, with the placeholder where the value was.
     let placeholder = all
         .split("query=t=")
@@ -900,6 +970,11 @@ fn surfaces(backend: Backend) {
     assert_eq!(requested("GET /public/notes.txt "), 1, "{seen:#?}");
     assert_eq!(requested("GET /private/control.txt "), 1, "{seen:#?}");
     assert_eq!(requested("GET /public/by-address "), 1, "{seen:#?}");
+    assert_eq!(requested("PROPFIND /public/dav.txt "), 1, "{seen:#?}");
+    assert!(
+        !seen.iter().any(|l| l.contains("/hidden/")),
+        "{backend:?}: neither get nor GET reached /hidden: {seen:#?}"
+    );
     assert!(
         !seen.iter().any(|l| l.contains("private/secret")
             || l.contains("private;")
@@ -915,8 +990,8 @@ fn surfaces(backend: Backend) {
     );
     assert_eq!(
         plain.accepted(),
-        2,
-        "{backend:?}: only the two controls reached the plain server\n{all}"
+        6,
+        "{backend:?}: only the controls (two, and four spellings of the address) reached the plain server\n{all}"
     );
 }
 

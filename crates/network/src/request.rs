@@ -56,7 +56,7 @@ pub enum BadRequest {
     #[error("the method {0:?} is not a token")]
     Method(String),
     #[error(
-        "the method {0:?} is not all upper case (methods are case-sensitive, and servers that upper-case them would serve another than the one judged): write it in capitals"
+        "the method {0:?} is not all upper case (methods are case-sensitive, and servers that upper-case them would serve another method than the one judged): write it in capitals"
     )]
     MethodCase(String),
     #[error("whitespace or a control character in the request target {0:?}")]
