@@ -20,7 +20,7 @@
 //!
 //! The attempt is split along its phases, one file each, so that each can be read (and
 //! reviewed for what it lets the agent do) on its own:
-//! - [`stages`]: what each turn is (a task of one step is one stage, a multi-step task's
+//! - [`mod@stages`]: what each turn is (a task of one step is one stage, a multi-step task's
 //!   steps are stages in order, in one container) and how the turns' verdicts make one;
 //! - [`image`]: the task's image, the attempt's workspace over it, and the container
 //!   made from them (steps 1 and 6);
@@ -28,10 +28,12 @@
 //!   process it left ended before anything else happens (steps 2 and 3);
 //! - [`network`]: what each phase may reach, through a proxy whose rules that phase alone
 //!   decides, and the connections each phase made;
-//! - [`verify`]: the hidden tests put in place, `test.sh` run, its rewards read (step 5).
+//! - [`mod@verify`]: the hidden tests put in place, `test.sh` run, its rewards read (step 5).
 //!
-//! This file runs them in order ([`run`]) and holds what every phase uses: the place a turn
-//! works in and the bound on every engine call.
+//! This file runs them in order ([`run`], each turn in [`take_turn`]) and holds what every
+//! phase uses: the place a turn works in and the bound on every engine call. The arrows go
+//! one way: this file uses the phases; agent and verify use the stages and the network;
+//! stages use the network; the network uses none of them.
 
 mod agent;
 mod image;
@@ -44,16 +46,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use runner_sandbox::docker::in_image::TaskContainer;
-use runner_workspace::write_file;
+use runner_workspace::{Workspace, write_file};
 use tokio_util::sync::CancellationToken;
 
 use crate::engines::Engine;
 use crate::harbor::HarborTask;
-use crate::results::TaskResult;
-use crate::verdict::{self, Verdict, fresh_dir, infra};
+use crate::results::{Status, TaskResult};
+use crate::verdict::{self, Verdict, Verified, fresh_dir, infra, judge_end};
 use crate::{EvalError, EvalOptions};
+use agent::{AgentRan, close, note_agent_network, run_agent};
 use image::prepare;
-use stages::{Turn, Turns, take_turn};
+use network::record_connections;
+use stages::{Stage, Turns};
+use verify::{Verifying, verify};
 
 /// How long one engine operation (a start, a copy in or out) may take before the engine
 /// counts as not answering.
@@ -115,6 +120,96 @@ pub async fn run(
     drop(prepared.owner);
     let (verified, limit) = turns.verdict(task.reward_strategy, &mut result);
     verdict::conclude(result, verified, out, limit, Some(engine)).await
+}
+
+/// How a turn went.
+enum Turn {
+    /// The attempt ends here with this verdict (`None`: interrupted).
+    Stopped(Box<Option<Verdict>>),
+    /// The agent's end decided the attempt (a timeout, its own error).
+    Decided,
+    /// The verifier judged the turn.
+    Judged(Verified),
+}
+
+/// One turn: the agent (or the solution), its end judged, its diff recorded, then the
+/// verifier in what it left.
+async fn take_turn(
+    stage: &Stage<'_>,
+    place: &Place<'_>,
+    ws: &Workspace,
+    options: &EvalOptions,
+    result: &mut TaskResult,
+    stop: &CancellationToken,
+) -> Turn {
+    let out = match stage.name {
+        Some(name) => place.out.join("steps").join(name),
+        None => place.out.to_path_buf(),
+    };
+    let _ = std::fs::create_dir_all(&out);
+    let agent_started = Instant::now();
+    let here = Place {
+        out: &out,
+        ..*place
+    };
+    // `live`: the oracle's server, kept running for the verifier when nothing else is.
+    let (ran, live) = run_agent(stage, here, options, result, stop).await;
+    result.timings.agent_ms += agent_started.elapsed().as_millis() as u64;
+    note_agent_network(stage, result, &out);
+    let (end, timed_out) = match ran {
+        AgentRan::Interrupted => return Turn::Stopped(Box::new(None)),
+        AgentRan::CouldNotStart(e, retryable) => {
+            let ended = verdict::failed(result.clone(), "agent", e, Some(place.engine), retryable);
+            return Turn::Stopped(Box::new(ended));
+        }
+        AgentRan::Ended(end, timed_out) => (end, timed_out),
+    };
+    if stop.is_cancelled() && !timed_out {
+        close(live).await;
+        return Turn::Stopped(Box::new(None));
+    }
+    result.end = end.as_ref().map(|e| e.reason().to_string());
+    let engine = Some(place.engine);
+    if let Err(infra) = judge_end(result, end.as_ref(), timed_out, stage.agent_limit, engine).await
+    {
+        close(live).await;
+        return Turn::Stopped(Box::new(infra));
+    }
+    // The diff, from a container where nothing of the agent's runs: everything since the
+    // attempt began. The hidden tests go in at the same time, under their hidden name
+    // (outside the worktree), where nobody is left to see them before the verifier.
+    let verify_started = Instant::now();
+    let container = place.container;
+    let (patch, uploaded) = tokio::join!(
+        ws.image_patch(container),
+        engine_call(container.upload(Path::new("/"), stage.tests.clone())),
+    );
+    verdict::record_patch(result, place.out, patch.map_err(EvalError::from));
+    if matches!(result.status, Status::Timeout | Status::AgentError) {
+        close(live).await;
+        return Turn::Decided;
+    }
+    let mut connections = Vec::new();
+    let net = &stage.verifier_net;
+    let way_out = net.proxied().then(|| net.rules(&stage.net_extra));
+    let verified = verify(
+        stage,
+        Verifying {
+            container,
+            live,
+            uploaded,
+        },
+        way_out.as_deref(),
+        &mut connections,
+        stop,
+    )
+    .await;
+    record_connections(result, &out, &connections);
+    result
+        .network
+        .push(net.noted("verifier", stage.name, &connections));
+    result.timings.verify_ms += verify_started.elapsed().as_millis() as u64;
+    Turn::Judged(verified)
 }
 
 /// Where the agent's run happens and leaves its files.

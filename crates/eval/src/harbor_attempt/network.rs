@@ -11,53 +11,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use runner_sandbox::docker::in_image::TaskContainer;
-use runner_sandbox::spec::Network;
 use runner_workspace::write_file;
 
-use super::stages::Stage;
 use crate::harbor::{self, HarborTask};
 use crate::results::TaskResult;
 use crate::verifier_network::{PhaseGate, PhasePlan};
 use crate::{EvalError, EvalOptions};
-
-/// The agent's proxy in `sandbox`, when its phase may reach anything (and the container
-/// was made with one); the phase's rules alone decide, nobody is asked. Its gate can be
-/// switched to the verifier's rules ([`HandedOver`]).
-pub(super) async fn agent_proxy(
-    stage: &Stage<'_>,
-    container: &TaskContainer,
-    sandbox: &runner_sandbox::Sandbox,
-) -> Result<Option<(runner_network::NetworkProxy, Arc<PhaseGate>)>, EvalError> {
-    if !stage.agent_net.proxied() || container.network() != Network::Allowlist {
-        return Ok(None);
-    }
-    let gate = Arc::new(PhaseGate::new(
-        sandbox.worktree(),
-        stage.agent_net.rules(&stage.net_extra),
-        "an evaluation answers every ask with deny",
-    ));
-    let policy = runner_network::Policy {
-        gate: gate.clone(),
-        // The reserved-address check: only the user's own exact rules open one, in either
-        // phase.
-        rules: stage.net_extra.clone(),
-        programs: Default::default(),
-        inspection: None,
-    };
-    let proxy = runner_network::NetworkProxy::start(
-        sandbox.client.clone(),
-        policy,
-        runner_network::NetworkLimits::default(),
-    )
-    .await
-    .map_err(|e| {
-        EvalError::from(e).during("cannot start the network proxy in the task container")
-    })?;
-    Ok(Some((proxy, gate)))
-}
 
 /// The oracle's proxy after its phase: refusing everything until the verifier's phase
 /// switches its rules, with the number of its records that are the agent's.
@@ -65,42 +25,6 @@ pub(super) struct HandedOver {
     pub(super) proxy: runner_network::NetworkProxy,
     pub(super) gate: Arc<PhaseGate>,
     pub(super) agent_records: usize,
-}
-
-/// Keeps the agent's connections once its commands are done (the host's side of each
-/// given a moment to finish counting).
-pub(super) async fn keep_agent_connections(
-    stage: &Stage<'_>,
-    proxy: &runner_network::NetworkProxy,
-) {
-    proxy.settle(Duration::from_secs(2)).await;
-    *stage
-        .agent_connections
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = proxy.records();
-}
-
-/// The agent's phase in `result.json`'s `network`, and its connections whole in
-/// `agent-network.jsonl`, as the verifier's are kept.
-pub(super) fn note_agent_network(stage: &Stage<'_>, result: &mut TaskResult, out: &Path) {
-    let connections = std::mem::take(
-        &mut *stage
-            .agent_connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()),
-    );
-    result
-        .network
-        .push(stage.agent_net.noted("agent", stage.name, &connections));
-    if connections.is_empty() {
-        return;
-    }
-    let lines: String = connections
-        .iter()
-        .filter_map(|c| serde_json::to_string(c).ok())
-        .map(|l| l + "\n")
-        .collect();
-    let _ = write_file(&out.join("agent-network.jsonl"), lines.as_bytes());
 }
 
 /// The plan of the agent's phase in `step`: `--agent-network`, else the task's policy.

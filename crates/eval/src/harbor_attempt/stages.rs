@@ -4,27 +4,18 @@
 //! one container, each with its instruction, its limits, its tests (the task's with the
 //! step's laid over them) and the network plans of its two phases. All of it is read from
 //! the task's folder before anything runs: a folder that cannot be read is the task's
-//! failure, found before the image is built. A turn ([`take_turn`]) is the agent's phase,
-//! its end judged and its diff recorded, then the verifier's; [`Turns`] rolls the steps'
-//! rewards up as Harbor does.
+//! failure, found before the image is built. A turn (`super::take_turn`) is the agent's
+//! phase, its end judged and its diff recorded, then the verifier's; [`Turns`] rolls the
+//! steps' rewards up as Harbor does.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use runner_workspace::Workspace;
-use tokio_util::sync::CancellationToken;
-
-use super::agent::{AgentRan, close, run_agent};
-use super::network::{
-    HandedOver, agent_plan, note_agent_network, record_connections, user_network_rules,
-    verifier_plan,
-};
-use super::verify::{Verifying, verify};
-use super::{Place, engine_call};
+use super::network::{HandedOver, agent_plan, user_network_rules, verifier_plan};
 use crate::harbor::{self, HarborTask};
 use crate::images;
-use crate::results::{Status, TaskResult};
-use crate::verdict::{self, Score, Verdict, Verified, judge_end};
+use crate::results::TaskResult;
+use crate::verdict::{Score, Verified};
 use crate::verifier_network::PhasePlan;
 use crate::{EvalError, EvalOptions};
 
@@ -146,96 +137,6 @@ fn hidden_name() -> Result<String, EvalError> {
         .map_err(EvalError::io("read", urandom))?;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!(".runner-tests-{hex}"))
-}
-
-/// How a turn went.
-pub(super) enum Turn {
-    /// The attempt ends here with this verdict (`None`: interrupted).
-    Stopped(Box<Option<Verdict>>),
-    /// The agent's end decided the attempt (a timeout, its own error).
-    Decided,
-    /// The verifier judged the turn.
-    Judged(Verified),
-}
-
-/// One turn: the agent (or the solution), its end judged, its diff recorded, then the
-/// verifier in what it left.
-pub(super) async fn take_turn(
-    stage: &Stage<'_>,
-    place: &Place<'_>,
-    ws: &Workspace,
-    options: &EvalOptions,
-    result: &mut TaskResult,
-    stop: &CancellationToken,
-) -> Turn {
-    let out = match stage.name {
-        Some(name) => place.out.join("steps").join(name),
-        None => place.out.to_path_buf(),
-    };
-    let _ = std::fs::create_dir_all(&out);
-    let agent_started = Instant::now();
-    let here = Place {
-        out: &out,
-        ..*place
-    };
-    // `live`: the oracle's server, kept running for the verifier when nothing else is.
-    let (ran, live) = run_agent(stage, here, options, result, stop).await;
-    result.timings.agent_ms += agent_started.elapsed().as_millis() as u64;
-    note_agent_network(stage, result, &out);
-    let (end, timed_out) = match ran {
-        AgentRan::Interrupted => return Turn::Stopped(Box::new(None)),
-        AgentRan::CouldNotStart(e, retryable) => {
-            let ended = verdict::failed(result.clone(), "agent", e, Some(place.engine), retryable);
-            return Turn::Stopped(Box::new(ended));
-        }
-        AgentRan::Ended(end, timed_out) => (end, timed_out),
-    };
-    if stop.is_cancelled() && !timed_out {
-        close(live).await;
-        return Turn::Stopped(Box::new(None));
-    }
-    result.end = end.as_ref().map(|e| e.reason().to_string());
-    let engine = Some(place.engine);
-    if let Err(infra) = judge_end(result, end.as_ref(), timed_out, stage.agent_limit, engine).await
-    {
-        close(live).await;
-        return Turn::Stopped(Box::new(infra));
-    }
-    // The diff, from a container where nothing of the agent's runs: everything since the
-    // attempt began. The hidden tests go in at the same time, under their hidden name
-    // (outside the worktree), where nobody is left to see them before the verifier.
-    let verify_started = Instant::now();
-    let container = place.container;
-    let (patch, uploaded) = tokio::join!(
-        ws.image_patch(container),
-        engine_call(container.upload(Path::new("/"), stage.tests.clone())),
-    );
-    verdict::record_patch(result, place.out, patch.map_err(EvalError::from));
-    if matches!(result.status, Status::Timeout | Status::AgentError) {
-        close(live).await;
-        return Turn::Decided;
-    }
-    let mut connections = Vec::new();
-    let net = &stage.verifier_net;
-    let way_out = net.proxied().then(|| net.rules(&stage.net_extra));
-    let verified = verify(
-        stage,
-        Verifying {
-            container,
-            live,
-            uploaded,
-        },
-        way_out.as_deref(),
-        &mut connections,
-        stop,
-    )
-    .await;
-    record_connections(result, &out, &connections);
-    result
-        .network
-        .push(net.noted("verifier", stage.name, &connections));
-    result.timings.verify_ms += verify_started.elapsed().as_millis() as u64;
-    Turn::Judged(verified)
 }
 
 /// The verifier's judgements of an attempt's turns, and how they make one.
