@@ -838,16 +838,17 @@ fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_clients")
 }
 
-/// Runs an SDK's client script, `client`, with `runner mcp serve` (landlock, `touch` asks,
-/// an audit file) as the server it starts; its report, the worktree and the audit trail.
-fn sdk_session(mut client: std::process::Command) -> (Place, Value, String) {
+/// Runs an SDK's client script, `client`, with `runner mcp serve` (on `backend`, `touch`
+/// asks, an audit file) as the server it starts; its report, the worktree and the audit
+/// trail.
+fn sdk_session(mut client: std::process::Command, backend: Backend) -> (Place, Value, String) {
     let place = place();
     let config = place.data.join("asks.toml");
     std::fs::write(&config, ASKS).unwrap();
     let audit = place.data.join("sdk-audit.jsonl");
     client
         .arg(common::engine::runner_exe())
-        .args(["mcp", "serve", "--sandbox", "landlock", "--root"])
+        .args(["mcp", "serve", "--sandbox", backend_name(backend), "--root"])
         .arg(&place.wt)
         .arg("--config")
         .arg(&config)
@@ -967,7 +968,7 @@ fn landlock_python_sdk_1_client_works_with_its_defaults() {
     let python = common::third_party::pip_venv("mcp", PYTHON_SDK_1);
     let mut client = std::process::Command::new(python);
     client.arg(clients_dir().join("python_client.py"));
-    let (place, report, trail) = sdk_session(client);
+    let (place, report, trail) = sdk_session(client, Backend::Landlock);
     assert_eq!(report["sdk"], PYTHON_SDK_1);
     check_sdk_session(
         &place,
@@ -981,10 +982,22 @@ fn landlock_python_sdk_1_client_works_with_its_defaults() {
 /// "Method not found", it falls back to `initialize` (no discovery was adopted).
 #[test]
 fn landlock_python_sdk_2_client_works_with_its_defaults() {
+    python_sdk_2_client_works_with_its_defaults(Backend::Landlock);
+}
+
+/// The same client and checks with the tools behind the docker wall: what the protocol
+/// answers does not depend on the wall, and this shows it.
+#[test]
+fn docker_python_sdk_2_client_works_with_its_defaults() {
+    common::engine::docker();
+    python_sdk_2_client_works_with_its_defaults(Backend::Docker);
+}
+
+fn python_sdk_2_client_works_with_its_defaults(backend: Backend) {
     let python = common::third_party::pip_venv("mcp", PYTHON_SDK_2);
     let mut client = std::process::Command::new(python);
     client.arg(clients_dir().join("python_client.py"));
-    let (place, report, trail) = sdk_session(client);
+    let (place, report, trail) = sdk_session(client, backend);
     assert_eq!(report["sdk"], PYTHON_SDK_2);
     assert_eq!(report["discovered"], false, "{report}");
     check_sdk_session(
@@ -1007,7 +1020,7 @@ fn landlock_typescript_sdk_client_works_with_its_defaults() {
     std::os::unix::fs::symlink(sdk.join("node_modules"), dir.path().join("node_modules")).unwrap();
     let mut client = std::process::Command::new("node");
     client.arg(&script);
-    let (place, report, trail) = sdk_session(client);
+    let (place, report, trail) = sdk_session(client, Backend::Landlock);
     assert_eq!(report["sdk"], TYPESCRIPT_SDK);
     check_sdk_session(
         &place,
