@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::EvalError;
 use super::folder::Folder;
@@ -846,12 +846,41 @@ pub enum BadReward {
 pub const REWARD_TXT: &str = "/logs/verifier/reward.txt";
 pub const REWARD_JSON: &str = "/logs/verifier/reward.json";
 
+/// A reward file as the verifier left it: where, and its text (trimmed, blanks run
+/// together, cut to [`REWARD_TEXT_BYTES`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewardFile {
+    pub path: String,
+    pub text: String,
+}
+
+/// How much of a reward file a result quotes.
+pub const REWARD_TEXT_BYTES: usize = 200;
+
+impl RewardFile {
+    pub fn new(path: &str, text: &str) -> RewardFile {
+        let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if text.len() > REWARD_TEXT_BYTES {
+            let mut at = REWARD_TEXT_BYTES;
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            text.truncate(at);
+            text.push('…');
+        }
+        RewardFile {
+            path: path.to_string(),
+            text,
+        }
+    }
+}
+
 /// What a verifier wrote: its rewards, and the file they were read from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Written {
     pub rewards: BTreeMap<String, f64>,
     /// `None` for rewards no one file holds (a multi-step task's roll-up).
-    pub file: Option<super::results::RewardFile>,
+    pub file: Option<RewardFile>,
 }
 
 /// [`parse_reward`], keeping the file that decided ([`REWARD_TXT`] wins, as there) and
@@ -859,8 +888,8 @@ pub struct Written {
 pub fn read_reward(txt: Option<&str>, json: Option<&str>) -> Result<Written, BadReward> {
     let rewards = parse_reward(txt, json)?;
     let file = match (txt, json) {
-        (Some(text), _) => Some(super::results::RewardFile::new(REWARD_TXT, text)),
-        (None, Some(text)) => Some(super::results::RewardFile::new(REWARD_JSON, text)),
+        (Some(text), _) => Some(RewardFile::new(REWARD_TXT, text)),
+        (None, Some(text)) => Some(RewardFile::new(REWARD_JSON, text)),
         (None, None) => None,
     };
     Ok(Written { rewards, file })

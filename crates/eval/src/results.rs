@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::EvalError;
+use super::harbor::RewardFile;
 use runner_llm::Usage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -148,34 +149,7 @@ pub struct VerifierEnd {
     pub reward_file: Option<RewardFile>,
 }
 
-/// A reward file as the verifier left it: where, and its text (trimmed, blanks run
-/// together, cut to [`REWARD_TEXT_BYTES`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RewardFile {
-    pub path: String,
-    pub text: String,
-}
-
-/// How much of a reward file a result quotes.
-pub const REWARD_TEXT_BYTES: usize = 200;
-
 impl RewardFile {
-    pub fn new(path: &str, text: &str) -> RewardFile {
-        let mut text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        if text.len() > REWARD_TEXT_BYTES {
-            let mut at = REWARD_TEXT_BYTES;
-            while !text.is_char_boundary(at) {
-                at -= 1;
-            }
-            text.truncate(at);
-            text.push('…');
-        }
-        RewardFile {
-            path: path.to_string(),
-            text,
-        }
-    }
-
     /// `reward 0 to /logs/verifier/reward.txt`, or `rewards {…} to …/reward.json`.
     fn wrote(&self) -> String {
         let what = if self.path.ends_with(".json") {
@@ -822,6 +796,7 @@ fn each_str(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harbor::REWARD_TEXT_BYTES;
 
     /// The streamed lines are the JSON a whole-file encoder writes: characters cut by a
     /// piece's end, quotes, controls and newlines come out whole; a patch that is not

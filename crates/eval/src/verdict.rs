@@ -230,7 +230,7 @@ pub(super) async fn conclude(
 
 /// Status and reward from the score: resolved only when every reward is at least 1 (or the
 /// command exited 0). Returns the reward file the verdict was read from.
-fn score_into(result: &mut TaskResult, score: Score) -> Option<super::results::RewardFile> {
+fn score_into(result: &mut TaskResult, score: Score) -> Option<super::harbor::RewardFile> {
     match score {
         Score::Exit(code) => {
             let resolved = code == Some(0);
