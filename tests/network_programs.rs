@@ -157,6 +157,7 @@ __attribute__((constructor)) static void ran(void) {
 fn build_preload(wt: &std::path::Path) {
     let src = wt.join("..").join("preload.c");
     std::fs::write(&src, PRELOAD_C).unwrap();
+    common::engine::ensure_package("gcc", "/usr/bin/cc");
     let out = std::process::Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(wt.join("libquiet.so"))
