@@ -358,4 +358,33 @@ mod tests {
         assert!(found.iter().any(|h| h.pid == me), "{found:?}");
         assert_eq!(found.len(), 2, "{found:?}");
     }
+
+    /// What finding a connection's holders costs: the walk of `/proc` each new connection
+    /// waits for when a `programs` entry exists, here among every process of the machine
+    /// (a sandbox has a handful). docs/NETWORK.md quotes what it prints:
+    /// `cargo test -p runner-sandbox-server holders_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement: run it on its own, it prints the numbers"]
+    fn holders_cost() {
+        use std::os::unix::fs::MetadataExt;
+        let (mine, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&theirs);
+        let inode = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            .unwrap()
+            .ino();
+        let places = Places::new([]);
+        let processes = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .count();
+        let runs = 50;
+        let start = std::time::Instant::now();
+        for _ in 0..runs {
+            assert_eq!(holders_of(inode, &places).len(), 1);
+        }
+        let each = start.elapsed().as_secs_f64() * 1e3 / f64::from(runs);
+        println!("holders of one socket among {processes} processes: {each:.2} ms per lookup");
+        drop((mine, theirs));
+    }
 }
