@@ -36,6 +36,8 @@ fn session(backend: &str, kind: &str, steps: u64) -> Figures {
     let base = std::fs::canonicalize(tmp.path()).expect("canonical");
     let wt = base.join("wt");
     std::fs::create_dir_all(&wt).expect("wt");
+    // A checkout, as a user's is: a direct run outside git stops before the model.
+    common::git(&wt, &["init", "-q"]);
     let lines: String = (1..=50).map(|n| format!("line {n}\n")).collect();
     std::fs::write(wt.join("notes.txt"), lines).expect("file");
     let mut script: Vec<Response> = (0..steps)
