@@ -34,6 +34,15 @@ pub enum ConfigError {
     },
     #[error("config {origin}: {message}")]
     Invalid { origin: String, message: String },
+    /// A boundary file that is not only root's to change, or that is missing or broken.
+    #[error(transparent)]
+    Boundary(Box<super::boundary::BoundaryError>),
+}
+
+impl From<super::boundary::BoundaryError> for ConfigError {
+    fn from(e: super::boundary::BoundaryError) -> Self {
+        ConfigError::Boundary(Box::new(e))
+    }
 }
 
 /// OpenCode's defaults (`agent.ts`), in its order: everything allowed except `doom_loop`
@@ -385,6 +394,11 @@ pub struct Layers {
     pub session: Vec<Rule>,
     /// Where saved tool output lives (see [`output_rule`]).
     pub output_dir: Option<PathBuf>,
+    /// The boundary files' rules ([`super::boundary`]), in the [`Layer::Boundary`] layer:
+    /// placed last, they cap what everything before them decides.
+    ///
+    /// [`Layer::Boundary`]: super::rules::Layer::Boundary
+    pub boundary: Vec<Rule>,
 }
 
 /// The configured ruleset: the layers concatenated in precedence order. Nothing is sorted or
@@ -398,6 +412,7 @@ pub fn merge(layers: Layers) -> Vec<Rule> {
         explicit,
         session,
         output_dir,
+        boundary,
     } = layers;
     use super::rules::Layer;
     let stacked = [
@@ -415,6 +430,7 @@ pub fn merge(layers: Layers) -> Vec<Rule> {
     if let Some(rule) = output_dir.and_then(|dir| output_rule(&dir, &rules)) {
         rules.push(rule);
     }
+    rules.extend(boundary.into_iter().map(|r| r.in_layer(Layer::Boundary)));
     rules
 }
 
@@ -481,6 +497,7 @@ pub fn load(mut sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> 
         Some(path) => load_file(path, &home)?,
         None => Vec::new(),
     };
+    let boundary = super::boundary::load_installed(&home)?;
     Ok((
         Layers {
             defaults: defaults(),
@@ -490,6 +507,7 @@ pub fn load(mut sources: Sources) -> Result<(Layers, Vec<String>), ConfigError> 
             explicit,
             session: sources.session,
             output_dir: sources.output_dir.map(Path::to_path_buf),
+            boundary,
         },
         notes,
     ))
@@ -776,15 +794,18 @@ edit = { "*" = "ask", "src/*" = "allow", "~/notes/*" = "deny" }
             explicit: one("e"),
             session: one("s"),
             output_dir: None,
+            boundary: one("b"),
         });
         let layers: Vec<Layer> = merged.iter().map(|r| r.source.layer).collect();
         use Layer::*;
         assert_eq!(
             layers,
-            [Defaults, Profile, User, Project, Explicit, Session]
+            [
+                Defaults, Profile, User, Project, Explicit, Session, Boundary
+            ]
         );
         let own: Vec<bool> = layers.iter().map(|l| l.is_users_own()).collect();
-        assert_eq!(own, [false, false, true, false, true, false]);
+        assert_eq!(own, [false, false, true, false, true, false, false]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod arity;
 pub mod bash_scan;
+pub mod boundary;
 pub mod gate;
 pub mod layers;
 pub mod paths;

@@ -68,6 +68,9 @@ pub enum Layer {
     /// `--config FILE`.
     Explicit,
     Session,
+    /// A managed boundary (`/etc/runner/boundary.toml`, see [`super::boundary`]): not one
+    /// more layer on the stack but a cap on what the stack decides.
+    Boundary,
     /// Anything else: approvals, rules made in code.
     #[default]
     Other,
@@ -131,14 +134,34 @@ pub struct Decision<'a> {
 
 /// Evaluates `permission` for one subject given in all its spellings. `configured` is the
 /// merged ruleset in precedence order (defaults, profile, user, project, `--config`,
-/// session); `approved` the "always" approvals, which count after everything but a deny.
+/// session, then any boundary); `approved` the "always" approvals, which count after
+/// everything but a deny. Rules of the [`Layer::Boundary`] layer do not take part in the
+/// last match: each boundary file is evaluated on its own and caps the result (see
+/// [`cap`]), so nothing below or beside it, an approval included, decides more loosely.
 pub fn evaluate<'a>(
     permission: &str,
     subjects: &[&str],
     configured: &'a [Rule],
     approved: &'a [Rule],
 ) -> Decision<'a> {
-    let last = |rules: &'a [Rule]| rules.iter().rev().find(|r| r.matches(permission, subjects));
+    let stacked = evaluate_stack(permission, subjects, configured, approved);
+    cap(stacked, permission, subjects, configured)
+}
+
+/// The last-match-wins evaluation of the rules below any boundary.
+fn evaluate_stack<'a>(
+    permission: &str,
+    subjects: &[&str],
+    configured: &'a [Rule],
+    approved: &'a [Rule],
+) -> Decision<'a> {
+    let last = |rules: &'a [Rule]| {
+        rules
+            .iter()
+            .rev()
+            .filter(|r| r.source.layer != Layer::Boundary)
+            .find(|r| r.matches(permission, subjects))
+    };
     let configured_rule = last(configured);
     if let Some(rule) = configured_rule
         && rule.action == Action::Deny
@@ -166,6 +189,60 @@ pub fn evaluate<'a>(
     }
 }
 
+/// How much an action holds back: allow < ask < deny.
+pub fn strictness(action: Action) -> u8 {
+    match action {
+        Action::Allow => 0,
+        Action::Ask => 1,
+        Action::Deny => 2,
+    }
+}
+
+/// The boundary files among `configured`: each maximal run of [`Layer::Boundary`] rules of
+/// one origin.
+pub fn boundary_runs(configured: &[Rule]) -> Vec<&[Rule]> {
+    let mut runs = Vec::new();
+    let mut start = None;
+    for (i, r) in configured.iter().enumerate() {
+        let same_run = start.is_some_and(|s: usize| {
+            r.source.layer == Layer::Boundary && configured[s].source.origin == r.source.origin
+        });
+        if same_run {
+            continue;
+        }
+        if let Some(s) = start.take() {
+            runs.push(&configured[s..i]);
+        }
+        if r.source.layer == Layer::Boundary {
+            start = Some(i);
+        }
+    }
+    if let Some(s) = start {
+        runs.push(&configured[s..]);
+    }
+    runs
+}
+
+/// `decided`, held back to what every boundary file says about the subject when that is
+/// stricter; the boundary's rule then decides. A boundary with no matching rule says ask,
+/// as any ruleset does.
+fn cap<'a>(
+    decided: Decision<'a>,
+    permission: &str,
+    subjects: &[&str],
+    configured: &'a [Rule],
+) -> Decision<'a> {
+    let mut out = decided;
+    for run in boundary_runs(configured) {
+        let rule = run.iter().rev().find(|r| r.matches(permission, subjects));
+        let action = rule.map_or(Action::Ask, |r| r.action);
+        if strictness(action) > strictness(out.action) {
+            out = Decision { action, rule };
+        }
+    }
+    out
+}
+
 /// The rules shown in a denial: every configured rule whose permission matches, whatever its
 /// pattern (OpenCode's `DeniedError` shows the same set).
 pub fn relevant<'a>(permission: &str, configured: &'a [Rule]) -> Vec<&'a Rule> {
@@ -178,8 +255,18 @@ pub fn relevant<'a>(permission: &str, configured: &'a [Rule]) -> Vec<&'a Rule> {
 /// Whether a tool should be hidden from the model: the last rule for its permission,
 /// whatever the pattern, is `"*"` deny (a later specific allow keeps it visible).
 pub fn disabled(permission: &str, configured: &[Rule]) -> bool {
-    configured
+    let stack = configured
         .iter()
+        .filter(|r| r.source.layer != Layer::Boundary);
+    last_denies_all(permission, stack)
+        || boundary_runs(configured)
+            .into_iter()
+            .any(|run| last_denies_all(permission, run.iter()))
+}
+
+/// Whether the last of `rules` for `permission` is a `"*"` deny.
+fn last_denies_all<'a>(permission: &str, rules: impl DoubleEndedIterator<Item = &'a Rule>) -> bool {
+    rules
         .rev()
         .find(|r| wildcard::matches(permission, &r.permission))
         .is_some_and(|r| r.pattern == "*" && r.action == Action::Deny)
@@ -352,5 +439,74 @@ mod tests {
             .map(|r| r.source.position)
             .collect();
         assert_eq!(shown, vec![1, 3, 4]);
+    }
+
+    fn boundary(spec: &[(&str, &str, Action)], origin: &str) -> Vec<Rule> {
+        let mut out = vec![Rule::new("*", "*", Ask, origin, 0).in_layer(Layer::Boundary)];
+        out.extend(
+            rules(spec, origin)
+                .into_iter()
+                .map(|r| r.in_layer(Layer::Boundary)),
+        );
+        out
+    }
+
+    #[test]
+    fn a_boundary_caps_every_layer_and_every_approval() {
+        let mut cfg = rules(
+            &[
+                ("*", "*", Allow),
+                ("bash", "*", Allow),
+                ("read", "*", Allow),
+            ],
+            "cfg",
+        );
+        cfg.extend(boundary(
+            &[
+                ("*", "*", Allow),
+                ("bash", "rm *", Deny),
+                ("read", "/etc/*", Ask),
+            ],
+            "/etc/runner/boundary.toml",
+        ));
+        let approved = rules(&[("bash", "rm *", Allow)], "approval");
+        let cases: &[(&str, &str, Action, &str, usize)] = &[
+            // The stack allows; the boundary denies: denied by the boundary's rule.
+            ("bash", "rm -rf /", Deny, "/etc/runner/boundary.toml", 2),
+            ("bash", "rm", Deny, "/etc/runner/boundary.toml", 2),
+            // An ask in the boundary stays an ask, even against an approval.
+            ("read", "/etc/passwd", Ask, "/etc/runner/boundary.toml", 3),
+            // What the boundary allows, the stack decides.
+            ("bash", "ls", Allow, "cfg", 2),
+            ("read", "src/a.rs", Allow, "cfg", 3),
+        ];
+        for &(perm, subject, want, origin, pos) in cases {
+            let d = evaluate(perm, &[subject], &cfg, &approved);
+            assert_eq!(d.action, want, "{perm} {subject}");
+            let r = d.rule.unwrap();
+            assert_eq!((r.source.origin.as_str(), r.source.position), (origin, pos));
+        }
+        // A stricter stack stays stricter.
+        let mut strict = rules(&[("bash", "*", Deny)], "cfg");
+        strict.extend(boundary(&[("*", "*", Allow)], "b"));
+        assert_eq!(evaluate("bash", &["ls"], &strict, &[]).action, Deny);
+        // A boundary without a matching rule asks; two boundaries both apply.
+        let mut two = rules(&[("*", "*", Allow)], "cfg");
+        two.extend(boundary(&[("bash", "*", Allow)], "b1"));
+        two.extend(boundary(
+            &[("*", "*", Allow), ("bash", "git *", Deny)],
+            "b2",
+        ));
+        assert_eq!(evaluate("read", &["x"], &two, &[]).action, Ask);
+        assert_eq!(evaluate("bash", &["ls"], &two, &[]).action, Allow);
+        assert_eq!(evaluate("bash", &["git push"], &two, &[]).action, Deny);
+        assert_eq!(boundary_runs(&two).len(), 2);
+        // A boundary's `"*"` deny hides the tool; its allow does not undo the stack's.
+        let mut hidden = rules(&[("*", "*", Allow)], "cfg");
+        hidden.extend(boundary(&[("question", "*", Deny)], "b"));
+        assert!(disabled("question", &hidden));
+        let mut kept = rules(&[("question", "*", Deny)], "cfg");
+        kept.extend(boundary(&[("*", "*", Allow)], "b"));
+        assert!(disabled("question", &kept));
     }
 }
