@@ -102,9 +102,23 @@ pub struct ServerArgs {
     /// passes it on from its RUNNER_RESOLVE.
     #[arg(long, value_parser = ["openat2", "walk"])]
     resolve: Option<String>,
+    /// Debug builds only: leave one layer of the wall out (`seccomp`, `landlock`), so the
+    /// tests can see the start's self-test stop the session. A release build has no such
+    /// flag.
+    #[cfg(debug_assertions)]
+    #[arg(long = "test-gap", hide = true)]
+    test_gap: Option<confine::TestGap>,
 }
 
 impl ServerArgs {
+    /// The layer to leave out: only a debug build has the flag.
+    fn test_gap(&self) -> Option<confine::TestGap> {
+        #[cfg(debug_assertions)]
+        return self.test_gap;
+        #[cfg(not(debug_assertions))]
+        None
+    }
+
     fn git_guard(&self, kept: Option<ProtectedCopy>) -> runner_sandbox_server::GitGuard {
         runner_sandbox_server::GitGuard {
             forbidden: self.forbid.clone(),
@@ -233,6 +247,7 @@ fn confine_landlock(args: &ServerArgs) -> Result<Option<ProtectedCopy>, u8> {
         memory_bytes: args.memory.unwrap_or(defaults.memory_bytes),
         pids: args.pids.unwrap_or(defaults.pids),
         tmp_bytes: args.tmp_size.unwrap_or(defaults.tmp_bytes),
+        test_gap: args.test_gap(),
     };
     // Runner starts an `--exec` server in a session of its own (its pseudo-terminal as the
     // controlling terminal, or none), which must stay as it is.
@@ -278,7 +293,7 @@ pub fn run(args: ServerArgs) -> u8 {
     }
     if args.seccomp
         && args.confine.is_none()
-        && let Err(e) = confine::seccomp_only(args.network)
+        && let Err(e) = confine::seccomp_only(args.network, args.test_gap())
     {
         eprintln!("runner sandbox-server: {e}");
         return super::exit::FAILED;

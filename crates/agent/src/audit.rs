@@ -192,6 +192,38 @@ impl runner_permission::PermissionGate for SessionGate {
     }
 }
 
+/// The wall's self-test at start, as the trail's one record of it.
+pub fn self_test(audit: &Audit, report: &runner_sandbox::self_test::SelfTestReport) {
+    audit.self_test(&runner_audit::SelfTest {
+        wall: report.wall.clone(),
+        network: report.network.as_arg().to_string(),
+        checks: report
+            .checks
+            .iter()
+            .map(|c| runner_audit::WallCheck {
+                name: c.name.to_string(),
+                layer: c.layer.name().to_string(),
+                passed: c.passed,
+                saw: c.saw.clone(),
+                want: c.want.clone(),
+                micros: c.micros,
+            })
+            .collect(),
+        total_micros: report.total_micros,
+    });
+}
+
+/// A sandbox that failed its self-test leaves the report in the trail before the session
+/// stops: the reason nothing ran is part of the record.
+pub fn start_failed(audit: &Audit, error: &runner_sandbox::SandboxError) {
+    if let runner_sandbox::SandboxError::Start(
+        runner_sandbox::start_error::SandboxStartError::WallCheck { report, .. },
+    ) = error
+    {
+        self_test(audit, report);
+    }
+}
+
 /// Tells `audit` of every connection `proxy` records from now on (replacing any other
 /// observer: a caller with one of its own calls [`connection`] from it).
 pub fn observe(audit: &Arc<Audit>, proxy: Option<&runner_network::NetworkProxy>) {

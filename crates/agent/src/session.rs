@@ -352,7 +352,7 @@ impl SessionOptions {
         // The model is told where full outputs are saved; the sandbox must let it read them,
         // and only them: the session's own folder, never the folders of other sessions.
         spec.read_only.push(truncator.dir().to_path_buf());
-        let mut sandbox = self.open_sandbox(&spec, &mut workspace).await?;
+        let mut sandbox = self.open_sandbox(&spec, &mut workspace, &audit).await?;
         rules.notes.extend(sandbox.notes.iter().cloned());
         // Commands see each secret's placeholder, never its value.
         if let Some(inspection) = &inspection {
@@ -364,6 +364,9 @@ impl SessionOptions {
             wall_line(&spec, None),
             None,
         ));
+        if let Some(report) = &sandbox.self_test {
+            crate::audit::self_test(audit.sink(), report);
+        }
         let hooks = self.host_hooks(workspace.as_ref(), &rules.root, &settings);
         let asker = match &self.asker {
             Some(given) => given.0.clone(),
@@ -414,12 +417,14 @@ impl SessionOptions {
         &self,
         spec: &SandboxSpec,
         workspace: &mut Option<runner_workspace::Workspace>,
+        audit: &runner_audit::Audit,
     ) -> Result<Sandbox, OpenError> {
         let opened = match &self.in_image {
             Some(task) => runner_sandbox::docker::open_over(task).await,
             None => runner_sandbox::open(spec).await,
         };
         opened.map_err(|e| {
+            crate::audit::start_failed(audit, &e);
             if let Some(ws) = workspace.take() {
                 let _ = ws.discard();
             }

@@ -20,6 +20,10 @@
 //! - **The sandbox's start and end** are *Application Lifecycle* (6002) Start and Stop:
 //!   the sandbox is an application runner starts and stops; *Process Activity* would need
 //!   a process (pid, executable) that a container or a landlock domain is not one of.
+//! - **The wall's self-test at start** is *Application Lifecycle* too, activity Other
+//!   (`Self-test`), `status` Success or Failure: a step of the sandbox's start, with every
+//!   check in `unmapped.checks`. A *Compliance Finding* would suit a failure but not the
+//!   passes, and one record for the whole test is what a reader wants beside the start.
 
 use serde_json::{Map, Value, json};
 
@@ -176,6 +180,29 @@ pub struct SandboxStart {
     pub description: String,
     /// The program the sandbox runs, for `runner exec` (the whole of its argv).
     pub command: Option<Vec<String>>,
+}
+
+/// The wall's self-test at start: one record for every check.
+#[derive(Debug, Clone)]
+pub struct SelfTest {
+    /// The wall as judged: `landlock`, `docker`, `podman (gVisor)`, ….
+    pub wall: String,
+    pub network: String,
+    pub checks: Vec<WallCheck>,
+    /// The whole test as the host waited for it.
+    pub total_micros: u64,
+}
+
+/// One check of [`SelfTest`].
+#[derive(Debug, Clone)]
+pub struct WallCheck {
+    pub name: String,
+    /// `worktree`, `files`, `seccomp`, `network`, `capabilities`.
+    pub layer: String,
+    pub passed: bool,
+    pub saw: String,
+    pub want: String,
+    pub micros: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -603,6 +630,70 @@ pub(crate) fn trail_capped(c: &Capped, meta: Meta) -> Value {
         unmapped["dropped_bytes"] = json!(c.bytes);
     }
     r.insert("unmapped".into(), unmapped);
+    Value::Object(r)
+}
+
+pub(crate) fn self_test(t: &SelfTest, meta: Meta) -> Value {
+    let version = meta.product_version.to_string();
+    let failed: Vec<&WallCheck> = t.checks.iter().filter(|c| !c.passed).collect();
+    let message = match failed.first() {
+        None => format!(
+            "sandbox ({}) self-test passed: {} checks in {} µs",
+            t.wall,
+            t.checks.len(),
+            t.total_micros
+        ),
+        Some(c) => format!(
+            "sandbox ({}) self-test failed: {} ({} layer) saw {}, must show {}",
+            t.wall, c.name, c.layer, c.saw, c.want
+        ),
+    };
+    let mut r = ocsf::record(
+        ocsf::APPLICATION_LIFECYCLE,
+        Activity {
+            id: OTHER,
+            name: "Self-test",
+        },
+        None,
+        message,
+        meta,
+    );
+    r.insert("app".into(), sandbox_app(&t.wall, &version));
+    let (status_id, status) = if failed.is_empty() {
+        (1, "Success")
+    } else {
+        (2, "Failure")
+    };
+    r.insert("status_id".into(), json!(status_id));
+    r.insert("status".into(), json!(status));
+    if !failed.is_empty() {
+        // A wall found missing is worth more than a look.
+        r.insert("severity_id".into(), json!(4));
+        r.insert("severity".into(), json!("High"));
+    }
+    let checks: Vec<Value> = t
+        .checks
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "layer": c.layer,
+                "passed": c.passed,
+                "saw": c.saw,
+                "want": c.want,
+                "micros": c.micros,
+            })
+        })
+        .collect();
+    r.insert(
+        "unmapped".into(),
+        json!({
+            "network": t.network,
+            "passed": failed.is_empty(),
+            "total_micros": t.total_micros,
+            "checks": checks,
+        }),
+    );
     Value::Object(r)
 }
 

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 pub use event::{
     Connection, Decision, HttpRequest, Permission, RuleRef, SandboxEnd, SandboxStart, SecretUse,
+    SelfTest, WallCheck,
 };
 pub use fold::Limits;
 pub use identity::Identity;
@@ -321,6 +322,17 @@ impl Audit {
             return;
         }
         let record = event::sandbox_start(s, st.client.as_ref(), inner.meta(now_ms()));
+        inner.emit(&mut st, record, Budget::Always);
+    }
+
+    /// The wall's self-test at start, passed or failed: never folded, never over budget.
+    pub fn self_test(&self, t: &SelfTest) {
+        let inner = &self.inner;
+        let mut st = inner.lock();
+        if st.sinks.is_empty() {
+            return;
+        }
+        let record = event::self_test(t, inner.meta(now_ms()));
         inner.emit(&mut st, record, Budget::Always);
     }
 

@@ -15,7 +15,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub mod network;
+pub mod wall;
 pub use network::Network;
+pub use wall::{Probe, SelfTestRequest, WallFacts};
 
 /// Bytes of one proxied connection that may be in flight, each way, before the receiver
 /// acknowledges them ([`Request::NetAck`], [`Response::NetAck`]).
@@ -119,6 +121,9 @@ pub enum Request {
         target: u64,
         conn: u64,
     },
+    /// Try the wall from inside before the first tool call (see [`wall`]); answered with
+    /// [`Response::SelfTest`].
+    SelfTest(SelfTestRequest),
 }
 
 /// A process holding the client end of a proxied connection, as the sandbox's server saw
@@ -264,6 +269,8 @@ pub enum Response {
     NetHungUp {
         conn: u64,
     },
+    /// What the self-test's probes saw.
+    SelfTest(WallFacts),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,6 +19,7 @@ pub mod program;
 pub mod restore;
 pub mod roots;
 pub mod search;
+pub mod self_test;
 pub mod special_files;
 
 use std::io::{Read, Write};
@@ -354,6 +355,7 @@ fn handle(
         | Request::NetAck { .. }
         | Request::NetEof { .. }
         | Request::NetClose { .. } => Ok(Response::Done),
+        Request::SelfTest(req) => Ok(Response::SelfTest(self_test::run(&req))),
         Request::Read(req) => files::read(roots, &req).map(Response::Read),
         Request::Write(req) => {
             let written = files::write(roots, &req).map(Response::Written);

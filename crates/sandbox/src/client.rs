@@ -37,7 +37,7 @@ use crate::splice::{PipeWriter, SplicePipe};
 use runner_protocol::{
     ApiError, DATA_FRAME_HEADER, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest,
     GrepOutcome, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
-    ResponseFrame, Stat, TreeOutcome, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
+    ResponseFrame, SelfTestRequest, Stat, TreeOutcome, WallFacts, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
     data_frame_header, data_frame_len, decode_len, encode_len, split_data_header,
 };
 
@@ -348,6 +348,14 @@ impl SandboxClient {
         self.write_whole(Outgoing::Spliced(header, from, len))
             .await
             .map(drop)
+    }
+
+    /// Asks the server to try the wall from inside ([`runner_protocol::wall`]).
+    pub async fn self_test(&self, request: SelfTestRequest) -> Result<WallFacts, SandboxError> {
+        match self.call(Request::SelfTest(request)).await? {
+            Response::SelfTest(facts) => Ok(facts),
+            other => Err(unexpected("self-test", &other)),
+        }
     }
 
     /// Starts the proxy listener on the sandbox's loopback; its connections arrive on the

@@ -15,6 +15,7 @@ pub mod exec;
 pub mod landlock;
 pub mod local;
 pub mod owner;
+pub mod self_test;
 pub mod spec;
 pub mod splice;
 pub mod start_error;
@@ -88,9 +89,18 @@ pub async fn open(spec: &spec::SandboxSpec) -> Result<Sandbox, SandboxError> {
             }
             Ok(sandbox)
         }
-        BackendKind::Landlock => landlock::open(spec).await,
-        BackendKind::Docker => docker::open(spec).await,
+        BackendKind::Landlock => checked(landlock::open(spec).await?, spec).await,
+        BackendKind::Docker => checked(docker::open(spec).await?, spec).await,
     }
+}
+
+/// A walled sandbox after its self-test ([`self_test`]): kept with its report when every
+/// check passed, closed with the failed check's error otherwise.
+async fn checked(mut sandbox: Sandbox, spec: &spec::SandboxSpec) -> Result<Sandbox, SandboxError> {
+    if let Some(wall) = sandbox.wall {
+        sandbox.self_test = Some(self_test::run(&sandbox, wall, spec.network).await?);
+    }
+    Ok(sandbox)
 }
 
 /// A started sandbox: the client plus whatever keeps the server alive.
@@ -106,6 +116,10 @@ pub struct Sandbox {
     /// What the person running runner should know about this wall, once, at the start
     /// (what the machine made it go without).
     pub notes: Vec<String>,
+    /// What the self-test judges this wall as (`None`: no wall to test).
+    pub wall: Option<self_test::Wall>,
+    /// The self-test's report, once it passed ([`self_test`]).
+    pub self_test: Option<self_test::SelfTestReport>,
     _keepalive: local::Keepalive,
 }
 

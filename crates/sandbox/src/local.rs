@@ -291,6 +291,8 @@ pub(super) async fn finish(
         env,
         container_id: None,
         notes: Vec::new(),
+        wall: None,
+        self_test: None,
         _keepalive: keepalive,
     })
 }

@@ -97,6 +97,34 @@ pub struct SandboxSpec {
     /// docker backend (every runner build is).
     pub server_exe: PathBuf,
     pub docker: DockerSpec,
+    /// A layer the server leaves out on purpose, so that tests can see the self-test stop
+    /// the start ([`runner_sandbox_server::confine::TestGap`]). Debug builds only pass it
+    /// on (and read [`TEST_GAP_ENV`]); a release build's server has no flag for it.
+    pub test_gap: Option<TestGap>,
+}
+
+pub use runner_sandbox_server::confine::TestGap;
+
+/// Debug builds only: the layer ([`TestGap`]) every sandbox this process starts leaves
+/// out, for the tests of the self-test through `runner run`.
+pub const TEST_GAP_ENV: &str = "RUNNER_TEST_GAP";
+
+/// The layer [`TEST_GAP_ENV`] names, in a debug build; `None` in a release build.
+fn test_gap_from_env() -> Option<TestGap> {
+    #[cfg(debug_assertions)]
+    return std::env::var(TEST_GAP_ENV).ok().and_then(|v| v.parse().ok());
+    #[cfg(not(debug_assertions))]
+    None
+}
+
+/// The server's flag for the spec's gap: debug builds only.
+pub fn test_gap_args(spec: &SandboxSpec) -> Vec<String> {
+    #[cfg(debug_assertions)]
+    if let Some(gap) = spec.test_gap {
+        return vec!["--test-gap".into(), gap.name().into()];
+    }
+    let _ = spec;
+    Vec::new()
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +191,7 @@ impl SandboxSpec {
             sweep_repositories: true,
             server_exe: std::env::current_exe()?,
             docker: DockerSpec::default(),
+            test_gap: test_gap_from_env(),
         })
     }
 }

@@ -81,6 +81,38 @@ pub struct Confinement {
     pub memory_bytes: u64,
     pub pids: u64,
     pub tmp_bytes: u64,
+    /// A layer left out on purpose, so that the self-test's tests can see it fail. Only a
+    /// debug build's command line can set it (`--test-gap`); see [`TestGap`].
+    pub test_gap: Option<TestGap>,
+}
+
+/// A layer of the wall a debug build can be told to leave out, for the tests that prove
+/// the start's self-test notices. A release build has no flag that sets one, so neither a
+/// repository nor a user can open a gap in a wall that ships.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestGap {
+    Seccomp,
+    Landlock,
+}
+
+impl std::str::FromStr for TestGap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TestGap, String> {
+        match s {
+            "seccomp" => Ok(TestGap::Seccomp),
+            "landlock" => Ok(TestGap::Landlock),
+            other => Err(format!("no layer {other:?} (seccomp, landlock)")),
+        }
+    }
+}
+
+impl TestGap {
+    pub fn name(self) -> &'static str {
+        match self {
+            TestGap::Seccomp => "seccomp",
+            TestGap::Landlock => "landlock",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,18 +153,25 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     }
     process::set_limits(c)?;
     process::drop_capabilities()?;
-    landlock::restrict(c)?;
+    if c.test_gap != Some(TestGap::Landlock) {
+        landlock::restrict(c)?;
+    }
     // Landlock (ABI 7) does not govern connect() to a pathname Unix socket, so the Docker
     // socket, an ssh-agent or a D-Bus session would be one connect away: no Unix socket
     // can be created at all (socketpair still works).
-    seccomp::install(c.network, true)?;
+    if c.test_gap != Some(TestGap::Seccomp) {
+        seccomp::install(c.network, true)?;
+    }
     Ok(())
 }
 
 /// The seccomp part alone, for the server inside a container: it adds what the engine's
 /// default profile allows and we do not (ptrace, io_uring, vsock, namespaces, …).
-pub fn seccomp_only(network: Network) -> Result<(), ConfineError> {
+pub fn seccomp_only(network: Network, test_gap: Option<TestGap>) -> Result<(), ConfineError> {
     process::not_dumpable()?;
     process::container_init()?;
+    if test_gap == Some(TestGap::Seccomp) {
+        return Ok(());
+    }
     seccomp::install(network, false)
 }

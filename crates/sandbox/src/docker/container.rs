@@ -350,8 +350,16 @@ pub async fn open_container(
         Box::new(guard.sweep_on_close(&worktree, spec.sweep_repositories, None)),
         Box::new(container),
     ];
+    let wall = crate::self_test::Wall::Container {
+        podman: engine.kind == super::engine::Kind::Podman,
+        gvisor: runtime.gvisor,
+    };
     serve(docker, &id, inside, container_env(spec), guards)
         .await
+        .map(|mut sandbox| {
+            sandbox.wall = Some(wall);
+            sandbox
+        })
         .map_err(|e| match e {
             SandboxError::Disconnected(why) if why.contains(NO_SHELL_MARK) => {
                 SandboxStartError::NoShell {
@@ -415,6 +423,7 @@ fn server_command(
     if spec.sweep_repositories {
         cmd.push("--sweep-repositories".into());
     }
+    cmd.extend(crate::spec::test_gap_args(spec));
     Ok(cmd)
 }
 

@@ -142,6 +142,7 @@ fn server_args(
     if spec.sweep_repositories {
         args.push("--sweep-repositories".into());
     }
+    args.extend(super::spec::test_gap_args(spec).into_iter().map(OsString::from));
     Ok(args)
 }
 
@@ -219,6 +220,7 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     let worktree = std::fs::canonicalize(&worktree).unwrap_or(worktree);
     let prepared = prepare(spec, &worktree)?;
     let given_up = prepared.given_up;
+    let namespaces = !prepared.args.iter().any(|a| a == "--no-namespaces");
     let mut command = tokio::process::Command::new(&spec.server_exe);
     command.args(&prepared.args);
     // Guards drop in reverse: the cgroup (killing stragglers) before the temp directory,
@@ -238,6 +240,7 @@ pub async fn open(spec: &SandboxSpec) -> Result<Sandbox, SandboxError> {
     )
     .await?;
     sandbox.notes.extend(given_up);
+    sandbox.wall = Some(crate::self_test::Wall::Landlock { namespaces });
     Ok(sandbox)
 }
 
