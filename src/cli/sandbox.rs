@@ -225,6 +225,7 @@ async fn doctor(image_name: &str, json: bool) -> u8 {
     }
     namespaces(&mut r);
     limits(&mut r);
+    self_test(&mut r, BackendKind::Landlock, None).await;
 
     r.section("docker");
     match engine::Engine::open(None).await {
@@ -234,10 +235,57 @@ async fn doctor(image_name: &str, json: bool) -> u8 {
             "apt-get install docker.io && (dockerd > /var/log/dockerd.log 2>&1 &), or apt-get \
              install podman && (podman system service --time=0 &)",
         ),
-        Ok(engine) => docker_engine(&mut r, &engine, image_name).await,
+        Ok(engine) => {
+            docker_engine(&mut r, &engine, image_name).await;
+            if image::exists(&engine.docker, image_name).await {
+                self_test(&mut r, BackendKind::Docker, Some(image_name)).await;
+            }
+        }
     }
     disk(&mut r, "temp disk", &std::env::temp_dir());
     r.finish()
+}
+
+/// The self-test every start runs ([`runner_sandbox::self_test`]), on a sandbox started
+/// here around an empty folder: each check with what it saw and its time, then the start's
+/// and the test's time side by side.
+async fn self_test(r: &mut Report, backend: BackendKind, image: Option<&str>) {
+    let started = async {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let mut spec = SandboxSpec::new(backend, dir.path()).map_err(|e| e.to_string())?;
+        if let Some(image) = image {
+            spec.docker.image = image.to_string();
+        }
+        let clock = std::time::Instant::now();
+        let opened = runner_sandbox::open(&spec).await;
+        Ok::<_, String>((opened, clock.elapsed(), dir))
+    };
+    let (opened, took, _dir) = match started.await {
+        Ok(done) => done,
+        Err(e) => return r.fail("self-test", e, "free the temp directory"),
+    };
+    let report = match opened {
+        Ok(sandbox) => sandbox.self_test.clone(),
+        Err(runner_sandbox::SandboxError::Start(
+            runner_sandbox::start_error::SandboxStartError::WallCheck { report, .. },
+        )) => Some(*report),
+        Err(e) => return r.fail("self-test", e, "fix what the checks above say first"),
+    };
+    let Some(report) = report else { return };
+    for (check, line) in report.checks.iter().zip(report.lines()) {
+        match check.passed {
+            true => r.ok("self-test", line),
+            false => r.fail("self-test", line, check.fix),
+        }
+    }
+    r.ok(
+        "self-test time",
+        format!(
+            "{} µs of a {} ms start",
+            report.total_micros,
+            took.as_millis()
+        ),
+    );
 }
 
 fn disk(r: &mut Report, what: &str, dir: &Path) {
