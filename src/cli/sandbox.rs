@@ -1,4 +1,4 @@
-//! `runner sandbox doctor | shell | cleanup`: what this machine can enforce, a look inside
+//! `runner sandbox doctor | shell | cleanup | serve`: what this machine can enforce, a look inside
 //! the sandbox the way the agent sees it, and the removal of leftovers.
 
 use std::ffi::OsString;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use clap::Subcommand;
 
 mod cleanup;
+mod serve;
 
 use super::exit;
 use super::permission::RuleArgs;
@@ -51,6 +52,9 @@ pub enum SandboxCommand {
     /// containers another machine made on a shared engine. `--all` ends the live
     /// containers too.
     Cleanup(CleanupArgs),
+    /// One sandbox served to a harness over standard input and output (JSON lines: exec,
+    /// read_file, write_file; see docs/PYTHON.md) until the input closes or SIGTERM.
+    Serve(serve::ServeArgs),
 }
 
 /// How far `runner sandbox cleanup` goes.
@@ -80,6 +84,7 @@ pub async fn run(cmd: SandboxCommand) -> u8 {
             rules,
         } => exec_in_wall(&root, &sandbox, &rules, &[], None).await,
         SandboxCommand::Cleanup(args) => cleanup::run(&args).await,
+        SandboxCommand::Serve(args) => serve::run(args).await,
     }
 }
 
