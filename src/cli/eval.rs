@@ -31,6 +31,9 @@ pub enum EvalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serve one Harbor task environment over standard input and output (JSON lines) to
+    /// Harbor's `runner_sandbox.harbor:RunnerEnvironment`; see docs/EVALUATIONS.md.
+    Environment,
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +175,15 @@ pub fn run(cmd: EvalCommand) -> u8 {
             }
         },
         EvalCommand::Run(args) => super::block_on_plain(run_eval(*args)),
+        EvalCommand::Environment => super::block_on_plain(async {
+            match runner_eval::environment::serve::serve().await {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("runner: eval environment: {e}");
+                    exit::FAILED
+                }
+            }
+        }),
     }
 }
 

@@ -280,7 +280,7 @@ fn section_policy(
 }
 
 /// `allowed_hosts` as Harbor normalizes them (see [`section_policy`]).
-fn normalized_hosts(section: &str, hosts: &[String]) -> Result<Vec<String>, String> {
+pub(crate) fn normalized_hosts(section: &str, hosts: &[String]) -> Result<Vec<String>, String> {
     let mut out: Vec<String> = Vec::new();
     for host in hosts {
         let value = host.trim().to_lowercase();

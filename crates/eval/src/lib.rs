@@ -14,6 +14,7 @@
 
 pub mod attempt;
 pub mod engines;
+pub mod environment;
 mod error;
 pub mod events;
 pub mod fields;
@@ -21,10 +22,13 @@ pub mod folder;
 pub mod harbor;
 pub mod harbor_attempt;
 pub mod images;
+pub mod merge;
 pub mod options;
 pub mod report;
 pub mod results;
 pub mod scheduler;
+pub mod shard;
+pub mod slurm;
 pub mod tasks;
 pub mod terminal_bench;
 mod verdict;
