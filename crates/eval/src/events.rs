@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::results::{Summary, TaskResult};
 use runner_agent::events::{JsonLines, NoEvents};
@@ -19,7 +19,7 @@ use runner_llm::Usage;
 /// The version of the event stream's shape, in [`Event::RunStart`].
 pub const SCHEMA: u32 = 1;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// First, once the task sets are read and the engines reached.
@@ -96,6 +96,36 @@ pub enum Event {
         result: String,
         /// The attempt's folder: its logs, transcript and diff.
         logs: String,
+    },
+    /// `eval submit`: shards handed to the batch engine as one job array.
+    Submitted {
+        /// The engine's id of the array (Slurm's array job id).
+        job: String,
+        /// The shards it runs (the array's indices), of `of`.
+        shards: Vec<u32>,
+        of: u32,
+        /// The job script.
+        script: String,
+    },
+    /// `eval submit` (as a shard's job ends, or at the start for a shard finished before)
+    /// and `eval merge`: one shard as its folder stands.
+    Shard {
+        shard: u32,
+        of: u32,
+        /// `complete` (every attempt has a result), `half_written` (some have none: cut
+        /// short, or still running elsewhere) or `missing` (no folder, or no record in it).
+        state: String,
+        /// Attempts the shard plans (null when missing), and those with a result.
+        attempts: Option<usize>,
+        finished: usize,
+        /// The shard's folder.
+        folder: String,
+        /// What the batch engine said of the shard's job (`COMPLETED`, `FAILED`,
+        /// `CANCELLED`, …), when this command followed it.
+        job_state: Option<String>,
+        exit_code: Option<i32>,
+        /// What is missing, for a shard that is not complete.
+        message: Option<String>,
     },
     /// Last: the summary of every result in the output folder, and the exit status.
     RunEnd {

@@ -56,6 +56,9 @@ pub struct EvalOptions {
     /// to a copy in the out folder when runner runs in a container
     /// ([`runner_sandbox::spec::IN_CONTAINER_ENV`]).
     pub server_exe: Option<PathBuf>,
+    /// `--shard K/N`: run only the tasks of this shard, into its folder under `out`
+    /// ([`crate::shard`]).
+    pub shard: Option<crate::shard::Shard>,
 }
 
 impl EvalOptions {
@@ -85,6 +88,7 @@ impl EvalOptions {
             verifier_network: Default::default(),
             agent_network: Default::default(),
             server_exe: None,
+            shard: None,
         }
     }
 

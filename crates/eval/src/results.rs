@@ -464,6 +464,7 @@ fn settings_of(options: &super::EvalOptions) -> BTreeMap<String, serde_json::Val
         ("docker_hosts", json!(options.docker_hosts)),
         ("rebuild", json!(options.rebuild)),
         ("build_network", json!(options.build_network)),
+        ("shard", json!(options.shard.map(|s| s.to_string()))),
         (
             "agent_network",
             json!(format!("{:?}", options.agent_network)),
@@ -512,6 +513,25 @@ pub fn claim(out: &Path, options: &super::EvalOptions) -> Result<(), EvalError> 
     if record.runs.len() > RUNS_KEPT {
         record.runs.drain(1..record.runs.len() - RUNS_KEPT + 1);
     }
+    let text =
+        serde_json::to_vec_pretty(&record).map_err(|e| EvalError::io("write", &path)(e.into()))?;
+    runner_workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))
+}
+
+/// Writes `run.json` for a folder whose results were made elsewhere (a merge of shards):
+/// the attempts and the model they were made with, and the runs that made them.
+pub fn record_runs(
+    out: &Path,
+    attempts: u32,
+    model: &str,
+    runs: Vec<RunStart>,
+) -> Result<(), EvalError> {
+    let path = out.join("run.json");
+    let record = RunRecord {
+        attempts,
+        model: model.to_string(),
+        runs,
+    };
     let text =
         serde_json::to_vec_pretty(&record).map_err(|e| EvalError::io("write", &path)(e.into()))?;
     runner_workspace::write_file(&path, &text).map_err(EvalError::io("write", &path))

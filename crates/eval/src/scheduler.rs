@@ -88,9 +88,13 @@ pub async fn run(
             load_problems: problems.len(),
         });
     }
+    // A shard runs its share (an empty share is a finished shard, not an empty set).
+    let set_tasks = loaded.len();
+    let (loaded, problems) = crate::shard::select(&options, loaded, problems);
     std::fs::create_dir_all(options.out.join("tasks"))
         .map_err(EvalError::io("create", &options.out))?;
     results::claim(&options.out, &options)?;
+    crate::shard::record(&options, &loaded, &hash, &problems)?;
     // Worktrees of a run that was killed: nothing of theirs is worth keeping.
     runner_workspace::remove_run_folders(&options.out.join(".work"));
     let engines = connect_engines(&mut options, &loaded).await?;
@@ -116,7 +120,7 @@ pub async fn run(
     Ok(Report {
         summary,
         unfinished,
-        tasks: loaded.len(),
+        tasks: set_tasks,
         load_problems: problems.len(),
     })
 }
@@ -150,7 +154,7 @@ fn start_events<'a>(
 }
 
 /// Options that cannot make a run, refused before anything is written.
-fn check(options: &EvalOptions) -> Result<(), EvalError> {
+pub(crate) fn check(options: &EvalOptions) -> Result<(), EvalError> {
     if options.agent == AgentKind::Model && options.model.is_none() {
         return Err(EvalError::Options("no model: pass --model provider/model, or --agent oracle to run the tasks' own solutions".into()));
     }
@@ -168,7 +172,9 @@ fn check(options: &EvalOptions) -> Result<(), EvalError> {
 /// Every task of every set (a folder of Harbor tasks, or a JSON-lines file), each id once;
 /// the sets' content hash; and each load problem, as an event. Each problem is said on the
 /// terminal as it is found: a typo in a set of a thousand tasks is seen before they run.
-fn load_sets(options: &EvalOptions) -> Result<(Vec<Loaded>, String, Vec<Event>), EvalError> {
+pub(crate) fn load_sets(
+    options: &EvalOptions,
+) -> Result<(Vec<Loaded>, String, Vec<Event>), EvalError> {
     let mut sourced: Vec<(PathBuf, Option<usize>, Loaded)> = Vec::new();
     let mut problems = Vec::new();
     let mut files = Vec::new();
