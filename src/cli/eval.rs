@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
 
+mod shards;
+
 use super::exit;
 use super::signals::Signals;
 use runner_agent::events::{JsonLines, NoEvents};
@@ -23,6 +25,12 @@ pub enum EvalCommand {
         /// The output folder of an `eval run` (its `--out`).
         dir: PathBuf,
     },
+    /// Join the results of shards (`eval run --shard K/N`) into one folder: one summary,
+    /// one predictions file and one report; a missing or half-written shard is named.
+    Merge(shards::MergeArgs),
+    /// Run the evaluation as a Slurm job array, one element per shard, follow it, and
+    /// merge the shards into --out; run it again to finish what did not.
+    Submit(Box<shards::SubmitArgs>),
     /// The counts again, from what is on disk.
     Summary {
         /// The output folder of an `eval run` (its `--out`).
@@ -123,6 +131,10 @@ pub struct RunArgs {
     /// resolved, for CI that wants red on it.
     #[arg(long, value_name = "WHAT", value_enum)]
     fail_on: Option<FailOn>,
+    /// Run only the K-th of N shards (from 1: `--shard 2/8`), the tasks whose id hashes
+    /// to it, into OUT/shards/K-of-N; `eval merge` joins the shards.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<runner_eval::shard::Shard>,
 }
 
 /// `--fail-on`'s values.
@@ -175,6 +187,8 @@ pub fn run(cmd: EvalCommand) -> u8 {
             }
         },
         EvalCommand::Run(args) => super::block_on_plain(run_eval(*args)),
+        EvalCommand::Merge(args) => shards::merge(args),
+        EvalCommand::Submit(args) => super::block_on_plain(shards::submit(*args)),
         EvalCommand::Environment => super::block_on_plain(async {
             match runner_eval::environment::serve::serve().await {
                 Ok(()) => exit::OK,
@@ -188,7 +202,7 @@ pub fn run(cmd: EvalCommand) -> u8 {
 }
 
 async fn run_eval(args: RunArgs) -> u8 {
-    let (json, fail_on, out) = (args.json, args.fail_on, args.out.clone());
+    let (json, fail_on) = (args.json, args.fail_on);
     let events: Arc<dyn EventSink> = if json {
         Arc::new(JsonLines::new(std::io::stdout()))
     } else {
@@ -198,6 +212,8 @@ async fn run_eval(args: RunArgs) -> u8 {
         Ok(o) => o,
         Err(message) => return failed(&*events, exit::USAGE, &message),
     };
+    // A shard's results are in its own folder under --out.
+    let out = options.out.clone();
     // Ctrl-C stops new tasks and cancels the running ones; a second exits at once.
     let signals = Signals::listen(
         Some("stopping: running tasks are cancelled, finished ones are kept"),
@@ -254,6 +270,9 @@ fn options_of(args: RunArgs) -> Result<EvalOptions, String> {
     options.agent_network = args.agent_network;
     options.build_network = args.build_network;
     options.progress = std::io::stderr().is_terminal();
+    if let Some(shard) = args.shard {
+        runner_eval::shard::apply(&mut options, shard);
+    }
     Ok(options)
 }
 
@@ -278,6 +297,17 @@ fn finish(
     events: &dyn EventSink,
 ) -> u8 {
     let outcome = report.outcome(fail_on == Some(FailOn::Unresolved));
+    finish_as(report, outcome, out, json, events)
+}
+
+/// [`finish`] for an outcome already judged (a merge's, which also weighs its shards).
+fn finish_as(
+    report: &runner_eval::Report,
+    outcome: Outcome,
+    out: &std::path::Path,
+    json: bool,
+    events: &dyn EventSink,
+) -> u8 {
     let code = match outcome {
         Outcome::Stopped => exit::INTERRUPTED,
         Outcome::Empty => exit::EVAL_EMPTY,
