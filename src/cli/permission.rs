@@ -7,6 +7,9 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::exit;
+
+mod learn;
+mod prove;
 use runner_agent::config::profile::{AskMode, Profile};
 use runner_agent::config::trust::TrustMode;
 use runner_agent::session::{SessionOptions, absolute_root};
@@ -50,6 +53,14 @@ pub enum PermissionCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Prove that the merged rules never decide more loosely than a boundary, for every
+    /// permission and subject (exit 1 with a shortest counterexample per permission), or
+    /// show the reach a config change adds (--diff OLD NEW).
+    Prove(prove::ProveArgs),
+    /// The narrowest rules that allow what audit trails show allowed and nothing they show
+    /// denied, as a runner TOML config commented with the calls each rule covers; with
+    /// --boundary, proved within it before anything is written.
+    Learn(learn::LearnArgs),
 }
 
 /// Which rules apply: a profile, config files, and the worktree whose project config counts.
@@ -79,6 +90,8 @@ pub async fn run(cmd: PermissionCommand) -> u8 {
             scope,
             json,
         } => eval(&permission, &pattern, &scope, json),
+        PermissionCommand::Prove(args) => prove::run(&args),
+        PermissionCommand::Learn(args) => learn::run(&args),
     }
 }
 
@@ -257,8 +270,13 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
     );
     let verdict = gate.verdict(&request);
     let action = effective(verdict.action, &profile);
+    // The layer that decided: `boundary` when a boundary file held the stack back.
+    let layer = verdict
+        .rule
+        .as_ref()
+        .map(|r| runner_permission::gate::audit_rule(r).layer);
     if as_json {
-        let out = json!({ "action": action, "rule": verdict.rule });
+        let out = json!({ "action": action, "rule": verdict.rule, "layer": layer });
         println!("{}", runner_display::json_pretty(&out));
         return exit::OK;
     }
@@ -266,8 +284,18 @@ fn eval(permission: &str, pattern: &str, scope: &Scope, as_json: bool) -> u8 {
         Some(r) => println!(
             "{}",
             runner_display::escape(&format!(
-                "{}  by {} {:?} = {} ({} #{})",
-                action, r.permission, r.pattern, r.action, r.source.origin, r.source.position
+                "{}  by {}{} {:?} = {} ({} #{})",
+                action,
+                if layer.as_deref() == Some("boundary") {
+                    "the boundary: "
+                } else {
+                    ""
+                },
+                r.permission,
+                r.pattern,
+                r.action,
+                r.source.origin,
+                r.source.position
             ))
         ),
         None => println!("{}  (no rule matched; the default is ask)", action),

@@ -103,8 +103,13 @@ pub enum ProveError {
 /// whatever layer its rules carry. `worktree` is the absolute worktree the file rules'
 /// spellings are taken against.
 pub fn prove(merged: &[Rule], boundary: &[Rule], worktree: &Path) -> Result<Proof, ProveError> {
+    prove_within(Side::new(merged), boundary, worktree)
+}
+
+/// [`prove`] for merged rules under a profile that may answer asks with deny.
+pub fn prove_within(merged: Side, boundary: &[Rule], worktree: &Path) -> Result<Proof, ProveError> {
     let plain = as_plain(boundary);
-    compare(Side::new(merged), Side::new(&plain), worktree)
+    compare(merged, Side::new(&plain), worktree)
 }
 
 /// The reach `new` adds over `old`: every permission with a subject `new` decides more
@@ -200,3 +205,6 @@ fn other_char(named: &[char]) -> char {
         .find(|c| !named.contains(c) && !matches!(c, '/' | '\\' | '.' | '*'))
         .unwrap_or('\u{10FFFF}')
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,270 @@
+//! The prover against brute force: every subject up to a length, judged by the gate.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use runner_permission::PermissionRequest;
+use runner_permission::gate::{PolicyAsker, RuleGate};
+use runner_permission::rules::{Action, Layer, Rule, strictness};
+
+use super::*;
+
+const WORKTREE: &str = "/a";
+/// The subjects' characters: the worktree's, the path parser's, the wildcard's own, a
+/// space (for `" *"`), and one no pattern names.
+const LETTERS: [char; 8] = ['a', 'b', '/', '\\', '.', '*', ' ', 'x'];
+const NAMES: [&str; 6] = ["read", "edit", "bash", "list", "r", ""];
+
+fn judge(gate: &RuleGate, asks_denied: bool, permission: &str, subject: &str) -> Action {
+    let request = PermissionRequest::new(permission, vec![subject.to_string()], Vec::new());
+    match gate.verdict(&request).action {
+        Action::Ask if asks_denied => Action::Deny,
+        a => a,
+    }
+}
+
+fn subjects(max: usize) -> Vec<String> {
+    let mut all = vec![String::new()];
+    let mut layer = vec![String::new()];
+    for _ in 0..max {
+        layer = layer
+            .iter()
+            .flat_map(|s| LETTERS.iter().map(move |c| format!("{s}{c}")))
+            .collect();
+        all.extend(layer.iter().cloned());
+    }
+    all
+}
+
+/// The shortest subject (up to `max`) on which `loose` decides more loosely, by trying
+/// them all.
+fn brute(loose: Side, limit: Side, permission: &str, all: &[String]) -> Option<usize> {
+    let gate = |s: Side| {
+        RuleGate::new(
+            Path::new(WORKTREE),
+            s.rules.to_vec(),
+            Arc::new(PolicyAsker::allow()),
+        )
+    };
+    let (a, b) = (gate(loose), gate(limit));
+    all.iter()
+        .find(|s| {
+            strictness(judge(&a, loose.asks_denied, permission, s))
+                < strictness(judge(&b, limit.asks_denied, permission, s))
+        })
+        .map(|s| s.chars().count())
+}
+
+fn pattern() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(vec![
+        "a", "b", "/", "\\", ".", "*", "?", " ", " *", "/a/", "./", "*.",
+    ]);
+    prop::collection::vec(piece, 0..4).prop_map(|p| p.concat())
+}
+
+fn rule() -> impl Strategy<Value = (String, String, Action)> {
+    let permission = prop::sample::select(vec!["*", "read", "bash", "r*", "?ead", "edit", "*t"]);
+    let action = prop::sample::select(vec![Action::Allow, Action::Ask, Action::Deny]);
+    (permission, pattern(), action).prop_map(|(p, pat, a)| (p.to_string(), pat, a))
+}
+
+fn ruleset(spec: &[(String, String, Action)], origin: &str, layer: Layer) -> Vec<Rule> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, (p, pat, a))| Rule::new(p, pat, *a, origin, i + 1).in_layer(layer))
+        .collect()
+}
+
+proptest! {
+    // 32 cases in CI (about 7 s in a debug build); PROPTEST_CASES=N for a longer run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(32),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_prover_agrees_with_trying_every_subject(
+        loose in prop::collection::vec(rule(), 0..5),
+        capped in prop::collection::vec(rule(), 0..3),
+        limit in prop::collection::vec(rule(), 0..5),
+        asks_denied in any::<bool>(),
+    ) {
+        const MAX: usize = 4;
+        let mut loose_rules = ruleset(&loose, "loose", Layer::User);
+        // Sometimes an installed boundary sits on the loose side too.
+        loose_rules.extend(ruleset(&capped, "installed", Layer::Boundary));
+        let limit_rules = ruleset(&limit, "limit", Layer::Other);
+        let a = Side { rules: &loose_rules, asks_denied };
+        let b = Side::new(&limit_rules);
+        let proof = compare(a, b, Path::new(WORKTREE)).unwrap();
+        let all = subjects(MAX);
+        let patterns: Vec<glob::Glob> = loose_rules
+            .iter()
+            .chain(&limit_rules)
+            .map(|r| glob::Glob::new(&r.permission))
+            .collect();
+        for name in NAMES {
+            let shortest = brute(a, b, name, &all);
+            // A name stands for its class: the same rules' permission patterns match it, and
+            // it is a file permission exactly when the name is one.
+            let file = names::FILE.contains(&name);
+            let reported = proof.counterexamples.iter().find(|c| {
+                let theirs = c.permission.as_str();
+                if file || names::FILE.contains(&theirs) {
+                    theirs == name
+                } else {
+                    names::matched(&patterns, theirs) == names::matched(&patterns, name)
+                }
+            });
+            match (shortest, reported) {
+                (None, Some(c)) => prop_assert!(
+                    c.subject.chars().count() > MAX,
+                    "{name}: reported {:?} but no subject up to {MAX} breaks it", c.subject
+                ),
+                (Some(n), None) => prop_assert!(false, "{name}: a subject of length {n} breaks it, none reported"),
+                (Some(n), Some(c)) => prop_assert_eq!(
+                    c.subject.chars().count(), n, "{}: {:?} is not a shortest", name, c.subject
+                ),
+                (None, None) => {}
+            }
+        }
+        // Every reported one is real: the gate decides it as named.
+        for c in &proof.counterexamples {
+            prop_assert!(strictness(c.action) < strictness(c.limit));
+        }
+    }
+}
+
+fn rules(spec: &[(&str, &str, Action)], origin: &str) -> Vec<Rule> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, (p, pat, a))| Rule::new(p, pat, *a, origin, i + 1))
+        .collect()
+}
+
+#[test]
+fn the_defaults_within_a_boundary_and_a_shortest_way_out() {
+    use Action::*;
+    let defaults = runner_permission::layers::defaults();
+    let boundary = rules(
+        &[
+            ("*", "*", Allow),
+            ("bash", "rm *", Deny),
+            ("read", "/etc/*", Deny),
+            ("external_directory", "*", Ask),
+            ("question", "*", Deny),
+            ("network", "*", Ask),
+        ],
+        "b.toml",
+    );
+    let proof = prove(&defaults, &boundary, Path::new("/w")).unwrap();
+    let found: Vec<(&str, &str, Action, Action)> = proof
+        .counterexamples
+        .iter()
+        .map(|c| (c.permission.as_str(), c.subject.as_str(), c.action, c.limit))
+        .collect();
+    // `rm` alone is the shortest command `"rm *"` denies; `/etc/` the shortest path.
+    assert_eq!(
+        found,
+        [("bash", "rm", Allow, Deny), ("read", "/etc/", Allow, Deny)]
+    );
+    let rm = &proof.counterexamples[0];
+    assert_eq!(rm.rule.as_ref().map(|r| r.source.position), Some(1));
+    assert_eq!(rm.limit_rule.as_ref().map(|r| r.source.position), Some(2));
+}
+
+#[test]
+fn a_relative_rule_reaches_through_the_absolute_spelling() {
+    use Action::*;
+    // The boundary denies the absolute spelling only; the rules allow everything.
+    let boundary = rules(&[("*", "*", Allow), ("edit", "/w/secret/*", Deny)], "b");
+    let merged = rules(&[("*", "*", Allow)], "m");
+    let proof = prove(&merged, &boundary, Path::new("/w")).unwrap();
+    let subjects: Vec<&str> = proof
+        .counterexamples
+        .iter()
+        .map(|c| c.subject.as_str())
+        .collect();
+    // `secret/` is relative: only its second spelling, `/w/secret/`, meets the deny.
+    assert_eq!(subjects, ["secret/"]);
+    assert_eq!(proof.counterexamples[0].permission, "edit");
+    // Outside a file permission the same pattern is only a string.
+    let proof = prove(
+        &merged,
+        &rules(&[("*", "*", Allow), ("bash", "/w/secret/*", Deny)], "b"),
+        Path::new("/w"),
+    )
+    .unwrap();
+    assert_eq!(proof.counterexamples[0].subject, "/w/secret/");
+}
+
+#[test]
+fn names_beyond_the_known_ones_are_proved_too() {
+    use Action::*;
+    let merged = rules(&[("*", "*", Allow)], "m");
+    let boundary = rules(&[("*", "*", Allow), ("mcp_*", "*", Deny)], "b");
+    let proof = prove(&merged, &boundary, Path::new("/w")).unwrap();
+    let names: Vec<&str> = proof
+        .counterexamples
+        .iter()
+        .map(|c| c.permission.as_str())
+        .collect();
+    assert_eq!(names, ["mcp_"]);
+    assert_eq!(proof.counterexamples[0].subject, "");
+}
+
+#[test]
+fn a_diff_shows_only_what_the_new_rules_add() {
+    use Action::*;
+    let old = rules(
+        &[
+            ("*", "*", Allow),
+            ("bash", "*", Ask),
+            ("bash", "git *", Allow),
+        ],
+        "old",
+    );
+    let same = rules(
+        &[
+            ("*", "*", Allow),
+            ("bash", "*", Ask),
+            ("bash", "git status *", Allow),
+        ],
+        "new",
+    );
+    assert!(diff(&old, &same, Path::new("/w")).unwrap().holds());
+    let wider = rules(
+        &[("*", "*", Allow), ("bash", "*", Ask), ("bash", "g*", Allow)],
+        "new",
+    );
+    let added = diff(&old, &wider, Path::new("/w")).unwrap();
+    let found: Vec<(&str, &str)> = added
+        .counterexamples
+        .iter()
+        .map(|c| (c.permission.as_str(), c.subject.as_str()))
+        .collect();
+    assert_eq!(found, [("bash", "g")]);
+}
+
+#[test]
+fn the_real_defaults_prove_fast() {
+    let defaults = runner_permission::layers::defaults();
+    let boundary = runner_permission::layers::parse_toml(
+        "[permission]\n\"*\" = \"allow\"\nexternal_directory = \"ask\"\nnetwork = \"ask\"\nquestion = \"deny\"\n[permission.bash]\n\"rm -rf *\" = \"deny\"\n\"sudo *\" = \"deny\"\n[permission.read]\n\"*.env\" = \"ask\"\n\"*.env.*\" = \"ask\"\n\"*.env.example\" = \"allow\"\n\"/etc/shadow\" = \"deny\"\n",
+        "b",
+        "/h",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let proof = prove(&defaults, &boundary, Path::new("/home/u/project")).unwrap();
+    let took = started.elapsed();
+    let names: Vec<&str> = proof
+        .counterexamples
+        .iter()
+        .map(|c| c.permission.as_str())
+        .collect();
+    assert_eq!(names, ["bash", "read"]);
+    // Debug build: well under a second in release (see the bench).
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}
