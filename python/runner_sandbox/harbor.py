@@ -27,7 +27,6 @@ import base64
 import io
 import json
 import os
-import shutil
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -42,31 +41,14 @@ from harbor.models.task.config import NetworkPolicy
 from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import EnvironmentPaths
 
-__all__ = ["RunnerEnvironment", "RunnerEnvironmentError"]
+from .client import runner_bin
+from .errors import RunnerError, SandboxClosedError, SandboxStartError, from_wire
+
+__all__ = ["RunnerEnvironment"]
 
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml")
 AUDIT_FILE = "runner-audit.jsonl"
-
-
-class RunnerEnvironmentError(RuntimeError):
-    """runner refused or failed a request; the message is runner's own."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-def runner_binary() -> str:
-    """``RUNNER_BIN``, else ``runner`` on ``PATH``."""
-    named = os.environ.get("RUNNER_BIN")
-    if named:
-        return named
-    found = shutil.which("runner")
-    if found is None:
-        raise FileNotFoundError(
-            "runner is not on PATH: install it, or set RUNNER_BIN to its path"
-        )
-    return found
+ABOUT_FILE = "runner-environment.json"
 
 
 class _Wire:
@@ -89,6 +71,10 @@ class _Wire:
         )
         return cls(process)
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     async def _read(self) -> None:
         assert self._process.stdout is not None
         while True:
@@ -102,7 +88,7 @@ class _Wire:
         stderr = b""
         if self._process.stderr is not None:
             stderr = await self._process.stderr.read()
-        gone = RunnerEnvironmentError(
+        gone = SandboxClosedError(
             "sandbox",
             "runner eval environment ended: "
             + (stderr.decode(errors="replace").strip() or "no message"),
@@ -121,17 +107,12 @@ class _Wire:
         self._waiting[ident] = future
         stdin = self._process.stdin
         if stdin is None or self._reader.done():
-            raise RunnerEnvironmentError("sandbox", "runner eval environment is gone")
+            raise SandboxClosedError("sandbox", "runner eval environment is gone")
         stdin.write((json.dumps({"id": ident, "op": op, **fields}) + "\n").encode())
         await stdin.drain()
         answer = await future
         if not answer.get("ok"):
-            error = answer.get("error") or {}
-            kind = str(error.get("kind", "sandbox"))
-            message = str(error.get("message", "runner failed the request"))
-            if kind == "not_found":
-                raise FileNotFoundError(message)
-            raise RunnerEnvironmentError(kind, message)
+            raise from_wire(answer.get("error") or {})
         return dict(answer.get("result") or {})
 
     async def close(self) -> None:
@@ -232,6 +213,15 @@ class RunnerEnvironment(BaseEnvironment):
         )
 
     def _validate_definition(self) -> None:
+        dockerfile = self.environment_dir / "Dockerfile"
+        if not dockerfile.exists() and not self.task_env_config.docker_image:
+            raise FileNotFoundError(
+                f"{dockerfile} is not there and the task names no docker_image"
+            )
+
+    def _refuse_compose(self) -> None:
+        # At the trial's start rather than in _validate_definition: Harbor builds every
+        # trial's environment before any runs, and a refusal there ends the whole job.
         for name in COMPOSE_FILES:
             if (self.environment_dir / name).exists():
                 raise ValueError(
@@ -240,13 +230,9 @@ class RunnerEnvironment(BaseEnvironment):
                     "not docker compose services; run it with Harbor's docker or podman "
                     "environment"
                 )
-        dockerfile = self.environment_dir / "Dockerfile"
-        if not dockerfile.exists() and not self.task_env_config.docker_image:
-            raise FileNotFoundError(
-                f"{dockerfile} is not there and the task names no docker_image"
-            )
 
     async def start(self, force_build: bool) -> None:
+        self._refuse_compose()
         prebuilt = should_use_prebuilt_docker_image(
             self.environment_dir,
             docker_image=self.task_env_config.docker_image,
@@ -272,19 +258,35 @@ class RunnerEnvironment(BaseEnvironment):
             request["audit"] = str(
                 (self.trial_paths.trial_dir / AUDIT_FILE).resolve()
             )
-        self._wire = await _Wire.spawn([runner_binary(), "eval", "environment"])
+        self._wire = await _Wire.spawn([runner_bin(), "eval", "environment"])
         try:
             self._started = await self._wire.call("start", **request)
+        except RunnerError as e:
+            await self._close()
+            raise SandboxStartError(
+                e.kind, f"runner could not start the trial's environment: {e}"
+            ) from e
         except BaseException:
             await self._close()
             raise
         if self._started.get("build_log"):
             self.logger.debug(self._started["build_log"])
+        self._write_about()
         await self._upload_environment_dir_after_start()
         paths = EnvironmentPaths.for_os(self.os)
         await self.ensure_dirs(
             [paths.agent_dir, paths.verifier_dir, paths.artifacts_dir]
         )
+
+    def _write_about(self) -> None:
+        """What ran this trial (runner's pid, the container, the image, the engine)
+        beside its logs, written whole."""
+        about = {k: v for k, v in self._started.items() if k != "build_log"}
+        about["runner_pid"] = self._wire.pid if self._wire is not None else None
+        path = self.trial_paths.trial_dir / ABOUT_FILE
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(about, indent=2) + "\n")
+        partial.replace(path)
 
     async def stop(self, delete: bool) -> None:
         wire, self._wire = self._wire, None
@@ -294,7 +296,7 @@ class RunnerEnvironment(BaseEnvironment):
             answer = await wire.call("stop")
             for line in answer.get("connections", []):
                 self.logger.debug(f"runner proxy: {line}")
-        except (RunnerEnvironmentError, FileNotFoundError):
+        except (RunnerError, OSError):
             pass
         finally:
             await wire.close()
@@ -306,7 +308,7 @@ class RunnerEnvironment(BaseEnvironment):
 
     def _live(self) -> _Wire:
         if self._wire is None:
-            raise RunnerEnvironmentError("sandbox", "the environment is not started")
+            raise SandboxClosedError("sandbox", "the environment is not started")
         return self._wire
 
     @staticmethod

@@ -217,7 +217,7 @@ impl TaskEnvironment {
             .map_err(EvalError::io("make a folder in", &std::env::temp_dir()))?;
         let spec = task_image(request, built.image(), &engine, scratch.path())?;
         let container = TaskContainer::create(&engine.described, &spec).await?;
-        let trail = open_trail(request, &spec, scratch.path())?;
+        let trail = open_trail(request, &spec, container.workdir(), scratch.path())?;
         let sandbox = container
             .serve()
             .await
@@ -568,6 +568,7 @@ fn task_image(
 fn open_trail(
     request: &StartRequest,
     spec: &TaskImage,
+    workdir: &Path,
     scratch: &Path,
 ) -> Result<Option<runner_agent::audit::SessionAudit>, EvalError> {
     let Some(file) = &request.audit else {
@@ -585,7 +586,7 @@ fn open_trail(
     let mut wall = runner_sandbox::spec::SandboxSpec::new(runner_sandbox::BackendKind::Docker, scratch)
         .map_err(EvalError::io("find the runner executable at", Path::new("/proc/self/exe")))?;
     wall.network = Network::Allowlist;
-    wall.worktree = spec.workdir.clone().map(PathBuf::from).unwrap_or_default();
+    wall.worktree = workdir.to_path_buf();
     let line = format!(
         "a Harbor trial in {} (docker task container, network through runner's proxy)",
         spec.image
