@@ -8,7 +8,6 @@ use serde_json::json;
 
 use super::exit;
 
-mod learn;
 mod prove;
 use runner_agent::config::profile::{AskMode, Profile};
 use runner_agent::config::trust::TrustMode;
@@ -57,10 +56,6 @@ pub enum PermissionCommand {
     /// permission and subject (exit 1 with a shortest counterexample per permission), or
     /// show the reach a config change adds (--diff OLD NEW).
     Prove(prove::ProveArgs),
-    /// The narrowest rules that allow what audit trails show allowed and nothing they show
-    /// denied, as a runner TOML config commented with the calls each rule covers; with
-    /// --boundary, proved within it before anything is written.
-    Learn(learn::LearnArgs),
 }
 
 /// Which rules apply: a profile, config files, and the worktree whose project config counts.
@@ -91,7 +86,6 @@ pub async fn run(cmd: PermissionCommand) -> u8 {
             json,
         } => eval(&permission, &pattern, &scope, json),
         PermissionCommand::Prove(args) => prove::run(&args),
-        PermissionCommand::Learn(args) => learn::run(&args),
     }
 }
 
