@@ -41,6 +41,7 @@ mod mcp_serve;
 mod network;
 mod network_inspect;
 mod network_programs;
+mod permission_boundary;
 mod permission_gate;
 mod sandbox_start;
 mod symlink_escape;

@@ -41,7 +41,8 @@ pub struct RuleRef {
     /// The rule's 1-based position within its origin.
     pub position: usize,
     /// The layer it was stacked in: `defaults`, `profile`, `user`, `project`, `explicit`
-    /// (`--config`), `session`, `other` (approvals, rules made in code).
+    /// (`--config`), `session`, `boundary` (a managed boundary file, which caps the rest),
+    /// `other` (approvals, rules made in code).
     pub layer: String,
 }
 
