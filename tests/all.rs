@@ -31,6 +31,7 @@ mod eval_events;
 mod eval_harbor;
 mod eval_network;
 mod eval_report;
+mod eval_slurm;
 mod exec;
 mod hooks;
 mod interactive_exec;
