@@ -114,6 +114,10 @@ pub fn main() -> ExitCode {
         Some(Command::Sandbox(cmd @ sandbox::SandboxCommand::Shell { .. })) => {
             block_on_plain(sandbox::run(cmd))
         }
+        // A served sandbox closes itself on SIGTERM, in order, before runner ends.
+        Some(Command::Sandbox(cmd @ sandbox::SandboxCommand::Serve(_))) => {
+            block_on_plain(sandbox::run(cmd))
+        }
         Some(Command::Sandbox(cmd)) => block_on(sandbox::run(cmd)),
         Some(Command::Image(cmd)) => block_on(image::run(cmd)),
         Some(Command::Permission(cmd)) => block_on(permission::run(cmd)),

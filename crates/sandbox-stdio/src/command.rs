@@ -11,7 +11,10 @@
 //!
 //! Files are read and written by commands too (`cat`, behind checks that give each
 //! failure its kind), so they see exactly what the programs see: the same wall, the same
-//! user, the same private temporary directory, on every backend.
+//! user, the same private temporary directory, on every backend. One check goes further
+//! than the kernel's: a file whose owner may not read it (or write it) is refused even to
+//! root, as inspect_ai's own docker sandbox refuses it, so a harness gets the same answer
+//! from a task image running as root as from a wall running as a plain user.
 
 use std::path::Path;
 
@@ -133,6 +136,7 @@ pub fn read(
          if [ -d \"$f\" ]; then exit {IS_DIR}; fi; \
          if [ ! -e \"$f\" ]; then exit {NOT_FOUND}; fi; \
          if [ ! -r \"$f\" ]; then exit {DENIED}; fi; \
+         case $(stat -c %A -- \"$f\") in ?r*) ;; *) exit {DENIED};; esac; \
          s=$(wc -c < \"$f\") || exit {DENIED}; \
          if [ \"$s\" -gt \"$m\" ]; then echo \"$s\" >&2; exit {TOO_LARGE}; fi; \
          exec cat -- \"$f\""
@@ -162,6 +166,7 @@ pub fn write(path: &str, workdir: &Path, base_env: &[(String, String)]) -> ExecR
          if [ -e \"$d\" ] && [ ! -d \"$d\" ]; then exit {NOT_DIR}; fi; \
          mkdir -p -- \"$d\" 2>/dev/null || exit {DENIED}; \
          if [ -e \"$f\" ] && [ ! -w \"$f\" ]; then exit {DENIED}; fi; \
+         if [ -e \"$f\" ]; then case $(stat -c %A -- \"$f\") in ??w*) ;; *) exit {DENIED};; esac; fi; \
          if [ ! -w \"$d\" ]; then exit {DENIED}; fi; \
          t=\"$d/.$(basename -- \"$f\").runner-$$\"; \
          if ! cat > \"$t\"; then rm -f -- \"$t\"; exit 1; fi; \
@@ -188,7 +193,10 @@ pub fn file_failure(path: &str, code: Option<i32>, stderr: &[u8]) -> Option<Fail
         Some(0) => return None,
         Some(NOT_FOUND) => (ErrorKind::NotFound, format!("no such file: {path}")),
         Some(IS_DIR) => (ErrorKind::IsADirectory, format!("{path} is a directory")),
-        Some(DENIED) => (ErrorKind::PermissionDenied, format!("permission denied: {path}")),
+        Some(DENIED) => (
+            ErrorKind::PermissionDenied,
+            format!("permission denied: {path}"),
+        ),
         Some(NOT_DIR) => (
             ErrorKind::NotADirectory,
             format!("a parent of {path} is not a directory"),
@@ -228,8 +236,13 @@ mod tests {
     #[test]
     fn no_argument_reaches_the_shell_source() {
         let nasty = "$(touch /tmp/pwned) `id` ' \" ; rm -rf /";
-        let req = exec(&exec_of(&["printf", nasty], None), Path::new("/w"), &[], Users::One)
-            .unwrap();
+        let req = exec(
+            &exec_of(&["printf", nasty], None),
+            Path::new("/w"),
+            &[],
+            Users::One,
+        )
+        .unwrap();
         assert!(!req.command.contains("pwned"), "{}", req.command);
         assert!(
             req.env
@@ -282,7 +295,10 @@ mod tests {
     #[test]
     fn file_statuses_map_to_kinds_naming_the_path() {
         let f = file_failure("a b", Some(NOT_FOUND), b"").unwrap();
-        assert_eq!((f.kind, f.path.as_deref()), (ErrorKind::NotFound, Some("a b")));
+        assert_eq!(
+            (f.kind, f.path.as_deref()),
+            (ErrorKind::NotFound, Some("a b"))
+        );
         assert_eq!(
             file_failure("x", Some(IS_DIR), b"").unwrap().kind,
             ErrorKind::IsADirectory

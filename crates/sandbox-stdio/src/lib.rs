@@ -26,4 +26,4 @@ pub mod wire;
 mod serve;
 
 pub use open::{OpenFailure, Opened, TaskImageOptions, open};
-pub use serve::{Served, serve};
+pub use serve::{Served, lines_of, serve};

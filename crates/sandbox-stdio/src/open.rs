@@ -91,9 +91,11 @@ async fn task_container(
     options: &SessionOptions,
     task: &TaskImageOptions,
 ) -> Result<Arc<TaskContainer>, OpenFailure> {
-    let failed = |what: &str, e: &dyn std::fmt::Display| OpenFailure::TaskImage(format!("{what}: {e}"));
-    let profile = runner_agent::config::profile::load(options.profile.as_deref().unwrap_or("default"))
-        .map_err(OpenError::from)?;
+    let failed =
+        |what: &str, e: &dyn std::fmt::Display| OpenFailure::TaskImage(format!("{what}: {e}"));
+    let profile =
+        runner_agent::config::profile::load(options.profile.as_deref().unwrap_or("default"))
+            .map_err(OpenError::from)?;
     let spec: SandboxSpec = options.spec(&profile)?;
     let engine = runner_sandbox::docker::engine::Engine::open(spec.docker.host.as_deref())
         .await

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use runner_protocol::{ExecRequest, OutputStream};
 use runner_sandbox::SandboxClient;
 use runner_sandbox::client::{ExecEvent, Execution};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 
@@ -39,11 +39,41 @@ struct InFlight {
     writes: HashMap<u64, mpsc::Sender<wire::WriteChunk>>,
 }
 
-/// Serves `opened` on `input` and `output` until `input` ends or a termination signal
-/// arrives; then closes the sandbox (every process in it ends) and returns.
-pub async fn serve<R, W>(opened: Opened, input: R, output: W) -> std::io::Result<Served>
+/// The lines of `input`, read on a thread of its own. Not tokio's stdin: its reads run on
+/// the runtime's blocking pool, which the runtime waits for when it shuts down, and a
+/// read of a pipe nobody closes never returns; a plain thread ends with the process.
+pub fn lines_of<R: std::io::Read + Send + 'static>(
+    input: R,
+) -> mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = mpsc::channel(16);
+    std::thread::spawn(move || {
+        let mut input = std::io::BufReader::with_capacity(1 << 20, input);
+        loop {
+            let mut line = String::new();
+            let read = std::io::BufRead::read_line(&mut input, &mut line);
+            let end = matches!(read, Ok(0) | Err(_));
+            let sent = match read {
+                Ok(0) => break,
+                Ok(_) => tx.blocking_send(Ok(line)),
+                Err(e) => tx.blocking_send(Err(e)),
+            };
+            if end || sent.is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Serves `opened` on the lines of `input` ([`lines_of`]) and `output` until `input`
+/// ends or a termination signal arrives; then closes the sandbox (every process in it
+/// ends) and returns.
+pub async fn serve<W>(
+    opened: Opened,
+    input: mpsc::Receiver<std::io::Result<String>>,
+    output: W,
+) -> std::io::Result<Served>
 where
-    R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let Opened {
@@ -131,19 +161,17 @@ async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut answers: mpsc::Re
     }
 }
 
-async fn read_requests<R: AsyncRead + Unpin>(
-    input: R,
+async fn read_requests(
+    mut input: mpsc::Receiver<std::io::Result<String>>,
     wall: &Wall,
     tasks: &mut JoinSet<()>,
 ) -> std::io::Result<()> {
-    let mut input = BufReader::with_capacity(1 << 20, input);
-    let mut line = String::new();
     let mut in_flight = InFlight::default();
     loop {
-        line.clear();
-        if input.read_line(&mut line).await? == 0 {
+        let Some(line) = input.recv().await else {
             return Ok(());
-        }
+        };
+        let line = line?;
         // Finished tasks' handles go, so the maps hold only what still runs.
         while tasks.try_join_next().is_some() {}
         in_flight.cancels.retain(|_, n| Arc::strong_count(n) > 1);
@@ -168,7 +196,10 @@ fn parse(line: &str) -> Result<Incoming, (u64, Failure)> {
             Failure::new(ErrorKind::InvalidRequest, format!("not a JSON line: {e}")),
         )
     })?;
-    let id = value.get("id").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let id = value
+        .get("id")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
     serde_json::from_value(value).map_err(|e| {
         (
             id,

@@ -258,10 +258,7 @@ mod tests {
 
     #[test]
     fn answers_name_their_id_and_the_path_of_a_failure() {
-        let failed = Outgoing::answer(
-            9,
-            Err(Failure::at(ErrorKind::NotFound, "/w/x", "no /w/x")),
-        );
+        let failed = Outgoing::answer(9, Err(Failure::at(ErrorKind::NotFound, "/w/x", "no /w/x")));
         let line = serde_json::to_value(&failed).unwrap();
         assert_eq!(line["id"], 9);
         assert_eq!(line["ok"], false);

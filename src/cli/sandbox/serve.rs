@@ -62,7 +62,13 @@ pub async fn run(args: ServeArgs) -> u8 {
             };
         }
     };
-    match runner_sandbox_stdio::serve(opened, tokio::io::stdin(), tokio::io::stdout()).await {
+    match runner_sandbox_stdio::serve(
+        opened,
+        runner_sandbox_stdio::lines_of(std::io::stdin()),
+        tokio::io::stdout(),
+    )
+    .await
+    {
         Ok(served) => {
             super::super::tool::report_network(served.network.as_deref()).await;
             super::super::changes::report(served.workspace);

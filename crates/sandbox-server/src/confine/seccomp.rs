@@ -159,10 +159,86 @@ pub fn clone3_filter() -> Result<BpfProgram, ConfineError> {
     filter.try_into().map_err(error)
 }
 
+/// The kernel's audit socket (`socket(AF_NETLINK, _, NETLINK_AUDIT)`), refused as a
+/// protocol this kernel does not have rather than with the deny filter's EPERM. Both
+/// refuse it; the difference is what programs make of it. libaudit, and with it shadow's
+/// `useradd`, `groupadd` and `adduser` as root in a task image, read EPERM as "auditing
+/// is mandatory and broken" and abort, but EPROTONOSUPPORT as "no audit here" and go on.
+/// Installed after the deny filter, so its errno is the one the call gets.
+pub fn audit_socket_filter() -> Result<BpfProgram, ConfineError> {
+    let family = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::AF_NETLINK as u64,
+    )
+    .map_err(error)?;
+    let protocol = SeccompCondition::new(
+        2,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::NETLINK_AUDIT as u64,
+    )
+    .map_err(error)?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(
+        libc::SYS_socket,
+        vec![SeccompRule::new(vec![family, protocol]).map_err(error)?],
+    );
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPROTONOSUPPORT as u32),
+        arch()?,
+    )
+    .map_err(error)?;
+    filter.try_into().map_err(error)
+}
+
 pub fn install(network: Network, block_unix: bool) -> Result<(), ConfineError> {
     let deny = deny_filter(network, block_unix)?;
     let clone3 = clone3_filter()?;
+    let audit = audit_socket_filter()?;
     seccompiler::apply_filter(&deny).map_err(error)?;
     seccompiler::apply_filter(&clone3).map_err(error)?;
+    seccompiler::apply_filter(&audit).map_err(error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The errno `socket(family, SOCK_RAW, protocol)` fails with in a thread that applied
+    /// the filters as `install` does (seccomp binds that thread alone); 0 if it opened.
+    fn socket_errno(family: libc::c_int, protocol: libc::c_int) -> i32 {
+        std::thread::spawn(move || {
+            seccompiler::apply_filter(&deny_filter(Network::None, false).unwrap()).unwrap();
+            seccompiler::apply_filter(&audit_socket_filter().unwrap()).unwrap();
+            // SAFETY: plain syscall; a descriptor, if any, is closed at once.
+            let fd = unsafe { libc::socket(family, libc::SOCK_RAW, protocol) };
+            if fd >= 0 {
+                unsafe { libc::close(fd) };
+                return 0;
+            }
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_audit_socket_is_missing_and_every_other_network_socket_denied() {
+        assert_eq!(
+            socket_errno(libc::AF_NETLINK, libc::NETLINK_AUDIT),
+            libc::EPROTONOSUPPORT
+        );
+        // The audit filter opens nothing the deny filter shuts.
+        assert_eq!(
+            socket_errno(libc::AF_NETLINK, libc::NETLINK_ROUTE),
+            libc::EPERM
+        );
+        assert_eq!(socket_errno(libc::AF_INET, libc::IPPROTO_TCP), libc::EPERM);
+        assert_eq!(socket_errno(libc::AF_PACKET, 0), libc::EPERM);
+    }
 }
