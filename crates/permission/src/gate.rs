@@ -312,6 +312,7 @@ impl RuleGate {
                         let verdict = self.verdict_with(&p.request, &state.approved);
                         if p.confirm {
                             verdict.action != Action::Deny
+                                && !held_back(&verdict)
                                 && Self::approved_covers(&p.request, &state.approved)
                         } else {
                             verdict.action == Action::Allow
@@ -369,7 +370,7 @@ impl RuleGate {
             if verdict.action == Action::Deny {
                 return (verdict.clone(), Err(self.denied(request, verdict)));
             }
-            if Self::approved_covers(request, &state.approved) {
+            if !held_back(&verdict) && Self::approved_covers(request, &state.approved) {
                 // Decided by the earlier "always", not by whatever configured rule matched.
                 let by_approval = self.verdict_with_only(request, &state.approved);
                 return (by_approval, Ok(()));
@@ -516,6 +517,15 @@ impl Drop for ForgetOnDrop<'_> {
 }
 
 /// A rule as the audit trail names it: its text, its file and place, its layer.
+/// Whether a boundary holds the request back to an ask, which no approval settles.
+fn held_back(verdict: &Verdict) -> bool {
+    verdict.action == Action::Ask
+        && verdict
+            .rule
+            .as_ref()
+            .is_some_and(|r| r.source.layer == rules::Layer::Boundary)
+}
+
 pub fn audit_rule(rule: &Rule) -> runner_audit::RuleRef {
     runner_audit::RuleRef {
         permission: rule.permission.clone(),
@@ -612,6 +622,50 @@ mod tests {
             .await
             .expect("the ask settles")
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_boundary_ask_is_asked_every_time_whatever_was_approved() {
+        let mut rules: Vec<Rule> = vec![Rule::new("*", "*", Allow, "cfg", 1)];
+        rules.extend(
+            [
+                ("*", "*", ASK, 0),
+                ("*", "*", Allow, 1),
+                ("bash", "make *", ASK, 2),
+            ]
+            .into_iter()
+            .map(|(p, pat, a, i)| {
+                Rule::new(p, pat, a, "boundary", i).in_layer(rules::Layer::Boundary)
+            }),
+        );
+        let (asker, mut asks) = ChannelAsker::new();
+        let g = Arc::new(RuleGate::new(Path::new(WT), rules, Arc::new(asker)));
+        let request = req("bash", &["make all"], &["make *"]);
+        for confirm in [false, true] {
+            // Answered "always" once: the same call is asked again, by ask and confirm.
+            let (id, h) = start(&g, &mut asks, request.clone()).await;
+            g.reply(id, Reply::Always).unwrap();
+            outcome(h).await.unwrap();
+            let r = request.clone();
+            let g2 = g.clone();
+            let h = tokio::spawn(async move {
+                if confirm {
+                    g2.confirm(&r).await
+                } else {
+                    g2.ask(&r).await
+                }
+            });
+            let again = tokio::time::timeout(Duration::from_secs(5), asks.recv())
+                .await
+                .expect("asked again")
+                .unwrap();
+            g.reply(again.id, Reply::Once).unwrap();
+            outcome(h).await.unwrap();
+        }
+        // What the boundary allows, the approval settles as before.
+        let ls = req("bash", &["ls"], &["ls *"]);
+        g.ask(&ls).await.unwrap();
+        assert!(asks.try_recv().is_err());
     }
 
     #[tokio::test]
