@@ -73,7 +73,8 @@ pub const TABLE: [(u8, &str); 13] = [
         EVAL_INCOMPLETE,
         "eval run: an attempt ended in infra_error, or a task could not be loaded (a \
          malformed line, a missing instruction.md): the counts are not the agent's \
-         whole score.",
+         whole score. eval merge and eval submit: also a shard that is missing or \
+         half-written.",
     ),
     (
         EVAL_EMPTY,

@@ -11,6 +11,10 @@
 //! keeps what came of them on disk and sums it up. The scheduler decides which attempts
 //! run, when, and how often: `--jobs` at once, retries for infrastructure failures only, a
 //! pause while the engine keeps failing, and a resume that skips what is already finished.
+//!
+//! Across machines: [`shard`] cuts an evaluation into N shards by a hash of each task's id
+//! (`--shard K/N`), each writing a folder of its own; [`merge`] joins shard folders into one
+//! results folder; [`slurm`] runs the shards as a Slurm job array and follows it.
 
 pub mod attempt;
 pub mod engines;
