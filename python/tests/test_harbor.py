@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socketserver
 import subprocess
 import sys
@@ -34,14 +33,13 @@ TASKS = ["right", "wrong", "crash", "network"]
 ENV = "runner_sandbox.harbor:RunnerEnvironment"
 
 
-def harbor_bin() -> str:
-    """``harbor`` beside this Python (the test's venv), else on PATH."""
-    beside = Path(sys.executable).parent / "harbor"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("harbor")
-    assert found, "harbor is not installed: pip install 'harbor>=0.25'"
-    return found
+def harbor_cli() -> list[str]:
+    """Harbor's command line in this Python (a moved venv's scripts name an old path)."""
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from harbor.cli.main import app; sys.argv[0] = 'harbor'; app()",
+    ]
 
 
 class _Answer(socketserver.StreamRequestHandler):
@@ -110,7 +108,7 @@ def runs(internet: Internet, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     home = tmp_path_factory.mktemp("harbor")
     env = _env(internet, home)
     harbor = subprocess.run(
-        [harbor_bin(), "run", "-p", str(FIXTURES), "--agent", "oracle", "--env", ENV]
+        [*harbor_cli(), "run", "-p", str(FIXTURES), "--agent", "oracle", "--env", ENV]
         + ["-o", str(home / "jobs"), "-n", "2", "-y", "-q"],
         env=env,
         cwd=home,
@@ -234,7 +232,7 @@ def test_nothing_is_left_after_the_trials(runs: dict[str, Any]) -> None:
 
 def test_resource_requests_are_refused_as_capabilities_say(tmp_path: Path) -> None:
     ran = subprocess.run(
-        [harbor_bin(), "run", "-p", str(FIXTURES / "right"), "--agent", "oracle"]
+        [*harbor_cli(), "run", "-p", str(FIXTURES / "right"), "--agent", "oracle"]
         + ["--env", ENV, "--cpus", "request", "-o", str(tmp_path / "jobs"), "-y", "-q"],
         env={
             **os.environ,

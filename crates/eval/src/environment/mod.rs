@@ -366,12 +366,11 @@ impl TaskEnvironment {
             )
             .await
             .map_err(fail)?;
-        let started = docker
-            .start_exec(&created.id, None)
-            .await
-            .map_err(fail)?;
+        let started = docker.start_exec(&created.id, None).await.map_err(fail)?;
         let StartExecResults::Attached { mut output, .. } = started else {
-            return Err(EvalError::Task("the engine ran the command detached".into()));
+            return Err(EvalError::Task(
+                "the engine ran the command detached".into(),
+            ));
         };
         let mut ran = Ran::default();
         let began = std::time::Instant::now();
@@ -510,9 +509,12 @@ async fn image(request: &StartRequest, engine: &Lease) -> Result<(Built, String)
                     dockerfile.display()
                 )));
             }
-            let folder =
-                crate::folder::Folder::open(&request.environment_dir).map_err(|e| EvalError::Task(e.to_string()))?;
-            engine.builder.image_logged(&folder, limit, &mut log).await?
+            let folder = crate::folder::Folder::open(&request.environment_dir)
+                .map_err(|e| EvalError::Task(e.to_string()))?;
+            engine
+                .builder
+                .image_logged(&folder, limit, &mut log)
+                .await?
         }
     };
     if let Built::Cached(image) = &built {
@@ -529,10 +531,14 @@ fn task_image(
     engine: &Lease,
     scratch: &Path,
 ) -> Result<TaskImage, EvalError> {
-    let profile = runner_agent::config::profile::load(request.profile.as_deref().unwrap_or("eval"))?;
+    let profile =
+        runner_agent::config::profile::load(request.profile.as_deref().unwrap_or("eval"))?;
     let mut spec =
         runner_sandbox::spec::SandboxSpec::new(runner_sandbox::BackendKind::Docker, scratch)
-            .map_err(EvalError::io("find the runner executable at", Path::new("/proc/self/exe")))?;
+            .map_err(EvalError::io(
+                "find the runner executable at",
+                Path::new("/proc/self/exe"),
+            ))?;
     profile.sandbox.apply(&mut spec);
     if let Some(r) = &request.runtime {
         spec.docker.runtime = vec![r.clone()];
@@ -551,7 +557,11 @@ fn task_image(
         image: image.to_string(),
         workdir: request.workdir.clone(),
         user: None,
-        env: request.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        env: request
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         limits,
         network: Network::Allowlist,
         read_only: Vec::new(),
@@ -580,11 +590,18 @@ fn open_trail(
         file: Some(file.clone()),
         ..Default::default()
     };
-    let writable = [runner_audit::Writable::new(scratch, "the environment's scratch folder")];
+    let writable = [runner_audit::Writable::new(
+        scratch,
+        "the environment's scratch folder",
+    )];
     let audit = runner_agent::audit::open(&options, &settings, &writable)
         .map_err(|e| EvalError::Options(e.to_string()))?;
-    let mut wall = runner_sandbox::spec::SandboxSpec::new(runner_sandbox::BackendKind::Docker, scratch)
-        .map_err(EvalError::io("find the runner executable at", Path::new("/proc/self/exe")))?;
+    let mut wall =
+        runner_sandbox::spec::SandboxSpec::new(runner_sandbox::BackendKind::Docker, scratch)
+            .map_err(EvalError::io(
+                "find the runner executable at",
+                Path::new("/proc/self/exe"),
+            ))?;
     wall.network = Network::Allowlist;
     wall.worktree = workdir.to_path_buf();
     let line = format!(
@@ -614,7 +631,9 @@ async fn start_proxy(
         runner_network::NetworkLimits::default(),
     )
     .await
-    .map_err(|e| EvalError::from(e).during("cannot start the network proxy in the task container"))?;
+    .map_err(|e| {
+        EvalError::from(e).during("cannot start the network proxy in the task container")
+    })?;
     if let Some(trail) = trail {
         runner_agent::audit::observe(trail.sink(), Some(&proxy));
     }

@@ -100,7 +100,10 @@ pub async fn serve() -> std::io::Result<()> {
                 }
             },
             (Request::Start(_), Some(_)) => {
-                let _ = tx.send(answer(id, Err(failure("invalid_request", "already started"))));
+                let _ = tx.send(answer(
+                    id,
+                    Err(failure("invalid_request", "already started")),
+                ));
             }
             (Request::Stop, _) => {
                 stop_id = Some(id);
@@ -109,7 +112,10 @@ pub async fn serve() -> std::io::Result<()> {
             (_, None) => {
                 let _ = tx.send(answer(
                     id,
-                    Err(failure("invalid_request", "the first request must be start")),
+                    Err(failure(
+                        "invalid_request",
+                        "the first request must be start",
+                    )),
                 ));
             }
             (request, Some(started)) => {
