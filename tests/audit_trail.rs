@@ -201,7 +201,10 @@ fn a_runs_trail_holds_each_decision(backend: common::Backend) {
         _ => "landlock",
     };
     assert_eq!(records[0]["app"]["feature"]["name"], wall);
-    let mut middle: Vec<(u64, u64, String)> = keys[1..keys.len() - 1].to_vec();
+    // The wall's self-test comes right after the start, and passed.
+    assert_eq!(keys[1].2, "Self-test", "{keys:#?}");
+    assert_eq!(records[1]["status"], "Success", "{:#}", records[1]);
+    let mut middle: Vec<(u64, u64, String)> = keys[2..keys.len() - 1].to_vec();
     middle.sort();
     let mut want = vec![
         (6003, 1, "bash export no_proxy= NO_PROXY=".to_string()),
@@ -332,10 +335,13 @@ fn a_second_session_appends_to_the_same_file() {
     }
     let records = lines(&file);
     let steps: Vec<String> = records.iter().map(|r| key(r).2).collect();
-    assert_eq!(steps, ["Start", "Stop", "Start", "Stop"]);
+    assert_eq!(
+        steps,
+        ["Start", "Self-test", "Stop", "Start", "Self-test", "Stop"]
+    );
     assert_ne!(
         records[0]["metadata"]["correlation_uid"],
-        records[2]["metadata"]["correlation_uid"]
+        records[3]["metadata"]["correlation_uid"]
     );
 }
 
@@ -403,7 +409,8 @@ fn inspected_requests_and_a_refused_secret_are_in_the_trail() {
         "{keys:#?}"
     );
     assert_eq!(keys.last().map(|k| k.2.as_str()), Some("Stop"), "{keys:#?}");
-    let mut middle = keys[1..keys.len() - 1].to_vec();
+    assert_eq!(keys[1].2, "Self-test", "{keys:#?}");
+    let mut middle = keys[2..keys.len() - 1].to_vec();
     middle.sort();
     // Three connections the network rules allow; on the first the request's method and
     // path are allowed, on the second refused (which ends that connection), and the third
@@ -517,6 +524,7 @@ fn an_evaluation_keeps_each_attempts_trail_in_its_folder() {
         keys,
         [
             (6002, 0, "Start".to_string()),
+            (6002, 0, "Self-test".into()),
             (6003, 1, "bash sh calc.sh 2 3".into()),
             (6002, 0, "Stop".into()),
         ],

@@ -54,7 +54,10 @@ pub mod probes {
     pub const CANARY_READ: &str = "canary_read";
     /// `prctl(PR_GET_SECCOMP)`: 2 under a filter.
     pub const SECCOMP_MODE: &str = "seccomp_mode";
-    /// `unshare(0)`: a no-op the filter refuses with EPERM (it denies `unshare` outright).
+    /// `ptrace(PTRACE_PEEKDATA)` of the server itself, which no one traces: the kernel
+    /// answers ESRCH and changes nothing; runner's filter answers EPERM first. A container
+    /// engine's default profile allows `ptrace` (on kernels from 4.8), so this tells runner's
+    /// filter from the engine's.
     pub const SECCOMP_DENIES: &str = "seccomp_denies";
     /// `socket(AF_INET, SOCK_STREAM)`.
     pub const INET_SOCKET: &str = "inet_socket";

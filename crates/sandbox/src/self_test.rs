@@ -16,7 +16,7 @@
 //! |---|---|---|---|
 //! | worktree | a file can be made, written and removed | the same, as the command user | the same |
 //! | canary | a host file outside the worktree: EACCES (landlock refuses it) | not there at all (ENOENT: nothing of the host but the mounts) | the same as docker |
-//! | seccomp | mode 2, and `unshare(0)` refused with EPERM | the same (runner's filter on the engine's) | the same, gVisor's kernel applying the filter |
+//! | seccomp | mode 2, and `ptrace` of itself refused with EPERM, where the kernel alone says ESRCH (runner's filter; an engine's default profile allows `ptrace`) | the same: runner's filter on top of the engine's | the same, gVisor's kernel applying the filter |
 //! | network `none` | no AF_INET socket (EPERM) | the same | the same |
 //! | network `allowlist` | no route to 192.0.2.1 or 2001:db8::1 (only a loopback in the namespace) | the same (`network_mode=none`) | the same |
 //! | capabilities | none effective, permitted or ambient; no new privileges; an empty bounding set where a namespace or root let the server empty it | all empty, no new privileges | the same |
@@ -273,6 +273,7 @@ fn errno_name(errno: i32) -> String {
     let name = match errno {
         0 => return "success".into(),
         libc::EPERM => "EPERM",
+        libc::ESRCH => "ESRCH",
         libc::ENOENT => "ENOENT",
         libc::EACCES => "EACCES",
         libc::EROFS => "EROFS",
@@ -337,11 +338,11 @@ fn seccomp(facts: &WallFacts) -> Check {
         layer: Layer::Seccomp,
         passed: mode == Some(2) && denied == Some(libc::EPERM),
         saw: format!(
-            "mode {}, unshare(0) {}",
+            "mode {}, ptrace(self) {}",
             mode.map_or_else(|| "unknown".into(), |m| m.to_string()),
             shown(denied)
         ),
-        want: "mode 2, unshare(0) EPERM".into(),
+        want: "mode 2, ptrace(self) EPERM".into(),
         micros: seen.micros,
         fix: "",
     }
@@ -430,4 +431,137 @@ fn capabilities(facts: &WallFacts, wall: Wall) -> Check {
 fn is_root() -> bool {
     // SAFETY: plain syscall.
     unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a landlock wall that holds reports, with network none.
+    fn holding() -> WallFacts {
+        let probe = |name: &str, errno: Option<i32>, value: Option<u64>| Probe {
+            name: name.into(),
+            errno,
+            value,
+            micros: 3,
+        };
+        WallFacts {
+            probes: vec![
+                probe(probes::WORKTREE_WRITE, None, None),
+                probe(probes::CANARY_READ, Some(libc::EACCES), None),
+                probe(probes::SECCOMP_MODE, None, Some(2)),
+                probe(probes::SECCOMP_DENIES, Some(libc::EPERM), None),
+                probe(probes::INET_SOCKET, Some(libc::EPERM), None),
+                probe(probes::ROUTE_V4, Some(libc::EPERM), None),
+                probe(probes::ROUTE_V6, Some(libc::EPERM), None),
+                probe(probes::CAP_EFFECTIVE, None, Some(0)),
+                probe(probes::CAP_PERMITTED, None, Some(0)),
+                probe(probes::CAP_BOUNDING, None, Some(0)),
+                probe(probes::CAP_AMBIENT, None, Some(0)),
+                probe(probes::NO_NEW_PRIVS, None, Some(1)),
+            ],
+        }
+    }
+
+    fn set(facts: &mut WallFacts, name: &str, errno: Option<i32>, value: Option<u64>) {
+        let p = facts.probes.iter_mut().find(|p| p.name == name).unwrap();
+        p.errno = errno;
+        p.value = value;
+    }
+
+    fn failed(report: &SelfTestReport) -> Vec<Layer> {
+        report.failures().map(|c| c.layer).collect()
+    }
+
+    const LANDLOCK: Wall = Wall::Landlock { namespaces: true };
+    const DOCKER: Wall = Wall::Container {
+        podman: false,
+        gvisor: false,
+    };
+
+    #[test]
+    fn a_holding_wall_passes_every_check_and_times_them() {
+        let report = judge(&holding(), LANDLOCK, Network::None);
+        assert!(report.passed(), "{report:#?}");
+        assert_eq!(report.checks.len(), 5);
+        assert_eq!(report.checks[2].micros, 6, "both seccomp probes counted");
+    }
+
+    #[test]
+    fn each_backend_must_show_its_own_truth_about_the_canary() {
+        let mut facts = holding();
+        set(&mut facts, probes::CANARY_READ, Some(libc::ENOENT), None);
+        // Absent is right for a container, wrong for landlock (the file is there: only
+        // landlock refusing it with EACCES shows landlock is on).
+        assert!(judge(&facts, DOCKER, Network::None).passed());
+        assert_eq!(
+            failed(&judge(&facts, LANDLOCK, Network::None)),
+            [Layer::Files]
+        );
+        set(&mut facts, probes::CANARY_READ, None, None);
+        assert_eq!(
+            failed(&judge(&facts, DOCKER, Network::None)),
+            [Layer::Files]
+        );
+    }
+
+    #[test]
+    fn an_engines_filter_alone_is_not_runners() {
+        let mut facts = holding();
+        set(&mut facts, probes::SECCOMP_DENIES, Some(libc::ESRCH), None);
+        assert_eq!(
+            failed(&judge(&facts, DOCKER, Network::None)),
+            [Layer::Seccomp]
+        );
+    }
+
+    #[test]
+    fn a_route_out_beside_the_proxy_fails_the_allowlist() {
+        let mut facts = holding();
+        set(&mut facts, probes::INET_SOCKET, None, None);
+        set(&mut facts, probes::ROUTE_V4, Some(libc::ENETUNREACH), None);
+        set(&mut facts, probes::ROUTE_V6, Some(libc::ENETUNREACH), None);
+        assert!(judge(&facts, DOCKER, Network::Allowlist).passed());
+        // A socket that can be made fails `none`.
+        assert_eq!(
+            failed(&judge(&facts, DOCKER, Network::None)),
+            [Layer::Network]
+        );
+        set(&mut facts, probes::ROUTE_V4, None, None);
+        let report = judge(&facts, DOCKER, Network::Allowlist);
+        assert_eq!(failed(&report), [Layer::Network]);
+        assert!(report.checks[3].fix.contains("route out"));
+        // The host's network is what `host` asks for: not checked.
+        assert!(judge(&facts, DOCKER, Network::Host).passed());
+    }
+
+    #[test]
+    fn capabilities_left_in_any_set_fail() {
+        for probe in [
+            probes::CAP_EFFECTIVE,
+            probes::CAP_PERMITTED,
+            probes::CAP_AMBIENT,
+            probes::CAP_BOUNDING,
+        ] {
+            let mut facts = holding();
+            set(&mut facts, probe, None, Some(1 << 21));
+            let report = judge(&facts, DOCKER, Network::None);
+            assert_eq!(failed(&report), [Layer::Capabilities], "{probe}");
+        }
+        let mut facts = holding();
+        set(&mut facts, probes::NO_NEW_PRIVS, None, Some(0));
+        assert_eq!(
+            failed(&judge(&facts, DOCKER, Network::None)),
+            [Layer::Capabilities]
+        );
+    }
+
+    #[test]
+    fn a_probe_the_server_did_not_answer_is_a_failure() {
+        let mut facts = holding();
+        facts.probes.retain(|p| p.name != probes::WORKTREE_WRITE);
+        let report = judge(&facts, LANDLOCK, Network::None);
+        assert_eq!(failed(&report), [Layer::Worktree]);
+        assert_eq!(report.checks[0].saw, "no answer");
+    }
 }
