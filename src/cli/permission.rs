@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::exit;
 
+mod learn;
 mod prove;
 use runner_agent::config::profile::{AskMode, Profile};
 use runner_agent::config::trust::TrustMode;
@@ -56,6 +57,10 @@ pub enum PermissionCommand {
     /// permission and subject (exit 1 with a shortest counterexample per permission), or
     /// show the reach a config change adds (--diff OLD NEW).
     Prove(prove::ProveArgs),
+    /// The narrowest rules that allow what audit trails show allowed and nothing they show
+    /// denied, as a runner TOML config commented with the calls each rule covers; with
+    /// --boundary, proved within it before anything is written.
+    Learn(learn::LearnArgs),
 }
 
 /// Which rules apply: a profile, config files, and the worktree whose project config counts.
@@ -86,6 +91,7 @@ pub async fn run(cmd: PermissionCommand) -> u8 {
             json,
         } => eval(&permission, &pattern, &scope, json),
         PermissionCommand::Prove(args) => prove::run(&args),
+        PermissionCommand::Learn(args) => learn::run(&args),
     }
 }
 
