@@ -268,3 +268,49 @@ fn the_real_defaults_prove_fast() {
     // Debug build: well under a second in release (see the bench).
     assert!(took < std::time::Duration::from_secs(5), "{took:?}");
 }
+
+#[test]
+fn a_boundary_denying_outside_folders_meets_the_saved_output_allow() {
+    use runner_permission::layers::{Layers, merge};
+    // A profile denies every outside folder, as the boundary does; runner's own allow for
+    // its saved output comes after every layer.
+    let merged = merge(Layers {
+        defaults: runner_permission::layers::defaults(),
+        profile: rules(&[("external_directory", "*", Action::Deny)], "profile p"),
+        output_dir: Some("/data/out".into()),
+        ..Layers::default()
+    });
+    let deny_outside = rules(
+        &[
+            ("*", "*", Action::Allow),
+            ("external_directory", "*", Action::Deny),
+        ],
+        "b",
+    );
+    let proof = prove(&merged, &deny_outside, Path::new("/w")).unwrap();
+    let c = &proof.counterexamples[0];
+    assert_eq!(
+        (c.permission.as_str(), c.subject.as_str(), c.action, c.limit),
+        (
+            "external_directory",
+            "/data/out/",
+            Action::Allow,
+            Action::Deny
+        )
+    );
+    assert_eq!(c.rule.as_ref().unwrap().source.origin, "saved tool output");
+    // Allowing that folder in the boundary settles it.
+    let with_outputs = rules(
+        &[
+            ("*", "*", Action::Allow),
+            ("external_directory", "*", Action::Deny),
+            ("external_directory", "/data/out/*", Action::Allow),
+        ],
+        "b",
+    );
+    assert!(
+        prove(&merged, &with_outputs, Path::new("/w"))
+            .unwrap()
+            .holds()
+    );
+}
