@@ -19,6 +19,7 @@ pub mod allowlist;
 pub mod engine;
 pub mod engine_faults;
 pub mod escape;
+pub mod harbor;
 pub mod outside;
 pub mod podman;
 pub mod project;
