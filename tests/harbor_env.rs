@@ -3,7 +3,9 @@
 //! `python/tests/test_harbor.py` runs Harbor's oracle over the task folders in
 //! `python/tests/fixtures/harbor` and `runner eval` over the same folders, and checks the
 //! verdicts agree, each phase's network, the audit trail, the compose refusal, the
-//! resource refusal and that nothing is left.
+//! resource refusal and that nothing is left; `test_harbor_calls.py` makes the
+//! environment's calls one by one (exec's streams, status, cwd, env, user and timeout,
+//! files and folders both ways).
 //!
 //! Harbor and pytest are in a Python 3.12 venv under `target/tmp/`, made once per set of
 //! requirements ([`common::harbor::venv`]); the plug-in is taken from the source tree
@@ -22,6 +24,7 @@ fn harbors_oracle_in_runners_environment_agrees_with_runner_eval() {
             "-m",
             "pytest",
             "tests/test_harbor.py",
+            "tests/test_harbor_calls.py",
             "-q",
             "-p",
             "no:cacheprovider",
@@ -33,7 +36,7 @@ fn harbors_oracle_in_runners_environment_agrees_with_runner_eval() {
         .unwrap();
     assert!(
         out.status.success(),
-        "pytest tests/test_harbor.py failed:\n{}\n{}",
+        "pytest of the Harbor environment failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
