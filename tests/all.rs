@@ -45,6 +45,7 @@ mod network_inspect;
 mod network_programs;
 mod permission_boundary;
 mod permission_gate;
+mod permission_learn;
 mod sandbox_start;
 mod symlink_escape;
 mod terminal_output;
