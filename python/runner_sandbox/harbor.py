@@ -31,7 +31,11 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from harbor.environments.base import BaseEnvironment, ExecResult
+from harbor.environments.base import (
+    BaseEnvironment,
+    ExecResult,
+    SandboxBuildFailedError,
+)
 from harbor.environments.capabilities import (
     EnvironmentCapabilities,
     EnvironmentResourceCapabilities,
@@ -263,6 +267,9 @@ class RunnerEnvironment(BaseEnvironment):
             self._started = await self._wire.call("start", **request)
         except RunnerError as e:
             await self._close()
+            if e.kind == "build_failed":
+                # Harbor's own kind for it: the task's definition, not worth a retry.
+                raise SandboxBuildFailedError(str(e)) from e
             raise SandboxStartError(
                 e.kind, f"runner could not start the trial's environment: {e}"
             ) from e

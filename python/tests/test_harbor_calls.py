@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from harbor.environments.base import SandboxBuildFailedError
 from harbor.models.task.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
@@ -75,3 +76,23 @@ async def test_each_call_does_what_harbor_expects(tmp_path: Path) -> None:
         check=True,
     )
     assert listed.stdout.strip() == ""
+
+
+async def test_a_dockerfile_that_fails_is_harbors_build_failure(tmp_path: Path) -> None:
+    environment = tmp_path / "environment"
+    environment.mkdir()
+    (environment / "Dockerfile").write_text(
+        "FROM runner-sandbox:bookworm\nRUN echo about to fail && exit 7\n"
+    )
+    paths = TrialPaths(trial_dir=tmp_path / "trial")
+    paths.mkdir()
+    env = RunnerEnvironment(
+        environment_dir=environment,
+        environment_name="broken",
+        session_id="broken__calls__env",
+        trial_paths=paths,
+        task_env_config=EnvironmentConfig(),
+    )
+    with pytest.raises(SandboxBuildFailedError, match="about to fail"):
+        await env.start(force_build=True)
+    await env.stop(delete=True)
