@@ -49,19 +49,33 @@ pub async fn follow(
     poll: Duration,
     stop: &CancellationToken,
     events: &dyn EventSink,
-) -> Result<(), SlurmError> {
+) {
     let mut cancelled = false;
+    let mut failing: Option<String> = None;
     loop {
-        let states = states(elements).await?;
-        for e in elements.iter_mut().filter(|e| !e.ended) {
-            e.tail.pass_on(e.shard, events);
-            let now = states
-                .get(&e.job)
-                .map(|s| s.as_ref().and_then(|s| s.get(&e.shard.index)));
-            update(e, now.flatten(), now.is_none(), events);
+        // A controller that does not answer for a while (a restart, a failover) is said
+        // once and asked again: the shards run on without it.
+        match states(elements).await {
+            Ok(states) => {
+                failing = None;
+                for e in elements.iter_mut().filter(|e| !e.ended) {
+                    e.tail.pass_on(e.shard, events);
+                    if let Some(now) = states.get(&e.job) {
+                        let element = now.as_ref().and_then(|s| s.get(&e.shard.index));
+                        update(e, element, now.is_none(), events);
+                    }
+                }
+            }
+            Err(e) => {
+                let said = e.to_string();
+                if failing.as_ref() != Some(&said) {
+                    say(&format!("{said} (asking again)"));
+                }
+                failing = Some(said);
+            }
         }
         if elements.iter().all(|e| e.ended) {
-            return Ok(());
+            return;
         }
         if stop.is_cancelled() && !cancelled {
             cancelled = true;

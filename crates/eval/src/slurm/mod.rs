@@ -151,7 +151,7 @@ pub async fn submit(
                 .map(|&k| follow::Followed::new(&job, Shard { index: k, of }, &out, &logs)),
         );
     }
-    follow::follow(&mut followed, options.poll, &stop, &*events).await?;
+    follow::follow(&mut followed, options.poll, &stop, &*events).await;
     let found: Vec<(Shard, PathBuf)> = (1..=of)
         .map(|k| {
             let shard = Shard { index: k, of };
