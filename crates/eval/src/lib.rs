@@ -11,6 +11,8 @@
 //! keeps what came of them on disk and sums it up. The scheduler decides which attempts
 //! run, when, and how often: `--jobs` at once, retries for infrastructure failures only, a
 //! pause while the engine keeps failing, and a resume that skips what is already finished.
+//! [`environment`] is the other way round: Harbor's own harness runs the trial, and runner
+//! serves it a task's container (`runner eval environment`, behind the Python plug-in).
 //!
 //! Across machines: [`shard`] cuts an evaluation into N shards by a hash of each task's id
 //! (`--shard K/N`), each writing a folder of its own; [`merge`] joins shard folders into one
