@@ -95,28 +95,8 @@ impl Problem {
         file: bool,
     ) -> Result<Option<Found>, ProveError> {
         let (loose_active, limit_active) = active.split_at(self.loose.rules.len());
-        let mut in_play: Vec<usize> = Vec::new();
-        for (info, on) in [(&self.loose, loose_active), (&self.limit, limit_active)] {
-            for (r, _) in info.rules.iter().zip(on).filter(|(_, on)| **on) {
-                if !in_play.contains(&r.pattern) {
-                    in_play.push(r.pattern);
-                }
-            }
-        }
-        let start: Vec<PatternState> = in_play
-            .iter()
-            .map(|p| {
-                let g = &self.globs[*p];
-                PatternState {
-                    own: g.start(),
-                    spelled: if file {
-                        vec![(At::Start, g.start())]
-                    } else {
-                        Vec::new()
-                    },
-                }
-            })
-            .collect();
+        let in_play = self.in_play(active);
+        let start = self.start(&in_play, file);
         let mut states = vec![start.clone()];
         let mut parent: Vec<Option<(usize, char)>> = vec![None];
         let mut seen = HashMap::from([(start, 0usize)]);
@@ -150,6 +130,77 @@ impl Problem {
             }
         }
         Ok(None)
+    }
+
+    /// Both sides' decisions, by the model alone, on every subject over `letters` up to
+    /// `max` characters, each told to `visit` (the property test holds them to the gate).
+    #[cfg(test)]
+    pub fn walk(
+        &self,
+        active: &[bool],
+        file: bool,
+        letters: &[char],
+        max: usize,
+        visit: &mut dyn FnMut(&str, (Action, Action)),
+    ) {
+        let in_play = self.in_play(active);
+        let mut todo = vec![(String::new(), self.start(&in_play, file))];
+        while let Some((subject, state)) = todo.pop() {
+            let (loose_active, limit_active) = active.split_at(self.loose.rules.len());
+            let matched = self.matched(&in_play, &state);
+            visit(
+                &subject,
+                (
+                    decide(&self.loose, loose_active, &matched),
+                    decide(&self.limit, limit_active, &matched),
+                ),
+            );
+            if subject.chars().count() == max {
+                continue;
+            }
+            for c in letters {
+                // A character no pattern names behaves as the one that stands for them all.
+                let as_named = if self.alphabet.contains(c) {
+                    *c
+                } else {
+                    self.alphabet[0]
+                };
+                todo.push((
+                    format!("{subject}{c}"),
+                    self.step(&in_play, &state, as_named),
+                ));
+            }
+        }
+    }
+
+    /// The patterns of the rules `active` marks (the loose side's first), each once.
+    fn in_play(&self, active: &[bool]) -> Vec<usize> {
+        let rules = self.loose.rules.iter().chain(&self.limit.rules);
+        let mut in_play: Vec<usize> = Vec::new();
+        for (r, _) in rules.zip(active).filter(|(_, on)| **on) {
+            if !in_play.contains(&r.pattern) {
+                in_play.push(r.pattern);
+            }
+        }
+        in_play
+    }
+
+    /// Where the empty subject leaves each pattern in play.
+    fn start(&self, in_play: &[usize], file: bool) -> Vec<PatternState> {
+        in_play
+            .iter()
+            .map(|p| {
+                let g = &self.globs[*p];
+                PatternState {
+                    own: g.start(),
+                    spelled: if file {
+                        vec![(At::Start, g.start())]
+                    } else {
+                        Vec::new()
+                    },
+                }
+            })
+            .collect()
     }
 
     fn step(&self, in_play: &[usize], state: &[PatternState], c: char) -> Vec<PatternState> {
