@@ -150,8 +150,9 @@ pub fn read(
         env,
         timeout_ms: NO_TIMEOUT_MS,
         stdin: None,
-        // The file, and room for a message: the size was checked.
-        output_limit: max_bytes.saturating_add(64 << 10),
+        // The server streams the first half of its limit as it comes and keeps the rest
+        // as a tail window: twice the largest file, so all of it streams.
+        output_limit: max_bytes.saturating_mul(2).saturating_add(64 << 10),
         interactive: false,
     }
 }
