@@ -6,7 +6,7 @@
 //! the names fall into finitely many classes: the states of all those patterns run side
 //! by side. Every class gets one name, a well-known one where it has one.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use super::glob::{Bits, Glob};
 
@@ -58,11 +58,11 @@ pub fn classes(patterns: &[&str]) -> Vec<String> {
     let key = |b: &[bool]| -> Option<Vec<bool>> {
         (!b[pattern_count..].iter().any(|f| *f)).then(|| b[..pattern_count].to_vec())
     };
-    let mut seen: HashMap<Vec<bool>, ()> = HashMap::new();
+    let mut seen: HashSet<Vec<bool>> = HashSet::new();
     let mut out: Vec<String> = KNOWN.iter().map(|n| n.to_string()).collect();
     for name in KNOWN {
         if let Some(k) = key(&matched(&globs, name)) {
-            seen.insert(k, ());
+            seen.insert(k);
         }
     }
     let mut alphabet: Vec<char> = globs.iter().flat_map(|g| g.literals()).collect();
@@ -70,8 +70,7 @@ pub fn classes(patterns: &[&str]) -> Vec<String> {
     alphabet.sort();
     alphabet.dedup();
     let start: Vec<Bits> = globs.iter().map(Glob::start).collect();
-    let mut visited: HashMap<Vec<Bits>, ()> = HashMap::new();
-    visited.insert(start.clone(), ());
+    let mut visited: HashSet<Vec<Bits>> = HashSet::from([start.clone()]);
     let mut queue = VecDeque::from([(start, String::new())]);
     let mut empty_key = None;
     while let Some((state, name)) = queue.pop_front() {
@@ -83,7 +82,7 @@ pub fn classes(patterns: &[&str]) -> Vec<String> {
         if let Some(k) = key(&accepted) {
             if name.is_empty() {
                 empty_key = Some(k);
-            } else if seen.insert(k, ()).is_none() {
+            } else if seen.insert(k) {
                 out.push(name.clone());
             }
         }
@@ -93,13 +92,13 @@ pub fn classes(patterns: &[&str]) -> Vec<String> {
                 .zip(&state)
                 .map(|(g, b)| g.step(b, *c))
                 .collect();
-            if visited.insert(next.clone(), ()).is_none() {
+            if visited.insert(next.clone()) {
                 queue.push_back((next, format!("{name}{c}")));
             }
         }
     }
     if let Some(k) = empty_key
-        && !seen.contains_key(&k)
+        && !seen.contains(&k)
     {
         out.push(String::new());
     }
