@@ -2,7 +2,7 @@
 //! `runner permission eval`: every counterexample it names is decided as it says.
 //!
 //! Each run's rules allow what the boundary denies, from every layer a person or a
-//! repository controls: the user's config, the repository's `.runner/config.toml`,
+//! repository controls: a profile, the user's config, the repository's `.runner/config.toml`,
 //! and `--config`. The boundary must win on landlock and on docker, for a bash call and a
 //! read; the same calls without the boundary, and other calls with it, are the controls.
 
@@ -53,6 +53,8 @@ fn boundary_file(dir: &Path, text: &str) -> PathBuf {
 struct Setup {
     project: Project,
     explicit: PathBuf,
+    /// A profile file whose rules allow it all too.
+    profile: PathBuf,
     _dir: tempfile::TempDir,
     boundary: PathBuf,
 }
@@ -65,11 +67,18 @@ fn setup() -> Setup {
     project.file("other.txt", "not secret\n");
     let explicit = project.outside.join("loose.toml");
     std::fs::write(&explicit, LOOSE).unwrap();
+    let profile = project.outside.join("loose-profile.toml");
+    std::fs::write(
+        &profile,
+        format!("description = \"allows it all\"\n[sandbox]\nnetwork = \"none\"\n{LOOSE}"),
+    )
+    .unwrap();
     let dir = root_only_dir();
     let boundary = boundary_file(dir.path(), BOUNDARY);
     Setup {
         project,
         explicit,
+        profile,
         _dir: dir,
         boundary,
     }
@@ -109,6 +118,7 @@ impl Setup {
             _ => "landlock",
         };
         let audit = audit.to_string_lossy().into_owned();
+        let profile = self.profile.to_string_lossy().into_owned();
         let argv = [
             "tool",
             "call",
@@ -118,6 +128,8 @@ impl Setup {
             sandbox,
             "--ask",
             "deny",
+            "--profile",
+            &profile,
             "--audit",
             &audit,
         ];
