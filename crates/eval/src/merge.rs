@@ -184,19 +184,25 @@ impl Merged {
 }
 
 /// The shard folders `dirs` name, with the number of shards of their split. A dir is a
-/// shard's folder (it holds `shard.json`, or is named `K-of-N`) or a folder with a
-/// `shards/` of them (an `--out` of `eval run --shard`, or of `eval submit`).
+/// shard's folder (it holds `shard.json`, or is named `K-of-N`), a folder with a `shards/`
+/// of them (an `--out` of `eval run --shard`, or of `eval submit`), or that `shards/`.
 pub fn find(dirs: &[PathBuf]) -> Result<(u32, Vec<(Shard, PathBuf)>), MergeError> {
     let mut found: Vec<(Shard, PathBuf)> = Vec::new();
     for dir in dirs {
         let before = found.len();
         if let Some(shard) = shard_in(dir)? {
             found.push((shard, dir.clone()));
-        } else if let Ok(entries) = std::fs::read_dir(dir.join(shard::SHARDS)) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                if let Some(shard) = name.to_str().and_then(Shard::from_folder_name) {
-                    found.push((shard, entry.path()));
+        } else {
+            // OUT (its shards/ holds them), or OUT/shards itself.
+            for parent in [dir.join(shard::SHARDS), dir.clone()] {
+                for entry in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+                    let name = entry.file_name();
+                    if let Some(shard) = name.to_str().and_then(Shard::from_folder_name) {
+                        found.push((shard, entry.path()));
+                    }
+                }
+                if found.len() > before {
+                    break;
                 }
             }
         }

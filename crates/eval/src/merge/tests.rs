@@ -55,7 +55,7 @@ fn result(dir: &Path, id: &str, status: Status) {
     std::fs::write(folder.join("result.json"), serde_json::to_vec(&r).unwrap()).unwrap();
 }
 
-/// Every file under `dir` with its bytes (the report left out: it dates itself), sorted.
+/// Every file under `dir` with its bytes, sorted.
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -64,7 +64,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.file_name().unwrap() != "report.html" {
+            } else {
                 let rel = p.strip_prefix(dir).unwrap().to_path_buf();
                 files.push((rel, std::fs::read(&p).unwrap()));
             }
@@ -241,6 +241,9 @@ fn shards_of_another_evaluation_are_refused() {
         .unwrap()
         .to_string();
     assert!(e.contains("holds results of an eval run"), "{e}");
+    // The shards/ folder itself, named directly, merges as its parent does.
+    let whole = merge(&[a.join("shards")], &tmp.path().join("out-a")).unwrap();
+    assert_eq!(whole.shards.len(), 2);
     // A shard's own folder, named directly, merges (the other shard missing).
     let merged = merge(&[Shard::new(1, 2).unwrap().folder(&a)], &out).unwrap();
     assert_eq!(merged.problems().len(), 1, "{:?}", merged.problems());

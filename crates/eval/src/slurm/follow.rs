@@ -109,6 +109,7 @@ async fn cancel(elements: &[Followed]) {
         .filter(|e| !e.ended)
         .map(|e| e.job.as_str())
         .collect();
+    jobs.sort();
     jobs.dedup();
     for job in jobs {
         say(&format!(
