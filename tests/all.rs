@@ -30,6 +30,7 @@ mod eval_engine_faults;
 mod eval_events;
 mod eval_harbor;
 mod eval_network;
+mod eval_pool;
 mod eval_report;
 mod eval_slurm;
 mod exec;

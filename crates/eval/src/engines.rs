@@ -17,9 +17,10 @@ use super::EvalError;
 use super::images::Builder;
 use runner_sandbox::docker::DockerError;
 use runner_sandbox::docker::engine;
+use runner_workspace::image::Base;
 
 /// Image builds at once on one engine: a build takes the engine's CPU and disk.
-const IMAGE_BUILDS: usize = 2;
+pub(crate) const IMAGE_BUILDS: usize = 2;
 /// How long an engine that failed is left alone before it is asked again.
 const SET_ASIDE: Duration = Duration::from_secs(30);
 
@@ -40,6 +41,9 @@ pub struct Engine {
     baseline: usize,
     running: AtomicUsize,
     down_since: Mutex<Option<Instant>>,
+    /// The worktree of each task image (and `workdir`) before anything ran, read once from
+    /// a container of it and shared by every attempt at it: the base of their diffs.
+    bases: Mutex<std::collections::HashMap<(String, Option<String>), Arc<Base>>>,
 }
 
 impl Engine {
@@ -56,6 +60,26 @@ impl Engine {
         let mut down = self.down_since.lock().unwrap_or_else(|p| p.into_inner());
         *down = if ok { None } else { Some(Instant::now()) };
         ok
+    }
+
+    /// The base of `image`'s worktree at `workdir`, when an attempt has taken it.
+    pub(crate) fn base(&self, image: &str, workdir: Option<&str>) -> Option<Arc<Base>> {
+        let key = (image.to_string(), workdir.map(str::to_string));
+        self.bases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned()
+    }
+
+    /// Keeps a base taken of `image`'s worktree at `workdir`, for the attempts after.
+    pub(crate) fn keep_base(&self, image: &str, workdir: Option<&str>, base: Arc<Base>) {
+        let key = (image.to_string(), workdir.map(str::to_string));
+        self.bases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_insert(base);
     }
 
     fn usable(&self) -> bool {
@@ -121,6 +145,7 @@ impl Engines {
                 baseline: info.containers_running.unwrap_or(0).max(0) as usize,
                 running: AtomicUsize::new(0),
                 down_since: Mutex::new(None),
+                bases: Default::default(),
                 host,
             }));
         }
@@ -147,6 +172,11 @@ impl Engines {
             .clone();
         engine.running.fetch_add(1, Ordering::Relaxed);
         Lease(engine)
+    }
+
+    /// Every engine, in the order named.
+    pub fn all(&self) -> impl Iterator<Item = &Engine> {
+        self.0.iter().map(|e| &**e)
     }
 
     /// The engines that do not see this machine's files.

@@ -66,6 +66,22 @@ pub enum Event {
         of: u32,
         reason: String,
     },
+    /// A Harbor task's image, made ahead of its attempts (every task's image is built
+    /// before and alongside the attempts): one per task folder and engine, as it is made.
+    Image {
+        /// `runner-task:<hash>`, or the task's `docker_image`; null when it could not be made.
+        image: Option<String>,
+        /// The task's folder.
+        task_dir: String,
+        /// True when built (or pulled) in this run; false when the engine had it.
+        built: bool,
+        /// How long it took to build, pull or find.
+        seconds: f64,
+        /// The engine it is on, when the run has more than one.
+        engine: Option<String>,
+        /// Why it could not be made (each attempt of the task tries again).
+        error: Option<String>,
+    },
     /// One phase of the attempt that counts (the last try's), sent when the attempt ends,
     /// before its `attempt_end`, in the order they ran.
     Phase {

@@ -47,6 +47,29 @@ pub struct Builder {
     rebuild: Option<Mutex<std::collections::HashSet<String>>>,
     /// The network `RUN` steps get; `None`: the engine's default bridge.
     network: Option<String>,
+    /// Each task's image as this run made (or found) it, by the task's folder: made once,
+    /// by the build ahead of the attempts or by the first attempt that needs it, whichever
+    /// comes first; the others wait for it and take it.
+    tasks: Mutex<HashMap<std::path::PathBuf, Arc<tokio::sync::OnceCell<Arc<Made>>>>>,
+}
+
+/// A task's image as this run made it ([`Builder::for_task`]).
+#[derive(Debug)]
+pub struct Made {
+    pub built: Built,
+    /// What the build printed (empty when nothing was built).
+    pub log: String,
+    /// How long it took to build, pull or find.
+    pub took: Duration,
+    claimed: std::sync::atomic::AtomicBool,
+}
+
+impl Made {
+    /// True for the first attempt that asks: the one whose `build.log` and `build` time
+    /// carry a build made in this run.
+    pub fn claim(&self) -> bool {
+        !self.claimed.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The most of one build's output kept for its attempt's `build.log`.
@@ -60,7 +83,42 @@ impl Builder {
             locks: Mutex::new(HashMap::new()),
             rebuild: None,
             network: None,
+            tasks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The image of the task whose folder is `task`, made by `make` once in this run (the
+    /// image and what the build printed); a caller that comes while it is being made waits
+    /// for it. A failure is not kept: the next caller makes it again (an engine that failed
+    /// may answer then). `Err`: the failure and what the build printed before it.
+    pub async fn for_task<F, Fut>(
+        &self,
+        task: &Path,
+        make: F,
+    ) -> Result<Arc<Made>, (EvalError, String)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(Built, String), (EvalError, String)>>,
+    {
+        let cell = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(task.to_path_buf())
+            .or_default()
+            .clone();
+        cell.get_or_try_init(|| async {
+            let started = std::time::Instant::now();
+            let (built, log) = make().await?;
+            Ok(Arc::new(Made {
+                built,
+                log,
+                took: started.elapsed(),
+                claimed: Default::default(),
+            }))
+        })
+        .await
+        .cloned()
     }
 
     /// Builds with `RUN` steps on the engine network `name` (`runner eval run

@@ -373,8 +373,18 @@ fn plan(loaded: &[Loaded], options: &EvalOptions) -> Result<Plan, EvalError> {
     })
 }
 
+/// Attempts made ready ahead of their turn, past `--jobs`: the warm pool's margin. Each
+/// holds a container (created, and started for the oracle) while it waits.
+pub const POOL_MARGIN: usize = 2;
+
 /// Runs the attempts, `options.jobs` at a time, each result written as it finishes: how
 /// many were left unfinished by a stop, and the progress line (done once all is closed).
+///
+/// The warm pool: up to `jobs` + [`POOL_MARGIN`] attempts are under way at once, and all
+/// but `jobs` of them are only made ready ([`harbor_attempt::ready`]: the image, the
+/// container, the oracle's server) while the others run and are judged; each then waits
+/// for a turn. A ready attempt is one attempt's alone: its container is never given to
+/// another, and dropped unused (a stop) it is removed.
 async fn run_jobs(
     jobs: Vec<(Arc<Job>, u32)>,
     options: Arc<EvalOptions>,
@@ -385,29 +395,30 @@ async fn run_jobs(
     let progress = Progress::new(jobs.len(), options.progress, events);
     let breaker = Breaker::default();
     let unfinished = AtomicUsize::new(0);
+    let turns = tokio::sync::Semaphore::new(options.jobs);
+    let tasks: Vec<Arc<Job>> = jobs.iter().map(|(job, _)| job.clone()).collect();
     let runs = futures_util::stream::iter(jobs)
         .map(|(task, attempt)| {
-            let (options, engines, progress, breaker, stop, unfinished) = (
+            let (options, engines, progress, breaker, stop, unfinished, turns) = (
                 options.clone(),
                 engines.clone(),
                 &progress,
                 &breaker,
                 stop.clone(),
                 &unfinished,
+                &turns,
             );
             async move {
-                progress.started(task.id(), attempt);
-                let finished = run_with_retries(
-                    &task,
+                let at = Attempt {
+                    task: &task,
                     attempt,
-                    &options,
-                    engines.as_deref(),
+                    options: &options,
+                    engines: engines.as_deref(),
                     breaker,
-                    &stop,
+                    stop: &stop,
                     progress,
-                )
-                .await;
-                match finished {
+                };
+                match at.warm_then_run(turns).await {
                     Some(r) => {
                         let dir = results::attempt_dir(
                             &options.out,
@@ -430,14 +441,47 @@ async fn run_jobs(
                     }
                     None => {
                         unfinished.fetch_add(1, Ordering::Relaxed);
-                        progress.abandoned();
                     }
                 }
             }
         })
-        .buffer_unordered(options.jobs);
-    runs.collect::<Vec<()>>().await;
+        .buffer_unordered(options.jobs + POOL_MARGIN);
+    let ahead = async {
+        tokio::select! {
+            () = images_ahead(&tasks, engines.as_deref(), &options, &progress) => {}
+            () = stop.cancelled() => {}
+        }
+    };
+    tokio::join!(ahead, runs.collect::<Vec<()>>());
     (unfinished.into_inner(), progress)
+}
+
+/// Images built off the attempts' path: every Harbor task's image made before and
+/// alongside the attempts, in the order they run, as many at once as the engine's builder
+/// allows; an attempt whose image is being made waits for it, the others run meanwhile.
+/// Each is said as it is made, with how long it took.
+async fn images_ahead(
+    tasks: &[Arc<Job>],
+    engines: Option<&engines::Engines>,
+    options: &EvalOptions,
+    progress: &Progress,
+) {
+    let Some(engines) = engines else {
+        return;
+    };
+    let many = engines.len() > 1;
+    let mut seen = std::collections::HashSet::new();
+    let each = tasks.iter().filter_map(|job| match &**job {
+        Job::Harbor(t) if seen.insert(t.dir.clone()) => Some(t),
+        _ => None,
+    });
+    let made = futures_util::stream::iter(each.flat_map(|t| engines.all().map(move |e| (t, e))))
+        .map(|(task, engine)| async move {
+            let made = harbor_attempt::image_ahead(task, engine, options).await;
+            progress.image(&task.dir, many.then(|| engine.name()), made);
+        })
+        .buffer_unordered(engines::IMAGE_BUILDS * engines.len());
+    made.collect::<Vec<()>>().await;
 }
 
 /// `summary.json` and `predictions.jsonl`, from every result on disk.
@@ -478,70 +522,158 @@ pub fn summary(out: &Path) -> Result<Summary, EvalError> {
     Ok(results::summarize(&all, &model, &hash))
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_with_retries(
-    task: &Job,
+/// One attempt as the scheduler runs it: made ready ahead (a Harbor task), then run in its
+/// turn, again while the infrastructure fails it and retries are left.
+struct Attempt<'a> {
+    task: &'a Job,
     attempt: u32,
-    options: &EvalOptions,
-    engines: Option<&engines::Engines>,
-    breaker: &Breaker,
-    stop: &CancellationToken,
-    progress: &Progress,
-) -> Option<TaskResult> {
-    let dir = results::attempt_dir(&options.out, task.id(), attempt, options.attempts);
-    let mut retries = 0;
-    loop {
-        breaker.wait_for_engine(engines, stop, progress).await;
-        if stop.is_cancelled() {
+    options: &'a EvalOptions,
+    engines: Option<&'a engines::Engines>,
+    breaker: &'a Breaker,
+    stop: &'a CancellationToken,
+    progress: &'a Progress,
+}
+
+impl Attempt<'_> {
+    /// The attempt made ready while others run, then run once a turn is free. `None`: a
+    /// stop left it unrun (whatever was made ready is removed).
+    async fn warm_then_run(&self, turns: &tokio::sync::Semaphore) -> Option<TaskResult> {
+        let dir = self.dir();
+        let (lease, harbor) = match (self.task, self.engines) {
+            (Job::Harbor(t), Some(engines)) => {
+                self.breaker
+                    .wait_for_engine(Some(engines), self.stop, self.progress)
+                    .await;
+                (Some(engines.lease()), Some(t))
+            }
+            _ => (None, None),
+        };
+        let ready = match (harbor, lease.as_deref()) {
+            (Some(t), Some(engine)) if !self.stop.is_cancelled() => Some(
+                harbor_attempt::ready(t, self.attempt, &dir, self.options, engine, self.stop).await,
+            ),
+            _ => None,
+        };
+        let _turn = tokio::select! {
+            turn = turns.acquire() => turn.ok()?,
+            _ = self.stop.cancelled() => return None,
+        };
+        if self.stop.is_cancelled() {
             return None;
         }
-        let lease = engines.map(|e| e.lease());
-        let engine = lease.as_deref();
-        let verdict = match task {
-            Job::Repo(t) => attempt::run(t, attempt, &dir, options, engine, stop).await?,
-            Job::Harbor(t) => match engine {
-                Some(engine) => {
-                    harbor_attempt::run(t, attempt, &dir, options, engine, stop).await?
-                }
-                // The engines are connected whenever the set holds a Harbor task; were that
-                // ever not so, the attempt says it rather than the evaluation panicking.
-                None => verdict::infra(
-                    TaskResult::new(&t.id, attempt, options.model_label()),
-                    "prepare",
-                    "no Docker engine is connected to run this Harbor task in",
-                    false,
-                )?,
-            },
+        self.progress.started(self.task.id(), self.attempt);
+        let first = match (ready, harbor, lease.as_deref()) {
+            (Some(Ok(ready)), Some(t), Some(engine)) => Some(
+                harbor_attempt::run_ready(ready, t, &dir, self.options, engine, self.stop).await,
+            ),
+            (Some(Err(ended)), _, _) => Some(ended),
+            _ => None,
         };
-        let mut result = verdict.result;
-        result.infra_retries = retries;
-        result.engine = engines
-            .filter(|e| e.len() > 1)
-            .and(engine)
-            .map(|e| e.name().to_string());
-        if result.status == Status::InfraError {
-            breaker.failed();
-        } else {
-            breaker.succeeded();
+        let finished = self.run_with_retries(first, lease.as_deref()).await;
+        if finished.is_none() {
+            self.progress.abandoned();
         }
-        if verdict.retryable && retries < options.infra_retries && !stop.is_cancelled() {
-            retries += 1;
-            // An engine that no longer answers is set aside, so the next try lands on
-            // another.
-            if let Some(e) = engine {
-                e.alive().await;
+        finished
+    }
+
+    fn dir(&self) -> PathBuf {
+        let o = self.options;
+        results::attempt_dir(&o.out, self.task.id(), self.attempt, o.attempts)
+    }
+
+    /// Runs the attempt until it ends in other than a retryable failure; `first`: the
+    /// first try's verdict, run from the warm pool on `first_engine`.
+    async fn run_with_retries(
+        &self,
+        mut first: Option<Option<verdict::Verdict>>,
+        first_engine: Option<&engines::Engine>,
+    ) -> Option<TaskResult> {
+        let Attempt {
+            task,
+            attempt,
+            options,
+            engines,
+            breaker,
+            stop,
+            progress,
+        } = *self;
+        let dir = self.dir();
+        let mut retries = 0;
+        loop {
+            let warmed = first.take();
+            let lease = match warmed {
+                Some(_) => None,
+                None => {
+                    breaker.wait_for_engine(engines, stop, progress).await;
+                    if stop.is_cancelled() {
+                        return None;
+                    }
+                    engines.map(|e| e.lease())
+                }
+            };
+            let engine = match warmed {
+                Some(_) => first_engine,
+                None => lease.as_deref(),
+            };
+            let verdict = match warmed {
+                Some(verdict) => verdict?,
+                None => run_once(task, attempt, &dir, options, engine, stop).await?,
+            };
+            let mut result = verdict.result;
+            result.infra_retries = retries;
+            result.engine = engines
+                .filter(|e| e.len() > 1)
+                .and(engine)
+                .map(|e| e.name().to_string());
+            if result.status == Status::InfraError {
+                breaker.failed();
+            } else {
+                breaker.succeeded();
             }
-            drop(lease);
-            progress.retrying(
-                task.id(),
-                attempt,
-                (retries, options.infra_retries),
-                result.error.as_deref().unwrap_or(""),
-            );
-            tokio::time::sleep(Duration::from_secs(2u64.pow(retries))).await;
-            continue;
+            if verdict.retryable && retries < options.infra_retries && !stop.is_cancelled() {
+                retries += 1;
+                // An engine that no longer answers is set aside, so the next try lands on
+                // another.
+                if let Some(e) = engine {
+                    e.alive().await;
+                }
+                drop(lease);
+                progress.retrying(
+                    task.id(),
+                    attempt,
+                    (retries, options.infra_retries),
+                    result.error.as_deref().unwrap_or(""),
+                );
+                tokio::time::sleep(Duration::from_secs(2u64.pow(retries))).await;
+                continue;
+            }
+            return Some(result);
         }
-        return Some(result);
+    }
+}
+
+/// One try of an attempt, made ready and run at once.
+async fn run_once(
+    task: &Job,
+    attempt: u32,
+    dir: &Path,
+    options: &EvalOptions,
+    engine: Option<&engines::Engine>,
+    stop: &CancellationToken,
+) -> Option<verdict::Verdict> {
+    match task {
+        Job::Repo(t) => attempt::run(t, attempt, dir, options, engine, stop).await,
+        Job::Harbor(t) => match engine {
+            Some(engine) => harbor_attempt::run(t, attempt, dir, options, engine, stop).await,
+            // The engines are connected whenever the set holds a Harbor task; were that
+            // ever not so, the attempt says it rather than the evaluation panicking.
+            None => verdict::infra(
+                TaskResult::new(&t.id, attempt, options.model_label()),
+                "prepare",
+                "no Docker engine is connected to run this Harbor task in",
+                false,
+            ),
+        },
     }
 }
 
@@ -731,6 +863,51 @@ impl Progress {
             bar.inc(1);
         }
         self.refresh();
+    }
+
+    /// A task's image made ahead of its attempts ([`images_ahead`]): its event, and a line
+    /// when it was built now or could not be made.
+    fn image(
+        &self,
+        task_dir: &Path,
+        engine: Option<&str>,
+        made: Result<(String, Duration, bool), EvalError>,
+    ) {
+        let on = engine.map(|e| format!(" on {e}")).unwrap_or_default();
+        let event = match made {
+            Ok((image, took, built)) => {
+                if built {
+                    self.note(&format!(
+                        "image {image} for {}{on}: built in {:.1} s",
+                        task_dir.display(),
+                        took.as_secs_f64()
+                    ));
+                }
+                Event::Image {
+                    image: Some(image),
+                    task_dir: task_dir.display().to_string(),
+                    built,
+                    seconds: took.as_secs_f64(),
+                    engine: engine.map(str::to_string),
+                    error: None,
+                }
+            }
+            Err(e) => {
+                self.note(&format!(
+                    "the image for {}{on} could not be made ahead of its attempts (each tries again): {e}",
+                    task_dir.display()
+                ));
+                Event::Image {
+                    image: None,
+                    task_dir: task_dir.display().to_string(),
+                    built: false,
+                    seconds: 0.0,
+                    engine: engine.map(str::to_string),
+                    error: Some(e.to_string()),
+                }
+            }
+        };
+        self.events.emit(&event);
     }
 
     fn abandoned(&self) {

@@ -29,10 +29,30 @@ impl Workspace {
     /// container mounts `outputs/`), the base once the container exists
     /// ([`Self::take_base`]).
     pub fn for_image(parent: &Path, name: &str, image: &str) -> Result<Workspace, Error> {
+        Self::for_image_sharing(parent, name, image, None)
+    }
+
+    /// [`Self::for_image`] over a base another workspace took from a container of the same
+    /// image and worktree (`None`: a base of its own). Many attempts at one image then
+    /// read its worktree once.
+    pub fn for_image_sharing(
+        parent: &Path,
+        name: &str,
+        image: &str,
+        base: Option<Arc<Base>>,
+    ) -> Result<Workspace, Error> {
         let dir = owned_folder(parent, name)?;
         let root = dir.path().join("work");
         std::fs::create_dir(&root).map_err(Error::io("create", &root))?;
-        Self::owned(dir, image, Place::Image(Arc::new(Base::default())))
+        Self::owned(dir, image, Place::Image(base.unwrap_or_default()))
+    }
+
+    /// The base, once one was taken: for [`Self::for_image_sharing`].
+    pub fn taken_base(&self) -> Option<Arc<Base>> {
+        match &self.place {
+            Place::Image(base) if matches!(base.0.get(), Some(Ok(_))) => Some(base.clone()),
+            _ => None,
+        }
     }
 
     /// Takes the base from the created, not yet started container. Without one the run
@@ -41,6 +61,10 @@ impl Workspace {
         let Place::Image(base) = &self.place else {
             return;
         };
+        // Taken already, by a workspace it shares the base with.
+        if base.0.get().is_some() {
+            return;
+        }
         let taken = if container.workdir() == Path::new("/") {
             Err(Error::NoSnapshot(
                 "the worktree is the whole file system (the image names no WORKDIR): no diff is taken".into(),

@@ -39,12 +39,15 @@ pub(super) async fn run_agent(
     place: Place<'_>,
     options: &EvalOptions,
     result: &mut TaskResult,
+    served: Served,
     stop: &CancellationToken,
 ) -> (AgentRan, Option<Sandbox>) {
     let container = place.container;
     let (ran, live) = match options.agent {
-        crate::AgentKind::Oracle => oracle(stage, container, place.engine, place.out, stop).await,
-        crate::AgentKind::Model => (model(stage, place, options, result, stop).await, None),
+        crate::AgentKind::Oracle => {
+            oracle(stage, container, place.engine, place.out, served, stop).await
+        }
+        crate::AgentKind::Model => model(stage, place, options, result, stop).await,
     };
     let live = match live {
         Some(sandbox) => quiesce(sandbox, container, stop).await,
@@ -156,7 +159,7 @@ async fn model(
     options: &EvalOptions,
     result: &mut TaskResult,
     stop: &CancellationToken,
-) -> AgentRan {
+) -> (AgentRan, Option<Sandbox>) {
     let limit = stage.agent_limit;
     let Place {
         container,
@@ -208,10 +211,8 @@ async fn model(
             // lacks, say) will not start on a second try either.
             let retryable = e.kind() == runner_agent::start::StartKind::Sandbox
                 && !crate::engines::alive(Some(engine)).await;
-            return AgentRan::CouldNotStart(
-                EvalError::from(e).during("cannot start the agent"),
-                retryable,
-            );
+            let failed = EvalError::from(e).during("cannot start the agent");
+            return (AgentRan::CouldNotStart(failed, retryable), None);
         }
     };
     let (end, timed_out) = attempt::drive(&mut run, stage.instruction, limit, stop).await;
@@ -223,12 +224,22 @@ async fn model(
         *result.cost_usd.get_or_insert(0.0) += price.cost(&run.agent.usage);
     }
     let session_file = run.session_file().to_path_buf();
-    if let Some(proxy) = run.open.network.clone() {
+    // The server is kept for the verifier, as the oracle's is, when the run ended in its
+    // time and its proxy did not use the server's one listener for a proxy (the
+    // verifier may need it).
+    let proxied = run.open.network.clone();
+    let keep = (!timed_out && !stop.is_cancelled() && proxied.is_none())
+        .then(|| run.open.ctx.services.sandbox.clone());
+    if let Some(proxy) = proxied {
         keep_agent_connections(stage, &proxy).await;
     }
     drop_blocking(run).await;
     let _ = std::fs::rename(&session_file, out.join("session.jsonl"));
-    AgentRan::Ended(Some(end), timed_out)
+    // Only once the run and everything of it is gone is the sandbox ours alone; a piece
+    // of the run still holding it (a background task) means the container is stopped as
+    // before.
+    let live = keep.and_then(|shared| Arc::try_unwrap(shared).ok());
+    (AgentRan::Ended(Some(end), timed_out), live)
 }
 
 /// The task's `solution/solve.sh`, copied to `/solution` and run as the agent would be.
@@ -239,32 +250,25 @@ async fn oracle(
     container: &TaskContainer,
     engine: &Engine,
     out: &Path,
+    served: Served,
     stop: &CancellationToken,
 ) -> (AgentRan, Option<Sandbox>) {
     let limit = stage.agent_limit;
-    let Some(solution) = stage.solution else {
-        let missing = EvalError::Task(format!(
-            "{} has no solution/solve.sh for --agent oracle",
-            stage.dir.display()
-        ));
-        return (AgentRan::CouldNotStart(missing, false), None);
+    let started = match served.take() {
+        Some(started) => started,
+        None => Served::start(stage, container, engine)
+            .await
+            .take()
+            .unwrap_or_else(|| {
+                Err((
+                    EvalError::Task("the oracle's server was not started".into()),
+                    false,
+                ))
+            }),
     };
-    let tar = match pack_layers(stage.folder, &[solution], "solution") {
-        Ok(t) => t,
-        Err(e) => return (AgentRan::CouldNotStart(e, false), None),
-    };
-    let started = async {
-        engine_call(container.upload(Path::new("/"), tar)).await?;
-        let _engine = crate::engines::CALLS.acquire().await;
-        engine_call(container.serve()).await
-    };
-    let sandbox = match started.await {
+    let sandbox = match started {
         Ok(s) => s,
-        Err(e) => {
-            let retryable = !crate::engines::alive(Some(engine)).await;
-            let failed = e.during("cannot start the task container");
-            return (AgentRan::CouldNotStart(failed, retryable), None);
-        }
+        Err((e, retryable)) => return (AgentRan::CouldNotStart(e, retryable), None),
     };
     // The phase's network through the proxy, as the model's run gets it.
     let proxy = match agent_proxy(stage, container, &sandbox).await {
@@ -305,6 +309,59 @@ async fn oracle(
         Err(e) => AgentRan::CouldNotStart(e, true),
     };
     (ran, live)
+}
+
+/// The oracle's solution copied into the (created) container and its server started: done
+/// ahead of the attempt's turn by the warm pool ([`super::Ready`]), or at the turn. `None`
+/// inside: not started (not the oracle's, or already taken). A server never taken is
+/// closed off the async threads when this is dropped.
+#[derive(Default)]
+pub(super) struct Served(Option<Result<Sandbox, (EvalError, bool)>>);
+
+impl Served {
+    fn take(mut self) -> Option<Result<Sandbox, (EvalError, bool)>> {
+        self.0.take()
+    }
+
+    pub(super) async fn start(
+        stage: &Stage<'_>,
+        container: &TaskContainer,
+        engine: &Engine,
+    ) -> Served {
+        let Some(solution) = stage.solution else {
+            let missing = EvalError::Task(format!(
+                "{} has no solution/solve.sh for --agent oracle",
+                stage.dir.display()
+            ));
+            return Served(Some(Err((missing, false))));
+        };
+        let tar = match pack_layers(stage.folder, &[solution], "solution") {
+            Ok(t) => t,
+            Err(e) => return Served(Some(Err((e, false)))),
+        };
+        let started = async {
+            engine_call(container.upload(Path::new("/"), tar)).await?;
+            let _engine = crate::engines::CALLS.acquire().await;
+            engine_call(container.serve()).await
+        };
+        Served(Some(match started.await {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                let retryable = !crate::engines::alive(Some(engine)).await;
+                Err((e.during("cannot start the task container"), retryable))
+            }
+        }))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(Ok(sandbox)) = self.0.take() {
+            crate::engines::CLOSING.spawn(async move {
+                let _ = tokio::task::spawn_blocking(move || drop(sandbox)).await;
+            });
+        }
+    }
 }
 
 /// `command` with `[solution] env` set for it: `env 'K=V' … command`, each pair quoted for

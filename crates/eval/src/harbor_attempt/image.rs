@@ -10,7 +10,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use runner_sandbox::docker::in_image::{TaskContainer, TaskImage};
 use runner_sandbox::spec::{Limits, Network};
@@ -63,10 +63,14 @@ pub(super) async fn prepare(
     // root (where config files are looked for: none, the task's files are in the image)
     // and the folder where full tool outputs are saved.
     let name = format!("{}-{attempt}", task.id);
-    let ws = Workspace::for_image(&options.out.join(".work"), &name, &image)
+    // The image's worktree is the same in every container of it: read once per engine.
+    let workdir = task.environment.workdir.as_deref();
+    let shared = engine.base(&image, workdir);
+    let ws = Workspace::for_image_sharing(&options.out.join(".work"), &name, &image, shared)
         .map_err(|e| infra(result.clone(), "prepare", e, false))?;
     let (scratch, outputs) = (ws.work(), ws.outputs());
     let removing = attempt::Removing(Some(ws));
+    let image_name = image.clone();
     let spec = task_image(task, image, options, engine, &outputs)
         .map_err(|e| infra(result.clone(), "prepare", e, false))?;
     // The one long-lived handle is the owner's, so that the container is removed where it
@@ -80,6 +84,9 @@ pub(super) async fn prepare(
     // The base only serves the diff: without one the attempt still runs.
     let ws = removing.workspace();
     ws.take_base(container).await;
+    if let Some(base) = ws.taken_base() {
+        engine.keep_base(&image_name, workdir, base);
+    }
     Ok(Prepared {
         removing,
         owner,
@@ -89,8 +96,9 @@ pub(super) async fn prepare(
 }
 
 /// The task's image: built from its `environment/Dockerfile`, or its prebuilt
-/// `docker_image`, reused when the engine already has it; what happened is the attempt's
-/// `build.log`. `Err`: the attempt ends here (`None` when it was stopped).
+/// `docker_image`, reused when the engine already has it (or this run made it already,
+/// ahead of the attempts); what happened is the attempt's `build.log`. `Err`: the attempt
+/// ends here (`None` when it was stopped).
 async fn build_image(
     task: &HarborTask,
     engine: &Engine,
@@ -99,44 +107,31 @@ async fn build_image(
     result: &mut TaskResult,
     stop: &CancellationToken,
 ) -> Result<String, Option<Verdict>> {
-    let build_started = Instant::now();
-    let mut log = String::new();
-    let built = async {
-        match (&task.build_context, &task.environment.docker_image) {
-            (Some(context), _) => {
-                // The context is a folder of its own beneath the task's.
-                let context = task.folder.sub(context).map_err(images::task_error)?;
-                engine.builder.image_logged(&context, limit, &mut log).await
-            }
-            (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
-            (None, None) => Err(EvalError::Task(format!(
-                "{} has neither environment/Dockerfile nor docker_image",
-                task.dir.display()
-            ))),
-        }
-    };
     let built = tokio::select! {
-        b = built => b,
+        b = made_image(task, engine, limit) => b,
         _ = stop.cancelled() => return Err(None),
     };
-    match &built {
-        Ok(images::Built::Cached(image)) => {
-            log = format!(
-                "{image} was already on the engine (built or pulled before for the same files and bases); nothing was built\n"
-            )
+    let log = match &built {
+        // The first attempt to take an image built in this run tells of the build.
+        Ok(made) if matches!(made.built, images::Built::Fresh(_)) && made.claim() => {
+            result.timings.build_ms = made.took.as_millis() as u64;
+            made.log.clone()
         }
-        Ok(images::Built::Fresh(_)) => {}
-        Err(e) => log.push_str(&format!("\n{e}\n")),
-    }
+        Ok(made) if matches!(made.built, images::Built::Fresh(_)) => format!(
+            "{} was built in this run for the same files and bases ({:.1} s); nothing more was built\n",
+            made.built.image(),
+            made.took.as_secs_f64()
+        ),
+        Ok(made) => format!(
+            "{} was already on the engine (built or pulled before for the same files and bases); nothing was built\n",
+            made.built.image()
+        ),
+        Err((e, log)) => format!("{log}\n{e}\n"),
+    };
     let _ = write_file(&out.join("build.log"), log.as_bytes());
     match built {
-        Ok(built) => {
-            if matches!(built, images::Built::Fresh(_)) {
-                result.timings.build_ms = build_started.elapsed().as_millis() as u64;
-            }
-            Ok(built.image().to_string())
-        }
-        Err(e) => {
+        Ok(made) => Ok(made.built.image().to_string()),
+        Err((e, _)) => {
             // A step that failed fails again; an engine that went away may not.
             let retryable = !crate::engines::alive(Some(engine)).await;
             Err(verdict::failed(
@@ -147,6 +142,61 @@ async fn build_image(
                 retryable,
             ))
         }
+    }
+}
+
+/// The task's image on `engine`, made once in this run ([`images::Builder::for_task`]):
+/// by whichever comes first of the build ahead of the attempts ([`image_ahead`]) and the
+/// task's first attempt.
+async fn made_image(
+    task: &HarborTask,
+    engine: &Engine,
+    limit: Duration,
+) -> Result<Arc<images::Made>, (EvalError, String)> {
+    let make = || async {
+        let mut log = String::new();
+        let built = match (&task.build_context, &task.environment.docker_image) {
+            (Some(context), _) => {
+                // The context is a folder of its own beneath the task's.
+                match task.folder.sub(context).map_err(images::task_error) {
+                    Ok(context) => engine.builder.image_logged(&context, limit, &mut log).await,
+                    Err(e) => Err(e),
+                }
+            }
+            (None, Some(image)) => engine.builder.prebuilt(image, limit).await,
+            (None, None) => Err(EvalError::Task(format!(
+                "{} has neither environment/Dockerfile nor docker_image",
+                task.dir.display()
+            ))),
+        };
+        match built {
+            Ok(b) => Ok((b, log)),
+            Err(e) => Err((e, log)),
+        }
+    };
+    engine.builder.for_task(&task.dir, make).await
+}
+
+/// The task's image made on `engine` ahead of its attempts (they find it made, or wait for
+/// it): the image, how long it took, and whether it was built (or pulled) now rather than
+/// found. `Err`: why it could not be made (its attempts try again, each in its turn).
+pub async fn image_ahead(
+    task: &HarborTask,
+    engine: &Engine,
+    options: &EvalOptions,
+) -> Result<(String, Duration, bool), EvalError> {
+    let limit = task
+        .environment
+        .build_timeout
+        .unwrap_or(BUILD_TIMEOUT)
+        .mul_f64(options.timeout_multiplier);
+    match made_image(task, engine, limit).await {
+        Ok(made) => Ok((
+            made.built.image().to_string(),
+            made.took,
+            matches!(made.built, images::Built::Fresh(_)),
+        )),
+        Err((e, _)) => Err(e),
     }
 }
 

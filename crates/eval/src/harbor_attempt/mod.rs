@@ -55,6 +55,7 @@ use crate::results::{Status, TaskResult};
 use crate::verdict::{self, Verdict, Verified, fresh_dir, infra, judge_end};
 use crate::{EvalError, EvalOptions};
 use agent::{AgentRan, close, note_agent_network, run_agent};
+pub use image::image_ahead;
 use image::prepare;
 use network::record_connections;
 use stages::{Stage, Turns};
@@ -64,6 +65,7 @@ use verify::{Verifying, verify};
 /// counts as not answering.
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// One attempt, made ready and run at once (no pool: a retry, or a caller of its own).
 pub async fn run(
     task: &HarborTask,
     attempt: u32,
@@ -72,22 +74,87 @@ pub async fn run(
     engine: &Engine,
     stop: &CancellationToken,
 ) -> Option<Verdict> {
+    match ready(task, attempt, out, options, engine, stop).await {
+        Ok(ready) => run_ready(ready, task, out, options, engine, stop).await,
+        Err(ended) => ended,
+    }
+}
+
+/// An attempt made ready ahead of its turn, for the scheduler's warm pool: its folder
+/// fresh, its stages read, its image built, its workspace and container made and the
+/// worktree's base taken; with `--agent oracle` also the first solution copied in and the
+/// container started with runner's server in it. It belongs to this one attempt: nothing
+/// ran in the container yet but the server, and it is never handed to another attempt.
+/// Dropped unused (a stop, an error), its server is closed and its container removed, off
+/// the async threads.
+pub struct Ready<'a> {
+    /// How long making it ready took (the wait for a turn is not the attempt's time).
+    warmed: Duration,
+    result: TaskResult,
+    stages: Vec<Stage<'a>>,
+    prepared: image::Prepared,
+    /// The oracle's server, started for the first stage.
+    served: agent::Served,
+}
+
+/// Makes the attempt ready ([`Ready`]). `Err`: it ended there (`None`: it was stopped).
+pub async fn ready<'a>(
+    task: &'a HarborTask,
+    attempt: u32,
+    out: &Path,
+    options: &EvalOptions,
+    engine: &Engine,
+    stop: &CancellationToken,
+) -> Result<Ready<'a>, Option<Verdict>> {
     let started = Instant::now();
     let mut result = TaskResult::new(&task.id, attempt, options.model_label());
     result.set_instruction(&instruction_text(task));
     if let Err(e) = fresh_dir(out) {
-        return infra(result, "prepare", e, false);
+        return Err(infra(result, "prepare", e, false));
     }
     // Read from the task folder now: a folder that cannot be read is the task's failure,
     // found before anything runs.
     let stages = match stages::stages(task, options) {
         Ok(s) => s,
-        Err(e) => return infra(result, "prepare", e, false),
+        Err(e) => return Err(infra(result, "prepare", e, false)),
     };
+    let prepared = prepare(task, attempt, out, options, engine, &mut result, stop).await?;
+    // The oracle's first solution copied in and its server started now; a failure is the
+    // agent phase's, as it would have been there.
+    let served = match (options.agent, stages.first()) {
+        (crate::AgentKind::Oracle, Some(stage)) => {
+            agent::Served::start(stage, prepared.owner.container(), engine).await
+        }
+        _ => agent::Served::default(),
+    };
+    Ok(Ready {
+        warmed: started.elapsed(),
+        result,
+        stages,
+        prepared,
+        served,
+    })
+}
 
-    let prepared = match prepare(task, attempt, out, options, engine, &mut result, stop).await {
-        Ok(p) => p,
-        Err(ended) => return ended,
+/// The attempt made ready: each turn, its artifacts, its verdict.
+pub async fn run_ready(
+    ready: Ready<'_>,
+    task: &HarborTask,
+    out: &Path,
+    options: &EvalOptions,
+    engine: &Engine,
+    stop: &CancellationToken,
+) -> Option<Verdict> {
+    let started = Instant::now();
+    let Ready {
+        warmed,
+        mut result,
+        stages,
+        prepared,
+        mut served,
+    } = ready;
+    let spent = |result: &mut TaskResult| {
+        result.timings.total_ms = (warmed + started.elapsed()).as_millis() as u64;
     };
     let ws = prepared.removing.workspace();
     let container = prepared.owner.container();
@@ -100,10 +167,17 @@ pub async fn run(
     };
     let mut turns = Turns::default();
     for (i, stage) in stages.iter().enumerate() {
-        let went = take_turn(stage, &place, ws, options, &mut result, stop).await;
+        let first = std::mem::take(&mut served);
+        let went = take_turn(stage, &place, ws, options, &mut result, first, stop).await;
         match went {
             Turn::Stopped(verdict) => return *verdict,
-            Turn::Decided => return verdict::decided_by_the_agent(&mut result, started).flatten(),
+            Turn::Decided => {
+                let verdict = verdict::decided_by_the_agent(&mut result, started).flatten();
+                return verdict.map(|mut v| {
+                    spent(&mut v.result);
+                    v
+                });
+            }
             Turn::Judged(verified) => {
                 if !turns.add(stage, verified) {
                     // The steps not run count against the roll-up.
@@ -116,7 +190,7 @@ pub async fn run(
     if !task.artifacts.is_empty() {
         collect_artifacts(container, &task.artifacts, out).await;
     }
-    result.timings.total_ms = started.elapsed().as_millis() as u64;
+    spent(&mut result);
     drop(prepared.owner);
     let (verified, limit) = turns.verdict(task.reward_strategy, &mut result);
     verdict::conclude(result, verified, out, limit, Some(engine)).await
@@ -140,6 +214,7 @@ async fn take_turn(
     ws: &Workspace,
     options: &EvalOptions,
     result: &mut TaskResult,
+    served: agent::Served,
     stop: &CancellationToken,
 ) -> Turn {
     let out = match stage.name {
@@ -153,7 +228,7 @@ async fn take_turn(
         ..*place
     };
     // `live`: the oracle's server, kept running for the verifier when nothing else is.
-    let (ran, live) = run_agent(stage, here, options, result, stop).await;
+    let (ran, live) = run_agent(stage, here, options, result, served, stop).await;
     result.timings.agent_ms += agent_started.elapsed().as_millis() as u64;
     note_agent_network(stage, result, &out);
     let (end, timed_out) = match ran {
