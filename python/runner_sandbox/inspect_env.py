@@ -3,8 +3,9 @@
 inspect_ai finds this module through its ``inspect_ai`` entry point (pyproject.toml), so a
 task names the sandbox and never imports this package. Each sample gets a wall of its own:
 
-- no config, or a runner profile TOML whose ``[sandbox] backend`` is ``landlock`` (or
-  ``none``): a fresh, empty worktree per sample, removed at the sample's end;
+- no config (the wall runner picks for the machine: landlock where the kernel enforces
+  it, else docker), or a runner profile TOML whose ``[sandbox] backend`` is ``landlock``:
+  a fresh, empty worktree per sample, removed at the sample's end;
 - a profile whose backend is ``docker`` with an ``image``: a container of that image per
   sample, its own file system the worktree, its root able to run commands as other users
   (inspect's ``user=``);

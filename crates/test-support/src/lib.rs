@@ -20,6 +20,7 @@ pub mod engine;
 pub mod engine_faults;
 pub mod escape;
 pub mod harbor;
+pub mod inspect;
 pub mod outside;
 pub mod podman;
 pub mod project;

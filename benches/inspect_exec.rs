@@ -1,0 +1,81 @@
+//! inspect_ai's `exec` round trip through runner's plug-in, side by side with inspect's
+//! own `local` sandbox and with `runner exec`: `cargo bench --bench inspect_exec`.
+//!
+//! `python/bench/exec_roundtrip.py` times `exec(["true"])` in one open sample sandbox
+//! (median of `INSPECT_BENCH_ROUNDS`, default 200): through inspect's `local` provider
+//! (a plain subprocess, no wall), through `sandbox="runner"` on landlock, and through the
+//! `runner_sandbox` client alone (what the plug-in adds on top of the protocol). Beside
+//! them, `runner exec --sandbox landlock -- true` (median of 20): the wall's own cost for
+//! one program, start and end of the sandbox included. The goal is that the plug-in adds
+//! under 50 ms per exec over that cost.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench's panic is its report"
+)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+const RUNNER: &str = env!("CARGO_BIN_EXE_runner");
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = common::inspect::venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let package = common::inspect::install_package(&python, root);
+    let rounds = std::env::var("INSPECT_BENCH_ROUNDS").unwrap_or_else(|_| "200".into());
+    let out = Command::new(&python)
+        .arg("-P")
+        .arg(package.join("bench/exec_roundtrip.py"))
+        .arg(&rounds)
+        .env("RUNNER_BIN", RUNNER)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python side failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let figures: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ms = |name: &str| figures[name].as_f64().unwrap();
+    let exec = runner_exec_ms();
+    let local = ms("inspect local");
+    let plugin = ms("inspect runner");
+    println!("inspect exec([\"true\"]) round trip, median ms ({rounds} rounds each):");
+    println!("  inspect local sandbox           {local:8.2}");
+    println!(
+        "  inspect sandbox=\"runner\"        {plugin:8.2}   {:.1}x local",
+        plugin / local
+    );
+    println!(
+        "  runner_sandbox client alone     {:8.2}",
+        ms("runner client")
+    );
+    println!(
+        "  runner exec -- true (whole wall) {exec:8.2}   the plug-in adds {:+.2} ms per exec over it (goal < 50)",
+        plugin - exec
+    );
+}
+
+/// `runner exec --sandbox landlock -- true`, start to end, median of 20 after 2 warm runs.
+fn runner_exec_ms() -> f64 {
+    let work = tempfile::tempdir().unwrap();
+    let once = || {
+        let started = Instant::now();
+        let status = Command::new(RUNNER)
+            .args(["exec", "--sandbox", "landlock", "--root"])
+            .arg(work.path())
+            .args(["--", "true"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "runner exec failed ({status})");
+        started.elapsed().as_secs_f64() * 1000.0
+    };
+    once();
+    once();
+    let mut times: Vec<f64> = (0..20).map(|_| once()).collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
