@@ -5,8 +5,8 @@
 //! environment is made with pyenv's 3.12 (or a `python3.12` or `python3.13` on PATH), once
 //! per set of requirements (its folder is named by their hash), under the target
 //! directory's `tmp/` that the caller names, in a scratch folder renamed into place whole,
-//! under a lock. The venv's own scripts name the scratch path, so callers run Harbor as
-//! [`cli`] does, through its Python. `podman-compose` is in it for Harbor's own `--env
+//! under a lock, its scripts then pointed at the final path. Harbor itself runs as [`cli`]
+//! runs it, through the venv's Python. `podman-compose` is in it for Harbor's own `--env
 //! podman`, which the bench runs beside runner's environment.
 
 use std::path::{Path, PathBuf};
@@ -90,10 +90,32 @@ pub fn venv(tmp: &Path) -> PathBuf {
             dir.display()
         )
     });
+    repoint_scripts(&dir, &scratch);
     python
 }
 
-/// `harbor ARGS…` through the venv's `python` (its scripts name the scratch path), with
+/// The venv's scripts (`podman-compose`, which Harbor runs by name) name their Python by
+/// the scratch path they were installed at: pointed at where the venv now lies.
+fn repoint_scripts(dir: &Path, scratch: &Path) {
+    let old = format!("#!{}/", scratch.display());
+    let new = format!("#!{}/", dir.display());
+    for entry in std::fs::read_dir(dir.join("bin"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(text) = std::fs::read(entry.path()) else {
+            continue;
+        };
+        if text.starts_with(old.as_bytes()) {
+            let mut fixed = new.clone().into_bytes();
+            fixed.extend_from_slice(&text[old.len()..]);
+            std::fs::write(entry.path(), fixed).expect("rewrite a venv script");
+        }
+    }
+}
+
+/// `harbor ARGS…` through the venv's `python` (no script in between), with
 /// the venv's `bin/` first on PATH (`podman-compose`), the plug-in from the source tree
 /// (`python/`), and LiteLLM's price list read from its own copy, not fetched (it retries
 /// for seconds where there is no network).
