@@ -44,6 +44,7 @@ mod mcp_serve;
 mod network;
 mod network_inspect;
 mod network_programs;
+mod permission_attacks;
 mod permission_boundary;
 mod permission_gate;
 mod permission_learn;

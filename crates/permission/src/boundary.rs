@@ -68,12 +68,28 @@ pub enum BoundaryError {
 /// Every boundary that applies here: the system one if it exists, then the one
 /// `RUNNER_BOUNDARY` names. Each file's rules come in the [`Layer::Boundary`] layer, after
 /// an implicit first rule (`"*" = "ask"`, position 0) that says what the rule language says
-/// when nothing matches.
+/// when nothing matches. `~` in them is the account's home ([`account_home`]); `home` (the
+/// caller's `$HOME`) only stands in for an account the password database does not know.
 pub fn load_installed(home: &str) -> Result<Vec<Rule>, BoundaryError> {
+    let home = account_home().unwrap_or_else(|| home.to_string());
+    let home = home.as_str();
     let mut rules = Vec::new();
     let system = Path::new(SYSTEM_PATH);
-    if std::fs::symlink_metadata(system).is_ok() {
-        rules.extend(load_checked(system, home)?);
+    // Absent only when the kernel says so: a folder this user may not search hides the
+    // file without making it absent, and an unknown boundary is refused, never skipped.
+    match std::fs::symlink_metadata(system) {
+        Ok(_) => rules.extend(load_checked(system, home)?),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) => {}
+        Err(source) => {
+            return Err(BoundaryError::Stat {
+                path: system.to_path_buf(),
+                source,
+            });
+        }
     }
     if let Some(named) = std::env::var_os(ENV).filter(|v| !v.is_empty()) {
         let path = PathBuf::from(named);
@@ -83,6 +99,34 @@ pub fn load_installed(home: &str) -> Result<Vec<Rule>, BoundaryError> {
         rules.extend(load_checked(&path, home)?);
     }
     Ok(rules)
+}
+
+/// The home folder a boundary's `~` and `$HOME` stand for: the account's, from the
+/// password database. Not `$HOME`: whoever starts runner sets its environment, and a
+/// boundary's `"~/.ssh/*" = "deny"` must not move to an empty folder with it. `None` when
+/// the account has no entry (the caller then has only `$HOME`).
+fn account_home() -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: an all-zero passwd is a valid value to be filled in.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and `buf.len()` is the buffer's size.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::getuid(),
+            &mut entry,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded, so pw_dir points to a NUL-terminated string in `buf`.
+    let dir = unsafe { std::ffi::CStr::from_ptr(entry.pw_dir) };
+    let dir = dir.to_str().ok()?;
+    (!dir.is_empty()).then(|| dir.to_string())
 }
 
 /// A boundary file's rules once [`check_owner`] accepts it.
