@@ -151,10 +151,9 @@ async fn terminated() {
 
 async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut answers: mpsc::Receiver<Outgoing>) {
     while let Some(line) = answers.recv().await {
-        let Ok(mut bytes) = serde_json::to_vec(&line) else {
+        let Ok(bytes) = line.line() else {
             continue;
         };
-        bytes.push(b'\n');
         if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
             break;
         }
@@ -189,25 +188,21 @@ async fn read_requests(
 }
 
 /// A request line, or the failure to answer it with (id 0 when even the id is unreadable).
+/// Parsed straight into a request: a line can carry 50 MiB of base64, which must not be
+/// copied into a JSON value first. Only a line that fails is read again for its id.
 fn parse(line: &str) -> Result<Incoming, (u64, Failure)> {
-    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-        (
-            0,
-            Failure::new(ErrorKind::InvalidRequest, format!("not a JSON line: {e}")),
-        )
-    })?;
-    let id = value
-        .get("id")
-        .and_then(serde_json::Value::as_u64)
-        .unwrap_or(0);
-    serde_json::from_value(value).map_err(|e| {
-        (
-            id,
-            Failure::new(
-                ErrorKind::InvalidRequest,
-                format!("not a request runner knows: {e} (see docs/PYTHON.md)"),
-            ),
-        )
+    serde_json::from_str(line).map_err(|e| {
+        let id = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0);
+        let message = match e.classify() {
+            serde_json::error::Category::Data => {
+                format!("not a request runner knows: {e} (see docs/PYTHON.md)")
+            }
+            _ => format!("not a JSON line: {e}"),
+        };
+        (id, Failure::new(ErrorKind::InvalidRequest, message))
     })
 }
 
@@ -227,8 +222,11 @@ async fn dispatch(
                     Ok(request) => run_exec(&w.client, request, &cancel).await,
                     Err(f) => Err(f),
                 };
-                let answer = answer.and_then(|r| to_value(&r));
-                let _ = w.out.send(Outgoing::answer(id, answer)).await;
+                let line = match answer {
+                    Ok(result) => Outgoing::Exec { id, result },
+                    Err(failure) => Outgoing::answer(id, Err(failure)),
+                };
+                let _ = w.out.send(line).await;
             });
         }
         Request::Cancel { target } => {
@@ -273,10 +271,6 @@ async fn dispatch(
             }
         },
     }
-}
-
-fn to_value<T: serde::Serialize>(v: &T) -> Result<serde_json::Value, Failure> {
-    serde_json::to_value(v).map_err(|e| Failure::new(ErrorKind::Io, e.to_string()))
 }
 
 fn sandbox_failure(e: runner_sandbox::SandboxError) -> Failure {

@@ -193,9 +193,48 @@ pub enum Outgoing {
         ok: bool,
         error: Failure,
     },
+    /// An `exec`'s answer, kept typed until it is written ([`Outgoing::line`]).
+    Exec {
+        id: u64,
+        result: ExecResult,
+    },
 }
 
 impl Outgoing {
+    /// The line as bytes, newline included. A file's chunk and a command's output are
+    /// written by hand: base64 needs no escaping, and serde's check of every byte of a
+    /// 50 MiB string for quotes is most of what a large transfer costs.
+    pub fn line(&self) -> serde_json::Result<Vec<u8>> {
+        use base64::Engine;
+        use base64::engine::general_purpose::STANDARD;
+        let mut out = match self {
+            Outgoing::Chunk { id, chunk } => {
+                let mut out = format!("{{\"id\":{id},\"chunk\":\"");
+                STANDARD.encode_string(chunk, &mut out);
+                out.push_str("\"}");
+                out.into_bytes()
+            }
+            Outgoing::Exec { id, result: r } => {
+                let mut out = format!(
+                    "{{\"id\":{id},\"ok\":true,\"result\":{{\"code\":{},\"signal\":{},\"timed_out\":{},\"cancelled\":{},\"dropped_bytes\":{},\"stdout\":\"",
+                    serde_json::to_string(&r.code)?,
+                    serde_json::to_string(&r.signal)?,
+                    r.timed_out,
+                    r.cancelled,
+                    r.dropped_bytes
+                );
+                STANDARD.encode_string(&r.stdout, &mut out);
+                out.push_str("\",\"stderr\":\"");
+                STANDARD.encode_string(&r.stderr, &mut out);
+                out.push_str("\"}}");
+                out.into_bytes()
+            }
+            other => serde_json::to_vec(other)?,
+        };
+        out.push(b'\n');
+        Ok(out)
+    }
+
     pub fn answer(id: u64, answer: Result<serde_json::Value, Failure>) -> Outgoing {
         match answer {
             Ok(result) => Outgoing::Ok {
@@ -270,5 +309,34 @@ mod tests {
         })
         .unwrap();
         assert_eq!(chunk, serde_json::json!({"id": 2, "chunk": "AAE="}));
+    }
+
+    #[test]
+    fn hand_written_lines_are_the_json_serde_would_write() {
+        let chunk = Outgoing::Chunk {
+            id: 2,
+            chunk: vec![0, 1, 255],
+        };
+        let line = chunk.line().unwrap();
+        assert_eq!(line.last(), Some(&b'\n'));
+        let parsed: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(parsed, serde_json::to_value(&chunk).unwrap());
+        let result = ExecResult {
+            code: None,
+            signal: Some(9),
+            stdout: b"out\"\n".to_vec(),
+            stderr: vec![0xc3, 0x28],
+            timed_out: true,
+            cancelled: false,
+            dropped_bytes: 7,
+        };
+        let line = Outgoing::Exec { id: 3, result }.line().unwrap();
+        let parsed: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({"id": 3, "ok": true, "result": {"code": null, "signal": 9,
+                "timed_out": true, "cancelled": false, "dropped_bytes": 7,
+                "stdout": "b3V0Igo=", "stderr": "wyg="}})
+        );
     }
 }
