@@ -13,6 +13,11 @@
 //!    attach can wait for an RCU grace period when it comes cold); docker ready within
 //!    1.5× of `docker run --rm IMAGE true`.
 //!
+//! 2b. The wall's self-test at start (`SANDBOX_BENCH_ONLY=selftest`): what it costs, as
+//!    the host waits for it (canary made, round trip, judging), beside the whole start it
+//!    is part of, on landlock and docker. Targets: under 5 ms on landlock, under 20 ms on
+//!    docker.
+//!
 //! 3. The allow-list proxy: one 100 MB download from a loopback server through
 //!    `--network allowlist` against the same download with `--network host` (target at
 //!    least 0.5× its speed), timed by the client inside the sandbox.
@@ -66,7 +71,8 @@ use runner_tool::{Conversation, Registry, ToolContext};
 use serde_json::json;
 
 /// `SANDBOX_BENCH_ONLY=proxy,copy` runs only those sections (`roundtrip`, `startup`,
-/// `proxy`, `copy`, `review`, `runtimes`, `engines`, `exec`); unset, all of them.
+/// `selftest`, `proxy`, `copy`, `review`, `runtimes`, `engines`, `exec`); unset, all of
+/// them.
 fn wants(section: &str) -> bool {
     std::env::var("SANDBOX_BENCH_ONLY")
         .map(|only| only.split(',').any(|s| s.trim() == section))
@@ -320,6 +326,9 @@ fn main() -> ExitCode {
             target: "≤ 1.5× peer".into(),
         });
     }
+    if wants("selftest") {
+        rows.extend(self_test_cost(&rt, &wt, runs.min(15)));
+    }
     if wants("proxy") {
         // 3. The allow-list proxy's throughput against the host's own network.
         let (proxy, host) = proxy_throughput(&wt, runs.min(5));
@@ -393,6 +402,45 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// 2b. The self-test's share of each start: the report's own time (the host waiting for
+/// it) beside the open it is part of, median of `runs` starts per backend.
+fn self_test_cost(rt: &tokio::runtime::Runtime, wt: &Path, runs: usize) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (kind, goal) in [
+        (BackendKind::Landlock, Duration::from_millis(5)),
+        (BackendKind::Docker, Duration::from_millis(20)),
+    ] {
+        let (mut tests, mut starts) = (vec![], vec![]);
+        for i in 0..runs + 2 {
+            std::thread::sleep(Duration::from_millis(50));
+            let t = Instant::now();
+            let sandbox = rt
+                .block_on(runner_sandbox::open(&spec(kind, wt)))
+                .expect("open sandbox");
+            let start = t.elapsed();
+            let report = sandbox
+                .self_test
+                .clone()
+                .expect("a walled start has a report");
+            drop(sandbox);
+            if i >= 2 {
+                tests.push(Duration::from_micros(report.total_micros));
+                starts.push(start);
+            }
+        }
+        let test = median(tests);
+        rows.push(Row {
+            name: format!("{} self-test at start", kind.name()),
+            runner: test,
+            peer: median(starts),
+            peer_name: "the whole start (self-test included)",
+            pass: test < goal,
+            target: format!("< {} ms", goal.as_millis()),
+        });
+    }
+    rows
 }
 
 /// Section 8: `runner exec --sandbox landlock|docker -- true` against `docker run --rm
