@@ -133,7 +133,7 @@ pub fn learn(observed: &Observed, options: &Options) -> Result<Learned, LearnErr
     }
     let text = render::toml(&table, &denied, observed, &[]);
     let still = verify::mismatches(observed, &load(&text)?, &options.worktree, home);
-    let conflicts: Vec<String> = still.iter().map(|c| verify::describe(c)).collect();
+    let conflicts: Vec<String> = still.iter().copied().map(verify::describe).collect();
     let text = render::toml(&table, &denied, observed, &conflicts);
     let rules = load(&text)?;
     Ok(Learned {
