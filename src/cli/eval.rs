@@ -297,16 +297,18 @@ fn finish(
     events: &dyn EventSink,
 ) -> u8 {
     let outcome = report.outcome(fail_on == Some(FailOn::Unresolved));
-    finish_as(report, outcome, out, json, events)
+    finish_as(report, outcome, out, json, events, None)
 }
 
-/// [`finish`] for an outcome already judged (a merge's, which also weighs its shards).
+/// [`finish`] for an outcome already judged (a merge's, which also weighs its shards),
+/// with why it is not 0 when the caller knows better (`None`: the run's reasons).
 fn finish_as(
     report: &runner_eval::Report,
     outcome: Outcome,
     out: &std::path::Path,
     json: bool,
     events: &dyn EventSink,
+    why: Option<String>,
 ) -> u8 {
     let code = match outcome {
         Outcome::Stopped => exit::INTERRUPTED,
@@ -329,7 +331,7 @@ fn finish_as(
             println!("{line}");
         }
     }
-    if let Some(why) = why_not_zero(report, outcome) {
+    if let Some(why) = why.or_else(|| why_not_zero(report, outcome)) {
         eprintln!("runner: {why} (exit {code})");
     }
     events.emit(&Event::RunEnd {

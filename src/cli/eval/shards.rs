@@ -11,6 +11,7 @@ use clap::Args;
 use super::{FailOn, RunArgs, exit, failed, finish_as, options_of};
 use crate::cli::signals::Signals;
 use runner_agent::events::{JsonLines, NoEvents};
+use runner_eval::Outcome;
 use runner_eval::events::EventSink;
 use runner_eval::merge::Merged;
 use runner_eval::slurm::{SlurmError, SubmitOptions};
@@ -125,11 +126,19 @@ fn end(
     json: bool,
     events: &dyn EventSink,
 ) -> u8 {
-    for problem in merged.problems() {
-        eprintln!("runner: {}", runner_display::escape(&problem));
+    let problems = merged.problems();
+    for problem in &problems {
+        eprintln!("runner: {}", runner_display::escape(problem));
     }
     let outcome = merged.outcome(stopped, fail_on == Some(FailOn::Unresolved));
-    finish_as(&merged.report, outcome, &merged.out, json, events)
+    let why = (outcome == Outcome::Incomplete && !problems.is_empty()).then(|| {
+        format!(
+            "{} of {} shards are missing or half-written (said above): the counts are not the agent's whole score; run those shards again (the same eval submit, or eval run … --shard K/N) and merge again",
+            problems.len(),
+            merged.shards.len()
+        )
+    });
+    finish_as(&merged.report, outcome, &merged.out, json, events, why)
 }
 
 /// `eval run`'s arguments within this command line (after `submit`, before `--`), less
