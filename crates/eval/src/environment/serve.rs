@@ -35,7 +35,7 @@ struct Incoming {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Request {
-    Start(StartRequest),
+    Start(Box<StartRequest>),
     Exec(Exec),
     Upload { dir: String, tar: String },
     Download { path: String },
