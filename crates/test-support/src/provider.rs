@@ -68,6 +68,18 @@ pub enum Response {
     Raw(Vec<String>),
 }
 
+/// When one request of a fast model was in and when its answer was out: a benchmark's
+/// clock for what the client does between an answer and its next request.
+#[derive(Debug, Clone, Copy)]
+pub struct Exchange {
+    /// The whole request read (head and body).
+    pub received: std::time::Instant,
+    /// The whole answer written.
+    pub answered: std::time::Instant,
+    /// The request body's size.
+    pub request_bytes: usize,
+}
+
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub path: String,
@@ -86,6 +98,7 @@ pub struct ScriptedModel {
     script: Arc<Mutex<VecDeque<Response>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
     responder: Arc<Mutex<Option<Responder>>>,
+    exchanges: Arc<Mutex<Vec<Exchange>>>,
 }
 
 impl ScriptedModel {
@@ -99,9 +112,11 @@ impl ScriptedModel {
         let f = fast.clone();
         let responder: Arc<Mutex<Option<Responder>>> = Arc::new(Mutex::new(None));
         let a = responder.clone();
+        let exchanges: Arc<Mutex<Vec<Exchange>>> = Arc::default();
+        let x = exchanges.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (s, r, f, a) = (s.clone(), r.clone(), f.clone(), a.clone());
+                let (s, r, f, a, x) = (s.clone(), r.clone(), f.clone(), a.clone(), x.clone());
                 std::thread::spawn(move || {
                     let _ = stream.set_nodelay(true);
                     while serve(
@@ -109,7 +124,7 @@ impl ScriptedModel {
                         &s,
                         &r,
                         &a,
-                        f.load(std::sync::atomic::Ordering::Relaxed),
+                        f.load(std::sync::atomic::Ordering::Relaxed).then_some(&*x),
                     ) {}
                 });
             }
@@ -120,6 +135,7 @@ impl ScriptedModel {
             script,
             seen,
             responder,
+            exchanges,
         }
     }
 
@@ -152,15 +168,22 @@ impl ScriptedModel {
     pub fn remaining(&self) -> usize {
         self.script.lock().unwrap().len()
     }
+
+    /// Each request a fast model answered with a stream, in order: when it was in and
+    /// when its answer was out.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        self.exchanges.lock().unwrap().clone()
+    }
 }
 
-/// Serves one request; true when the connection stays open for another.
+/// Serves one request; true when the connection stays open for another. `fast` (a
+/// benchmark's model, see [`ScriptedModel::fast`]) is where its exchanges are kept.
 fn serve(
     stream: &TcpStream,
     script: &Mutex<VecDeque<Response>>,
     seen: &Mutex<Vec<Seen>>,
     responder: &Mutex<Option<Responder>>,
-    fast: bool,
+    fast: Option<&Mutex<Vec<Exchange>>>,
 ) -> bool {
     let mut stream = stream;
     let mut reader = BufReader::new(stream);
@@ -195,9 +218,10 @@ fn serve(
     if reader.read_exact(&mut body).is_err() {
         return false;
     }
+    let received = std::time::Instant::now();
     // A benchmark's model answers without reading the request: parsing it is not the
     // controller's cost.
-    let body: Value = if fast {
+    let body: Value = if fast.is_some() {
         Value::Null
     } else {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
@@ -239,13 +263,19 @@ fn serve(
             }
             let _ = write!(stream, "{head}\r\n{body}");
         }
-        Response::Stream(a) if fast => {
+        Response::Stream(a) if fast.is_some() => {
             let body: String = rendered(&a).concat();
             let whole = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()
             );
-            return stream.write_all(whole.as_bytes()).is_ok();
+            let written = stream.write_all(whole.as_bytes()).is_ok();
+            fast.unwrap().lock().unwrap().push(Exchange {
+                received,
+                answered: std::time::Instant::now(),
+                request_bytes: len,
+            });
+            return written;
         }
         Response::Stream(a) => send(&mut stream, &rendered(&a), None),
         Response::Cut(a, n) => send(&mut stream, &rendered(&a), Some(n)),
