@@ -37,8 +37,9 @@ use crate::splice::{PipeWriter, SplicePipe};
 use runner_protocol::{
     ApiError, DATA_FRAME_HEADER, DirEntry, ExecRequest, ExecStatus, GlobOutcome, GlobRequest,
     GrepOutcome, GrepRequest, ReadRequest, ReadResponse, Request, RequestFrame, Response,
-    ResponseFrame, SelfTestRequest, Stat, TreeOutcome, WallFacts, TreeRequest, WritePrecondition, WriteRequest, WriteResponse,
-    data_frame_header, data_frame_len, decode_len, encode_len, split_data_header,
+    ResponseFrame, SelfTestRequest, Stat, TreeOutcome, TreeRequest, WallFacts, WritePrecondition,
+    WriteRequest, WriteResponse, data_frame_header, data_frame_len, decode_len, encode_len,
+    split_data_header,
 };
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -112,7 +112,9 @@ pub const TEST_GAP_ENV: &str = "RUNNER_TEST_GAP";
 /// The layer [`TEST_GAP_ENV`] names, in a debug build; `None` in a release build.
 fn test_gap_from_env() -> Option<TestGap> {
     #[cfg(debug_assertions)]
-    return std::env::var(TEST_GAP_ENV).ok().and_then(|v| v.parse().ok());
+    return std::env::var(TEST_GAP_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok());
     #[cfg(not(debug_assertions))]
     None
 }

@@ -142,7 +142,11 @@ fn server_args(
     if spec.sweep_repositories {
         args.push("--sweep-repositories".into());
     }
-    args.extend(super::spec::test_gap_args(spec).into_iter().map(OsString::from));
+    args.extend(
+        super::spec::test_gap_args(spec)
+            .into_iter()
+            .map(OsString::from),
+    );
     Ok(args)
 }
 
