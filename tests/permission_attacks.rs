@@ -241,3 +241,65 @@ fn every_spelling_of_a_denied_file_is_denied() {
         );
     }
 }
+
+/// `runner eval environment` (Harbor's trials) with `RUNNER_BOUNDARY` set to `boundary`
+/// (or not): a public phase whose command fetches a page; the proxy's word on it, from the
+/// `stop` answer's connections.
+fn harbor_fetch(project: &Project, boundary: Option<&Path>) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    common::engine::docker();
+    let env_dir = project.outside.join("environment");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM runner-sandbox:bookworm\nWORKDIR /app\n",
+    )
+    .unwrap();
+    let mut c = project.command();
+    c.args(["eval", "environment"])
+        .env_remove("RUNNER_BOUNDARY")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    if let Some(b) = boundary {
+        c.env("RUNNER_BOUNDARY", b);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut ask = |request: Value| -> Value {
+        writeln!(input, "{request}").unwrap();
+        let line = lines.next().unwrap().unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    let started = ask(json!({"id": 1, "op": "start", "environment_dir": env_dir,
+        "network": {"network_mode": "public"}}));
+    assert_eq!(started["ok"], json!(true), "{started}");
+    let ran = ask(json!({"id": 2, "op": "exec",
+        "command": "curl -s -m 10 -o /dev/null http://example.com/ || true"}));
+    assert_eq!(ran["ok"], json!(true), "{ran}");
+    let stopped = ask(json!({"id": 3, "op": "stop"}));
+    assert!(child.wait().unwrap().success());
+    stopped["result"]["connections"].to_string()
+}
+
+/// The boundary caps the proxy of a Harbor trial served by `runner eval environment` as
+/// it caps `runner exec`'s: a boundary that denies every host is the proxy's reason to
+/// refuse, whatever the task's `network_mode` opens.
+#[test]
+fn a_boundary_caps_a_harbor_environments_network() {
+    let project = Project::new("wt");
+    let dir = root_only_dir();
+    let boundary = boundary_file(
+        dir.path(),
+        "[permission]\n\"*\" = \"allow\"\n[permission.network]\n\"*\" = \"deny\"\n",
+    );
+    // Control: without it, the public phase's rules let the request go on (to the page,
+    // or to a name the host cannot resolve); no rule refuses it.
+    let said = harbor_fetch(&project, None);
+    assert!(said.contains("example.com"), "{said}");
+    assert!(!said.contains("is denied by the rule"), "{said}");
+    // With it, the boundary's rule refuses it.
+    let said = harbor_fetch(&project, Some(&boundary));
+    assert!(said.contains("is denied by the rule"), "{said}");
+    assert!(said.contains(&boundary.display().to_string()), "{said}");
+}

@@ -193,6 +193,16 @@ impl PhasePlan {
         )]
     }
 
+    /// The installed boundaries' rules (`/etc/runner/boundary.toml`, `RUNNER_BOUNDARY`'s
+    /// file; see `runner_permission::boundary`), laid after a phase's own: they cap what
+    /// the phase's proxy decides, as they cap every session's. A boundary that cannot be
+    /// used stops the attempt, as it stops `runner exec`.
+    pub fn boundary_rules() -> Result<Vec<Rule>, crate::EvalError> {
+        let home = std::env::var("HOME").unwrap_or_default();
+        runner_permission::boundary::load_installed(&home)
+            .map_err(|e| crate::EvalError::Options(e.to_string()))
+    }
+
     /// Whether the phase gets runner's proxy.
     pub fn proxied(&self) -> bool {
         self.reach != Reach::NoNetwork

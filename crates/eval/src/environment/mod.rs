@@ -71,7 +71,8 @@ fn public() -> String {
 }
 
 impl NetworkPolicy {
-    /// The rules of the proxy in this phase: Harbor's mode as `runner eval` gives it.
+    /// The rules of the proxy in this phase: Harbor's mode as `runner eval` gives it, under
+    /// the installed boundaries.
     pub fn rules(&self) -> Result<Vec<runner_permission::rules::Rule>, EvalError> {
         let reach = match self.network_mode.as_str() {
             "public" | "" => Reach::Public,
@@ -96,10 +97,12 @@ impl NetworkPolicy {
             allowed_hosts,
             from: format!("harbor network_mode {}", self.network_mode),
         };
-        Ok(match reach {
+        let mut rules = match reach {
             Reach::NoNetwork => PhasePlan::offline_rules(),
             _ => plan.rules(&[]),
-        })
+        };
+        rules.extend(PhasePlan::boundary_rules()?);
+        Ok(rules)
     }
 }
 

@@ -89,21 +89,25 @@ async fn rules_proxy(
 }
 
 /// The `network` rules of the evaluation's `--config`, the user's own: laid over each
-/// phase's rules (an exact one there may open a private address).
+/// phase's rules (an exact one there may open a private address); then the installed
+/// boundaries', which cap them all.
 pub(super) fn user_network_rules(
     options: &EvalOptions,
 ) -> Result<Vec<runner_permission::rules::Rule>, EvalError> {
+    let boundary = crate::verifier_network::PhasePlan::boundary_rules()?;
     let Some(path) = &options.config else {
-        return Ok(Vec::new());
+        return Ok(boundary);
     };
     let home = std::env::var("HOME").unwrap_or_default();
-    Ok(runner_permission::layers::load_file(path, &home)
+    let mut rules: Vec<_> = runner_permission::layers::load_file(path, &home)
         .map_err(|e| EvalError::Options(e.to_string()))?
         .into_iter()
         // `--config` is the user's own: its exact rules may open a private address.
         .map(|r| r.in_layer(runner_permission::rules::Layer::Explicit))
         .filter(|r| runner_permission::wildcard::matches("network", &r.permission))
-        .collect())
+        .collect();
+    rules.extend(boundary);
+    Ok(rules)
 }
 
 /// The verifier's connections in the attempt: one line each in `result.json`, every
