@@ -339,10 +339,20 @@ impl Served {
             Ok(t) => t,
             Err(e) => return Served(Some(Err((e, false)))),
         };
+        // Started first: a copy into a running container spares the engine mounting the
+        // container's file system for it (nothing runs there yet but the server).
         let started = async {
-            engine_call(container.upload(Path::new("/"), tar)).await?;
-            let _engine = crate::engines::CALLS.acquire().await;
-            engine_call(container.serve()).await
+            let sandbox = {
+                let _engine = crate::engines::CALLS.acquire().await;
+                engine_call(container.serve()).await?
+            };
+            match engine_call(container.upload(Path::new("/"), tar)).await {
+                Ok(()) => Ok(sandbox),
+                Err(e) => {
+                    drop_blocking(sandbox).await;
+                    Err(e)
+                }
+            }
         };
         Served(Some(match started.await {
             Ok(s) => Ok(s),
