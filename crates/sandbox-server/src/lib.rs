@@ -21,6 +21,7 @@ pub mod roots;
 pub mod search;
 pub mod self_test;
 pub mod special_files;
+mod workers;
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -138,6 +139,7 @@ fn serve_with<R: Read>(
     keep_large_buffers();
     let output: Arc<Output> = Arc::new(Output(Mutex::new(Box::new(output))));
     let proxy = Arc::new(net::Proxy::new(holders::Places::new(writable)));
+    let workers = Arc::new(workers::Workers::default());
     {
         let (proxy, output) = (proxy.clone(), output.clone());
         running.set_after_command(Box::new(move |live| proxy.command_ended(live, &*output)));
@@ -161,13 +163,13 @@ fn serve_with<R: Read>(
             continue;
         };
         let (roots, output, running) = (roots.clone(), output.clone(), running.clone());
-        std::thread::spawn(move || {
+        workers.run(Box::new(move || {
             let id = frame.id;
             let reply = |r: Response| send(&output, id, r);
             if let Some(response) = handle(&roots, &running, id, frame.request, &reply) {
                 reply(response);
             }
-        });
+        }));
     };
     running.kill_all();
     result
