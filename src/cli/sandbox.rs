@@ -272,8 +272,8 @@ async fn self_test(r: &mut Report, backend: BackendKind, image: Option<&str>) {
     let report = match opened {
         Ok(sandbox) => sandbox.self_test.clone(),
         Err(runner_sandbox::SandboxError::Start(
-            runner_sandbox::start_error::SandboxStartError::WallCheck { report, .. },
-        )) => Some(*report),
+            runner_sandbox::start_error::SandboxStartError::WallCheck(failed),
+        )) => Some(failed.report),
         Err(e) => return r.fail("self-test", e, "fix what the checks above say first"),
     };
     let Some(report) = report else { return };

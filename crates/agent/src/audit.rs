@@ -217,10 +217,10 @@ pub fn self_test(audit: &Audit, report: &runner_sandbox::self_test::SelfTestRepo
 /// stops: the reason nothing ran is part of the record.
 pub fn start_failed(audit: &Audit, error: &runner_sandbox::SandboxError) {
     if let runner_sandbox::SandboxError::Start(
-        runner_sandbox::start_error::SandboxStartError::WallCheck { report, .. },
+        runner_sandbox::start_error::SandboxStartError::WallCheck(failed),
     ) = error
     {
-        self_test(audit, report);
+        self_test(audit, &failed.report);
     }
 }
 

@@ -210,7 +210,9 @@ fn a_file_that_is_no_trail_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notes.txt");
     std::fs::write(&path, "{\"class_uid\": 6003}\nnot json\n").unwrap();
-    let err = trail::read_all(&[path.clone()]).unwrap_err().to_string();
+    let err = trail::read_all(std::slice::from_ref(&path))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("notes.txt:2"), "{err}");
     std::fs::write(&path, "{\"class_uid\": 6002}\n").unwrap();
     let err = trail::read_all(&[path]).unwrap_err().to_string();

@@ -138,6 +138,22 @@ impl SelfTestReport {
     }
 }
 
+/// The first failed check of a start, and the whole report (for the audit trail).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {wall} sandbox failed its self-test at start, in its {layer} layer: {check} saw {saw}, where it must show {want}. \
+     No tool call ran. To do: {fix}; `runner sandbox doctor` runs the same checks"
+)]
+pub struct WallCheckFailed {
+    pub wall: String,
+    pub layer: String,
+    pub check: String,
+    pub saw: String,
+    pub want: String,
+    pub fix: String,
+    pub report: SelfTestReport,
+}
+
 /// What to do when a layer's check fails.
 pub fn fix(layer: Layer, wall: Wall, network: Network) -> &'static str {
     match (layer, wall) {
@@ -214,15 +230,15 @@ pub async fn run(
     let Some(failed) = report.failures().next().cloned() else {
         return Ok(report);
     };
-    Err(SandboxStartError::WallCheck {
+    Err(SandboxStartError::WallCheck(Box::new(WallCheckFailed {
         wall: report.wall.clone(),
         layer: failed.layer.name().to_string(),
         check: failed.name.to_string(),
         saw: failed.saw,
         want: failed.want,
         fix: failed.fix.to_string(),
-        report: Box::new(report),
-    }
+        report,
+    }))
     .into())
 }
 

@@ -59,21 +59,9 @@ pub enum SandboxStartError {
         /// time) rather than refused: such a start may go through on another try.
         fault: Option<crate::engine_fault::EngineFault>,
     },
-    /// The wall's self-test at start found a layer missing ([`crate::self_test`]): the
-    /// first failed check, and the whole report (for the audit trail).
-    #[error(
-        "the {wall} sandbox failed its self-test at start, in its {layer} layer: {check} saw {saw}, where it must show {want}. \
-         No tool call ran. To do: {fix}; `runner sandbox doctor` runs the same checks"
-    )]
-    WallCheck {
-        wall: String,
-        layer: String,
-        check: String,
-        saw: String,
-        want: String,
-        fix: String,
-        report: Box<crate::self_test::SelfTestReport>,
-    },
+    /// The wall's self-test at start found a layer missing ([`crate::self_test`]).
+    #[error(transparent)]
+    WallCheck(Box<crate::self_test::WallCheckFailed>),
 }
 
 /// Where every container sandbox mounts something of its own: a worktree at one of these,
