@@ -43,8 +43,11 @@ pub struct Engine {
     down_since: Mutex<Option<Instant>>,
     /// The worktree of each task image (and `workdir`) before anything ran, read once from
     /// a container of it and shared by every attempt at it: the base of their diffs.
-    bases: Mutex<std::collections::HashMap<(String, Option<String>), Arc<Base>>>,
+    bases: Mutex<std::collections::HashMap<ImageWorktree, Arc<Base>>>,
 }
+
+/// A task image and the `workdir` its tasks name (`None`: the image's own).
+type ImageWorktree = (String, Option<String>);
 
 impl Engine {
     /// How results name it.
