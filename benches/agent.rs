@@ -300,8 +300,7 @@ fn main() -> ExitCode {
     let mut ok = true;
     for (b, backend) in BACKENDS.iter().enumerate() {
         let peer = median(&bare[b]);
-        for k in 0..builds.len() {
-            let r = &figures[b][k];
+        for (k, r) in figures[b].iter().enumerate() {
             let gap = median(&r.gap);
             let (lo, hi) = r.range();
             let label = if k == 0 { "runner" } else { "baseline" };
