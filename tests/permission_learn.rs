@@ -265,3 +265,62 @@ fn learned_rules_beyond_a_boundary_are_refused_with_the_counterexample() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("\"sh test.sh\" = \"allow\""));
 }
+
+/// Attack: a session that cleaned a scratch folder with `rm -rf *` must not teach an allow
+/// that also matches `rm -rf /` (the language has no literal `*`); the command it could
+/// say, `sh test.sh`, is still allowed.
+#[test]
+fn a_wildcard_the_session_ran_is_not_learned_as_one_that_matches_more() {
+    let s = Setup::new("landlock");
+    s.project.file("junk/old.txt", "x\n");
+    let wide = s.outside("wide.toml");
+    std::fs::write(&wide, "[permission]\n\"*\" = \"allow\"\n").unwrap();
+    let trail = s.outside("trail.jsonl");
+    let (out, _) = s.session(&wide, &trail, script(Some("cd junk && rm -rf *")));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let seen = decisions(&trail);
+    assert!(
+        seen.contains(&("bash".into(), vec!["rm -rf *".into()], true)),
+        "{seen:?}"
+    );
+    let learned = s.outside("learned.toml");
+    let out = s
+        .runner()
+        .args(["permission", "learn"])
+        .arg(&trail)
+        .arg("--out")
+        .arg(&learned)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not learned: bash \"rm -rf *\""), "{err}");
+    let rules = std::fs::read_to_string(&learned).unwrap();
+    assert!(
+        rules.contains(
+            "# not learned (the rule language cannot say it literally, 1 call): rm -rf *"
+        ),
+        "{rules}"
+    );
+    let eval = |permission: &str, subject: &str| {
+        let out = s
+            .runner()
+            .args(["permission", "eval", permission, subject, "--json"])
+            .arg("--root")
+            .arg(&s.project.root)
+            .arg("--config")
+            .arg(&learned)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["action"].as_str().unwrap_or_default().to_string()
+    };
+    for attack in ["rm -rf /", "rm -rf ~", "rm -rf .", "rm -rf *"] {
+        assert_eq!(eval("bash", attack), "deny", "{attack}\n{rules}");
+    }
+    // The read side: the glob's `*` was read as a subject, and `?` is not learned for it.
+    assert!(!rules.contains("\"?\" = \"allow\""), "{rules}");
+    assert_eq!(eval("read", "x"), "deny", "{rules}");
+    assert_eq!(eval("bash", "sh test.sh"), "allow", "{rules}");
+}

@@ -12,7 +12,10 @@
 //! ([`verify`]). A denied call an allow also matches gets an explicit deny after the
 //! allows; what still comes out different (a denied request all of whose subjects were
 //! allowed in other calls, which no rule on subjects can tell apart) is named at the top of
-//! the file and returned, never silently dropped. With a boundary, the prover
+//! the file and returned, never silently dropped. An allowed subject the rule language
+//! cannot say literally (a `*` or `?` in it, a leading `~`) gets no allow, since every
+//! pattern that matches it matches more (see [`narrow`]): it is named in the file and
+//! returned as [`Learned::unsayable`], and the catch-all deny refuses it. With a boundary, the prover
 //! (`runner_prove`) decides on every subject that the rules stay within it before anything
 //! is written.
 
@@ -78,6 +81,9 @@ pub struct Learned {
     pub rules: Vec<Rule>,
     /// Calls of the trail the rules decide otherwise than it shows (see the crate's docs).
     pub conflicts: Vec<String>,
+    /// Allowed subjects left to the deny because no pattern says them literally:
+    /// (permission, subject, calls).
+    pub unsayable: Vec<(String, String, u64)>,
 }
 
 /// Where file subjects are taken against (the trail's worktree, or the one named), and the
@@ -95,18 +101,39 @@ pub fn learn(observed: &Observed, options: &Options) -> Result<Learned, LearnErr
     let home = (!options.home.is_empty()).then(|| Path::new(&options.home));
     let mut table = narrow::allows(observed, &options.worktree, home);
     let denied = narrow::denied_subjects(observed);
+    let unsayable = narrow::unsayable(observed);
     let load = |text: &str| {
         runner_permission::layers::parse_toml(text, ORIGIN, &options.home)
             .map_err(LearnError::Unreadable)
     };
-    let text = render::toml(&table, &denied, observed, &[]);
-    let wrong = verify::mismatches(observed, &load(&text)?, &options.worktree, home);
+    let listed: Vec<(String, String, u64)> = unsayable
+        .iter()
+        .flat_map(|(p, subjects)| subjects.iter().map(|(s, n)| (p.clone(), s.clone(), *n)))
+        .collect();
+    // An allowed call with a subject not learned is denied on purpose, not a conflict.
+    let mismatches = |text: &str| -> Result<Vec<&Call>, LearnError> {
+        let wrong = verify::mismatches(observed, &load(text)?, &options.worktree, home);
+        Ok(wrong
+            .into_iter()
+            .filter(|c| {
+                !(c.allowed
+                    && c.subjects.iter().any(|s| {
+                        unsayable
+                            .get(&c.permission)
+                            .is_some_and(|u| u.contains_key(s))
+                    }))
+            })
+            .collect())
+    };
+    let text = render::toml(&table, &denied, &unsayable, observed, &[]);
+    let wrong = mismatches(&text)?;
     if wrong.is_empty() {
         let rules = load(&text)?;
         return Ok(Learned {
             text,
             rules,
             conflicts: Vec::new(),
+            unsayable: listed,
         });
     }
     // A denied call an allow matches too: its own subjects denied after the allows.
@@ -131,15 +158,16 @@ pub fn learn(observed: &Observed, options: &Options) -> Result<Learned, LearnErr
             }
         }
     }
-    let text = render::toml(&table, &denied, observed, &[]);
-    let still = verify::mismatches(observed, &load(&text)?, &options.worktree, home);
+    let text = render::toml(&table, &denied, &unsayable, observed, &[]);
+    let still = mismatches(&text)?;
     let conflicts: Vec<String> = still.iter().copied().map(verify::describe).collect();
-    let text = render::toml(&table, &denied, observed, &conflicts);
+    let text = render::toml(&table, &denied, &unsayable, observed, &conflicts);
     let rules = load(&text)?;
     Ok(Learned {
         text,
         rules,
         conflicts,
+        unsayable: listed,
     })
 }
 

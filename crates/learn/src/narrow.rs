@@ -2,11 +2,14 @@
 //! written so that it matches that subject and as little else as the rule language allows,
 //! under one `"*" = "deny"` for everything else.
 //!
-//! The language has no escape: in a subject, `*` and `?` would be wildcards. `?` matches one
-//! character, so each of them becomes `?`, which matches the subject and only the subjects
-//! that differ from it in those places (a `*` there would match any run). For the same
-//! reason a subject starting with `~` or `$HOME` (which a loader expands) starts with `?`.
-//! A backslash matches `/` and the other way round; nothing narrower exists.
+//! The language has no escape: in a pattern, `*` and `?` are always wildcards, and a
+//! leading `~` or `$HOME` is expanded by the loader. A subject holding one of them cannot
+//! be said literally, and any pattern that matches it matches more: `rm -rf ?` (for the
+//! `rm -rf *` a session ran in a scratch folder) would also allow `rm -rf /` and
+//! `rm -rf ~`. Such a subject is therefore not learned ([`literal`] gives `None`): the file
+//! names it in a comment, the catch-all deny refuses it, and whoever needs it writes the
+//! rule they mean by hand. A backslash matches `/` and the other way round; nothing
+//! narrower exists, and neither widens a path beyond its one spelling.
 //!
 //! The gate also holds a `bash` pattern's other spellings (`/bin/rm x` is also `rm x`) to
 //! the deny rules; under a `"*" = "deny"` every spelling not allowed would deny the call, so
@@ -34,7 +37,15 @@ pub struct Entry {
 /// Each permission's rules, in the order they are written (later wins).
 pub type Table = BTreeMap<String, Vec<Entry>>;
 
-/// The narrowest pattern that matches `subject`.
+/// The pattern that matches `subject` and nothing else, when the language can say it.
+pub fn literal(subject: &str) -> Option<String> {
+    let expanded = runner_permission::wildcard::expand_home(subject, "");
+    (!subject.contains(['*', '?']) && expanded == subject).then(|| subject.to_string())
+}
+
+/// A pattern that matches `subject` and as little else as the language allows (each `*`
+/// one character, a leading `~` or `$HOME` one character): only for denies, where matching
+/// more is the safe side.
 pub fn pattern_of(subject: &str) -> String {
     let mut out: String = subject
         .chars()
@@ -76,22 +87,39 @@ pub fn denied_subjects(observed: &Observed) -> BTreeMap<String, BTreeMap<String,
     out
 }
 
-/// An allow per allowed subject, and per other spelling of an allowed command.
+/// The subjects each permission shows allowed that the language cannot say literally
+/// (see the module's docs), with their calls: left to the catch-all deny.
+pub fn unsayable(observed: &Observed) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut out = allowed_subjects(observed);
+    for subjects in out.values_mut() {
+        subjects.retain(|subject, _| literal(subject).is_none());
+    }
+    out.retain(|_, subjects| !subjects.is_empty());
+    out
+}
+
+/// An allow per allowed subject, and per other spelling of an allowed command, of those
+/// the language can say literally.
 pub fn allows(observed: &Observed, worktree: &Path, home: Option<&Path>) -> Table {
     let mut table = Table::new();
     for (permission, subjects) in allowed_subjects(observed) {
         let mut entries: Vec<Entry> = subjects
             .iter()
-            .map(|(subject, calls)| Entry {
-                pattern: pattern_of(subject),
-                action: Action::Allow,
-                calls: *calls,
-                note: None,
+            .filter_map(|(subject, calls)| {
+                Some(Entry {
+                    pattern: literal(subject)?,
+                    action: Action::Allow,
+                    calls: *calls,
+                    note: None,
+                })
             })
             .collect();
         if permission == "bash" {
-            for (subject, spelling) in spellings(subjects.keys(), worktree, home) {
-                let pattern = pattern_of(&spelling);
+            let said = subjects.keys().filter(|s| literal(s).is_some());
+            for (subject, spelling) in spellings(said, worktree, home) {
+                let Some(pattern) = literal(&spelling) else {
+                    continue;
+                };
                 if !entries.iter().any(|e| e.pattern == pattern) {
                     entries.push(Entry {
                         pattern,
@@ -102,7 +130,9 @@ pub fn allows(observed: &Observed, worktree: &Path, home: Option<&Path>) -> Tabl
                 }
             }
         }
-        table.insert(permission, entries);
+        if !entries.is_empty() {
+            table.insert(permission, entries);
+        }
     }
     table
 }
@@ -143,6 +173,18 @@ pub fn deny_spellings(command: &str, worktree: &Path, home: Option<&Path>) -> Ve
 mod tests {
     use super::*;
     use runner_permission::wildcard::matches;
+
+    #[test]
+    fn a_subject_with_a_wildcard_or_a_home_has_no_literal_pattern() {
+        for subject in [
+            "rm -rf *", "ls ?.rs", "*", "~", "~/notes", "$HOME/x", "$HOMEx",
+        ] {
+            assert_eq!(literal(subject), None, "{subject:?}");
+        }
+        for subject in ["git status", "rm -rf build", "a~b", "~notes", "x/$HOME"] {
+            assert_eq!(literal(subject).as_deref(), Some(subject), "{subject:?}");
+        }
+    }
 
     #[test]
     fn a_pattern_matches_its_subject_and_little_else() {

@@ -45,6 +45,7 @@ fn comment_safe(s: &str) -> String {
 pub fn toml(
     table: &Table,
     denied: &BTreeMap<String, BTreeMap<String, u64>>,
+    unsayable: &BTreeMap<String, BTreeMap<String, u64>>,
     observed: &Observed,
     conflicts: &[String],
 ) -> String {
@@ -62,16 +63,20 @@ pub fn toml(
         calls(observed.denied_calls())
     );
     out.push_str(
-        "# Each rule allows one subject the trails show allowed (a `?` stands where the subject\n\
-         # has a `*` or `?`); the first rule denies everything else, what they show denied\n\
-         # included. Use it with `runner run --config FILE`.\n",
+        "# Each rule allows one subject the trails show allowed; the first rule denies\n\
+         # everything else, what they show denied included, and what they show allowed but no\n\
+         # pattern can say literally (a `*`, `?` or leading `~`). Use it with\n\
+         # `runner run --config FILE`.\n",
     );
     for conflict in conflicts {
         let _ = writeln!(out, "# NOT REPRODUCED: {}", comment_safe(conflict));
     }
     out.push_str("\n[permission]\n\"*\" = \"deny\" # everything the trails do not show allowed\n");
-    let permissions: std::collections::BTreeSet<&String> =
-        table.keys().chain(denied.keys()).collect();
+    let permissions: std::collections::BTreeSet<&String> = table
+        .keys()
+        .chain(denied.keys())
+        .chain(unsayable.keys())
+        .collect();
     for permission in permissions {
         let _ = writeln!(out, "\n[permission.{}]", quoted(permission));
         for e in table.get(permission).into_iter().flatten() {
@@ -85,6 +90,14 @@ pub fn toml(
                 "{} = {} # {why}",
                 quoted(&e.pattern),
                 quoted(e.action.as_str())
+            );
+        }
+        for (subject, n) in unsayable.get(permission).into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "# not learned (the rule language cannot say it literally, {}): {}",
+                calls(*n),
+                comment_safe(subject)
             );
         }
         for (subject, n) in denied.get(permission).into_iter().flatten() {

@@ -137,21 +137,52 @@ fn what_the_trail_allowed_is_allowed_and_nothing_else() {
 }
 
 #[test]
-fn a_wildcard_in_an_allowed_subject_does_not_open_a_denied_one() {
+fn a_subject_no_pattern_says_literally_is_not_learned_but_named() {
     let (l, _, wt) = learned(&[
         ("bash", &["ls *.rs"], Decision::Allowed, 1),
+        ("bash", &["rm -rf *"], Decision::Allowed, 2),
+        ("bash", &["git status"], Decision::Allowed, 1),
+        ("read", &["?"], Decision::Allowed, 1),
         ("bash", &["ls a.rs"], Decision::Denied, 1),
     ]);
     assert!(l.conflicts.is_empty(), "{:?}", l.conflicts);
-    assert_eq!(decide(&l, &wt, "bash", &["ls *.rs"]), Action::Allow);
-    assert_eq!(
-        decide(&l, &wt, "bash", &["ls a.rs"]),
-        Action::Deny,
+    // `rm -rf ?` would allow these: nothing does.
+    for (permission, subject) in [
+        ("bash", "rm -rf /"),
+        ("bash", "rm -rf ~"),
+        ("bash", "rm -rf ."),
+        ("bash", "rm -rf *"),
+        ("bash", "ls *.rs"),
+        ("bash", "ls a.rs"),
+        ("read", "x"),
+        ("read", "?"),
+    ] {
+        assert_eq!(
+            decide(&l, &wt, permission, &[subject]),
+            Action::Deny,
+            "{subject}\n{}",
+            l.text
+        );
+    }
+    assert_eq!(decide(&l, &wt, "bash", &["git status"]), Action::Allow);
+    assert!(!l.text.contains("\"rm -rf ?\""), "{}", l.text);
+    assert!(
+        l.text.contains(
+            "# not learned (the rule language cannot say it literally, 2 calls): rm -rf *"
+        ),
         "{}",
         l.text
     );
-    // The `?` stands for one character, never a run of them.
-    assert_eq!(decide(&l, &wt, "bash", &["ls main.rs"]), Action::Deny);
+    let mut unsayable = l.unsayable.clone();
+    unsayable.sort();
+    assert_eq!(
+        unsayable,
+        vec![
+            ("bash".to_string(), "ls *.rs".to_string(), 1),
+            ("bash".to_string(), "rm -rf *".to_string(), 2),
+            ("read".to_string(), "?".to_string(), 1),
+        ]
+    );
 }
 
 #[test]

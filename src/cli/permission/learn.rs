@@ -61,6 +61,13 @@ fn learn(args: &LearnArgs) -> Result<u8, runner_learn::LearnError> {
             runner_display::escape(conflict)
         );
     }
+    for (permission, subject, calls) in &learned.unsayable {
+        eprintln!(
+            "runner: not learned: {permission} {} ({calls} call{}): the rule language cannot say it literally, so the learned rules deny it",
+            runner_display::escape(&format!("{subject:?}")),
+            if *calls == 1 { "" } else { "s" }
+        );
+    }
     match &args.out {
         Some(path) => runner_learn::write_atomic(path, &learned.text)?,
         None => print!("{}", learned.text),
