@@ -2,7 +2,9 @@
 //! and docker starts every check passes and the trail holds its one record (every check,
 //! each with its time); with a layer left out (a debug build's `RUNNER_TEST_GAP`, which a
 //! release build does not read) the session stops before the model is asked anything,
-//! with an error naming the layer, and the trail says which check failed.
+//! with an error naming the layer, and the trail says which check failed. `runner exec`
+//! (whose landlock server answers on a socket of its own before its program) does the
+//! same, and so does the sandbox over an evaluation's task container.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -32,7 +34,8 @@ struct Run {
     project: Project,
     trail: PathBuf,
     out: Output,
-    model: ScriptedModel,
+    /// The model `runner run` asked (none for `runner exec`).
+    model: Option<ScriptedModel>,
 }
 
 /// `runner run` on `backend` with a trail outside the worktree: one command writing a
@@ -72,7 +75,42 @@ fn run(backend: &str, gap: Option<&str>) -> Run {
         project,
         trail,
         out,
-        model,
+        model: Some(model),
+    }
+}
+
+/// `runner exec` on `backend` with a trail outside the worktree: a program writing a
+/// file. `gap`: the layer the debug build leaves out.
+fn exec(backend: &str, gap: Option<&str>) -> Run {
+    let project = Project::new("wt");
+    common::git(&project.root, &["init", "-q"]);
+    let trail = project.outside.join("trail.jsonl");
+    if backend == "docker" {
+        common::engine::docker();
+        common::engine::hand_over(&project.root);
+        common::engine::hand_over(&project.outside);
+        common::engine::hand_over(&project.data);
+    }
+    let mut command = project.command();
+    command
+        .args(["exec", "--sandbox", backend, "--audit"])
+        .arg(&trail)
+        .arg("--root")
+        .arg(&project.root)
+        .args(["--", "sh", "-c", "echo walled > out.txt"])
+        .stdin(std::process::Stdio::null());
+    if let Some(gap) = gap {
+        command.env(runner_sandbox::spec::TEST_GAP_ENV, gap);
+    }
+    if backend == "docker" {
+        common::engine::cli(&mut command);
+    }
+    let out = command.output().unwrap();
+    Run {
+        project,
+        trail,
+        out,
+        model: None,
     }
 }
 
@@ -84,7 +122,10 @@ fn self_tests(records: &[Value]) -> Vec<&Value> {
 }
 
 fn passes_and_is_recorded(backend: &str) {
-    let r = run(backend, None);
+    is_recorded(&run(backend, None), backend);
+}
+
+fn is_recorded(r: &Run, backend: &str) {
     let all = describe(&r.out);
     assert_eq!(r.out.status.code(), Some(0), "{all}");
     assert_eq!(
@@ -157,10 +198,34 @@ fn the_self_test_passes_on_a_real_docker_start_and_is_in_the_trail() {
     passes_and_is_recorded("docker");
 }
 
+#[test]
+fn runner_exec_on_landlock_runs_the_self_test_and_records_it() {
+    is_recorded(&exec("landlock", None), "landlock");
+}
+
+#[test]
+fn runner_exec_on_docker_runs_the_self_test_and_records_it() {
+    is_recorded(&exec("docker", None), "docker");
+}
+
+/// The program of a `runner exec` whose wall lacks its seccomp filter never runs: the
+/// typed error's message, the sandbox's status, the failed report in the trail.
+#[test]
+fn runner_exec_on_landlock_without_its_seccomp_filter_is_stopped_before_the_program() {
+    let r = exec("landlock", Some("seccomp"));
+    a_missing_layer_was_stopped(&r, "seccomp", "mode 0");
+}
+
 /// The attack the self-test exists for: a wall that started without one of its layers.
 /// The session stops before the model is asked, with the layer named and what to do.
 fn a_missing_layer_stops_the_session(backend: &str, gap: &str, layer: &str, saw: &str) {
     let r = run(backend, Some(gap));
+    let asked = r.model.as_ref().map_or(0, |m| m.requests().len());
+    assert_eq!(asked, 0, "the model was asked: {}", describe(&r.out));
+    a_missing_layer_was_stopped(&r, layer, saw);
+}
+
+fn a_missing_layer_was_stopped(r: &Run, layer: &str, saw: &str) {
     let all = describe(&r.out);
     assert_eq!(
         r.out.status.code(),
@@ -173,7 +238,6 @@ fn a_missing_layer_stops_the_session(backend: &str, gap: &str, layer: &str, saw:
         "{all}"
     );
     assert!(stderr.contains("To do: "), "{all}");
-    assert_eq!(r.model.requests().len(), 0, "the model was asked: {all}");
     assert!(!r.project.root.join("out.txt").exists());
     let records = lines(&r.trail);
     let tests = self_tests(&records);

@@ -443,13 +443,24 @@ async fn exec_in(
     let wall_line = runner_agent::session::wall_line(&wall.spec, None);
     let session = runner_agent::audit::SessionAudit::started(trail, &wall.spec, wall_line, command);
     let proxy = exec_proxy(&wall, session.sink().clone());
-    let code = match runner_sandbox::exec::run(&wall.spec, argv, &env, proxy).await {
+    let checked = |report: &runner_sandbox::self_test::SelfTestReport| {
+        runner_agent::audit::self_test(session.sink(), report);
+    };
+    let code = match runner_sandbox::exec::run(&wall.spec, argv, &env, proxy, &checked).await {
         Ok((code, proxy)) => {
             super::tool::report_network(proxy.as_ref()).await;
             // Its connections still open are written before the stop.
             drop(proxy);
             session.ended(&format!("the program ended with status {code}"));
             code
+        }
+        Err(runner_sandbox::exec::ExecError::Sandbox(e)) => {
+            // The wall failed its self-test (or could not be put to it): the report goes
+            // to the trail, and the status is the sandbox's, as for `runner run`.
+            runner_agent::audit::start_failed(session.sink(), &e);
+            eprintln!("runner: {}", runner_display::escape(&e.to_string()));
+            session.ended(&format!("runner could not run the program: {e}"));
+            exit::SANDBOX
         }
         Err(e) => {
             eprintln!("runner: {}", runner_display::escape(&e.to_string()));

@@ -93,6 +93,10 @@ pub struct ServerArgs {
     /// output) while the program runs, for the network proxy (`--network allowlist`).
     #[arg(long = "protocol-fds", value_delimiter = ',', requires = "exec")]
     protocol_fds: Vec<i32>,
+    /// With `--exec`: before the program starts, answer runner's self-test of the wall on
+    /// this inherited socket, and run the program only when runner says every check passed.
+    #[arg(long = "self-test-fd", requires = "exec")]
+    self_test_fd: Option<i32>,
     /// With `--exec`: the program and its arguments, exactly as they reach `execve`.
     #[arg(last = true, requires = "exec", value_parser = clap::value_parser!(OsString))]
     argv: Vec<OsString>,
@@ -186,6 +190,19 @@ fn program_beside_server(
     // The controller went away before the program ended: it goes on without a network.
     std::thread::park();
     super::exit::OK
+}
+
+/// `--self-test-fd`: the wall tried from inside before the program runs; whether runner
+/// found every check passed (it says why not itself).
+fn self_test_passed(fd: i32) -> bool {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the descriptor runner handed us, ours alone; it closes here, so the program
+    // never inherits it.
+    let socket = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    matches!(
+        runner_sandbox_server::self_test::over_socket(socket),
+        Ok(true)
+    )
 }
 
 /// `--exec`: the program in place of this process, or beside the server when the proxy
@@ -299,6 +316,11 @@ pub fn run(args: ServerArgs) -> u8 {
         return super::exit::FAILED;
     }
     if args.exec {
+        if let Some(fd) = args.self_test_fd
+            && !self_test_passed(fd)
+        {
+            return super::exit::SANDBOX;
+        }
         return run_program(&args, kept);
     }
     match runner_sandbox_server::serve_stdio(&args.roots, args.git_guard(kept)) {

@@ -15,6 +15,19 @@ use std::time::Instant;
 use runner_protocol::wall::probes;
 use runner_protocol::{Probe, SelfTestRequest, WallFacts};
 
+/// The self-test of a server started with `--exec`, which serves no requests: on the
+/// socket runner handed it, one [`SelfTestRequest`] frame in, the facts out, then runner's
+/// verdict. `Ok(true)` only when runner answered `true`: the program may run. Anything else
+/// (a failed check closes the socket) means it must not.
+pub fn over_socket(socket: std::os::unix::net::UnixStream) -> std::io::Result<bool> {
+    let mut socket = socket;
+    let Some(req) = runner_protocol::read_frame::<SelfTestRequest>(&mut socket)? else {
+        return Ok(false);
+    };
+    runner_protocol::write_frame(&mut socket, &run(&req))?;
+    Ok(runner_protocol::read_frame::<bool>(&mut socket)? == Some(true))
+}
+
 /// Runs every probe, in order.
 pub fn run(req: &SelfTestRequest) -> WallFacts {
     let mut facts = WallFacts::default();

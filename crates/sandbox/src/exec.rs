@@ -16,6 +16,12 @@
 //! landlock the server serves on two extra descriptors beside the program, and under docker
 //! the container's main server serves as usual. The caller starts the proxy (it knows the
 //! rules) from the client it is handed.
+//!
+//! Before the program runs, the wall checks itself as every start does
+//! ([`crate::self_test`]). Under docker the container's main server answers the request.
+//! Under landlock the server runs the probes itself on a socket of its own
+//! (`--self-test-fd`), before the program, and starts it only when runner found every
+//! check passed: the one round trip, and no protocol served beside the program for it.
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -39,7 +45,20 @@ pub enum ExecError {
     /// The allow-list's proxy could not be started beside the program.
     #[error("{0}")]
     Proxy(String),
+    /// The wall failed its self-test at start, or could not be put to it: the program did
+    /// not run.
+    #[error(transparent)]
+    Sandbox(Box<crate::SandboxError>),
 }
+
+impl From<crate::SandboxError> for ExecError {
+    fn from(e: crate::SandboxError) -> Self {
+        ExecError::Sandbox(Box::new(e))
+    }
+}
+
+/// What is told of the wall's self-test once it passed (for the audit trail).
+pub type OnCheck<'a> = &'a (dyn Fn(&crate::self_test::SelfTestReport) + Sync);
 
 /// Runs `argv` (empty: the sandbox's interactive shell) in a new sandbox made from `spec`,
 /// and returns its status (128 + N for a death by signal N, 127 when it does not exist).
@@ -47,12 +66,14 @@ pub enum ExecError {
 /// placeholders).
 /// `proxy` is called with the sandbox's client and worktree when the network is the
 /// allow-list, before the program can use it; what it returns is kept until the program
-/// ends, then handed back.
+/// ends, then handed back. `checked` gets the wall's self-test report before the program
+/// starts; a failed check is [`ExecError::Sandbox`] and the program never runs.
 pub async fn run<T, F, Fut>(
     spec: &SandboxSpec,
     argv: &[OsString],
     env: &[(String, String)],
     proxy: F,
+    checked: OnCheck<'_>,
 ) -> Result<(u8, Option<T>), ExecError>
 where
     F: FnOnce(SandboxClient, PathBuf) -> Fut,
@@ -60,8 +81,8 @@ where
 {
     let proxy = (spec.network == Network::Allowlist).then_some(proxy);
     match spec.backend {
-        BackendKind::None | BackendKind::Landlock => on_host(spec, argv, env, proxy).await,
-        BackendKind::Docker => crate::docker::exec(spec, argv, env, proxy).await,
+        BackendKind::None | BackendKind::Landlock => on_host(spec, argv, env, proxy, checked).await,
+        BackendKind::Docker => crate::docker::exec(spec, argv, env, proxy, checked).await,
     }
 }
 
@@ -114,6 +135,7 @@ async fn on_host<T, F, Fut>(
     argv: &[OsString],
     env: &[(String, String)],
     proxy: Option<F>,
+    checked: OnCheck<'_>,
 ) -> Result<(u8, Option<T>), ExecError>
 where
     F: FnOnce(SandboxClient, PathBuf) -> Fut,
@@ -124,9 +146,21 @@ where
     let on_terminal = terminal::attached();
     let signals = forwarded_signals()
         .map_err(|e| ExecError::Start(format!("cannot listen for signals: {e}")))?;
-    let (mut command, guards) = host_command(spec, &worktree, argv, on_terminal, proxy.is_some())?;
+    let (mut command, guards, check) =
+        host_command(spec, &worktree, argv, on_terminal, proxy.is_some())?;
     command.envs(env.iter().map(|(k, v)| (k, v)));
-    let started = start_on_host(command, guards, on_terminal, proxy.is_some())?;
+    let mut started = start_on_host(command, guards, on_terminal, proxy.is_some())?;
+    if let Some((socket, wall)) = check {
+        let ours = socket.spawned();
+        match crate::self_test::over_socket(ours, &worktree, wall, spec.network) {
+            Ok(report) => checked(&report),
+            Err(e) => {
+                // The server ends on its own when the socket closes unanswered.
+                let _ = started.child.wait();
+                return Err(e.into());
+            }
+        }
+    }
     let kept = match (started.channel, proxy) {
         (Some(mut channel), Some(proxy)) => {
             channel.spawned();
@@ -327,21 +361,35 @@ fn pump_terminal(master: &OwnedFd) -> Result<tokio::sync::oneshot::Receiver<()>,
 
 /// The server's command line for the program: confined by landlock as the backend prepares
 /// it, or (no wall) just serving the worktree.
+/// The server's command line; under landlock also the self-test's socket, and the wall
+/// it is judged as.
+type HostCommand = (
+    std::process::Command,
+    HostGuards,
+    Option<(SelfTestSocket, crate::self_test::Wall)>,
+);
+
 fn host_command(
     spec: &SandboxSpec,
     worktree: &Path,
     argv: &[OsString],
     on_terminal: bool,
     with_protocol: bool,
-) -> Result<(std::process::Command, HostGuards), ExecError> {
+) -> Result<HostCommand, ExecError> {
     let mut command = std::process::Command::new(&spec.server_exe);
+    let mut check = None;
     let guards = if spec.backend == BackendKind::Landlock {
         let prepared = crate::landlock::prepare(spec, worktree)
             .map_err(|e| ExecError::Start(e.to_string()))?;
         if let Some(line) = &prepared.given_up {
             eprintln!("runner: {line}");
         }
+        let namespaces = !prepared.args.iter().any(|a| a == "--no-namespaces");
         command.args(&prepared.args).env_clear().envs(prepared.env);
+        let socket = SelfTestSocket::attach(&mut command).map_err(|e| {
+            ExecError::Start(format!("cannot make the sandbox's self-test socket: {e}"))
+        })?;
+        check = Some((socket, crate::self_test::Wall::Landlock { namespaces }));
         (Some(prepared.tmp), prepared.cgroup, Some(prepared.sweep))
     } else {
         command
@@ -355,7 +403,49 @@ fn host_command(
         command.args(["--protocol-fds", "3,4"]);
     }
     command.args(server_args(argv, on_terminal));
-    Ok((command, guards))
+    Ok((command, guards, check))
+}
+
+/// The socket of an `--exec` server's self-test: the server's end is inherited at its own
+/// number (moved to 10 or above first, clear of the 3 and 4 the protocol's pipes are put
+/// at), and named by `--self-test-fd`.
+struct SelfTestSocket {
+    ours: std::os::unix::net::UnixStream,
+    /// The server's end, open until it is spawned.
+    theirs: OwnedFd,
+}
+
+impl SelfTestSocket {
+    fn attach(command: &mut std::process::Command) -> std::io::Result<SelfTestSocket> {
+        use std::os::unix::process::CommandExt;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        use std::os::fd::FromRawFd;
+        // SAFETY: fcntl on a descriptor we own; the copy is ours alone from here on.
+        let fd = unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        drop(theirs);
+        // SAFETY: the new descriptor just made, owned by nothing else.
+        let theirs = unsafe { OwnedFd::from_raw_fd(fd) };
+        command.arg("--self-test-fd").arg(fd.to_string());
+        // SAFETY: fcntl only between fork and exec: the server keeps this one descriptor.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(SelfTestSocket { ours, theirs })
+    }
+
+    /// The server has its copy: ours of its end closes, so its going away reads as the end.
+    fn spawned(self) -> std::os::unix::net::UnixStream {
+        drop(self.theirs);
+        self.ours
+    }
 }
 
 /// The pipes of a host sandbox's protocol beside its program: the server reads requests

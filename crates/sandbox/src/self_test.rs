@@ -187,15 +187,23 @@ struct Canary {
 }
 
 impl Canary {
-    fn make() -> std::io::Result<Canary> {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("runner-canary-{}-", std::process::id()))
-            .tempdir()?;
-        std::fs::write(
-            dir.path().join("canary"),
-            b"a file the sandbox must not read\n",
-        )?;
-        Ok(Canary { dir })
+    fn make() -> Result<Canary, SandboxError> {
+        let made = || -> std::io::Result<Canary> {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("runner-canary-{}-", std::process::id()))
+                .tempdir()?;
+            std::fs::write(
+                dir.path().join("canary"),
+                b"a file the sandbox must not read\n",
+            )?;
+            Ok(Canary { dir })
+        };
+        made().map_err(|e| {
+            SandboxError::Disconnected(format!(
+                "cannot make the self-test's canary file in {}: {e}",
+                std::env::temp_dir().display()
+            ))
+        })
     }
 
     fn path(&self) -> PathBuf {
@@ -211,12 +219,7 @@ pub async fn run(
     network: Network,
 ) -> Result<SelfTestReport, SandboxError> {
     let start = Instant::now();
-    let canary = Canary::make().map_err(|e| {
-        SandboxError::Disconnected(format!(
-            "cannot make the self-test's canary file in {}: {e}",
-            std::env::temp_dir().display()
-        ))
-    })?;
+    let canary = Canary::make()?;
     let facts = sandbox
         .client
         .self_test(SelfTestRequest {
@@ -225,7 +228,52 @@ pub async fn run(
         })
         .await?;
     drop(canary);
-    let mut report = judge(&facts, wall, network);
+    verdict(&facts, wall, network, start)
+}
+
+/// The self-test of a server started with `--exec --self-test-fd`, which holds its
+/// program back until told: the request and the facts over `socket`, then `true` when
+/// every check passed. When one failed the socket closes unanswered and the server ends
+/// without running the program. Blocking, with a 30 s limit on each read: the probes take
+/// microseconds, and a server that died before answering closes its end at once.
+pub fn over_socket(
+    mut socket: std::os::unix::net::UnixStream,
+    worktree: &std::path::Path,
+    wall: Wall,
+    network: Network,
+) -> Result<SelfTestReport, SandboxError> {
+    let start = Instant::now();
+    let lost = |e: std::io::Error| {
+        SandboxError::Disconnected(format!(
+            "the sandbox's server did not answer its self-test: {e}"
+        ))
+    };
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .map_err(lost)?;
+    let canary = Canary::make()?;
+    let request = SelfTestRequest {
+        worktree: worktree.to_path_buf(),
+        canary: canary.path(),
+    };
+    runner_protocol::write_frame(&mut socket, &request).map_err(lost)?;
+    let facts: WallFacts = runner_protocol::read_frame(&mut socket)
+        .map_err(lost)?
+        .ok_or_else(|| lost(std::io::ErrorKind::UnexpectedEof.into()))?;
+    drop(canary);
+    let report = verdict(&facts, wall, network, start)?;
+    runner_protocol::write_frame(&mut socket, &true).map_err(lost)?;
+    Ok(report)
+}
+
+/// The facts judged: the report when every check passed, the typed error otherwise.
+fn verdict(
+    facts: &WallFacts,
+    wall: Wall,
+    network: Network,
+    start: Instant,
+) -> Result<SelfTestReport, SandboxError> {
+    let mut report = judge(facts, wall, network);
     report.total_micros = start.elapsed().as_micros() as u64;
     let Some(failed) = report.failures().next().cloned() else {
         return Ok(report);

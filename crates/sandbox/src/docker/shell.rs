@@ -33,6 +33,7 @@ pub async fn exec<T, F, Fut>(
     argv: &[OsString],
     env: &[(String, String)],
     proxy: Option<F>,
+    checked: crate::exec::OnCheck<'_>,
 ) -> Result<(u8, Option<T>), ExecError>
 where
     F: FnOnce(SandboxClient, PathBuf) -> Fut,
@@ -47,6 +48,11 @@ where
     let sandbox = super::open_container(&engine, spec)
         .await
         .map_err(DockerError::from)?;
+    // The container's main server answers the self-test; the program's exec of the server
+    // confines itself with the same flags.
+    if let Some(wall) = sandbox.wall {
+        checked(&crate::self_test::run(&sandbox, wall, spec.network).await?);
+    }
     let kept = match proxy {
         Some(start) => Some(
             start(sandbox.client.clone(), sandbox.worktree.clone())
