@@ -22,8 +22,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::layers::{ConfigError, load_file};
 use super::rules::{Action, Layer, Rule};
+use crate::files::{ConfigError, load_file};
 
 /// The system boundary's place.
 pub const SYSTEM_PATH: &str = "/etc/runner/boundary.toml";
@@ -31,39 +31,7 @@ pub const SYSTEM_PATH: &str = "/etc/runner/boundary.toml";
 /// The environment variable that names one more boundary file.
 pub const ENV: &str = "RUNNER_BOUNDARY";
 
-/// A boundary file that cannot be used. Each variant names the file or folder at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum BoundaryError {
-    #[error(
-        "the boundary file {path} named by {ENV} does not exist; create it (owned by root, writable only by root) or unset {ENV}"
-    )]
-    Missing { path: PathBuf },
-    #[error("cannot inspect the boundary file {path}: {source}")]
-    Stat {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(
-        "refusing the boundary {path}: {what} is owned by uid {uid}, not root; a boundary only counts when only root can change it (chown root {what})"
-    )]
-    NotRootOwned {
-        path: PathBuf,
-        what: PathBuf,
-        uid: u32,
-    },
-    #[error(
-        "refusing the boundary {path}: {what} is writable by its group or by others (mode {mode:o}); a boundary only counts when only root can change it (chmod go-w {what})"
-    )]
-    Writable {
-        path: PathBuf,
-        what: PathBuf,
-        mode: u32,
-    },
-    #[error("refusing the boundary {path}: it is not a regular file")]
-    NotAFile { path: PathBuf },
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-}
+pub use crate::files::BoundaryError;
 
 /// Every boundary that applies here: the system one if it exists, then the one
 /// `RUNNER_BOUNDARY` names. Each file's rules come in the [`Layer::Boundary`] layer, after

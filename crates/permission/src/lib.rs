@@ -12,6 +12,7 @@
 pub mod arity;
 pub mod bash_scan;
 pub mod boundary;
+pub mod files;
 pub mod gate;
 pub mod layers;
 pub mod paths;
