@@ -806,7 +806,9 @@ fn runner_exec_keeps_the_same_trail_as_every_session() {
     let mut middle = keys[1..keys.len() - 1].to_vec();
     middle.sort();
     let mut want = vec![
-        (6003, 1, "network 127.0.0.1".to_string()),
+        // The wall's self-test at start, as in every session.
+        (6002, 0, "Self-test".to_string()),
+        (6003, 1, "network 127.0.0.1".into()),
         (6003, 2, "network refused.example".into()),
         (4001, 1, "Close 127.0.0.1".into()),
         (4001, 2, "Refuse refused.example".into()),

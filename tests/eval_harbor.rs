@@ -275,6 +275,20 @@ fn twenty_harbor_tasks_get_exactly_the_verdicts_the_script_deserves() {
         "{diff}"
     );
     assert!(out.join("tasks/h00/session.jsonl").exists());
+    // The task container's start checked its wall before the agent's first call, and the
+    // attempt's trail holds the report, right after the start.
+    let trail = std::fs::read_to_string(out.join("tasks/h00/audit.ndjson")).unwrap();
+    let records: Vec<Value> = trail
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records[1]["activity_name"], "Self-test", "{trail}");
+    assert_eq!(records[1]["status"], "Success", "{:#}", records[1]);
+    assert_eq!(
+        records[1]["app"]["feature"]["name"], "docker task image",
+        "{:#}",
+        records[1]
+    );
     // The cheat found no tests, and what it planted did not count.
     let cheat = read_json(&out.join("tasks/h16/result.json"));
     assert_eq!(cheat["reward"], 0.0, "{cheat}");

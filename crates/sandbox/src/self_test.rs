@@ -40,7 +40,17 @@ pub enum Wall {
     Landlock { namespaces: bool },
     /// A container; `podman` says which engine, `gvisor` whether runsc runs it.
     Container { podman: bool, gvisor: bool },
+    /// A task image's container (an evaluation's Harbor task, `sandbox serve
+    /// --task-image`): a container as above, except that its server runs as the image's
+    /// user, root keeping the capabilities a system's own files need
+    /// ([`TASK_CAPABILITIES`]), and the worktree is the image's own folder, whose
+    /// permissions are the task's.
+    Task { podman: bool, gvisor: bool },
 }
+
+/// The capabilities a task container's root keeps (`CHOWN`, `DAC_OVERRIDE`, `FOWNER`,
+/// `FSETID`, `SETGID`, `SETUID`: bits 0, 1, 3, 4, 6, 7), as `docker::in_image` adds them.
+pub const TASK_CAPABILITIES: u64 = 0xdb;
 
 impl Wall {
     /// `landlock`, `docker`, `podman`, `docker (gVisor)`: what a report names.
@@ -48,11 +58,15 @@ impl Wall {
         match self {
             Wall::Landlock { namespaces: true } => "landlock".into(),
             Wall::Landlock { namespaces: false } => "landlock (no namespaces)".into(),
-            Wall::Container { podman, gvisor } => {
+            Wall::Container { podman, gvisor } | Wall::Task { podman, gvisor } => {
                 let engine = if podman { "podman" } else { "docker" };
+                let task = match self {
+                    Wall::Task { .. } => " task image",
+                    _ => "",
+                };
                 match gvisor {
-                    true => format!("{engine} (gVisor)"),
-                    false => engine.into(),
+                    true => format!("{engine}{task} (gVisor)"),
+                    false => format!("{engine}{task}"),
                 }
             }
         }
@@ -163,7 +177,7 @@ pub fn fix(layer: Layer, wall: Wall, network: Network) -> &'static str {
         (Layer::Files, Wall::Landlock { .. }) => {
             "landlock did not refuse a file outside the worktree: boot a kernel with landlock ABI 6 (Linux 6.12+, lsm=...,landlock), or use --sandbox docker"
         }
-        (Layer::Files, Wall::Container { .. }) => {
+        (Layer::Files, Wall::Container { .. } | Wall::Task { .. }) => {
             "a host file outside the worktree is visible in the container: remove the engine's extra mounts (default volumes or binds in daemon.json or containers.conf), or use --sandbox landlock"
         }
         (Layer::Seccomp, _) => {
@@ -292,7 +306,7 @@ fn verdict(
 
 /// The checks, judged from the facts for this wall and network.
 pub fn judge(facts: &WallFacts, wall: Wall, network: Network) -> SelfTestReport {
-    let mut checks = vec![worktree(facts), canary(facts, wall), seccomp(facts)];
+    let mut checks = vec![worktree(facts, wall), canary(facts, wall), seccomp(facts)];
     checks.extend(net(facts, network));
     checks.push(capabilities(facts, wall));
     for check in checks.iter_mut().filter(|c| !c.passed) {
@@ -356,15 +370,24 @@ fn shown(errno: Option<i32>) -> String {
     errno.map_or_else(|| "no answer".into(), errno_name)
 }
 
-fn worktree(facts: &WallFacts) -> Check {
+fn worktree(facts: &WallFacts, wall: Wall) -> Check {
     let mut seen = Seen::new(facts);
     let errno = seen.errno(probes::WORKTREE_WRITE);
+    // A task image's folder is the task's, as its image made it: a user the image does not
+    // let write there is the task's choice, which the agent meets as any command would.
+    let (passed, want) = match wall {
+        Wall::Task { .. } => (
+            matches!(errno, Some(0) | Some(libc::EACCES)),
+            "a file made, written and removed, or EACCES (the image's own permissions)",
+        ),
+        _ => (errno == Some(0), "a file made, written and removed"),
+    };
     Check {
         name: "worktree writable",
         layer: Layer::Worktree,
-        passed: errno == Some(0),
+        passed,
         saw: shown(errno),
-        want: "a file made, written and removed".into(),
+        want: want.into(),
         micros: seen.micros,
         fix: "",
     }
@@ -377,7 +400,7 @@ fn canary(facts: &WallFacts, wall: Wall) -> Check {
     // container the host's file is not there at all; any refusal keeps it unread.
     let (passed, want) = match wall {
         Wall::Landlock { .. } => (errno == Some(libc::EACCES), "EACCES"),
-        Wall::Container { .. } => (
+        Wall::Container { .. } | Wall::Task { .. } => (
             errno.is_some_and(|e| e != 0),
             "an error (ENOENT: the container has no such file)",
         ),
@@ -462,13 +485,19 @@ fn capabilities(facts: &WallFacts, wall: Wall) -> Check {
     // gaining what the set still names.
     let bounding_must_be_empty = match wall {
         Wall::Landlock { namespaces } => namespaces || is_root(),
-        Wall::Container { .. } => true,
+        Wall::Container { .. } | Wall::Task { .. } => true,
     };
-    let passed = effective == Some(0)
-        && permitted == Some(0)
+    // A task container's root keeps a few (none that reach past the container).
+    let allowed = match wall {
+        Wall::Task { .. } => TASK_CAPABILITIES,
+        _ => 0,
+    };
+    let within = |set: Option<u64>| set.is_some_and(|v| v & !allowed == 0);
+    let passed = within(effective)
+        && within(permitted)
         && ambient == Some(0)
         && no_new_privs == Some(1)
-        && (!bounding_must_be_empty || bounding == Some(0));
+        && (!bounding_must_be_empty || within(bounding));
     let mask = |v: Option<u64>| v.map_or_else(|| "unknown".into(), |v| format!("{v:#x}"));
     Check {
         name: "no capabilities",
@@ -482,9 +511,10 @@ fn capabilities(facts: &WallFacts, wall: Wall) -> Check {
             mask(bounding),
             no_new_privs.map_or_else(|| "unknown".into(), |v| v.to_string())
         ),
-        want: match bounding_must_be_empty {
-            true => "every set 0x0, no_new_privs 1",
-            false => "effective, permitted and ambient 0x0, no_new_privs 1 (the bounding set is left: no namespace to empty it in)",
+        want: match (wall, bounding_must_be_empty) {
+            (Wall::Task { .. }, _) => "effective, permitted and bounding within 0xdb (the task's six), ambient 0x0, no_new_privs 1",
+            (_, true) => "every set 0x0, no_new_privs 1",
+            (_, false) => "effective, permitted and ambient 0x0, no_new_privs 1 (the bounding set is left: no namespace to empty it in)",
         }
         .into(),
         micros: seen.micros,
@@ -618,6 +648,49 @@ mod tests {
             failed(&judge(&facts, DOCKER, Network::None)),
             [Layer::Capabilities]
         );
+    }
+
+    /// A task container's root keeps its six capabilities and may find the image's folder
+    /// closed to its user; anything beyond those still fails.
+    #[test]
+    fn a_task_image_is_judged_as_a_container_with_the_tasks_own_capabilities() {
+        const TASK: Wall = Wall::Task {
+            podman: false,
+            gvisor: false,
+        };
+        let mut facts = holding();
+        for probe in [
+            probes::CAP_EFFECTIVE,
+            probes::CAP_PERMITTED,
+            probes::CAP_BOUNDING,
+        ] {
+            set(&mut facts, probe, None, Some(TASK_CAPABILITIES));
+        }
+        set(&mut facts, probes::WORKTREE_WRITE, Some(libc::EACCES), None);
+        let report = judge(&facts, TASK, Network::None);
+        assert!(report.passed(), "{:?}", report.lines());
+        assert_eq!(report.wall, "docker task image");
+        // The same facts on a plain container fail.
+        assert_eq!(
+            failed(&judge(&facts, DOCKER, Network::None)),
+            [Layer::Worktree, Layer::Capabilities]
+        );
+        // CAP_SYS_ADMIN (21), or any ambient capability, is beyond the task's.
+        set(&mut facts, probes::CAP_EFFECTIVE, None, Some(1 << 21));
+        assert_eq!(
+            failed(&judge(&facts, TASK, Network::None)),
+            [Layer::Capabilities]
+        );
+        set(&mut facts, probes::CAP_EFFECTIVE, None, Some(0));
+        set(&mut facts, probes::CAP_AMBIENT, None, Some(1));
+        assert_eq!(
+            failed(&judge(&facts, TASK, Network::None)),
+            [Layer::Capabilities]
+        );
+        // The host's file is still never visible.
+        set(&mut facts, probes::CAP_AMBIENT, None, Some(0));
+        set(&mut facts, probes::CANARY_READ, Some(0), None);
+        assert_eq!(failed(&judge(&facts, TASK, Network::None)), [Layer::Files]);
     }
 
     #[test]

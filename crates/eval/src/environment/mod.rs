@@ -221,10 +221,20 @@ impl TaskEnvironment {
         let spec = task_image(request, built.image(), &engine, scratch.path())?;
         let container = TaskContainer::create(&engine.described, &spec).await?;
         let trail = open_trail(request, &spec, container.workdir(), scratch.path())?;
-        let sandbox = container
-            .serve()
-            .await
-            .map_err(|e| EvalError::from(e).during("cannot start the task container"))?;
+        // The start's self-test (passed or failed) goes to the trial's trail.
+        let served = container.serve().await;
+        if let Some(trail) = &trail {
+            match &served {
+                Ok(sandbox) => {
+                    if let Some(report) = &sandbox.self_test {
+                        runner_agent::audit::self_test(trail.sink(), report);
+                    }
+                }
+                Err(e) => runner_agent::audit::start_failed(trail.sink(), e),
+            }
+        }
+        let sandbox =
+            served.map_err(|e| EvalError::from(e).during("cannot start the task container"))?;
         let gate = Arc::new(PhaseGate::new(
             sandbox.worktree(),
             rules,

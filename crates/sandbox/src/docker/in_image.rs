@@ -180,6 +180,9 @@ pub struct TaskContainer {
     image_user: String,
     /// `none`, or `allowlist` when the task may reach the internet through the proxy.
     network: Network,
+    /// What every start's self-test judges: the wall, and the network its server was
+    /// started with (`allowlist` too when the verifier gets a proxy).
+    wall: (crate::self_test::Wall, Network),
     _remove: ContainerGuard,
 }
 
@@ -256,6 +259,7 @@ impl TaskContainer {
         cmd.extend(["--network".into(), served_network.as_arg().into()]);
         let mounts = task_mounts(task, read_only, bundle.map(PathBuf::as_path));
         let runtime = engine.choose_runtime(&task.runtime).await?;
+        let runtime_name = runtime.clone();
         let run_id = unique_id();
         let body = ContainerCreateBody {
             image: Some(task.image.clone()),
@@ -285,6 +289,13 @@ impl TaskContainer {
             started: std::sync::atomic::AtomicBool::new(false),
             image_user,
             network: task.network,
+            wall: (
+                crate::self_test::Wall::Task {
+                    podman: engine.kind == super::engine::Kind::Podman,
+                    gvisor: engine.gvisor(runtime_name.as_deref()),
+                },
+                served_network,
+            ),
             _remove: ContainerGuard {
                 docker: docker.clone(),
                 id: created.id,
@@ -368,14 +379,19 @@ impl TaskContainer {
             docker: self.docker.clone(),
             id: self.id.clone(),
         };
-        serve(
+        let mut sandbox = serve(
             &self.docker,
             &self.id,
             self.workdir.clone(),
             self.env.clone(),
             vec![Box::new(stop)],
         )
-        .await
+        .await?;
+        // Every start checks its wall before the first tool call, as any sandbox's does.
+        let (wall, network) = self.wall;
+        sandbox.wall = Some(wall);
+        sandbox.self_test = Some(crate::self_test::run(&sandbox, wall, network).await?);
+        Ok(sandbox)
     }
 
     /// Kills every process in the container and waits until it has stopped.
