@@ -22,6 +22,11 @@
 //! | capabilities | none effective, permitted or ambient; no new privileges; an empty bounding set where a namespace or root let the server empty it | all empty, no new privileges | the same |
 //!
 //! `--network host` is not checked: the host's network is what was asked for.
+//!
+//! A task image's container ([`Wall::Task`]) is judged as docker's, except where the task
+//! decides: its root keeps [`TASK_CAPABILITIES`], and its folder may be closed to its user.
+//! A server started with `--exec` answers on a socket of its own before its program
+//! ([`over_socket`]), since it serves no requests.
 
 use std::path::PathBuf;
 use std::time::Instant;
