@@ -33,9 +33,10 @@ const LOOSE: &str = r#"[permission]
 "secret.txt" = "allow"
 "#;
 
-/// A folder only root may write (not under /tmp, which anyone may), for boundary files.
+/// A folder only root may write, for boundary files: under /run (root's, 0755), not under
+/// the checkout, which a clone in /tmp puts below a folder anyone may write.
 fn root_only_dir() -> tempfile::TempDir {
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/boundary-tests");
+    let base = Path::new("/run/runner-boundary-tests");
     std::fs::create_dir_all(&base).unwrap();
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
     let dir = tempfile::tempdir_in(&base).unwrap();
