@@ -37,9 +37,9 @@ const LOOSE: &str = r#"[permission]
 /// the checkout, which a clone in /tmp puts below a folder anyone may write.
 fn root_only_dir() -> tempfile::TempDir {
     let base = Path::new("/run/runner-boundary-tests");
-    std::fs::create_dir_all(&base).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dir = tempfile::tempdir_in(&base).unwrap();
+    std::fs::create_dir_all(base).unwrap();
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempfile::tempdir_in(base).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
 }
