@@ -12,6 +12,7 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+use common::boundary::{boundary_file, root_only_dir};
 use common::project::Project;
 
 const BOUNDARY: &str = r#"[permission]
@@ -32,24 +33,6 @@ const LOOSE: &str = r#"[permission]
 [permission.read]
 "secret.txt" = "allow"
 "#;
-
-/// A folder only root may write, for boundary files: under /run (root's, 0755), not under
-/// the checkout, which a clone in /tmp puts below a folder anyone may write.
-fn root_only_dir() -> tempfile::TempDir {
-    let base = Path::new("/run/runner-boundary-tests");
-    std::fs::create_dir_all(base).unwrap();
-    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let dir = tempfile::tempdir_in(base).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-fn boundary_file(dir: &Path, text: &str) -> PathBuf {
-    let path = dir.join("boundary.toml");
-    std::fs::write(&path, text).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    path
-}
 
 struct Setup {
     project: Project,

@@ -16,6 +16,7 @@
 
 pub mod agree;
 pub mod allowlist;
+pub mod boundary;
 pub mod engine;
 pub mod engine_faults;
 pub mod escape;
