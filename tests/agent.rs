@@ -1491,7 +1491,7 @@ fn an_mcp_servers_tools_are_offered_to_the_model_and_run_in_the_sandbox() {
     std::fs::create_dir_all(h.wt.join(".bin")).unwrap();
     let server = h.wt.join(".bin/runner");
     if std::fs::hard_link(env!("CARGO_BIN_EXE_runner"), &server).is_err() {
-        std::fs::copy(env!("CARGO_BIN_EXE_runner"), &server).unwrap();
+        common::copy_runner_to(&server);
     }
     std::fs::write(
         h.wt.join(".runner/config.toml"),

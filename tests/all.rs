@@ -2,11 +2,12 @@
 //! fixture (`common`) is compiled once and the runner library linked once, instead of
 //! once per file. Each file is a module of its own, named as before.
 //!
-//! Four suites are binaries of their own because they change or sweep what the whole
-//! process uses: `engine_runsc`, `escape_podman` and `podman_rootless` choose the engine
-//! every sandbox of the process runs on (`common::engine::use_engine`), and
-//! `sandbox_cleanup` ends every runner container on the machine (`--all --yes`), which would pull
-//! sandboxes from under the tests beside it.
+//! The suites of the other engines (`engine_runsc`, `escape_podman`, `podman_rootless`)
+//! are modules here too: a test chooses its engine for its own thread
+//! (`common::engine::use_engine`), so they run beside the machine engine's tests instead
+//! of after them. One suite is a binary of its own: `sandbox_cleanup` ends every runner
+//! container on the machine (`--all --yes`), which would pull sandboxes from under the
+//! tests beside it.
 
 #![allow(
     clippy::unwrap_used,
@@ -22,8 +23,10 @@ mod backends_agree;
 mod cli;
 mod container_image;
 mod docs;
+mod engine_runsc;
 mod escape_docker;
 mod escape_landlock;
+mod escape_podman;
 mod escape_webfetch;
 mod eval;
 mod eval_engine_faults;
@@ -48,6 +51,8 @@ mod permission_attacks;
 mod permission_boundary;
 mod permission_gate;
 mod permission_learn;
+mod podman_rootless;
+mod private_tmp;
 mod python_sandbox;
 mod sandbox_start;
 mod symlink_escape;

@@ -418,3 +418,26 @@ fn the_fuzzer_links_no_tool_or_mcp() {
         &["runner-tool", "rmcp", "runner-agent", "runner"],
     );
 }
+
+/// Two choices that keep a clean build short are not in any manifest's dependency list, so
+/// a routine `cargo update` or a feature added back would undo them unseen: the lock holds
+/// `idna_adapter` on 1.1 (url's IDNA on unicode-rs, not ICU4X's twenty crates and derive
+/// macros), and rmcp's default `macros` stays off (its proc-macro and darling).
+#[test]
+fn the_build_keeps_out_icu_and_rmcps_macros() {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
+        .expect("read Cargo.lock");
+    for package in [
+        "icu_normalizer",
+        "zerofrom-derive",
+        "rmcp-macros",
+        "darling",
+    ] {
+        assert!(
+            !lock.contains(&format!("name = \"{package}\"\n")),
+            "Cargo.lock has {package} again: `cargo update -p idna_adapter --precise 1.1.0` \
+             puts url's IDNA back on unicode-rs; rmcp needs `default-features = false` \
+             (docs/DEVELOPMENT.md, the compile's figures)"
+        );
+    }
+}

@@ -133,11 +133,21 @@ async fn task_containers_count_processes_in_gvisors_kernel() {
     .await;
     assert_eq!(code, Some(0), "{stdout:?} {stderr:?}");
     assert_eq!(stdout, "64\nforty\n", "{stderr:?}");
-    let (_, stdout, stderr, _) = escape::run(
+    // bash retries a fork that got EAGAIN after 1, 2, 4 and 8 s, so the loop ends only as
+    // the first sleeps do, and the last ones 10 s later: more than the default 20 s on a
+    // loaded machine.
+    let run = escape::exec_with(
         &sb,
         "for i in $(seq 80); do sleep 10 & done 2>&1 | sort -u; wait; echo done",
+        escape::ExecOpts {
+            timeout_ms: 120_000,
+            ..escape::ExecOpts::default()
+        },
     )
-    .await;
+    .await
+    .expect("the sandbox runs the loop");
+    let (stdout, stderr) = (run.stdout, run.stderr);
+    assert!(stdout.ends_with("done\n"), "{stdout:?} {stderr:?}");
     assert!(
         stderr.contains("Resource temporarily unavailable")
             || stdout.contains("Resource temporarily unavailable"),

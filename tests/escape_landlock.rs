@@ -132,6 +132,7 @@ fn without_user_namespaces_landlock_starts_says_what_it_gave_up_and_still_confin
         ".git/hooks, .git/config and the other files host git runs are put back after every \
          command and at close instead of being read-only",
         "$TMPDIR is a folder on disk (each file up to 1024 MiB, the total not bounded)",
+        "no /tmp of its own (the host's stays closed to it)",
         "/proc shows the host's processes",
         "--network allowlist is refused",
         "no cgroup",

@@ -15,7 +15,7 @@ use common::escape;
 
 const BACKEND: Backend = Backend::Docker;
 
-/// Every test of this binary runs on rootful Podman.
+/// Every test of this suite runs on rootful Podman.
 fn on_podman() {
     common::engine::use_engine(common::podman::rootful);
 }

@@ -8,6 +8,14 @@
 //! resolved task that says it was tried again; one that keeps firing must leave
 //! `infra_error` naming the engine and the call. The controls: a wrong solution, and one
 //! that breaks what the verifier needs, are still the agent's.
+//!
+//! An oracle attempt spares the engine what it can: a solution and hidden tests that fit
+//! in one command are written by a command in the container, and the rewards come back in
+//! the verifier's own output. The engine's archive calls are what is left when they do
+//! not: a solution or tests padded past that limit are copied in through the engine (a
+//! `PUT` of an archive, in the agent's and the verifier's phase), and a `test.sh` that
+//! leaves a process printing after the rewards makes them read through the engine (a
+//! `GET` of `/logs/verifier`). So the faults here aim at calls the attempt really makes.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -27,6 +35,17 @@ echo 1 > /logs/verifier/reward.txt
 const DOCKERFILE: &str = "FROM runner-sandbox:bookworm\nWORKDIR /app\nCOPY calc.sh /app/calc.sh\n";
 const TOML: &str = "version = \"1.0\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n";
 
+/// A `test.sh` that passes and leaves a process behind that prints once the verifier's
+/// command has ended: the rewards printed after `test.sh` are then not the last of the
+/// output, so runner reads them from `/logs/verifier` through the engine.
+const LINGERING_TEST: &str = "#!/bin/bash
+set -e
+got=$(sh /app/calc.sh 2 3)
+[ \"$got\" = 5 ]
+echo 1 > /logs/verifier/reward.txt
+( while kill -0 $PPID 2>/dev/null; do sleep 0.05; done; echo 'a late line' ) &
+";
+
 /// The machine's engine, which the proxy forwards to.
 const ENGINE: &str = "/var/run/docker.sock";
 
@@ -44,6 +63,14 @@ fn task_set(solution: &str) -> tempfile::TempDir {
     std::fs::write(dir.join("tests/test.sh"), TEST).unwrap();
     std::fs::write(dir.join("solution/solve.sh"), solution).unwrap();
     tmp
+}
+
+/// A file in `calc/{sub}` too large for the command that would write the folder in the
+/// container (runner's limit is 96 KiB), so that the engine copies the folder in.
+fn pad(set: &tempfile::TempDir, sub: &str) {
+    let padding = "x".repeat(127) + "\n";
+    let path = set.path().join("calc").join(sub).join("padding.txt");
+    std::fs::write(path, padding.repeat(1024)).unwrap();
 }
 
 /// What a run through the proxy left: the task's result, what runner printed, and its pid.
@@ -102,8 +129,7 @@ fn containers_of(pid: u32) -> String {
 
 /// One fault, fired once: the attempt ends as the engine's failure, is tried again, and
 /// the second try resolves the task.
-fn fires_once_then_resolves(fault: Fault, call: &str) {
-    let set = task_set(FIXED);
+fn fires_once_then_resolves(set: tempfile::TempDir, fault: Fault, call: &str) {
     let proxy = EngineFaults::start(Path::new(ENGINE), vec![fault]);
     let ran = eval_through(&proxy, &set);
     let (r, told) = (&ran.result, &ran.told);
@@ -120,9 +146,13 @@ fn fires_once_then_resolves(fault: Fault, call: &str) {
 }
 
 #[test]
-fn a_500_on_the_agent_phases_copy_is_the_engines_failure_and_is_tried_again() {
-    // The oracle's solution is the first archive put into the task container.
+fn a_500_on_copying_oversized_hidden_tests_in_is_the_engines_failure_and_is_tried_again() {
+    // The solution is small and written through runner's server; the tests are too large
+    // for the verifier's command, so theirs is the one archive put into the container.
+    let set = task_set(FIXED);
+    pad(&set, "tests");
     fires_once_then_resolves(
+        set,
         Fault::status(500, "PUT /containers/*/archive"),
         "PUT /containers/",
     );
@@ -132,12 +162,17 @@ fn a_500_on_the_agent_phases_copy_is_the_engines_failure_and_is_tried_again() {
 fn a_cut_connection_in_the_verifier_phase_is_the_engines_failure_and_is_tried_again() {
     // Only the verifier runs commands through the engine's exec (the oracle runs through
     // runner's server), so the first exec is the verifier's.
-    fires_once_then_resolves(Fault::cut("POST /containers/*/exec"), "POST /containers/");
+    fires_once_then_resolves(
+        task_set(FIXED),
+        Fault::cut("POST /containers/*/exec"),
+        "POST /containers/",
+    );
 }
 
 #[test]
 fn a_500_while_setting_up_the_task_container_is_the_engines_failure_and_is_tried_again() {
     fires_once_then_resolves(
+        task_set(FIXED),
         Fault::status(500, "POST /containers/create"),
         "POST /containers/create",
     );
@@ -145,8 +180,7 @@ fn a_500_while_setting_up_the_task_container_is_the_engines_failure_and_is_tried
 
 /// A fault that fires on every try: `infra_error` after the run's retries, the phase it
 /// hit, and a reason naming the engine (its socket) and the call.
-fn keeps_failing(fault: Fault, phase: &str, call: &str) {
-    let set = task_set(FIXED);
+fn keeps_failing(set: tempfile::TempDir, fault: Fault, phase: &str, call: &str) {
     let proxy = EngineFaults::start(Path::new(ENGINE), vec![fault.always()]);
     let ran = eval_through(&proxy, &set);
     let (r, told) = (&ran.result, &ran.told);
@@ -168,8 +202,13 @@ fn keeps_failing(fault: Fault, phase: &str, call: &str) {
 }
 
 #[test]
-fn an_engine_that_keeps_failing_the_agent_phases_copy_ends_in_infra_error_naming_it() {
+fn an_engine_that_keeps_failing_to_copy_an_oversized_solution_in_ends_in_infra_error_naming_it() {
+    // Too large for a command through runner's server: the solution is put into the
+    // container through the engine, in the agent's phase (before the tests, which fit).
+    let set = task_set(FIXED);
+    pad(&set, "solution");
     keeps_failing(
+        set,
         Fault::status(500, "PUT /containers/*/archive"),
         "agent",
         "cannot copy files into /",
@@ -179,6 +218,7 @@ fn an_engine_that_keeps_failing_the_agent_phases_copy_ends_in_infra_error_naming
 #[test]
 fn an_engine_that_keeps_cutting_the_verifier_off_ends_in_infra_error_naming_it() {
     keeps_failing(
+        task_set(FIXED),
         Fault::cut("POST /containers/*/exec"),
         "verify",
         "cannot run",
@@ -186,9 +226,14 @@ fn an_engine_that_keeps_cutting_the_verifier_off_ends_in_infra_error_naming_it()
 }
 
 #[test]
-fn an_engine_that_keeps_failing_the_reward_read_ends_in_infra_error_naming_it() {
-    // Copying out, in the verifier's phase: every read of /logs/verifier fails.
+fn an_engine_that_keeps_failing_the_reward_read_after_a_lingering_test_ends_in_infra_error_naming_it()
+ {
+    // A process test.sh left prints after the rewards, so they are read through the
+    // engine, in the verifier's phase: every read of /logs/verifier fails.
+    let set = task_set(FIXED);
+    std::fs::write(set.path().join("calc/tests/test.sh"), LINGERING_TEST).unwrap();
     keeps_failing(
+        set,
         Fault::status(502, "GET /containers/*/archive").query("path=/logs/verifier"),
         "verify",
         "cannot read /logs/verifier",

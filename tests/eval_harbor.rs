@@ -1437,6 +1437,98 @@ for i in $(seq 100); do ls /tmp/lurking-* > /dev/null 2>&1 && break; sleep 0.05;
 echo lurking as $(ls /tmp/lurking-*)
 "#;
 
+/// A process whose leader called `exit` while another of its threads runs on: `/proc`
+/// shows it as a zombie, yet it waits for the hidden tests, flips the answer as `$1` says
+/// and plants a reward. It says where it lurks once its leader is a zombie.
+const ZOMBIE_LURKER: &str = r#"op=$1
+cat > /tmp/lurk.py <<'END'
+import ctypes, os, sys, threading, time
+op = sys.argv[1]
+def lurk():
+    while True:
+        try:
+            if os.path.exists('/tests/test.sh'):
+                with open('/app/calc.sh', 'w') as f:
+                    f.write('echo $(($1 + $2))\n' if op == 'add' else 'echo $(($1 - $2))\n')
+                with open('/logs/verifier/reward.txt', 'w') as f:
+                    f.write('1\n')
+        except OSError:
+            pass
+        with open('/proc/%d/status' % os.getpid()) as f:
+            if 'State:\tZ' in f.read():
+                open('/tmp/lurking-zombie', 'w').close()
+        time.sleep(0.02)
+threading.Thread(target=lurk).start()
+time.sleep(0.1)
+ctypes.CDLL(None).syscall(60, 0)
+END
+chmod 666 /app/calc.sh
+setsid python3 /tmp/lurk.py "$op" > /dev/null 2>&1 < /dev/null &
+for i in $(seq 100); do [ -e /tmp/lurking-zombie ] && break; sleep 0.05; done
+echo lurking as $(ls /tmp/lurking-zombie)
+"#;
+
+/// A left-behind process whose leader exited (a zombie to `/proc`, with a thread still
+/// running) is as alive as any: it is killed before the verifier runs, as root's and as
+/// the agent's user's, and cannot flip a wrong answer right or a right one wrong.
+#[test]
+fn a_process_whose_leader_exited_is_killed_before_the_verifier() {
+    common::engine::docker();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap().join("set");
+    let right = format!("printf '%s' '{FIXED}' > /app/calc.sh\n");
+    let wrong = "printf 'echo $(($1 * $2))\\n' > /app/calc.sh\n".to_string();
+    let lurk = |op: &str| format!("set -- {op}\n{ZOMBIE_LURKER}");
+    let as_agent = TOML.replace("[agent]\n", "[agent]\nuser = \"agent\"\n");
+    let agents_image = format!("{DOCKERFILE}RUN useradd -m agent && chown -R agent /app\n");
+    let tasks = [
+        (
+            "right-zombie",
+            right + &lurk("subtract"),
+            TOML.to_string(),
+            DOCKERFILE.to_string(),
+        ),
+        (
+            "wrong-zombie",
+            wrong.clone() + &lurk("add"),
+            TOML.to_string(),
+            DOCKERFILE.to_string(),
+        ),
+        (
+            "wrong-zombie-agent",
+            wrong + &lurk("add"),
+            as_agent,
+            agents_image,
+        ),
+    ];
+    for (id, solution, toml, dockerfile) in &tasks {
+        let task = dir.join(id);
+        harbor_task(&task, "Fix calc.sh.\n", toml, dockerfile, TEST);
+        std::fs::write(task.join("solution/solve.sh"), solution).unwrap();
+    }
+    let out = dir.with_file_name("out");
+    let (run, pid) = eval(&dir, &out, &["--agent", "oracle", "--jobs", "3"], None);
+    assert_eq!(run.status.code(), Some(0), "{}", said(&run));
+    assert_eq!(containers_of(pid), "", "containers left behind");
+    for (id, ..) in &tasks {
+        let at = out.join("tasks").join(id);
+        // The leftover was really running, its leader a zombie, when the agent's phase ended.
+        let log = std::fs::read_to_string(at.join("agent.log")).unwrap_or_default();
+        assert!(
+            log.contains("lurking as /tmp/lurking-zombie"),
+            "{id}: {log}"
+        );
+        let want = if id.starts_with("right") {
+            "resolved"
+        } else {
+            "unresolved"
+        };
+        let r = read_json(&at.join("result.json"));
+        let verify = std::fs::read_to_string(at.join("verify.log")).unwrap_or_default();
+        assert_eq!(r["status"], want, "{id}: {r:#}\nverify.log: {verify}");
+    }
+}
+
 /// The issue's bar for the engine's floor: 40 trivial Harbor tasks of one image at
 /// `--jobs 8`, half with right solutions and half with wrong ones, and among both the
 /// leftovers the verdict must not see: processes that wait for the hidden tests to flip

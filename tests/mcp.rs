@@ -19,7 +19,7 @@ fn project() -> Project {
     std::fs::create_dir_all(root.join(".bin")).unwrap();
     let server = root.join(".bin/runner");
     if std::fs::hard_link(env!("CARGO_BIN_EXE_runner"), &server).is_err() {
-        std::fs::copy(env!("CARGO_BIN_EXE_runner"), &server).unwrap();
+        common::copy_runner_to(&server);
     }
     std::fs::write(
         root.join(".runner/config.toml"),

@@ -1,5 +1,5 @@
 //! Rootless Podman: an unprivileged user's own `podman system service` (started once per
-//! binary). Two ways in:
+//! test process). Two ways in:
 //!
 //! - That user running runner (a rootless engine can only mount what its user may read):
 //!   runner finds the engine by itself (`$XDG_RUNTIME_DIR/podman/podman.sock`), the sandbox
@@ -82,7 +82,7 @@ fn lab(engine: &Rootless) -> Lab {
     // The runner under test, where the user can run it (the build may be under a home
     // other users cannot enter).
     let runner = base.join("runner");
-    std::fs::copy(env!("CARGO_BIN_EXE_runner"), &runner).unwrap();
+    common::copy_runner_to(&runner);
     common::chown_tree(&base, engine.uid, engine.gid);
     let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
     std::fs::set_permissions(&base, mode).unwrap();

@@ -1,5 +1,6 @@
 """inspect_ai's exec round trip: its ``local`` sandbox beside runner's plug-in (landlock)
-and runner's client on its own. Prints one JSON object of medians in milliseconds; run by
+and runner's client on its own, and one whole sample (start, one exec, end) through the
+plug-in. Prints one JSON object of medians in milliseconds; run by
 ``cargo bench --bench inspect_exec``, which sets RUNNER_BIN and adds ``runner exec``."""
 
 from __future__ import annotations
@@ -44,6 +45,23 @@ async def through_inspect(name: str, config: str | None, rounds: int) -> float:
         await env_type.sample_cleanup("bench", config, envs, False)
 
 
+async def whole_sample(config: str, rounds: int) -> float:
+    """One sample's whole life through the plug-in: its wall started, ``exec(["true"])``,
+    the wall ended. The same work as ``runner exec -- true``, through inspect."""
+    env_type = registry_find_sandboxenv("runner")
+    await env_type.task_init("bench", config)
+
+    async def call() -> None:
+        envs = await env_type.sample_init("bench", config, {})
+        try:
+            result = await envs["default"].exec(["true"])
+            assert result.success, result.stderr
+        finally:
+            await env_type.sample_cleanup("bench", config, envs, False)
+
+    return await median_ms(call, rounds)
+
+
 async def client(rounds: int) -> float:
     with tempfile.TemporaryDirectory() as root:
         async with await Sandbox.start(root=root, backend="landlock") as sb:
@@ -63,6 +81,7 @@ async def main(rounds: int) -> None:
             "inspect local": await through_inspect("local", None, rounds),
             "inspect runner": await through_inspect("runner", config.name, rounds),
             "runner client": await client(rounds),
+            "inspect runner sample": await whole_sample(config.name, max(rounds // 10, 10)),
         }
     print(json.dumps(figures))
 

@@ -161,7 +161,7 @@ fn namespaces(r: &mut Report) {
         None => r.ok(
             "namespaces",
             "mount and PID namespaces: .git/hooks and .git/config read-only, a size-limited \
-             tmpfs as $TMPDIR, a /proc of the sandbox's own, --network allowlist",
+             tmpfs as $TMPDIR, a /tmp and a /proc of the sandbox's own, --network allowlist",
         ),
         Some(why) => r.warn(
             "namespaces",
@@ -169,8 +169,9 @@ fn namespaces(r: &mut Report) {
                 "none ({why}). Landlock still starts, without them: .git/hooks, .git/config \
                  and the other files host git runs are put back after every command and at \
                  close instead of being read-only; $TMPDIR is a folder on disk (each file up \
-                 to {} MiB, the total not bounded); /proc shows the host's processes; \
-                 --network allowlist is refused. To get them: allow unprivileged user \
+                 to {} MiB, the total not bounded); no /tmp of its own (the host's stays \
+                 closed to it); /proc shows the host's processes; --network allowlist is \
+                 refused. To get them: allow unprivileged user \
                  namespaces (sysctl kernel.apparmor_restrict_unprivileged_userns=0 or an \
                  AppArmor profile for runner with `userns,`; user.max_user_namespaces > 0), \
                  or use --sandbox docker",

@@ -26,16 +26,14 @@ pub struct ObservedGate {
 impl PermissionGate for ObservedGate {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
         Box::pin(async move {
+            // The rules are judged once: the gate says how it decided, and starts the view's
+            // "asking" only when a person is asked.
+            let (action, result) = self
+                .inner
+                .ask_with(request, || Asking::start(self.events.as_ref()))
+                .await;
             // Plain allows by rule are the common case and not news.
-            let action = self.inner.verdict(request).action;
-            let quiet = action == Action::Allow;
-            let result = if action == Action::Ask {
-                let _asking = Asking::start(self.events.as_ref());
-                self.inner.ask(request).await
-            } else {
-                self.inner.ask(request).await
-            };
-            self.report(request, quiet, true, result)
+            self.report(request, action == Action::Allow, true, result)
         })
     }
 

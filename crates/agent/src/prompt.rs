@@ -70,7 +70,7 @@ fn environment(env: &Environment) -> String {
             env.spec.docker.image
         ),
         BackendKind::Landlock => format!(
-            "Your commands and file tools run behind a landlock and seccomp wall on the user's Linux machine. They can write only the worktree {wt} and a private temporary directory ($TMPDIR); system directories (/usr, /bin, /lib, /etc) are read-only; the user's home directory and every other project do not exist for you. Programs are the machine's own."
+            "Your commands and file tools run behind a landlock and seccomp wall on the user's Linux machine. They can write only the worktree {wt} and a private temporary directory ($TMPDIR; /tmp is private too where the machine lets the wall have a mount namespace of its own, and refused where it does not); system directories (/usr, /bin, /lib, /etc) are read-only; the user's home directory and every other project do not exist for you. Programs are the machine's own."
         ),
         BackendKind::None => format!(
             "Your commands run directly on the user's machine, without an isolation wall: only the permission rules stand between you and the rest of the system. Stay inside the worktree {wt}."

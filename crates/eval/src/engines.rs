@@ -44,6 +44,9 @@ pub struct Engine {
     /// The worktree of each task image (and `workdir`) before anything ran, read once from
     /// a container of it and shared by every attempt at it: the base of their diffs.
     bases: Mutex<std::collections::HashMap<ImageWorktree, Arc<Base>>>,
+    /// One turn per image and `workdir` at taking its base: the attempts made ready at
+    /// once wait for the first one's base instead of each copying the worktree.
+    base_turns: Mutex<std::collections::HashMap<ImageWorktree, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A task image and the `workdir` its tasks name (`None`: the image's own).
@@ -73,6 +76,25 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
             .cloned()
+    }
+
+    /// The turn at taking the base of `image`'s worktree at `workdir`: held from looking
+    /// for the base ([`Self::base`]) until one is kept ([`Self::keep_base`]) by whoever
+    /// found none.
+    pub(crate) async fn base_turn(
+        &self,
+        image: &str,
+        workdir: Option<&str>,
+    ) -> tokio::sync::OwnedMutexGuard<()> {
+        let key = (image.to_string(), workdir.map(str::to_string));
+        let turn = self
+            .base_turns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
+        turn.lock_owned().await
     }
 
     /// Keeps a base taken of `image`'s worktree at `workdir`, for the attempts after.
@@ -149,6 +171,7 @@ impl Engines {
                 running: AtomicUsize::new(0),
                 down_since: Mutex::new(None),
                 bases: Default::default(),
+                base_turns: Default::default(),
                 host,
             }));
         }

@@ -6,12 +6,15 @@
 
 use std::collections::BTreeMap;
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value, json};
 
 use super::endpoint::Endpoint;
 use super::sse::{Fold, Http, stream_turn};
 use super::{
-    Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,
+    Finish, Image, LlmError, Message, Provider, Request, TextSink, ToolCall, ToolSpec, Turn,
+    TurnFuture, Usage,
 };
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -28,46 +31,132 @@ impl Anthropic {
     }
 }
 
-fn ephemeral() -> Value {
-    json!({"type": "ephemeral"})
+/// The request body's bytes. Consecutive tool results and user text become one user
+/// message, as the API wants the roles to alternate.
+///
+/// It is serialized straight from the request, borrowing every string and schema: a step
+/// copies nothing into a `serde_json::Value` first (the system prompt and the tools, the
+/// same each step, were most of a step's own time when it did).
+pub fn body(request: &Request) -> Vec<u8> {
+    let body = Body {
+        request,
+        messages: messages(request),
+    };
+    // Strings, numbers and schemas that are already JSON: serializing cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// The request body. Consecutive tool results and user text become one user message, as
-/// the API wants the roles to alternate.
-pub fn body(request: &Request) -> Value {
-    let mut messages: Vec<Value> = Vec::new();
-    let mut push = |role: &str, block: Value| {
-        if let Some(last) = messages.last_mut()
-            && last["role"] == role
-            && let Some(content) = last["content"].as_array_mut()
-        {
-            content.push(block);
-            return;
+struct Body<'a> {
+    request: &'a Request<'a>,
+    messages: Vec<Wire<'a>>,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.request;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("model", r.model)?;
+        // The API requires a number; 16k fits every current model's output limit.
+        map.serialize_entry("max_tokens", &r.max_tokens.unwrap_or(16_384))?;
+        let system = ContentBlock::Text {
+            text: r.system,
+            cache_control: Some(EPHEMERAL),
+        };
+        map.serialize_entry("system", &[system])?;
+        map.serialize_entry("messages", &self.messages)?;
+        map.serialize_entry("stream", &true)?;
+        if !r.tools.is_empty() {
+            map.serialize_entry("tools", &Tools(r.tools))?;
         }
-        messages.push(json!({"role": role, "content": [block]}));
+        map.end()
+    }
+}
+
+#[derive(Clone, Copy, Serialize)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
+/// One message on the wire: a role and its blocks.
+#[derive(Serialize)]
+struct Wire<'a> {
+    role: &'static str,
+    content: Vec<ContentBlock<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentBlock<'a> {
+    Text {
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        #[serde(serialize_with = "result_parts")]
+        content: (&'a str, &'a [Image]),
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+}
+
+impl ContentBlock<'_> {
+    fn cache_control(&mut self) -> &mut Option<CacheControl> {
+        match self {
+            ContentBlock::Text { cache_control, .. }
+            | ContentBlock::ToolUse { cache_control, .. }
+            | ContentBlock::ToolResult { cache_control, .. } => cache_control,
+        }
+    }
+}
+
+/// The conversation in wire order, each block borrowing its strings.
+fn messages<'a>(request: &'a Request) -> Vec<Wire<'a>> {
+    let mut messages: Vec<Wire<'a>> = Vec::new();
+    let mut push = |role: &'static str, block: ContentBlock<'a>| match messages.last_mut() {
+        Some(last) if last.role == role => last.content.push(block),
+        _ => messages.push(Wire {
+            role,
+            content: vec![block],
+        }),
     };
     for message in request.messages {
         match message {
             // The API refuses text blocks that are empty or only whitespace.
-            Message::User { text } if text.trim().is_empty() => {
-                push("user", json!({"type": "text", "text": "(empty message)"}))
+            Message::User { text } => {
+                let text = if text.trim().is_empty() {
+                    "(empty message)"
+                } else {
+                    text
+                };
+                push("user", text_block(text));
             }
-            Message::User { text } => push("user", json!({"type": "text", "text": text})),
             Message::Assistant { text, tool_calls } => {
                 if !text.trim().is_empty() {
-                    push("assistant", json!({"type": "text", "text": text}));
+                    push("assistant", text_block(text));
                 }
                 for c in tool_calls {
-                    // `input` must be an object; arguments the model garbled are sent as
-                    // a string under a key so the conversation stays valid.
-                    let input = match serde_json::from_str::<Value>(&c.arguments) {
-                        Ok(v @ Value::Object(_)) => v,
-                        _ if c.arguments.trim().is_empty() => json!({}),
-                        _ => json!({"unparsed_arguments": c.arguments}),
-                    };
                     push(
                         "assistant",
-                        json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                        ContentBlock::ToolUse {
+                            id: &c.id,
+                            name: &c.name,
+                            input: input(&c.arguments),
+                            cache_control: None,
+                        },
                     );
                 }
             }
@@ -77,45 +166,94 @@ pub fn body(request: &Request) -> Value {
                 is_error,
                 images,
                 ..
-            } => {
-                let mut parts = vec![
-                    json!({"type": "text", "text": if content.trim().is_empty() { "(no output)" } else { content.as_str() }}),
-                ];
-                parts.extend(images.iter().map(|i| {
-                    json!({"type": "image", "source": {"type": "base64", "media_type": i.mime, "data": i.data}})
-                }));
-                let mut block =
-                    json!({"type": "tool_result", "tool_use_id": call_id, "content": parts});
-                if *is_error {
-                    block["is_error"] = json!(true);
-                }
-                push("user", block);
-            }
+            } => push(
+                "user",
+                ContentBlock::ToolResult {
+                    tool_use_id: call_id,
+                    content: (content, images),
+                    is_error: *is_error,
+                    cache_control: None,
+                },
+            ),
         }
     }
     // Cache breakpoints on the last block of the last two messages (the API allows four;
     // the system prompt takes a third).
     for m in messages.iter_mut().rev().take(2) {
-        if let Some(last) = m["content"].as_array_mut().and_then(|c| c.last_mut()) {
-            last["cache_control"] = ephemeral();
+        if let Some(last) = m.content.last_mut() {
+            *last.cache_control() = Some(EPHEMERAL);
         }
     }
-    let mut body = json!({
-        "model": request.model,
-        // The API requires a number; 16k fits every current model's output limit.
-        "max_tokens": request.max_tokens.unwrap_or(16_384),
-        "system": [{"type": "text", "text": request.system, "cache_control": ephemeral()}],
-        "messages": messages,
-        "stream": true,
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
+    messages
+}
+
+fn text_block(text: &str) -> ContentBlock<'_> {
+    ContentBlock::Text {
+        text,
+        cache_control: None,
     }
-    body
+}
+
+/// A call's `input`, which must be an object: arguments the model garbled are sent as a
+/// string under a key so the conversation stays valid.
+fn input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ if arguments.trim().is_empty() => Value::Object(serde_json::Map::new()),
+        _ => json!({"unparsed_arguments": arguments}),
+    }
+}
+
+/// A tool result's content: its text (never empty: the API refuses that), then its images.
+fn result_parts<S: Serializer>(
+    (content, images): &(&str, &[Image]),
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Part<'a> {
+        Text { text: &'a str },
+        Image { source: Source<'a> },
+    }
+    #[derive(Serialize)]
+    struct Source<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        media_type: &'a str,
+        data: &'a str,
+    }
+    let text = if content.trim().is_empty() {
+        "(no output)"
+    } else {
+        content
+    };
+    let images = images.iter().map(|i| Part::Image {
+        source: Source {
+            kind: "base64",
+            media_type: &i.mime,
+            data: &i.data,
+        },
+    });
+    s.collect_seq(std::iter::once(Part::Text { text }).chain(images))
+}
+
+/// The tools with their schemas as `input_schema`, serialized where they are.
+struct Tools<'a>(&'a [ToolSpec]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            name: &'a str,
+            description: &'a str,
+            input_schema: &'a Value,
+        }
+        s.collect_seq(self.0.iter().map(|t| Tool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.parameters,
+        }))
+    }
 }
 
 /// Folds the events of one streamed message into a turn.
@@ -321,7 +459,7 @@ impl Provider for Anthropic {
                 reqwest::header::HeaderValue::from_static(API_VERSION),
             );
             let url = self.http.url("/v1/messages");
-            stream_turn::<Accumulator>(&self.http, &url, headers, &body(request), text)
+            stream_turn::<Accumulator>(&self.http, &url, headers, body(request), text)
                 .await
                 .map_err(|e| self.http.endpoint.explain(e))
         })
@@ -352,8 +490,119 @@ fn stream_error(e: &Value, provider: &str) -> LlmError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ToolSpec;
     use crate::sse::Fold;
+
+    /// The body as it was built before it was serialized from borrowed parts (into a
+    /// `serde_json::Value`, then bytes): the oracle the bytes on the wire are held to.
+    fn ephemeral() -> Value {
+        json!({"type": "ephemeral"})
+    }
+    fn value_body(request: &Request) -> Value {
+        let mut messages: Vec<Value> = Vec::new();
+        let mut push = |role: &str, block: Value| {
+            if let Some(last) = messages.last_mut()
+                && last["role"] == role
+                && let Some(content) = last["content"].as_array_mut()
+            {
+                content.push(block);
+                return;
+            }
+            messages.push(json!({"role": role, "content": [block]}));
+        };
+        for message in request.messages {
+            match message {
+                // The API refuses text blocks that are empty or only whitespace.
+                Message::User { text } if text.trim().is_empty() => {
+                    push("user", json!({"type": "text", "text": "(empty message)"}))
+                }
+                Message::User { text } => push("user", json!({"type": "text", "text": text})),
+                Message::Assistant { text, tool_calls } => {
+                    if !text.trim().is_empty() {
+                        push("assistant", json!({"type": "text", "text": text}));
+                    }
+                    for c in tool_calls {
+                        // `input` must be an object; arguments the model garbled are sent as
+                        // a string under a key so the conversation stays valid.
+                        let input = match serde_json::from_str::<Value>(&c.arguments) {
+                            Ok(v @ Value::Object(_)) => v,
+                            _ if c.arguments.trim().is_empty() => json!({}),
+                            _ => json!({"unparsed_arguments": c.arguments}),
+                        };
+                        push(
+                            "assistant",
+                            json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}),
+                        );
+                    }
+                }
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                    images,
+                    ..
+                } => {
+                    let mut parts = vec![
+                        json!({"type": "text", "text": if content.trim().is_empty() { "(no output)" } else { content.as_str() }}),
+                    ];
+                    parts.extend(images.iter().map(|i| {
+                        json!({"type": "image", "source": {"type": "base64", "media_type": i.mime, "data": i.data}})
+                    }));
+                    let mut block =
+                        json!({"type": "tool_result", "tool_use_id": call_id, "content": parts});
+                    if *is_error {
+                        block["is_error"] = json!(true);
+                    }
+                    push("user", block);
+                }
+            }
+        }
+        // Cache breakpoints on the last block of the last two messages (the API allows four;
+        // the system prompt takes a third).
+        for m in messages.iter_mut().rev().take(2) {
+            if let Some(last) = m["content"].as_array_mut().and_then(|c| c.last_mut()) {
+                last["cache_control"] = ephemeral();
+            }
+        }
+        let mut body = json!({
+            "model": request.model,
+            // The API requires a number; 16k fits every current model's output limit.
+            "max_tokens": request.max_tokens.unwrap_or(16_384),
+            "system": [{"type": "text", "text": request.system, "cache_control": ephemeral()}],
+            "messages": messages,
+            "stream": true,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+                .collect();
+        }
+        body
+    }
+
+    #[test]
+    fn the_bytes_sent_are_the_ones_the_value_builder_sent() {
+        let messages = crate::wire_samples::conversation();
+        let tools = crate::wire_samples::tools();
+        for max_tokens in [None, Some(8192)] {
+            for tools in [&tools[..], &[]] {
+                // Every prefix: each kind of message last, so the cache breakpoints move.
+                for n in 0..=messages.len() {
+                    let req = Request {
+                        model: "claude-x",
+                        system: "You are \"runner\".\n\tBe brief.",
+                        messages: &messages[..n],
+                        tools,
+                        max_tokens,
+                    };
+                    let sent = String::from_utf8(body(&req)).unwrap();
+                    let before = serde_json::to_string(&value_body(&req)).unwrap();
+                    assert_eq!(sent, before, "{max_tokens:?} {n}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn tool_results_merge_into_one_user_turn_and_the_tail_is_cached() {
@@ -401,7 +650,7 @@ mod tests {
             tools: &tools,
             max_tokens: Some(100),
         };
-        let b = body(&req);
+        let b: Value = serde_json::from_slice(&body(&req)).unwrap();
         let msgs = b["messages"].as_array().unwrap();
         assert_eq!(msgs.len(), 3);
         assert_eq!(
@@ -461,7 +710,7 @@ mod tests {
             tools: &[],
             max_tokens: None,
         };
-        let b = body(&req);
+        let b: Value = serde_json::from_slice(&body(&req)).unwrap();
         for m in b["messages"].as_array().unwrap() {
             for block in m["content"].as_array().unwrap() {
                 if let Some(t) = block["text"].as_str() {

@@ -14,6 +14,8 @@ pub mod openai;
 pub mod replay;
 pub mod retry;
 mod sse;
+#[cfg(test)]
+mod wire_samples;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -10,12 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::Value;
 
 use super::endpoint::Endpoint;
 use super::sse::{Fold, Http, stream_turn};
 use super::{
-    Finish, LlmError, Message, Provider, Request, TextSink, ToolCall, Turn, TurnFuture, Usage,
+    Finish, Image, LlmError, Message, Provider, Request, TextSink, ToolCall, ToolSpec, Turn,
+    TurnFuture, Usage,
 };
 
 pub struct OpenAi {
@@ -30,75 +33,212 @@ impl OpenAi {
     }
 }
 
-/// The request body: the system prompt as the first message, tools as functions.
-pub fn body(request: &Request) -> Value {
-    let mut messages = vec![json!({"role": "system", "content": request.system})];
-    // A step's `tool` messages must follow its assistant message with nothing between, so
-    // the images they return wait until the last of them.
-    let mut images_after_tools: Vec<Value> = Vec::new();
+/// The request body's bytes: the system prompt as the first message, tools as functions.
+///
+/// It is serialized straight from the request, borrowing every string and schema: a step
+/// copies nothing into a `serde_json::Value` first, which for the unchanging part (the
+/// system prompt and every tool's description and schema) was most of a step's own time.
+/// `provider` is the endpoint's name: OpenAI's own API has renamed the output limit to
+/// `max_completion_tokens` (its reasoning models refuse the old name), while the servers
+/// that copy its format mostly know only `max_tokens`.
+pub fn body(request: &Request, provider: &str) -> Vec<u8> {
+    let body = Body {
+        request,
+        messages: messages(request),
+        renamed_limit: provider == "openai",
+    };
+    // Strings, numbers and schemas that are already JSON: serializing cannot fail.
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+struct Body<'a> {
+    request: &'a Request<'a>,
+    messages: Vec<Wire<'a>>,
+    renamed_limit: bool,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.request;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("model", r.model)?;
+        map.serialize_entry("messages", &self.messages)?;
+        map.serialize_entry("stream", &true)?;
+        map.serialize_entry(
+            "stream_options",
+            &StreamOptions {
+                include_usage: true,
+            },
+        )?;
+        if let (Some(max), false) = (r.max_tokens, self.renamed_limit) {
+            map.serialize_entry("max_tokens", &max)?;
+        }
+        if !r.tools.is_empty() {
+            map.serialize_entry("tools", &Tools(r.tools))?;
+        }
+        // After the tools: where the rename always put it.
+        if let (Some(max), true) = (r.max_tokens, self.renamed_limit) {
+            map.serialize_entry("max_completion_tokens", &max)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// One message on the wire, every string borrowed from the conversation.
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum Wire<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(
+            skip_serializing_if = "<[ToolCall]>::is_empty",
+            serialize_with = "calls"
+        )]
+        tool_calls: &'a [ToolCall],
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+/// A user message's content: text, or the images a tool call returned after a line that
+/// says which call.
+enum UserContent<'a> {
+    Text(&'a str),
+    Images {
+        call_id: &'a str,
+        images: &'a [Image],
+    },
+}
+
+/// The conversation in wire order. A step's `tool` messages must follow its assistant
+/// message with nothing between, so the images they return wait until the last of them.
+fn messages<'a>(request: &'a Request) -> Vec<Wire<'a>> {
+    let mut messages = Vec::with_capacity(request.messages.len().saturating_add(1));
+    messages.push(Wire::System {
+        content: request.system,
+    });
+    let mut images_after_tools: Vec<Wire<'a>> = Vec::new();
     for message in request.messages {
         if !matches!(message, Message::Tool { .. }) {
             messages.append(&mut images_after_tools);
         }
         match message {
-            Message::User { text } => messages.push(json!({"role": "user", "content": text})),
+            Message::User { text } => messages.push(Wire::User {
+                content: UserContent::Text(text),
+            }),
             // An assistant message needs content or tool calls; an empty answer has neither.
             Message::Assistant { text, tool_calls }
                 if text.trim().is_empty() && tool_calls.is_empty() => {}
-            Message::Assistant { text, tool_calls } => {
-                let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
-                if !tool_calls.is_empty() {
-                    m["tool_calls"] = tool_calls
-                        .iter()
-                        .map(|c| {
-                            json!({"id": c.id, "type": "function",
-                                   "function": {"name": c.name, "arguments": c.arguments}})
-                        })
-                        .collect();
-                }
-                messages.push(m);
-            }
+            Message::Assistant { text, tool_calls } => messages.push(Wire::Assistant {
+                content: (!text.is_empty()).then_some(text.as_str()),
+                tool_calls,
+            }),
             Message::Tool {
                 call_id,
                 content,
                 images,
                 ..
             } => {
-                messages.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
+                messages.push(Wire::Tool {
+                    tool_call_id: call_id,
+                    content,
+                });
                 // A tool message carries only text; images follow as a user message.
                 if !images.is_empty() {
-                    let mut parts = vec![
-                        json!({"type": "text", "text": format!("Images returned by tool call {call_id}:")}),
-                    ];
-                    parts.extend(images.iter().map(|i| {
-                        json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime, i.data)}})
-                    }));
-                    images_after_tools.push(json!({"role": "user", "content": parts}));
+                    images_after_tools.push(Wire::User {
+                        content: UserContent::Images { call_id, images },
+                    });
                 }
             }
         }
     }
     messages.append(&mut images_after_tools);
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if let Some(max) = request.max_tokens {
-        body["max_tokens"] = json!(max);
+    messages
+}
+
+/// A tool call as the API wants it back: `{"id", "type": "function", "function": {...}}`.
+fn calls<S: Serializer>(calls: &&[ToolCall], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Call<'a> {
+        id: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: Function<'a>,
     }
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
+    #[derive(Serialize)]
+    struct Function<'a> {
+        name: &'a str,
+        arguments: &'a str,
     }
-    body
+    s.collect_seq(calls.iter().map(|c| Call {
+        id: &c.id,
+        kind: "function",
+        function: Function {
+            name: &c.name,
+            arguments: &c.arguments,
+        },
+    }))
+}
+
+impl Serialize for UserContent<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(tag = "type", rename_all = "snake_case")]
+        enum Part {
+            Text { text: String },
+            ImageUrl { image_url: Url },
+        }
+        #[derive(Serialize)]
+        struct Url {
+            url: String,
+        }
+        match self {
+            UserContent::Text(text) => s.serialize_str(text),
+            UserContent::Images { call_id, images } => {
+                let head = Part::Text {
+                    text: format!("Images returned by tool call {call_id}:"),
+                };
+                let images = images.iter().map(|i| Part::ImageUrl {
+                    image_url: Url {
+                        url: format!("data:{};base64,{}", i.mime, i.data),
+                    },
+                });
+                s.collect_seq(std::iter::once(head).chain(images))
+            }
+        }
+    }
+}
+
+/// The tools as functions: `{"type": "function", "function": {name, description,
+/// parameters}}`, the schemas serialized where they are.
+struct Tools<'a>(&'a [ToolSpec]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            function: &'a ToolSpec,
+        }
+        s.collect_seq(self.0.iter().map(|function| Tool {
+            kind: "function",
+            function,
+        }))
+    }
 }
 
 /// Folds the chunks of one streamed answer into a turn.
@@ -331,15 +471,8 @@ impl Provider for OpenAi {
         Box::pin(async move {
             let headers = self.http.headers("authorization", "Bearer ")?;
             let url = self.http.url("/chat/completions");
-            let mut body = body(request);
-            // OpenAI's own API has renamed the field (its reasoning models refuse the old
-            // name); the servers that copy its format mostly know only the old one.
-            if self.http.endpoint.name == "openai"
-                && let Some(max) = body.as_object_mut().and_then(|b| b.remove("max_tokens"))
-            {
-                body["max_completion_tokens"] = max;
-            }
-            stream_turn::<Accumulator>(&self.http, &url, headers, &body, text)
+            let body = body(request, &self.http.endpoint.name);
+            stream_turn::<Accumulator>(&self.http, &url, headers, body, text)
                 .await
                 .map_err(|e| self.http.endpoint.explain(e))
         })
@@ -349,7 +482,136 @@ impl Provider for OpenAi {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Image, ToolCall};
+    use serde_json::json;
+
+    /// The body as it was built before it was serialized from borrowed parts (into a
+    /// `serde_json::Value`, then bytes, the limit renamed for OpenAI afterwards): the
+    /// oracle the bytes on the wire are held to.
+    fn value_body(request: &Request) -> Value {
+        let mut messages = vec![json!({"role": "system", "content": request.system})];
+        // A step's `tool` messages must follow its assistant message with nothing between, so
+        // the images they return wait until the last of them.
+        let mut images_after_tools: Vec<Value> = Vec::new();
+        for message in request.messages {
+            if !matches!(message, Message::Tool { .. }) {
+                messages.append(&mut images_after_tools);
+            }
+            match message {
+                Message::User { text } => messages.push(json!({"role": "user", "content": text})),
+                // An assistant message needs content or tool calls; an empty answer has neither.
+                Message::Assistant { text, tool_calls }
+                    if text.trim().is_empty() && tool_calls.is_empty() => {}
+                Message::Assistant { text, tool_calls } => {
+                    let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+                    if !tool_calls.is_empty() {
+                        m["tool_calls"] = tool_calls
+                            .iter()
+                            .map(|c| {
+                                json!({"id": c.id, "type": "function",
+                                       "function": {"name": c.name, "arguments": c.arguments}})
+                            })
+                            .collect();
+                    }
+                    messages.push(m);
+                }
+                Message::Tool {
+                    call_id,
+                    content,
+                    images,
+                    ..
+                } => {
+                    messages
+                        .push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
+                    // A tool message carries only text; images follow as a user message.
+                    if !images.is_empty() {
+                        let mut parts = vec![
+                            json!({"type": "text", "text": format!("Images returned by tool call {call_id}:")}),
+                        ];
+                        parts.extend(images.iter().map(|i| {
+                            json!({"type": "image_url", "image_url": {"url": format!("data:{};base64,{}", i.mime, i.data)}})
+                        }));
+                        images_after_tools.push(json!({"role": "user", "content": parts}));
+                    }
+                }
+            }
+        }
+        messages.append(&mut images_after_tools);
+        let mut body = json!({
+            "model": request.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if let Some(max) = request.max_tokens {
+            body["max_tokens"] = json!(max);
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters}})
+                })
+                .collect();
+        }
+        body
+    }
+
+    fn value_bytes(request: &Request, provider: &str) -> String {
+        let mut body = value_body(request);
+        if provider == "openai"
+            && let Some(max) = body.as_object_mut().and_then(|b| b.remove("max_tokens"))
+        {
+            body["max_completion_tokens"] = max;
+        }
+        serde_json::to_string(&body).unwrap()
+    }
+
+    #[test]
+    fn the_bytes_sent_are_the_ones_the_value_builder_sent() {
+        let messages = crate::wire_samples::conversation();
+        let tools = crate::wire_samples::tools();
+        for provider in ["openai", "local"] {
+            for max_tokens in [None, Some(8192)] {
+                for tools in [&tools[..], &[]] {
+                    // Every prefix: each kind of message last, images waiting or not.
+                    for n in 0..=messages.len() {
+                        let req = Request {
+                            model: "gpt-x",
+                            system: "You are \"runner\".\n\tBe brief.",
+                            messages: &messages[..n],
+                            tools,
+                            max_tokens,
+                        };
+                        let sent = String::from_utf8(body(&req, provider)).unwrap();
+                        assert_eq!(
+                            sent,
+                            value_bytes(&req, provider),
+                            "{provider} {max_tokens:?} {n}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn openai_itself_gets_the_renamed_limit_after_the_tools() {
+        let tools = crate::wire_samples::tools();
+        let req = Request {
+            model: "m",
+            system: "sys",
+            messages: &[],
+            tools: &tools,
+            max_tokens: Some(64),
+        };
+        let own = String::from_utf8(body(&req, "openai")).unwrap();
+        assert!(own.ends_with(r#"}}],"max_completion_tokens":64}"#), "{own}");
+        assert!(!own.contains("\"max_tokens\""), "{own}");
+        let other = String::from_utf8(body(&req, "ollama")).unwrap();
+        assert!(other.contains(r#""max_tokens":64,"tools":["#), "{other}");
+    }
 
     #[test]
     fn images_wait_until_the_steps_tool_messages_are_done() {
@@ -391,7 +653,7 @@ mod tests {
             tools: &[],
             max_tokens: Some(50),
         };
-        let b = body(&req);
+        let b: Value = serde_json::from_slice(&body(&req, "local")).unwrap();
         let roles: Vec<&str> = b["messages"]
             .as_array()
             .unwrap()

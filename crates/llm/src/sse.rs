@@ -72,7 +72,7 @@ pub(crate) async fn stream_turn<F: Fold>(
     http: &Http,
     url: &str,
     headers: HeaderMap,
-    body: &serde_json::Value,
+    body: Vec<u8>,
     text: TextSink<'_>,
 ) -> Result<Turn, LlmError> {
     let name = http.endpoint.name.as_str();
@@ -124,7 +124,7 @@ pub(crate) async fn post_stream(
     provider: &str,
     url: &str,
     headers: HeaderMap,
-    body: &serde_json::Value,
+    body: Vec<u8>,
 ) -> Result<impl Stream<Item = Result<Event, LlmError>> + Send + use<>, LlmError> {
     let transport = |e: reqwest::Error| {
         if e.is_builder() {
@@ -147,7 +147,7 @@ pub(crate) async fn post_stream(
         .headers(headers)
         .header("content-type", "application/json")
         .header("accept", "text/event-stream")
-        .body(serde_json::to_vec(body).unwrap_or_default())
+        .body(body)
         .send()
         .await
         .map_err(transport)?;

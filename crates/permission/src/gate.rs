@@ -340,9 +340,24 @@ impl RuleGate {
         Ok(())
     }
 
-    async fn ask_inner(
+    /// [`PermissionGate::ask`] for a caller that shows when a person is being asked: the
+    /// rules are judged once, `asking` is called (and what it returns held) only while the
+    /// ask waits for a person, and the verdict's action comes back beside the outcome, so
+    /// the caller need not judge the request again to know how it was decided.
+    pub async fn ask_with<G>(
         &self,
         request: &PermissionRequest,
+        asking: impl FnOnce() -> G,
+    ) -> (Action, Result<(), PermissionError>) {
+        let (verdict, result) = self.ask_inner(request, asking).await;
+        self.audit(request, &verdict, &result);
+        (verdict.action, result)
+    }
+
+    async fn ask_inner<G>(
+        &self,
+        request: &PermissionRequest,
+        asking: impl FnOnce() -> G,
     ) -> (Verdict, Result<(), PermissionError>) {
         let (id, done, verdict) = {
             let mut state = self.lock();
@@ -355,6 +370,7 @@ impl RuleGate {
             let (id, done) = Self::enqueue(&mut state, request, false);
             (id, done, verdict)
         };
+        let _shown = asking();
         (verdict, self.answer(id, done, request).await)
     }
 
@@ -539,11 +555,7 @@ pub fn audit_rule(rule: &Rule) -> runner_audit::RuleRef {
 
 impl PermissionGate for RuleGate {
     fn ask<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
-        Box::pin(async move {
-            let (verdict, result) = self.ask_inner(request).await;
-            self.audit(request, &verdict, &result);
-            result
-        })
+        Box::pin(async move { self.ask_with(request, || ()).await.1 })
     }
 
     fn confirm<'a>(&'a self, request: &'a PermissionRequest) -> AskFuture<'a> {
@@ -711,6 +723,69 @@ mod tests {
             g.confirm(&request).await,
             Err(PermissionError::Unanswered { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn ask_with_judges_once_and_shows_only_what_a_person_is_asked() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        /// Counts the asks shown and how many are on screen now.
+        #[derive(Default)]
+        struct View {
+            shown: AtomicUsize,
+            up: AtomicUsize,
+        }
+        struct Shown<'a>(&'a View);
+        impl Drop for Shown<'_> {
+            fn drop(&mut self) {
+                self.0.up.fetch_sub(1, SeqCst);
+            }
+        }
+        let show = |v: &'static View| {
+            move || {
+                v.shown.fetch_add(1, SeqCst);
+                v.up.fetch_add(1, SeqCst);
+                Shown(v)
+            }
+        };
+        let spec = [
+            ("*", "*", Allow),
+            ("bash", "rm *", Deny),
+            ("bash", "git *", ASK),
+        ];
+        let g = gate(&spec, Arc::new(PolicyAsker::allow()));
+        let view: &'static View = Box::leak(Box::default());
+        for (pattern, want) in [("ls", Allow), ("rm -rf /", Deny), ("git push", ASK)] {
+            let request = req("bash", &[pattern], &[]);
+            let (action, result) = g.ask_with(&request, show(view)).await;
+            // The same decision the rules give on their own, and the outcome it implies.
+            assert_eq!(action, want, "{pattern}");
+            assert_eq!(g.verdict(&request).action, want, "{pattern}");
+            assert_eq!(result.is_ok(), want != Deny, "{pattern}: {result:?}");
+        }
+        assert_eq!(
+            view.shown.load(SeqCst),
+            1,
+            "only the ask a person answers is shown"
+        );
+        assert_eq!(view.up.load(SeqCst), 0, "and it is gone once answered");
+
+        // Shown for as long as the person takes.
+        let (g, mut asks) = channel_gate(&spec);
+        let view: &'static View = Box::leak(Box::default());
+        let g2 = g.clone();
+        let h = tokio::spawn(async move {
+            g2.ask_with(&req("bash", &["git push"], &[]), show(view))
+                .await
+        });
+        let ask = tokio::time::timeout(Duration::from_secs(5), asks.recv())
+            .await
+            .expect("the ask reaches the asker")
+            .unwrap();
+        assert_eq!(view.up.load(SeqCst), 1, "shown while it waits");
+        g.reply(ask.id, Reply::Once).unwrap();
+        let (action, result) = h.await.unwrap();
+        assert_eq!((action, result.is_ok()), (ASK, true));
+        assert_eq!(view.up.load(SeqCst), 0);
     }
 
     #[tokio::test]

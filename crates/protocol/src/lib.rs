@@ -392,6 +392,9 @@ pub enum ErrorKind {
     NotFound,
     IsDirectory,
     NotADirectory,
+    /// A read of something that is neither a file nor a directory (a device, socket or
+    /// pipe): refused before it is opened for reading.
+    NotAFile,
     /// The path is not beneath any root the sandbox was given.
     OutsideRoots,
     /// The path lies beneath a root, but a symlink on the way points out of it.

@@ -361,10 +361,30 @@ pub fn run(
             tail: true,
         }));
     }
-    let status = wait.map_err(ExecError::Lost)?;
+    let (code, signal) = match wait {
+        Ended::Status(status) => {
+            let status = status.map_err(ExecError::Lost)?;
+            (status.code(), status.signal())
+        }
+        Ended::NotReaped => {
+            send(Response::Output(ExecOutput {
+                stream: OutputStream::Stderr,
+                data: format!(
+                    "\n[the command was killed at its timeout but had not ended {} s later \
+                     (the kernel keeps it, often in memory reclaim at the sandbox's memory \
+                     limit); its exit status is unknown. Later commands may run slowly until \
+                     it is gone.]\n",
+                    REAP_GRACE.as_secs()
+                )
+                .into_bytes(),
+                tail: true,
+            }));
+            (None, Some(libc::SIGKILL))
+        }
+    };
     send(Response::Exit(ExecStatus {
-        code: status.code(),
-        signal: status.signal(),
+        code,
+        signal,
         timed_out,
         cancelled: cancelled.load(Ordering::SeqCst),
         dropped_bytes: cap.dropped,
@@ -445,6 +465,20 @@ fn feed_stdin(child: &mut std::process::Child, id: u64, req: &ExecRequest, runni
     }
 }
 
+/// How the shell ended, as far as the server could learn it.
+enum Ended {
+    /// Reaped: its status.
+    Status(std::io::Result<std::process::ExitStatus>),
+    /// Killed at the timeout but not gone [`REAP_GRACE`] later: a process the
+    /// kernel keeps from dying (stuck in memory reclaim under its cgroup's limit, frozen)
+    /// must not hold the call for ever. A thread of its own still reaps it.
+    NotReaped,
+}
+
+/// After the timeout's kill, how long the shell may take to die before the call ends
+/// without its status.
+const REAP_GRACE: Duration = Duration::from_secs(5);
+
 /// Reads both output pipes while waiting for the shell (killing its group at the timeout),
 /// then drains what its leftovers still write: (how the shell ended, whether it timed out).
 fn follow(
@@ -452,14 +486,18 @@ fn follow(
     pgid: i32,
     timeout_ms: u64,
     pumps: &Pumps<'_>,
-) -> (std::io::Result<std::process::ExitStatus>, bool) {
+) -> (Ended, bool) {
     let (eof_tx, eof_rx) = mpsc::channel::<()>();
     let (exit_tx, exit_rx) = mpsc::channel();
+    let pipes = [
+        (OutputStream::Stdout, child.stdout.take().map(OwnedFd::from)),
+        (OutputStream::Stderr, child.stderr.take().map(OwnedFd::from)),
+    ];
+    // Outside the scope: the call must not wait for a shell the kernel does not let die.
+    std::thread::spawn(move || {
+        let _ = exit_tx.send(child.wait());
+    });
     std::thread::scope(|scope| {
-        let pipes = [
-            (OutputStream::Stdout, child.stdout.take().map(OwnedFd::from)),
-            (OutputStream::Stderr, child.stderr.take().map(OwnedFd::from)),
-        ];
         for (stream, pipe) in pipes {
             let Some(pipe) = pipe else { continue };
             let eof_tx = eof_tx.clone();
@@ -470,22 +508,23 @@ fn follow(
         }
         drop(eof_tx);
 
-        scope.spawn(move || {
-            let _ = exit_tx.send(child.wait());
-        });
         let mut timed_out = false;
-        let wait = match exit_rx.recv_timeout(Duration::from_millis(timeout_ms)) {
-            Ok(status) => status,
+        let ended = match exit_rx.recv_timeout(Duration::from_millis(timeout_ms)) {
+            Ok(status) => Ended::Status(status),
             Err(_) => {
                 timed_out = true;
                 kill_group(pgid);
-                exit_rx
-                    .recv()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("waiter lost")))
+                match exit_rx.recv_timeout(REAP_GRACE) {
+                    Ok(status) => Ended::Status(status),
+                    Err(mpsc::RecvTimeoutError::Timeout) => Ended::NotReaped,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        Ended::Status(Err(std::io::Error::other("waiter lost")))
+                    }
+                }
             }
         };
         drain(pgid, &eof_rx, pumps);
-        (wait, timed_out)
+        (ended, timed_out)
     })
 }
 
@@ -625,6 +664,47 @@ mod tests {
             "took {:?}",
             start.elapsed()
         );
+    }
+
+    /// A shell the kernel does not let die (here frozen by the cgroup v1 freezer, which
+    /// holds even SIGKILL; under a full memory cgroup, reclaim can hold it as long) ends the
+    /// call soon after its timeout, saying so, instead of holding it until it is gone.
+    #[test]
+    fn a_shell_that_cannot_die_does_not_hold_the_call() {
+        let freezer = Path::new("/sys/fs/cgroup/freezer");
+        if !freezer.join("cgroup.procs").exists() {
+            eprintln!("no cgroup v1 freezer here (cgroup v2 lets SIGKILL end frozen tasks)");
+            return;
+        }
+        let dir = freezer.join(format!("runner-exec-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = std::time::Instant::now();
+        let (out, st) = run_collect(
+            &format!(
+                "echo $$ > {d}/cgroup.procs && echo FROZEN > {d}/freezer.state; sleep 30",
+                d = dir.display()
+            ),
+            500,
+            1 << 16,
+        );
+        let took = start.elapsed();
+        // Let it go, and wait until it has.
+        std::fs::write(dir.join("freezer.state"), "THAWED").unwrap();
+        for _ in 0..100 {
+            if std::fs::remove_dir(&dir).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let text = String::from_utf8_lossy(&out);
+        assert!(st.timed_out, "{st:?} {text}");
+        assert!(
+            took < REAP_GRACE + Duration::from_secs(3),
+            "the call took {took:?}"
+        );
+        assert!(text.contains("had not ended"), "{text}");
+        assert_eq!((st.code, st.signal), (None, Some(libc::SIGKILL)));
+        assert!(!dir.exists(), "{} is left", dir.display());
     }
 
     #[test]

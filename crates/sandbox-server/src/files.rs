@@ -49,31 +49,20 @@ fn fstat(fd: &OwnedFd, path: &Path) -> Result<rustix::fs::Stat, ApiError> {
     })
 }
 
+/// Reads a regular file. A read is often the first look at a path (the `read` tool sends
+/// no `stat` before it), so what is there is looked at through an `O_PATH` descriptor
+/// first: a device, socket or pipe is refused without being opened for reading (opening
+/// one can act: a FIFO waits for a writer, some devices do something on open).
 pub fn read(roots: &Roots, req: &ReadRequest) -> Result<ReadResponse, ApiError> {
-    // O_NONBLOCK so that opening a FIFO planted in the worktree cannot hang the server.
-    let (fd, located) = roots.open(&req.path, OFlags::RDONLY | OFlags::NONBLOCK)?;
+    let (probe, located) = roots.open(&req.path, OFlags::PATH)?;
     let display = located.display();
+    only_files(&fstat(&probe, &display)?, &display)?;
+    drop(probe);
+    // O_NONBLOCK, and the kind checked again: a FIFO swapped in since the look cannot
+    // hang the server.
+    let fd = open_beneath(&located, OFlags::RDONLY | OFlags::NONBLOCK)?;
     let st = fstat(&fd, &display)?;
-    match kind_of(&st) {
-        FileKind::File => {}
-        FileKind::Dir => {
-            return Err(ApiError::at(
-                ErrorKind::IsDirectory,
-                &display,
-                format!("{} is a directory, not a file", display.display()),
-            ));
-        }
-        _ => {
-            return Err(ApiError::at(
-                ErrorKind::InvalidArgument,
-                &display,
-                format!(
-                    "{} is not a regular file (a device, socket or pipe)",
-                    display.display()
-                ),
-            ));
-        }
-    }
+    only_files(&st, &display)?;
     let size = st.st_size as u64;
     let want = req.max_bytes.min(size.saturating_sub(req.offset)) as usize;
     let mut data = vec![0u8; want];
@@ -99,6 +88,27 @@ pub fn read(roots: &Roots, req: &ReadRequest) -> Result<ReadResponse, ApiError> 
         size,
         stamp: stamp_of(&st),
     })
+}
+
+/// A read's refusal of anything but a regular file: a directory (which the caller may list
+/// instead) and anything else, each with its own kind.
+fn only_files(st: &rustix::fs::Stat, display: &Path) -> Result<(), ApiError> {
+    match kind_of(st) {
+        FileKind::File => Ok(()),
+        FileKind::Dir => Err(ApiError::at(
+            ErrorKind::IsDirectory,
+            display,
+            format!("{} is a directory, not a file", display.display()),
+        )),
+        _ => Err(ApiError::at(
+            ErrorKind::NotAFile,
+            display,
+            format!(
+                "{} is not a regular file (a device, socket or pipe)",
+                display.display()
+            ),
+        )),
+    }
 }
 
 pub fn stat(roots: &Roots, path: &Path) -> Result<Stat, ApiError> {
@@ -589,7 +599,7 @@ mod tests {
             },
         )
         .unwrap_err();
-        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+        assert_eq!(err.kind, ErrorKind::NotAFile);
     }
 
     #[test]

@@ -162,14 +162,26 @@ fn serve_with<R: Read>(
         let Some(frame) = in_order(frame, &proxy, &output, &running) else {
             continue;
         };
+        let id = frame.id;
+        let no_thread = {
+            let output = output.clone();
+            move |e: std::io::Error| send(&output, id, Response::Error(failed_call(&e)))
+        };
         let (roots, output, running) = (roots.clone(), output.clone(), running.clone());
-        workers.run(Box::new(move || {
-            let id = frame.id;
+        let job = move || {
             let reply = |r: Response| send(&output, id, r);
-            if let Some(response) = handle(&roots, &running, id, frame.request, &reply) {
-                reply(response);
+            // A call that fails inside (a thread it needs cannot start) is answered, not
+            // left waiting for ever.
+            let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handle(&roots, &running, id, frame.request, &reply)
+            }));
+            match handled {
+                Ok(Some(response)) => reply(response),
+                Ok(None) => {}
+                Err(panic) => reply(Response::Error(failed_call(panic_text(&panic)))),
             }
-        }));
+        };
+        workers.run(Box::new(job), no_thread);
     };
     running.kill_all();
     result
@@ -299,6 +311,39 @@ fn not_interactive(target: u64) -> ApiError {
     )
 }
 
+/// Opens a file grep's walk found, beneath its root: a folder on its path swapped for a
+/// link out of the root after the walk saw it (a command racing the search) is refused,
+/// not followed, as is the file itself swapped for any link.
+fn open_for_search(roots: &Roots, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+    roots
+        .open(path, flags)
+        .map(|(fd, _)| std::fs::File::from(fd))
+        .map_err(|e| std::io::Error::other(e.message))
+}
+
+/// A call the server could not carry out for want of resources (most often a thread it
+/// could not start because the sandbox's commands hold all its processes or memory).
+fn failed_call(why: &dyn std::fmt::Display) -> ApiError {
+    ApiError::new(
+        ErrorKind::Io,
+        format!(
+            "the sandbox could not carry out this call ({why}); its commands may hold all \
+             the processes or memory it is allowed: end them (or wait for them) and try again"
+        ),
+    )
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> &dyn std::fmt::Display {
+    if let Some(s) = panic.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        &"it failed inside the server"
+    }
+}
+
 /// The server's output, shared by every thread that answers.
 struct Output(Mutex<Box<dyn Write + Send>>);
 
@@ -380,8 +425,15 @@ fn handle(
             .map(Response::Glob),
         Request::Grep(req) => search_root(roots, &req.root, false)
             .and_then(|root| {
-                search::grep(&root, &req.pattern, req.include.as_deref(), req.limit)
-                    .map_err(search_error)
+                let beneath = |path: &std::path::Path| open_for_search(roots, path);
+                search::grep(
+                    &root,
+                    &req.pattern,
+                    req.include.as_deref(),
+                    req.limit,
+                    &beneath,
+                )
+                .map_err(search_error)
             })
             .map(Response::Grep),
         Request::Tree(req) => search_root(roots, &req.root, true)
@@ -417,4 +469,45 @@ fn search_error(e: search::SearchError) -> ApiError {
         S::Io { .. } => ErrorKind::Io,
     };
     ApiError::new(kind, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roots::{Resolver, RootSpec};
+
+    /// grep's files are opened beneath their root: a folder on the way that is (or was
+    /// swapped for) a link out of the root is refused with either resolver, as is the file
+    /// itself as a link; a plain file opens.
+    #[test]
+    fn grep_opens_nothing_through_a_link_out_of_the_root() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "needle\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("src")).unwrap();
+        std::fs::write(root.join("src/plain"), "needle\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("swapped")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.join("src/link")).unwrap();
+        let spec = [RootSpec {
+            path: root.clone(),
+            writable: true,
+        }];
+        for resolver in [Resolver::Openat2, Resolver::Walk] {
+            let roots = Roots::with_resolver(&spec, resolver).unwrap();
+            let mut read = String::new();
+            open_for_search(&roots, &root.join("src/plain"))
+                .unwrap()
+                .read_to_string(&mut read)
+                .unwrap();
+            assert_eq!(read, "needle\n", "{}", resolver.name());
+            for refused in ["swapped/secret", "src/link"] {
+                assert!(
+                    open_for_search(&roots, &root.join(refused)).is_err(),
+                    "{} opened {refused}",
+                    resolver.name()
+                );
+            }
+        }
+    }
 }

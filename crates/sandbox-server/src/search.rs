@@ -20,11 +20,13 @@
 //! * `.git` directories are skipped at *any* depth for all three tools
 //!   (rg's `!.git/*` only covers the root one, and OpenCode's grep does not
 //!   exclude `.git` at all). Object files and refs are never useful results.
-//! * Symlinks are never followed and never reported, and files are opened
-//!   with `O_NOFOLLOW`, so a symlink swapped in after the walk saw a regular
-//!   file cannot make the server read outside the allowed root. (That
-//!   covers the last path component only; a parent directory swapped for a
-//!   symlink mid-walk is left to the sandbox boundary.)
+//! * Symlinks are never followed and never reported. grep opens every file
+//!   it reads through the caller's opener, which the server resolves beneath
+//!   the file's root (`openat2(RESOLVE_BENEATH)` or the walk) with
+//!   `O_NOFOLLOW`: a symlink swapped in for the file, or for a folder above
+//!   it, after the walk saw it cannot make the server read outside the root.
+//!   (The walk itself reads folders by path: names and times from a folder
+//!   swapped for a symlink mid-walk may be listed, never a file's content.)
 //! * `list` applies ignore patterns with gitignore semantics (`node_modules/`
 //!   matches that directory at any depth) rather than OpenCode's `!{p}*`,
 //!   which, being a glob with a slash, only matched at the root.
@@ -192,11 +194,15 @@ pub fn glob(root: &Path, pattern: &str, limit: usize) -> Result<GlobOutcome, Sea
 /// the first `limit` in output order (files newest first) are kept in
 /// memory: a per-file cap plus per-thread pruning of files that can no
 /// longer make the cut keep a `.` search over a large tree bounded.
+/// Opens a file the walk found, for reading; the server's resolves it beneath its root.
+pub type Opener<'a> = &'a (dyn Fn(&Path) -> io::Result<File> + Sync);
+
 pub fn grep(
     root: &Path,
     regex: &str,
     include: Option<&str>,
     limit: usize,
+    open: Opener<'_>,
 ) -> Result<GrepOutcome, SearchError> {
     // Validate the regex before touching the file system: a typo should
     // produce the regex error even when the path is also wrong.
@@ -230,6 +236,7 @@ pub fn grep(
         .build();
 
     let shared = GrepShared {
+        open,
         limit,
         partial: AtomicBool::new(false),
         total: AtomicUsize::new(0),
@@ -441,8 +448,9 @@ fn newest_first<K: Ord>(ma: Option<K>, pa: &Path, mb: Option<K>, pb: &Path) -> O
 }
 
 /// Opens a file found by the walk without following a symlink that may have
-/// replaced it since, and without blocking if it became a FIFO.
-fn open_for_search(path: &Path) -> io::Result<File> {
+/// replaced it since, and without blocking if it became a FIFO. It follows
+/// symlinks in the folders above it: the server's opener does not.
+pub fn open_by_path(path: &Path) -> io::Result<File> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -527,7 +535,8 @@ impl Drop for GlobVisitor<'_> {
 // grep workers
 // ---------------------------------------------------------------------------
 
-struct GrepShared {
+struct GrepShared<'o> {
+    open: Opener<'o>,
     limit: usize,
     partial: AtomicBool,
     total: AtomicUsize,
@@ -543,7 +552,7 @@ struct FileMatches {
 }
 
 struct GrepVisitorBuilder<'s> {
-    shared: &'s GrepShared,
+    shared: &'s GrepShared<'s>,
     matcher: &'s RegexMatcher,
     searcher: &'s Searcher,
 }
@@ -568,7 +577,7 @@ impl<'s> ParallelVisitorBuilder<'s> for GrepVisitorBuilder<'s> {
 const PRUNE_MIN_LINES: usize = 4096;
 
 struct GrepVisitor<'s> {
-    shared: &'s GrepShared,
+    shared: &'s GrepShared<'s>,
     matcher: RegexMatcher,
     searcher: Searcher,
     files: Vec<FileMatches>,
@@ -579,7 +588,7 @@ struct GrepVisitor<'s> {
 
 impl GrepVisitor<'_> {
     fn search(&mut self, path: PathBuf) {
-        let file = match open_for_search(&path) {
+        let file = match (self.shared.open)(&path) {
             Ok(file) => file,
             Err(_) => {
                 self.shared.partial.store(true, AtomicOrdering::Relaxed);
@@ -731,7 +740,7 @@ mod tests {
     }
 
     fn grep_set(root: &Path, re: &str, include: Option<&str>) -> BTreeSet<String> {
-        let out = grep(root, re, include, usize::MAX).unwrap();
+        let out = grep(root, re, include, usize::MAX, &open_by_path).unwrap();
         assert!(!out.truncated);
         assert_eq!(out.total_matches, out.matches.len());
         rel_set(root, out.matches.iter().map(|m| &m.path))
@@ -913,7 +922,7 @@ mod tests {
         // grep, like rg, searches a single file given as its path, and only that file.
         let text = std::fs::read_to_string(&file).unwrap();
         let word = text.split_whitespace().next().unwrap();
-        let out = grep(&file, &regex_escape(word), None, 100).unwrap();
+        let out = grep(&file, &regex_escape(word), None, 100, &open_by_path).unwrap();
         assert!(out.total_matches > 0);
         assert!(
             out.matches.iter().all(|m| m.path == file),
@@ -956,7 +965,7 @@ mod tests {
             grep_set(root, "needle", Some("src/**")),
             set(&["src/deep/er/mod.rs", "src/main.rs"])
         );
-        let err = grep(root, "needle", Some("{a,b"), 10).unwrap_err();
+        let err = grep(root, "needle", Some("{a,b"), 10, &open_by_path).unwrap_err();
         assert!(matches!(err, SearchError::InvalidGlob { .. }));
     }
 
@@ -970,7 +979,7 @@ mod tests {
         set_mtime(&old, 10);
         set_mtime(&new, 30);
         set_mtime(&mid, 20);
-        let out = grep(root, r"hit \w+", None, 100).unwrap();
+        let out = grep(root, r"hit \w+", None, 100, &open_by_path).unwrap();
         let got: Vec<_> = out
             .matches
             .iter()
@@ -1008,7 +1017,7 @@ mod tests {
             let path = write(root, &format!("f{i:02}.txt"), b"x\nx\nx\n");
             set_mtime(&path, 1_000 + i);
         }
-        let out = grep(root, "x", None, 5).unwrap();
+        let out = grep(root, "x", None, 5, &open_by_path).unwrap();
         assert_eq!(out.total_matches, 90);
         assert!(out.truncated);
         let got: Vec<_> = out
@@ -1028,7 +1037,7 @@ mod tests {
         .collect();
         assert_eq!(got, expected);
 
-        let out = grep(root, "x", None, 90).unwrap();
+        let out = grep(root, "x", None, 90, &open_by_path).unwrap();
         assert_eq!(out.matches.len(), 90);
         assert!(!out.truncated);
     }
@@ -1043,7 +1052,7 @@ mod tests {
             let path = write(root, &format!("d{}/f{i:02}.txt", i % 4), body.as_bytes());
             set_mtime(&path, 5_000 - i);
         }
-        let out = grep(root, "m", None, 250).unwrap();
+        let out = grep(root, "m", None, 250, &open_by_path).unwrap();
         assert_eq!(out.total_matches, 60 * 200);
         assert_eq!(out.matches.len(), 250);
         assert!(
@@ -1061,7 +1070,14 @@ mod tests {
 
     #[test]
     fn grep_invalid_regex_is_reported_before_walking() {
-        let err = grep(Path::new("/definitely/not/here"), "fn new(", None, 10).unwrap_err();
+        let err = grep(
+            Path::new("/definitely/not/here"),
+            "fn new(",
+            None,
+            10,
+            &open_by_path,
+        )
+        .unwrap_err();
         let SearchError::InvalidRegex { pattern, message } = &err else {
             panic!("expected InvalidRegex, got {err:?}");
         };
@@ -1071,7 +1087,7 @@ mod tests {
         assert!(text.contains("invalid regex `fn new(`"), "{text}");
         assert!(text.contains("escape"), "{text}");
 
-        let err = grep(Path::new("."), r"a\nb", None, 10).unwrap_err();
+        let err = grep(Path::new("."), r"a\nb", None, 10, &open_by_path).unwrap_err();
         assert!(matches!(err, SearchError::InvalidRegex { .. }), "{err:?}");
     }
 
@@ -1109,7 +1125,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let link = dir.path().join("f");
         std::os::unix::fs::symlink(target, &link).unwrap();
-        assert!(open_for_search(&link).is_err());
+        assert!(open_by_path(&link).is_err());
     }
 
     #[cfg(unix)]
@@ -1125,7 +1141,7 @@ mod tests {
             // Running as root: permissions are not enforced, nothing to test.
             return;
         }
-        let out = grep(root, "needle", None, 10).unwrap();
+        let out = grep(root, "needle", None, 10, &open_by_path).unwrap();
         assert!(out.partial);
         assert_eq!(
             rel_set(root, out.matches.iter().map(|m| &m.path)),
@@ -1138,6 +1154,7 @@ mod tests {
     #[test]
     fn grep_vanished_file_sets_partial() {
         let shared = GrepShared {
+            open: &open_by_path,
             limit: 10,
             partial: AtomicBool::new(false),
             total: AtomicUsize::new(0),

@@ -22,8 +22,10 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Runs `job` on a waiting thread, or on a new one when none waits.
-    pub fn run(self: &Arc<Self>, job: Job) {
+    /// Runs `job` on a waiting thread, or on a new one when none waits. When no thread can
+    /// be started (the sandbox is out of processes or memory), the job is dropped and
+    /// `no_thread` says why, so that its request is still answered.
+    pub fn run(self: &Arc<Self>, job: Job, no_thread: impl FnOnce(std::io::Error)) {
         let mut job = job;
         loop {
             let waiting = self.lock().pop();
@@ -35,7 +37,9 @@ impl Workers {
             }
         }
         let pool = Arc::downgrade(self);
-        std::thread::spawn(move || work(pool, job));
+        if let Err(e) = std::thread::Builder::new().spawn(move || work(pool, job)) {
+            no_thread(e);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sender<Job>>> {
@@ -73,9 +77,10 @@ mod tests {
 
     fn thread_of(workers: &Arc<Workers>) -> std::thread::ThreadId {
         let (tx, rx) = mpsc::channel();
-        workers.run(Box::new(move || {
-            tx.send(std::thread::current().id()).unwrap()
-        }));
+        workers.run(
+            Box::new(move || tx.send(std::thread::current().id()).unwrap()),
+            |e| panic!("{e}"),
+        );
         rx.recv().unwrap()
     }
 
@@ -95,14 +100,17 @@ mod tests {
         let workers = Arc::new(Workers::default());
         let (release, held) = mpsc::channel::<()>();
         let (started, wait_started) = mpsc::channel();
-        workers.run(Box::new(move || {
-            started.send(()).unwrap();
-            let _ = held.recv();
-        }));
+        workers.run(
+            Box::new(move || {
+                started.send(()).unwrap();
+                let _ = held.recv();
+            }),
+            |e| panic!("{e}"),
+        );
         wait_started.recv().unwrap();
         // The first thread is busy: the second request gets a thread of its own.
         let (tx, rx) = mpsc::channel();
-        workers.run(Box::new(move || tx.send(()).unwrap()));
+        workers.run(Box::new(move || tx.send(()).unwrap()), |e| panic!("{e}"));
         rx.recv_timeout(std::time::Duration::from_secs(5))
             .expect("the second request ran while the first was held");
         release.send(()).unwrap();
@@ -125,9 +133,12 @@ mod tests {
     fn waiting_threads_end_with_the_pool() {
         let workers = Arc::new(Workers::default());
         let (ended, wait_ended) = mpsc::channel();
-        workers.run(Box::new(move || {
-            EXIT.with(|e| *e.borrow_mut() = Some(OnExit(ended)));
-        }));
+        workers.run(
+            Box::new(move || {
+                EXIT.with(|e| *e.borrow_mut() = Some(OnExit(ended)));
+            }),
+            |e| panic!("{e}"),
+        );
         while workers.lock().is_empty() {
             std::thread::yield_now();
         }

@@ -201,16 +201,22 @@ pub fn fix(layer: Layer, wall: Wall, network: Network) -> &'static str {
 }
 
 /// A file outside the worktree for the server to fail to read; removed when dropped.
+/// It is made in `/var/tmp` where there is one, not in `/tmp`: a landlock sandbox with a
+/// mount namespace has a `/tmp` of its own, where the canary would be missing whether or
+/// not landlock is up, and only landlock's EACCES proves the wall.
 struct Canary {
     dir: tempfile::TempDir,
 }
 
 impl Canary {
     fn make() -> Result<Canary, SandboxError> {
+        let place = Some(PathBuf::from("/var/tmp"))
+            .filter(|d| d.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
         let made = || -> std::io::Result<Canary> {
             let dir = tempfile::Builder::new()
                 .prefix(&format!("runner-canary-{}-", std::process::id()))
-                .tempdir()?;
+                .tempdir_in(&place)?;
             std::fs::write(
                 dir.path().join("canary"),
                 b"a file the sandbox must not read\n",
@@ -220,7 +226,7 @@ impl Canary {
         made().map_err(|e| {
             SandboxError::Disconnected(format!(
                 "cannot make the self-test's canary file in {}: {e}",
-                std::env::temp_dir().display()
+                place.display()
             ))
         })
     }

@@ -3,11 +3,12 @@
 //! `runner image build` if it is missing. Never skips: without an engine the test fails
 //! and says how to get one.
 //!
-//! A test binary may instead run every docker test against another engine (a dockerd with
-//! gVisor, rootful Podman, a user's rootless Podman): [`use_engine`] starts it once and
-//! copies the image over; the tests point specs ([`apply`]) and `runner` command lines
-//! ([`cli`]) at it. An engine of another user also names that user ([`TestEngine::owner`]),
-//! to whom the tests hand their folders.
+//! A test may instead run against another engine (a dockerd with gVisor, rootful Podman, a
+//! user's rootless Podman): [`use_engine`] starts it (once per process) and copies the image
+//! over; the test then points specs ([`apply`]) and `runner` command lines ([`cli`]) at it.
+//! The choice belongs to the test's thread, not the process, so the suites of several
+//! engines run side by side in one test binary. An engine of another user also names that
+//! user ([`TestEngine::owner`]), to whom the tests hand their folders.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -211,11 +212,11 @@ pub fn dev_image() -> &'static str {
 }
 
 // ---------------------------------------------------------------------------------------
-// Test engines: which engine, and which OCI runtime, a test binary's docker tests run on
+// Test engines: which engine, and which OCI runtime, a test's docker sandboxes run on
 // ---------------------------------------------------------------------------------------
 
 /// The engine docker tests run on, and the runtime of their sandbox containers: the
-/// machine's engine with its default runtime unless the test binary chose another with
+/// machine's engine with its default runtime unless the test chose another with
 /// [`use_engine`] (a dockerd of its own with gVisor registered, [`runsc`]; a Podman
 /// socket). Everything the tests open goes through it: [`apply`] on a spec, [`cli`] on a
 /// `runner` command line, [`client`] for looking at containers, [`label`] in reports.
@@ -258,25 +259,33 @@ pub fn not_applicable(name: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-static ENGINE: OnceLock<TestEngine> = OnceLock::new();
-
-/// Makes `start`'s engine the one this binary's docker tests use. Each test of such a
-/// binary calls it first (`escape_suite!(…, engine: start)` does): the first call runs
-/// `start`, which makes sure the engine answers and holds the sandbox image; the others
-/// get what it gave. One engine per test binary.
-pub fn use_engine(start: fn() -> TestEngine) -> &'static TestEngine {
-    ENGINE.get_or_init(start)
+thread_local! {
+    /// The engine the test on this thread chose with [`use_engine`]; none: the machine's.
+    /// libtest runs every test on a thread of its own, so a choice never outlives its test
+    /// or reaches the tests beside it.
+    static CHOSEN: std::cell::RefCell<Option<TestEngine>> = const { std::cell::RefCell::new(None) };
 }
 
-/// The machine's engine, its default runtime: what a binary that chose none runs on
+/// Makes `start`'s engine the one the calling test's docker sandboxes and `runner` command
+/// lines use. Each test on another engine calls it first (`escape_suite!(…, engine: start)`
+/// does). `start` makes sure the engine answers and holds the sandbox image; every `start`
+/// here does that once per process and then hands back what it found. Only the test's own
+/// thread sees the choice: work a test hands to another thread must take the engine along.
+pub fn use_engine(start: fn() -> TestEngine) -> TestEngine {
+    let chosen = start();
+    CHOSEN.with(|c| *c.borrow_mut() = Some(chosen.clone()));
+    chosen
+}
+
+/// The machine's engine, its default runtime: what a test that chose none runs on
 /// ([`docker`] still makes it ready, in the tests that use it).
 pub fn machine() -> TestEngine {
     TestEngine::default()
 }
 
-/// The engine this binary's docker tests run on.
+/// The engine the calling test's docker sandboxes run on.
 pub fn engine() -> TestEngine {
-    ENGINE.get().cloned().unwrap_or_default()
+    CHOSEN.with(|c| c.borrow().clone()).unwrap_or_default()
 }
 
 /// Points a docker spec at the test engine and runtime (and, for an engine of another
@@ -311,7 +320,7 @@ pub fn cli(cmd: &mut std::process::Command) -> &mut std::process::Command {
 /// The owner of the test folders when it is not this process's user
 /// ([`TestEngine::owner`]).
 pub fn owner() -> Option<Owner> {
-    ENGINE.get().and_then(|e| e.owner.clone())
+    CHOSEN.with(|c| c.borrow().as_ref().and_then(|e| e.owner.clone()))
 }
 
 /// The `runner` binary to run or mount: the build's own, or, when the sandbox runs as
@@ -358,7 +367,7 @@ pub fn label() -> String {
 /// Call at the start of every docker test: the machine's engine answers and holds the
 /// sandbox image (an engine chosen with [`use_engine`] was made ready when chosen).
 pub fn docker() {
-    if ENGINE.get().is_some_and(|e| e.host.is_some()) {
+    if engine().host.is_some() {
         return;
     }
     static READY: OnceLock<()> = OnceLock::new();
@@ -601,7 +610,7 @@ fn runsc_socket() -> String {
     format!("{RUNSC_DIR}/docker.sock")
 }
 
-/// The engine a test binary runs docker sandboxes under gVisor on: a dockerd of the tests'
+/// The engine tests run docker sandboxes under gVisor on: a dockerd of the tests'
 /// own, on its own socket, data root, exec root and bridge, with `runsc` registered beside
 /// runc (runc stays its default, so the same engine runs both for a side-by-side
 /// comparison). Started once and left running for the next test binaries (a lock file

@@ -63,6 +63,20 @@ pub fn runner_exe() -> &'static Path {
     })
 }
 
+/// Puts a copy of the runner binary at `to`, to be run from there. The copy is written by
+/// a `cp` of its own: a copy written by this process holds its file open for writing, and
+/// a test on another thread that forks in that moment hands the open file to its child
+/// until the child's exec, so running the copy then fails with "Text file busy" (seen
+/// with four tests at a time).
+pub fn copy_runner_to(to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg(runner_exe())
+        .arg(to)
+        .status()
+        .unwrap_or_else(|e| panic!("cp runner to {}: {e}", to.display()));
+    assert!(status.success(), "cp runner to {}: {status}", to.display());
+}
+
 /// `nobody`'s uid and gid, for tests that run runner as a user with no rights of its own.
 pub const NOBODY: u32 = 65534;
 
@@ -506,7 +520,7 @@ pub fn loops_under(path: &Path) -> Vec<String> {
 /// `--skip NAME`, …); fails with the child's output when a test there fails.
 /// A test's name as the test binary's filter sees it: `module` is the caller's
 /// `module_path!()`, whose first part is the binary itself (`all::escape_docker` names
-/// `escape_docker::NAME` in `tests/all.rs`, `engine_runsc` names plain `NAME`).
+/// `escape_docker::NAME` in `tests/all.rs`, `sandbox_cleanup` names plain `NAME`).
 pub fn in_this_binary(module: &str, name: &str) -> String {
     match module.split_once("::") {
         Some((_, path)) => format!("{path}::{name}"),

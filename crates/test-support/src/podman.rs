@@ -12,20 +12,26 @@ pub const ROOTFUL_SOCKET: &str = "/run/podman/podman.sock";
 /// Rootful Podman through its Docker-compatible API, answering and holding the sandbox
 /// image (copied from the machine's Docker): a test binary's engine
 /// (`escape_suite!(…, engine: common::podman::rootful)`).
+/// Made ready once per process; the tests that choose it afterwards get what was found.
 pub fn rootful() -> TestEngine {
-    let host = format!("unix://{ROOTFUL_SOCKET}");
-    {
-        let _l = super::engine::lock("runner-test-podman-start.lock");
-        if !super::engine::engine_answers_at(ROOTFUL_SOCKET) {
-            start_rootful();
-        }
-    }
-    super::engine::docker();
-    super::engine::copy_image_to(&host);
-    TestEngine {
-        host: Some(host),
-        ..TestEngine::default()
-    }
+    static READY: std::sync::OnceLock<TestEngine> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let host = format!("unix://{ROOTFUL_SOCKET}");
+            {
+                let _l = super::engine::lock("runner-test-podman-start.lock");
+                if !super::engine::engine_answers_at(ROOTFUL_SOCKET) {
+                    start_rootful();
+                }
+            }
+            super::engine::docker();
+            super::engine::copy_image_to(&host);
+            TestEngine {
+                host: Some(host),
+                ..TestEngine::default()
+            }
+        })
+        .clone()
 }
 
 /// [`ROOTLESS_USER`]'s own Podman as a test binary's engine
@@ -34,20 +40,25 @@ pub fn rootful() -> TestEngine {
 /// folders to the user ([`TestEngine::owner`]), since the engine can mount and the sandbox
 /// write only what the user may. The limits the engine says it cannot enforce (a rootless
 /// engine on cgroup v1 has no cgroup controllers) are not judged: see
-/// [`unenforced_limits`].
+/// [`unenforced_limits`]. Made ready once per process, like [`rootful`].
 pub fn rootless_engine() -> TestEngine {
-    let r = rootless();
-    let host = format!("unix://{}", r.socket);
-    TestEngine {
-        not_applicable: unenforced_limits(&host),
-        host: Some(host),
-        runtime: None,
-        owner: Some(super::engine::Owner {
-            uid: r.uid,
-            gid: r.gid,
-            env: r.env.clone(),
-        }),
-    }
+    static READY: std::sync::OnceLock<TestEngine> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let r = rootless();
+            let host = format!("unix://{}", r.socket);
+            TestEngine {
+                not_applicable: unenforced_limits(&host),
+                host: Some(host),
+                runtime: None,
+                owner: Some(super::engine::Owner {
+                    uid: r.uid,
+                    gid: r.gid,
+                    env: r.env.clone(),
+                }),
+            }
+        })
+        .clone()
 }
 
 /// The limit procedures of the escape suite that judge a limit the engine at `host` says

@@ -358,11 +358,38 @@ impl ToolContext {
     /// it really leads (a committed `notes -> .env` must still ask like `.env`).
     pub fn file_asks(&self, path: &Path, is_dir: bool, permission: &str) -> Vec<PermissionRequest> {
         let real = runner_permission::paths::resolve_existing(path);
-        let mut asks: Vec<PermissionRequest> =
-            self.external_for(path, &real, is_dir).into_iter().collect();
+        let external = self.external_for(path, &real, is_dir);
+        self.asks_for(path, &real, external, permission)
+    }
+
+    /// [`Self::file_asks`] when they are the same whatever `path` is: it, and where its
+    /// links lead, stay in the worktree, so there is no `external_directory` ask (the only
+    /// one that names a directory differently from a file). `None` when there would be one:
+    /// then the caller must find out whether it is a directory first.
+    pub fn file_asks_inside(
+        &self,
+        path: &Path,
+        permission: &str,
+    ) -> Option<Vec<PermissionRequest>> {
+        let real = runner_permission::paths::resolve_existing(path);
+        if self.external_for(path, &real, false).is_some() {
+            return None;
+        }
+        Some(self.asks_for(path, &real, None, permission))
+    }
+
+    /// `external` (if any), then `permission` for `path` and for `real` where it differs.
+    fn asks_for(
+        &self,
+        path: &Path,
+        real: &Path,
+        external: Option<PermissionRequest>,
+        permission: &str,
+    ) -> Vec<PermissionRequest> {
+        let mut asks: Vec<PermissionRequest> = external.into_iter().collect();
         let mut subjects = vec![self.relative(path)];
         if real != path {
-            let real = self.relative(&real);
+            let real = self.relative(real);
             if !subjects.contains(&real) {
                 subjects.push(real);
             }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::{Attachment, Tool, ToolContext, ToolError, ToolOutput, ToolResult, lenient};
 use runner_permission::PermissionRequest;
-use runner_protocol::{FileKind, Stat};
+use runner_protocol::{ErrorKind, FileKind, ReadResponse, Stat};
 use runner_sandbox::SandboxError;
 
 pub const DEFAULT_LIMIT: u64 = 2000;
@@ -65,31 +65,72 @@ impl Tool for ReadTool {
             ));
         }
         let limit = params.limit.unwrap_or(DEFAULT_LIMIT).max(1);
-        let target = locate(&params, ctx).await?;
-        // Outside the worktree the rules get their say before the sandbox refuses.
-        ctx.ask_all(asks(&target, ctx)).await?;
-        let Target { path, stat } = target;
-        let stat = stat?;
+        let path = ctx.resolve(&params.file_path)?;
+        let found = ask_first(&path, ctx).await?;
         let rel = ctx.relative(&path);
-
-        let Some(stat) = stat else {
-            return Err(ToolError::Failed(not_found_message(ctx, &path).await));
-        };
-        match stat.kind {
-            FileKind::Dir => read_dir(ctx, &path, &rel, offset, limit).await,
-            FileKind::File => {
-                let mut out = read_file(ctx, &path, &rel, offset, limit).await?;
-                if out.attachments.is_empty() {
-                    with_folder_instructions(&mut out, ctx, &path).await;
-                }
-                Ok(out)
+        let first = match found {
+            Found::Missing => return Err(ToolError::Failed(not_found_message(ctx, &path).await)),
+            Found::Kind(FileKind::Dir) => return read_dir(ctx, &path, &rel, offset, limit).await,
+            Found::Kind(FileKind::File) | Found::Unknown => {
+                ctx.services.sandbox.client.read(&path, 0, CHUNK).await
             }
-            _ => Err(ToolError::Failed(format!(
-                "{} is not a regular file",
-                path.display()
-            ))),
+            Found::Kind(_) => return Err(not_a_file(&path)),
+        };
+        let first = match first {
+            Ok(first) => first,
+            // Nothing looked first: the read's refusal says what is there instead.
+            Err(SandboxError::Api(e)) if matches!(found, Found::Unknown) => {
+                return match e.kind {
+                    ErrorKind::IsDirectory => read_dir(ctx, &path, &rel, offset, limit).await,
+                    ErrorKind::NotFound => {
+                        Err(ToolError::Failed(not_found_message(ctx, &path).await))
+                    }
+                    ErrorKind::NotAFile => Err(not_a_file(&path)),
+                    _ => Err(SandboxError::Api(e).into()),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = read_file(ctx, &path, &rel, offset, limit, first).await?;
+        if out.attachments.is_empty() {
+            with_folder_instructions(&mut out, ctx, &path).await;
         }
+        Ok(out)
     }
+}
+
+/// What was known of a path once its asks were answered.
+enum Found {
+    /// Nothing yet: the read says.
+    Unknown,
+    Missing,
+    Kind(FileKind),
+}
+
+/// Puts the call's asks before anything is read. Inside the worktree they are the same
+/// whatever the path is, so nothing is looked at first and the read itself says what is
+/// there: one round trip to the sandbox instead of a `stat` and then a read. Outside it,
+/// `external_directory` names the path itself when it is a directory, so it is looked at
+/// first (and a failure of that look is kept until the rules have had their say: they are
+/// asked before the sandbox's refusal is reported).
+async fn ask_first(path: &Path, ctx: &ToolContext) -> Result<Found, ToolError> {
+    if let Some(inside) = ctx.file_asks_inside(path, "read") {
+        ctx.ask_all(inside).await?;
+        return Ok(Found::Unknown);
+    }
+    let target = Target {
+        path: path.to_path_buf(),
+        stat: ctx.stat_if_exists(path).await,
+    };
+    ctx.ask_all(asks(&target, ctx)).await?;
+    Ok(match target.stat? {
+        None => Found::Missing,
+        Some(stat) => Found::Kind(stat.kind),
+    })
+}
+
+fn not_a_file(path: &Path) -> ToolError {
+    ToolError::Failed(format!("{} is not a regular file", path.display()))
 }
 
 /// Appends the instructions of the folders above a file read for the first time in this
@@ -331,15 +372,16 @@ pub fn attachment_mime(head: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// A file's lines from `offset`, given its first chunk (read from byte 0, up to [`CHUNK`]).
 async fn read_file(
     ctx: &ToolContext,
     path: &Path,
     rel: &str,
     offset: u64,
     limit: u64,
+    first: ReadResponse,
 ) -> ToolResult {
     let client = &ctx.services.sandbox.client;
-    let first = client.read(path, 0, CHUNK).await?;
     let stamp = first.stamp;
 
     if let Some(mime) = attachment_mime(&first.data) {
@@ -540,6 +582,63 @@ impl LineCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path in the worktree is read with no look first (its asks are the same whatever it
+    /// is), one outside it (the output folder, a root of its own) is looked at first: either
+    /// way a directory is listed, a missing file gets its suggestions, and what is not a
+    /// file is refused, in the same words.
+    #[tokio::test]
+    async fn with_or_without_a_look_first_the_words_are_the_same() {
+        let t = crate::testing::TestCtx::new().await;
+        let out = t.wt.parent().unwrap().join("out");
+        let registry = crate::Registry::builtin();
+        let mut said = Vec::new();
+        for dir in [&t.wt, &out] {
+            std::fs::create_dir_all(dir.join("sub")).unwrap();
+            std::fs::write(dir.join("sub/notes.txt"), "n\n").unwrap();
+            let _socket = std::os::unix::net::UnixListener::bind(dir.join("sock")).unwrap();
+            let mut words = Vec::new();
+            for name in ["sub", "sub/note", "sock", "sub/notes.txt"] {
+                let path = dir.join(name);
+                let r = registry
+                    .call("read", serde_json::json!({ "filePath": path }), &t.ctx)
+                    .await;
+                let text = r.error.unwrap_or(r.output);
+                words.push(text.replace(&dir.display().to_string(), "[DIR]"));
+            }
+            said.push(words);
+        }
+        let asks = t.asks();
+        let outside: Vec<_> = asks
+            .iter()
+            .filter(|a| a.0 == "external_directory")
+            .collect();
+        assert_eq!(
+            outside.len(),
+            4,
+            "only the output folder's reads ask: {asks:?}"
+        );
+        assert_eq!(said[0], said[1]);
+        let w = &said[0];
+        assert!(
+            w[0].contains("<type>directory</type>") && w[0].contains("notes.txt"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains(
+                "File not found: [DIR]/sub/note\n\nDid you mean one of these?\n[DIR]/sub/notes.txt"
+            ),
+            "{}",
+            w[1]
+        );
+        assert!(
+            w[2].contains("[DIR]/sock is not a regular file"),
+            "{}",
+            w[2]
+        );
+        assert!(w[3].contains("1: n\n"), "{}", w[3]);
+    }
 
     #[test]
     fn binary_detection_by_extension_nul_and_control_ratio() {

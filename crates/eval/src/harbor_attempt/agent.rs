@@ -61,8 +61,10 @@ pub(super) async fn run_agent(
 
 /// Run through the oracle's server as the agent's user: SIGKILL to every live process
 /// but the container's init (1), the server (this shell's parent) and this shell, again
-/// until none is left or a hundred rounds have passed. Zombies are dead already. (Not
-/// `kill -1`: the server, the init's child, runs as the agent's user too.)
+/// until none is left or a hundred rounds have passed. A process is dead only when all
+/// its threads are: a leader that called `exit` shows as a zombie while its other threads
+/// run on, so every thread's state is read. (Not `kill -1`: the server, the init's child,
+/// runs as the agent's user too.)
 const KILL_THE_REST: &str = "keep=\" 1 $PPID $$ \"
 n=0
 while :; do
@@ -71,11 +73,17 @@ while :; do
     p=${d#/proc/}
     case \"$keep\" in *\" $p \"*) continue ;; esac
     if [ ! -r \"$d/status\" ]; then continue; fi
-    s=
-    while read -r k v rest; do
-      if [ \"$k\" = State: ]; then s=$v; break; fi
-    done 2>/dev/null < \"$d/status\"
-    if [ -n \"$s\" ] && [ \"$s\" != Z ]; then left=\"$left $p\"; kill -9 \"$p\" 2>/dev/null; fi
+    live=
+    for t in \"$d\"/task/*; do
+      while read -r k v rest; do
+        if [ \"$k\" = State: ]; then
+          if [ \"$v\" != Z ] && [ \"$v\" != X ]; then live=1; fi
+          break
+        fi
+      done 2>/dev/null < \"$t/status\"
+      if [ -n \"$live\" ]; then break; fi
+    done
+    if [ -n \"$live\" ]; then left=\"$left $p\"; kill -9 \"$p\" 2>/dev/null; fi
   done
   if [ -z \"$left\" ]; then exit 0; fi
   n=$((n + 1))
@@ -103,16 +111,22 @@ async fn quiesce(
     None
 }
 
-/// Whether the engine sees two live processes in the container: its init and the server,
-/// its child (the server answered a moment ago, and a container whose init is gone has
-/// stopped). Zombies are dead and not counted. An engine that cannot tell (a runtime
-/// without `top`) counts as no.
+/// Whether the container's cgroup holds two live processes: its init and the server, its
+/// child (the server answered a moment ago, and a container whose init is gone has
+/// stopped). A process counts while any of its threads lives (a zombie leader's other
+/// threads run on). Read from the kernel's cgroup files where
+/// the engine is this machine's Docker (no engine call), else the engine's `top` lists
+/// them; an engine that cannot tell (a runtime without `top`) counts as no.
 async fn only_the_server(sandbox: &Sandbox, container: &TaskContainer) -> bool {
     let Some(id) = sandbox.container_id.as_deref() else {
         return false;
     };
+    if let Some(live) = container.live_processes() {
+        return live == 2;
+    }
+    // A row per thread (`-L`), each with its process's pid.
     let options = bollard::query_parameters::TopOptions {
-        ps_args: "-o pid,stat".into(),
+        ps_args: "-L -o pid,stat".into(),
     };
     let listed = tokio::time::timeout(
         Duration::from_secs(30),
@@ -122,20 +136,18 @@ async fn only_the_server(sandbox: &Sandbox, container: &TaskContainer) -> bool {
     let Ok(Ok(top)) = listed else {
         return false;
     };
-    let Some(stat) = top
-        .titles
-        .as_ref()
-        .and_then(|t| t.iter().position(|t| t == "STAT"))
-    else {
+    let column = |name: &str| top.titles.as_ref()?.iter().position(|t| t == name);
+    let (Some(pid), Some(stat)) = (column("PID"), column("STAT")) else {
         return false;
     };
-    let alive = top
+    let alive: std::collections::HashSet<&String> = top
         .processes
-        .unwrap_or_default()
         .iter()
-        .filter(|p| p.get(stat).is_some_and(|s| !s.starts_with('Z')))
-        .count();
-    alive == 2
+        .flatten()
+        .filter(|row| row.get(stat).is_some_and(|s| !s.starts_with('Z')))
+        .filter_map(|row| row.get(pid))
+        .collect();
+    alive.len() == 2
 }
 
 /// Closes a kept server (which stops its container), off the async threads.
@@ -339,13 +351,17 @@ impl Served {
             Ok(t) => t,
             Err(e) => return Served(Some(Err((e, false)))),
         };
-        // Started first: a copy into a running container spares the engine mounting the
-        // container's file system for it (nothing runs there yet but the server).
+        // Started first: the solution is then written by a command through the server
+        // (nothing runs there yet but the server), or copied into the running container,
+        // which spares the engine mounting its file system.
         let started = async {
             let sandbox = {
                 let _engine = crate::engines::CALLS.acquire().await;
                 engine_call(container.serve()).await?
             };
+            if write_through(&sandbox, &tar).await {
+                return Ok(sandbox);
+            }
             match engine_call(container.upload(Path::new("/"), tar)).await {
                 Ok(()) => Ok(sandbox),
                 Err(e) => {
@@ -362,6 +378,20 @@ impl Served {
             }
         }))
     }
+}
+
+/// The solution's files written by a command through the container's own server, as the
+/// agent's user: no engine call. False when they do not fit in a command, or the command
+/// failed (a user who may not make `/solution`): the engine copies them then.
+async fn write_through(sandbox: &Sandbox, tar: &[u8]) -> bool {
+    let Some(lines) = super::inline::unpack_script(tar, super::inline::SCRIPT_LIMIT) else {
+        return false;
+    };
+    let command = format!("set -e\n{lines}");
+    let limit = Duration::from_secs(60);
+    let never = CancellationToken::new();
+    let ran = attempt::exec(sandbox, &command, limit, 4096, &never).await;
+    matches!(ran, Ok(r) if r.code == Some(0))
 }
 
 impl Drop for Served {

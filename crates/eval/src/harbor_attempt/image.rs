@@ -65,7 +65,13 @@ pub(super) async fn prepare(
     let name = format!("{}-{attempt}", task.id);
     // The image's worktree is the same in every container of it: read once per engine.
     let workdir = task.environment.workdir.as_deref();
+    // The first attempt at the image takes the base while the others made ready with it
+    // wait, then find it.
+    let mut turn = Some(engine.base_turn(&image, workdir).await);
     let shared = engine.base(&image, workdir);
+    if shared.is_some() {
+        turn = None;
+    }
     let ws = Workspace::for_image_sharing(&options.out.join(".work"), &name, &image, shared)
         .map_err(|e| infra(result.clone(), "prepare", e, false))?;
     let (scratch, outputs) = (ws.work(), ws.outputs());
@@ -87,6 +93,7 @@ pub(super) async fn prepare(
     if let Some(base) = ws.taken_base() {
         engine.keep_base(&image_name, workdir, base);
     }
+    drop(turn);
     Ok(Prepared {
         removing,
         owner,

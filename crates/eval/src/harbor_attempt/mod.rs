@@ -28,7 +28,9 @@
 //!   process it left ended before anything else happens (steps 2 and 3);
 //! - [`network`]: what each phase may reach, through a proxy whose rules that phase alone
 //!   decides, and the connections each phase made;
-//! - [`mod@verify`]: the hidden tests put in place, `test.sh` run, its rewards read (step 5).
+//! - [`mod@verify`]: the hidden tests put in place, `test.sh` run, its rewards read (step 5);
+//! - [`inline`]: files put in (and rewards read back) by commands running in the container
+//!   anyway, where the engine would otherwise copy them.
 //!
 //! This file runs them in order ([`run`], each turn in [`take_turn`]) and holds what every
 //! phase uses: the place a turn works in and the bound on every engine call. The arrows go
@@ -37,6 +39,7 @@
 
 mod agent;
 mod image;
+mod inline;
 mod network;
 mod stages;
 mod verify;
@@ -59,7 +62,7 @@ pub use image::image_ahead;
 use image::prepare;
 use network::record_connections;
 use stages::{Stage, Turns};
-use verify::{Verifying, verify};
+use verify::{TestsIn, Verifying, verify};
 
 /// How long one engine operation (a start, a copy in or out) may take before the engine
 /// counts as not answering.
@@ -252,13 +255,22 @@ async fn take_turn(
     }
     // The diff, from a container where nothing of the agent's runs: everything since the
     // attempt began. The hidden tests go in at the same time, under their hidden name
-    // (outside the worktree), where nobody is left to see them before the verifier.
+    // (outside the worktree), where nobody is left to see them before the verifier; or,
+    // where they fit in a command, with the verifier's first command.
     let verify_started = Instant::now();
     let container = place.container;
-    let (patch, uploaded) = tokio::join!(
-        ws.image_patch(container),
-        engine_call(container.upload(Path::new("/"), stage.tests.clone())),
-    );
+    let tests = match verify::tests_inline(stage) {
+        Some(lines) => TestsIn::Written(lines),
+        None => TestsIn::Copied(Ok(())),
+    };
+    let (patch, tests) = tokio::join!(ws.image_patch(container), async {
+        match tests {
+            TestsIn::Copied(_) => TestsIn::Copied(
+                engine_call(container.upload(Path::new("/"), stage.tests.clone())).await,
+            ),
+            written => written,
+        }
+    });
     verdict::record_patch(result, place.out, patch.map_err(EvalError::from));
     if matches!(result.status, Status::Timeout | Status::AgentError) {
         close(live).await;
@@ -272,7 +284,7 @@ async fn take_turn(
         Verifying {
             container,
             live,
-            uploaded,
+            tests,
         },
         way_out.as_deref(),
         &mut connections,

@@ -128,7 +128,7 @@ pub(super) fn stages<'a>(
 
 /// A folder name for the hidden tests on their way in: 128 random bits, drawn before the
 /// agent starts and never in the container until every process of the agent's is dead.
-fn hidden_name() -> Result<String, EvalError> {
+pub(super) fn hidden_name() -> Result<String, EvalError> {
     use std::io::Read;
     let urandom = Path::new("/dev/urandom");
     let mut bytes = [0u8; 16];

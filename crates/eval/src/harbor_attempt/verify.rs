@@ -3,8 +3,11 @@
 //! It runs once nothing of the agent's does (see [`super::agent`]), in the file system the
 //! agent left. What the agent left where the verifier looks (a `conftest.py` in `/tests`, a
 //! reward in `/logs/verifier`) is moved aside first; the tests come in under a name nobody
-//! could guess and are moved to `/tests` by the verifier's first command, as root. The
-//! rewards are read from `/logs/verifier` through the engine, and only regular files count.
+//! could guess and are moved to `/tests` by the verifier's first command, as root (the
+//! tests are written there by that same command where they fit in it, see
+//! [`super::inline`]). The rewards are printed after `test.sh` by the same command where
+//! the verifier runs as root, else (or when what was printed is not whole) read from
+//! `/logs/verifier` through the engine; only regular files count.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::network::verifier_proxy;
 use super::stages::Stage;
-use super::{engine_call, lock};
+use super::{engine_call, inline, lock};
 use crate::EvalError;
 use crate::attempt::{LOG_LIMIT, drop_blocking};
 use crate::harbor;
@@ -40,11 +43,25 @@ chmod 1777 /logs/verifier";
 const PREPARED: &str = "runner: /tests and /logs/verifier are ready";
 
 /// The task container for the verifier: the agent's server if it was kept (nothing else
-/// runs there), and how the copy of the hidden tests went.
+/// runs there), and how the hidden tests come in.
 pub(super) struct Verifying<'a> {
     pub(super) container: &'a TaskContainer,
     pub(super) live: Option<Sandbox>,
-    pub(super) uploaded: Result<(), EvalError>,
+    pub(super) tests: TestsIn,
+}
+
+/// How the hidden tests come into the container.
+pub(super) enum TestsIn {
+    /// Copied in through the engine already (or not: why).
+    Copied(Result<(), EvalError>),
+    /// Written by the verifier's first command: these lines ([`super::inline`]).
+    Written(String),
+}
+
+/// The lines that write the stage's hidden tests, where they fit in the verifier's command
+/// ([`TestsIn::Written`]); `None`: they are copied through the engine.
+pub(super) fn tests_inline(stage: &Stage<'_>) -> Option<String> {
+    inline::unpack_script(&stage.tests, inline::SCRIPT_LIMIT)
 }
 
 pub(super) async fn verify(
@@ -57,12 +74,15 @@ pub(super) async fn verify(
     let Verifying {
         container,
         live,
-        uploaded,
+        tests,
     } = verifying;
     // The oracle's proxy still listens in its server; in a fresh start it is gone.
     let handed_over = lock(&stage.handed_over).take().filter(|_| live.is_some());
     let steps = async {
-        uploaded?;
+        let unpack = match tests {
+            TestsIn::Copied(copied) => copied.map(|()| String::new())?,
+            TestsIn::Written(lines) => lines,
+        };
         // A running container for the engine's exec, with nothing of the agent's in it:
         // the agent's own server when nothing else was left, else a fresh start.
         let sandbox = match live {
@@ -84,7 +104,7 @@ pub(super) async fn verify(
                 (None, Some(rules)) => (Some(verifier_proxy(&sandbox, rules).await?), 0),
                 (None, None) => (None, 0),
             };
-            let ran = run_tests(stage, container, way_out.is_some()).await;
+            let ran = run_tests(stage, container, way_out.is_some(), &unpack).await;
             if let Some(proxy) = proxy {
                 proxy.settle(Duration::from_secs(2)).await;
                 *connections = proxy.records().into_iter().skip(skip).collect();
@@ -114,13 +134,15 @@ pub(super) async fn verify(
     }
 }
 
-/// `/tests` and `/logs/verifier` made afresh with the tests (already copied in) in place,
-/// `test.sh` run (with the proxy's variables when it has one), and the rewards it left
-/// read. A verifier that runs as root gets both in one engine command.
+/// `/tests` and `/logs/verifier` made afresh with the tests in place (`unpack` writes them
+/// first, when they were not copied in), `test.sh` run (with the proxy's variables when it
+/// has one), and the rewards it left read. A verifier that runs as root gets all of it in
+/// one engine command, the rewards printed after `test.sh`.
 async fn run_tests(
     stage: &Stage<'_>,
     container: &TaskContainer,
     proxied: bool,
+    unpack: &str,
 ) -> Result<(ExecOutput, Rewards), EvalError> {
     let limit = stage.verify_limit;
     let mut env: Vec<(String, String)> = Vec::new();
@@ -139,13 +161,24 @@ async fn run_tests(
     let user = stage.verifier.user.as_deref();
     // The task's own PATH could hide the preparation's programs: it then runs apart.
     let together = is_root(&container.exec_user(user)) && !env.iter().any(|(k, _)| k == "PATH");
+    let prepare = format!("set -e\n{unpack}{PREPARE}");
     let ran = if together {
-        let script = format!("{PREPARE}\nprintf '%s\\n' '{PREPARED}'\nexec bash /tests/test.sh");
-        let argv = ["sh", "-c", &script, "sh", &stage.tests_name];
+        let marker = super::stages::hidden_name()?;
+        let script = format!(
+            "{prepare}\nprintf '%s\\n' '{PREPARED}'\nset +e\nbash /tests/test.sh\ncode=$?\n{}\nexit \"$code\"",
+            inline::PRINT_REWARDS
+        );
+        let argv = ["sh", "-c", &script, "sh", &stage.tests_name, &marker];
         let ran = engine_call(container.exec(&argv, user, &env, limit, LOG_LIMIT as usize)).await?;
-        after_prepared(ran)?
+        let mut ran = after_prepared(ran)?;
+        if let Some((log, [txt, json])) = inline::split_rewards(&ran.output, &marker) {
+            ran.output = log;
+            let rewards = harbor::read_reward(txt.as_deref(), json.as_deref());
+            return Ok((ran, rewards.map_err(EvalError::from)));
+        }
+        ran
     } else {
-        let argv = ["sh", "-c", PREPARE, "sh", &stage.tests_name];
+        let argv = ["sh", "-c", &prepare, "sh", &stage.tests_name];
         let prepared =
             engine_call(container.exec(&argv, Some("root"), &[], limit, LOG_LIMIT as usize))
                 .await?;

@@ -62,17 +62,17 @@ impl CommandUser {
 
 const NOBODY: u32 = 65534;
 
-/// Who commands become, and the limits gVisor's kernel enforces for them where the host's
-/// cgroup cannot (see the docker backend's `Engine::gvisor`).
-struct Commands {
-    user: CommandUser,
-    limits: CommandLimits,
-}
-
-/// Limits set on every command as it becomes the command user. Both exist for gVisor: its
-/// processes are threads of one host process, so the host's cgroup sees the whole sandbox
-/// as one thing, and a command that passes the cgroup's limit takes the sandbox down with
-/// it. Inside gVisor's kernel these rlimits fail the one call that asked too much.
+/// Limits set on every command between fork and exec, never on the server itself: the
+/// server must still start a thread, and map the buffers of its answers, when a command has
+/// used up everything a command may (a server under a 256 MiB RLIMIT_AS sits a few MiB
+/// below it at rest, and a thread it could not start left a call unanswered).
+///
+/// In a container they exist for gVisor: its processes are threads of one host process, so
+/// the host's cgroup sees the whole sandbox as one thing, and a command that passes the
+/// cgroup's limit takes the sandbox down with it. Inside gVisor's kernel these rlimits fail
+/// the one call that asked too much. Under landlock they back up the cgroup (where the host
+/// can make one): RLIMIT_AS stops a single memory bomb, RLIMIT_NPROC a fork bomb of a
+/// non-root user.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CommandLimits {
     /// RLIMIT_NPROC: the most processes the command user may have.
@@ -83,7 +83,15 @@ pub struct CommandLimits {
     pub address_space: Option<u64>,
 }
 
-static COMMANDS: OnceLock<Commands> = OnceLock::new();
+/// Who commands become, where the server split its identity.
+static COMMAND_USER: OnceLock<CommandUser> = OnceLock::new();
+/// What every command is limited to.
+static COMMAND_LIMITS: OnceLock<CommandLimits> = OnceLock::new();
+
+/// Sets the limits every command gets from now on (the first call wins).
+pub fn limit_commands(limits: CommandLimits) {
+    let _ = COMMAND_LIMITS.set(limits);
+}
 
 /// Splits the calling process as the module says. Runs first, single-threaded (the id
 /// changes below are made per thread by the kernel; glibc's wrappers change every thread,
@@ -110,7 +118,8 @@ pub fn split(user: CommandUser, limits: CommandLimits) -> Result<(), ConfineErro
         }
     }
     process::clear_capability_sets()?;
-    let _ = COMMANDS.set(Commands { user, limits });
+    let _ = COMMAND_USER.set(user);
+    limit_commands(limits);
     Ok(())
 }
 
@@ -132,18 +141,21 @@ fn hand_over_protocol(user: CommandUser, uid: u32, gid: u32) -> Result<(), Confi
     Ok(())
 }
 
-/// For a child between fork and exec: becomes the command user entirely (with its limits),
-/// or stays as it is where the server did not split. Async-signal-safe (plain syscalls).
+/// For a child between fork and exec: takes the commands' limits (where any were set), then
+/// becomes the command user entirely, or stays as it is where the server did not split.
+/// Async-signal-safe (plain syscalls).
 pub fn become_command_user() -> std::io::Result<()> {
-    let Some(Commands { user, limits }) = COMMANDS.get() else {
+    if let Some(limits) = COMMAND_LIMITS.get() {
+        if let Some(n) = limits.processes {
+            lower_limit(libc::RLIMIT_NPROC, n)?;
+        }
+        if let Some(n) = limits.address_space {
+            lower_limit(libc::RLIMIT_AS, n)?;
+        }
+    }
+    let Some(user) = COMMAND_USER.get() else {
         return Ok(());
     };
-    if let Some(n) = limits.processes {
-        lower_limit(libc::RLIMIT_NPROC, n)?;
-    }
-    if let Some(n) = limits.address_space {
-        lower_limit(libc::RLIMIT_AS, n)?;
-    }
     // SAFETY: plain syscalls on integers.
     unsafe {
         if libc::setresgid(user.gid, user.gid, user.gid) != 0

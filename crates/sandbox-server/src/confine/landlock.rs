@@ -80,7 +80,9 @@ fn landlock_error(e: impl std::fmt::Display) -> ConfineError {
     ConfineError::new("landlock", e)
 }
 
-pub fn restrict(c: &Confinement) -> Result<(), ConfineError> {
+/// Restricts this process to `c`'s roots and the system directories; `private` are further
+/// writable folders the namespace made the sandbox's own (its `/tmp`).
+pub fn restrict(c: &Confinement, private: &[PathBuf]) -> Result<(), ConfineError> {
     let abi = TARGET_ABI;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -108,6 +110,8 @@ pub fn restrict(c: &Confinement) -> Result<(), ConfineError> {
         .add_rules(path_beneath_rules(DEVICES, AccessFs::from_all(abi)))
         .map_err(landlock_error)?
         .add_rules(path_beneath_rules(&c.writable, AccessFs::from_all(abi)))
+        .map_err(landlock_error)?
+        .add_rules(path_beneath_rules(private, AccessFs::from_all(abi)))
         .map_err(landlock_error)?
         .restrict_self()
         .map_err(landlock_error)?;

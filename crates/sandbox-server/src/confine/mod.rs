@@ -14,8 +14,10 @@
 
 mod identity;
 mod landlock;
+mod mount;
 mod process;
 mod seccomp;
+mod tmp;
 
 use std::path::PathBuf;
 
@@ -139,22 +141,26 @@ pub fn apply(c: &Confinement, interactive: bool) -> Result<(), ConfineError> {
     if !interactive {
         process::leave_terminal()?;
     }
-    let with_pids = if c.namespaces {
+    let mounts = if c.namespaces {
         process::private_mounts(c)?
     } else {
         process::become_subreaper()?;
-        false
+        process::Mounts::default()
     };
     // After the user namespace's maps are written (they need a dumpable process), before
     // the supervisors fork: none of them may be opened through `/proc/PID/fd` by a command.
     process::not_dumpable()?;
-    if with_pids {
+    if mounts.with_pids {
         process::enter_pid_namespace()?;
     }
     process::set_limits(c)?;
+    identity::limit_commands(CommandLimits {
+        processes: process::command_processes(c),
+        address_space: Some(c.memory_bytes),
+    });
     process::drop_capabilities()?;
     if c.test_gap != Some(TestGap::Landlock) {
-        landlock::restrict(c)?;
+        landlock::restrict(c, mounts.tmp.as_slice())?;
     }
     // Landlock (ABI 7) does not govern connect() to a pathname Unix socket, so the Docker
     // socket, an ssh-agent or a D-Bus session would be one connect away: no Unix socket

@@ -1,16 +1,12 @@
 //! The process-level parts of confinement: parent-death signal, a private mount namespace
 //! (read-only protected paths, a size-limited tmpfs), resource limits and capabilities.
 
-use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use super::mount::{errno, mount, read_only};
 use super::{ConfineError, Confinement};
 use runner_protocol::Network;
-
-fn errno() -> std::io::Error {
-    std::io::Error::last_os_error()
-}
 
 /// If the controller dies without closing our input (SIGKILL of a frozen process), the
 /// server must not outlive it.
@@ -55,10 +51,12 @@ pub fn leave_terminal() -> Result<(), ConfineError> {
 /// As root the namespace needs no user namespace; otherwise an unprivileged user namespace
 /// maps us to ourselves.
 ///
+/// The sandbox's `/tmp` is a tmpfs of its own there too (see [`super::tmp`]).
+///
 /// A new PID namespace comes with it where the kernel allows one: then the sandbox's
-/// `/proc` shows only its own processes, not the host's command lines. Returns whether it
-/// was made; [`enter_pid_namespace`] must then follow.
-pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
+/// `/proc` shows only its own processes, not the host's command lines. Returns what was
+/// made; when `with_pids`, [`enter_pid_namespace`] must then follow.
+pub fn private_mounts(c: &Confinement) -> Result<Mounts, ConfineError> {
     // SAFETY: plain syscalls.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let mut flags = namespace_flags();
@@ -85,7 +83,7 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
         if c.protected.is_empty() && c.pinned.is_empty() {
             // Nothing depends on the namespace but the tmpfs size, which then falls back to
             // the per-file limit (`sandbox doctor` reports it).
-            return Ok(false);
+            return Ok(Mounts::default());
         }
         return Err(ConfineError::new(
             "mount namespace",
@@ -122,6 +120,8 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
         None,
     )
     .map_err(|e| ConfineError::new("make mounts private", e))?;
+    // First: the roots it binds back are where the mounts below find them.
+    let tmp = super::tmp::private_tmp(c)?;
     // A mount point cannot be renamed or removed: `.git` stays where host git looks for it.
     for dir in &c.pinned {
         bind_onto_itself(dir)
@@ -140,7 +140,16 @@ pub fn private_mounts(c: &Confinement) -> Result<bool, ConfineError> {
         Some(&options),
     )
     .map_err(|e| ConfineError::new("temp directory", format!("{}: {e}", c.tmp.display())))?;
-    Ok(with_pids)
+    Ok(Mounts { with_pids, tmp })
+}
+
+/// What [`private_mounts`] made.
+#[derive(Debug, Default)]
+pub struct Mounts {
+    /// A PID namespace, still to be entered.
+    pub with_pids: bool,
+    /// The private `/tmp`, for landlock to let the sandbox write.
+    pub tmp: Option<std::path::PathBuf>,
 }
 
 /// The namespaces [`private_mounts`] makes, for this user: root needs only a mount
@@ -400,74 +409,15 @@ fn bind_onto_itself(path: &Path) -> std::io::Result<()> {
 
 fn protect(path: &Path) -> std::io::Result<()> {
     bind_onto_itself(path)?;
-    // A remount must keep the flags the original mount has locked (nosuid, nodev, noexec
-    // under a user namespace), or the kernel refuses it.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let c_path = cstring(path)?;
-    // SAFETY: valid C string and out-pointer.
-    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
-        return Err(errno());
-    }
-    let mut keep = 0;
-    for (vfs, ms) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-        (libc::ST_NOATIME, libc::MS_NOATIME),
-        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
-    ] {
-        if st.f_flag & vfs != 0 {
-            keep |= ms;
-        }
-    }
-    mount(
-        None,
-        path,
-        None,
-        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
-        None,
-    )
+    read_only(path)
 }
 
-fn cstring(path: &Path) -> std::io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))
-}
-
-fn mount(
-    source: Option<&std::ffi::OsStr>,
-    target: &Path,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> std::io::Result<()> {
-    let to_c = |s: &str| {
-        CString::new(s)
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in argument"))
-    };
-    let source = source.map(|s| cstring(Path::new(s))).transpose()?;
-    let fstype = fstype.map(to_c).transpose()?;
-    let data = data.map(to_c).transpose()?;
-    let target = cstring(target)?;
-    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-    // SAFETY: all pointers are valid C strings or null.
-    let rc = unsafe {
-        libc::mount(
-            ptr(&source),
-            target.as_ptr(),
-            ptr(&fstype),
-            flags,
-            ptr(&data).cast(),
-        )
-    };
-    if rc != 0 { Err(errno()) } else { Ok(()) }
-}
-
-/// Per-process limits. They back up the cgroup limits the host sets where it can (as root):
-/// RLIMIT_AS stops a single memory bomb, RLIMIT_FSIZE a single file filling the disk, and
-/// RLIMIT_NPROC a fork bomb of a non-root user (the kernel never applies it to root, which
-/// is why the host puts root's sandboxes in a pids cgroup).
+/// Per-process limits. They back up the cgroup limits the host sets where it can (as root).
+/// RLIMIT_FSIZE (a single file filling the disk) and RLIMIT_CORE hold for the server and
+/// every command. RLIMIT_AS (a single memory bomb) and RLIMIT_NPROC (a fork bomb of a
+/// non-root user; the kernel never applies it to root, which is why the host puts root's
+/// sandboxes in a pids cgroup) are set on each command as it starts (see [`super::apply`]),
+/// never on the server: it must still answer when a command has used up its share.
 pub fn set_limits(c: &Confinement) -> Result<(), ConfineError> {
     let set = |resource, value: u64, name: &'static str| {
         let lim = libc::rlimit {
@@ -480,22 +430,22 @@ pub fn set_limits(c: &Confinement) -> Result<(), ConfineError> {
         }
         Ok(())
     };
-    set(libc::RLIMIT_AS, c.memory_bytes, "memory limit (RLIMIT_AS)")?;
     set(
         libc::RLIMIT_FSIZE,
         c.tmp_bytes,
         "file size limit (RLIMIT_FSIZE)",
     )?;
     set(libc::RLIMIT_CORE, 0, "core dump limit")?;
+    Ok(())
+}
+
+/// The RLIMIT_NPROC each command gets: none for root (the kernel never applies it), else
+/// the user's current count of tasks plus the sandbox's allowance, since the limit counts
+/// every task of the user, sandboxed or not.
+pub fn command_processes(c: &Confinement) -> Option<u64> {
     // SAFETY: plain syscall.
     let uid = unsafe { libc::getuid() };
-    if uid != 0 {
-        // RLIMIT_NPROC counts every task of the user, sandboxed or not, so the limit is the
-        // user's current count plus the sandbox's allowance.
-        let limit = tasks_of(uid).saturating_add(c.pids);
-        set(libc::RLIMIT_NPROC, limit, "process limit (RLIMIT_NPROC)")?;
-    }
-    Ok(())
+    (uid != 0).then(|| tasks_of(uid).saturating_add(c.pids))
 }
 
 fn tasks_of(uid: u32) -> u64 {

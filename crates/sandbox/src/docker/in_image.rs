@@ -150,59 +150,28 @@ fn host_config(
     }
 }
 
-/// What a command run through the engine produced.
-#[derive(Debug)]
-pub struct ExecOutput {
-    /// Standard output and error, interleaved, head and tail kept past the limit.
-    pub output: Vec<u8>,
-    pub code: Option<i64>,
-    pub timed_out: bool,
-}
-
-/// One task's container, alive (running or stopped) until dropped.
-pub struct TaskContainer {
-    docker: Docker,
-    id: String,
+/// Where and as whom a task container runs, and with what environment: the task's
+/// choices over its image's own.
+struct Setting {
     workdir: PathBuf,
-    /// The image's environment plus the task's (and a `HOME` for the agent's user): what
-    /// the sandbox's commands run with.
-    env: Vec<(String, String)>,
-    /// The image's environment plus the task's, without a `HOME` worked out for the agent:
-    /// what the container is created with, so that an engine exec as another user gets
-    /// that user's own home.
-    base_env: Vec<(String, String)>,
-    /// Set when the engine cannot mount the server: it is copied in before every start.
-    copy_server: Option<PathBuf>,
-    /// Whether it was ever started: a container never started needs no stop before its
-    /// first start (two engine calls saved on every attempt).
-    started: std::sync::atomic::AtomicBool,
     /// The image's own user, for commands that name none.
     image_user: String,
-    /// `none`, or `allowlist` when the task may reach the internet through the proxy.
-    network: Network,
-    /// What every start's self-test judges: the wall, and the network its server was
-    /// started with (`allowlist` too when the verifier gets a proxy).
-    wall: (crate::self_test::Wall, Network),
-    _remove: ContainerGuard,
+    /// The agent's user: the task's, else the image's.
+    user: String,
+    /// The image's environment plus the task's (the container's own).
+    base_env: Vec<(String, String)>,
+    /// `base_env` with a `HOME` for the agent's user (and the proxy's variables where the
+    /// task may reach out): what the sandbox's commands run with.
+    env: Vec<(String, String)>,
+    /// The certificate bundle to mount, where the engine is local.
+    bundle: Option<PathBuf>,
 }
 
-impl std::fmt::Debug for TaskContainer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskContainer")
-            .field("id", &self.id)
-            .field("workdir", &self.workdir)
-            .finish()
-    }
-}
-
-impl TaskContainer {
-    /// Creates the container (not started) on `engine`, as the sandbox container is made
-    /// there: under the runtime it chooses from `task.runtime`
-    /// ([`Engine::choose_runtime`]), with the rlimits it asks for ([`Engine::ulimits`]:
-    /// Podman's own hard limits, without which its OCI runtime may refuse to start the
-    /// container). The image must be on the engine.
-    pub async fn create(engine: &Engine, task: &TaskImage) -> Result<TaskContainer, SandboxError> {
-        let docker = &engine.docker;
+impl Setting {
+    /// Reads the image's `WORKDIR`, `USER` and environment from the engine and lays the
+    /// task's over them. An engine that fails the call is named as failing it; any other
+    /// failure says the image is not there.
+    async fn of(docker: &Docker, task: &TaskImage) -> Result<Setting, SandboxError> {
         let inspected = docker.inspect_image(&task.image).await.map_err(|e| {
             match super::EngineFault::of(&e) {
                 // The engine failed the call: that says nothing of the image.
@@ -226,11 +195,10 @@ impl TaskContainer {
                 "the task's workdir {workdir:?} is not an absolute path"
             )));
         }
-        let workdir = PathBuf::from(workdir);
         let image_user = config.user.unwrap_or_default();
         let user = task.user.clone().unwrap_or_else(|| image_user.clone());
         let mut base_env = merged_env(config.env.unwrap_or_default(), &task.env);
-        let bundle = task.ca_bundle.as_ref().filter(|_| task.engine_is_local);
+        let bundle = task.ca_bundle.clone().filter(|_| task.engine_is_local);
         if bundle.is_some() {
             crate::trust::set_env(&mut base_env, Path::new(crate::trust::INSIDE));
         }
@@ -239,25 +207,116 @@ impl TaskContainer {
         if task.network == Network::Allowlist {
             crate::spec::set_proxy_env(&mut env, &[]);
         }
+        Ok(Setting {
+            workdir: PathBuf::from(workdir),
+            image_user,
+            user,
+            base_env,
+            env,
+            bundle,
+        })
+    }
+}
 
-        let read_only: &[PathBuf] = if task.engine_is_local {
-            &task.read_only
-        } else {
-            &[]
-        };
-        let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
-        cmd.extend(
-            local::root_args(&workdir, read_only)?
-                .into_iter()
-                .map(|a| a.to_string_lossy().into_owned()),
-        );
-        // The server listens for the proxy where the agent or the verifier gets one.
-        let served_network = match task.verifier_proxy {
-            true => Network::Allowlist,
-            false => task.network,
-        };
-        cmd.extend(["--network".into(), served_network.as_arg().into()]);
-        let mounts = task_mounts(task, read_only, bundle.map(PathBuf::as_path));
+/// The host folders the tools may read, mounted where the engine sees this machine's files
+/// (an engine elsewhere has nothing to mount from).
+fn read_only(task: &TaskImage) -> &[PathBuf] {
+    if task.engine_is_local {
+        &task.read_only
+    } else {
+        &[]
+    }
+}
+
+/// The server's command line in the container, and the network it serves: the proxy's
+/// (`allowlist`) where the agent or the verifier gets one.
+fn server_command(
+    task: &TaskImage,
+    workdir: &Path,
+    read_only: &[PathBuf],
+) -> Result<(Vec<String>, Network), SandboxError> {
+    let mut cmd = vec!["sandbox-server".to_string(), "--seccomp".to_string()];
+    cmd.extend(
+        local::root_args(workdir, read_only)?
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    // The server listens for the proxy where the agent or the verifier gets one.
+    let served_network = match task.verifier_proxy {
+        true => Network::Allowlist,
+        false => task.network,
+    };
+    cmd.extend(["--network".into(), served_network.as_arg().into()]);
+    Ok((cmd, served_network))
+}
+
+/// Whether the container's cgroup is this machine's to read
+/// ([`TaskContainer::live_processes`]): a local Docker, runner not itself in a container,
+/// and a runtime that puts the container's processes in its cgroup itself (runc and crun;
+/// gVisor and VM runtimes put their own there).
+fn cgroups_here(task: &TaskImage, engine: &Engine, runtime: Option<&str>) -> bool {
+    task.engine_is_local
+        && engine.kind == super::engine::Kind::Docker
+        && !crate::spec::in_container()
+        && runtime
+            .or(engine.default_runtime.as_deref())
+            .is_some_and(|r| matches!(r, "runc" | "crun"))
+}
+
+/// What a command run through the engine produced.
+#[derive(Debug)]
+pub struct ExecOutput {
+    /// Standard output and error, interleaved, head and tail kept past the limit.
+    pub output: Vec<u8>,
+    pub code: Option<i64>,
+    pub timed_out: bool,
+}
+
+/// One task's container, alive (running or stopped) until dropped.
+pub struct TaskContainer {
+    docker: Docker,
+    id: String,
+    /// Where and as whom it runs, and with what environment. `base_env` (without a `HOME`
+    /// worked out for the agent) is what an engine exec as another user starts from, so
+    /// that user gets its own home.
+    setting: Setting,
+    /// Set when the engine cannot mount the server: it is copied in before every start.
+    copy_server: Option<PathBuf>,
+    /// Whether it was ever started: a container never started needs no stop before its
+    /// first start (two engine calls saved on every attempt).
+    started: std::sync::atomic::AtomicBool,
+    /// `none`, or `allowlist` when the task may reach the internet through the proxy.
+    network: Network,
+    /// What every start's self-test judges: the wall, and the network its server was
+    /// started with (`allowlist` too when the verifier gets a proxy).
+    wall: (crate::self_test::Wall, Network),
+    /// Whether the engine runs on this machine with its cgroups under this machine's
+    /// `/sys/fs/cgroup`, so that [`TaskContainer::live_processes`] may read them.
+    cgroups_here: bool,
+    _remove: ContainerGuard,
+}
+
+impl std::fmt::Debug for TaskContainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskContainer")
+            .field("id", &self.id)
+            .field("workdir", &self.setting.workdir)
+            .finish()
+    }
+}
+
+impl TaskContainer {
+    /// Creates the container (not started) on `engine`, as the sandbox container is made
+    /// there: under the runtime it chooses from `task.runtime`
+    /// ([`Engine::choose_runtime`]), with the rlimits it asks for ([`Engine::ulimits`]:
+    /// Podman's own hard limits, without which its OCI runtime may refuse to start the
+    /// container). The image must be on the engine.
+    pub async fn create(engine: &Engine, task: &TaskImage) -> Result<TaskContainer, SandboxError> {
+        let docker = &engine.docker;
+        let setting = Setting::of(docker, task).await?;
+        let read_only = read_only(task);
+        let (cmd, served_network) = server_command(task, &setting.workdir, read_only)?;
+        let mounts = task_mounts(task, read_only, setting.bundle.as_deref());
         let runtime = engine.choose_runtime(&task.runtime).await?;
         let runtime_name = runtime.clone();
         let run_id = unique_id();
@@ -265,9 +324,15 @@ impl TaskContainer {
             image: Some(task.image.clone()),
             entrypoint: Some(vec![SERVER_PATH.to_string()]),
             cmd: Some(cmd),
-            user: (!user.is_empty()).then_some(user),
-            working_dir: Some(workdir.display().to_string()),
-            env: Some(base_env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            user: (!setting.user.is_empty()).then(|| setting.user.clone()),
+            working_dir: Some(setting.workdir.display().to_string()),
+            env: Some(
+                setting
+                    .base_env
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+            ),
             host_config: Some(host_config(task, mounts, runtime, engine)),
             ..served(&run_id, served_network)
         };
@@ -282,12 +347,9 @@ impl TaskContainer {
         let container = TaskContainer {
             docker: docker.clone(),
             id: created.id.clone(),
-            workdir,
-            env,
-            base_env,
+            setting,
             copy_server: (!task.engine_is_local).then(|| task.server_exe.clone()),
             started: std::sync::atomic::AtomicBool::new(false),
-            image_user,
             network: task.network,
             wall: (
                 crate::self_test::Wall::Task {
@@ -296,6 +358,7 @@ impl TaskContainer {
                 },
                 served_network,
             ),
+            cgroups_here: cgroups_here(task, engine, runtime_name.as_deref()),
             _remove: ContainerGuard {
                 docker: docker.clone(),
                 id: created.id,
@@ -343,7 +406,7 @@ impl TaskContainer {
     pub fn exec_user(&self, user: Option<&str>) -> String {
         user.map(str::to_string)
             .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| match self.image_user.as_str() {
+            .unwrap_or_else(|| match self.setting.image_user.as_str() {
                 "" => "0".to_string(),
                 u => u.to_string(),
             })
@@ -355,7 +418,7 @@ impl TaskContainer {
     }
 
     pub fn workdir(&self) -> &Path {
-        &self.workdir
+        &self.setting.workdir
     }
 
     /// What the agent's commands may reach: the proxy's allow-list, or nothing.
@@ -382,8 +445,8 @@ impl TaskContainer {
         let mut sandbox = serve(
             &self.docker,
             &self.id,
-            self.workdir.clone(),
-            self.env.clone(),
+            self.setting.workdir.clone(),
+            self.setting.env.clone(),
             vec![Box::new(stop)],
         )
         .await?;
@@ -392,6 +455,20 @@ impl TaskContainer {
         sandbox.wall = Some(wall);
         sandbox.self_test = Some(crate::self_test::run(&sandbox, wall, network).await?);
         Ok(sandbox)
+    }
+
+    /// How many live processes (a process with a live thread counts, whatever its leader's
+    /// state) the container's cgroup holds, read
+    /// from this machine's cgroup file system as the kernel keeps it, which nothing in the
+    /// container can change (the engine's `top` lists the same cgroup). `None` where that
+    /// cannot be read for sure: an engine elsewhere or other than Docker, runner in a
+    /// container, a cgroup layout not known here, a process this PID namespace cannot see.
+    /// The caller then asks the engine.
+    pub fn live_processes(&self) -> Option<usize> {
+        if !self.cgroups_here {
+            return None;
+        }
+        cgroup_live(&self.id)
     }
 
     /// Kills every process in the container and waits until it has stopped.
@@ -460,7 +537,7 @@ impl TaskContainer {
         user: Option<&str>,
         env: &[(String, String)],
     ) -> Result<(String, ExecStream), DockerError> {
-        let mut all = self.base_env.clone();
+        let mut all = self.setting.base_env.clone();
         for (k, v) in env {
             all.retain(|(have, _)| have != k);
             all.push((k.clone(), v.clone()));
@@ -476,7 +553,7 @@ impl TaskContainer {
                     cmd: Some(argv.iter().map(|a| a.to_string()).collect()),
                     user: Some(user),
                     env: Some(all.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-                    working_dir: Some(self.workdir.display().to_string()),
+                    working_dir: Some(self.setting.workdir.display().to_string()),
                     attach_stdout: Some(true),
                     attach_stderr: Some(true),
                     ..Default::default()
@@ -515,8 +592,12 @@ impl TaskContainer {
         tokio::pin!(deadline);
         // The output stays open while anything the command left in the background holds
         // it; the command's own end is what counts, so the engine is asked about it too.
-        let mut poll = tokio::time::interval(Duration::from_millis(250));
+        // Asked first a moment after the start (the command has only just begun), or as
+        // soon as the output ends.
+        let every = Duration::from_millis(250);
+        let mut poll = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let mut exited_at: Option<tokio::time::Instant> = None;
+        let mut exit_code = None;
         // The attached stream can also end before the command does (the engine closes it
         // under load): the exit status is waited for all the same, or a verifier still
         // running would be read as one that left no reward.
@@ -549,9 +630,11 @@ impl TaskContainer {
                         .inspect_exec(&exec_id)
                         .await
                         .ok()
-                        .is_some_and(|i| i.running == Some(false) && i.exit_code.is_some());
-                    if ended {
+                        .filter(|i| i.running == Some(false))
+                        .and_then(|i| i.exit_code);
+                    if ended.is_some() {
                         exited_at = Some(tokio::time::Instant::now());
+                        exit_code = ended;
                     }
                 }
                 _ = tokio::time::sleep(Duration::from_millis(50)), if exited_at.is_some() => {}
@@ -561,14 +644,20 @@ impl TaskContainer {
                 }
             }
         }
-        let inspected = self
-            .docker
-            .inspect_exec(&exec_id)
-            .await
-            .map_err(DockerError::engine("cannot read the command's exit status"))?;
+        // The status the engine gave when the command ended, else asked now.
+        let code = match exit_code {
+            Some(code) => Some(code),
+            None => {
+                self.docker
+                    .inspect_exec(&exec_id)
+                    .await
+                    .map_err(DockerError::engine("cannot read the command's exit status"))?
+                    .exit_code
+            }
+        };
         Ok(ExecOutput {
             output: kept.finish(),
-            code: inspected.exit_code,
+            code,
             timed_out: false,
         })
     }
@@ -610,6 +699,86 @@ fn with_home(mut env: Vec<(String, String)>, user: &str) -> Vec<(String, String)
         env.push(("HOME".into(), if root { "/root" } else { "/tmp" }.into()));
     }
     env
+}
+
+/// Where Docker's cgroup drivers put a container's cgroup: cgroup v2 and v1 (its `pids`
+/// hierarchy), under the `cgroupfs` and the `systemd` driver.
+const CGROUP_DIRS: [&str; 4] = [
+    "/sys/fs/cgroup/docker/{id}",
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope",
+    "/sys/fs/cgroup/pids/docker/{id}",
+    "/sys/fs/cgroup/pids/system.slice/docker-{id}.scope",
+];
+
+/// The live processes of container `id`'s cgroup (and any below it): see
+/// [`TaskContainer::live_processes`].
+fn cgroup_live(id: &str) -> Option<usize> {
+    // A full id only: a prefix could name another container's folder.
+    if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let dir = CGROUP_DIRS
+        .iter()
+        .map(|d| PathBuf::from(d.replace("{id}", id)))
+        .find(|d| d.join("cgroup.procs").is_file())?;
+    let mut pids = Vec::new();
+    procs_under(&dir, &mut pids, 0)?;
+    let mut live = 0;
+    for pid in pids {
+        // 0: a process of a PID namespace this one cannot see.
+        if pid == 0 {
+            return None;
+        }
+        if process_lives(pid)? {
+            live += 1;
+        }
+    }
+    // The server answered a moment ago: a count without it is not this container's.
+    (live > 0).then_some(live)
+}
+
+/// Whether process `pid` still runs: whether any of its threads does, since a leader that
+/// called `exit` is a zombie while its other threads go on. `None` when that cannot be read.
+fn process_lives(pid: u32) -> Option<bool> {
+    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(tasks) => tasks,
+        // Gone since the list was read: dead.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(false),
+        Err(_) => return None,
+    };
+    for task in tasks {
+        let Ok(task) = task else { continue };
+        match std::fs::read_to_string(task.path().join("stat")) {
+            // The state follows the command's closing parenthesis.
+            Ok(stat) => {
+                let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+                if !matches!(state, "Z" | "X" | "x") {
+                    return Some(true);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+    }
+    Some(false)
+}
+
+/// The processes of cgroup `dir` and of every cgroup below it.
+fn procs_under(dir: &Path, pids: &mut Vec<u32>, depth: usize) -> Option<()> {
+    if depth > 16 {
+        return None;
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
+    for line in procs.lines() {
+        pids.push(line.trim().parse().ok()?);
+    }
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        if entry.file_type().ok()?.is_dir() {
+            procs_under(&entry.path(), pids, depth + 1)?;
+        }
+    }
+    Some(())
 }
 
 /// Kills the container (not removes it) when the sandbox over it closes.

@@ -162,7 +162,8 @@ fn given_up(
             "no mount or PID namespace ({why}): .git/hooks, .git/config and the other files \
              host git runs are put back after every command and at close instead of being \
              read-only; $TMPDIR is a folder on disk (each file up to {} MiB, the total not \
-             bounded); /proc shows the host's processes; --network allowlist is refused",
+             bounded); no /tmp of its own (the host's stays closed to it); /proc shows the \
+             host's processes; --network allowlist is refused",
             spec.limits.tmp_bytes >> 20
         )
     });
