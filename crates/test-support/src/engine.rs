@@ -410,20 +410,9 @@ pub async fn import_image(name: &str, tar: Vec<u8>) {
 
 /// Ids of runner's containers whose owner label is `pid`.
 pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
-    use runner_sandbox::docker::{LABEL, LABEL_OWNER};
-    let filters = std::collections::HashMap::from([("label", vec![LABEL])]);
-    let opts = bollard::query_parameters::ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    docker
-        .list_containers(Some(opts))
+    runner_sandbox::docker::cleanup::ids_owned_by(docker, pid)
         .await
-        .expect("list")
-        .into_iter()
-        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)) == Some(&pid.to_string()))
-        .filter_map(|c| c.id)
-        .collect()
+        .expect("list runner's containers")
 }
 
 /// A second Docker engine on this machine, with its own socket, data root, exec root and

@@ -5,6 +5,7 @@
 //! left alone.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::ListContainersOptionsBuilder;
@@ -12,14 +13,12 @@ use bollard::query_parameters::ListContainersOptionsBuilder;
 use super::container::{LABEL, LABEL_BOOT, LABEL_OWNER, LABEL_OWNER_START, remove};
 use crate::owner;
 
+/// How long [`list`] waits for an engine to name every container's state in Docker's words.
+const UNKNOWN_STATE_PATIENCE: Duration = Duration::from_secs(5);
+
 /// Runner's containers, each with its name and the owner its labels name.
 pub async fn list(docker: &Docker) -> Result<Vec<Owned>, bollard::errors::Error> {
-    let filters = HashMap::from([("label", vec![LABEL])]);
-    let opts = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let containers = docker.list_containers(Some(opts)).await?;
+    let containers = list_labelled(docker).await?;
     Ok(containers
         .into_iter()
         .filter_map(|c| {
@@ -40,6 +39,48 @@ pub async fn list(docker: &Docker) -> Result<Vec<Owned>, bollard::errors::Error>
                 boot,
             })
         })
+        .collect())
+}
+
+/// Every container with runner's label, as the engine lists them.
+///
+/// Podman's Docker-compatible list names a container whose process has ended but which
+/// Podman has not yet cleaned up `stopped`, a state Docker's API does not have, and one
+/// such entry fails the whole answer's decoding. The state passes on its own within
+/// moments (Podman's cleanup makes it `exited`), so the list is asked again until it
+/// decodes, for a few seconds; a state that stays unknown longer is the engine's error.
+async fn list_labelled(
+    docker: &Docker,
+) -> Result<Vec<bollard::models::ContainerSummary>, bollard::errors::Error> {
+    let filters = HashMap::from([("label", vec![LABEL])]);
+    let opts = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let since = Instant::now();
+    loop {
+        match docker.list_containers(Some(opts.clone())).await {
+            Err(bollard::errors::Error::JsonDataError { .. })
+                if since.elapsed() < UNKNOWN_STATE_PATIENCE =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// Ids of runner's containers whose owner label is `pid`, whatever their state.
+pub async fn ids_owned_by(
+    docker: &Docker,
+    pid: u32,
+) -> Result<Vec<String>, bollard::errors::Error> {
+    let pid = pid.to_string();
+    Ok(list_labelled(docker)
+        .await?
+        .into_iter()
+        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)) == Some(&pid))
+        .filter_map(|c| c.id)
         .collect())
 }
 
