@@ -38,7 +38,7 @@ fn main() {
     // Rootful Podman's service, holding the sandbox image the task builds FROM (its
     // storage is the podman command's too).
     common::podman::rootful();
-    let python = harbor::venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let python = harbor::venv();
     let work = tempfile::tempdir().unwrap();
     let conf = work.path().join("containers.conf");
     std::fs::write(&conf, containers_conf()).unwrap();

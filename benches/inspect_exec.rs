@@ -26,7 +26,7 @@ const RUNNER: &str = env!("CARGO_BIN_EXE_runner");
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = common::inspect::venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let python = common::inspect::venv();
     let package = common::inspect::install_package(&python, root);
     let rounds = std::env::var("INSPECT_BENCH_ROUNDS").unwrap_or_else(|_| "200".into());
     let out = Command::new(&python)

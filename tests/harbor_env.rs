@@ -17,7 +17,7 @@ use std::process::Command;
 #[test]
 fn harbors_oracle_in_runners_environment_agrees_with_runner_eval() {
     common::engine::docker();
-    let python = common::harbor::venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let python = common::harbor::venv();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
     let out = Command::new(&python)
         .args([

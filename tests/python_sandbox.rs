@@ -16,7 +16,7 @@ use std::process::Command;
 #[test]
 fn the_python_package_and_the_inspect_plug_in_pass_their_suites() {
     common::engine::docker();
-    let python = common::inspect::venv(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let python = common::inspect::venv();
     let package = common::inspect::install_package(&python, Path::new(env!("CARGO_MANIFEST_DIR")));
     let out = Command::new(&python)
         // -P: the installed package, not the source folder pytest starts in.

@@ -3,9 +3,10 @@
 //!
 //! Harbor needs Python 3.12 or newer, which Debian's python3 is not here: the virtual
 //! environment is made with pyenv's 3.12 (or a `python3.12` or `python3.13` on PATH), once
-//! per set of requirements (its folder is named by their hash), under the target
-//! directory's `tmp/` that the caller names, in a scratch folder renamed into place whole,
-//! under a lock, its scripts then pointed at the final path. Harbor itself runs as [`cli`]
+//! per Python and set of requirements (its folder is named by their hash), in the
+//! machine's test cache ([`crate::third_party::cache_dir`], where a clean clone on the same
+//! machine finds it, as it finds the other pinned installs), in a scratch folder renamed
+//! into place whole, under a lock, its scripts then pointed at the final path. Harbor itself runs as [`cli`]
 //! runs it, through the venv's Python. `podman-compose` is in it for Harbor's own `--env
 //! podman`, which the bench runs beside runner's environment.
 
@@ -37,15 +38,16 @@ fn python312() -> PathBuf {
     );
 }
 
-/// The venv's Python under `tmp` (a target directory's `tmp/`), made if missing.
-pub fn venv(tmp: &Path) -> PathBuf {
+/// The venv's Python, made in the machine's test cache if missing.
+pub fn venv() -> PathBuf {
+    let base = python312();
     // FNV-1a: stable across toolchains, enough to tell requirement sets apart.
-    let hash = REQUIREMENTS
+    let hash = format!("{}\n{REQUIREMENTS}", base.display())
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-    let dir = tmp.join(format!("harbor-venv-{hash:016x}"));
+    let dir = super::third_party::cache_dir().join(format!("harbor-venv-{hash:016x}"));
     let python = dir.join("bin/python");
     if python.exists() {
         return python;
@@ -65,7 +67,7 @@ pub fn venv(tmp: &Path) -> PathBuf {
         );
     };
     run(
-        Command::new(python312()).args(["-m", "venv"]).arg(&scratch),
+        Command::new(&base).args(["-m", "venv"]).arg(&scratch),
         "making Harbor's venv",
     );
     let requirements = scratch.join("requirements.txt");

@@ -3,9 +3,13 @@
 //! checkout's package installed into it as a user installs it.
 //!
 //! inspect_ai needs a newer Python than Debian's here: the venv is made with pyenv's 3.12
-//! (or a `python3.12` on PATH, installed with apt when neither is there), under the
-//! caller's temporary folder (`target/tmp/`), in a scratch folder renamed into place whole,
-//! under a lock, so a killed run never leaves a half venv that later runs would trust.
+//! (or a `python3.12` on PATH, installed with apt when neither is there), in a scratch
+//! folder renamed into place whole, under a lock, so a killed run never leaves a half venv
+//! that later runs would trust. It lives in the machine's test cache
+//! ([`crate::third_party::cache_dir`]), as the other pinned third-party installs do, named
+//! by its Python and requirements: a clean clone on the same machine finds it instead of
+//! downloading and unpacking inspect_ai again (about a minute). The checkout's own package
+//! is installed into it afresh by every run that tests it ([`install_package`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,15 +42,16 @@ fn python312() -> PathBuf {
     on_path().expect("python3.12 installed but not on PATH")
 }
 
-/// The venv's Python with [`REQUIREMENTS`], made under `tmp` if missing.
-pub fn venv(tmp: &Path) -> PathBuf {
+/// The venv's Python with [`REQUIREMENTS`], made in the machine's test cache if missing.
+pub fn venv() -> PathBuf {
+    let base = python312();
     // FNV-1a: stable across toolchains, enough to tell requirement sets apart.
-    let hash = REQUIREMENTS
+    let hash = format!("{}\n{REQUIREMENTS}", base.display())
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-    let dir = tmp.join(format!("inspect-venv-{hash:016x}"));
+    let dir = crate::third_party::cache_dir().join(format!("inspect-venv-{hash:016x}"));
     let python = dir.join("bin/python");
     if python.exists() {
         return python;
@@ -58,7 +63,7 @@ pub fn venv(tmp: &Path) -> PathBuf {
     let scratch = dir.with_extension("partial");
     let _ = std::fs::remove_dir_all(&scratch);
     run(
-        Command::new(python312()).args(["-m", "venv"]).arg(&scratch),
+        Command::new(&base).args(["-m", "venv"]).arg(&scratch),
         "making the inspect venv",
     );
     let requirements = scratch.join("requirements.txt");
