@@ -617,14 +617,29 @@ fn normalise(events: &[Value], wt: &Path) -> Vec<Value> {
         }
         joined.push(e.clone());
     }
-    // Calls of one step run at once: their ends arrive in any order.
+    // Calls of one step run at once: one call may end before the next starts, or after, and
+    // their ends arrive in any order. What holds is each call's start before its end; once
+    // that is checked, a run of starts and ends is put in one order: the starts, then the
+    // ends, each by call.
+    let is_call = |e: &Value| e["type"] == "tool_start" || e["type"] == "tool_end";
     let mut i = 0;
     while i < joined.len() {
         let mut j = i;
-        while j < joined.len() && joined[j]["type"] == "tool_end" {
+        while j < joined.len() && is_call(&joined[j]) {
             j += 1;
         }
-        joined[i..j].sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+        for (k, end) in joined[i..j].iter().enumerate() {
+            if end["type"] == "tool_end" {
+                assert!(
+                    joined[i..i + k]
+                        .iter()
+                        .any(|s| s["type"] == "tool_start" && s["id"] == end["id"]),
+                    "call {} ended before it started: {events:?}",
+                    end["id"]
+                );
+            }
+        }
+        joined[i..j].sort_by_key(|e| (e["type"] == "tool_end", e["id"].as_str().map(String::from)));
         i = j.max(i + 1);
     }
     joined
@@ -1268,22 +1283,6 @@ fn json_events_keep_their_shape() {
         if ["tool_end", "step_end", "session_end"].contains(&o["type"].as_str().unwrap()) {
             o.insert("duration_ms".into(), json!(0));
         }
-    }
-    // Calls of one step run at once: which of them starts or ends first is the
-    // scheduler's, not the shape's. Each run of tool events is put in one order.
-    let mut i = 0;
-    while i < ev.len() {
-        let tool_event = |e: &Value| matches!(e["type"].as_str(), Some("tool_start" | "tool_end"));
-        let end = (i..ev.len())
-            .find(|&j| !tool_event(&ev[j]))
-            .unwrap_or(ev.len());
-        ev[i..end].sort_by_key(|e| {
-            (
-                e["type"].as_str() == Some("tool_end"),
-                e["id"].as_str().unwrap_or_default().to_string(),
-            )
-        });
-        i = end + 1;
     }
     insta::assert_json_snapshot!("json_events", ev);
 }
