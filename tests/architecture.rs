@@ -441,3 +441,100 @@ fn the_build_keeps_out_icu_and_rmcps_macros() {
         );
     }
 }
+
+/// Doc tests are off in every crate (`doctest = false`): `cargo test` would otherwise run
+/// rustdoc over each of them, about ten seconds of CI for no test at all. A doc comment's
+/// code block that rustdoc would compile as Rust would then never run, so none may be
+/// written: an example is a test, or its block says what it is (```text, ```sh, …).
+#[test]
+fn no_doc_comment_holds_a_doc_test() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut manifests = vec![root.join("Cargo.toml")];
+    let mut sources = vec![root.join("src")];
+    for crate_dir in std::fs::read_dir(root.join("crates")).expect("read crates/") {
+        let dir = crate_dir.expect("an entry of crates/").path();
+        if dir.join("src/lib.rs").exists() {
+            manifests.push(dir.join("Cargo.toml"));
+        }
+        sources.push(dir.join("src"));
+    }
+    let mut problems = Vec::new();
+    for manifest in &manifests {
+        let text = std::fs::read_to_string(manifest).expect("read a manifest");
+        if !text.contains("[lib]\n") || !text.contains("\ndoctest = false\n") {
+            problems.push(format!(
+                "{}: no `[lib] doctest = false`",
+                manifest.display()
+            ));
+        }
+    }
+    while let Some(path) = sources.pop() {
+        if path.is_dir() {
+            sources.extend(
+                std::fs::read_dir(&path)
+                    .expect("read a folder")
+                    .map(|e| e.expect("a folder's entry").path()),
+            );
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            problems.extend(doc_tests_in(&path));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The doc-comment code blocks of `path` that rustdoc would compile: a fence with no
+/// language or a Rust one (`rust`, `ignore`, `no_run`, `should_panic`, `compile_fail`).
+fn doc_tests_in(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("read a source file");
+    let mut open = false;
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        let Some(doc) = line
+            .strip_prefix("///")
+            .or_else(|| line.strip_prefix("//!"))
+        else {
+            continue;
+        };
+        let Some(info) = doc.trim().strip_prefix("```") else {
+            continue;
+        };
+        if !open {
+            let lang = info.split(',').next().unwrap_or_default().trim();
+            let rust = [
+                "",
+                "rust",
+                "ignore",
+                "no_run",
+                "should_panic",
+                "compile_fail",
+            ];
+            if rust.contains(&lang) {
+                found.push(format!(
+                    "{}:{}: a doc test that would never run",
+                    path.display(),
+                    n + 1
+                ));
+            }
+        }
+        open = !open;
+    }
+    found
+}
+
+#[test]
+fn the_doc_test_check_catches_a_rust_block() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let file = dir.path().join("lib.rs");
+    std::fs::write(
+        &file,
+        "//! ```text\n//! fine\n//! ```\n/// ```\n/// assert!(true);\n/// ```\npub fn f() {}\n",
+    )
+    .expect("write");
+    let found = doc_tests_in(&file);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].ends_with("lib.rs:4: a doc test that would never run"),
+        "{found:?}"
+    );
+}
