@@ -410,9 +410,13 @@ pub async fn import_image(name: &str, tar: Vec<u8>) {
 
 /// Ids of runner's containers whose owner label is `pid`.
 pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
-    runner_sandbox::docker::cleanup::ids_owned_by(docker, pid)
+    runner_sandbox::docker::cleanup::list(docker)
         .await
         .expect("list runner's containers")
+        .into_iter()
+        .filter(|c| c.pid.is_some_and(|p| i64::from(p) == i64::from(pid)))
+        .map(|c| c.id)
+        .collect()
 }
 
 /// A second Docker engine on this machine, with its own socket, data root, exec root and

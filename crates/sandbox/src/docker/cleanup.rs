@@ -70,20 +70,6 @@ async fn list_labelled(
     }
 }
 
-/// Ids of runner's containers whose owner label is `pid`, whatever their state.
-pub async fn ids_owned_by(
-    docker: &Docker,
-    pid: u32,
-) -> Result<Vec<String>, bollard::errors::Error> {
-    let pid = pid.to_string();
-    Ok(list_labelled(docker)
-        .await?
-        .into_iter()
-        .filter(|c| c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)) == Some(&pid))
-        .filter_map(|c| c.id)
-        .collect())
-}
-
 /// A container of runner's and who owns it.
 pub struct Owned {
     pub id: String,
