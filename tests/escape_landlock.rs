@@ -15,6 +15,13 @@ const BACKEND: Backend = Backend::Landlock;
 
 common::escape_suite!(BACKEND, holes: &[]);
 
+/// The side-door table with no wall: every attack the backends' `git_side_doors` hold off
+/// hits the host when nothing stands in its way.
+#[test]
+fn git_side_doors_are_live_attacks_with_no_wall() {
+    common::side_doors::live_without_a_wall();
+}
+
 /// The side-door table again, through `runner tool call` as an unprivileged user: the
 /// mounts that keep `.git` read-only then need an unprivileged user namespace.
 #[test]

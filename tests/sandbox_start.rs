@@ -169,3 +169,47 @@ async fn an_image_without_a_shell_is_named() {
     assert!(text.starts_with("runner: sandbox: docker"), "{text}");
     assert_ne!(out.status.code(), Some(6), "{text}");
 }
+
+/// An engine is asked what it is once per process: a second open only asks whether it
+/// still answers (`/_ping`), since Podman answers `/version` by asking dpkg for its
+/// helpers' versions (about half a second each). One that stops answering is identified
+/// afresh, and one that is gone gives the error a first open gives.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_engine_is_identified_once_and_again_only_after_it_stops_answering() {
+    use common::engine_faults::{EngineFaults, Fault};
+    use runner_sandbox::docker::engine::Engine;
+    use runner_sandbox::start_error::SandboxStartError;
+    common::engine::docker();
+    let engine = std::path::Path::new(runner_sandbox::docker::engine::DOCKER_SOCKET);
+    // The second ping fails: the third open must identify the engine again.
+    let proxy = EngineFaults::start(engine, vec![Fault::status(500, "GET /_ping").nth(2)]);
+    let host = proxy.host();
+    let count = |call: &str| proxy.calls().iter().filter(|c| *c == call).count();
+    let first = Engine::open(Some(&host)).await.expect("the engine answers");
+    let asked = count("GET /version");
+    assert!(
+        asked >= 1,
+        "the first open asks what the engine is: {:?}",
+        proxy.calls()
+    );
+    let second = Engine::open(Some(&host)).await.expect("the engine answers");
+    assert_eq!(count("GET /version"), asked, "{:?}", proxy.calls());
+    assert_eq!(count("GET /_ping"), 1, "{:?}", proxy.calls());
+    assert_eq!((second.kind, &second.version), (first.kind, &first.version));
+    Engine::open(Some(&host)).await.expect("the engine answers");
+    assert_eq!(proxy.fired(), ["GET /_ping -> 500"], "{:?}", proxy.calls());
+    assert_eq!(
+        count("GET /version"),
+        2 * asked,
+        "an engine whose ping failed is identified again: {:?}",
+        proxy.calls()
+    );
+    drop(proxy);
+    match Engine::open(Some(&host)).await {
+        Err(SandboxStartError::EngineDown(said)) => {
+            assert!(said.contains(&host), "{said}");
+        }
+        Err(other) => panic!("not the engine-down error: {other}"),
+        Ok(_) => panic!("an engine that is gone was taken as known"),
+    }
+}

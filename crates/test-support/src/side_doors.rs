@@ -12,8 +12,9 @@
 //! command, while it is still open). The command the attack planted touches a marker file
 //! on the host: it must never appear.
 //!
-//! Every attack is also run with no sandbox at all, straight on the host, and there the
-//! marker must appear: that proves each one is a live attack, not one that fails anyway.
+//! Every attack is also run once with no sandbox at all, straight on the host
+//! ([`live_without_a_wall`]), and there the marker must appear: that proves each one is a
+//! live attack, not one that fails anyway.
 //! Controls: git inside the wall still commits, reads the submodule and shows status.
 
 use std::path::{Path, PathBuf};
@@ -610,17 +611,32 @@ pub fn run_unprivileged(no_userns: bool) {
     );
 }
 
+/// Every attack of the table with no wall at all, straight on the host: each one that is
+/// `live` must hit it, the others must not. The table is the same on every backend, so it
+/// is proved live once, here, not again beside each backend's run.
+pub fn live_without_a_wall() {
+    let failures: Vec<String> = attacks()
+        .iter()
+        .filter(|door| unguarded(door) != door.live)
+        .map(|door| {
+            format!(
+                "{}: with no wall the host {} hit",
+                door.name,
+                if door.live { "was not" } else { "was" }
+            )
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "attacks that prove nothing:\n{}",
+        failures.join("\n")
+    );
+}
+
 /// The whole table on one backend, then the controls.
 pub async fn run(backend: Backend) {
     let mut failures = Vec::new();
     for door in attacks() {
-        if unguarded(&door) != door.live {
-            failures.push(format!(
-                "{}: with no wall the host {} hit",
-                door.name,
-                if door.live { "was not" } else { "was" }
-            ));
-        }
         for problem in attempt(backend, &door).await {
             failures.push(format!("{}: {problem}", door.name));
         }

@@ -183,8 +183,31 @@ pub struct HardLimits {
 }
 
 impl Engine {
-    /// Connects as [`connect_to`] does, then asks the engine what it is.
+    /// Connects as [`connect_to`] does and asks the engine what it is, once per engine and
+    /// process: an engine already identified here is only asked whether it still answers
+    /// (`/_ping`). Podman answers `/version` (twice in a first open: the API version's
+    /// negotiation, then what it is) and `/libpod/info` by asking dpkg or rpm which
+    /// versions of conmon, its runtime and its network helpers are installed, about 1.2 s
+    /// of CPU on this 2-core machine, which every sandbox an evaluation opens paid again.
+    /// An engine that stops answering is forgotten and identified afresh, so its error is
+    /// the one a first open gives; one replaced by another engine at the same address
+    /// while this process runs is not noticed.
     pub async fn open(host: Option<&str>) -> Result<Engine, SandboxStartError> {
+        let asked = asked_for(host);
+        if let Some(known) = known(&asked) {
+            let ping = tokio::time::timeout(Duration::from_secs(10), known.docker.ping());
+            if matches!(ping.await, Ok(Ok(_))) {
+                return Ok(known);
+            }
+            forget(&asked);
+        }
+        let engine = Engine::identify(host).await?;
+        remember(asked, &engine);
+        Ok(engine)
+    }
+
+    /// Connects as [`connect_to`] does, then asks the engine what it is.
+    async fn identify(host: Option<&str>) -> Result<Engine, SandboxStartError> {
         let (docker, host) = reach(host).await?;
         let version = docker.version().await.map_err(|e| {
             SandboxStartError::EngineDown(format!(
@@ -415,6 +438,36 @@ pub fn pids_cgroup(gvisor: bool, processes: u64) -> i64 {
 /// per process: several commands can still together pass the cgroup's limit.
 pub fn gvisor_address_space(memory_bytes: u64) -> u64 {
     memory_bytes.saturating_sub(memory_bytes / 8)
+}
+
+/// The engines this process has identified, by what was asked for: the host named, else
+/// DOCKER_HOST, else "" for the first local engine that answers.
+static KNOWN: std::sync::Mutex<Vec<(String, Engine)>> = std::sync::Mutex::new(Vec::new());
+
+fn asked_for(host: Option<&str>) -> String {
+    match host {
+        Some(h) => h.to_string(),
+        None => std::env::var("DOCKER_HOST").unwrap_or_default(),
+    }
+}
+
+fn known(asked: &str) -> Option<Engine> {
+    let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    known
+        .iter()
+        .find(|(a, _)| a == asked)
+        .map(|(_, e)| e.clone())
+}
+
+fn remember(asked: String, engine: &Engine) {
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    known.retain(|(a, _)| *a != asked);
+    known.push((asked, engine.clone()));
+}
+
+fn forget(asked: &str) {
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    known.retain(|(a, _)| a != asked);
 }
 
 /// This process's hard limits, capped at what fits an i64.
