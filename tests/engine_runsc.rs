@@ -196,8 +196,8 @@ async fn an_allocation_past_the_memory_fails_the_command_not_the_sandbox() {
     assert_eq!((code, stdout.as_str()), (Some(0), "alive\n"));
 }
 
-/// On a machine whose cores are all busy (a thread per core spinning in this process), a
-/// call that floods gVisor's kernel with 1500 background processes still ends within its
+/// On a machine whose cores are all busy (a thread per core spinning in this process while
+/// the calls run), a call that floods gVisor's kernel with 1500 background processes still ends within its
 /// own 10 s timeout, a 3 GB write into the 1 GiB temp directory fails in its command alone,
 /// the next call answers, and closing the sandbox leaves no container. Once seen running
 /// past its caller's 120 s on a loaded machine; not reproduced here (10.6 s and 1.4 s), so
@@ -208,6 +208,17 @@ async fn a_call_ends_within_its_timeout_on_a_loaded_machine() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
     use_engine(runsc);
+    let lab = escape::Lab::new(BACKEND);
+    let opened = Instant::now();
+    let sb = lab.open().await;
+    eprintln!(
+        "loaded machine: the sandbox opened in {:?}",
+        opened.elapsed()
+    );
+    let id = sb.container_id.clone().expect("a container");
+    // The cores are kept busy for the two calls only: spinning through the sandbox's start
+    // and close as well tested nothing more, and took the cores from the tests beside it
+    // for minutes on end.
     let busy = Arc::new(AtomicBool::new(true));
     let burners: Vec<_> = (0..std::thread::available_parallelism().map_or(2, |n| n.get()))
         .map(|_| {
@@ -220,9 +231,6 @@ async fn a_call_ends_within_its_timeout_on_a_loaded_machine() {
             })
         })
         .collect();
-    let lab = escape::Lab::new(BACKEND);
-    let sb = lab.open().await;
-    let id = sb.container_id.clone().expect("a container");
     let started = Instant::now();
     let flood = escape::exec_with(
         &sb,
@@ -264,7 +272,12 @@ async fn a_call_ends_within_its_timeout_on_a_loaded_machine() {
     );
     let (code, stdout, _, _) = escape::run(&sb, "echo alive").await;
     assert_eq!((code, stdout.as_str()), (Some(0), "alive\n"));
+    let closed = Instant::now();
     drop(sb);
+    eprintln!(
+        "loaded machine: the sandbox closed in {:?}",
+        closed.elapsed()
+    );
     let docker = engine::client().await;
     let gone = docker
         .inspect_container(

@@ -251,21 +251,20 @@ impl Capture {
         }
     }
 
-    /// Returns the part of `data` to stream now; the rest goes to the tail window.
+    /// Returns the part of `data` to stream now; the rest goes to the tail window. Only the
+    /// last `tail_cap` bytes of a chunk can stay in the window, so the ones before them are
+    /// counted as dropped without passing through it: a command that floods its output
+    /// costs one count per chunk, not a push and a pop per byte.
     fn push<'a>(&mut self, stream: OutputStream, data: &'a [u8]) -> &'a [u8] {
         let now = (data.len() as u64).min(self.head_left) as usize;
         self.head_left -= now as u64;
-        for &b in &data[now..] {
-            if self.tail.len() == self.tail_cap {
-                if self.tail_cap == 0 {
-                    self.dropped += 1;
-                    continue;
-                }
-                self.tail.pop_front();
-                self.dropped += 1;
-            }
-            self.tail.push_back((stream, b));
-        }
+        let rest = &data[now..];
+        let skipped = rest.len().saturating_sub(self.tail_cap);
+        let kept = &rest[skipped..];
+        let pushed_out = (self.tail.len() + kept.len()).saturating_sub(self.tail_cap);
+        self.tail.drain(..pushed_out);
+        self.tail.extend(kept.iter().map(|&b| (stream, b)));
+        self.dropped += (skipped + pushed_out) as u64;
         &data[..now]
     }
 
@@ -596,6 +595,72 @@ fn drain(pgid: i32, eof_rx: &mpsc::Receiver<()>, pumps: &Pumps<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a capture keeps: the head, the tail window's chunks, the count dropped.
+    type Kept = (Vec<u8>, Vec<(OutputStream, Vec<u8>)>, u64);
+
+    /// The window, as it was written first: a push and a pop per byte.
+    fn capture_byte_by_byte(limit: u64, chunks: &[(OutputStream, Vec<u8>)]) -> Kept {
+        let mut head_left = limit / 2;
+        let cap = (limit - limit / 2) as usize;
+        let (mut head, mut tail, mut dropped) = (Vec::new(), std::collections::VecDeque::new(), 0);
+        for (stream, data) in chunks {
+            for &b in data {
+                if head_left > 0 {
+                    head_left -= 1;
+                    head.push(b);
+                    continue;
+                }
+                if tail.len() == cap {
+                    dropped += 1;
+                    if cap == 0 {
+                        continue;
+                    }
+                    tail.pop_front();
+                }
+                tail.push_back((*stream, b));
+            }
+        }
+        let mut chunks: Vec<(OutputStream, Vec<u8>)> = Vec::new();
+        for (stream, b) in tail {
+            match chunks.last_mut() {
+                Some((s, bytes)) if *s == stream => bytes.push(b),
+                _ => chunks.push((stream, vec![b])),
+            }
+        }
+        (head, chunks, dropped)
+    }
+
+    #[test]
+    fn the_capture_keeps_what_a_byte_by_byte_window_keeps() {
+        use OutputStream::{Stderr, Stdout};
+        // Chunks smaller than, equal to and larger than the window, both streams mixed.
+        let sizes = [0usize, 1, 3, 7, 8, 9, 16, 40, 2, 100, 5];
+        for limit in [0u64, 1, 2, 5, 16, 17, 64, 1000] {
+            for start in 0..sizes.len() {
+                let chunks: Vec<(OutputStream, Vec<u8>)> = sizes[start..]
+                    .iter()
+                    .chain(&sizes[..start])
+                    .enumerate()
+                    .map(|(i, &n)| {
+                        let stream = if i % 3 == 1 { Stderr } else { Stdout };
+                        (stream, (0..n).map(|b| (b + i * 31) as u8).collect())
+                    })
+                    .collect();
+                let mut capture = Capture::new(limit);
+                let mut head = Vec::new();
+                for (stream, data) in &chunks {
+                    head.extend_from_slice(capture.push(*stream, data));
+                }
+                let got = (head, capture.take_tail(), capture.dropped);
+                assert_eq!(
+                    got,
+                    capture_byte_by_byte(limit, &chunks),
+                    "limit {limit}, start {start}"
+                );
+            }
+        }
+    }
 
     fn run_collect(command: &str, timeout_ms: u64, limit: u64) -> (Vec<u8>, ExecStatus) {
         let req = ExecRequest {
