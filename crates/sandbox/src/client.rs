@@ -950,7 +950,11 @@ mod tests {
         loop {
             match execution.next().await.unwrap() {
                 ExecEvent::Output(o) => {
-                    assert!(o.data == vec![(got / CHUNK) as u8; CHUNK], "chunk {}", got / CHUNK);
+                    assert!(
+                        o.data == vec![(got / CHUNK) as u8; CHUNK],
+                        "chunk {}",
+                        got / CHUNK
+                    );
                     got += o.data.len();
                 }
                 ExecEvent::Exit(status) => {
