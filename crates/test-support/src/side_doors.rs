@@ -219,17 +219,26 @@ struct Scene {
 }
 
 impl Scene {
+    /// A copy of the process's [`template`] checkout, with its absolute paths moved to the
+    /// new folder: making each checkout with git (a submodule added, a push, a linked
+    /// worktree) took about 60 processes, and the table makes one per attack and backend.
     fn new(prefix: &str) -> Scene {
         let tmp = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
-        let (wt, linked) = checkout(&base);
+        let template = template();
+        copy_moved(
+            template,
+            &base,
+            template.as_os_str().as_encoded_bytes(),
+            base.as_os_str().as_encoded_bytes(),
+        );
         super::engine::hand_over(&base);
         Scene {
             _tmp: tmp,
             mark: base.join("MARKER"),
+            wt: base.join("wt"),
+            linked: base.join("linked"),
             base,
-            wt,
-            linked,
         }
     }
 
@@ -241,6 +250,71 @@ impl Scene {
             &self.wt
         }
     }
+}
+
+/// The checkout every scene copies, made once per process with [`checkout`] and removed
+/// when the process exits.
+fn template() -> &'static Path {
+    static TEMPLATE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    extern "C" fn remove_template() {
+        if let Some(dir) = TEMPLATE.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    TEMPLATE.get_or_init(|| {
+        let tmp = tempfile::Builder::new()
+            .prefix("runner-sidedoor-template-")
+            .tempdir()
+            .unwrap();
+        let base = std::fs::canonicalize(tmp.keep()).unwrap();
+        checkout(&base);
+        // SAFETY: registers a plain function that only removes a folder.
+        unsafe { libc::atexit(remove_template) };
+        base
+    })
+}
+
+/// Copies the tree `from` to `to` (modes and symlinks kept), writing `new` for `old` in
+/// every file that holds it: the absolute paths git wrote (the linked worktree's `gitdir`
+/// files, the submodule's URL in the configs).
+fn copy_moved(from: &Path, to: &Path, old: &[u8], new: &[u8]) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if kind.is_dir() {
+            std::fs::create_dir(&dst).unwrap();
+            copy_moved(&src, &dst, old, new);
+        } else {
+            let data = std::fs::read(&src).unwrap();
+            let moved = match data.windows(old.len()).any(|w| w == old) {
+                true => replace(&data, old, new),
+                false => data,
+            };
+            std::fs::write(&dst, moved).unwrap();
+        }
+        let mode = entry.metadata().unwrap().permissions().mode();
+        if !kind.is_symlink() {
+            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    }
+}
+
+fn replace(data: &[u8], old: &[u8], new: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    let mut i = 0;
+    while i < data.len() {
+        if data[i..].starts_with(old) {
+            out.extend_from_slice(new);
+            i += old.len();
+        } else {
+            out.push(data[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// A checkout as a user has one, beside its remote, its submodule's origin and a linked
