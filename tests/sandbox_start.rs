@@ -171,7 +171,7 @@ async fn an_image_without_a_shell_is_named() {
 }
 
 /// An engine is asked what it is once per process: a second open only asks whether it
-/// still answers (`/_ping`), since Podman answers `/version` by asking dpkg for its
+/// still answers (`/_ping`, and on Docker its cheap `/info` for the runtimes), since Podman answers `/version` by asking dpkg for its
 /// helpers' versions (about half a second each). One that stops answering is identified
 /// afresh, and one that is gone gives the error a first open gives.
 #[tokio::test(flavor = "multi_thread")]
@@ -192,9 +192,18 @@ async fn an_engine_is_identified_once_and_again_only_after_it_stops_answering() 
         "the first open asks what the engine is: {:?}",
         proxy.calls()
     );
+    let informed = count("GET /info");
+    assert_eq!(
+        informed,
+        1,
+        "Docker's runtimes are read: {:?}",
+        proxy.calls()
+    );
     let second = Engine::open(Some(&host)).await.expect("the engine answers");
     assert_eq!(count("GET /version"), asked, "{:?}", proxy.calls());
     assert_eq!(count("GET /_ping"), 1, "{:?}", proxy.calls());
+    // Docker can change its runtimes without a restart: they are read again.
+    assert_eq!(count("GET /info"), 2, "{:?}", proxy.calls());
     assert_eq!((second.kind, &second.version), (first.kind, &first.version));
     Engine::open(Some(&host)).await.expect("the engine answers");
     assert_eq!(proxy.fired(), ["GET /_ping -> 500"], "{:?}", proxy.calls());

@@ -414,7 +414,7 @@ pub async fn containers_of(docker: &bollard::Docker, pid: u32) -> Vec<String> {
         .await
         .expect("list runner's containers")
         .into_iter()
-        .filter(|c| c.pid.is_some_and(|p| i64::from(p) == i64::from(pid)))
+        .filter(|c| c.pid == i32::try_from(pid).ok())
         .map(|c| c.id)
         .collect()
 }
@@ -453,66 +453,18 @@ impl SecondEngine {
     fn start_with(name: &str, tls_port: Option<u16>) -> SecondEngine {
         docker();
         ensure_package("iproute2", "/sbin/ip");
-        if tls_port.is_some() {
-            ensure_package("openssl", "/usr/bin/openssl");
-        }
         let dir = std::path::PathBuf::from(format!("/tmp/rt-{name}"));
         let bridge = format!("rt{name}0");
-        // A test binary killed mid-run leaves its dockerd behind, holding the pid file.
-        if let Ok(pid) = std::fs::read_to_string(dir.join("docker.pid"))
-            && let Ok(pid) = pid.trim().parse::<i32>()
-            && std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
-        {
-            // SAFETY: a signal to the dockerd that names this engine's folder.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        stop_leftover(&dir);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("engine folder");
-        let sh = |cmd: &str| {
-            std::process::Command::new("sh")
-                .args(["-c", cmd])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false)
+        make_bridge(name, &bridge);
+        let tls_args = match tls_port {
+            Some(port) => tls_listener(&dir.join("certs"), port),
+            None => Vec::new(),
         };
-        // A bridge of its own, on an address range the first engine does not use.
-        let _ = sh(&format!("ip link del {bridge} 2>/dev/null"));
-        let octet = 200 + name.bytes().map(u32::from).sum::<u32>() % 50;
-        assert!(
-            sh(&format!(
-                "ip link add name {bridge} type bridge && ip addr add 172.31.{octet}.1/24 dev {bridge} && ip link set {bridge} up"
-            )),
-            "cannot make the bridge {bridge} (needs root and iproute2)"
-        );
         let socket = dir.join("docker.sock");
         let log = std::fs::File::create(dir.join("dockerd.log")).expect("log");
-        let mut tls_args: Vec<String> = Vec::new();
-        if let Some(port) = tls_port {
-            let certs = dir.join("certs");
-            std::fs::create_dir_all(&certs).expect("certs folder");
-            let made = sh(&format!(
-                "cd {} && set -e
-                 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=runner-test-ca -keyout ca-key.pem -out ca.pem 2>/dev/null
-                 openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server-key.pem -out server.csr 2>/dev/null
-                 printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
-                 openssl x509 -req -days 1 -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -extfile server.ext -out server-cert.pem 2>/dev/null
-                 openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout key.pem -out client.csr 2>/dev/null
-                 printf 'extendedKeyUsage=clientAuth\n' > client.ext
-                 openssl x509 -req -days 1 -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -extfile client.ext -out cert.pem 2>/dev/null",
-                certs.display()
-            ));
-            assert!(made, "openssl could not make the test certificates");
-            let c = |f: &str| certs.join(f).display().to_string();
-            tls_args = vec![
-                "--tlsverify".into(),
-                format!("--tlscacert={}", c("ca.pem")),
-                format!("--tlscert={}", c("server-cert.pem")),
-                format!("--tlskey={}", c("server-key.pem")),
-                format!("--host=tcp://127.0.0.1:{port}"),
-            ];
-        }
         let child = std::process::Command::new("/usr/sbin/dockerd")
             .args(&tls_args)
             .arg("--host")
@@ -546,13 +498,7 @@ impl SecondEngine {
             std::thread::sleep(Duration::from_millis(250));
         }
         // The sandbox image, copied over from the first engine.
-        assert!(
-            sh(&format!(
-                "docker save {IMAGE} | docker -H {} load -q >/dev/null",
-                engine.host
-            )),
-            "cannot copy {IMAGE} to the second engine"
-        );
+        copy_image_to(&engine.host);
         engine
     }
 
@@ -709,13 +655,6 @@ fn runsc_answers(socket: &str) -> bool {
 // dockerd must outlive this test process (it serves the next ones), so it is never waited for.
 #[allow(clippy::zombie_processes)]
 fn start_runsc_engine(socket: &str) {
-    let sh = |cmd: &str| {
-        std::process::Command::new("sh")
-            .args(["-c", cmd])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
-    };
     // One that answers without runsc, or a stale pid file: stop it first.
     let pidfile = format!("{RUNSC_DIR}/docker.pid");
     if let Some(pid) = std::fs::read_to_string(&pidfile)
@@ -777,6 +716,66 @@ fn start_runsc_engine(socket: &str) {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Kills the dockerd a test binary killed mid-run left behind in `dir` (it holds the pid
+/// file), if the pid file still names a dockerd of that folder.
+fn stop_leftover(dir: &Path) {
+    if let Ok(pid) = std::fs::read_to_string(dir.join("docker.pid"))
+        && let Ok(pid) = pid.trim().parse::<i32>()
+        && std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*dir.to_string_lossy()))
+    {
+        // SAFETY: a signal to the dockerd that names this engine's folder.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn sh(cmd: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A bridge of its own for a second engine, on an address range the first does not use.
+fn make_bridge(name: &str, bridge: &str) {
+    let _ = sh(&format!("ip link del {bridge} 2>/dev/null"));
+    let octet = 200 + name.bytes().map(u32::from).sum::<u32>() % 50;
+    assert!(
+        sh(&format!(
+            "ip link add name {bridge} type bridge && ip addr add 172.31.{octet}.1/24 dev {bridge} && ip link set {bridge} up"
+        )),
+        "cannot make the bridge {bridge} (needs root and iproute2)"
+    );
+}
+
+/// Makes a CA, a server certificate for 127.0.0.1 and a client certificate in `certs`
+/// (with openssl); dockerd's arguments for a TLS listener on loopback at `port` with them.
+fn tls_listener(certs: &Path, port: u16) -> Vec<String> {
+    ensure_package("openssl", "/usr/bin/openssl");
+    std::fs::create_dir_all(certs).expect("certs folder");
+    let made = sh(&format!(
+        "cd {} && set -e
+         openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=runner-test-ca -keyout ca-key.pem -out ca.pem 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server-key.pem -out server.csr 2>/dev/null
+         printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > server.ext
+         openssl x509 -req -days 1 -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -extfile server.ext -out server-cert.pem 2>/dev/null
+         openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout key.pem -out client.csr 2>/dev/null
+         printf 'extendedKeyUsage=clientAuth\n' > client.ext
+         openssl x509 -req -days 1 -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -extfile client.ext -out cert.pem 2>/dev/null",
+        certs.display()
+    ));
+    assert!(made, "openssl could not make the test certificates");
+    let c = |f: &str| certs.join(f).display().to_string();
+    vec![
+        "--tlsverify".into(),
+        format!("--tlscacert={}", c("ca.pem")),
+        format!("--tlscert={}", c("server-cert.pem")),
+        format!("--tlskey={}", c("server-key.pem")),
+        format!("--host=tcp://127.0.0.1:{port}"),
+    ]
 }
 
 /// The machine engine's sandbox image, on the engine at `host` too (copied when it is

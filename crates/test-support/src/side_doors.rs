@@ -229,8 +229,8 @@ impl Scene {
         copy_moved(
             template,
             &base,
-            template.as_os_str().as_encoded_bytes(),
-            base.as_os_str().as_encoded_bytes(),
+            &template.to_string_lossy(),
+            &base.to_string_lossy(),
         );
         super::engine::hand_over(&base);
         Scene {
@@ -275,46 +275,31 @@ fn template() -> &'static Path {
 }
 
 /// Copies the tree `from` to `to` (modes and symlinks kept), writing `new` for `old` in
-/// every file that holds it: the absolute paths git wrote (the linked worktree's `gitdir`
-/// files, the submodule's URL in the configs).
-fn copy_moved(from: &Path, to: &Path, old: &[u8], new: &[u8]) {
+/// every text file that holds it: the absolute paths git wrote (the linked worktree's
+/// `gitdir` files, the submodule's URL in the configs).
+fn copy_moved(from: &Path, to: &Path, old: &str, new: &str) {
     use std::os::unix::fs::PermissionsExt;
     for entry in std::fs::read_dir(from).unwrap().flatten() {
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
         let kind = entry.file_type().unwrap();
         if kind.is_symlink() {
             std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if kind.is_dir() {
+            continue;
+        }
+        if kind.is_dir() {
             std::fs::create_dir(&dst).unwrap();
             copy_moved(&src, &dst, old, new);
         } else {
             let data = std::fs::read(&src).unwrap();
-            let moved = match data.windows(old.len()).any(|w| w == old) {
-                true => replace(&data, old, new),
-                false => data,
+            let moved = match std::str::from_utf8(&data) {
+                Ok(text) if text.contains(old) => text.replace(old, new).into_bytes(),
+                _ => data,
             };
             std::fs::write(&dst, moved).unwrap();
         }
         let mode = entry.metadata().unwrap().permissions().mode();
-        if !kind.is_symlink() {
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode)).unwrap();
-        }
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode)).unwrap();
     }
-}
-
-fn replace(data: &[u8], old: &[u8], new: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len());
-    let mut i = 0;
-    while i < data.len() {
-        if data[i..].starts_with(old) {
-            out.extend_from_slice(new);
-            i += old.len();
-        } else {
-            out.push(data[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 /// A checkout as a user has one, beside its remote, its submodule's origin and a linked

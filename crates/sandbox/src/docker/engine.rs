@@ -165,6 +165,9 @@ pub struct Engine {
     pub unenforced: Vec<&'static str>,
     /// The uid and gid of the engine's own process, when it runs on this machine.
     pub owner: Option<(u32, u32)>,
+    /// The pid of the process serving its unix socket, when it can be read: another one
+    /// later is a restarted engine, to be identified again.
+    pub served_by: Option<i32>,
     /// The hard RLIMIT_NOFILE and RLIMIT_NPROC of the engine's own process, when it runs on
     /// this machine and can be read; otherwise this process's.
     pub hard_limits: HardLimits,
@@ -189,21 +192,42 @@ impl Engine {
     /// negotiation, then what it is) and `/libpod/info` by asking dpkg or rpm which
     /// versions of conmon, its runtime and its network helpers are installed, about 1.2 s
     /// of CPU on this 2-core machine, which every sandbox an evaluation opens paid again.
-    /// An engine that stops answering is forgotten and identified afresh, so its error is
-    /// the one a first open gives; one replaced by another engine at the same address
-    /// while this process runs is not noticed.
+    /// An engine that stops answering, or whose socket another process now serves (a
+    /// restart, which may bring another configuration), is forgotten and identified
+    /// afresh, so its error is the one a first open gives. Docker's `/info` is cheap and
+    /// its runtimes can change without a restart (SIGHUP reloads `daemon.json`), so there
+    /// the runtimes and limits are read again at every open: a sandbox never gets gVisor's
+    /// looser pids cgroup under a runtime that is no longer gVisor.
     pub async fn open(host: Option<&str>) -> Result<Engine, SandboxStartError> {
         let asked = asked_for(host);
         if let Some(known) = known(&asked) {
-            let ping = tokio::time::timeout(Duration::from_secs(10), known.docker.ping());
-            if matches!(ping.await, Ok(Ok(_))) {
-                return Ok(known);
+            if let Some(current) = known.still_serving().await {
+                return Ok(current);
             }
             forget(&asked);
         }
         let engine = Engine::identify(host).await?;
         remember(asked, &engine);
         Ok(engine)
+    }
+
+    /// This engine as it is now, if the same process still serves it: answers a ping,
+    /// from the same peer process on a unix socket, with Docker's runtimes and limits read
+    /// again.
+    async fn still_serving(mut self) -> Option<Engine> {
+        let ping = tokio::time::timeout(Duration::from_secs(10), self.docker.ping());
+        if !matches!(ping.await, Ok(Ok(_))) {
+            return None;
+        }
+        let socket = self.host.strip_prefix("unix://").map(PathBuf::from);
+        let served_by = socket.as_deref().and_then(peer).map(|p| p.pid);
+        if served_by != self.served_by {
+            return None;
+        }
+        if self.kind == Kind::Docker {
+            self.find_unenforced(socket.as_deref()).await;
+        }
+        Some(self)
     }
 
     /// Connects as [`connect_to`] does, then asks the engine what it is.
@@ -239,7 +263,8 @@ impl Engine {
             rootless: false,
             unenforced: Vec::new(),
             hard_limits,
-            owner: peer.map(|p| (p.uid, p.gid)),
+            owner: peer.as_ref().map(|p| (p.uid, p.gid)),
+            served_by: peer.map(|p| p.pid),
             gvisor_runtimes: Vec::new(),
             default_runtime: None,
             docker,
@@ -249,10 +274,14 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Fills `rootless` and `unenforced`. Podman's Docker-compatible `/info` claims every
-    /// limit even where it ignores them, so its own `/libpod/info` is asked instead (it
-    /// lists the cgroup controllers containers get); Docker's `/info` is truthful.
+    /// Fills `rootless`, `unenforced` and the runtimes, afresh each call. Podman's
+    /// Docker-compatible `/info` claims every limit even where it ignores them, so its own
+    /// `/libpod/info` is asked instead (it lists the cgroup controllers containers get);
+    /// Docker's `/info` is truthful.
     async fn find_unenforced(&mut self, socket: Option<&Path>) {
+        self.unenforced.clear();
+        self.gvisor_runtimes.clear();
+        self.default_runtime = None;
         let (memory, cpu, pids) = match self.kind {
             Kind::Podman => {
                 let Some(info) = socket.and_then(libpod_info) else {
@@ -494,6 +523,7 @@ fn own_hard_limits() -> HardLimits {
 /// The process serving a unix socket: who it runs as, and its hard limits when /proc
 /// shows them.
 struct Peer {
+    pid: i32,
     uid: u32,
     gid: u32,
     limits: Option<HardLimits>,
@@ -525,6 +555,7 @@ fn peer(socket: &Path) -> Option<Peer> {
     }
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", cred.pid)).ok();
     Some(Peer {
+        pid: cred.pid,
         uid: cred.uid,
         gid: cred.gid,
         limits: limits.as_deref().and_then(parse_hard_limits),
